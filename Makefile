@@ -1,0 +1,33 @@
+# Two entry points: `make demo` (install, then run the main job) and
+# `make test` (install, fetch the real 2.6.0 test tree, run the tests).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TORCH := torch==2.13.0
+
+.PHONY: install demo test bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+# torch is pinned and installed before the package so pip never resolves a CUDA build.
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q --disable-pip-version-check $(TORCH)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(BIN)/kernelmap where torch.nn.functional.conv2d --device cpu
+	$(BIN)/kernelmap where torch.nn.functional.conv2d --device cuda
+
+test: install
+	scripts/fetch-test-tree >/dev/null
+	$(BIN)/python -m pytest -q
+
+bench: install
+	for b in benches/*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .cache

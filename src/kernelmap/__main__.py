@@ -1,0 +1,3 @@
+from kernelmap.cli import main
+
+main()

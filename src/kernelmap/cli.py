@@ -1,0 +1,82 @@
+"""The `kernelmap` command: wiring only. Each command parses its options, calls
+one library function, picks a renderer and writes. Commands live in
+`kernelmap.commands.*` and are imported only when run, so `kernelmap where`
+never pays for the imports of `kernelmap trace`.
+
+Library errors (`KernelmapError`) become one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from kernelmap import __version__
+from kernelmap.errors import KernelmapError
+
+# command name -> "module:attribute"; one line per command, in help order.
+COMMANDS: dict[str, str] = {
+    "where": "kernelmap.commands.where:where",
+    "source": "kernelmap.commands.source:source",
+    "index": "kernelmap.commands.source:index",
+    "find": "kernelmap.commands.source:find",
+    "gen": "kernelmap.commands.gen:gen",
+    "stack": "kernelmap.commands.graph:stack",
+    "callers": "kernelmap.commands.graph:callers",
+    "trace": "kernelmap.commands.trace:trace",
+    "explain": "kernelmap.commands.extend:explain",
+    "scaffold": "kernelmap.commands.extend:scaffold",
+    "verify": "kernelmap.commands.extend:verify",
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose commands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name in COMMANDS if self._load(name) is not None]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self._load(cmd_name)
+
+    @staticmethod
+    def _load(name: str) -> click.Command | None:
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name == module_name:  # a command not written yet
+                return None
+            raise
+        return getattr(module, attr, None)
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KernelmapError as e:
+            click.echo(f"kernelmap: error: {e}", err=True)
+            ctx.exit(2)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="kernelmap")
+def cli() -> None:
+    """What code runs when you call PyTorch, where it is, and how to change it.
+
+    \b
+    Example:
+      kernelmap where torch.nn.functional.conv2d --device cuda
+    """
+
+
+def main() -> None:
+    cli(prog_name="kernelmap")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

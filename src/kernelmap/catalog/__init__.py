@@ -1,0 +1,291 @@
+"""The operator catalog: every operator of native_functions.yaml as an `Op`,
+with its kernels per dispatch key, its autograd entry and its Python names.
+
+    cat = load_catalog()                 # the installed torch's packaged yaml
+    cat = load_catalog(tree=Path(...))   # a source tree, read by its own torchgen
+    cat.get("aten::add.Tensor")          # one operator, or UnknownName
+    cat.resolve("F.relu")                # every operator a name can reach
+
+Note [operator kinds]
+An operator's kind says how it gets its kernels, taken in this order:
+`structured_delegate` -> structured (its kernels are the delegate's);
+`structured: True` with `ufunc_inner_loop` -> ufunc (CPU/CUDA kernels are
+generated from the inner loops); `structured: True` -> structured out;
+a CompositeImplicitAutograd kernel (named, or the default for an entry with
+no `dispatch:`) -> composite implicit; a backend key (CPU, CUDA, ...) ->
+dispatch; then composite explicit non-functional, composite explicit, and
+no kernel. Views, in-place and out= are flags beside the kind.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+from kernelmap import env
+from kernelmap.catalog.store import FUNCTIONAL, CatalogFiles, CatalogWarning, open_catalog_db
+from kernelmap.errors import BadInput, SourceError, UnknownName
+from kernelmap.model import (
+    Autograd,
+    DerivativeFormula,
+    Kernel,
+    Location,
+    Op,
+    OperatorName,
+    OpKind,
+    Origin,
+    OriginKind,
+)
+
+__all__ = ["Catalog", "CatalogWarning", "load_catalog", "tree_origin", "NATIVE_YAML", "DERIVATIVES_YAML"]
+
+NATIVE_YAML = "aten/src/ATen/native/native_functions.yaml"
+TAGS_YAML = "aten/src/ATen/native/tags.yaml"
+DERIVATIVES_YAML = "tools/autograd/derivatives.yaml"
+
+_ALIAS_KEYS = frozenset(
+    {
+        "CompositeImplicitAutograd",
+        "CompositeImplicitAutogradNestedTensor",
+        "CompositeExplicitAutograd",
+        "CompositeExplicitAutogradNonFunctional",
+    }
+)
+
+# Accepted spellings: dotted Python names and [ns::]name[.overload].
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::)[A-Za-z_][A-Za-z0-9_]*)*")
+
+_PREFIXES = (("F.", f"{FUNCTIONAL}."), ("nn.functional.", f"{FUNCTIONAL}."), ("Tensor.", "torch.Tensor."))
+
+
+def _kind(r: dict) -> OpKind:
+    if r["structured_delegate"]:
+        return OpKind.STRUCTURED
+    if r["structured"]:
+        return OpKind.UFUNC if r["ufunc_inner_loop"] else OpKind.STRUCTURED_OUT
+    if r["composite_implicit"]:
+        return OpKind.COMPOSITE_IMPLICIT
+    if any(key not in _ALIAS_KEYS for key, _, _ in r["dispatch"]):
+        return OpKind.DISPATCH
+    if r["composite_explicit_non_functional"]:
+        return OpKind.COMPOSITE_EXPLICIT_NON_FUNCTIONAL
+    if r["composite_explicit"]:
+        return OpKind.COMPOSITE_EXPLICIT
+    return OpKind.NONE
+
+
+class Catalog:
+    """Operators of one set of yaml files (the installed wheel's, or a tree's)."""
+
+    def __init__(self, db: sqlite3.Connection, origin: Origin):
+        self._db = db
+        self.origin = origin
+        self._names: list[str] | None = None
+
+    # -- lookups ---------------------------------------------------------
+
+    def get(self, name: str) -> Op:
+        """The operator `[aten::]name[.overload]`; the default overload when none is given."""
+        opname = _parse_op_name(name)
+        row = self._db.execute("SELECT id, record FROM ops WHERE qualified = ?", (opname.unqualified,)).fetchone()
+        if row is None or opname.namespace != "aten":
+            raise UnknownName(name, self.suggest(name))
+        return self._op(*row)
+
+    def overloads(self, base: str) -> tuple[Op, ...]:
+        rows = self._db.execute("SELECT id, record FROM ops WHERE base = ? ORDER BY id", (base,)).fetchall()
+        return tuple(self._op(*row) for row in rows)
+
+    def resolve(self, name: str) -> tuple[Op, ...]:
+        """Every operator `name` can reach, most likely first.
+
+        `name` is an operator (`aten::add.Tensor`, `add.Tensor`, `conv2d`) or a
+        Python name (`torch.add`, `torch.Tensor.add_`, `torch.nn.functional.conv2d`,
+        `F.relu`, `torch._C._nn.gelu`, `torch.linalg.norm`).
+        """
+        text = _validate(name)
+        for short, full in _PREFIXES:
+            if text.startswith(short):
+                text = full + text[len(short) :]
+        if "::" in text:
+            opname = _parse_op_name(text)
+            if opname.namespace == "aten":
+                if opname.overload:
+                    ops = self._by_qualified(opname.unqualified)
+                else:
+                    ops = self._by_qualified(opname.name) or self.overloads(opname.name)
+                if ops:
+                    return _ranked(ops)
+        elif text.startswith("torch."):
+            rows = self._db.execute(
+                "SELECT ops.id, ops.record FROM entries JOIN ops ON ops.id = entries.op_id WHERE entries.name = ?",
+                (text,),
+            ).fetchall()
+            if rows:
+                return _ranked(self._op(*row) for row in dict(rows).items())
+        else:
+            ops = self._by_qualified(text) or (self.overloads(text) if "." not in text else ())
+            if ops:
+                return _ranked(ops)
+        raise UnknownName(name, self.suggest(text))
+
+    def delegate(self, op: Op) -> Op | None:
+        """The out= operator whose structured kernel a structured operator runs."""
+        return self.get(op.structured_delegate) if op.structured_delegate else None
+
+    def __iter__(self) -> Iterator[Op]:
+        for row in self._db.execute("SELECT id, record FROM ops ORDER BY id"):
+            yield self._op(*row)
+
+    def __len__(self) -> int:
+        return self._db.execute("SELECT count(*) FROM ops").fetchone()[0]
+
+    def qualified_names(self) -> set[str]:
+        """`add.Tensor`, `conv2d`, ... for every operator."""
+        return {q for (q,) in self._db.execute("SELECT qualified FROM ops")}
+
+    def suggest(self, name: str, n: int = 5) -> tuple[str, ...]:
+        """The known names closest to `name`."""
+        if self._names is None:
+            names = {q for (q,) in self._db.execute("SELECT qualified FROM ops")}
+            names |= {e for (e,) in self._db.execute("SELECT DISTINCT name FROM entries")}
+            self._names = sorted(names)
+        text = name.strip()
+        for short, full in _PREFIXES:
+            if text.startswith(short):
+                text = full + text[len(short) :]
+        text = text.removeprefix("aten::")
+        pool = self._names
+        if text.startswith("torch."):
+            matches = difflib.get_close_matches(text, [p for p in pool if p.startswith("torch.")], n, 0.75)
+        else:
+            matches = difflib.get_close_matches(text, [p for p in pool if not p.startswith("torch.")], n, 0.6)
+        return tuple(matches)
+
+    # -- records -> model ------------------------------------------------
+
+    def _by_qualified(self, qualified: str) -> tuple[Op, ...]:
+        row = self._db.execute("SELECT id, record FROM ops WHERE qualified = ?", (qualified,)).fetchone()
+        return (self._op(*row),) if row else ()
+
+    def _op(self, op_id: int, record: str) -> Op:
+        r = json.loads(record)
+        entries = [name for (name,) in self._db.execute("SELECT name FROM entries WHERE op_id = ? ORDER BY rowid", (op_id,))]
+        yaml_loc = Location(NATIVE_YAML, r["line"], origin=self.origin)
+        autograd = None
+        a = r["autograd"]
+        if a is not None:
+            autograd = Autograd(
+                backward_node=a["node"],
+                location=Location(DERIVATIVES_YAML, a["line"], origin=self.origin) if a["line"] else None,
+                formulas=tuple(DerivativeFormula(tuple(inputs), formula) for inputs, formula in a["formulas"]),
+                signature=a["name"],
+            )
+        return Op(
+            name=OperatorName(r["name"], r["overload"]),
+            schema=r["schema"],
+            location=yaml_loc,
+            kind=_kind(r),
+            variants=tuple(r["variants"]),
+            python_module=r["python_module"],
+            tags=tuple(r["tags"]),
+            dispatch=tuple(
+                Kernel(key, symbol, location=yaml_loc, kind="native", structured=structured)
+                for key, symbol, structured in r["dispatch"]
+            ),
+            structured_delegate=r["structured_delegate"],
+            ufunc_inner_loop=tuple((k, v) for k, v in r["ufunc_inner_loop"]),
+            autograd=autograd,
+            python_entry_points=tuple(dict.fromkeys(entries)),
+            is_view=r["is_view"],
+            is_inplace=r["is_inplace"],
+            is_out=r["is_out"],
+            manual_cpp_binding=r["manual_cpp_binding"],
+        )
+
+
+def _validate(name: str) -> str:
+    text = name.strip() if isinstance(name, str) else ""
+    if not text:
+        raise BadInput("empty name: give an operator (aten::conv2d) or a Python name (torch.nn.functional.conv2d)")
+    if not _NAME.fullmatch(text):
+        raise BadInput(f"not a name: {name!r} (letters, digits, '_', '.' and '::' only)")
+    return text
+
+
+def _parse_op_name(name: str) -> OperatorName:
+    try:
+        return OperatorName.parse(_validate(name))
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+
+
+def _ranked(ops) -> tuple[Op, ...]:
+    """Default overload first, then functional before in-place before out=, then yaml order."""
+    unique = {str(op.name): op for op in ops}.values()
+    return tuple(sorted(unique, key=lambda op: (op.name.overload != "", op.is_out, op.is_inplace, op.location.line)))
+
+
+def tree_origin(root: Path) -> Origin:
+    """The origin of a source tree: its version.txt and, with a .git, its HEAD."""
+    version_file = root / "version.txt"
+    version = version_file.read_text().strip() if version_file.exists() else "unknown"
+    return Origin(OriginKind.TREE, version, _git_head(root), root=str(root), label=f"tree {version}")
+
+
+def _git_head(root: Path) -> str | None:
+    git = root / ".git"
+    try:
+        head = (git / "HEAD").read_text().strip()
+    except OSError:
+        return None
+    if not head.startswith("ref: "):
+        return head if re.fullmatch(r"[0-9a-f]{40}", head) else None
+    ref = head[5:]
+    try:
+        return (git / ref).read_text().strip()
+    except OSError:
+        pass
+    try:
+        for line in (git / "packed-refs").read_text().splitlines():
+            if line.endswith(" " + ref):
+                return line.split()[0]
+    except OSError:
+        pass
+    return None
+
+
+def load_catalog(tree: Path | None = None, origin: Origin | None = None) -> Catalog:
+    """The catalog of the installed torch, or of the source tree at `tree`.
+
+    Built on first use (a few seconds: torchgen parses the yaml in a
+    subprocess), then read from the cache.
+    """
+    if tree is None:
+        install = env.torch_install()
+        files = CatalogFiles(
+            install.native_yaml,
+            install.tags_yaml,
+            install.derivatives_yaml,
+            install.torch_dir / "nn/functional.py",
+            torchgen_root=None,
+        )
+        origin = origin or install.origin
+    else:
+        tree = Path(tree).resolve()
+        files = CatalogFiles(
+            tree / NATIVE_YAML,
+            tree / TAGS_YAML,
+            tree / DERIVATIVES_YAML,
+            tree / "torch/nn/functional.py",
+            torchgen_root=tree,
+        )
+        missing = [p.name for p in (files.native_yaml, files.tags_yaml, files.derivatives_yaml) if not p.exists()]
+        if missing or not (tree / "torchgen").is_dir():
+            raise SourceError(f"{tree} is not a PyTorch source tree (missing {', '.join(missing) or 'torchgen/'})")
+        origin = origin or tree_origin(tree)
+    return Catalog(open_catalog_db(files, env.cache_dir()), origin)

@@ -1,0 +1,195 @@
+"""Build and open the catalog database: the operators torchgen reads from one
+set of yaml files, stored in SQLite in the user cache, keyed by the files'
+hashes so a warm lookup neither re-parses yaml nor imports torch.
+
+Note [one torchgen per interpreter]
+The yaml of a source tree must be read by that tree's own torchgen: a newer
+torchgen rejects older yaml (2.13's fails on 2.6.0's with `unrecognized type
+Dimname`). Two torchgens cannot share `sys.modules`, so every extraction runs
+`_extract.py` in a fresh interpreter, with the tree's root first on PYTHONPATH
+when reading a tree, and its JSON comes back on stdout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelmap.catalog.functional import functional_builtins
+from kernelmap.errors import KernelmapError, TorchgenError
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE ops (
+    id INTEGER PRIMARY KEY,
+    qualified TEXT NOT NULL UNIQUE,   -- add.Tensor
+    base TEXT NOT NULL,               -- add
+    record TEXT NOT NULL              -- the extractor's JSON record
+);
+CREATE INDEX ops_base ON ops(base);
+-- Python names that reach an operator: generated builtins (torch.add,
+-- torch.Tensor.add, torch._C._nn.gelu) and torch.nn.functional functions that call them.
+CREATE TABLE entries (name TEXT NOT NULL, op_id INTEGER NOT NULL REFERENCES ops(id), line INTEGER);
+CREATE INDEX entries_name ON entries(name);
+CREATE INDEX entries_op ON entries(op_id);
+"""
+
+FUNCTIONAL = "torch.nn.functional"
+
+
+def python_builtins(record: dict) -> list[str]:
+    """The generated Python names of one operator, public spelling first.
+
+    Mirrors where gen_python_functions puts bindings: `python_module` picks the
+    binding module (torch._C._nn, torch._C._linalg, ...); `torch.linalg.norm`
+    is the public spelling of `torch._C._linalg.linalg_norm`.
+    """
+    if not record["python_binding"]:
+        return []
+    name, module = record["name"], record["python_module"]
+    names = []
+    if "function" in record["variants"]:
+        if module is None:
+            names.append(f"torch.{name}")
+        elif module in ("linalg", "special", "fft"):
+            names.append(f"torch.{module}.{name.removeprefix(module + '_')}")
+            names.append(f"torch._C._{module}.{name}")
+        else:  # nn, sparse, nested
+            names.append(f"torch._C._{module}.{name}")
+    if "method" in record["variants"]:
+        names.append(f"torch.Tensor.{name}")
+    return names
+
+
+class CatalogWarning(UserWarning):
+    """Something about the cache was off; kernelmap carried on."""
+
+
+@dataclass(frozen=True)
+class CatalogFiles:
+    """The files one catalog is read from, and the torchgen that reads them."""
+
+    native_yaml: Path
+    tags_yaml: Path
+    derivatives_yaml: Path
+    functional_py: Path | None
+    torchgen_root: Path | None  # put first on PYTHONPATH; None: the installed torchgen
+
+    def key(self) -> str:
+        """A hash of every input, so any edit to them makes a new catalog."""
+        h = hashlib.sha256(f"kernelmap-catalog-{SCHEMA_VERSION}".encode())
+        for path in (self.native_yaml, self.tags_yaml, self.derivatives_yaml, self.functional_py):
+            if path is not None:
+                h.update(path.read_bytes())
+        h.update(str(self.torchgen_root).encode())
+        return h.hexdigest()[:24]
+
+
+def _run_extractor(files: CatalogFiles) -> dict:
+    script = Path(__file__).with_name("_extract.py")
+    env = dict(os.environ)
+    cwd = None
+    if files.torchgen_root is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(files.torchgen_root), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        cwd = str(files.torchgen_root)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(files.native_yaml), str(files.tags_yaml), str(files.derivatives_yaml)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+    )
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        who = f"the torchgen of {files.torchgen_root}" if files.torchgen_root else "the installed torchgen"
+        raise TorchgenError(f"{who} could not read {files.native_yaml.name}: {last}")
+    return json.loads(proc.stdout)
+
+
+def _write(db: sqlite3.Connection, files: CatalogFiles, extracted: dict) -> None:
+    db.executescript(_SCHEMA)
+    with db:
+        db.executemany(
+            "INSERT INTO meta VALUES (?, ?)",
+            [
+                ("schema_version", str(SCHEMA_VERSION)),
+                ("torchgen", extracted["torchgen"]),
+                ("native_yaml", str(files.native_yaml)),
+                ("complete", "1"),
+            ],
+        )
+        db.executemany(
+            "INSERT INTO ops (id, qualified, base, record) VALUES (?, ?, ?, ?)",
+            (
+                (i, f"{r['name']}.{r['overload']}" if r["overload"] else r["name"], r["name"], json.dumps(r))
+                for i, r in enumerate(extracted["ops"], 1)
+            ),
+        )
+        by_builtin: dict[str, list[int]] = {}
+        entries = []
+        for i, r in enumerate(extracted["ops"], 1):
+            for builtin in python_builtins(r):
+                by_builtin.setdefault(builtin, []).append(i)
+                entries.append((builtin, i, None))
+        if files.functional_py is not None and files.functional_py.exists():
+            for name, calls in functional_builtins(files.functional_py).items():
+                for builtin, line in calls:
+                    entries.extend((f"{FUNCTIONAL}.{name}", i, line) for i in by_builtin.get(builtin, ()))
+        db.executemany("INSERT INTO entries VALUES (?, ?, ?)", entries)
+
+
+def _is_complete(db: sqlite3.Connection) -> bool:
+    row = db.execute("SELECT value FROM meta WHERE key = 'complete'").fetchone()
+    version = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return bool(row) and version is not None and version[0] == str(SCHEMA_VERSION)
+
+
+def open_catalog_db(files: CatalogFiles, cache: Path) -> sqlite3.Connection:
+    """Open the cached catalog for `files`, building it first if need be.
+
+    A corrupted or truncated cache file is rebuilt with a warning; a cache
+    directory that cannot be written gives an in-memory catalog, with a warning.
+    """
+    path = cache / "catalog" / f"{files.key()}.sqlite"
+    if path.exists():
+        try:
+            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            if _is_complete(db):
+                return db
+            db.close()
+            warnings.warn(f"catalog cache {path.name} is incomplete; rebuilding it", CatalogWarning, stacklevel=2)
+        except sqlite3.DatabaseError as e:
+            warnings.warn(f"catalog cache {path.name} is unreadable ({e}); rebuilding it", CatalogWarning, stacklevel=2)
+
+    extracted = _run_extractor(files)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
+        os.close(fd)
+    except OSError as e:
+        warnings.warn(f"cache directory {path.parent} is not writable ({e.strerror}); working uncached", CatalogWarning, stacklevel=2)
+        db = sqlite3.connect(":memory:")
+        _write(db, files, extracted)
+        return db
+    try:
+        db = sqlite3.connect(tmp)
+        _write(db, files, extracted)
+        db.close()
+        os.replace(tmp, path)  # atomic: readers see the old file or the whole new one
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    try:
+        return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.DatabaseError as e:  # pragma: no cover - just written
+        raise KernelmapError(f"cannot open the catalog just built at {path}: {e}") from None

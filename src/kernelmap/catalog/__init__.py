@@ -137,6 +137,22 @@ class Catalog:
         """The out= operator whose structured kernel a structured operator runs."""
         return self.get(op.structured_delegate) if op.structured_delegate else None
 
+    def effective_kernel(self, op: Op, key: str) -> Kernel | None:
+        """The yaml kernel that backend `key` runs for `op`: its own entry, its
+        structured delegate's (add.Tensor runs add.out's CPU kernel), or a
+        composite alias key's, which covers every backend."""
+        own = op.kernel_for(key)
+        if own is not None:
+            return own
+        delegate = self.delegate(op)
+        if delegate is not None and delegate.kernel_for(key) is not None:
+            return delegate.kernel_for(key)
+        for alias in ("CompositeExplicitAutogradNonFunctional", "CompositeExplicitAutograd", "CompositeImplicitAutograd"):
+            kernel = op.kernel_for(alias)
+            if kernel is not None:
+                return kernel
+        return None
+
     def __iter__(self) -> Iterator[Op]:
         for row in self._db.execute("SELECT id, record FROM ops ORDER BY id"):
             yield self._op(*row)

@@ -68,6 +68,11 @@ class Origin:
         }
 
 
+def is_generated_path(path: str) -> bool:
+    """True for files a build generates (they exist in no repository)."""
+    return path.startswith("build/") or "/generated/" in path
+
+
 @dataclass(frozen=True)
 class Location:
     """A line range in a file, named by its path in the PyTorch repository (or,
@@ -94,7 +99,7 @@ class Location:
         """A link to these lines at the origin's exact commit on the public
         repository; None for generated files, which exist in no repository."""
         o = self.origin
-        if o is None or o.commit is None or o.kind is OriginKind.GENERATED or self.path.startswith("build/"):
+        if o is None or o.commit is None or o.kind is OriginKind.GENERATED or is_generated_path(self.path):
             return None
         anchor = f"#L{self.line}" + (f"-L{self.end_line}" if self.end_line and self.end_line != self.line else "")
         return f"{PYTORCH_REPO_URL}/blob/{o.commit}/{self.path}{anchor}"

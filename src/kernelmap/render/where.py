@@ -1,0 +1,237 @@
+"""Render a `where` answer: as text for a terminal (rich), or as the versioned
+JSON document below. Reads only model data.
+
+JSON document, version 1 (`"kernelmap": "where/1"`):
+
+    {
+      "kernelmap": "where/1",
+      "query": "torch.nn.functional.conv2d",
+      "torch": {"version": "2.13.0+cpu", "commit": "<git sha>"},
+      "notes": ["..."],                       # version mismatches, missing backends
+      "operator": OP,                         # the most likely operator
+      "also": ["aten::conv2d.padding"],       # other operators the name reaches
+      "structured_delegate": OP | null,       # for structured operators
+      "live": null | {
+        "schema_registered_at": LOCATION,
+        "registrations": [KERNEL, ...],       # what the dispatcher holds, per key
+        "dispatch_path": {"device": "cpu", "dtype": "float32", "requires_grad": false,
+                          "autocast": false, "inference_mode": false, "live": true,
+                          "keys": ["AutogradCPU", ...],
+                          "steps": [{"key": "AutogradCPU", "action": "redispatches",
+                                     "tag": "autograd kernel", "kernel": KERNEL}, ...]}
+      }
+    }
+    OP = {"name": "aten::conv2d", "schema": "...", "kind": "composite implicit",
+          "location": LOCATION, "variants": [...], "python_module": null, "tags": [...],
+          "is_view": false, "is_inplace": false, "is_out": false,
+          "structured_delegate": null, "ufunc_inner_loop": {"Generic": "add (AllAndComplex, ...)"},
+          "dispatch": [KERNEL, ...], "python_entry_points": ["torch.conv2d", ...],
+          "autograd": null | {"backward_node": "ConvolutionBackward0", "location": LOCATION,
+                              "signature": "convolution", "formulas": [{"inputs": [...], "formula": "..."}]}}
+    KERNEL = {"key": "CPU", "symbol": "at::native::...", "kind": "native|cpp|python|fallthrough|alias|fallback",
+              "structured": false, "location": LOCATION | null}
+    LOCATION = {"path": "aten/src/...", "line": 1701, "end_line": null, "origin": "torch 2.13.0+cpu",
+                "url": "https://github.com/pytorch/pytorch/blob/<sha>/...#L1701" | null}
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from kernelmap.model import Kernel, Location, Op
+
+JSON_VERSION = "where/1"
+
+
+def _loc(location: Location | None) -> dict[str, Any] | None:
+    return location.to_json() if location else None
+
+
+def _kernel(kernel: Kernel | None) -> dict[str, Any] | None:
+    if kernel is None:
+        return None
+    return {
+        "key": kernel.key,
+        "symbol": kernel.symbol,
+        "kind": kernel.kind,
+        "structured": kernel.structured,
+        "location": _loc(kernel.location),
+    }
+
+
+def op_to_json(op: Op) -> dict[str, Any]:
+    autograd = None
+    if op.autograd is not None:
+        autograd = {
+            "backward_node": op.autograd.backward_node,
+            "location": _loc(op.autograd.location),
+            "signature": op.autograd.signature,
+            "formulas": [{"inputs": list(f.inputs), "formula": f.formula} for f in op.autograd.formulas],
+        }
+    return {
+        "name": str(op.name),
+        "schema": op.schema,
+        "kind": op.kind.value,
+        "location": _loc(op.location),
+        "variants": list(op.variants),
+        "python_module": op.python_module,
+        "tags": list(op.tags),
+        "is_view": op.is_view,
+        "is_inplace": op.is_inplace,
+        "is_out": op.is_out,
+        "structured_delegate": op.structured_delegate,
+        "ufunc_inner_loop": dict(op.ufunc_inner_loop),
+        "dispatch": [_kernel(k) for k in op.dispatch],
+        "python_entry_points": list(op.python_entry_points),
+        "autograd": autograd,
+    }
+
+
+def to_json(answer) -> dict[str, Any]:
+    live = None
+    if answer.live is not None:
+        path = answer.live.path
+        live = {
+            "schema_registered_at": _loc(answer.live.schema_location),
+            "registrations": [_kernel(k) for k in answer.live.registrations],
+            "dispatch_path": {
+                "device": path.device,
+                "dtype": path.dtype,
+                "requires_grad": path.requires_grad,
+                "autocast": path.autocast,
+                "inference_mode": path.inference_mode,
+                "live": path.live,
+                "keys": list(path.keys),
+                "steps": [
+                    {"key": s.key, "action": s.action, "tag": s.tag, "kernel": _kernel(s.kernel)} for s in path.steps
+                ],
+            },
+        }
+    return {
+        "kernelmap": JSON_VERSION,
+        "query": answer.query,
+        "torch": {"version": answer.torch_version, "commit": answer.torch_commit},
+        "notes": list(answer.notes),
+        "operator": op_to_json(answer.op),
+        "also": [str(op.name) for op in answer.ops[1:]],
+        "structured_delegate": op_to_json(answer.delegate) if answer.delegate else None,
+        "live": live,
+    }
+
+
+def _flags(op: Op) -> str:
+    flags = [op.kind.value]
+    flags += [name for name, on in (("view", op.is_view), ("in-place", op.is_inplace), ("out=", op.is_out)) if on]
+    return ", ".join(flags)
+
+
+def to_text(answer, width: int | None = None, color: bool | None = None, links: bool = True) -> str:
+    """The answer as terminal text. `color=None` colours only a terminal;
+    `color=False` with a fixed `width` gives stable text for tests."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    out = io.StringIO()
+    if color is None:
+        import sys
+
+        color = sys.stdout.isatty()
+    console = Console(
+        file=out,
+        width=width or (None if color else 120),
+        force_terminal=color,
+        no_color=not color,
+        color_system="auto" if color else None,
+        highlight=False,
+        emoji=False,
+    )
+
+    def where_text(location: Location | None) -> Text:
+        if location is None:
+            return Text("-", style="dim")
+        text = Text(str(location), style="cyan")
+        if links and location.url:
+            text.stylize(f"link {location.url}")
+        return text
+
+    def section(title: str) -> None:
+        console.print()
+        console.print(Text(title, style="bold"))
+
+    for note in answer.notes:
+        console.print(Text(f"note: {note}", style="yellow"))
+    op = answer.op
+    console.print(Text.assemble((str(op.name), "bold green"), "  ", (_flags(op), "magenta")))
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row("schema", op.schema)
+    grid.add_row("yaml", where_text(op.location))
+    if op.structured_delegate:
+        grid.add_row("delegate", f"aten::{op.structured_delegate} (its structured kernel runs this operator)")
+    if op.ufunc_inner_loop:
+        grid.add_row("ufunc", "; ".join(f"{k}: {v}" for k, v in op.ufunc_inner_loop))
+    grid.add_row("python", ", ".join(op.python_entry_points) or "(no Python binding)")
+    if op.tags:
+        grid.add_row("tags", ", ".join(op.tags))
+    if op.autograd is not None:
+        grid.add_row("autograd", Text.assemble(f"{op.autograd.backward_node or 'not differentiable'}  ", where_text(op.autograd.location)))
+    elif op.kind.value == "composite implicit":
+        grid.add_row("autograd", "through its decomposition (composite implicit: no backward node of its own)")
+    else:
+        grid.add_row("autograd", "no derivatives.yaml entry")
+    console.print(grid)
+
+    section("kernels (native_functions.yaml)")
+    kernels = Table.grid(padding=(0, 2))
+    kernels.add_column(no_wrap=True)
+    kernels.add_column(overflow="fold")
+    rows = list(op.dispatch)
+    if answer.delegate is not None:
+        rows += [k for k in answer.delegate.dispatch if op.kernel_for(k.key) is None]
+    for k in rows:
+        via = "" if k in op.dispatch else f"  (via {answer.delegate.name.unqualified})"
+        kind = " structured" if k.structured else ""
+        kernels.add_row(k.key, Text.assemble((k.symbol, "green"), kind, via))
+    if not rows:
+        kernels.add_row("-", "no kernel in the yaml")
+    console.print(kernels)
+    if answer.delegate is not None and answer.delegate.ufunc_inner_loop:
+        console.print(Text(f"  {answer.delegate.name}'s CPU/CUDA kernels are generated from ufunc_inner_loop: "
+                           + "; ".join(f"{k}: {v}" for k, v in answer.delegate.ufunc_inner_loop)))
+
+    if answer.live is not None:
+        path = answer.live.path
+        section(f"live registrations (torch {answer.torch_version})")
+        regs = Table.grid(padding=(0, 2))
+        regs.add_column(no_wrap=True)
+        regs.add_column(no_wrap=True, style="dim")
+        regs.add_column(overflow="fold")
+        for k in answer.live.registrations:
+            regs.add_row(k.key, k.kind, where_text(k.location))
+        console.print(regs)
+
+        grad = ", requires_grad" if path.requires_grad else ""
+        extra = "".join([", autocast" if path.autocast else "", ", inference_mode" if path.inference_mode else ""])
+        section(f"dispatch path ({path.device}, {path.dtype}{grad}{extra})")
+        steps = Table.grid(padding=(0, 2))
+        steps.add_column(no_wrap=True)
+        steps.add_column(no_wrap=True, style="magenta")
+        steps.add_column(overflow="fold")
+        for n, step in enumerate(path.steps, 1):
+            k = step.kernel
+            what = Text()
+            if k is not None:
+                if k.symbol:
+                    what.append(k.symbol, style="green")
+                    what.append("  ")
+                what.append_text(where_text(k.location))
+            steps.add_row(f"{n}. {step.key}", step.action, what)
+        console.print(steps)
+
+    if len(answer.ops) > 1:
+        console.print()
+        console.print(Text("also: " + ", ".join(str(o.name) for o in answer.ops[1:]), style="dim"))
+    return "".join(line.rstrip() + "\n" for line in out.getvalue().splitlines())

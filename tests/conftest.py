@@ -1,0 +1,48 @@
+"""Fixtures every test area shares: a private cache directory for the whole
+session (built once, so the catalog is parsed once), the real 2.6.0 source
+tree, and a way to run the `kernelmap` command as a user would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_cache(tmp_path_factory) -> Path:
+    """All tests share one cache directory, away from the user's."""
+    path = tmp_path_factory.mktemp("kernelmap-cache")
+    previous = os.environ.get("KERNELMAP_CACHE_DIR")
+    os.environ["KERNELMAP_CACHE_DIR"] = str(path)
+    yield path
+    if previous is None:
+        os.environ.pop("KERNELMAP_CACHE_DIR", None)
+    else:
+        os.environ["KERNELMAP_CACHE_DIR"] = previous
+
+
+@pytest.fixture(scope="session")
+def tree_2_6() -> Path:
+    """The real PyTorch 2.6.0 source tree (Debian's pytorch 2.6.0+dfsg-7)."""
+    out = subprocess.run([str(ROOT / "scripts/fetch-test-tree")], capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def run_kernelmap(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run `python -m kernelmap ARGS` in a fresh process, as a user would."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "kernelmap", *args], capture_output=True, text=True, env=full_env, cwd=cwd
+    )
+
+
+@pytest.fixture
+def kernelmap_cli():
+    return run_kernelmap

@@ -1,0 +1,241 @@
+"""What runs in my model: code run under `torch.profiler`, or a trace file
+recorded elsewhere -> one resolved `CallTree`, summaries, and the trace
+written back with source links.
+
+    from kernelmap.trace import trace, tracing, load
+
+    t = trace(model, x)                 # run model(x) under the profiler
+    with tracing() as rec:              # or trace a block
+        model(x).sum().backward()
+    t = rec.trace
+    t = load("trace.json.gz")           # a Kineto/Chrome trace from elsewhere
+    print(t.summary().to_text())
+    t.export_chrome("annotated.json")   # open in Perfetto
+
+A live trace is exported to a Chrome trace file and read back by the
+importer (see `kernelmap.trace.record`), so both give the same tree (Note
+[trace tree shape] in `kernelmap.trace.build`). torch is imported only when
+code is run.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernelmap.errors import KernelmapError
+from kernelmap.model import CallTree
+
+__all__ = ["Trace", "TracedCodeFailed", "TraceFormatError", "trace", "tracing", "load", "run_script", "run_code", "run_function"]
+
+SCHEMA_KIND = "trace"
+
+
+class TracedCodeFailed(KernelmapError):
+    """The traced code raised (or was interrupted); the partial trace is attached."""
+
+    def __init__(self, trace: Trace, error: BaseException):
+        self.trace = trace
+        self.error = error
+        what = "interrupted" if isinstance(error, KeyboardInterrupt) else f"raised {type(error).__name__}: {error}"
+        super().__init__(f"the traced code {what}")
+
+
+from kernelmap.trace.reader import TraceFormatError  # noqa: E402 - re-exported
+
+
+@dataclass
+class Trace:
+    """A resolved trace: the call tree, where it came from, and the source links
+    per event of the trace file (for `export_chrome`)."""
+
+    tree: CallTree
+    file: Path  # the Chrome trace the tree was read from
+    links: dict[int, dict[str, Any]] = field(default_factory=dict)  # event index -> kernelmap args
+    error: BaseException | None = None  # what the traced code raised, for a partial trace
+    _cleanup: Any = None
+
+    def summary(self):
+        """Per operator, module and source file (`kernelmap.trace.summary.Summary`)."""
+        from kernelmap.trace.summary import summarize
+
+        return summarize(self.tree)
+
+    def export_chrome(self, out: Path | str) -> Path:
+        """Write the trace back with kernelmap's facts in each event's args."""
+        from kernelmap.trace.chrome import export
+
+        return export(self.file, Path(out), self.links)
+
+
+def _temporary(t: Trace) -> Trace:
+    t._cleanup = weakref.finalize(t, _unlink, str(t.file))
+    return t
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def load(
+    path: Path | str,
+    *,
+    keep_frames: bool = False,
+    resolve: bool = True,
+    source_tree: Path | None = None,
+    live: bool = False,
+    meta: dict[str, Any] | None = None,
+) -> Trace:
+    """Read a Chrome/Kineto trace (`.json` or `.json.gz`) into a resolved Trace.
+
+    keep_frames: keep every Python frame (by default frames that ran no
+    operator and per-call wrappers are dropped). resolve: add catalog,
+    dispatch, source and vendor facts. source_tree: a PyTorch tree whose
+    index links kernels to source. Raises TraceFormatError for a file that is
+    not a well-formed trace, naming the byte offset.
+    """
+    from kernelmap.trace import build
+    from kernelmap.trace.reader import TraceHeader, read_trace
+
+    path = Path(path)
+    header = TraceHeader()
+    origin = None
+    try:
+        from kernelmap import env
+
+        origin = env.torch_install().origin
+    except KernelmapError:
+        pass
+    try:
+        collected = build.collect(read_trace(path, header), python_origin=origin)
+    except ValueError as e:
+        raise TraceFormatError(path.name, 0, f"unusable event: {e}") from None
+    root, notes = build.build(collected, keep_frames=keep_frames)
+    if resolve:
+        from kernelmap.trace.resolve import Resolver
+        from kernelmap.trace.sources import open_source_index
+
+        index, reason = open_source_index(source_tree)
+        resolver = Resolver(live=live, source_index=index, source_reason=reason)
+        notes.extend(resolver.resolve(root))
+    m: dict[str, Any] = {
+        "file": path.name,
+        "events": collected.events,
+        "device_events": len(collected.device),
+        "trace_fields": {k: v for k, v in header.fields.items() if isinstance(v, (str, int, float, bool))},
+    }
+    if header.fields.get("deviceProperties"):
+        m["devices"] = [d.get("name") for d in header.fields["deviceProperties"] if isinstance(d, dict)]
+    m.update(meta or {})
+    links = _links(root) if resolve else {}
+    tree = build.to_tree(root, notes, m)
+    return Trace(tree, path, links)
+
+
+_LINK_KEYS = (
+    "op", "yaml", "op_kind", "dispatch_key", "kernel", "registered_at", "source", "source_url", "source_file",
+    "source_reason", "vendor", "closed", "conv_backend", "conv_backend_ran", "launched_by", "unknown", "forward_op",
+)
+
+
+def _links(root) -> dict[int, dict[str, Any]]:
+    from kernelmap.trace.build import walk
+
+    links = {}
+    for n in walk([root]):
+        if n.index >= 0:
+            facts = {k: n.attrs[k] for k in _LINK_KEYS if n.attrs.get(k) is not None}
+            if facts:
+                links[n.index] = facts
+    return links
+
+
+def _from_recording(rec, keep_frames: bool, source_tree: Path | None, how: str) -> Trace:
+    from kernelmap import env
+
+    meta = {"recorded": how, "torch": env.torch_install().version, "cuda": rec.cuda}
+    if rec.error is not None:
+        meta["error"] = f"{type(rec.error).__name__}: {rec.error}"
+    t = load(rec.path, keep_frames=keep_frames, source_tree=source_tree, live=True, meta=meta)
+    t.error = rec.error
+    if rec.error is not None:
+        kind = "interrupted" if isinstance(rec.error, KeyboardInterrupt) else f"raised {type(rec.error).__name__}"
+        t.tree = CallTree(t.tree.root, (f"partial trace: the traced code {kind}", *t.tree.notes), t.tree.meta)
+    return _temporary(t)
+
+
+def _run(runner: Callable[[], Any], how: str, keep_frames: bool, source_tree: Path | None, raise_on_error: bool) -> Trace:
+    from kernelmap.trace.record import record
+
+    rec = record(runner)
+    t = _from_recording(rec, keep_frames, source_tree, how)
+    if rec.error is not None and raise_on_error:
+        raise TracedCodeFailed(t, rec.error) from rec.error
+    return t
+
+
+def trace(fn: Callable[..., Any], *args: Any, keep_frames: bool = False, source_tree: Path | None = None, **kwargs: Any) -> Trace:
+    """Run `fn(*args, **kwargs)` under the profiler and return its resolved trace.
+
+    If `fn` raises (or Ctrl-C stops it), raises TracedCodeFailed carrying the
+    partial trace and, as its cause, the original exception.
+    """
+    return _run(lambda: fn(*args, **kwargs), getattr(fn, "__qualname__", repr(fn)), keep_frames, source_tree, True)
+
+
+def run_script(path: str, argv: tuple[str, ...] = (), **options: Any) -> Trace:
+    """Trace `python path argv...`; a failure returns the partial trace with `.error` set."""
+    from kernelmap.trace.record import script_runner
+
+    return _run(script_runner(path, argv), Path(path).name, options.get("keep_frames", False), options.get("source_tree"), False)
+
+
+def run_code(code: str, **options: Any) -> Trace:
+    """Trace `python -c code`; a failure returns the partial trace with `.error` set."""
+    from kernelmap.trace.record import code_runner
+
+    return _run(code_runner(code), "-c", options.get("keep_frames", False), options.get("source_tree"), False)
+
+
+def run_function(target: str, **options: Any) -> Trace:
+    """Trace `module:function()`; a failure returns the partial trace with `.error` set."""
+    from kernelmap.trace.record import function_runner
+
+    return _run(function_runner(target), target, options.get("keep_frames", False), options.get("source_tree"), False)
+
+
+class tracing:
+    """Trace a block: `with tracing() as rec: ...`, then `rec.trace`.
+
+    An exception in the block propagates; the partial trace is still
+    available as `rec.trace` (with `.error` set).
+    """
+
+    def __init__(self, *, keep_frames: bool = False, source_tree: Path | None = None):
+        self.keep_frames = keep_frames
+        self.source_tree = source_tree
+        self.trace: Trace | None = None
+        self._profiling = None
+
+    def __enter__(self) -> tracing:
+        from kernelmap.trace.record import Profiling
+
+        self._profiling = Profiling()
+        self._profiling.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        from kernelmap.trace.record import Recording
+
+        assert self._profiling is not None
+        path = self._profiling.stop()
+        rec = Recording(path, None, exc, self._profiling.cuda)
+        self.trace = _from_recording(rec, self.keep_frames, self.source_tree, "block")
+        return False

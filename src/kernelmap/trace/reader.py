@@ -1,0 +1,217 @@
+"""Chrome/Kineto trace files -> a stream of event dicts, with bounded memory.
+
+A trace exported by `torch.profiler` is one JSON object whose `traceEvents`
+array holds every event; it can be hundreds of megabytes. `read_trace` walks
+the top-level object itself and decodes one event at a time with the C
+decoder (`json.JSONDecoder.raw_decode`) from a sliding text buffer, so memory
+is bounded by the largest single event plus one chunk, not by the file.
+`.json.gz` files are decompressed as they are read.
+
+Errors name the byte offset (in the uncompressed text) where reading stopped:
+a truncated file, a malformed event, or a file that is no trace at all.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from kernelmap.errors import KernelmapError
+
+CHUNK = 1 << 20  # bytes read at a time
+_WS = " \t\r\n"
+
+
+class TraceFormatError(KernelmapError):
+    """A trace file that is not well-formed Chrome trace JSON (malformed or truncated)."""
+
+    def __init__(self, path: str, offset: int, what: str):
+        self.path = path
+        self.offset = offset
+        super().__init__(f"{path}: {what} at byte {offset}")
+
+
+@dataclass
+class TraceHeader:
+    """The top-level fields of a trace other than `traceEvents` (schemaVersion,
+    deviceProperties, baseTimeNanoseconds, ...), filled in as they are read."""
+
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+def open_trace(path: Path) -> BinaryIO:
+    """The file's bytes, decompressed when it is gzip (by magic, not by name)."""
+    f = open(path, "rb")
+    magic = f.read(2)
+    f.seek(0)
+    if magic == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=f)  # type: ignore[return-value]
+    return f
+
+
+class _Buffer:
+    """A window of decoded text over a byte stream, tracking the byte offset of
+    its first character so errors can point into the file."""
+
+    def __init__(self, stream: BinaryIO, path: str):
+        self.stream = stream
+        self.path = path
+        self.decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        self.text = ""
+        self.pos = 0
+        self.base = 0  # byte offset of text[0]
+        self.eof = False
+
+    def offset(self, pos: int | None = None) -> int:
+        p = self.pos if pos is None else pos
+        return self.base + len(self.text[:p].encode("utf-8"))
+
+    def fail(self, what: str, pos: int | None = None) -> TraceFormatError:
+        return TraceFormatError(self.path, self.offset(pos), what)
+
+    def more(self) -> bool:
+        """Read another chunk; False at end of file."""
+        if self.eof:
+            return False
+        data = self.stream.read(CHUNK)
+        if self.pos > 0:  # drop what has been consumed
+            self.base += len(self.text[: self.pos].encode("utf-8"))
+            self.text = self.text[self.pos :]
+            self.pos = 0
+        try:
+            self.text += self.decoder.decode(data, final=not data)
+        except UnicodeDecodeError as e:
+            raise TraceFormatError(self.path, self.offset(len(self.text)) + e.start, "invalid UTF-8") from None
+        except (OSError, EOFError) as e:  # a broken gzip stream
+            raise TraceFormatError(self.path, self.offset(len(self.text)), f"unreadable data ({e})") from None
+        if not data:
+            self.eof = True
+        return True
+
+    def skip_ws(self) -> str:
+        """The next non-blank character ('' at end of file), not consumed."""
+        while True:
+            text, n = self.text, len(self.text)
+            p = self.pos
+            while p < n and text[p] in _WS:
+                p += 1
+            self.pos = p
+            if p < n:
+                return text[p]
+            if not self._read_more():
+                return ""
+
+    def _read_more(self) -> bool:
+        try:
+            return self.more()
+        except (OSError, EOFError) as e:
+            raise self.fail(f"unreadable data ({e})") from None
+
+    def expect(self, ch: str, what: str) -> None:
+        got = self.skip_ws()
+        if got != ch:
+            raise self.fail(f"expected {what}, found {_describe(got)}")
+        self.pos += 1
+
+    def value(self, decode, what: str) -> Any:
+        """Decode one JSON value at the cursor, reading more text as needed."""
+        self.skip_ws()
+        while True:
+            # Keep a margin so a value is never cut by the buffer's end, except at EOF.
+            if not self.eof and len(self.text) - self.pos < CHUNK // 4:
+                self._read_more()
+                continue
+            try:
+                obj, end = decode(self.text, self.pos)
+            except json.JSONDecodeError as e:
+                if not self.eof and self._read_more():
+                    continue  # the value may run past the buffer: retry with more text
+                if e.pos >= len(self.text.rstrip()):
+                    raise self.fail(f"truncated: the file ends inside {what}", e.pos) from None
+                raise self.fail(f"malformed JSON in {what} ({e.msg})", e.pos) from None
+            self.pos = end
+            return obj
+
+
+def _describe(ch: str) -> str:
+    return "end of file (truncated?)" if ch == "" else repr(ch)
+
+
+def read_trace(path: Path | str, header: TraceHeader | None = None) -> Iterator[dict]:
+    """The events of the trace at `path`, one dict at a time, in file order.
+
+    `header`, when given, receives the other top-level fields as they are
+    passed (those after `traceEvents` only once the events are exhausted).
+    A bare JSON array of events (the older Chrome format) is accepted too.
+    """
+    path = Path(path)
+    header = header if header is not None else TraceHeader()
+    name = path.name
+    try:
+        stream = open_trace(path)
+    except OSError as e:
+        raise TraceFormatError(name, 0, f"cannot open ({e.strerror})") from None
+    with stream:
+        buf = _Buffer(stream, name)
+        decode = json.JSONDecoder().raw_decode
+        first = buf.skip_ws()
+        if first == "[":
+            buf.pos += 1
+            yield from _events(buf, decode)
+            return
+        if first != "{":
+            raise buf.fail(f"not a Chrome trace: expected '{{' or '[', found {_describe(first)}")
+        buf.pos += 1
+        seen_events = False
+        if buf.skip_ws() == "}":
+            buf.pos += 1
+        else:
+            while True:
+                key = buf.value(decode, "a key")
+                if not isinstance(key, str):
+                    raise buf.fail("malformed object: keys are strings")
+                buf.expect(":", "':'")
+                if key == "traceEvents":
+                    buf.expect("[", "the traceEvents array")
+                    seen_events = True
+                    yield from _events(buf, decode)
+                else:
+                    header.fields[key] = buf.value(decode, f"the value of {key!r}")
+                c = buf.skip_ws()
+                if c == ",":
+                    buf.pos += 1
+                    continue
+                if c == "}":
+                    buf.pos += 1
+                    break
+                raise buf.fail(f"expected ',' or '}}' after {key!r}, found {_describe(c)}")
+        if buf.skip_ws() != "":
+            raise buf.fail("unexpected text after the trace object")
+        if not seen_events:
+            raise TraceFormatError(name, buf.offset(), "not a Chrome trace: no traceEvents array before the end")
+
+
+def _events(buf: _Buffer, decode) -> Iterator[dict]:
+    """The elements of an array whose '[' has been consumed, through its ']'."""
+    if buf.skip_ws() == "]":
+        buf.pos += 1
+        return
+    while True:
+        start = buf.pos
+        event = buf.value(decode, "an event")
+        if not isinstance(event, dict):
+            raise buf.fail("malformed event: events are JSON objects", start)
+        yield event
+        c = buf.skip_ws()
+        if c == ",":
+            buf.pos += 1
+        elif c == "]":
+            buf.pos += 1
+            return
+        else:
+            raise buf.fail(f"expected ',' or ']' between events, found {_describe(c)}")

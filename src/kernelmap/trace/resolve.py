@@ -1,0 +1,483 @@
+"""Nodes of a trace tree -> what each one is: operator nodes get their catalog
+entry, the dispatch key that served them and its kernel, the kernel's source
+(when a source tree is indexed), the vendor library they end in and, for
+convolutions, the backend chosen; GPU kernels get their launching operator,
+their family's source, or the closed library they belong to.
+
+Facts are computed once per distinct (operator, device, dtype, grad mode)
+and shared by every node with the same key, so a model of a thousand calls
+costs a few dozen lookups.
+
+Note [inputs of a traced call]
+A trace records each operator's input shapes, strides and C++ dtype names,
+not their device or requires_grad. The device is taken as CUDA for an op
+that launched device work (itself or below it, or inside such an op) and as
+CPU otherwise; grad mode is on for an op that recorded an autograd sequence
+number (it passed the Autograd key, which only happens for inputs that
+require grad under grad mode). Both are marked as inferred.
+
+Note [conv backend]
+`at::_convolution` asks `select_conv_backend` which implementation to run
+(oneDNN, cuDNN, NNPACK, the slow im2col path...). For a trace recorded in
+this process (or on a device this torch has) the choice is asked again with
+tensors of the recorded shapes, strides and dtype; the backend operator that
+really ran below `_convolution` is reported beside it, so a disagreement
+(say a trace taken with other `torch.backends` flags) is visible.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernelmap.errors import KernelmapError, UnknownName
+from kernelmap.trace.build import Node, walk
+
+# C++ type names the profiler writes for tensor dtypes -> torch dtype names.
+DTYPES = {
+    "float": "float32",
+    "double": "float64",
+    "c10::Half": "float16",
+    "c10::BFloat16": "bfloat16",
+    "long int": "int64",
+    "int64_t": "int64",
+    "int": "int32",
+    "short int": "int16",
+    "short": "int16",
+    "signed char": "int8",
+    "unsigned char": "uint8",
+    "bool": "bool",
+    "c10::complex<float>": "complex64",
+    "c10::complex<double>": "complex128",
+    "c10::Float8_e4m3fn": "float8_e4m3fn",
+    "c10::Float8_e5m2": "float8_e5m2",
+}
+_NON_TENSOR = {"Scalar", "ScalarList", "TensorList", "GenericList", "", "None", "String", "Device", "Layout", "ScalarType"}
+
+# Operators whose kernels end in an external library: (pattern, device or None, library, closed).
+_OP_VENDORS: tuple[tuple[re.Pattern[str], str | None, str, bool], ...] = (
+    (re.compile(r"^aten::(cudnn_|_cudnn_|_scaled_dot_product_cudnn)"), None, "cuDNN", True),
+    (re.compile(r"^aten::(miopen_|_miopen)"), None, "MIOpen", False),
+    (re.compile(r"^aten::(mkldnn_|_mkldnn|onednn)"), None, "oneDNN", False),
+    (re.compile(r"^aten::_nnpack_spatial"), None, "NNPACK", False),
+    (re.compile(r"^aten::(mm|addmm|bmm|baddbmm|addbmm|addmv|mv|dot|vdot|_addmm_activation|_scaled_mm|_int_mm)(_|$)"), "cuda", "cuBLAS", True),
+    (re.compile(r"^aten::(mm|addmm|bmm|baddbmm|addbmm|addmv|mv|dot|vdot|_addmm_activation)(_|$)"), "cpu", "BLAS", False),
+    (re.compile(r"^aten::(_fft_)"), "cuda", "cuFFT", True),
+    (re.compile(r"^aten::(_fft_)"), "cpu", "MKL/pocketfft", False),
+    (re.compile(r"^aten::(linalg_|_linalg_|cholesky|lu_|_lu_|triangular_solve|geqrf|ormqr|orgqr|_linalg_svd|_linalg_eigh)"), "cuda", "cuSOLVER/MAGMA", True),
+    (re.compile(r"^aten::(linalg_|_linalg_|cholesky|lu_|_lu_|triangular_solve|geqrf|ormqr|orgqr)"), "cpu", "LAPACK", False),
+)
+
+# Children of `_convolution` / `convolution_backward` that show the backend that ran.
+CONV_BACKEND_OPS = {
+    "aten::mkldnn_convolution": "Mkldnn",
+    "aten::mkldnn_convolution_backward": "Mkldnn",
+    "aten::thnn_conv2d": "Slow2d",
+    "aten::_slow_conv2d_forward": "Slow2d",
+    "aten::_slow_conv2d_backward": "Slow2d",
+    "aten::slow_conv3d": "Slow3d",
+    "aten::slow_conv3d_forward": "Slow3d",
+    "aten::slow_conv_dilated2d": "SlowDilated2d",
+    "aten::slow_conv_dilated3d": "SlowDilated3d",
+    "aten::slow_conv_transpose2d": "SlowTranspose2d",
+    "aten::slow_conv_transpose3d": "SlowTranspose3d",
+    "aten::cudnn_convolution": "Cudnn",
+    "aten::cudnn_convolution_transpose": "CudnnTranspose",
+    "aten::miopen_convolution": "Miopen",
+    "aten::miopen_depthwise_convolution": "MiopenDepthwise",
+    "aten::_nnpack_spatial_convolution": "NnpackSpatial",
+    "aten::_conv_depthwise2d": "CudaDepthwise2d",
+    "aten::conv_depthwise3d": "CudaDepthwise3d",
+    "aten::_mps_convolution": "Mps",
+    "aten::mkldnn_convolution_transpose": "MkldnnTranspose",
+}
+_CONV_BACKEND_VENDOR = {
+    "Mkldnn": ("oneDNN", False),
+    "MkldnnTranspose": ("oneDNN", False),
+    "MkldnnEmpty": ("oneDNN", False),
+    "Cudnn": ("cuDNN", True),
+    "CudnnTranspose": ("cuDNN", True),
+    "Miopen": ("MIOpen", False),
+    "MiopenDepthwise": ("MIOpen", False),
+    "MiopenTranspose": ("MIOpen", False),
+    "NnpackSpatial": ("NNPACK", False),
+}
+
+# GPU kernel families of ATen: (pattern on the demangled name, file in the repository).
+ATEN_KERNEL_FILES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(p), f)
+    for p, f in (
+        (r"\b(vectorized_elementwise_kernel|unrolled_elementwise_kernel|elementwise_kernel)\b", "aten/src/ATen/native/cuda/CUDALoops.cuh"),
+        (r"\bunrolled_elementwise_kernel_for_multi_outputs\b", "aten/src/ATen/native/cuda/Loops.cuh"),
+        (r"\belementwise_kernel_with_index\b", "aten/src/ATen/native/cuda/RangeFactories.cu"),
+        (r"\breduce_kernel\b", "aten/src/ATen/native/cuda/Reduce.cuh"),
+        (r"\bbatch_norm_\w+", "aten/src/ATen/native/cuda/Normalization.cuh"),
+        (r"\bmax_pool_(forward|backward)_\w+", "aten/src/ATen/native/cuda/DilatedMaxPool2d.cu"),
+        (r"\badaptive_average_(pool|gradinput)\w*", "aten/src/ATen/native/cuda/AdaptiveAveragePooling.cu"),
+        (r"\bcunn_SoftMax\w+|\bsoftmax_warp_\w+", "aten/src/ATen/native/cuda/SoftMax.cu"),
+        (r"\bCatArrayBatchedCopy\w*", "aten/src/ATen/native/cuda/Shape.cu"),
+        (r"\bindexSelect(Small|Large)Index\b", "aten/src/ATen/native/cuda/Indexing.cu"),
+        (r"\bim2col_kernel\b", "aten/src/ATen/native/cuda/im2col.cuh"),
+        (r"\b(vectorized_layer_norm_kernel|layer_norm_\w+|RowwiseMomentsCUDAKernel|LayerNorm\w+)", "aten/src/ATen/native/cuda/layer_norm_kernel.cu"),
+        (r"\bupsample_bilinear2d_\w+", "aten/src/ATen/native/cuda/UpSampleBilinear2d.cu"),
+    )
+)
+# Vendor GPU kernels by name: (pattern, library, closed). Order matters: first match wins.
+_GPU_VENDORS: tuple[tuple[re.Pattern[str], str, bool], ...] = tuple(
+    (re.compile(p, re.I if i else 0), lib, closed)
+    for p, lib, closed, i in (
+        (r"^(void )?cudnn::|cudnn|implicit_convolve_sgemm|precomputed_convolve|explicit_convolve|winograd|"
+         r"nchwToNhwc|nhwcToNchw|scalePackedTensor|conv2d_grouped_direct|fft2d_[rc]2[rc]|_cudnn_", "cuDNN", True, False),
+        (r"^nccl|ncclDevKernel|ncclKernel", "NCCL", False, False),
+        (r"pytorch_flash::|flash_fwd|flash_bwd|fmha_cutlass|mem_efficient|fmha", "FlashAttention/CUTLASS (in PyTorch)", False, False),
+        (r"^triton_|^triton__", "Triton (generated)", False, False),
+        (r"cutlass", "CUTLASS", False, False),
+        (r"sm\d+_xmma|xmma_|^ampere_|^volta_|^turing_|^maxwell_|^hopper_|^sm\d+_|gemv|gemm|cublas|splitKreduce|Kernel2\b", "cuBLAS", True, True),
+        (r"regular_fft|vector_fft|fft_|_fft", "cuFFT", True, True),
+    )
+)
+_KERNEL_SYMBOL = re.compile(r"^(?:void |[\w:<>]+ )?((?:[A-Za-z_]\w*::|\(anonymous namespace\)::)*[A-Za-z_]\w*)")
+
+
+@dataclass(frozen=True)
+class KernelFacts:
+    """What a GPU kernel name says about it."""
+
+    library: str | None  # "cuDNN", "cuBLAS", "ATen", ... None when unrecognised
+    closed: bool
+    symbol: str | None  # at::native::vectorized_elementwise_kernel
+    file: str | None  # repository path of its family's source
+
+
+def kernel_facts(name: str, launched_by: tuple[str, ...] = ()) -> KernelFacts:
+    """Recognise a device kernel by its (demangled) name, and by the operators
+    that launched it when the name alone is ambiguous: the same `sm80_xmma_*`
+    and CUTLASS kernels ship inside both cuDNN and cuBLAS."""
+    if name.startswith(("Memcpy", "Memset")) or name in ("Memcpy HtoD (Pageable -> Device)",):
+        return KernelFacts("CUDA runtime", True, None, None)
+    m = _KERNEL_SYMBOL.match(name)
+    symbol = m.group(1) if m else None
+    if "at::native::" in name or (symbol or "").startswith("at::"):
+        for pattern, path in ATEN_KERNEL_FILES:
+            if pattern.search(name):
+                return KernelFacts("ATen", False, symbol, path)
+        return KernelFacts("ATen", False, symbol, None)
+    for pattern, lib, closed in _GPU_VENDORS:
+        if pattern.search(name):
+            if lib in ("cuBLAS", "CUTLASS") and any(CONV_BACKEND_OPS.get(op, "").startswith("Cudnn") or "cudnn" in op for op in launched_by):
+                return KernelFacts("cuDNN", True, symbol, None)
+            if lib == "CUTLASS" and any(_is_gemm(op) for op in launched_by):
+                return KernelFacts("cuBLAS", True, symbol, None)
+            return KernelFacts(lib, closed, symbol, None)
+    for pattern, path in ATEN_KERNEL_FILES:
+        if pattern.search(name):
+            return KernelFacts("ATen", False, symbol, path)
+    return KernelFacts(None, False, symbol, None)
+
+
+def _is_gemm(op: str) -> bool:
+    return bool(re.match(r"^aten::(mm|addmm|bmm|baddbmm|addbmm|addmv|mv|linear|matmul|_addmm_activation|_scaled_mm)(_|$)", op))
+
+
+def op_vendor(name: str, device: str, conv_backend: str | None = None) -> tuple[str, bool] | None:
+    """The external library an operator's own kernel calls, and whether its code is closed."""
+    if conv_backend in _CONV_BACKEND_VENDOR and name in ("aten::_convolution", "aten::convolution_backward"):
+        return _CONV_BACKEND_VENDOR[conv_backend]
+    for pattern, dev, lib, closed in _OP_VENDORS:
+        if (dev is None or dev == device) and pattern.match(name):
+            return lib, closed
+    return None
+
+
+def schema_arg_types(schema: str) -> list[str]:
+    """The declared types of a schema's arguments, in order (`*` skipped)."""
+    start = schema.find("(")
+    depth, end = 0, -1
+    for i in range(start, len(schema)):
+        c = schema[i]
+        if c in "([":
+            depth += 1
+        elif c in ")]":
+            depth -= 1
+            if depth == 0:
+                end = i
+                break
+    inner = schema[start + 1 : end]
+    types, depth, cur = [], 0, []
+    for c in inner + ",":
+        if c in "([":
+            depth += 1
+        elif c in ")]":
+            depth -= 1
+        if c == "," and depth == 0:
+            arg = "".join(cur).strip()
+            cur = []
+            if arg and arg != "*":
+                types.append(arg.split()[0])
+            continue
+        cur.append(c)
+    return types
+
+
+def _score(types: list[str], recorded: list[str]) -> int:
+    score = 4 if len(types) == len(recorded) else -abs(len(types) - len(recorded))
+    for declared, got in zip(types, recorded):
+        is_tensor = declared.startswith("Tensor") and not declared.startswith("Tensor[]") and not declared.startswith("Tensor?[]")
+        if got in _NON_TENSOR:
+            if got in ("Scalar", "ScalarList") and is_tensor and not declared.startswith("Tensor?"):
+                score -= 2
+            elif got == "TensorList" and declared.startswith("Tensor") and "[]" in declared:
+                score += 1
+        else:  # a tensor was passed
+            score += 1 if is_tensor else -2
+    return score
+
+
+@dataclass
+class Resolver:
+    """Resolves the nodes of one trace; holds the caches and what is missing."""
+
+    catalog: Any = None  # kernelmap.catalog.Catalog, loaded on first use
+    live: bool = False  # recorded in this process: conv backends can be asked again
+    source_index: Any = None  # an object with `locate(symbol) -> Location | None`, or None
+    source_reason: str | None = None  # why kernel sources are not linked
+    unknown_ops: Counter = field(default_factory=Counter)
+    _ops: dict[tuple[str, tuple[str, ...]], Any] = field(default_factory=dict)
+    _dispatch: dict[tuple, dict[str, Any]] = field(default_factory=dict)
+    _conv: dict[tuple, str | None] = field(default_factory=dict)
+    _errors: Counter = field(default_factory=Counter)
+
+    def _catalog(self):
+        if self.catalog is None:
+            from kernelmap.catalog import load_catalog
+
+            self.catalog = load_catalog()
+        return self.catalog
+
+    # -- operators ---------------------------------------------------------
+
+    def catalog_op(self, name: str, recorded: list[str]):
+        """The catalog entry of a profiler op name (which records no overload):
+        the overload whose arguments best match the recorded input types."""
+        key = (name, tuple(recorded))
+        if key in self._ops:
+            return self._ops[key]
+        ns, _, base = name.partition("::")
+        result = None
+        if ns == "aten":
+            candidates = self._catalog().overloads(base)
+            if candidates:
+                best = max(
+                    enumerate(candidates),
+                    key=lambda ic: (_score(schema_arg_types(ic[1].schema), recorded) - 3 * ic[1].is_out, -ic[0]),
+                )
+                result = best[1]
+        self._ops[key] = result
+        return result
+
+    def dispatch_facts(self, op, device: str, dtype: str, requires_grad: bool) -> dict[str, Any]:
+        key = (str(op.name), device, dtype, requires_grad)
+        if key in self._dispatch:
+            return self._dispatch[key]
+        from kernelmap.dispatch import dispatch_path
+
+        facts: dict[str, Any] = {}
+        try:
+            path = dispatch_path(str(op.name), device=device, dtype=dtype, requires_grad=requires_grad, catalog=self._catalog())
+        except KernelmapError as e:
+            facts["dispatch_error"] = str(e)
+            self._dispatch[key] = facts
+            return facts
+        steps = list(path.steps)
+        facts["dispatch_keys"] = [s.key for s in steps]
+        answer = steps[-1] if steps else None
+        if answer is not None:
+            facts["dispatch_key"] = answer.key
+            if answer.tag == "math kernel":
+                facts["dispatch_key"] = "CompositeImplicitAutograd"
+            elif answer.tag == "default backend kernel":
+                facts["dispatch_key"] = "CompositeExplicitAutograd"
+            kernel = answer.kernel
+            if kernel is not None:
+                facts["kernel"] = kernel.symbol or None
+                if kernel.location is not None:
+                    facts["registered_at"] = str(kernel.location)
+                facts.update(self.kernel_source(kernel.symbol))
+        if path.note:
+            facts["dispatch_note"] = path.note
+        self._dispatch[key] = facts
+        return facts
+
+    def kernel_source(self, symbol: str | None) -> dict[str, Any]:
+        if not symbol:
+            return {"source_reason": "no kernel symbol: the dispatcher names none for this key"}
+        if self.source_index is None:
+            return {"source_reason": "no indexed source tree (see the notes)"}
+        try:
+            location = self.source_index.locate(symbol)
+        except KernelmapError as e:
+            return {"source_reason": f"source index: {e}"}
+        if location is None:
+            return {"source_reason": f"{symbol} is not defined in the indexed tree"}
+        return {"source": str(location), "source_url": location.url}
+
+    # -- convolutions --------------------------------------------------------
+
+    def conv_backend(self, node: Node, device: str) -> str | None:
+        """`select_conv_backend` asked again with the recorded arguments (Note [conv backend])."""
+        args = node.args
+        dims, strides, types, concrete = (args.get(k) or [] for k in ("Input Dims", "Input Strides", "Input type", "Concrete Inputs"))
+        backward = node.name == "aten::convolution_backward"
+        # _convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, ...)
+        # convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask)
+        t = (1, 2, None) if backward else (0, 1, 2)
+        first = 4 if backward else 3
+        try:
+            key = (node.name, device, tuple(map(tuple, dims)), tuple(map(tuple, strides)), tuple(types), tuple(concrete))
+        except TypeError:
+            return None
+        if key in self._conv:
+            return self._conv[key]
+        result = None
+        try:
+            import ast
+
+            import torch
+
+            dtype = getattr(torch, DTYPES.get(types[t[0]], "float32"))
+
+            def tensor(i):
+                return torch.empty_strided(dims[i], strides[i], dtype=dtype, device=device)
+
+            inp, weight = tensor(t[0]), tensor(t[1])
+            bias = tensor(t[2]) if t[2] is not None and dims[t[2]] else None
+            values = [ast.literal_eval(v) for v in concrete[first : first + 6]]
+            stride, padding, dilation, transposed, output_padding, groups = values
+            result = torch._C._select_conv_backend(inp, weight, bias, stride, padding, dilation, bool(transposed), output_padding, int(groups)).name
+        except Exception as e:  # noqa: BLE001 - recorded arguments we cannot rebuild: say so on the node
+            node.attrs["conv_backend_reason"] = f"cannot ask select_conv_backend again: {type(e).__name__}: {e}"[:200]
+        self._conv[key] = result
+        return result
+
+    # -- the tree ------------------------------------------------------------
+
+    def resolve(self, root: Node) -> list[str]:
+        """Fill in every op and device node's attrs; returns notes for the tree."""
+        notes: list[str] = []
+        nodes = list(walk([root]))
+        self._mark_devices(root)
+        import importlib.util
+
+        can_ask_conv = importlib.util.find_spec("torch") is not None
+        for node in nodes:
+            if node.kind == "op":
+                self._resolve_op(node, can_ask_conv)
+            elif node.kind in ("gpu_kernel", "gpu_memcpy", "gpu_memset"):
+                self._resolve_device(node)
+        if self.unknown_ops:
+            names = ", ".join(sorted(self.unknown_ops)[:8])
+            notes.append(
+                f"{len(self.unknown_ops)} operators are unknown to the catalog of the installed torch "
+                f"(a trace from another torch version?): {names}"
+            )
+        if self.source_reason:
+            notes.append(f"kernel sources not linked: {self.source_reason}")
+        return notes
+
+    def _mark_devices(self, root: Node) -> None:
+        # Post-order: an op launched device work if it or a descendant did.
+        order = list(walk([root]))
+        launched: dict[int, bool] = {}
+        for n in reversed(order):
+            launched[id(n)] = n.kind in ("launch", "gpu_kernel", "gpu_memcpy", "gpu_memset") or any(
+                launched[id(c)] for c in n.children
+            )
+        for n in order:
+            if n.kind != "op":
+                continue
+            p = n.parent
+            inside_cuda = False
+            while p is not None:
+                if p.kind == "op" and p.attrs.get("device") == "cuda":
+                    inside_cuda = True
+                    break
+                p = p.parent
+            n.attrs["device"] = "cuda" if launched[id(n)] or inside_cuda else "cpu"
+
+    def _resolve_op(self, node: Node, can_ask_conv: bool) -> None:
+        a = node.attrs
+        args = node.args
+        types = list(args.get("Input type") or [])
+        dims = args.get("Input Dims")
+        if dims:
+            a["input_shapes"] = [list(d) if isinstance(d, list) else d for d in dims]
+        if types:
+            a["input_types"] = types
+        dtype = next((DTYPES[t] for t in types if t in DTYPES), "float32")
+        a["dtype"] = dtype
+        # Note [inputs of a traced call]
+        requires_grad = args.get("Sequence number") is not None and not _under_backward(node)
+        a["requires_grad"] = requires_grad
+        a["inferred"] = ["device", "requires_grad"]
+        op = self.catalog_op(node.name, types)
+        if op is None:
+            if node.name.startswith("aten::"):
+                self.unknown_ops[node.name] += 1
+                a["unknown"] = "not in native_functions.yaml of the installed torch"
+            else:
+                a["unknown"] = "not an operator of native_functions.yaml"
+            return
+        a["op"] = str(op.name)
+        a["yaml"] = str(op.location)
+        node.location = op.location
+        a["op_kind"] = op.kind.value
+        a.update(self.dispatch_facts(op, a["device"], dtype, requires_grad))
+        backend = None
+        if node.name in ("aten::_convolution", "aten::convolution_backward"):
+            observed = next((CONV_BACKEND_OPS[c.name] for c in node.children if c.name in CONV_BACKEND_OPS), None)
+            if observed:
+                a["conv_backend_ran"] = observed
+            if can_ask_conv and (self.live or a["device"] == "cpu"):
+                backend = self.conv_backend(node, a["device"])
+                if backend:
+                    a["conv_backend"] = backend
+            backend = backend or observed
+        vendor = op_vendor(node.name, a["device"], backend)
+        if vendor is not None:
+            a["vendor"], a["closed"] = vendor
+
+    def _resolve_device(self, node: Node) -> None:
+        ops = []
+        p = node.parent
+        while p is not None:
+            if p.kind == "op":
+                ops.append(p.name)
+            p = p.parent
+        if ops:
+            node.attrs["launched_by"] = ops[0]
+        facts = kernel_facts(node.name, tuple(ops))
+        if facts.library:
+            node.attrs["vendor"] = facts.library
+            node.attrs["closed"] = facts.closed
+        else:
+            node.attrs["unknown"] = "kernel family not recognised"
+        if facts.symbol and facts.library == "ATen":
+            node.attrs["kernel"] = facts.symbol
+            if facts.file:
+                node.attrs["source_file"] = facts.file
+            src = self.kernel_source(facts.symbol.replace("(anonymous namespace)::", ""))
+            node.attrs.update(src)
+        for k in ("device", "stream", "grid", "block", "correlation"):
+            if k in node.args:
+                node.attrs[k if k != "device" else "gpu"] = node.args[k]
+
+
+def _under_backward(node: Node) -> bool:
+    p = node.parent
+    while p is not None:
+        if p.kind == "autograd":
+            return True
+        p = p.parent
+    return False

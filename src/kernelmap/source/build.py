@@ -1,0 +1,380 @@
+"""Build a source tree's index: extract every C++/CUDA file of aten/, c10/
+and torch/csrc/ in parallel and store the facts in one SQLite database per
+tree in the cache dir.
+
+The build works on a copy beside the database and renames it into place at
+the end, so an interrupted or failed build leaves the previous database as it
+was; a file lock keeps two builds of one tree from running at once. Only
+files whose size, mtime and hash changed are parsed again; a database of
+another schema or extractor version, or one SQLite cannot read, is rebuilt
+from scratch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+import shutil
+import sqlite3
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernelmap import env
+from kernelmap.errors import SourceError
+from kernelmap.source import extract
+from kernelmap.source.extract import FileFacts, OperatorNames
+from kernelmap.source.schema import CALL_KIND_CODE, SCHEMA, SCHEMA_VERSION
+from kernelmap.source.trees import INDEXED_PARTS, Tree
+
+NATIVE_YAML = "aten/src/ATen/native/native_functions.yaml"
+LOCK_TIMEOUT_S = 1800.0
+_INLINE_BELOW = 48  # fewer changed files than this are parsed in this process
+_SKIP_DIRS = frozenset((".git", "__pycache__", "third_party"))
+
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
+
+
+class IndexBusy(SourceError):
+    """Another process is building the same index and did not finish in time."""
+
+
+@dataclass(frozen=True)
+class IndexReport:
+    """What one build did."""
+
+    tree: str
+    path: Path  # the database
+    files: int  # files in the index
+    parsed: int  # files parsed by this build
+    removed: int  # files gone from the tree since the last build
+    full: bool  # a full build (no usable previous database)
+    rebuilt_reason: str | None  # why a previous database was not reused
+    missing_parts: tuple[str, ...]  # of aten, c10, torch/csrc
+    skipped: tuple[tuple[str, str], ...]  # (path, reason) of files not parsed
+    with_errors: int  # files the grammar could not fully parse
+    worst: tuple[tuple[str, int], ...] = field(default=())  # (path, ERROR nodes), worst first
+    seconds: float = 0.0
+    waited: bool = False  # another build held the lock first
+
+
+def index_path(tree: Tree) -> Path:
+    return env.cache_dir() / "index" / f"{tree.name}.sqlite"
+
+
+def extractor_fingerprint() -> str:
+    """Changes whenever the extractor or its queries change: facts of an
+    older extractor are not reused."""
+    h = hashlib.sha1()
+    for p in sorted([Path(extract.__file__), *extract.QUERY_DIR.glob("*.scm")]):
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def scan(tree: Tree) -> list[tuple[str, int, int]]:
+    """(repository path, size, mtime_ns) of every indexed file, sorted."""
+    out = []
+    for part in INDEXED_PARTS:
+        top = tree.root / part
+        if not top.is_dir():
+            continue
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS]
+            rel = os.path.relpath(dirpath, tree.root).replace(os.sep, "/")
+            for name in filenames:
+                if not name.endswith(extract.SOURCE_SUFFIXES):
+                    continue
+                full = os.path.join(dirpath, name)
+                try:
+                    st = os.stat(full)
+                except OSError:
+                    continue
+                if not os.path.isfile(full):
+                    continue
+                out.append((f"{rel}/{name}", st.st_size, st.st_mtime_ns))
+    out.sort()
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Workers
+# ---------------------------------------------------------------------------
+
+_worker: tuple[Path, extract.Extractor] | None = None
+
+
+def _init_worker(root: str, ops: OperatorNames) -> None:
+    global _worker
+    _worker = (Path(root), extract.Extractor(ops))
+
+
+def _extract_one(path: str) -> FileFacts:
+    assert _worker is not None
+    root, ex = _worker
+    return ex.extract(path, (root / path).read_bytes())
+
+
+def _extract_all(tree: Tree, ops: OperatorNames, paths: list[str], jobs: int) -> Iterable[FileFacts]:
+    if jobs <= 1 or len(paths) < _INLINE_BELOW:
+        _init_worker(str(tree.root), ops)
+        for p in paths:
+            yield _extract_one(p)
+        return
+    ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+    # Large files first so one slow file does not finish last on its own.
+    sizes = {p: (tree.root / p).stat().st_size for p in paths}
+    ordered = sorted(paths, key=lambda p: -sizes[p])
+    with ctx.Pool(jobs, initializer=_init_worker, initargs=(str(tree.root), ops)) as pool:
+        yield from pool.imap_unordered(_extract_one, ordered, chunksize=4)
+
+
+# ---------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------
+
+
+class _Writer:
+    """Inserts facts, interning strings through a cache."""
+
+    def __init__(self, db: sqlite3.Connection, fresh: bool):
+        self.db = db
+        self.fresh = fresh
+        self.ids: dict[str, int] = {}
+        self.named: set[int] = set()
+
+    def intern(self, text: str | None) -> int | None:
+        if text is None:
+            return None
+        i = self.ids.get(text)
+        if i is not None:
+            return i
+        row = None if self.fresh else self.db.execute("SELECT id FROM strings WHERE text = ?", (text,)).fetchone()
+        if row is None:
+            i = self.db.execute("INSERT INTO strings(text) VALUES (?)", (text,)).lastrowid
+        else:
+            i = row[0]
+        self.ids[text] = i
+        return i
+
+    def name(self, text: str) -> int:
+        """Intern a definition's lookup name and make it searchable."""
+        i = self.intern(text)
+        if i not in self.named:
+            self.named.add(i)
+            if self.fresh or self.db.execute("SELECT named FROM strings WHERE id = ?", (i,)).fetchone()[0] == 0:
+                self.db.execute("INSERT INTO names(rowid, text) VALUES (?, ?)", (i, text))
+                self.db.execute("UPDATE strings SET named = 1 WHERE id = ?", (i,))
+        return i
+
+    def add(self, facts: FileFacts, mtime_ns: int) -> None:
+        db, s = self.db, self.intern
+        file_id = db.execute(
+            "INSERT INTO files(path, sha1, size, mtime_ns, errors, skipped) VALUES (?, ?, ?, ?, ?, ?)",
+            (facts.path, facts.sha1, facts.size, mtime_ns, facts.errors, facts.skipped),
+        ).lastrowid
+        symbol_ids = []
+        for d in facts.definitions:
+            symbol_ids.append(
+                db.execute(
+                    "INSERT INTO symbols(file_id, name_id, lookup_id, short_id, kind, line, end_line, cond_id, op_id)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (file_id, s(d.name), self.name(d.lookup), s(d.short), d.kind, d.line, d.end_line, s(d.condition), s(d.op)),
+                ).lastrowid
+            )
+        db.executemany(
+            "INSERT INTO calls(symbol_id, file_id, callee_id, short_id, kind, lib_id, op_id, line, cond_id, pp_id)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (symbol_ids[c.definition] if c.definition >= 0 else None, file_id, s(c.callee), s(c.short),
+                 CALL_KIND_CODE[c.kind], s(c.library), s(c.op), c.line, s(c.condition), s(c.preproc))
+                for c in facts.calls
+            ],
+        )
+        db.executemany(
+            "INSERT INTO registrations(file_id, symbol_id, kind, name_id, target_id, key_id, detail_id, line, pp_id)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (file_id, symbol_ids[r.definition] if r.definition >= 0 else None, r.kind, s(r.name), s(r.target),
+                 s(r.key), s(r.detail), r.line, s(r.preproc))
+                for r in facts.registrations
+            ],
+        )
+        db.executemany(
+            "INSERT INTO stubs(file_id, kind, name_id, detail_id, line, pp_id) VALUES (?, ?, ?, ?, ?, ?)",
+            [(file_id, st.kind, s(st.name), s(st.detail), st.line, s(st.preproc)) for st in facts.stubs],
+        )
+
+
+def _delete_files(db: sqlite3.Connection, file_ids: list[int]) -> None:
+    for chunk in range(0, len(file_ids), 500):
+        ids = file_ids[chunk : chunk + 500]
+        marks = ",".join("?" * len(ids))
+        db.execute(f"DELETE FROM calls WHERE file_id IN ({marks})", ids)
+        for table in ("symbols", "registrations", "stubs"):
+            db.execute(f"DELETE FROM {table} WHERE file_id IN ({marks})", ids)
+        db.execute(f"DELETE FROM files WHERE id IN ({marks})", ids)
+
+
+def _classify_stub_calls(db: sqlite3.Connection) -> None:
+    """Note [stub calls] in extract: promote calls of declared stubs, unless the
+    calling file defines a function of that name itself."""
+    direct, stub = CALL_KIND_CODE["direct"], CALL_KIND_CODE["stub"]
+    local = "EXISTS (SELECT 1 FROM symbols s WHERE s.file_id = calls.file_id AND s.short_id = calls.short_id)"
+    declared = "calls.short_id IN (SELECT name_id FROM stubs)"
+    db.execute(f"UPDATE calls SET kind = {stub} WHERE kind = {direct} AND {declared} AND NOT {local}")
+    db.execute(f"UPDATE calls SET kind = {direct} WHERE kind = {stub} AND (NOT {declared} OR {local})")
+
+
+def _open_previous(path: Path, meta_expected: dict[str, str]) -> str | None:
+    """None when the database at `path` can be updated in place of a full
+    build, else the reason it cannot."""
+    if not path.exists():
+        return "no index yet"
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                return "the database failed its integrity check"
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as e:
+        return f"the database is unreadable ({e})"
+    for key, value in meta_expected.items():
+        if meta.get(key) != value:
+            return f"{key} changed" if key in meta else f"no {key} recorded"
+    if meta.get("complete") != "1":
+        return "the previous build did not finish"
+    return None
+
+
+def build_index(
+    tree: Tree,
+    *,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+    lock_timeout: float = LOCK_TIMEOUT_S,
+    on_wait: Callable[[], None] | None = None,
+) -> IndexReport:
+    """Build or update the index of `tree`; returns what was done.
+
+    `jobs` worker processes parse files (default: the machine's cores).
+    `progress(phase, done, total)` reports parsing. When another process is
+    building the same index, `on_wait()` is called and this one waits for it
+    (up to `lock_timeout` seconds, then IndexBusy), then updates what is left.
+    """
+    from filelock import FileLock, Timeout
+
+    t0 = time.monotonic()
+    if not tree.root.is_dir():
+        raise SourceError(f"the tree {tree.name!r} is gone from {tree.root}; remove it with `kernelmap source remove {tree.name}`")
+    missing = tree.missing_parts
+    if len(missing) == len(INDEXED_PARTS):
+        raise SourceError(f"{tree.root} holds none of {', '.join(INDEXED_PARTS)}: nothing to index")
+    path = index_path(tree)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path) + ".lock")
+    waited = False
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        waited = True
+        if on_wait:
+            on_wait()
+        try:
+            lock.acquire(timeout=lock_timeout)
+        except Timeout:
+            raise IndexBusy(f"another process is still building {path.name} after {lock_timeout:.0f}s") from None
+    try:
+        report = _build_locked(tree, path, jobs or os.cpu_count() or 1, progress, missing)
+    finally:
+        lock.release()
+    return IndexReport(**{**report.__dict__, "seconds": time.monotonic() - t0, "waited": waited})
+
+
+def _build_locked(tree: Tree, path: Path, jobs: int, progress: Progress | None, missing: tuple[str, ...]) -> IndexReport:
+    yaml = tree.root / NATIVE_YAML
+    yaml_sha = hashlib.sha1(yaml.read_bytes()).hexdigest() if yaml.is_file() else "none"
+    expected = {
+        "schema_version": str(SCHEMA_VERSION),
+        "extractor": extractor_fingerprint(),
+        "native_functions_sha1": yaml_sha,
+        "root": str(tree.root),
+    }
+    reason = _open_previous(path, expected)
+    full = reason is not None
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        if not full:
+            shutil.copyfile(path, tmp)
+        db = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode = OFF")  # the file is private until renamed
+            db.execute("PRAGMA synchronous = OFF")
+            db.execute("PRAGMA cache_size = -65536")
+            if full:
+                db.executescript(SCHEMA)
+            db.execute("BEGIN")
+            report = _update(db, tree, full, reason, expected, jobs, progress, missing, path)
+            db.execute("COMMIT")
+        finally:
+            db.close()
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return report
+
+
+def _update(db, tree, full, reason, expected, jobs, progress, missing, path) -> IndexReport:
+    on_disk = scan(tree)
+    known = {} if full else {p: (i, sha, size, mt) for i, p, sha, size, mt in db.execute("SELECT id, path, sha1, size, mtime_ns FROM files")}
+    to_parse: list[str] = []
+    stale: list[int] = []
+    mtimes = {}
+    for rel, size, mtime in on_disk:
+        mtimes[rel] = mtime
+        old = known.pop(rel, None)
+        if old is None:
+            to_parse.append(rel)
+            continue
+        file_id, sha, old_size, old_mtime = old
+        if size == old_size and mtime == old_mtime:
+            continue
+        if size == old_size:
+            try:
+                same = hashlib.sha1((tree.root / rel).read_bytes()).hexdigest() == sha
+            except OSError:
+                same = False
+            if same:  # touched, not changed
+                db.execute("UPDATE files SET mtime_ns = ? WHERE id = ?", (mtime, file_id))
+                continue
+        stale.append(file_id)
+        to_parse.append(rel)
+    removed = [v[0] for v in known.values()]
+    _delete_files(db, stale + removed)
+
+    ops = extract.read_operator_names(tree.root / NATIVE_YAML)
+    writer = _Writer(db, fresh=full)
+    total = len(to_parse)
+    if progress:
+        progress("parse", 0, total)
+    for done, facts in enumerate(_extract_all(tree, ops, to_parse, jobs), 1):
+        writer.add(facts, mtimes[facts.path])
+        if progress:
+            progress("parse", done, total)
+    if to_parse or removed:
+        _classify_stub_calls(db)
+    for key, value in {**expected, "complete": "1", "tree": tree.name, "version": tree.version,
+                       "commit": tree.commit or "", "missing_parts": ",".join(missing)}.items():
+        db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+    skipped = tuple(db.execute("SELECT path, skipped FROM files WHERE skipped IS NOT NULL ORDER BY path").fetchall())
+    with_errors = db.execute("SELECT count(*) FROM files WHERE errors > 0").fetchone()[0]
+    worst = tuple(db.execute("SELECT path, errors FROM files WHERE errors > 0 ORDER BY errors DESC, path LIMIT 10").fetchall())
+    files = db.execute("SELECT count(*) FROM files").fetchone()[0]
+    return IndexReport(tree.name, path, files, total, len(removed), full, reason, missing, skipped, with_errors, worst)

@@ -1,0 +1,636 @@
+"""Turn one C++/CUDA file of a PyTorch tree into facts: definitions with
+qualified names and preprocessor conditions, classified call sites, stub
+declarations and registrations, library registrations, dtype dispatch sites.
+
+tree-sitter finds the nodes with the queries in `queries/*.scm`; Python only
+reads the captures. Scopes and conditions are found by one sweep over the
+captured regions in byte order (Note [regions]), never by walking the tree.
+
+Facts are plain tuples (cheap to send between processes); `store` turns
+them into rows.
+
+Note [regions]
+Every capture that qualifies or conditions what lies inside it (a namespace
+body, a class body, a switch case, an if branch, a #if body, a #else, a
+function body) becomes a region (start byte, end byte, tag, payload). Syntax
+nodes nest, so the regions are laminar: a sweep over regions and points
+(definition starts, call sites) in byte order with a stack gives, at each
+point, exactly its enclosing regions, innermost on top.
+
+Note [stub calls]
+`x_stub(kCPU, ...)` is a DispatchStub call only when `x_stub` is declared by
+DECLARE_DISPATCH / DEFINE_DISPATCH somewhere in the tree, which one file
+cannot know: the extractor records such calls as direct and `store` promotes
+them once the tree's stubs are known, except where the file itself defines a
+function of that name (the CPU padding kernel's local `add_stub` helper
+shadows the real `add_stub`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import tree_sitter
+import tree_sitter_cpp
+
+QUERY_DIR = Path(__file__).with_name("queries")
+SOURCE_SUFFIXES = (".cpp", ".cc", ".h", ".hpp", ".cu", ".cuh", ".mm")
+MAX_FILE_BYTES = 4 * 1024 * 1024  # larger files are generated tables, not code worth parsing
+_COND_MAX = 120  # longer case/if conditions are cut: they are for reading, not evaluation
+
+
+# ---------------------------------------------------------------------------
+# Facts
+# ---------------------------------------------------------------------------
+
+
+class Definition(NamedTuple):
+    name: str  # "at::native::(anonymous namespace)::helper", "at::native::structured_mul_out::impl"
+    lookup: str  # the name without anonymous namespaces: "at::native::helper"
+    short: str  # the last component: "helper", "impl"
+    kind: str  # function | method | structured_impl | structured_meta | global_kernel
+    line: int
+    end_line: int
+    condition: str | None  # enclosing preprocessor conditions joined by " && "
+    op: str | None  # structured kernels: the op as the macro names it, "add.Tensor", "mul_out"
+
+
+class Call(NamedTuple):
+    definition: int  # index into FileFacts.definitions; -1 at file scope
+    callee: str  # as written, without template arguments: "at::cudnn_convolution", ".add"
+    short: str  # the called name: "cudnn_convolution", "add"
+    kind: str  # dispatcher | stub | direct | launch | vendor
+    library: str | None  # vendor calls: cudnn, cublas, onednn, ...
+    op: str | None  # dispatcher calls: the operator's base name (or name_overload for _ops)
+    line: int
+    condition: str | None  # innermost `case X` or `if (...)` in the definition
+    preproc: str | None
+
+
+class Registration(NamedTuple):
+    definition: int  # enclosing definition, -1 at file scope
+    kind: str  # register_dispatch | library_impl | library_def | at_dispatch
+    name: str  # stub name, operator name, or the dispatch site's name string
+    target: str | None  # kernel function, or dtype groups for at_dispatch
+    key: str | None  # device (stubs), dispatch key (library), macro (at_dispatch)
+    detail: str | None  # CPU capability (stubs), namespace (library)
+    line: int
+    preproc: str | None
+
+
+class StubDecl(NamedTuple):
+    kind: str  # declare | define
+    name: str
+    detail: str | None  # DECLARE_DISPATCH's function type
+    line: int
+    preproc: str | None
+
+
+class FileFacts(NamedTuple):
+    path: str  # repository-relative
+    size: int
+    sha1: str
+    errors: int  # ERROR nodes: regions the grammar could not parse
+    skipped: str | None  # why the file was not parsed, if it was not
+    definitions: tuple[Definition, ...]
+    calls: tuple[Call, ...]
+    registrations: tuple[Registration, ...]
+    stubs: tuple[StubDecl, ...]
+
+
+@dataclass(frozen=True)
+class OperatorNames:
+    """Operator names of a tree's native_functions.yaml, for telling
+    dispatcher calls from direct ones."""
+
+    functions: frozenset[str]  # base names: "add", "add_", "cudnn_convolution"
+    methods: frozenset[str]  # base names with a Tensor method variant
+
+    def is_function(self, name: str) -> str | None:
+        """The op base name behind a C++ API function name (`add_out`, `conv2d_symint`)."""
+        if name in self.functions:
+            return name
+        for suffix in ("_symint", "_outf", "_out", "_symint_out", "_symint_outf"):
+            if name.endswith(suffix) and name[: -len(suffix)] in self.functions:
+                return name[: -len(suffix)]
+        return None
+
+
+_YAML_FUNC = re.compile(r"^- func: ([A-Za-z0-9_]+)(?:\.[A-Za-z0-9_]+)?\(", re.M)
+_YAML_VARIANTS = re.compile(r"^\s+variants:\s*(.*)$")
+
+# TensorBase accessors are inline methods, not operators, though some share an op's name.
+_NOT_DISPATCHED_METHODS = frozenset(
+    "size sizes sym_size sym_sizes stride strides sym_stride sym_strides dim numel sym_numel data_ptr "
+    "const_data_ptr mutable_data_ptr scalar_type dtype device options layout is_contiguous storage_offset "
+    "defined is_cuda is_cpu is_mps is_sparse is_mkldnn is_quantized is_complex is_floating_point "
+    "item element_size nbytes itemsize".split()
+)
+
+
+def read_operator_names(yaml_path: Path) -> OperatorNames:
+    """Operator base names and method variants from native_functions.yaml, by
+    pattern (the file's entry shape is stable; torchgen is not needed here)."""
+    try:
+        text = yaml_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return OperatorNames(frozenset(), frozenset())
+    functions: set[str] = set()
+    methods: set[str] = set()
+    current: str | None = None
+    for line in text.splitlines():
+        m = _YAML_FUNC.match(line)
+        if m:
+            current = m.group(1)
+            functions.add(current)
+            continue
+        v = _YAML_VARIANTS.match(line)
+        if v and current and "method" in v.group(1):
+            methods.add(current)
+    return OperatorNames(frozenset(functions), frozenset(methods - _NOT_DISPATCHED_METHODS))
+
+
+# ---------------------------------------------------------------------------
+# Call classification
+# ---------------------------------------------------------------------------
+
+_VENDOR = tuple(
+    (lib, re.compile(pattern))
+    for lib, pattern in (
+        ("cudnn", r"^(cudnn[A-Z]|cudnn_frontend::)"),
+        ("cublasLt", r"^cublasLt[A-Z]"),
+        ("cublas", r"^cublas[A-Z]"),
+        ("cusparse", r"^cusparse[A-Z]"),
+        ("cufft", r"^cufft[A-Z]"),
+        ("cusolver", r"^cusolver[A-Z]"),
+        ("miopen", r"^miopen[A-Z]"),
+        ("rocblas", r"^rocblas_"),
+        ("hipblas", r"^hipblas(Lt)?[A-Z]"),
+        ("hipsparse", r"^hipsparse[A-Z]"),
+        ("rocsolver", r"^(rocsolver_|hipsolver[A-Z])"),
+        ("onednn", r"^(dnnl::|ideep::|dnnl_)"),
+        ("mkl", r"^(mkl_|MKL_|Dfti[A-Z]|v[sdcz][A-Z][a-z])"),
+        (
+            "blas",
+            r"^(cblas_|LAPACKE_|[sdcz](gemm|gemv|axpy|dot[cu]?|scal|copy|ger[cu]?|trsm|trmm|syrk|herk|nrm2|asum|swap"
+            r"|potrf|potrs|potri|getrf|getrs|getri|geqrf|orgqr|ungqr|ormqr|unmqr|gesdd|gesvd|syevd|heevd|trtrs|gels[dsy]?"
+            r"|geev|sytrf|hetrf|sytrs|hetrs|pstrf|lu|gemm_batch)_$)",
+        ),
+    )
+)
+_LAUNCH = re.compile(r"^(gpu_kernel\w*|cpu_kernel\w*|cpu_serial_kernel\w*|launch_\w+|\w+_kernel_launch\w*|jitted_gpu_kernel\w*)$")
+_OPS_CALL = re.compile(r"^at::_ops::(\w+)::(call|redispatch)$")
+_AT_FUNC = re.compile(r"^at::(?:redispatch::)?(\w+)$")
+_TEMPLATE_ARGS = re.compile(r"<[^<>]*>")
+_SPACE = re.compile(r"\s+")
+_TRIPLE_CHEVRON = re.compile(rb"([A-Za-z_][\w:]*)\s*(?:<[^;{}<>]*(?:<[^;{}<>]*>[^;{}<>]*)*>)?\s*<<<")
+
+
+def _strip_templates(text: str) -> str:
+    text = _SPACE.sub("", text)
+    for _ in range(4):
+        if "<" not in text:
+            break
+        text = _TEMPLATE_ARGS.sub("", text)
+    return text.lstrip(":")
+
+
+def classify_call(callee: str, is_member: bool, ops: OperatorNames) -> tuple[str, str | None, str | None]:
+    """(kind, vendor library, operator) of a call to `callee` (template
+    arguments removed; member calls spelled `.name`)."""
+    short = callee.rsplit("::", 1)[-1].lstrip(".>-")
+    if is_member:
+        if short in ops.methods:
+            return "dispatcher", None, short
+        return "direct", None, None
+    for lib, pattern in _VENDOR:
+        if pattern.match(callee):
+            return "vendor", lib, None
+    m = _OPS_CALL.match(callee)
+    if m:
+        return "dispatcher", None, m.group(1)
+    m = _AT_FUNC.match(callee)
+    if m:
+        op = ops.is_function(m.group(1))
+        if op:
+            return "dispatcher", None, op
+    if _LAUNCH.match(short):
+        return "launch", None, None
+    return "direct", None, None
+
+
+# ---------------------------------------------------------------------------
+# The extractor
+# ---------------------------------------------------------------------------
+
+_STRUCTURED = {
+    "TORCH_IMPL_FUNC": ("structured_impl", "native", "impl"),
+    "TORCH_META_FUNC": ("structured_meta", "meta", "meta"),
+    "TORCH_META_FUNC2": ("structured_meta", "meta", "meta"),
+    "TORCH_PRECOMPUTE_META_FUNC": ("structured_meta", "meta", "meta"),
+    "TORCH_PRECOMPUTE_META_FUNC2": ("structured_meta", "meta", "meta"),
+}
+_UNWRAP = frozenset(("pointer_declarator", "reference_declarator", "attributed_declarator", "parenthesized_declarator"))
+_INCLUDE_GUARD = re.compile(r"(_H|_H_|_HPP|_INCLUDED|_INCLUDED_)$")
+_IDENT = re.compile(r"[A-Za-z_]\w*(?:::[A-Za-z_~]\w*)*")
+_LIB_WRAPPERS = frozenset(("TORCH_FN", "TORCH_SELECTIVE_NAME", "TORCH_SELECTIVE_SCHEMA", "makeFromBoxedFunction",
+                           "makeFromUnboxedFunction", "torch::CppFunction::makeFromBoxedFunction",
+                           "torch::CppFunction::makeFromUnboxedFunction", "torch::CppFunction::makeFallthrough",
+                           "CppFunction::makeFromBoxedFunction", "c10::guts::if_constexpr"))
+_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def _device_of(path: str) -> str:
+    """The device a stub registration serves, implied by its folder."""
+    parts = path.split("/")
+    for part, device in (("mps", "MPS"), ("cuda", "CUDA"), ("cudnn", "CUDA"), ("miopen", "HIP"), ("hip", "HIP"),
+                         ("xpu", "XPU"), ("vulkan", "Vulkan"), ("metal", "Metal"), ("mtia", "MTIA")):
+        if part in parts:
+            return device
+    return "CPU"
+
+
+def _register_key(macro: str, path: str, args: list[str]) -> tuple[str, str | None]:
+    """(device, CPU capability) of a REGISTER_*DISPATCH macro in `path`."""
+    word = macro.removeprefix("ALSO_").removeprefix("REGISTER_").removesuffix("DISPATCH").rstrip("_")
+    if word == "":
+        device = _device_of(path)
+        return device, ("each CPU capability" if device == "CPU" and "/cpu/" in path else None)
+    if word in ("AVX2", "AVX512", "VSX", "ZVECTOR", "SVE256"):
+        return "CPU", word
+    if word == "ARCH":
+        return "CPU", args[1] if len(args) > 2 else None
+    if word == "ALL_CPU":
+        return "CPU", "all"
+    if word in ("NO_CPU", "NO_AVX512"):
+        return "CPU", "none" if word == "NO_CPU" else "not AVX512"
+    return {"PRIVATEUSE1": "PrivateUse1"}.get(word, word), None
+
+
+class Extractor:
+    """A parser and compiled queries; one per process."""
+
+    def __init__(self, ops: OperatorNames):
+        self.ops = ops
+        self.language = tree_sitter.Language(tree_sitter_cpp.language())
+        self.parser = tree_sitter.Parser(self.language)
+        self.queries = {name: self._query(name) for name in ("scopes", "preproc", "definitions", "calls", "registrations", "errors")}
+
+    def _query(self, name: str) -> tree_sitter.Query:
+        return tree_sitter.Query(self.language, (QUERY_DIR / f"{name}.scm").read_text())
+
+    def _matches(self, name: str, node: tree_sitter.Node):
+        return tree_sitter.QueryCursor(self.queries[name]).matches(node)
+
+    def extract(self, path: str, data: bytes) -> FileFacts:
+        """Facts of one file; `path` is repository-relative (it decides stub devices)."""
+        sha1 = hashlib.sha1(data).hexdigest()
+        if len(data) > MAX_FILE_BYTES:
+            return FileFacts(path, len(data), sha1, 0, f"larger than {MAX_FILE_BYTES // 2**20} MB", (), (), (), ())
+        if b"\0" in data:
+            return FileFacts(path, len(data), sha1, 0, "binary (NUL bytes)", (), (), (), ())
+        try:
+            return self._extract(path, data, sha1)
+        except Exception as e:  # a bug: say which file
+            raise RuntimeError(f"while extracting {path}: {e!r}") from e
+
+    def _extract(self, path: str, data: bytes, sha1: str) -> FileFacts:
+        tree = self.parser.parse(data)
+        root = tree.root_node
+        error_nodes = [n for _, c in self._matches("errors", root) for n in c.get("error", ())] if root.has_error else []
+
+        regions: list[tuple[int, int, str, object]] = []  # Note [regions]
+        self._scope_regions(root, regions)
+        _recover_namespaces(error_nodes, regions)
+        self._preproc_regions(root, regions)
+        libraries: list[tuple[int, int, tuple[str, str | None, str]]] = []
+
+        # (start byte, kind, payload) of each point; kind 0 = definition, 1 = call/registration
+        defs_raw = []
+        for _, cap in self._matches("definitions", root):
+            node = cap["definition"][0]
+            info = self._declarator(cap["declarator"][0])
+            if info is None:
+                continue
+            if info[0] == "library":
+                libraries.append((node.start_byte, node.end_byte, info[1]))
+                continue
+            defs_raw.append((node, info))
+        defs_raw.sort(key=lambda d: d[0].start_byte)
+        for i, (node, _) in enumerate(defs_raw):
+            body = node.child_by_field_name("body")
+            regions.append((body.start_byte, body.end_byte, "def", i))
+        for start, end, payload in libraries:
+            regions.append((start, end, "lib", payload))
+
+        points: list[tuple[int, int, object]] = [(n.start_byte, 0, (i, n, info)) for i, (n, info) in enumerate(defs_raw)]
+        for _, cap in self._matches("calls", root):
+            points.append((cap["call"][0].start_byte, 1, ("call", cap)))
+        for _, cap in self._matches("registrations", root):
+            site = cap.get("site") or cap.get("library.call")
+            points.append((site[0].start_byte, 1, ("reg", cap)))
+
+        definitions: list[Definition] = [None] * len(defs_raw)  # type: ignore[list-item]
+        calls: list[Call] = []
+        registrations: list[Registration] = []
+        stubs: list[StubDecl] = []
+        for _, kind, payload, stack in _sweep(regions, points):
+            pp = _preproc_of(stack)
+            if kind == 0:
+                i, node, info = payload
+                definitions[i] = self._definition(node, info, stack, pp, data)
+                continue
+            what, cap = payload
+            def_index, cond, lib = _context_of(stack)
+            if what == "call":
+                self._call(cap, def_index, cond, pp, calls, data)
+            else:
+                self._registration(path, cap, def_index, lib, pp, registrations, stubs)
+        # Launches written `kernel<<<grid, block>>>(...)`: the grammar has no such
+        # syntax (it reads shifts and comparisons), so they are found in the body text.
+        for i, (node, _) in enumerate(defs_raw):
+            body = node.child_by_field_name("body")
+            chunk = data[body.start_byte : body.end_byte]
+            if b"<<<" not in chunk:
+                continue
+            for m in _TRIPLE_CHEVRON.finditer(chunk):
+                name = _strip_templates(m.group(1).decode("utf-8", "replace"))
+                line = body.start_point[0] + 1 + chunk.count(b"\n", 0, m.start())
+                calls.append(Call(i, name, name.rsplit("::", 1)[-1], "launch", None, None, line, None, definitions[i].condition))
+        return FileFacts(path, len(data), sha1, len(error_nodes), None, tuple(definitions), tuple(calls), tuple(registrations), tuple(stubs))
+
+    # -- regions ----------------------------------------------------------
+
+    def _scope_regions(self, root, regions) -> None:
+        for _, cap in self._matches("scopes", root):
+            if "namespace" in cap:
+                ns = cap["namespace"][0]
+                name_node = ns.child_by_field_name("name")
+                name = _SPACE.sub("", name_node.text.decode("utf-8", "replace")) if name_node else "(anonymous namespace)"
+                body = cap["namespace.body"][0]
+                regions.append((body.start_byte, body.end_byte, "scope", name))
+            elif "class.body" in cap:
+                body = cap["class.body"][0]
+                name = _strip_templates(cap["class.name"][0].text.decode("utf-8", "replace"))
+                regions.append((body.start_byte, body.end_byte, "class", name))
+            elif "case" in cap:
+                case = cap["case"][0]
+                value = case.child_by_field_name("value")
+                label = f"case {_SPACE.sub(' ', value.text.decode('utf-8', 'replace'))}" if value else "default"
+                regions.append((case.start_byte, case.end_byte, "cond", label))
+            elif "if.then" in cap:
+                text = _SPACE.sub(" ", cap["if.condition"][0].text.decode("utf-8", "replace"))
+                if len(text) > _COND_MAX:
+                    text = text[: _COND_MAX - 4] + "...)"
+                then = cap["if.then"][0]
+                regions.append((then.start_byte, then.end_byte, "cond", f"if {text}"))
+                if "if.else" in cap:
+                    other = cap["if.else"][0]
+                    regions.append((other.start_byte, other.end_byte, "cond", f"else of if {text}"))
+
+    def _preproc_regions(self, root, regions) -> None:
+        for _, cap in self._matches("preproc", root):
+            if "ifdef" in cap:
+                node = cap["ifdef"][0]
+                name = cap["name"][0].text.decode("utf-8", "replace")
+                negated = node.child(0).type == "#ifndef"
+                if negated and _INCLUDE_GUARD.search(name):
+                    continue
+                cond = f"!defined({name})" if negated else f"defined({name})"
+                body_start = cap["name"][0].end_byte
+            else:
+                node = cap["if"][0]
+                cond = _SPACE.sub(" ", cap["condition"][0].text.decode("utf-8", "replace")).strip()
+                body_start = cap["condition"][0].end_byte
+            alt = node.child_by_field_name("alternative")
+            body_end = alt.start_byte if alt is not None else node.end_byte
+            regions.append((body_start, body_end, "pp", cond))
+            if alt is not None:
+                regions.append((alt.start_byte, alt.end_byte, "pp", _negate(cond)))
+
+    # -- definitions ------------------------------------------------------
+
+    def _declarator(self, node) -> tuple | None:
+        """("name", text) | ("structured", macro, args) | ("library", (macro, ns, key))."""
+        while node is not None and node.type in _UNWRAP:
+            node = node.child_by_field_name("declarator") or (node.named_children[-1] if node.named_children else None)
+        if node is None or node.type != "function_declarator":
+            return None
+        inner = node.child_by_field_name("declarator")
+        if inner is None:
+            return None
+        if inner.type == "function_declarator":
+            macro = inner.child_by_field_name("declarator")
+            params = inner.child_by_field_name("parameters")
+            if macro is not None and macro.type == "identifier" and params is not None:
+                name = macro.text.decode()
+                if name in _STRUCTURED:
+                    args = [_SPACE.sub("", p.text.decode("utf-8", "replace")) for p in params.named_children]
+                    return ("structured", name, args)
+            return None
+        text = inner.text.decode("utf-8", "replace")
+        if inner.type == "identifier" and text.startswith("TORCH_LIBRARY"):
+            params = node.child_by_field_name("parameters")
+            args = [_SPACE.sub("", p.text.decode("utf-8", "replace")) for p in params.named_children] if params else []
+            ns = args[0] if args else None
+            key = args[1] if text.startswith("TORCH_LIBRARY_IMPL") and len(args) > 1 else None
+            return ("library", (text, ns, key))
+        return ("name", _strip_templates(text))
+
+    def _definition(self, node, info, stack, pp, data: bytes) -> Definition:
+        scopes = [payload for (_, _, tag, payload) in stack if tag in ("scope", "class")]
+        in_class = bool(stack) and any(tag == "class" for (_, _, tag, _) in stack)
+        op = None
+        if info[0] == "structured":
+            kind, namespace, method = _STRUCTURED[info[1]]
+            args = info[2]
+            op = ".".join(args[:2]) if info[1].endswith("2") else (args[0] if args else "?")
+            struct = "structured_" + "_".join(args[:2] if info[1].endswith("2") else args[:1])
+            # The macro expands to `structured_<op>::impl` in at::native (meta: at::meta).
+            name = "::".join([*scopes, struct, method]) if scopes else f"at::{namespace}::{struct}::{method}"
+        else:
+            name = "::".join([*scopes, info[1]]) if scopes else info[1]
+            kind = "method" if in_class or ("::" in info[1] and not info[1].startswith(("at::", "c10::", "torch::"))) else "function"
+            head = data[node.start_byte : node.child_by_field_name("declarator").start_byte]
+            if b"__global__" in head:
+                kind = "global_kernel"
+        name = name.replace("::::", "::")
+        lookup = "::".join(p for p in name.split("::") if p != "(anonymous namespace)")
+        short = name.rsplit("::", 1)[-1]
+        return Definition(name, lookup, short, kind, node.start_point[0] + 1, node.end_point[0] + 1, pp, op)
+
+    # -- calls and registrations -----------------------------------------
+
+    def _call(self, cap, def_index, cond, pp, calls, data: bytes) -> None:
+        callee_node = cap["callee"][0]
+        t = callee_node.type
+        if t == "field_expression":
+            field = callee_node.child_by_field_name("field")
+            if field is None:
+                return
+            short = _strip_templates(field.text.decode("utf-8", "replace"))
+            callee = "." + short
+            member = True
+        elif t in ("identifier", "qualified_identifier", "template_function", "scoped_identifier"):
+            callee = _strip_templates(callee_node.text.decode("utf-8", "replace"))
+            short = callee.rsplit("::", 1)[-1]
+            member = False
+        else:
+            return  # calls of lambdas, of call results, of parenthesised expressions
+        if not short or short.startswith(("AT_DISPATCH_", "REGISTER_", "DECLARE_DISPATCH", "DEFINE_DISPATCH")):
+            return
+        kind, lib, op = classify_call(callee, member, self.ops)
+        line = cap["call"][0].start_point[0] + 1
+        calls.append(Call(def_index, callee, short, kind, lib, op, line, cond, pp))
+
+    def _registration(self, path, cap, def_index, lib, pp, registrations, stubs) -> None:
+        if "library.call" in cap:
+            site = cap["library.call"][0]
+            method = cap["library.method"][0].text.decode()
+            args = site.child_by_field_name("arguments").named_children
+            m = _STRING.search(args[0].text.decode("utf-8", "replace"))
+            if m is None:
+                return
+            op = m.group(1)
+            macro, ns, key = lib if lib else (None, None, None)
+            if method == "def":
+                op = op.split("(", 1)[0].strip()
+            if "::" in op:
+                ns, op = op.split("::", 1)
+            target = _kernel_name(args[1].text.decode("utf-8", "replace")) if len(args) > 1 else None
+            kind = "library_def" if method == "def" else "library_impl"
+            registrations.append(Registration(def_index, kind, op, target, key, ns, site.start_point[0] + 1, pp))
+            return
+        site = cap["site"][0]
+        macro = cap["macro"][0].text.decode()
+        args = [_SPACE.sub("", a.text.decode("utf-8", "replace")) for a in cap["arguments"][0].named_children]
+        line = site.start_point[0] + 1
+        if macro == "DECLARE_DISPATCH":
+            if args:
+                stubs.append(StubDecl("declare", args[-1], ",".join(args[:-1]) or None, line, pp))
+        elif macro == "DEFINE_DISPATCH":
+            if args:
+                stubs.append(StubDecl("define", args[0], None, line, pp))
+        elif macro.startswith("AT_DISPATCH_"):
+            name = None
+            groups = [macro]
+            for a in cap["arguments"][0].named_children:
+                text = a.text.decode("utf-8", "replace")
+                if a.type == "string_literal" and name is None:
+                    m = _STRING.search(text)
+                    name = m.group(1) if m else text
+                elif a.type in ("identifier", "qualified_identifier") and re.fullmatch(r"(at::)?(ScalarType::|k)[A-Z]\w*", text):
+                    groups.append(text.rsplit("::", 1)[-1])
+                elif a.type == "call_expression" and text.startswith("AT_EXPAND("):
+                    groups.append(_SPACE.sub("", text[len("AT_EXPAND(") : -1]))
+            registrations.append(Registration(def_index, "at_dispatch", name or "", ", ".join(groups[1:]) or None, macro, None, line, pp))
+        elif args:
+            device, capability = _register_key(macro, path, args)
+            kernel = None if macro.endswith("NO_CPU_DISPATCH") or len(args) < 2 else _kernel_name(args[-1])
+            registrations.append(Registration(def_index, "register_dispatch", args[0], kernel, device, capability, line, pp))
+
+
+_STRAY_CLOSE = re.compile(rb"^(\s*}\s*;?\s*(//[^\n]*)?)+$")
+
+
+def _namespace_name(node) -> str:
+    name = node.child_by_field_name("name")
+    return _SPACE.sub("", name.text.decode("utf-8", "replace")) if name else "(anonymous namespace)"
+
+
+def _recover_namespaces(error_nodes, regions) -> None:
+    """Note [early-closed namespaces]: when unbalanced braces in the branches
+    of an #if make the grammar close a namespace early, the namespace's real
+    closing brace is left over as an ERROR holding only `}`. The definitions
+    between the two still belong to the namespace: extend its region to the
+    stray brace (as many namespaces as stray braces, innermost last)."""
+    for err in error_nodes:
+        text = err.text
+        if b"}" not in text or not _STRAY_CLOSE.match(text):
+            continue
+        count = text.count(b"}")
+        sib = err.prev_named_sibling
+        while sib is not None and sib.type != "namespace_definition":
+            sib = sib.prev_named_sibling
+        if sib is None:
+            continue
+        names = [_namespace_name(sib)]
+        cur = sib
+        while len(names) < count:
+            body = cur.child_by_field_name("body")
+            inner = [c for c in body.named_children if c.type != "comment"] if body else []
+            if not inner or inner[-1].type != "namespace_definition":
+                break
+            cur = inner[-1]
+            names.append(_namespace_name(cur))
+        regions.append((sib.end_byte, err.end_byte, "scope", "::".join(names)))
+
+
+def _kernel_name(text: str) -> str | None:
+    """The function a registration names: `&mul_kernel`, `TORCH_FN(wrapper_CPU_add)`."""
+    text = _strip_templates(text)
+    names = [n for n in _IDENT.findall(text) if n not in _LIB_WRAPPERS and n not in ("static_cast", "reinterpret_cast")]
+    if not names:
+        return None
+    return names[-1] if not text.startswith("&") else names[0]
+
+
+def _negate(cond: str) -> str:
+    if cond.startswith("!") and re.fullmatch(r"!\s*[\w:]+(\([^()]*\))?", cond):
+        return cond[1:].strip()
+    if cond.startswith("!defined(") and cond.endswith(")") and cond.count("(") == 1:
+        return cond[1:]
+    return f"!({cond})"
+
+
+def _preproc_of(stack) -> str | None:
+    conds = [payload for (_, _, tag, payload) in stack if tag == "pp"]
+    return " && ".join(conds) if conds else None
+
+
+def _context_of(stack) -> tuple[int, str | None, tuple | None]:
+    """(innermost definition, innermost case/if label inside it, TORCH_LIBRARY block)."""
+    cond = None
+    def_index = -1
+    lib = None
+    for _, _, tag, payload in reversed(stack):
+        if tag == "cond" and cond is None and def_index == -1:
+            cond = payload
+        elif tag == "def" and def_index == -1:
+            def_index = payload
+        elif tag == "lib" and lib is None:
+            lib = payload
+    return def_index, cond, lib
+
+
+def _sweep(regions, points):
+    """(start, kind, payload, enclosing regions outer..inner) for each point in
+    byte order (Note [regions]). The stack is shared: read it at once."""
+    regions.sort(key=lambda r: (r[0], -r[1]))
+    points.sort(key=lambda p: (p[0], p[1]))
+    stack: list = []
+    ri = 0
+    n = len(regions)
+    for start, kind, payload in points:
+        while ri < n and regions[ri][0] <= start:
+            r = regions[ri]
+            ri += 1
+            while stack and stack[-1][1] <= r[0]:
+                stack.pop()
+            if r[1] > start:
+                stack.append(r)
+        while stack and stack[-1][1] <= start:
+            stack.pop()
+        # Preprocessor regions may cross syntax regions (an #if around half a
+        # function): drop what has ended even when it is not on top.
+        yield start, kind, payload, [r for r in stack if r[1] > start]
+
+
+@functools.lru_cache(maxsize=4)
+def extractor(ops: OperatorNames) -> Extractor:
+    return Extractor(ops)

@@ -1,0 +1,417 @@
+"""Read a source tree's index: definitions, call sites, stub and library
+registrations and dtype dispatch sites, as frozen dataclasses whose
+locations carry the tree's origin (so links are pinned to its commit).
+
+    index = open_index(select_tree())
+    [conv] = index.definitions("at::native::_convolution")[:1]
+    for site in index.calls_from(conv): print(site.kind, site.callee, site.condition)
+    index.stub_registrations("mul_stub")      # CPU and CUDA kernels
+    index.library_impls("add.Tensor")         # TORCH_LIBRARY_IMPL m.impl(...) entries
+
+Names are looked up in three forms: a qualified name (`at::native::foo`,
+anonymous namespaces left out), a qualified suffix (`native::foo`), or a bare
+name (`foo`). `TORCH_IMPL_FUNC(mul_out)` and `TORCH_META_FUNC2(add, Tensor)`
+name structured kernels as the macros write them.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelmap.errors import SourceError
+from kernelmap.model import Edge, EdgeKind, Location, Origin, Symbol
+from kernelmap.source.build import index_path
+from kernelmap.source.schema import CALL_KINDS, SCHEMA_VERSION
+from kernelmap.source.trees import Tree
+
+
+class IndexMissing(SourceError):
+    """A tree that has not been indexed (or whose index is unreadable)."""
+
+
+@dataclass(frozen=True)
+class Definition:
+    """A definition in the tree, with what the index knows beyond `Symbol`."""
+
+    symbol: Symbol  # qualified name (anonymous namespaces spelled out), location, kind, #if condition
+    lookup: str  # the qualified name without anonymous namespaces
+    op: str | None = None  # structured kernels: the op their macro names ("mul_out", "add.Tensor")
+    id: int = 0  # row id, stable only within one build
+
+    @property
+    def name(self) -> str:
+        return self.symbol.qualified_name
+
+    @property
+    def location(self) -> Location:
+        return self.symbol.location
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """One call inside a definition."""
+
+    caller: Symbol | None  # None for calls at file scope
+    callee: str  # as written, template arguments removed: "at::cudnn_convolution", ".add"
+    name: str  # the called name: "cudnn_convolution"
+    kind: EdgeKind  # DISPATCHER, STUB, DIRECT, LAUNCH or VENDOR
+    location: Location
+    condition: str | None = None  # innermost "case ConvBackend::Cudnn" / "if (...)"
+    preproc: str | None = None  # enclosing preprocessor condition
+    library: str | None = None  # vendor calls: cudnn, cublas, cublasLt, onednn, mkl, blas, ...
+    op: str | None = None  # dispatcher calls: the operator
+
+    @property
+    def edge(self) -> Edge:
+        cond = " && ".join(c for c in (self.condition, f"#if {self.preproc}" if self.preproc else None) if c)
+        return Edge(self.caller.qualified_name if self.caller else "", self.callee, self.kind, cond or None, self.location)
+
+
+@dataclass(frozen=True)
+class StubDeclaration:
+    stub: str
+    kind: str  # declare | define
+    location: Location
+    function_type: str | None = None  # DECLARE_DISPATCH's first argument
+
+
+@dataclass(frozen=True)
+class StubRegistration:
+    """`REGISTER_DISPATCH(stub, &kernel)` and its variants."""
+
+    stub: str
+    kernel: str | None  # None for REGISTER_NO_CPU_DISPATCH
+    device: str  # CPU, CUDA, MPS, HIP, ... (from the macro, else the folder)
+    capability: str | None  # CPU capability: "each CPU capability" (native/cpu/ files), AVX2, AVX512, "none"
+    location: Location
+    condition: str | None = None
+
+
+@dataclass(frozen=True)
+class LibraryRegistration:
+    """`m.impl("op", kernel)` or `m.def("schema")` in a TORCH_LIBRARY* block."""
+
+    op: str  # as written without namespace: "add.Tensor"
+    namespace: str | None  # "aten", "quantized"
+    key: str | None  # TORCH_LIBRARY_IMPL's dispatch key; None for m.def and blocks without one
+    kernel: str | None
+    kind: str  # impl | def
+    location: Location
+    condition: str | None = None
+
+
+@dataclass(frozen=True)
+class DtypeDispatch:
+    """An `AT_DISPATCH_*` site."""
+
+    name: str  # the site's name string: "add_cpu"
+    macro: str  # AT_DISPATCH_FLOATING_TYPES_AND2, AT_DISPATCH_V2
+    dtypes: str | None  # extra scalar types and AT_EXPAND groups: "kHalf, kBFloat16"
+    enclosing: str | None  # the definition it is in
+    location: Location
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    path: str
+    size: int
+    errors: int  # ERROR nodes the grammar produced
+    skipped: str | None
+
+
+_MACRO_NAME = re.compile(r"(TORCH_IMPL_FUNC|TORCH_META_FUNC2?|TORCH_PRECOMPUTE_META_FUNC2?)\(\s*(\w+)\s*(?:,\s*(\w+)\s*)?\)")
+
+
+def open_index(tree: Tree) -> Index:
+    """The index of `tree`; IndexMissing when it was never built or is unusable."""
+    path = index_path(tree)
+    if not path.exists():
+        raise IndexMissing(f"the tree {tree.name!r} is not indexed yet; run `kernelmap index --source {tree.name}`")
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+    except sqlite3.DatabaseError as e:
+        raise IndexMissing(f"the index of {tree.name!r} is unreadable ({e}); run `kernelmap index --source {tree.name}` to rebuild it") from None
+    if meta.get("schema_version") != str(SCHEMA_VERSION):
+        db.close()
+        raise IndexMissing(f"the index of {tree.name!r} has another schema; run `kernelmap index --source {tree.name}` to rebuild it")
+    return Index(db, tree, path)
+
+
+class Index:
+    """Queries over one tree's index. Every answer is a list of frozen dataclasses."""
+
+    def __init__(self, db: sqlite3.Connection, tree: Tree, path: Path):
+        self._db = db
+        self.tree = tree
+        self.path = path
+        self.origin: Origin = tree.origin
+        self._strings: dict[int, str] = {}
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Index:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- helpers -----------------------------------------------------------
+
+    def _text(self, i: int | None) -> str | None:
+        if i is None:
+            return None
+        s = self._strings.get(i)
+        if s is None:
+            s = self._db.execute("SELECT text FROM strings WHERE id = ?", (i,)).fetchone()[0]
+            self._strings[i] = s
+        return s
+
+    def _id(self, text: str) -> int | None:
+        row = self._db.execute("SELECT id FROM strings WHERE text = ?", (text,)).fetchone()
+        return row[0] if row else None
+
+    def _loc(self, path: str, line: int, end_line: int | None = None) -> Location:
+        return Location(path, line, end_line, self.origin)
+
+    _SYMBOL_COLUMNS = "s.id, f.path, s.name_id, s.lookup_id, s.kind, s.line, s.end_line, s.cond_id, s.op_id"
+
+    def _definitions(self, where: str, args: tuple) -> list[Definition]:
+        rows = self._db.execute(
+            f"SELECT {self._SYMBOL_COLUMNS} FROM symbols s JOIN files f ON f.id = s.file_id WHERE {where} ORDER BY f.path, s.line",
+            args,
+        ).fetchall()
+        return [self._definition(r) for r in rows]
+
+    def _definition(self, r) -> Definition:
+        sid, path, name_id, lookup_id, kind, line, end_line, cond_id, op_id = r
+        sym = Symbol(self._text(name_id), self._loc(path, line, end_line), kind, self._text(cond_id))
+        return Definition(sym, self._text(lookup_id), self._text(op_id), sid)
+
+    # -- definitions -------------------------------------------------------
+
+    def definitions(self, name: str, *, kind: str | None = None) -> list[Definition]:
+        """Definitions of `name`: qualified, qualified suffix, bare, or a
+        structured kernel macro (`TORCH_IMPL_FUNC(mul_out)`)."""
+        name = name.strip()
+        m = _MACRO_NAME.fullmatch(name)
+        if m:
+            macro, op, overload = m.groups()
+            want = "structured_impl" if macro == "TORCH_IMPL_FUNC" else "structured_meta"
+            op_text = f"{op}.{overload}" if overload else op
+            return self.structured_kernels(op_text, kind=want)
+        name = name.removeprefix("::")
+        short = name.rsplit("::", 1)[-1]
+        short_id = self._id(short)
+        if short_id is None:
+            return []
+        found = self._definitions("s.short_id = ?", (short_id,))
+        if "::" in name:
+            found = [d for d in found if _qualified_match(name, d)]
+        if kind:
+            found = [d for d in found if d.symbol.kind == kind]
+        return found
+
+    def structured_kernels(self, op: str, *, kind: str | None = None) -> list[Definition]:
+        """TORCH_META_FUNC / TORCH_IMPL_FUNC definitions of `op` ("mul_out", "add.Tensor")."""
+        op_id = self._id(op)
+        if op_id is None:
+            return []
+        found = self._definitions("s.op_id = ?", (op_id,))
+        return [d for d in found if kind is None or d.symbol.kind == kind]
+
+    def definitions_in(self, path: str) -> list[Definition]:
+        """Every definition in one file, by line."""
+        return self._definitions("f.path = ?", (path,))
+
+    def definition_at(self, path: str, line: int) -> Definition | None:
+        """The innermost definition spanning `path:line`."""
+        found = self._definitions("f.path = ? AND s.line <= ? AND s.end_line >= ?", (path, line, line))
+        return max(found, key=lambda d: d.location.line, default=None)
+
+    def search(self, text: str, *, limit: int = 50) -> list[str]:
+        """Qualified names containing `text` (three characters or more), shortest first."""
+        text = text.strip()
+        if len(text) < 3:
+            raise SourceError("search for at least three characters")
+        quoted = '"' + text.replace('"', '""') + '"'
+        rows = self._db.execute(
+            "SELECT s.text FROM names JOIN strings s ON s.id = names.rowid WHERE names MATCH ? ORDER BY length(s.text) LIMIT ?",
+            (quoted, limit),
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    # -- calls ---------------------------------------------------------------
+
+    _CALL_COLUMNS = "c.symbol_id, f.path, c.callee_id, c.short_id, c.kind, c.lib_id, c.op_id, c.line, c.cond_id, c.pp_id"
+
+    def _calls(self, where: str, args: tuple, callers: dict[int, Symbol] | None = None) -> list[CallSite]:
+        rows = self._db.execute(
+            f"SELECT {self._CALL_COLUMNS} FROM calls c JOIN files f ON f.id = c.file_id WHERE {where} ORDER BY f.path, c.line",
+            args,
+        ).fetchall()
+        callers = dict(callers or {})
+        out = []
+        for sid, path, callee_id, short_id, kind, lib_id, op_id, line, cond_id, pp_id in rows:
+            caller = None
+            if sid is not None:
+                caller = callers.get(sid)
+                if caller is None:
+                    caller = callers[sid] = self._definitions("s.id = ?", (sid,))[0].symbol
+            out.append(
+                CallSite(caller, self._text(callee_id), self._text(short_id), EdgeKind(CALL_KINDS[kind]), self._loc(path, line),
+                         self._text(cond_id), self._text(pp_id), self._text(lib_id), self._text(op_id))
+            )
+        return out
+
+    def calls_from(self, definition: Definition | Symbol) -> list[CallSite]:
+        """The call sites inside one definition, by line."""
+        d = self._resolve(definition)
+        return self._calls("c.symbol_id = ?", (d.id,), {d.id: d.symbol})
+
+    def callers_of(self, name: str) -> list[CallSite]:
+        """Call sites whose callee is `name` (bare, or qualified: then the call
+        as written must agree with it, e.g. `at::cudnn_convolution`)."""
+        name = name.strip().removeprefix("::")
+        short = name.rsplit("::", 1)[-1]
+        short_id = self._id(short)
+        if short_id is None:
+            return []
+        sites = self._calls("c.short_id = ?", (short_id,))
+        if "::" in name:
+            sites = [s for s in sites if name.endswith(s.callee) or s.callee.endswith(name)]
+        return sites
+
+    def vendor_calls(self, library: str | None = None) -> list[CallSite]:
+        """Every call into a vendor library (or one of them: "cudnn", "cublas", ...)."""
+        if library is None:
+            return self._calls("c.kind = ?", (CALL_KINDS.index("vendor"),))
+        lib_id = self._id(library)
+        return [] if lib_id is None else self._calls("c.lib_id = ?", (lib_id,))
+
+    # -- registrations -------------------------------------------------------
+
+    def stub_declarations(self, stub: str) -> list[StubDeclaration]:
+        """DECLARE_DISPATCH / DEFINE_DISPATCH of `stub`."""
+        sid = self._id(stub)
+        if sid is None:
+            return []
+        rows = self._db.execute(
+            "SELECT f.path, st.kind, st.line, st.detail_id FROM stubs st JOIN files f ON f.id = st.file_id WHERE st.name_id = ? ORDER BY f.path, st.line",
+            (sid,),
+        ).fetchall()
+        return [StubDeclaration(stub, kind, self._loc(path, line), self._text(detail)) for path, kind, line, detail in rows]
+
+    def is_stub(self, name: str) -> bool:
+        return bool(self.stub_declarations(name))
+
+    def _registrations(self, kind: str, column: str, value: str):
+        vid = self._id(value)
+        if vid is None:
+            return []
+        return self._db.execute(
+            "SELECT f.path, r.line, r.name_id, r.target_id, r.key_id, r.detail_id, r.pp_id, r.symbol_id FROM registrations r"
+            f" JOIN files f ON f.id = r.file_id WHERE r.{column} = ? AND r.kind = ? ORDER BY f.path, r.line",
+            (vid, kind),
+        ).fetchall()
+
+    def stub_registrations(self, stub: str) -> list[StubRegistration]:
+        """The kernels registered for `stub`, per device and CPU capability."""
+        return [
+            StubRegistration(self._text(n), self._text(t), self._text(k) or "CPU", self._text(d), self._loc(p, line), self._text(pp))
+            for p, line, n, t, k, d, pp, _ in self._registrations("register_dispatch", "name_id", stub)
+        ]
+
+    def stubs_of_kernel(self, kernel: str) -> list[StubRegistration]:
+        """The registrations that name `kernel` as a stub's kernel."""
+        return [
+            StubRegistration(self._text(n), self._text(t), self._text(k) or "CPU", self._text(d), self._loc(p, line), self._text(pp))
+            for p, line, n, t, k, d, pp, _ in self._registrations("register_dispatch", "target_id", kernel)
+        ]
+
+    def library_impls(self, op: str) -> list[LibraryRegistration]:
+        """`m.impl` entries for `op` ("add.Tensor"; a base name "add" takes every overload)."""
+        return self._library("library_impl", op)
+
+    def library_defs(self, op: str) -> list[LibraryRegistration]:
+        """`m.def` entries for `op`."""
+        return self._library("library_def", op)
+
+    def _library(self, kind: str, op: str) -> list[LibraryRegistration]:
+        op = op.split("::", 1)[-1]
+        names = [op]
+        if "." not in op:
+            like = self._db.execute("SELECT text FROM strings WHERE text LIKE ? ESCAPE '\\'", (op.replace("_", "\\_") + ".%",)).fetchall()
+            names += [r[0] for r in like]
+        out = []
+        for n in names:
+            for p, line, name_id, t, k, d, pp, _ in self._registrations(kind, "name_id", n):
+                out.append(LibraryRegistration(self._text(name_id), self._text(d), self._text(k), self._text(t), kind.removeprefix("library_"),
+                                               self._loc(p, line), self._text(pp)))
+        return sorted(out, key=lambda r: (r.location.path, r.location.line))
+
+    def dtype_dispatches(self, definition: Definition | Symbol) -> list[DtypeDispatch]:
+        """The AT_DISPATCH_* sites inside one definition."""
+        d = self._resolve(definition)
+        rows = self._db.execute(
+            "SELECT f.path, r.line, r.name_id, r.target_id, r.key_id FROM registrations r JOIN files f ON f.id = r.file_id"
+            " WHERE r.symbol_id = ? AND r.kind = 'at_dispatch' ORDER BY r.line",
+            (d.id,),
+        ).fetchall()
+        return [DtypeDispatch(self._text(n), self._text(k), self._text(t), d.name, self._loc(p, line)) for p, line, n, t, k in rows]
+
+    def global_kernels(self, name: str | None = None) -> list[Definition]:
+        """`__global__` kernels (all, or those named `name`)."""
+        if name:
+            return self.definitions(name, kind="global_kernel")
+        return self._definitions("s.kind = 'global_kernel'", ())
+
+    # -- files -----------------------------------------------------------------
+
+    def files(self) -> Iterator[FileInfo]:
+        for path, size, errors, skipped in self._db.execute("SELECT path, size, errors, skipped FROM files ORDER BY path"):
+            yield FileInfo(path, size, errors, skipped)
+
+    def worst_files(self, limit: int = 10) -> list[FileInfo]:
+        """Files with the most regions the grammar could not parse."""
+        rows = self._db.execute("SELECT path, size, errors, skipped FROM files WHERE errors > 0 ORDER BY errors DESC, path LIMIT ?", (limit,))
+        return [FileInfo(*r) for r in rows]
+
+    def stats(self) -> dict[str, int]:
+        q = lambda sql: self._db.execute(sql).fetchone()[0]  # noqa: E731
+        return {
+            "files": q("SELECT count(*) FROM files"),
+            "files_with_errors": q("SELECT count(*) FROM files WHERE errors > 0"),
+            "files_skipped": q("SELECT count(*) FROM files WHERE skipped IS NOT NULL"),
+            "definitions": q("SELECT count(*) FROM symbols"),
+            "calls": q("SELECT count(*) FROM calls"),
+            "registrations": q("SELECT count(*) FROM registrations"),
+            "stubs": q("SELECT count(DISTINCT name_id) FROM stubs"),
+        }
+
+    @property
+    def meta(self) -> dict[str, str]:
+        return dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+
+    def _resolve(self, definition: Definition | Symbol) -> Definition:
+        if isinstance(definition, Definition):
+            return definition
+        loc = definition.location
+        for d in self._definitions("f.path = ? AND s.line = ?", (loc.path, loc.line)):
+            if d.name == definition.qualified_name:
+                return d
+        raise SourceError(f"{definition.qualified_name} at {loc} is not in the index of {self.tree.name!r}")
+
+
+def _qualified_match(name: str, d: Definition) -> bool:
+    """`name` names `d` whole or as a suffix of whole components."""
+    for full in (d.lookup, d.name):
+        if full == name or full.endswith("::" + name):
+            return True
+    return False
+

@@ -1,0 +1,2 @@
+; Regions the grammar could not parse.
+(ERROR) @error

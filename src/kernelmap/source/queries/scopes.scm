@@ -1,0 +1,16 @@
+; Scopes that qualify a definition's name, and the regions that condition a
+; call: namespaces (named, nested `a::b`, anonymous), classes and structs with
+; a body, switch cases and if branches.
+
+(namespace_definition body: (declaration_list) @namespace.body) @namespace
+
+(class_specifier name: (_) @class.name body: (field_declaration_list) @class.body)
+(struct_specifier name: (_) @class.name body: (field_declaration_list) @class.body)
+(union_specifier name: (_) @class.name body: (field_declaration_list) @class.body)
+
+(case_statement) @case
+
+(if_statement
+  condition: (condition_clause) @if.condition
+  consequence: (_) @if.then
+  alternative: (else_clause)? @if.else)

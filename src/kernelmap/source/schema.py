@@ -1,0 +1,89 @@
+"""The SQLite schema of a source tree's index, in one place, with its version.
+
+Repeated strings (names, callees, conditions, paths' parts of facts) are
+interned in `strings` and referred to by id; `names` is a trigram FTS5 index
+over the lookup names of definitions. Call kinds are small integers
+(`CALL_KINDS`) because calls are the bulk of the database.
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+# Call kinds as stored; their order is part of the schema.
+CALL_KINDS = ("direct", "dispatcher", "stub", "launch", "vendor")
+CALL_KIND_CODE = {k: i for i, k in enumerate(CALL_KINDS)}
+
+SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE strings (
+    id INTEGER PRIMARY KEY,
+    text TEXT NOT NULL UNIQUE,
+    named INTEGER NOT NULL DEFAULT 0      -- 1 once the text is in `names`
+);
+CREATE TABLE files (
+    id INTEGER PRIMARY KEY,
+    path TEXT NOT NULL UNIQUE,            -- repository-relative
+    sha1 TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    errors INTEGER NOT NULL,              -- ERROR nodes: regions the grammar could not parse
+    skipped TEXT                          -- why the file was not parsed, if it was not
+);
+CREATE TABLE symbols (
+    id INTEGER PRIMARY KEY,
+    file_id INTEGER NOT NULL,
+    name_id INTEGER NOT NULL,             -- with "(anonymous namespace)" parts
+    lookup_id INTEGER NOT NULL,           -- without them
+    short_id INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    line INTEGER NOT NULL,
+    end_line INTEGER NOT NULL,
+    cond_id INTEGER,                      -- enclosing preprocessor condition
+    op_id INTEGER                         -- structured kernels: the op the macro names
+);
+CREATE INDEX symbols_lookup ON symbols(lookup_id);
+CREATE INDEX symbols_short ON symbols(short_id);
+CREATE INDEX symbols_file ON symbols(file_id);
+CREATE INDEX symbols_op ON symbols(op_id) WHERE op_id IS NOT NULL;
+CREATE TABLE calls (
+    symbol_id INTEGER,                    -- the calling definition; NULL at file scope
+    file_id INTEGER NOT NULL,
+    callee_id INTEGER NOT NULL,           -- as written: "at::cudnn_convolution", ".add"
+    short_id INTEGER NOT NULL,
+    kind INTEGER NOT NULL,                -- index into CALL_KINDS
+    lib_id INTEGER,                       -- vendor library
+    op_id INTEGER,                        -- dispatcher calls: the operator
+    line INTEGER NOT NULL,
+    cond_id INTEGER,                      -- innermost case label or if condition
+    pp_id INTEGER                         -- enclosing preprocessor condition
+);
+CREATE INDEX calls_symbol ON calls(symbol_id);
+CREATE INDEX calls_short ON calls(short_id);
+CREATE TABLE registrations (
+    file_id INTEGER NOT NULL,
+    symbol_id INTEGER,                    -- enclosing definition (dtype dispatch sites)
+    kind TEXT NOT NULL,                   -- register_dispatch | library_impl | library_def | at_dispatch
+    name_id INTEGER NOT NULL,             -- stub, operator, or dispatch site name
+    target_id INTEGER,                    -- kernel, or dtype groups
+    key_id INTEGER,                       -- device, dispatch key, or AT_DISPATCH macro
+    detail_id INTEGER,                    -- CPU capability, or library namespace
+    line INTEGER NOT NULL,
+    pp_id INTEGER
+);
+CREATE INDEX registrations_name ON registrations(name_id);
+CREATE INDEX registrations_target ON registrations(target_id);
+CREATE INDEX registrations_file ON registrations(file_id);
+CREATE INDEX registrations_symbol ON registrations(symbol_id) WHERE symbol_id IS NOT NULL;
+CREATE TABLE stubs (
+    file_id INTEGER NOT NULL,
+    kind TEXT NOT NULL,                   -- declare | define
+    name_id INTEGER NOT NULL,
+    detail_id INTEGER,                    -- DECLARE_DISPATCH's function type
+    line INTEGER NOT NULL,
+    pp_id INTEGER
+);
+CREATE INDEX stubs_name ON stubs(name_id);
+CREATE INDEX stubs_file ON stubs(file_id);
+CREATE VIRTUAL TABLE names USING fts5(text, content='', tokenize='trigram');
+"""

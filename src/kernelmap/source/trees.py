@@ -1,0 +1,281 @@
+"""Source trees on this machine: a registry (one JSON file in the cache dir)
+of PyTorch checkouts and fetched archives, each described by its
+`version.txt` and, where known, its git commit.
+
+A tree is added once (`add_tree`, or `fetch_tree` in `kernelmap.source.fetch`)
+and then named by its registry name. `select_tree` picks the tree a command
+works on: the one matching the installed torch's commit when present, else
+the one named by `--source` or `KERNELMAP_SOURCE`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from kernelmap import env
+from kernelmap.errors import KernelmapError, SourceError
+from kernelmap.model import Origin, OriginKind
+
+SOURCE_ENV = "KERNELMAP_SOURCE"
+REGISTRY_VERSION = 1
+
+# The parts of a tree the index reads; a tree with none of them is no PyTorch tree.
+INDEXED_PARTS = ("aten", "c10", "torch/csrc")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+_SHA = re.compile(r"[0-9a-f]{40}")
+
+
+class NotATree(SourceError):
+    """A directory that holds no PyTorch source (no version.txt, no aten/ c10/ torch/csrc)."""
+
+
+class UnknownTree(SourceError):
+    """A tree name the registry does not hold."""
+
+
+@dataclass(frozen=True)
+class Tree:
+    """One registered PyTorch source tree."""
+
+    name: str  # registry name: "pytorch-2.6.0+dfsg", "pytorch-1eba9b3aa3c4"
+    root: Path
+    version: str  # the tree's version.txt: "2.6.0a0"
+    commit: str | None = None  # git HEAD (checkout) or the archive's commit (fetched)
+    kind: str = "local"  # local | fetched
+
+    @property
+    def origin(self) -> Origin:
+        """Where this tree's locations come from; its commit pins links."""
+        return Origin(OriginKind.TREE, self.version, self.commit, root=str(self.root), label=f"tree {self.name}")
+
+    @property
+    def missing_parts(self) -> tuple[str, ...]:
+        """The indexed parts (aten, c10, torch/csrc) this tree lacks."""
+        return tuple(p for p in INDEXED_PARTS if not (self.root / p).is_dir())
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["root"] = str(self.root)
+        return d
+
+    @staticmethod
+    def from_json(d: dict) -> Tree:
+        return Tree(d["name"], Path(d["root"]), d["version"], d.get("commit"), d.get("kind", "local"))
+
+
+# ---------------------------------------------------------------------------
+# Reading a tree's identity
+# ---------------------------------------------------------------------------
+
+
+def read_version(root: Path) -> str:
+    """The tree's version.txt, stripped; NotATree when absent or empty."""
+    try:
+        version = (root / "version.txt").read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        raise NotATree(f"{root} is not a PyTorch source tree: it has no version.txt") from None
+    if not version or "\n" in version or len(version) > 64:
+        raise NotATree(f"{root}/version.txt does not hold one version line")
+    return version
+
+
+def read_git_head(root: Path) -> str | None:
+    """The commit a checkout's HEAD names, read from .git without the git binary.
+
+    Follows a symbolic ref through loose refs and packed-refs, and a `.git`
+    file (`gitdir: ...`, as in worktrees and submodules). None when there is
+    no .git or the ref is unborn.
+    """
+    git = root / ".git"
+    if git.is_file():
+        text = git.read_text(errors="replace").strip()
+        if not text.startswith("gitdir:"):
+            return None
+        git = (root / text[len("gitdir:") :].strip()).resolve()
+    if not git.is_dir():
+        return None
+    try:
+        head = (git / "HEAD").read_text(errors="replace").strip()
+    except OSError:
+        return None
+    if _SHA.fullmatch(head):
+        return head
+    if not head.startswith("ref:"):
+        return None
+    ref = head[len("ref:") :].strip()
+    # A worktree keeps HEAD in its own dir but refs in the common dir.
+    dirs = [git]
+    common = git / "commondir"
+    if common.is_file():
+        dirs.append((git / common.read_text().strip()).resolve())
+    for d in dirs:
+        loose = d / ref
+        if loose.is_file():
+            sha = loose.read_text(errors="replace").strip()
+            if _SHA.fullmatch(sha):
+                return sha
+        packed = d / "packed-refs"
+        if packed.is_file():
+            for line in packed.read_text(errors="replace").splitlines():
+                parts = line.split(" ", 1)
+                if len(parts) == 2 and parts[1].strip() == ref and _SHA.fullmatch(parts[0]):
+                    return parts[0]
+    return None
+
+
+def inspect_tree(root: Path, name: str | None = None, *, kind: str = "local", commit: str | None = None) -> Tree:
+    """Describe the PyTorch tree at `root` (not registering it)."""
+    root = Path(root).expanduser()
+    if not root.is_dir():
+        raise NotATree(f"{root} is not a directory")
+    root = root.resolve()
+    version = read_version(root)
+    if all(not (root / p).is_dir() for p in INDEXED_PARTS):
+        raise NotATree(f"{root} is not a PyTorch source tree: it has none of {', '.join(INDEXED_PARTS)}")
+    tree = Tree(name or _default_name(root), root, version, commit or read_git_head(root), kind)
+    if not _NAME.fullmatch(tree.name):
+        raise KernelmapError(f"a tree name is letters, digits and . _ + -, not {tree.name!r}")
+    return tree
+
+
+def _default_name(root: Path) -> str:
+    name = re.sub(r"[^A-Za-z0-9._+-]", "-", root.name).lstrip("._+-")
+    return name or "tree"
+
+
+# ---------------------------------------------------------------------------
+# The registry
+# ---------------------------------------------------------------------------
+
+
+def registry_path() -> Path:
+    return env.cache_dir() / "trees.json"
+
+
+def _load() -> dict[str, Tree]:
+    path = registry_path()
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        raise SourceError(f"the tree registry {path} is unreadable ({e}); remove it and add the trees again") from None
+    if not isinstance(data, dict) or data.get("version") != REGISTRY_VERSION:
+        return {}
+    return {d["name"]: Tree.from_json(d) for d in data.get("trees", [])}
+
+
+def _save(trees: dict[str, Tree]) -> None:
+    """Write the registry atomically: a temporary file renamed over the old one."""
+    path = registry_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"version": REGISTRY_VERSION, "trees": [t.to_json() for t in sorted(trees.values(), key=lambda t: t.name)]}
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".trees-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(payload, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _locked():
+    from filelock import FileLock
+
+    path = registry_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(path) + ".lock", timeout=30)
+
+
+def register(tree: Tree) -> Tree:
+    """Add or replace `tree` in the registry; a name held by another root is refused."""
+    with _locked():
+        trees = _load()
+        old = trees.get(tree.name)
+        if old is not None and old.root != tree.root:
+            raise SourceError(f"a tree named {tree.name!r} already exists at {old.root}; pick another name with --name")
+        trees[tree.name] = tree
+        _save(trees)
+    return tree
+
+
+def add_tree(path: Path | str, name: str | None = None) -> Tree:
+    """Register the local PyTorch checkout at `path` (any version)."""
+    return register(inspect_tree(Path(path), name))
+
+
+def list_trees() -> list[Tree]:
+    """Every registered tree, by name."""
+    return sorted(_load().values(), key=lambda t: t.name)
+
+
+def get_tree(name: str) -> Tree:
+    tree = _load().get(name)
+    if tree is None:
+        known = ", ".join(t.name for t in list_trees()) or "none; add one with `kernelmap source add PATH`"
+        raise UnknownTree(f"no source tree named {name!r} (known: {known})")
+    return tree
+
+
+def remove_tree(name: str) -> Tree:
+    """Forget a tree and delete its index; a fetched tree's files are deleted too."""
+    import shutil
+
+    from kernelmap.source.build import index_path
+
+    with _locked():
+        trees = _load()
+        tree = trees.pop(name, None)
+        if tree is None:
+            raise UnknownTree(f"no source tree named {name!r}")
+        _save(trees)
+    for p in (index_path(tree), Path(str(index_path(tree)) + ".lock")):
+        p.unlink(missing_ok=True)
+    if tree.kind == "fetched" and tree.root.is_relative_to(env.cache_dir()):
+        shutil.rmtree(tree.root, ignore_errors=True)
+    return tree
+
+
+def select_tree(name: str | None = None) -> Tree:
+    """The tree a command works on.
+
+    The tree whose commit is the installed torch's, when registered; else the
+    one named by `name` (`--source`) or `KERNELMAP_SOURCE`. A name may also be
+    a directory, which is inspected without being registered.
+    """
+    trees = list_trees()
+    if name is None:
+        try:
+            commit = env.torch_install().commit
+        except KernelmapError:
+            commit = None
+        if commit:
+            for t in trees:
+                if t.commit == commit:
+                    return t
+        name = os.environ.get(SOURCE_ENV) or None
+    if name is None:
+        if len(trees) == 1:
+            return trees[0]
+        hint = "several are registered; pick one with --source or KERNELMAP_SOURCE" if trees else (
+            "add one with `kernelmap source add PATH` or `kernelmap source fetch`"
+        )
+        raise SourceError(f"no source tree selected: {hint}")
+    for t in trees:
+        if t.name == name:
+            return t
+    if os.sep in name or Path(name).is_dir():
+        root = Path(name).expanduser().resolve()
+        for t in trees:
+            if t.root == root:
+                return t
+        return inspect_tree(root)
+    return get_tree(name)

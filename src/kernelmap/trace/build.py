@@ -60,7 +60,8 @@ _BUILTIN = re.compile(r"^<built-in (?:method|function) (?P<name>[\w.]+)(?: of (?
 _SPLICED_FRAMES = re.compile(
     r"^(torch/nn/modules/module\.py\(\d+\): (_call_impl|_wrapped_call_impl|__getattr__|__call__)"
     r"|torch/profiler/|torch/autograd/profiler|kernelmap/|runpy\.py|<frozen runpy>|contextlib\.py"
-    r"|torch/utils/_contextlib\.py|<built-in method _get_tracing_state)"
+    r"|torch/utils/_contextlib\.py|<built-in method _get_tracing_state|<built-in function exec>"
+    r"|click/|kernelmap\(\d+\): <module>)"
 )
 
 

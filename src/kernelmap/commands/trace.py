@@ -1,0 +1,108 @@
+"""`kernelmap trace`: what runs in my model, as one call tree and summaries."""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+
+import click
+
+
+def _print_error(error: BaseException) -> None:
+    """The traced code's traceback, without kernelmap's and runpy's own frames."""
+    te = traceback.TracebackException.from_exception(error)
+    te.stack = traceback.StackSummary.from_list(
+        [f for f in te.stack if "kernelmap/trace/" not in f.filename and not f.filename.endswith("runpy.py")]
+    )
+    click.echo("".join(te.format()).rstrip(), err=True)
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("target", required=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("-c", "--code", help="Trace this Python code instead of a script.")
+@click.option("--from", "from_file", type=click.Path(dir_okay=False), help="Read a Chrome/Kineto trace (.json or .json.gz) recorded elsewhere.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format of the tree.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document: the tree (calltree/1) and the summary.")
+@click.option("--tree/--no-tree", default=True, show_default=True, help="Show the call tree.")
+@click.option("--summary/--no-summary", default=True, show_default=True, help="Show the per operator, module and file summary.")
+@click.option("--depth", type=int, help="Show the tree down to this depth.")
+@click.option("--min-us", type=float, default=0.0, help="Hide tree nodes shorter than this many microseconds.")
+@click.option("--top", type=int, default=25, show_default=True, help="Rows per summary table.")
+@click.option("--all-frames", is_flag=True, help="Keep every Python frame (by default frames that ran no operator and module-call wrappers are dropped).")
+@click.option("--source", "source_tree", help="Source tree (registered name or directory) whose index links kernels to source.")
+@click.option("--export-chrome", type=click.Path(dir_okay=False), help="Write the trace with kernelmap's source links in each event's args (opens in Perfetto).")
+@click.option("--width", type=int, help="Output width (default: the terminal's).")
+def trace(target, args, code, from_file, fmt, as_json, tree, summary, depth, min_us, top, all_frames, source_tree, export_chrome, width):
+    """Run Python code under the profiler (or read a trace) and show what ran.
+
+    TARGET is a script (run as `python script.py ARGS...`) or
+    `package.module:function` (called with no arguments). Use -c for a code
+    string, or --from for a trace exported by torch.profiler on another
+    machine (GPU traces included: runtime launches and kernels are joined by
+    correlation id and flow events).
+
+    Every aten operator is resolved: its native_functions.yaml entry, the
+    dispatch key and kernel that served it, the kernel's source (with an
+    indexed source tree), the vendor library it ends in (closed or open),
+    and for convolutions the backend chosen.
+
+    If the traced code raises or is interrupted, the partial tree is shown,
+    then the exception; the exit status is non-zero.
+
+    \b
+    Examples:
+      kernelmap trace examples/trace_resnet50.py
+      kernelmap trace -c "import torch; torch.nn.Conv2d(3, 8, 3)(torch.randn(1, 3, 32, 32))"
+      kernelmap trace mypkg.bench:step --no-tree --top 10
+      kernelmap trace --from trace.json.gz --export-chrome annotated.json
+    """
+    from kernelmap.errors import BadInput
+    from kernelmap import trace as tracing
+
+    sources = sum(x is not None for x in (target, code, from_file))
+    if sources != 1:
+        raise BadInput("give one of: a script or module:function, -c CODE, or --from TRACE")
+    if args and target is None:
+        raise BadInput("arguments are passed to a script; give the script first")
+    options = {"keep_frames": all_frames, "source_tree": source_tree}
+    if from_file is not None:
+        result = tracing.load(from_file, keep_frames=all_frames, source_tree=source_tree)
+    elif code is not None:
+        result = tracing.run_code(code, **options)
+    elif ":" in target and not target.endswith(".py"):
+        result = tracing.run_function(target, **options)
+    else:
+        result = tracing.run_script(target, tuple(args), **options)
+
+    if export_chrome:
+        result.export_chrome(export_chrome)
+    if as_json or fmt == "json":
+        from kernelmap.render.json import to_json
+
+        doc = {"kernelmap": "trace/1", "tree": to_json(result.tree) if tree else None}
+        doc["summary"] = result.summary().to_json() if summary else None
+        click.echo(json.dumps(doc, indent=2, default=str))
+    else:
+        from kernelmap.render import render
+
+        if tree:
+            click.echo(render(result.tree, "text", width=width, color=None if sys.stdout.isatty() else False, max_depth=depth, min_us=min_us), nl=False)
+        if summary:
+            if tree:
+                click.echo()
+            click.echo(result.summary().to_text(top=top, width=width or 120), nl=False)
+        if export_chrome:
+            click.echo(f"wrote {export_chrome}")
+
+    error = result.error
+    if error is not None:
+        if isinstance(error, KeyboardInterrupt):
+            click.echo("kernelmap: the traced code was interrupted; the tree above is partial", err=True)
+            sys.exit(130)
+        if isinstance(error, SystemExit):
+            sys.exit(error.code if isinstance(error.code, int) else 1)
+        _print_error(error)
+        click.echo("kernelmap: the traced code raised; the tree above is partial", err=True)
+        sys.exit(1)

@@ -1,0 +1,250 @@
+"""A resolved trace tree -> summaries per operator, per module and per source
+file, as plain data with a JSON form and a fixed-width text form.
+
+Times are the profiler's: `total` is an event's duration, `self` its
+duration less that of its operator children (host time); device time is the
+sum of the GPU kernels it launched, itself or below it. An operator that
+calls another counts in both rows, as in `key_averages()`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kernelmap.model import CallNode, CallTree
+
+_HOST_KINDS = ("op", "autograd", "annotation")
+
+
+@dataclass
+class OpRow:
+    name: str  # aten::conv2d (the profiler's name; `op` is the catalog's overload)
+    op: str | None = None
+    calls: int = 0
+    self_us: float = 0.0
+    total_us: float = 0.0
+    device_us: float = 0.0
+    shapes: Counter = field(default_factory=Counter)  # "[1, 3, 224, 224], [64, 3, 7, 7]" -> calls
+    kernels: Counter = field(default_factory=Counter)  # device kernel name -> launches
+    dispatch_key: str | None = None
+    kernel: str | None = None
+    source: str | None = None  # file:line of the kernel, or the catalog entry
+    vendor: str | None = None
+    closed: bool = False
+    unknown: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["shapes"] = [{"shapes": s, "calls": n} for s, n in self.shapes.most_common(5)]
+        d["kernels"] = [{"name": k, "launches": n} for k, n in self.kernels.most_common()]
+        for k in ("self_us", "total_us", "device_us"):
+            d[k] = round(d[k], 3)
+        return d
+
+
+@dataclass
+class GroupRow:
+    """A module type, or a source file: calls and time."""
+
+    name: str
+    calls: int = 0
+    total_us: float = 0.0
+    device_us: float = 0.0
+    ops: Counter = field(default_factory=Counter)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "calls": self.calls,
+            "total_us": round(self.total_us, 3),
+            "device_us": round(self.device_us, 3),
+            "ops": dict(self.ops.most_common(10)),
+        }
+
+
+@dataclass
+class Summary:
+    ops: list[OpRow]
+    modules: list[GroupRow]
+    files: list[GroupRow]
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ops": [r.to_json() for r in self.ops],
+            "modules": [r.to_json() for r in self.modules],
+            "files": [r.to_json() for r in self.files],
+            "notes": list(self.notes),
+        }
+
+    def to_text(self, top: int = 25, width: int = 100) -> str:
+        """Fixed-width tables, longest total time first."""
+        out = []
+        out.append(_table(
+            f"Operators ({len(self.ops)}; top {min(top, len(self.ops))} by total time)",
+            ("operator", "calls", "self ms", "total ms", "dev ms", "served by", "source"),
+            [
+                (
+                    r.name + (" ?" if r.unknown else ""),
+                    str(r.calls),
+                    _ms(r.self_us),
+                    _ms(r.total_us),
+                    _ms(r.device_us) if r.device_us else "-",
+                    (r.dispatch_key or "-") + (f" [{r.vendor}{', closed' if r.closed else ''}]" if r.vendor else ""),
+                    r.kernel or r.source or "-",
+                )
+                for r in self.ops[:top]
+            ],
+            width,
+        ))
+        out.append(_table(
+            f"Modules ({len(self.modules)})",
+            ("module", "calls", "total ms", "dev ms", "top operators"),
+            [(r.name, str(r.calls), _ms(r.total_us), _ms(r.device_us) if r.device_us else "-", ", ".join(r.ops.keys())[:60]) for r in self.modules[:top]],
+            width,
+        ))
+        out.append(_table(
+            f"Source files ({len(self.files)})",
+            ("file", "calls", "self ms", "dev ms", "operators/kernels"),
+            [(r.name, str(r.calls), _ms(r.total_us), _ms(r.device_us) if r.device_us else "-", ", ".join(r.ops.keys())[:60]) for r in self.files[:top]],
+            width,
+        ))
+        unknown = [r.name for r in self.ops if r.unknown]
+        if unknown:
+            out.append(f"? not in the installed torch's catalog: {', '.join(unknown)}\n")
+        return "\n".join(out)
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:.3f}"
+
+
+def _table(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]], width: int) -> str:
+    cols = list(zip(header, *rows)) if rows else [(h,) for h in header]
+    widths = [max(len(c) for c in col) for col in cols]
+    # The last column takes what is left of the width.
+    fixed = sum(widths[:-1]) + 2 * (len(widths) - 1)
+    widths[-1] = max(10, min(widths[-1], width - fixed))
+    numeric = {i for i, h in enumerate(header) if h in ("calls", "self ms", "total ms", "dev ms")}
+
+    def line(cells):
+        parts = []
+        for i, (c, w) in enumerate(zip(cells, widths)):
+            c = c if len(c) <= w else c[: w - 1] + "…"
+            parts.append(c.rjust(w) if i in numeric else c.ljust(w))
+        return "  ".join(parts).rstrip()
+
+    lines = [title, line(header), "  ".join("-" * w for w in widths)]
+    lines += [line(r) for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _shape_text(shapes: Any) -> str:
+    if not shapes:
+        return ""
+    return ", ".join(str(list(s)) if isinstance(s, (list, tuple)) else str(s) for s in shapes if s not in ([], None)) or ""
+
+
+def summarize(tree: CallTree) -> Summary:
+    """Aggregate the resolved tree (explicit-stack walks, no recursion)."""
+    nodes = [n for _, n in tree.walk()]
+    # Device time below each node, computed post-order.
+    device: dict[int, float] = {}
+    order: list[CallNode] = []
+    stack = [tree.root]
+    while stack:
+        n = stack.pop()
+        order.append(n)
+        stack.extend(n.children)
+    for n in reversed(order):
+        own = n.attrs.get("duration_us", 0.0) if n.kind in ("gpu_kernel", "gpu_memcpy", "gpu_memset") else 0.0
+        device[id(n)] = own + sum(device[id(c)] for c in n.children)
+
+    ops: dict[str, OpRow] = {}
+    modules: dict[str, GroupRow] = {}
+    files: dict[str, GroupRow] = defaultdict(lambda: GroupRow(""))
+    for n in nodes:
+        dur = float(n.attrs.get("duration_us", 0.0))
+        if n.kind in ("op", "autograd"):
+            row = ops.get(n.name)
+            if row is None:
+                row = ops[n.name] = OpRow(n.name)
+            a = n.attrs
+            row.calls += 1
+            row.total_us += dur
+            row.self_us += dur - sum(float(c.attrs.get("duration_us", 0.0)) for c in n.children if c.kind in _HOST_KINDS)
+            row.device_us += device[id(n)]
+            shape = _shape_text(a.get("input_shapes"))
+            if shape:
+                row.shapes[shape] += 1
+            row.op = row.op or a.get("op")
+            row.dispatch_key = row.dispatch_key or a.get("dispatch_key")
+            row.kernel = row.kernel or a.get("kernel")
+            row.source = row.source or a.get("source") or a.get("yaml")
+            if a.get("vendor"):
+                row.vendor = a["vendor"]
+                row.closed = row.closed or bool(a.get("closed"))
+            row.unknown = row.unknown or bool(a.get("unknown")) and n.name.startswith("aten::")
+            for k in _kernels_below(n):
+                row.kernels[k.name] += 1
+                if k.attrs.get("closed") and k.attrs.get("vendor") not in (None, "CUDA runtime"):
+                    row.closed = True
+                    row.vendor = row.vendor or k.attrs.get("vendor")
+            src = a.get("source") or a.get("kernel_file")
+            key = src.rsplit(":", 1)[0] if src else None
+            if key is None and a.get("registered_at"):
+                key = a["registered_at"].rsplit(":", 1)[0]
+            if key:
+                f = files[key]
+                f.name = key
+                f.calls += 1
+                f.total_us += row_self(n)
+                f.ops[n.name] += 1
+        elif n.kind == "module":
+            mtype = n.name.rsplit("_", 1)[0]
+            g = modules.setdefault(mtype, GroupRow(mtype))
+            g.calls += 1
+            g.total_us += dur
+            g.device_us += device[id(n)]
+            for c in _ops_directly_below(n):
+                g.ops[c] += 1
+        elif n.kind == "gpu_kernel" and n.attrs.get("source_file"):
+            f = files[n.attrs["source_file"]]
+            f.name = n.attrs["source_file"]
+            f.calls += 1
+            f.device_us += dur
+            f.ops[n.attrs.get("kernel") or n.name] += 1
+    return Summary(
+        ops=sorted(ops.values(), key=lambda r: (-r.total_us, r.name)),
+        modules=sorted(modules.values(), key=lambda r: (-r.total_us, r.name)),
+        files=sorted(files.values(), key=lambda r: (-(r.total_us + r.device_us), r.name)),
+        notes=tree.notes,
+    )
+
+
+def row_self(n: CallNode) -> float:
+    return float(n.attrs.get("duration_us", 0.0)) - sum(float(c.attrs.get("duration_us", 0.0)) for c in n.children if c.kind in _HOST_KINDS)
+
+
+def _kernels_below(n: CallNode):
+    """Device kernels launched by `n` itself (not through a nested op)."""
+    stack = list(n.children)
+    while stack:
+        c = stack.pop()
+        if c.kind in ("gpu_kernel", "gpu_memcpy", "gpu_memset"):
+            yield c
+        elif c.kind in ("launch", "runtime"):
+            stack.extend(c.children)
+
+
+def _ops_directly_below(n: CallNode):
+    """The outermost operators under a module (through Python frames, not nested modules)."""
+    stack = list(n.children)
+    while stack:
+        c = stack.pop()
+        if c.kind == "op":
+            yield c.name
+        elif c.kind in ("python", "binding"):
+            stack.extend(c.children)

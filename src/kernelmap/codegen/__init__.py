@@ -1,0 +1,216 @@
+"""Generated code on demand: the files that exist only in a PyTorch build
+directory (Python bindings, `at::_ops` entry points, autograd and tracing
+wrappers, `Register<Key>` wrappers, ufunc kernels), regenerated with the
+installed torch's own torchgen (or a source tree's), cached once per version,
+and the pieces one operator passes through.
+
+    files = generated_files()                 # the installed torch; generated on first use
+    files = generated_files(tree=Path(...))   # a source tree, with its own torchgen
+    code = locate("aten::conv2d")             # GeneratedCode: bindings, ops, registrations, ufunc
+    code.registration("CompositeImplicitAutograd").calls   # ('at::native::conv2d_symint',)
+
+Nothing here imports torch: torchgen runs in subprocesses, and later calls
+read the cache.
+
+Note [codegen options of a release build]
+The line numbers the live dispatcher reports (`RegisterCPU_0.cpp:1297`) are
+only reproduced by generating exactly as a release build does:
+
+* ATen: cmake/Codegen.cmake runs `python -m torchgen.gen --source-path
+  aten/src/ATen --install_dir build/aten/src/ATen` with
+  `--per-operator-headers` (USE_PER_OPERATOR_HEADERS is ON by default in
+  CMakeLists.txt, and it changes every #include block), once per
+  `--generate headers|sources|declarations_yaml`. kernelmap runs the sources
+  step only: it writes every Register*/Operators/Ufunc file, and the headers
+  step adds ~10,000 per-operator headers that register nothing.
+* Backends: `--rocm`, `--mps` and `--xpu` are added only by ROCm, macOS and
+  XPU builds (USE_ROCM, USE_MPS, USE_XPU); Linux CPU and CUDA wheels pass none
+  of them, and torchgen then writes RegisterCPU_*.cpp, RegisterCUDA_0.cpp,
+  RegisterMeta_0.cpp, the Sparse/Quantized/NestedTensor/Mkldnn keys and the
+  composite keys. A CPU wheel's dispatcher shows no CUDA registrations;
+  RegisterCUDA_0.cpp is generated all the same, as in a CUDA build.
+* Shards are fixed in torchgen itself, so the installed torchgen reproduces
+  its own build: RegisterCPU in 4, Operators in 5, RegisterFunctionalization
+  in 4 (gen.py); VariableType and TraceType in 10 in 2.13 (5 in 2.6),
+  ADInplaceOrViewType in 2, python_torch_functions in 3, python_functions in 5.
+* Autograd: caffe2/CMakeLists.txt runs tools/setup_helpers/generate_code.py,
+  which calls gen_autograd_python (python_*_functions, python_variable_methods,
+  python_functions) and gen_autograd (VariableType, TraceType,
+  ADInplaceOrViewType, Functions, ViewFuncs) with the nop selector into
+  torch/csrc/autograd/generated. Its `--gen_lazy_ts_backend` output
+  (RegisterLazy.cpp) registers nothing in the wheel's dispatcher and is not
+  generated. The wheel ships these generators as torchgen.packaged.autograd.
+* The live dispatcher confirms the file set: every registration it
+  attributes to build/ or */generated/ names a file generated here (see
+  tests/codegen/test_dispatcher_agrees.py).
+
+`*Everything.cpp` (all shards in one file, for tools) is dropped: the build
+compiles the shards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from kernelmap.codegen.build import (
+    CacheMismatch,
+    CodegenSource,
+    cache_root,
+    check_manifest,
+    generate,
+    installed_source,
+    tree_source,
+)
+from kernelmap.codegen.locate import GeneratedFiles, locate_op
+from kernelmap.codegen.sites import (
+    Binding,
+    Excerpt,
+    GeneratedCode,
+    Layer,
+    OpsFunction,
+    Registration,
+    StructuredClass,
+    UfuncKernel,
+)
+from kernelmap.errors import KernelmapError
+from kernelmap.model import Op, Origin, OriginKind
+
+__all__ = [
+    "Binding",
+    "CacheMismatch",
+    "CodegenSource",
+    "Excerpt",
+    "GeneratedCode",
+    "GeneratedFiles",
+    "Layer",
+    "NotGenerated",
+    "OpsFunction",
+    "Registration",
+    "StructuredClass",
+    "UfuncKernel",
+    "generated_files",
+    "locate",
+    "open_generated",
+    "resolve_op",
+]
+
+
+class NotGenerated(KernelmapError):
+    """The generated files of this torch version or tree are not in the cache yet."""
+
+
+def _source(tree: Path | None) -> CodegenSource:
+    return installed_source() if tree is None else tree_source(tree)
+
+
+def _generated_origin(source: CodegenSource, directory: Path) -> Origin:
+    what = f"torch {source.origin.version}" if source.torchgen_root is None else source.origin.label
+    return Origin(OriginKind.GENERATED, source.origin.version, source.origin.commit, root=str(directory), label=f"generated from {what}")
+
+
+def open_generated(tree: Path | None = None) -> GeneratedFiles:
+    """The cached files of the installed torch (or `tree`), without generating:
+    NotGenerated when absent, CacheMismatch when another version filled the directory."""
+    source = _source(tree)
+    directory = cache_root() / source.slug
+    if not directory.exists():
+        raise NotGenerated(f"no generated files for {source.describe} in {directory.parent}")
+    manifest = check_manifest(directory, source)
+    return GeneratedFiles(directory, manifest, _generated_origin(source, directory))
+
+
+def generated_files(tree: Path | None = None, *, progress: bool = False, regenerate: bool = False) -> GeneratedFiles:
+    """The generated files of the installed torch (or `tree`), generating them
+    first if the cache lacks them or holds another version's (a few seconds
+    of torchgen in subprocesses; `progress` shows a bar on stderr)."""
+    import filelock
+
+    source = _source(tree)
+    directory = cache_root() / source.slug
+    if not regenerate:
+        try:
+            return open_generated(tree)
+        except (NotGenerated, CacheMismatch) as e:
+            reason = e
+    else:
+        reason = None
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with filelock.FileLock(str(directory.parent / f".{source.slug}.lock")):
+        if not regenerate:  # another process may have generated it meanwhile
+            try:
+                return open_generated(tree)
+            except (NotGenerated, CacheMismatch):
+                pass
+        _generate_with_progress(source, directory, progress, reason)
+    return open_generated(tree)
+
+
+def _generate_with_progress(source: CodegenSource, directory: Path, progress: bool, reason: Exception | None) -> None:
+    if not progress:
+        generate(source, directory)
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from kernelmap.codegen.build import STEPS
+
+    console = Console(stderr=True)
+    if isinstance(reason, CacheMismatch):
+        console.print(f"[yellow]regenerating:[/] {reason}", highlight=False)
+    labels = dict(STEPS) | {"index": "index the generated files"}
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        overall = bar.add_task(f"generating code for {source.describe}", total=len(labels))
+        tasks: dict[str, int] = {}
+
+        def report(step: str, state: str) -> None:
+            if state == "start":
+                tasks[step] = bar.add_task(f"  {labels[step]}", total=1)
+            else:
+                bar.update(tasks[step], completed=1, visible=False)
+                bar.advance(overall)
+
+        manifest = generate(source, directory, report)
+    console.print(f"generated {manifest['files']} files for {source.describe} in {manifest['seconds']} s", highlight=False)
+
+
+def resolve_op(name: str, tree: Path | None = None) -> tuple[Op, Op | None]:
+    """The operator `name` (`aten::conv2d`, `conv2d`, `add.out`, `add`) in the
+    catalog, and the operator whose ufunc_inner_loop made its ufunc kernels
+    (itself or its structured delegate), if any. UnknownName / BadInput otherwise."""
+    from kernelmap.catalog import load_catalog
+
+    catalog = load_catalog(tree=tree)
+    op = catalog.resolve(name)[0]
+    ufunc_op = None
+    if op.ufunc_inner_loop:
+        ufunc_op = op
+    elif op.structured_delegate:
+        delegate = catalog.delegate(op)
+        if delegate is not None and delegate.ufunc_inner_loop:
+            ufunc_op = delegate
+    return op, ufunc_op
+
+
+def locate(
+    name: str,
+    *,
+    layers: Iterable[Layer | str] | None = None,
+    tree: Path | None = None,
+    files: GeneratedFiles | None = None,
+    progress: bool = False,
+) -> GeneratedCode:
+    """Everything generated for operator `name`, limited to `layers` (all by default)."""
+    op, ufunc_op = resolve_op(name, tree)
+    wanted = tuple(Layer(layer) for layer in layers) if layers is not None else tuple(Layer)
+    if files is None:
+        files = generated_files(tree, progress=progress)
+    return locate_op(files, op, wanted, ufunc_op)

@@ -1,0 +1,243 @@
+"""Fill the cache with the generated files of one torch version (or one source
+tree): run its torchgen in subprocesses, index what it wrote, and rename the
+result into place; later calls open it.
+
+Cache layout, under `kernelmap.env.cache_dir()`:
+
+    codegen/<slug>/manifest.json          who filled it: version, commit, torchgen, options
+    codegen/<slug>/index.sqlite           see kernelmap.codegen.index
+    codegen/<slug>/build/aten/src/ATen/   Register*.cpp, Operators_*.cpp, Ufunc*.cpp/.cu, ...
+    codegen/<slug>/torch/csrc/autograd/generated/   VariableType_*.cpp, python_*.cpp, ...
+
+A directory is built as `codegen/.<slug>.tmp-*` and renamed to `<slug>` only
+when complete, so a reader never sees half a cache. A manifest that names a
+different version, commit, torchgen or format than expected is detected
+(`CacheMismatch`); `generated_files()` then regenerates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelmap import env
+from kernelmap.codegen.index import SCHEMA_VERSION, build_index
+from kernelmap.errors import KernelmapError, SourceError, TorchgenError
+from kernelmap.model import Origin, OriginKind
+
+# Bump when the layout of the cache or the generation options change.
+FORMAT = 1
+
+ATEN_OUT = "build/aten/src/ATen"
+AUTOGRAD_OUT = "torch/csrc/autograd/generated"
+
+# The options kernelmap passes (see Note [codegen options of a release build]).
+ATEN_OPTIONS = ("--per-operator-headers", "--generate", "sources")
+
+# (step, what it writes) in the order they are shown.
+STEPS = (
+    ("aten", "ATen: Operators, Register<Key>, Ufunc kernels"),
+    ("autograd", "autograd: VariableType, TraceType, ADInplaceOrView, Functions"),
+    ("python", "Python bindings: python_*_functions, python_variable_methods"),
+)
+
+
+class CacheMismatch(KernelmapError):
+    """A cache directory filled by another torch version, tree or kernelmap format."""
+
+
+@dataclass(frozen=True)
+class CodegenSource:
+    """What the files are generated from: the installed wheel's torchgen and
+    packaged yaml/templates, or a source tree's own torchgen and tools/autograd."""
+
+    origin: Origin  # the wheel or the tree
+    aten_dir: Path  # holds native/native_functions.yaml and templates/
+    autograd_dir: Path  # holds derivatives.yaml, deprecated.yaml and templates/
+    torchgen_root: Path | None  # first on PYTHONPATH (a tree's root); None: the installed torchgen
+
+    @property
+    def slug(self) -> str:
+        """The cache directory's name: the version, and the commit or tree path."""
+        if self.torchgen_root is None:
+            tail = (self.origin.commit or "nocommit")[:12]
+            return f"torch-{self.origin.version}-{tail}"
+        tail = hashlib.sha256(str(self.torchgen_root).encode()).hexdigest()[:12]
+        return f"tree-{self.origin.version}-{tail}"
+
+    @property
+    def describe(self) -> str:
+        """`torch 2.13.0+cpu (commit cf30153c4c13)`, for messages."""
+        what = f"torch {self.origin.version}" if self.torchgen_root is None else f"the tree {self.torchgen_root} ({self.origin.version})"
+        return f"{what} (commit {self.origin.commit[:12]})" if self.origin.commit else what
+
+    def fingerprint(self) -> dict[str, str | None]:
+        """What the manifest records and what a reader expects to find in it."""
+        return {
+            "format": str(FORMAT),
+            "index_schema": str(SCHEMA_VERSION),
+            "source": "wheel" if self.torchgen_root is None else "tree",
+            "version": self.origin.version,
+            "commit": self.origin.commit,
+            "tree": str(self.torchgen_root) if self.torchgen_root else None,
+        }
+
+
+def installed_source() -> CodegenSource:
+    """The installed torch: its torchgen, with the yaml and templates it packages."""
+    install = env.torch_install()
+    packaged = install.torchgen_dir / "packaged"
+    return CodegenSource(install.origin, packaged / "ATen", packaged / "autograd", None)
+
+
+def tree_source(root: Path) -> CodegenSource:
+    """A PyTorch source tree: torchgen/ at its root, tools/autograd/, aten/src/ATen/."""
+    from kernelmap.catalog import tree_origin
+
+    root = Path(root).resolve()
+    needed = ("torchgen/gen.py", "tools/autograd/gen_autograd.py", "aten/src/ATen/native/native_functions.yaml")
+    missing = [p for p in needed if not (root / p).exists()]
+    if missing:
+        raise SourceError(f"{root} is not a PyTorch source tree (missing {', '.join(missing)})")
+    return CodegenSource(tree_origin(root), root / "aten/src/ATen", root / "tools/autograd", root)
+
+
+def cache_root() -> Path:
+    return env.cache_dir() / "codegen"
+
+
+def read_manifest(directory: Path) -> dict | None:
+    try:
+        return json.loads((directory / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def check_manifest(directory: Path, source: CodegenSource) -> dict:
+    """The manifest of a complete cache for `source`, or CacheMismatch saying what differs."""
+    manifest = read_manifest(directory)
+    if manifest is None:
+        raise CacheMismatch(f"{directory} holds no readable manifest.json")
+    expected = source.fingerprint()
+    found = manifest.get("fingerprint", {})
+    diffs = [f"{k} {found.get(k)!r} (expected {v!r})" for k, v in expected.items() if found.get(k) != v]
+    if diffs:
+        who = f"torch {found.get('version')}" + (f" (commit {str(found.get('commit'))[:12]})" if found.get("commit") else "")
+        raise CacheMismatch(f"{directory} was filled by {who}, not by {source.describe}: {'; '.join(diffs)}")
+    return manifest
+
+
+Reporter = Callable[[str, str], None]  # (step, "start" | "done")
+
+
+def generate(source: CodegenSource, target: Path, report: Reporter | None = None) -> dict:
+    """Generate every file for `source` and index them, into the new directory
+    `target` (built aside and renamed into place). Returns the manifest."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        started = time.perf_counter()
+        _run_steps(source, tmp, report or (lambda step, state: None))
+        files = _finish_tree(tmp)
+        if report:
+            report("index", "start")
+        fingerprint = source.fingerprint()
+        build_index(tmp / "index.sqlite", tmp, files, {k: str(v) for k, v in fingerprint.items()})
+        if report:
+            report("index", "done")
+        manifest = {
+            "fingerprint": fingerprint,
+            "label": source.describe,
+            "options": {"aten": list(ATEN_OPTIONS), "autograd": "gen_autograd + gen_autograd_python, nop selector"},
+            "files": len(files),
+            "seconds": round(time.perf_counter() - started, 2),
+        }
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        _swap_into_place(tmp, target)
+        return manifest
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_steps(source: CodegenSource, out: Path, report: Reporter) -> None:
+    """The three codegen steps, side by side in their own interpreters."""
+    script = Path(__file__).with_name("_generate.py")
+    environ = dict(os.environ)
+    cwd = None
+    if source.torchgen_root is not None:
+        # Note [one torchgen per interpreter] (catalog/store.py): the tree's
+        # torchgen and tools/ come first, never mixed with the installed one.
+        environ["PYTHONPATH"] = os.pathsep.join([str(source.torchgen_root), environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        cwd = str(source.torchgen_root)
+    running: dict[str, subprocess.Popen] = {}
+    logs: dict[str, tempfile._TemporaryFileWrapper] = {}
+    width = max(1, min(len(STEPS), os.cpu_count() or 1))
+    pending = [step for step, _ in STEPS]
+    failures: list[tuple[str, str]] = []
+    try:
+        while pending or running:
+            while pending and len(running) < width:
+                step = pending.pop(0)
+                logs[step] = tempfile.TemporaryFile(mode="w+")
+                cmd = [sys.executable, str(script), step, str(source.aten_dir), str(source.autograd_dir), str(out)]
+                running[step] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=logs[step], env=environ, cwd=cwd)
+                report(step, "start")
+            for step, proc in list(running.items()):
+                if proc.poll() is None:
+                    continue
+                del running[step]
+                if proc.returncode != 0:
+                    logs[step].seek(0)
+                    lines = [line for line in logs[step].read().strip().splitlines() if line.strip()]
+                    failures.append((step, lines[-1] if lines else f"exit status {proc.returncode}"))
+                    pending.clear()
+                else:
+                    report(step, "done")
+            if running:
+                time.sleep(0.05)
+    finally:
+        for proc in running.values():
+            proc.kill()
+        for log in logs.values():
+            log.close()
+    if failures:
+        step, message = failures[0]
+        raise TorchgenError(f"the torchgen of {source.describe} failed generating {step}: {message}")
+
+
+def _finish_tree(out: Path) -> list[str]:
+    """Drop what a build does not compile, and list the sources that remain."""
+    shutil.rmtree(out / ".scratch", ignore_errors=True)
+    shutil.rmtree(out / AUTOGRAD_OUT / "templates", ignore_errors=True)
+    files = []
+    for path in sorted(out.rglob("*")):
+        if not path.is_file():
+            continue
+        # `*Everything.cpp` holds all shards in one file for tools; the build
+        # compiles the shards, which are the files the dispatcher names.
+        if "Everything" in path.name:
+            path.unlink()
+            continue
+        if path.suffix in (".cpp", ".cu"):
+            files.append(path.relative_to(out).as_posix())
+    return files
+
+
+def _swap_into_place(tmp: Path, target: Path) -> None:
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        os.replace(target, old)
+        os.replace(tmp, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, target)

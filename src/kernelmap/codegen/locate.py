@@ -1,0 +1,344 @@
+"""Find one operator in the generated files: its Python binding, its
+`at::_ops` entry points, every wrapper registered for it, the backward node
+its autograd wrapper creates and its ufunc kernels; each as an `Excerpt`
+with the file and line a build directory would show.
+
+Lookups go through the index (kernelmap.codegen.index); only the lines shown
+are read from the files, and a definition's end is found by matching braces.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+
+from kernelmap.codegen.sites import (
+    Binding,
+    Excerpt,
+    GeneratedCode,
+    Layer,
+    OpsFunction,
+    Registration,
+    StructuredClass,
+    UfuncKernel,
+)
+from kernelmap.model import Location, Op, OperatorName, Origin
+
+# The Python name a binding gets from the file its method table is in.
+_PYTHON_MODULES = (
+    ("python_torch_functions", "torch"),
+    ("python_variable_methods", "torch.Tensor"),
+    ("python_nn_functions", "torch._C._nn"),
+    ("python_fft_functions", "torch._C._fft"),
+    ("python_linalg_functions", "torch._C._linalg"),
+    ("python_special_functions", "torch._C._special"),
+    ("python_sparse_functions", "torch._C._sparse"),
+    ("python_nested_functions", "torch._C._nested"),
+)
+_AUTOGRAD_FILES = ("VariableType_", "TraceType_", "ADInplaceOrViewType_")
+
+_STRING = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])\'')
+_CALL = re.compile(r"\b(at::[\w:]*\w)\s*(?:<[^<>()]*>)?\s*\(")
+_METHOD_CALL = re.compile(r"\bself\.(\w+)\s*\(")
+_KEEP_CALL = re.compile(r"^at::(?:(?:native|_ops|redispatch|cpu|cuda|meta|composite\w*|functionalization)::|[a-z_]\w*$)")
+_NOT_OPS = frozenset({"at::borrow_from_optional_tensor", "at::maybe_get_output", "at::empty_like", "at::zeros_like"})
+_GRAD_FN = re.compile(r"std::shared_ptr<(\w+)> grad_fn;")
+_STRUCTURED = re.compile(r"\b(structured_\w+)\b")
+_CASE = re.compile(r"^\s*case (\d+): \{")
+_SIGNATURE = re.compile(r'^\s*("(?:\\.|[^"\\])*"),\s*$')
+_REGISTER_DISPATCH = re.compile(r"^REGISTER_DISPATCH\((\w+), &(\w+)\)", re.M)
+
+
+def definition_end(lines: list[str], start: int, limit: int = 20000) -> int:
+    """The 1-based last line of the definition opening at 1-based line `start`:
+    where its braces balance again (string literals and // comments ignored)."""
+    depth = 0
+    opened = False
+    for index in range(start - 1, min(len(lines), start - 1 + limit)):
+        text = _STRING.sub('""', lines[index]).split("//", 1)[0]
+        opens, closes = text.count("{"), text.count("}")
+        depth += opens - closes
+        opened = opened or opens > 0
+        if opened and depth <= 0:
+            return index + 1
+    return start
+
+
+class GeneratedFiles:
+    """One complete set of generated files in the cache, with its index."""
+
+    def __init__(self, root: Path, manifest: dict, origin: Origin):
+        self.root = root
+        self.manifest = manifest
+        self.origin = origin  # kind GENERATED, root = the cache directory
+        self.db = sqlite3.connect(f"file:{root / 'index.sqlite'}?mode=ro", uri=True)
+        self._lines: dict[str, list[str]] = {}
+
+    def __repr__(self) -> str:
+        return f"GeneratedFiles({self.origin.label!r}, {str(self.root)!r})"
+
+    def lines(self, path: str) -> list[str]:
+        """The lines of a generated file, by its build path."""
+        if path not in self._lines:
+            self._lines[path] = (self.root / path).read_text(errors="replace").split("\n")
+        return self._lines[path]
+
+    def excerpt(self, path: str, line: int, end_line: int | None = None) -> Excerpt:
+        lines = self.lines(path)
+        end = end_line if end_line is not None else line
+        return Excerpt(Location(path, line, end, self.origin), "\n".join(lines[line - 1 : end]))
+
+    def definition(self, path: str, line: int) -> Excerpt:
+        """The function or struct whose first line is `path:line`."""
+        return self.excerpt(path, line, definition_end(self.lines(path), line))
+
+    def paths(self) -> list[str]:
+        return [p for (p,) in self.db.execute("SELECT path FROM files ORDER BY path")]
+
+    def has_file(self, path: str) -> bool:
+        return self.db.execute("SELECT 1 FROM files WHERE path = ?", (path,)).fetchone() is not None
+
+    def registrations_at(self, path: str, block_line: int) -> list[tuple[str, str, str]]:
+        """(namespace, key, op) of every m.impl in the TORCH_LIBRARY_IMPL block at `path:block_line`."""
+        return self.db.execute(
+            "SELECT i.namespace, i.key, i.op FROM impls i JOIN files f ON f.id = i.file "
+            "WHERE f.path = ? AND i.block_line = ?",
+            (path, block_line),
+        ).fetchall()
+
+    def schema_blocks(self, op: str) -> list[tuple[str, int]]:
+        """(path, block_line) of the TORCH_LIBRARY blocks that m.def `op`."""
+        return self.db.execute(
+            "SELECT f.path, s.block_line FROM schemas s JOIN files f ON f.id = s.file WHERE s.op = ?", (op,)
+        ).fetchall()
+
+    def defs(self, name: str, path: str | None = None) -> list[tuple[str, int, str, str | None]]:
+        """(path, line, kind, base) of the definitions called `name`."""
+        sql = "SELECT f.path, d.line, d.kind, d.base FROM defs d JOIN files f ON f.id = d.file WHERE d.name = ?"
+        args: tuple = (name,)
+        if path is not None:
+            sql += " AND f.path = ?"
+            args += (path,)
+        return self.db.execute(sql + " ORDER BY f.path, d.line", args).fetchall()
+
+
+# ---------------------------------------------------------------------------
+# One operator
+# ---------------------------------------------------------------------------
+
+
+def locate_op(files: GeneratedFiles, op: Op, layers: Iterable[Layer] = tuple(Layer), ufunc_op: Op | None = None) -> GeneratedCode:
+    """The generated code of `op` in `files`, for the given layers.
+
+    `ufunc_op` is the operator whose `ufunc_inner_loop` generated the ufunc
+    files (`op` itself, or its structured delegate: add.Tensor -> add.out)."""
+    layers = frozenset(layers)
+    name = op.name
+    unqualified = name.unqualified
+    notes: list[str] = []
+
+    schema = None
+    rows = files.db.execute(
+        "SELECT f.path, s.line, s.end_line FROM schemas s JOIN files f ON f.id = s.file WHERE s.op = ?", (unqualified,)
+    ).fetchall()
+    if rows:
+        schema = files.excerpt(*rows[0])
+
+    bindings: tuple[Binding, ...] = ()
+    if Layer.BINDING in layers:
+        bindings = tuple(_bindings(files, unqualified))
+        if not bindings:
+            why = "it is bound by hand (manual_cpp_binding)" if op.manual_cpp_binding else "torchgen generates no binding for it (an internal operator, or one only C++ calls)"
+            notes.append(f"{name} has no generated Python binding: {why}")
+
+    ops: tuple[OpsFunction, ...] = ()
+    if Layer.OPS in layers:
+        ops = tuple(_ops_functions(files, name))
+        if not ops:
+            notes.append(f"{name} has no at::_ops entry in Operators_*.cpp")
+
+    registrations: list[Registration] = []
+    backward = None
+    if layers & {Layer.AUTOGRAD, Layer.REGISTER}:
+        for reg in _registrations(files, unqualified):
+            if reg.layer in layers:
+                registrations.append(reg)
+        if Layer.AUTOGRAD in layers:
+            node = next((r.backward_node for r in registrations if r.backward_node), None)
+            if node:
+                found = files.defs(f"{node}::apply")
+                if found:
+                    backward = files.definition(found[0][0], found[0][1])
+        if Layer.REGISTER in layers and not any(r.layer is Layer.REGISTER for r in registrations):
+            notes.append(f"{name} has no generated Register<Key> wrapper: its kernels are registered by hand in C++, or it has none")
+        if Layer.AUTOGRAD in layers and not any(r.key.startswith("Autograd") for r in registrations):
+            if any(r.layer is Layer.AUTOGRAD for r in registrations) or Layer.REGISTER in layers:
+                notes.append(f"{name} has no generated autograd kernel (VariableType): composite implicit, or not differentiable")
+
+    ufunc: tuple[UfuncKernel, ...] = ()
+    if Layer.UFUNC in layers:
+        source = ufunc_op if ufunc_op is not None else (op if op.ufunc_inner_loop else None)
+        if source is not None:
+            ufunc = tuple(_ufunc_kernels(files, source.name.name))
+        if not ufunc:
+            notes.append(f"{name} has no ufunc kernels (only structured operators with ufunc_inner_loop get them)")
+
+    return GeneratedCode(
+        op=name,
+        origin=files.origin,
+        schema=schema,
+        bindings=bindings,
+        ops=ops,
+        registrations=tuple(registrations),
+        backward=backward,
+        ufunc=ufunc,
+        notes=tuple(notes),
+    )
+
+
+def _bindings(files: GeneratedFiles, unqualified: str) -> Iterable[Binding]:
+    rows = files.db.execute(
+        "SELECT f.path, p.line, f.id FROM pycalls p JOIN files f ON f.id = p.file WHERE p.op = ? ORDER BY f.path, p.line",
+        (unqualified,),
+    ).fetchall()
+    seen: set[tuple[str, int]] = set()
+    for path, line, file_id in rows:
+        found = files.db.execute(
+            "SELECT name, line FROM defs WHERE file = ? AND line < ? AND kind = 'function' AND name LIKE 'THPVariable%' "
+            "ORDER BY line DESC LIMIT 1",
+            (file_id, line),
+        ).fetchone()
+        if found is None or (path, found[1]) in seen:
+            continue
+        seen.add((path, found[1]))
+        function, start = found
+        definition = files.definition(path, start)
+        lines = files.lines(path)
+        signatures, case_index = [], None
+        for text in lines[start - 1 : line]:
+            sig = _SIGNATURE.match(text)
+            if sig:
+                signatures.append(_unquote(sig.group(1)))
+            case = _CASE.match(text)
+            if case:
+                case_index = int(case.group(1))
+        signature = None
+        if signatures:
+            signature = signatures[case_index] if case_index is not None and case_index < len(signatures) else signatures[0]
+        # the whole signature list, also those after this operator's case
+        if definition.location.end_line:
+            signatures = [
+                _unquote(m.group(1))
+                for text in lines[start - 1 : definition.location.end_line]
+                if (m := _SIGNATURE.match(text))
+            ]
+        case = files.excerpt(path, line, _case_end(lines, line))
+        calls = _calls(case.text)
+        module = next((m for prefix, m in _PYTHON_MODULES if Path(path).name.startswith(prefix)), None)
+        methods = files.db.execute("SELECT pyname, line FROM methods WHERE file = ? AND function = ? ORDER BY line", (file_id, function)).fetchall()
+        python_names = tuple(dict.fromkeys(f"{module}.{py}" for py, _ in methods)) if module else ()
+        yield Binding(
+            function=function,
+            python_names=python_names,
+            signatures=tuple(signatures),
+            signature=signature,
+            definition=definition,
+            case=case,
+            calls=calls,
+            method_defs=tuple(files.excerpt(path, ml) for _, ml in methods),
+        )
+
+
+def _unquote(literal: str) -> str:
+    return literal[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+
+
+def _case_end(lines: list[str], comment_line: int) -> int:
+    """The last line of a binding's dispatch case: the statement that calls the lambda."""
+    lambda_closed = False
+    for index in range(comment_line, min(len(lines), comment_line + 200)):
+        text = lines[index].strip()
+        if text == "};":
+            lambda_closed = True
+        elif lambda_closed and (text.startswith("return") or text.startswith("Py_RETURN_NONE")):
+            return index + 1
+    return comment_line
+
+
+def _calls(text: str) -> tuple[str, ...]:
+    """The operator-level calls in a piece of generated code, in order."""
+    found: list[tuple[int, str]] = []
+    for m in _CALL.finditer(text):
+        name = m.group(1)
+        if _KEEP_CALL.match(name) and name not in _NOT_OPS:
+            found.append((m.start(), name))
+    for m in _METHOD_CALL.finditer(text):
+        found.append((m.start(), f"at::Tensor::{m.group(1)}"))
+    return tuple(dict.fromkeys(name for _, name in sorted(found)))
+
+
+def _ops_functions(files: GeneratedFiles, name: OperatorName) -> Iterable[OpsFunction]:
+    unambiguous = f"{name.name}_{name.overload}" if name.overload else name.name
+    for what in ("call", "redispatch"):
+        for path, line, _, _ in files.defs(f"{unambiguous}::{what}"):
+            if Path(path).name.startswith("Operators_"):
+                yield OpsFunction(f"at::_ops::{unambiguous}::{what}", files.definition(path, line))
+
+
+def _registrations(files: GeneratedFiles, unqualified: str) -> Iterable[Registration]:
+    rows = files.db.execute(
+        "SELECT i.key, f.path, i.block_line, i.line, i.end_line, i.symbol FROM impls i JOIN files f ON f.id = i.file "
+        "WHERE i.op = ? AND i.namespace = 'aten' ORDER BY f.path, i.line",
+        (unqualified,),
+    ).fetchall()
+    for key, path, block_line, line, end_line, symbol in rows:
+        layer = Layer.AUTOGRAD if Path(path).name.startswith(_AUTOGRAD_FILES) else Layer.REGISTER
+        definition = None
+        calls: tuple[str, ...] = ()
+        node = None
+        structured: list[StructuredClass] = []
+        if symbol != "fallthrough":
+            found = files.defs(symbol, path) or files.defs(symbol.rsplit("::", 1)[-1], path)
+            if found:
+                definition = files.definition(path, found[0][1])
+                calls = _calls(definition.text)
+                grad_fn = _GRAD_FN.search(definition.text)
+                node = grad_fn.group(1) if grad_fn else None
+                for class_name in dict.fromkeys(_STRUCTURED.findall(definition.text)):
+                    for struct_path, struct_line, kind, base in files.defs(class_name, path):
+                        if kind == "struct":
+                            structured.append(StructuredClass(class_name, base, files.definition(struct_path, struct_line)))
+        yield Registration(
+            key=key,
+            layer=layer,
+            symbol=symbol,
+            block=Location(path, block_line, origin=files.origin),
+            impl=files.excerpt(path, line, end_line),
+            definition=definition,
+            calls=calls,
+            backward_node=node,
+            structured=tuple(structured),
+        )
+
+
+def _ufunc_kernels(files: GeneratedFiles, base: str) -> Iterable[UfuncKernel]:
+    for key, path in (
+        ("CPU", f"build/aten/src/ATen/UfuncCPU_{base}.cpp"),
+        ("CPU", f"build/aten/src/ATen/UfuncCPUKernel_{base}.cpp"),
+        ("CUDA", f"build/aten/src/ATen/UfuncCUDA_{base}.cu"),
+    ):
+        if not files.has_file(path):
+            continue
+        rows = files.db.execute(
+            "SELECT d.name, d.line, d.kind FROM defs d JOIN files f ON f.id = d.file WHERE f.path = ? ORDER BY d.line",
+            (path,),
+        ).fetchall()
+        found = [(line, name, files.definition(path, line)) for name, line, kind in rows if not name.startswith("structured_") or "::" in name]
+        text = "\n".join(files.lines(path))
+        for m in _REGISTER_DISPATCH.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            found.append((line, f"REGISTER_DISPATCH({m.group(1)}, &{m.group(2)})", files.excerpt(path, line)))
+        for _, name, excerpt in sorted(found, key=lambda item: item[0]):
+            yield UfuncKernel(key, name, excerpt)

@@ -1,0 +1,77 @@
+"""`kernelmap scaffold` and `kernelmap verify`: thin click commands over
+`kernelmap.extend`."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from kernelmap.extend.scaffold import DEFAULT_NAMESPACE
+
+
+@click.command()
+@click.argument("op")
+@click.option("--name", required=True, help="Name of the custom operator, its package and its files (an identifier).")
+@click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="Operator namespace: torch.ops.NAMESPACE.NAME.")
+@click.option("--cuda", is_flag=True, help="Also write a CUDA kernel (.cu, no torch header) and its C++ glue.")
+@click.option("--extra", "extra", multiple=True, metavar="ARG", help='Extra keyword-only argument in schema syntax, with a default: "float alpha=1.0". Repeatable.')
+@click.option("--out", type=click.Path(file_okay=False), default=None, help="Project folder [default: ./NAME].")
+@click.option("--force", is_flag=True, help="Overwrite an existing output folder.")
+def scaffold(op: str, name: str, namespace: str, cuda: bool, extra: tuple[str, ...], out: str | None, force: bool) -> None:
+    """Write a buildable extension project for a custom operator that starts as OP.
+
+    The project holds a C++ CPU kernel (a correct reference to edit), an
+    optional CUDA kernel, the TORCH_LIBRARY schema (OP's plus --extra), fake and
+    autograd registrations, setup.py (ahead of time) and a just-in-time build,
+    tests against OP and a benchmark.
+
+    \b
+    Example:
+      kernelmap scaffold aten::add.Tensor --name myadd --extra "float beta=1.0"
+      cd myadd && python -m pytest tests
+    """
+    from kernelmap.extend.scaffold import scaffold as run
+
+    result = run(op, name, out=out, namespace=namespace, extra=extra, cuda=cuda, force=force)
+    click.echo(f"{result.spec.qualified}: {result.spec.schema}")
+    click.echo(f"  starts as {result.spec.op} ({result.family} reference kernel)")
+    for f in result.files:
+        click.echo(f"  {result.root / f}")
+    click.echo(f"next: cd {result.root} && python -m pytest tests")
+
+
+@click.command()
+@click.argument("model_file", type=click.Path(dir_okay=False))
+@click.option("--override", "overrides", multiple=True, required=True, metavar="OP=CUSTOM_OP", help="aten::convolution=kernelmap_ext::myconv. Repeatable.")
+@click.option("--key", default="CPU", show_default=True, help="Dispatch key the overrides replace.")
+@click.option("--load", "load", multiple=True, type=click.Path(exists=True), help="Scaffolded project folder or shared library to load first. Repeatable.")
+@click.option("--extra-args", "extra_args", multiple=True, metavar="NAME=VALUE", help="Value of an extra argument of the custom operator (a Python literal): scale=1.5. Repeatable.")
+@click.option("--backward", is_flag=True, help="Also run backward and compare the gradients of the input and every parameter.")
+@click.option("--runs", type=int, default=5, show_default=True, help="Timed runs of each; the median is reported.")
+@click.option("--model-fn", default=None, help="Name of the model factory in MODEL_FILE [default: model, or its only public function].")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def verify(model_file: str, overrides: tuple[str, ...], key: str, load: tuple[str, ...], extra_args: tuple[str, ...],
+           backward: bool, runs: int, model_fn: str | None, as_json: bool) -> None:
+    """Run a model with and without overrides; report differences, timings and calls routed.
+
+    MODEL_FILE defines example_input() and a model factory: model(), or its one
+    public function (resnet50 in examples/resnet50.py). The model runs in eval
+    mode with torch.manual_seed(0).
+
+    \b
+    Example:
+      kernelmap verify examples/resnet50.py --load myconv \\
+          --override aten::convolution=kernelmap_ext::myconv --extra-args scale=1.0 --runs 3
+    """
+    from kernelmap.extend.verify import parse_extra_args, parse_override
+    from kernelmap.extend.verify import verify as run
+
+    pairs = dict(parse_override(o) for o in overrides)
+    report = run(model_file, pairs, key=key, backward=backward, runs=runs, load=load,
+                 extra_args=parse_extra_args(extra_args), model_fn=model_fn)
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        for line in report.lines():
+            click.echo(line)

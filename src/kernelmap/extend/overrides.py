@@ -1,0 +1,199 @@
+"""`override`: route one operator's calls for one dispatch key to another
+kernel (a Python callable or a custom operator) inside a `with` block, count
+them, and put the dispatcher back exactly as it was.
+
+    with override("aten::convolution", "kernelmap_ext::myconv", key="CPU") as o:
+        model(x)
+    o.calls      # how many calls the custom kernel got
+
+The new kernel is registered with `torch.library.Library("aten", "IMPL")` for
+`key`; the dispatcher keeps the original registration underneath and shows it
+again when the library is destroyed on exit. The dispatcher's dump of the
+operator is taken before and compared after: a difference is an error.
+
+Note [override schemas]
+A custom operator fits an override when it takes the original's arguments in
+the same places with the same types (SymInt and int alike, alias annotations
+ignored), keyword-only ones under the same names, and any further arguments
+have defaults or are given in `extra_args`; and it returns what the original
+returns. A Python callable fits when its signature binds the original's
+arguments. Anything else is refused before registration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import re
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernelmap.errors import BadInput, TorchUnavailable, UnknownName
+from kernelmap.extend.errors import OverrideError, SchemaMismatch
+from kernelmap.model import OperatorName
+
+__all__ = ["Override", "override", "check_override_schema", "resolve_op"]
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as e:  # pragma: no cover - torch is installed wherever tests run
+        raise TorchUnavailable(f"an override needs torch: {e}") from None
+    return torch
+
+
+def resolve_op(name: str):
+    """The `OpOverload` of `ns::name[.overload]` (default overload when none is given)."""
+    torch = _torch()
+    try:
+        opname = OperatorName.parse(name)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+    namespace = getattr(torch.ops, opname.namespace)
+    try:
+        packet = getattr(namespace, opname.name)
+        return getattr(packet, opname.overload or "default")
+    except AttributeError:
+        hint = "" if opname.namespace == "aten" else " (is its library loaded? kernelmap verify --load DIR_OR_SO)"
+        raise UnknownName(str(opname) + hint) from None
+
+
+def _type(t) -> str:
+    text = str(t)
+    return re.sub(r"\bSymInt\b", "int", text)
+
+
+def check_override_schema(original, target, extra_args: Mapping[str, Any] = ()) -> None:
+    """Raise SchemaMismatch unless `target`'s schema fits `original`'s
+    (Note [override schemas]); both are `torch._C.FunctionSchema`s."""
+    extra_args = dict(extra_args)
+    o_name, t_name = f"{original.name}" + (f".{original.overload_name}" if original.overload_name else ""), target.name
+    what = f"{t_name} cannot stand in for {o_name}"
+    t_args = list(target.arguments)
+    t_by_name = {a.name: a for a in t_args}
+    used: set[str] = set()
+    for i, a in enumerate(original.arguments):
+        if a.kwarg_only:
+            b = t_by_name.get(a.name)
+            if b is None:
+                raise SchemaMismatch(f"{what}: it takes no keyword argument {a.name!r} ({_type(a.type)})")
+        else:
+            if i >= len(t_args) or t_args[i].kwarg_only:
+                raise SchemaMismatch(f"{what}: it takes fewer positional arguments (no argument {i} {a.name!r})")
+            b = t_args[i]
+        if _type(a.type) != _type(b.type):
+            raise SchemaMismatch(f"{what}: argument {a.name!r} is {_type(a.type)} there but {b.name!r} is {_type(b.type)} here")
+        used.add(b.name)
+    for b in t_args:
+        if b.name in used:
+            continue
+        if b.name not in extra_args and not b.has_default_value():
+            raise SchemaMismatch(f"{what}: its argument {b.name!r} has no default and no value in extra_args")
+    unknown = sorted(set(extra_args) - {b.name for b in t_args if b.name not in used})
+    if unknown:
+        raise SchemaMismatch(f"{what}: extra_args {', '.join(unknown)} are not extra arguments of {t_name}")
+    o_ret, t_ret = [_type(r.type) for r in original.returns], [_type(r.type) for r in target.returns]
+    if o_ret != t_ret:
+        raise SchemaMismatch(f"{what}: it returns ({', '.join(t_ret)}), the original returns ({', '.join(o_ret)})")
+
+
+def _check_callable(fn: Callable, schema, extra_args: Mapping[str, Any]) -> None:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # a builtin without a signature: trust it
+    positional = [object() for a in schema.arguments if not a.kwarg_only]
+    keyword = {a.name: object() for a in schema.arguments if a.kwarg_only}
+    try:
+        sig.bind(*positional, **keyword, **dict(extra_args))
+    except TypeError as e:
+        raise SchemaMismatch(f"{getattr(fn, '__qualname__', fn)!s}{sig} cannot take the arguments of {schema}: {e}") from None
+
+
+@dataclass
+class Override:
+    """One active override, and what it saw."""
+
+    op: str  # "aten::convolution"
+    target: str  # "kernelmap_ext::myconv", or a Python qualname
+    key: str  # dispatch key: "CPU", "CUDA", ...
+    extra_args: Mapping[str, Any] = field(default_factory=dict)
+    calls: int = 0  # calls routed to the target
+    _local: threading.local = field(default_factory=threading.local, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "target": self.target, "key": self.key, "extra_args": dict(self.extra_args), "calls": self.calls}
+
+
+def _dump(qualified: str) -> str:
+    torch = _torch()
+    return torch._C._dispatch_dump(qualified) + torch._C._dispatch_dump_table(qualified)
+
+
+@contextlib.contextmanager
+def override(
+    op: str,
+    fn: Callable | str,
+    *,
+    key: str = "CPU",
+    extra_args: Mapping[str, Any] | None = None,
+) -> Iterator[Override]:
+    """Within the block, calls of aten operator `op` that reach dispatch key `key`
+    run `fn`: a Python callable taking the operator's arguments, or the name of
+    a custom operator (`"mylib::myconv"`) whose schema fits (Note [override
+    schemas]); `extra_args` are passed to it by name on every call."""
+    torch = _torch()
+    original = resolve_op(op)
+    opname = OperatorName.parse(op)
+    if opname.namespace != "aten":
+        raise BadInput(f"override replaces ATen operators (aten::...), not {op}")
+    qualified = f"aten::{original._schema.name.split('::')[-1]}"
+    unqualified = original._schema.name.split("::")[-1] + (f".{original._schema.overload_name}" if original._schema.overload_name else "")
+    extra = dict(extra_args or {})
+    if isinstance(fn, str):
+        target_op = resolve_op(fn)
+        check_override_schema(original._schema, target_op._schema, extra)
+        target: Callable = target_op
+        target_name = str(OperatorName.parse(fn))
+    elif callable(fn):
+        _check_callable(fn, original._schema, extra)
+        target = fn
+        target_name = getattr(fn, "__qualname__", repr(fn))
+    else:
+        raise BadInput(f"an override is a callable or a custom operator name, not {fn!r}")
+    try:
+        torch._C._parse_dispatch_key(key)
+    except RuntimeError:
+        raise BadInput(f"not a dispatch key: {key!r} (e.g. CPU, CUDA)") from None
+    state = Override(f"aten::{unqualified}", target_name, key, extra)
+
+    def kernel(*args, **kwargs):
+        if getattr(state._local, "inside", False):
+            raise OverrideError(
+                f"{state.target} calls {state.op}, the operator it overrides for {key}: that would call itself; "
+                f"make it call something below {state.op}"
+            )
+        state.calls += 1
+        state._local.inside = True
+        try:
+            return target(*args, **kwargs, **extra)
+        finally:
+            state._local.inside = False
+
+    before = _dump(qualified)
+    lib = torch.library.Library("aten", "IMPL")
+    try:
+        with warnings.catch_warnings():
+            # "Overriding a previously registered kernel": that is the point
+            warnings.simplefilter("ignore", UserWarning)
+            lib.impl(unqualified, kernel, key)
+        yield state
+    finally:
+        lib._destroy()
+        after = _dump(qualified)
+        if after != before:
+            raise OverrideError(f"the dispatcher's registrations of {qualified} differ after the override of {key}")

@@ -1,0 +1,268 @@
+"""An operator's schema turned into the schema of a custom operator: renamed,
+put in its own namespace, with the user's extra arguments appended, and spelled
+in the three languages the scaffold writes (schema text for `TORCH_LIBRARY`,
+C++ parameter types, Python parameters).
+
+torchgen parses and types everything (it imports without torch). A custom
+operator takes `int` where ATen takes `SymInt`: its kernels are plain C++ over
+concrete sizes, and the dispatcher passes Python ints to both alike.
+
+Note [extra arguments are keyword-only]
+Extra arguments go after a `*`, and each needs a default. The custom operator
+then accepts every call the original accepts, positionally as before, so an
+override can forward the original's arguments untouched and pass extras by
+name (`override(..., extra_args={"beta": 0.5})`).
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from dataclasses import dataclass
+
+from torchgen.api import cpp
+from torchgen.model import Argument, BaseTy, BaseType, FunctionSchema, ListType, OptionalType, SchemaKind, Type
+
+from kernelmap.errors import BadInput
+from kernelmap.extend.errors import NotScaffoldable
+
+__all__ = ["Param", "CustomOpSpec", "custom_op_spec", "parse_extra", "check_identifier"]
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+# Schema defaults that are not already Python literals.
+_PY_DEFAULTS = {
+    "Mean": "1",  # at::Reduction::Mean
+    "Sum": "2",
+    "contiguous_format": "torch.contiguous_format",
+    "long": "torch.long",
+}
+
+
+def check_identifier(text: str, what: str) -> str:
+    """`text` if it can name a C++ function, a Python module and an operator."""
+    if not _IDENT.fullmatch(text or "") or keyword.iskeyword(text):
+        raise BadInput(f"{what} must be an identifier (letters, digits, '_', not starting with a digit): {text!r}")
+    return text
+
+
+@dataclass(frozen=True)
+class Param:
+    """One argument of the custom operator."""
+
+    name: str
+    type: str  # schema spelling: "Tensor", "Tensor?", "int[]", "Scalar", "float"
+    cpp_type: str  # "const at::Tensor &", "at::IntArrayRef", "double"
+    default: str | None  # schema spelling of the default, if any
+    kwarg_only: bool
+    extra: bool  # added by the user; not an argument of the original operator
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.type == "Tensor"
+
+    @property
+    def is_optional_tensor(self) -> bool:
+        return self.type == "Tensor?"
+
+    @property
+    def py_default(self) -> str | None:
+        if self.default is None:
+            return None
+        return _PY_DEFAULTS.get(self.default, self.default)
+
+    @property
+    def schema_text(self) -> str:
+        return f"{self.type} {self.name}" + (f"={self.default}" if self.default is not None else "")
+
+    @property
+    def py_param(self) -> str:
+        return self.name + (f"={self.py_default}" if self.default is not None else "")
+
+
+@dataclass(frozen=True)
+class CustomOpSpec:
+    """The custom operator a scaffold defines, next to the operator it starts from."""
+
+    op: str  # "aten::add.Tensor"
+    op_schema: str  # the original's schema text
+    namespace: str  # "kernelmap_ext"
+    name: str  # "myadd"
+    params: tuple[Param, ...]
+    returns: tuple[str, ...]  # schema types of the results: ("Tensor",)
+    cpp_return: str  # "at::Tensor", "::std::tuple<at::Tensor,at::Tensor>"
+
+    def __post_init__(self) -> None:
+        names = [p.name for p in self.params]
+        if len(set(names)) != len(names):
+            raise ValueError(f"{self.name}: argument names are unique, got {names}")
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.namespace}::{self.name}"
+
+    @property
+    def schema(self) -> str:
+        """The `TORCH_LIBRARY` definition: `myadd(Tensor self, ..., *, float beta=1.0) -> Tensor`."""
+        parts: list[str] = []
+        star = False
+        for p in self.params:
+            if p.kwarg_only and not star:
+                parts.append("*")
+                star = True
+            parts.append(p.schema_text)
+        ret = self.returns[0] if len(self.returns) == 1 else "(" + ", ".join(self.returns) + ")"
+        return f"{self.name}({', '.join(parts)}) -> {ret}"
+
+    @property
+    def positional(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if not p.kwarg_only)
+
+    @property
+    def kwarg_only(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if p.kwarg_only)
+
+    @property
+    def extras(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if p.extra)
+
+    @property
+    def originals(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if not p.extra)
+
+    @property
+    def tensor_params(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if p.is_tensor or p.is_optional_tensor)
+
+    @property
+    def num_returns(self) -> int:
+        return len(self.returns)
+
+    @property
+    def aten_python(self) -> str:
+        """`torch.ops.aten.add.Tensor`: the original, as Python calls it."""
+        base, _, overload = self.op.split("::", 1)[1].partition(".")
+        return f"torch.ops.aten.{base}.{overload or 'default'}"
+
+    def py_signature(self) -> str:
+        """Python parameters of the custom operator: `self, other, *, alpha=1, beta=1.0`."""
+        parts = [p.py_param for p in self.positional]
+        if self.kwarg_only:
+            parts.append("*")
+            parts.extend(p.py_param for p in self.kwarg_only)
+        return ", ".join(parts)
+
+    def aten_call_args(self) -> str:
+        """The original's arguments taken from same-named Python variables:
+        `self, other, alpha=alpha` (extras left out)."""
+        return ", ".join(p.name if not p.kwarg_only else f"{p.name}={p.name}" for p in self.originals)
+
+    def custom_call_args(self) -> str:
+        """All arguments of the custom operator from same-named variables."""
+        return ", ".join(p.name if not p.kwarg_only else f"{p.name}={p.name}" for p in self.params)
+
+    def cpp_params(self) -> str:
+        return ", ".join(f"{p.cpp_type} {p.name}" for p in self.params)
+
+    def cpp_args(self) -> str:
+        return ", ".join(p.name for p in self.params)
+
+
+def _int_not_symint(t: Type) -> Type:
+    """The same type with SymInt spelled int (a custom kernel gets concrete sizes)."""
+    if isinstance(t, BaseType):
+        return BaseType(BaseTy.int) if t.name is BaseTy.SymInt else t
+    if isinstance(t, OptionalType):
+        return OptionalType(_int_not_symint(t.elem))
+    if isinstance(t, ListType):
+        return ListType(_int_not_symint(t.elem), t.size)
+    return t
+
+
+def _param(arg: Argument, kwarg_only: bool, extra: bool) -> Param:
+    typ = _int_not_symint(arg.type)
+    plain = Argument(arg.name, typ, arg.default, None)
+    return Param(
+        name=arg.name,
+        type=str(typ),
+        cpp_type=cpp.argument_type(plain, binds=arg.name, symint=False).cpp_type(),
+        default=arg.default,
+        kwarg_only=kwarg_only,
+        extra=extra,
+    )
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split at commas outside brackets: "int[2] k=[1,1], float a=1.0" -> two parts."""
+    parts, depth, current = [], 0, []
+    for ch in text:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    parts.append("".join(current))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def parse_extra(texts: list[str] | tuple[str, ...]) -> tuple[Argument, ...]:
+    """Extra arguments in schema syntax: ["float beta=1.0", "int k=2, bool flag=False"]."""
+    out: list[Argument] = []
+    for text in texts:
+        for part in _split_top_level(text):
+            try:
+                arg = Argument.parse(part)
+            except Exception as e:  # torchgen raises AssertionError / RuntimeError on bad text
+                raise BadInput(f"not a schema argument: {part!r} (write it as in a schema: 'float beta=1.0'): {e}") from None
+            if arg.annotation is not None:
+                raise BadInput(f"an extra argument cannot alias or be written: {part!r}")
+            if arg.default is None:
+                raise BadInput(
+                    f"an extra argument needs a default, so the custom op still accepts every call "
+                    f"of the original: {part!r} (e.g. 'float beta=1.0')"
+                )
+            check_identifier(arg.name, "an extra argument's name")
+            out.append(arg)
+    return tuple(out)
+
+
+def custom_op_spec(op: str, op_schema: str, name: str, namespace: str = "kernelmap_ext", extra: tuple[str, ...] = ()) -> CustomOpSpec:
+    """The custom operator `namespace::name` whose schema is `op_schema`'s plus `extra`."""
+    check_identifier(name, "NAME")
+    check_identifier(namespace, "the namespace")
+    try:
+        fs = FunctionSchema.parse(op_schema)
+    except Exception as e:
+        raise BadInput(f"{op}: its schema does not parse: {op_schema!r}: {e}") from None
+    kind = fs.kind()
+    if kind is not SchemaKind.functional or fs.is_mutable or any(r.annotation is not None for r in fs.returns):
+        what = {SchemaKind.inplace: "is in-place", SchemaKind.out: "writes an out= argument"}.get(kind, "mutates or returns a view of its input")
+        raise NotScaffoldable(f"{op} {what}; scaffold starts from functional operators (e.g. the one without '_' or '.out')")
+    args = fs.arguments
+    if args.self_arg is not None or args.tensor_options is not None or args.out:
+        pass  # flat_positional / flat_kwarg_only below already flatten these groups
+    params = [_param(a, False, False) for a in args.flat_positional]
+    params += [_param(a, True, False) for a in args.flat_kwarg_only]
+    taken = {p.name for p in params}
+    for a in parse_extra(extra):
+        if a.name in taken:
+            raise BadInput(f"extra argument {a.name!r} has the name of an argument {op} already takes")
+        taken.add(a.name)
+        params.append(_param(a, True, True))
+    returns = tuple(str(_int_not_symint(r.type)) for r in fs.returns)
+    if not returns:
+        raise NotScaffoldable(f"{op} returns nothing; scaffold starts from operators that return tensors")
+    plain_returns = tuple(type(r)(None, _int_not_symint(r.type), None) for r in fs.returns)
+    return CustomOpSpec(
+        op=op,
+        op_schema=op_schema,
+        namespace=namespace,
+        name=name,
+        params=tuple(params),
+        returns=returns,
+        cpp_return=cpp.returns_type(plain_returns, symint=False).cpp_type(),
+    )

@@ -131,8 +131,10 @@ class _Buffer:
             except json.JSONDecodeError as e:
                 if not self.eof and self._read_more():
                     continue  # the value may run past the buffer: retry with more text
-                if e.pos >= len(self.text.rstrip()):
-                    raise self.fail(f"truncated: the file ends inside {what}", e.pos) from None
+                # At the end of the file, a value cut short is a truncated file:
+                # an unterminated string runs to the end, other errors sit at it.
+                if e.msg.startswith("Unterminated string") or e.pos >= len(self.text.rstrip()):
+                    raise self.fail(f"truncated: the file ends inside {what}", len(self.text)) from None
                 raise self.fail(f"malformed JSON in {what} ({e.msg})", e.pos) from None
             self.pos = end
             return obj

@@ -32,6 +32,7 @@ written with `str()`.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -87,5 +88,35 @@ def to_json(tree: CallTree) -> dict[str, Any]:
 
 
 def render(tree: CallTree, indent: int | None = 2, **_: Any) -> str:
-    """The JSON text of `tree`."""
-    return json.dumps(to_json(tree), indent=indent, ensure_ascii=False) + "\n"
+    """The JSON text of `tree`. Written with an explicit stack (the standard
+    encoder recurses once per level, and traces can nest deeply); with an
+    indent, each node field sits on its own line and values are compact."""
+    doc = to_json(tree)
+    dumps = functools.partial(json.dumps, ensure_ascii=False, separators=(",", ":") if indent is None else (", ", ": "))
+
+    def nl(level: int) -> str:
+        return "" if indent is None else "\n" + " " * (indent * level)
+
+    colon = ":" if indent is None else ": "
+    out: list[str] = ["{"]
+    head = [f"{nl(1)}{dumps(k)}{colon}{dumps(v)}" for k, v in doc.items() if k != "root"]
+    out.append(",".join(head) + f",{nl(1)}\"root\"{colon}")
+    # Tokens: a node dict to open at a level, or a literal string to emit.
+    stack: list[tuple[Any, int]] = [(doc["root"], 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, str):
+            out.append(item)
+            continue
+        fields = [f"{nl(level + 1)}{dumps(k)}{colon}{dumps(v)}" for k, v in item.items() if k != "children"]
+        children = item["children"]
+        if not children:
+            out.append("{" + ",".join(fields) + f",{nl(level + 1)}\"children\"{colon}[]{nl(level)}}}")
+            continue
+        out.append("{" + ",".join(fields) + f",{nl(level + 1)}\"children\"{colon}[")
+        stack.append((f"{nl(level + 1)}]{nl(level)}}}", level))
+        for i in range(len(children) - 1, -1, -1):
+            stack.append((children[i], level + 2))
+            stack.append((("," if i else "") + nl(level + 2), level))
+    out.append(nl(0) + "}\n")
+    return "".join(out)

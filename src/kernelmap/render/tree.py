@@ -6,7 +6,7 @@ that served an operator, the library and openness of vendor code, the
 file:line of Python frames and resolved kernels, the edge (`via`, condition)
 of static trees. With `color=False` and a fixed `width` the output is plain
 and stable, which is how tests compare it. The tree is walked with an
-explicit stack; rich lays it out without recursion.
+explicit stack, so a tree of any depth renders; rich only adds colour.
 """
 
 from __future__ import annotations
@@ -84,6 +84,47 @@ def label(node: CallNode, *, sources: bool = True) -> str:
     return "  ".join(parts)
 
 
+GUIDES = ("├── ", "└── ", "│   ", "    ")
+
+
+def lines(tree: CallTree, *, max_depth: int | None = None, min_us: float = 0.0, sources: bool = True):
+    """(prefix, node or None, text) per output line, pre-order, explicit stack.
+    `node` is None for the "… hidden" lines."""
+    stack: list[tuple[CallNode, str, str, int]] = [(tree.root, "", "", 0)]
+    while stack:
+        node, prefix, child_prefix, depth = stack.pop()
+        yield prefix, node, label(node, sources=sources)
+        if not node.children:
+            continue
+        if max_depth is not None and depth >= max_depth:
+            yield child_prefix + GUIDES[1], None, f"… {len(node.children)} children below depth {max_depth}"
+            continue
+        shown = [c for c in node.children if not min_us or float(c.attrs.get("duration_us", min_us)) >= min_us]
+        hidden = len(node.children) - len(shown)
+        entries: list[tuple[CallNode | None, str]] = [(c, "") for c in shown]
+        if hidden:
+            entries.append((None, f"… {hidden} shorter than {duration_text(min_us)}"))
+        pushed = []
+        for i, (child, text) in enumerate(entries):
+            last = i == len(entries) - 1
+            guide = child_prefix + (GUIDES[1] if last else GUIDES[0])
+            below = child_prefix + (GUIDES[3] if last else GUIDES[2])
+            pushed.append((child, guide, below, text))
+        # Push in reverse so the first child is rendered first; "hidden" lines are
+        # leaves, emitted when popped.
+        for child, guide, below, text in reversed(pushed):
+            if child is None:
+                stack.append((CallNode(text, "note", attrs={"_hidden": True}), guide, below, depth + 1))
+            else:
+                stack.append((child, guide, below, depth + 1))
+
+
+def _crop(text: str, width: int | None) -> str:
+    if width is None or len(text) <= width:
+        return text
+    return text[: max(width - 1, 0)] + "…"
+
+
 def render(
     tree: CallTree,
     *,
@@ -95,44 +136,35 @@ def render(
     notes: bool = True,
     **_: Any,
 ) -> str:
-    """The text tree. `max_depth` cuts the tree below that depth; `min_us`
-    hides nodes shorter than that many microseconds (a count of hidden
-    children is shown instead); `color=None` colours only a terminal."""
+    """The text tree, one line per node, each cut to `width` with "…".
+
+    `max_depth` cuts the tree below that depth; `min_us` hides nodes shorter
+    than that many microseconds (a count of hidden children is shown instead);
+    `color=True` styles node kinds with ANSI colours (rich), anything else is
+    plain text.
+    """
+    out: list[str] = []
+    if notes:
+        out.extend(f"note: {note}" for note in tree.notes)
+    styled = []
+    for prefix, node, text in lines(tree, max_depth=max_depth, min_us=min_us, sources=sources):
+        if node is not None and node.attrs.get("_hidden"):
+            text = node.name
+        full = _crop(prefix + text, width)
+        out.append(full)
+        styled.append((full, len(prefix), _KIND_STYLE.get(node.kind, "") if node is not None else "dim"))
+    if not color:
+        return "\n".join(out) + "\n"
     from rich.console import Console
     from rich.text import Text
-    from rich.tree import Tree
-
-    def text(node: CallNode) -> Text:
-        return Text(label(node, sources=sources), style=_KIND_STYLE.get(node.kind, "") if color is not False else "")
-
-    top = Tree(text(tree.root))
-    stack: list[tuple[CallNode, Any, int]] = [(tree.root, top, 0)]
-    while stack:
-        node, branch, depth = stack.pop()
-        if max_depth is not None and depth >= max_depth:
-            if node.children:
-                branch.add(Text(f"… {len(node.children)} children below depth {max_depth}", style="dim"))
-            continue
-        shown = [c for c in node.children if not min_us or float(c.attrs.get("duration_us", min_us)) >= min_us]
-        pairs = [(c, branch.add(text(c))) for c in shown]
-        hidden = len(node.children) - len(shown)
-        if hidden:
-            branch.add(Text(f"… {hidden} shorter than {duration_text(min_us)}", style="dim"))
-        stack.extend((c, b, depth + 1) for c, b in reversed(pairs))
 
     buf = io.StringIO()
-    console = Console(
-        file=buf,
-        width=width or 120,
-        force_terminal=bool(color),
-        no_color=color is False,
-        color_system="auto" if color else None,
-        highlight=False,
-        emoji=False,
-        soft_wrap=False,
-    )
-    if notes:
-        for note in tree.notes:
-            console.print(Text(f"note: {note}", style="yellow" if color is not False else ""), overflow="fold")
-    console.print(top, overflow="ellipsis", crop=True, no_wrap=True)
+    console = Console(file=buf, width=10**6, force_terminal=True, color_system="standard", highlight=False, emoji=False)
+    for note in tree.notes if notes else ():
+        console.print(Text(f"note: {note}", style="yellow"))
+    for full, start, style in styled:
+        t = Text(full)
+        if style:
+            t.stylize(style, start)
+        console.print(t, overflow="ignore", crop=False, no_wrap=True)
     return buf.getvalue()

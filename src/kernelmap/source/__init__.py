@@ -1,0 +1,62 @@
+"""PyTorch source trees: acquire one (a local checkout, or the archive of a
+commit), index its C++/CUDA code with tree-sitter into SQLite, and query it.
+
+    tree = add_tree("~/src/pytorch")          # or fetch_tree(), select_tree()
+    build_index(tree)                         # parallel, incremental, atomic
+    with open_index(tree) as ix:
+        ix.definitions("at::native::_convolution")
+        ix.stub_registrations("mul_stub")
+
+Nothing here imports torch: the installed torch's commit comes from
+`kernelmap.env`.
+"""
+
+from __future__ import annotations
+
+from kernelmap.source.build import IndexBusy, IndexReport, build_index, index_path
+from kernelmap.source.fetch import FetchError, fetch_tree
+from kernelmap.source.index import (
+    CallSite,
+    Definition,
+    DtypeDispatch,
+    FileInfo,
+    Findings,
+    Index,
+    IndexMissing,
+    LibraryRegistration,
+    StubDeclaration,
+    StubRegistration,
+    find,
+    open_index,
+)
+from kernelmap.source.trees import NotATree, Tree, UnknownTree, add_tree, get_tree, inspect_tree, list_trees, remove_tree, select_tree
+
+__all__ = [
+    "CallSite",
+    "Definition",
+    "DtypeDispatch",
+    "FetchError",
+    "FileInfo",
+    "Findings",
+    "Index",
+    "IndexBusy",
+    "IndexMissing",
+    "IndexReport",
+    "LibraryRegistration",
+    "NotATree",
+    "StubDeclaration",
+    "StubRegistration",
+    "Tree",
+    "UnknownTree",
+    "add_tree",
+    "build_index",
+    "fetch_tree",
+    "find",
+    "get_tree",
+    "index_path",
+    "inspect_tree",
+    "list_trees",
+    "open_index",
+    "remove_tree",
+    "select_tree",
+]

@@ -39,6 +39,7 @@ import tree_sitter
 import tree_sitter_cpp
 
 QUERY_DIR = Path(__file__).with_name("queries")
+QUERY_FILES = ("scopes", "preproc", "definitions", "calls", "registrations", "errors")
 SOURCE_SUFFIXES = (".cpp", ".cc", ".h", ".hpp", ".cu", ".cuh", ".mm")
 MAX_FILE_BYTES = 4 * 1024 * 1024  # larger files are generated tables, not code worth parsing
 _COND_MAX = 120  # longer case/if conditions are cut: they are for reading, not evaluation
@@ -279,13 +280,14 @@ class Extractor:
         self.ops = ops
         self.language = tree_sitter.Language(tree_sitter_cpp.language())
         self.parser = tree_sitter.Parser(self.language)
-        self.queries = {name: self._query(name) for name in ("scopes", "preproc", "definitions", "calls", "registrations", "errors")}
-
-    def _query(self, name: str) -> tree_sitter.Query:
-        return tree_sitter.Query(self.language, (QUERY_DIR / f"{name}.scm").read_text())
-
-    def _matches(self, name: str, node: tree_sitter.Node):
-        return tree_sitter.QueryCursor(self.queries[name]).matches(node)
+        # One query made of every .scm file, so the tree is walked once; each
+        # pattern's index says which file (and so which handler) it came from.
+        texts = [(QUERY_DIR / f"{name}.scm").read_text() for name in QUERY_FILES]
+        self.pattern_file: list[str] = []
+        for name, text in zip(QUERY_FILES, texts):
+            self.pattern_file += [name] * tree_sitter.Query(self.language, text).pattern_count
+        self.query = tree_sitter.Query(self.language, "\n".join(texts))
+        self._callees: dict[tuple[str, bytes], tuple | None] = {}
 
     def extract(self, path: str, data: bytes) -> FileFacts:
         """Facts of one file; `path` is repository-relative (it decides stub devices)."""
@@ -302,17 +304,19 @@ class Extractor:
     def _extract(self, path: str, data: bytes, sha1: str) -> FileFacts:
         tree = self.parser.parse(data)
         root = tree.root_node
-        error_nodes = [n for _, c in self._matches("errors", root) for n in c.get("error", ())] if root.has_error else []
+        by_file: dict[str, list[dict]] = {name: [] for name in QUERY_FILES}
+        for pattern, cap in tree_sitter.QueryCursor(self.query).matches(root):
+            by_file[self.pattern_file[pattern]].append(cap)
+        error_nodes = [n for c in by_file["errors"] for n in c.get("error", ())]
 
         regions: list[tuple[int, int, str, object]] = []  # Note [regions]
-        self._scope_regions(root, regions)
+        self._scope_regions(by_file["scopes"], regions)
+        self._preproc_regions(by_file["preproc"], regions)
         _recover_namespaces(error_nodes, regions)
-        self._preproc_regions(root, regions)
         libraries: list[tuple[int, int, tuple[str, str | None, str]]] = []
 
-        # (start byte, kind, payload) of each point; kind 0 = definition, 1 = call/registration
         defs_raw = []
-        for _, cap in self._matches("definitions", root):
+        for cap in by_file["definitions"]:
             node = cap["definition"][0]
             info = self._declarator(cap["declarator"][0])
             if info is None:
@@ -328,10 +332,11 @@ class Extractor:
         for start, end, payload in libraries:
             regions.append((start, end, "lib", payload))
 
+        # (start byte, kind, payload): kind 0 = definition, 1 = call or registration
         points: list[tuple[int, int, object]] = [(n.start_byte, 0, (i, n, info)) for i, (n, info) in enumerate(defs_raw)]
-        for _, cap in self._matches("calls", root):
+        for cap in by_file["calls"]:
             points.append((cap["call"][0].start_byte, 1, ("call", cap)))
-        for _, cap in self._matches("registrations", root):
+        for cap in by_file["registrations"]:
             site = cap.get("site") or cap.get("library.call")
             points.append((site[0].start_byte, 1, ("reg", cap)))
 
@@ -366,8 +371,8 @@ class Extractor:
 
     # -- regions ----------------------------------------------------------
 
-    def _scope_regions(self, root, regions) -> None:
-        for _, cap in self._matches("scopes", root):
+    def _scope_regions(self, matches, regions) -> None:
+        for cap in matches:
             if "namespace" in cap:
                 ns = cap["namespace"][0]
                 name_node = ns.child_by_field_name("name")
@@ -393,8 +398,8 @@ class Extractor:
                     other = cap["if.else"][0]
                     regions.append((other.start_byte, other.end_byte, "cond", f"else of if {text}"))
 
-    def _preproc_regions(self, root, regions) -> None:
-        for _, cap in self._matches("preproc", root):
+    def _preproc_regions(self, matches, regions) -> None:
+        for cap in matches:
             if "ifdef" in cap:
                 node = cap["ifdef"][0]
                 name = cap["name"][0].text.decode("utf-8", "replace")
@@ -468,11 +473,22 @@ class Extractor:
 
     def _call(self, cap, def_index, cond, pp, calls, data: bytes) -> None:
         callee_node = cap["callee"][0]
+        key = (callee_node.type, callee_node.text)
+        known = self._callees.get(key, False)
+        if known is False:
+            known = self._callees[key] = self._callee(callee_node)
+        if known is None:
+            return
+        callee, short, kind, lib, op = known
+        calls.append(Call(def_index, callee, short, kind, lib, op, cap["call"][0].start_point[0] + 1, cond, pp))
+
+    def _callee(self, callee_node) -> tuple | None:
+        """(callee, short, kind, library, op) of a call's function node; None when no name is called."""
         t = callee_node.type
         if t == "field_expression":
             field = callee_node.child_by_field_name("field")
             if field is None:
-                return
+                return None
             short = _strip_templates(field.text.decode("utf-8", "replace"))
             callee = "." + short
             member = True
@@ -481,12 +497,11 @@ class Extractor:
             short = callee.rsplit("::", 1)[-1]
             member = False
         else:
-            return  # calls of lambdas, of call results, of parenthesised expressions
+            return None  # calls of lambdas, of call results, of parenthesised expressions
         if not short or short.startswith(("AT_DISPATCH_", "REGISTER_", "DECLARE_DISPATCH", "DEFINE_DISPATCH")):
-            return
+            return None
         kind, lib, op = classify_call(callee, member, self.ops)
-        line = cap["call"][0].start_point[0] + 1
-        calls.append(Call(def_index, callee, short, kind, lib, op, line, cond, pp))
+        return callee, short, kind, lib, op
 
     def _registration(self, path, cap, def_index, lib, pp, registrations, stubs) -> None:
         if "library.call" in cap:

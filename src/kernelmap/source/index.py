@@ -415,3 +415,65 @@ def _qualified_match(name: str, d: Definition) -> bool:
             return True
     return False
 
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What `find` knows about one name: where it is defined, and where it is
+    called or registered."""
+
+    name: str
+    definitions: tuple[Definition, ...]
+    references: tuple[CallSite, ...]
+    stub_registrations: tuple[StubRegistration, ...] = ()
+    library_registrations: tuple[LibraryRegistration, ...] = ()
+    more_references: int = 0  # references left out by the limit
+
+    def to_json(self) -> dict:
+        """The `find/1` document."""
+        return {
+            "format": "kernelmap.find/1",
+            "name": self.name,
+            "definitions": [
+                {"name": d.name, "lookup": d.lookup, "kind": d.symbol.kind, "condition": d.symbol.condition, "op": d.op,
+                 "location": d.location.to_json()}
+                for d in self.definitions
+            ],
+            "references": [
+                {"caller": c.caller.qualified_name if c.caller else None, "callee": c.callee, "kind": c.kind.value,
+                 "condition": c.condition, "preproc": c.preproc, "library": c.library, "op": c.op, "location": c.location.to_json()}
+                for c in self.references
+            ],
+            "stub_registrations": [
+                {"stub": r.stub, "kernel": r.kernel, "device": r.device, "capability": r.capability, "condition": r.condition,
+                 "location": r.location.to_json()}
+                for r in self.stub_registrations
+            ],
+            "library_registrations": [
+                {"op": r.op, "namespace": r.namespace, "key": r.key, "kernel": r.kernel, "kind": r.kind, "location": r.location.to_json()}
+                for r in self.library_registrations
+            ],
+            "more_references": self.more_references,
+        }
+
+
+def find(index: Index, name: str, *, limit: int = 50) -> Findings:
+    """Definitions of `name`, calls of it, and registrations naming it (as a
+    stub, as a stub's kernel, or as an operator); UnknownName with the closest
+    indexed names when there is none."""
+    from kernelmap.errors import BadInput, UnknownName
+
+    name = name.strip()
+    if not name or any(c in name for c in "\n\t\"'"):
+        raise BadInput(f"not a C++ name: {name!r}")
+    defs = index.definitions(name)
+    bare = name.rsplit("::", 1)[-1]
+    refs = [] if _MACRO_NAME.fullmatch(name) else index.callers_of(name)
+    stub_regs = index.stub_registrations(bare) + index.stubs_of_kernel(bare)
+    lib_regs = index.library_impls(bare) + index.library_defs(bare) if "(" not in name else []
+    if not (defs or refs or stub_regs or lib_regs):
+        suggestions: tuple[str, ...] = ()
+        if len(bare) >= 3:
+            suggestions = tuple(index.search(bare, limit=5))
+        raise UnknownName(name, suggestions)
+    return Findings(name, tuple(defs), tuple(refs[:limit]), tuple(stub_regs), tuple(lib_regs), max(0, len(refs) - limit))

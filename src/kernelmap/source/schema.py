@@ -42,10 +42,6 @@ CREATE TABLE symbols (
     cond_id INTEGER,                      -- enclosing preprocessor condition
     op_id INTEGER                         -- structured kernels: the op the macro names
 );
-CREATE INDEX symbols_lookup ON symbols(lookup_id);
-CREATE INDEX symbols_short ON symbols(short_id);
-CREATE INDEX symbols_file ON symbols(file_id);
-CREATE INDEX symbols_op ON symbols(op_id) WHERE op_id IS NOT NULL;
 CREATE TABLE calls (
     symbol_id INTEGER,                    -- the calling definition; NULL at file scope
     file_id INTEGER NOT NULL,
@@ -58,8 +54,6 @@ CREATE TABLE calls (
     cond_id INTEGER,                      -- innermost case label or if condition
     pp_id INTEGER                         -- enclosing preprocessor condition
 );
-CREATE INDEX calls_symbol ON calls(symbol_id);
-CREATE INDEX calls_short ON calls(short_id);
 CREATE TABLE registrations (
     file_id INTEGER NOT NULL,
     symbol_id INTEGER,                    -- enclosing definition (dtype dispatch sites)
@@ -71,10 +65,6 @@ CREATE TABLE registrations (
     line INTEGER NOT NULL,
     pp_id INTEGER
 );
-CREATE INDEX registrations_name ON registrations(name_id);
-CREATE INDEX registrations_target ON registrations(target_id);
-CREATE INDEX registrations_file ON registrations(file_id);
-CREATE INDEX registrations_symbol ON registrations(symbol_id) WHERE symbol_id IS NOT NULL;
 CREATE TABLE stubs (
     file_id INTEGER NOT NULL,
     kind TEXT NOT NULL,                   -- declare | define
@@ -83,7 +73,21 @@ CREATE TABLE stubs (
     line INTEGER NOT NULL,
     pp_id INTEGER
 );
+CREATE VIRTUAL TABLE names USING fts5(text, content='', tokenize='trigram');
+"""
+
+# Created after the bulk insert of a full build (cheaper than maintaining them row by row).
+INDEXES = """
+CREATE INDEX symbols_lookup ON symbols(lookup_id);
+CREATE INDEX symbols_short ON symbols(short_id);
+CREATE INDEX symbols_file ON symbols(file_id);
+CREATE INDEX symbols_op ON symbols(op_id) WHERE op_id IS NOT NULL;
+CREATE INDEX calls_symbol ON calls(symbol_id);
+CREATE INDEX calls_short ON calls(short_id);
+CREATE INDEX registrations_name ON registrations(name_id);
+CREATE INDEX registrations_target ON registrations(target_id);
+CREATE INDEX registrations_file ON registrations(file_id);
+CREATE INDEX registrations_symbol ON registrations(symbol_id) WHERE symbol_id IS NOT NULL;
 CREATE INDEX stubs_name ON stubs(name_id);
 CREATE INDEX stubs_file ON stubs(file_id);
-CREATE VIRTUAL TABLE names USING fts5(text, content='', tokenize='trigram');
 """

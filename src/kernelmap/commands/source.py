@@ -1,0 +1,193 @@
+"""`kernelmap source add|fetch|list|remove`, `kernelmap index`, `kernelmap find`:
+wiring over `kernelmap.source`."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+source_option = click.option(
+    "--source",
+    "source_name",
+    metavar="TREE",
+    default=None,
+    help="Tree name or directory (default: the tree of the installed torch's commit, else $KERNELMAP_SOURCE).",
+)
+
+
+def _progress(description: str):
+    """A rich progress bar on stderr, or a no-op when stderr is no terminal."""
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    columns = [TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()]
+    columns.insert(2, DownloadColumn() if description == "download" else MofNCompleteColumn())
+    return Progress(*columns, console=console, transient=True, disable=not console.is_terminal)
+
+
+@click.group()
+def source() -> None:
+    """Manage PyTorch source trees: add a checkout, fetch an archive, list, remove.
+
+    \b
+    Example:
+      kernelmap source add ~/src/pytorch
+      kernelmap source fetch
+    """
+
+
+@source.command("add")
+@click.argument("path", type=click.Path(file_okay=False, path_type=str))
+@click.option("--name", default=None, help="Registry name (default: the directory's name).")
+def add(path: str, name: str | None) -> None:
+    """Register the local PyTorch checkout at PATH (any version).
+
+    \b
+    Example:
+      kernelmap source add ~/src/pytorch --name main
+    """
+    from kernelmap.source import add_tree
+
+    tree = add_tree(path, name)
+    click.echo(f"added {tree.name}: {tree.version}{' @ ' + tree.commit[:12] if tree.commit else ''} at {tree.root}")
+    if tree.missing_parts:
+        click.echo(f"note: the tree has no {', '.join(tree.missing_parts)}; the index will hold what is there")
+
+
+@source.command("fetch")
+@click.option("--commit", default=None, metavar="SHA", help="Commit to fetch (default: the installed torch's).")
+@click.option("--timeout", default=60.0, show_default=True, help="Seconds without data before giving up.")
+def fetch(commit: str | None, timeout: float) -> None:
+    """Download the source archive of a commit into the cache and register it.
+
+    Keeps aten/, c10/, torch/csrc/, tools/autograd/, torchgen/, torch/*.py
+    and version.txt. $KERNELMAP_ARCHIVE_URL replaces the GitHub archive URL.
+
+    \b
+    Example:
+      kernelmap source fetch --commit 2236df1770800ffea5697b11b0bb0d910b2e59e1
+    """
+    from kernelmap.source import fetch_tree
+
+    with _progress("download") as bar:
+        task = bar.add_task("download", total=None)
+        tree = fetch_tree(commit, progress=lambda done, total: bar.update(task, completed=done, total=total), timeout=timeout)
+    click.echo(f"fetched {tree.name}: {tree.version} @ {tree.commit} at {tree.root}")
+
+
+@source.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def list_(as_json: bool) -> None:
+    """List the registered trees.
+
+    \b
+    Example:
+      kernelmap source list
+    """
+    from kernelmap.source import index_path, list_trees
+
+    trees = list_trees()
+    if as_json:
+        click.echo(json.dumps([{**t.to_json(), "indexed": index_path(t).exists()} for t in trees], indent=2))
+        return
+    if not trees:
+        click.echo("no source trees; add one with `kernelmap source add PATH` or `kernelmap source fetch`")
+    for t in trees:
+        commit = t.commit[:12] if t.commit else "-"
+        indexed = "indexed" if index_path(t).exists() else "not indexed"
+        click.echo(f"{t.name}\t{t.version}\t{commit}\t{t.kind}\t{indexed}\t{t.root}")
+
+
+@source.command("remove")
+@click.argument("name")
+def remove(name: str) -> None:
+    """Forget the tree NAME and delete its index (and its files, if fetched).
+
+    \b
+    Example:
+      kernelmap source remove pytorch-2.6.0+dfsg
+    """
+    from kernelmap.source import remove_tree
+
+    tree = remove_tree(name)
+    click.echo(f"removed {tree.name}")
+
+
+@click.command()
+@source_option
+@click.option("--jobs", "-j", type=click.IntRange(1), default=None, help="Worker processes (default: all cores).")
+def index(source_name: str | None, jobs: int | None) -> None:
+    """Index a source tree's C++/CUDA code (aten/, c10/, torch/csrc/).
+
+    Only files changed since the last build are parsed again.
+
+    \b
+    Example:
+      kernelmap index --source pytorch-2.6.0+dfsg
+    """
+    from kernelmap.source import build_index, select_tree
+
+    tree = select_tree(source_name)
+    with _progress("parse") as bar:
+        task = bar.add_task(f"index {tree.name}", total=None)
+        report = build_index(
+            tree,
+            jobs=jobs,
+            progress=lambda phase, done, total: bar.update(task, completed=done, total=total),
+            on_wait=lambda: click.echo(f"another build of {tree.name} is running; waiting for it", err=True),
+        )
+    click.echo(
+        f"indexed {tree.name}: {report.files} files, {report.parsed} parsed, {report.removed} removed"
+        f"{' (full build: ' + report.rebuilt_reason + ')' if report.full else ''} in {report.seconds:.1f}s"
+    )
+    if report.with_errors:
+        worst = ", ".join(f"{p} ({n})" for p, n in report.worst[:3])
+        click.echo(f"{report.with_errors} files parse with errors (definitions still indexed); worst: {worst}")
+    for path, why in report.skipped:
+        click.echo(f"skipped {path}: {why}")
+    if report.missing_parts:
+        click.echo(f"missing from the tree: {', '.join(report.missing_parts)}")
+
+
+@click.command()
+@click.argument("name")
+@source_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--limit", default=50, show_default=True, help="At most this many references.")
+def find(name: str, source_name: str | None, as_json: bool, limit: int) -> None:
+    """Print the definitions of NAME and the places that call or register it.
+
+    NAME is qualified (at::native::_convolution), bare (cudnn_convolution),
+    a stub (mul_stub), or a structured kernel (TORCH_IMPL_FUNC(mul_out)).
+
+    \b
+    Example:
+      kernelmap find at::native::cudnn_convolution
+      kernelmap find mul_stub --json
+    """
+    from kernelmap.source import find as find_name
+    from kernelmap.source import open_index, select_tree
+
+    tree = select_tree(source_name)
+    with open_index(tree) as ix:
+        found = find_name(ix, name, limit=limit)
+    if as_json:
+        click.echo(json.dumps(found.to_json(), indent=2))
+        return
+    out = sys.stdout
+    for d in found.definitions:
+        cond = f"  [#if {d.symbol.condition}]" if d.symbol.condition else ""
+        out.write(f"{d.location}-{d.location.end_line}  {d.symbol.kind} {d.name}{cond}\n")
+    for r in found.stub_registrations:
+        out.write(f"{r.location}  registers {r.stub} -> {r.kernel or '(none)'} for {r.device}{' ' + r.capability if r.capability else ''}\n")
+    for r in found.library_registrations:
+        out.write(f"{r.location}  m.{r.kind}({r.namespace or '?'}::{r.op}) {r.key or ''} -> {r.kernel or '-'}\n")
+    for c in found.references:
+        where = f"  [{c.condition}]" if c.condition else ""
+        caller = c.caller.qualified_name if c.caller else "(file scope)"
+        out.write(f"{c.location}  {c.kind.value} call from {caller}: {c.callee}{where}\n")
+    if found.more_references:
+        out.write(f"... {found.more_references} more references (--limit)\n")

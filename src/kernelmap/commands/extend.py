@@ -7,7 +7,7 @@ import json
 
 import click
 
-from kernelmap.extend.scaffold import DEFAULT_NAMESPACE
+from kernelmap.extend.project import DEFAULT_NAMESPACE
 
 
 @click.command()
@@ -31,7 +31,7 @@ def scaffold(op: str, name: str, namespace: str, cuda: bool, extra: tuple[str, .
       kernelmap scaffold aten::add.Tensor --name myadd --extra "float beta=1.0"
       cd myadd && python -m pytest tests
     """
-    from kernelmap.extend.scaffold import scaffold as run
+    from kernelmap.extend.project import scaffold as run
 
     result = run(op, name, out=out, namespace=namespace, extra=extra, cuda=cuda, force=force)
     click.echo(f"{result.spec.qualified}: {result.spec.schema}")
@@ -64,8 +64,8 @@ def verify(model_file: str, overrides: tuple[str, ...], key: str, load: tuple[st
       kernelmap verify examples/resnet50.py --load myconv \\
           --override aten::convolution=kernelmap_ext::myconv --extra-args scale=1.0 --runs 3
     """
-    from kernelmap.extend.verify import parse_extra_args, parse_override
-    from kernelmap.extend.verify import verify as run
+    from kernelmap.extend.compare import parse_extra_args, parse_override
+    from kernelmap.extend.compare import verify as run
 
     pairs = dict(parse_override(o) for o in overrides)
     report = run(model_file, pairs, key=key, backward=backward, runs=runs, load=load,

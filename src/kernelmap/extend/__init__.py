@@ -2,7 +2,7 @@
 it into an unmodified model for one dispatch key, and verify the model still
 computes what it did.
 
-    kernelmap.extend.scaffold("aten::relu", "myrelu")            # no torch needed
+    kernelmap.extend.scaffold("aten::relu", "myrelu")           # no torch needed
     with kernelmap.extend.override("aten::convolution", "mylib::myconv", key="CPU") as o:
         model(x)
     o.calls                                                      # calls routed to it
@@ -16,15 +16,15 @@ from __future__ import annotations
 import importlib
 
 _API = {
-    "scaffold": "kernelmap.extend.scaffold",
-    "Scaffold": "kernelmap.extend.scaffold",
+    "scaffold": "kernelmap.extend.project",
+    "Scaffold": "kernelmap.extend.project",
     "custom_op_spec": "kernelmap.extend.schema",
     "override": "kernelmap.extend.overrides",
     "Override": "kernelmap.extend.overrides",
     "check_override_schema": "kernelmap.extend.overrides",
     "load_extension": "kernelmap.extend.build",
-    "verify": "kernelmap.extend.verify",
-    "VerifyReport": "kernelmap.extend.verify",
+    "verify": "kernelmap.extend.compare",
+    "VerifyReport": "kernelmap.extend.compare",
     "BuildError": "kernelmap.extend.errors",
     "OutputExists": "kernelmap.extend.errors",
     "SchemaMismatch": "kernelmap.extend.errors",

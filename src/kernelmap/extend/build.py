@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kernelmap.errors import BadInput
 from kernelmap.extend.errors import BuildError
-from kernelmap.extend.scaffold import MANIFEST
+from kernelmap.extend.project import MANIFEST
 
 __all__ = ["Loaded", "load_extension", "first_compiler_error"]
 

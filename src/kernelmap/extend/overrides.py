@@ -166,9 +166,11 @@ def override(
     else:
         raise BadInput(f"an override is a callable or a custom operator name, not {fn!r}")
     try:
-        torch._C._parse_dispatch_key(key)
+        parsed = torch._C._parse_dispatch_key(key)
     except RuntimeError:
-        raise BadInput(f"not a dispatch key: {key!r} (e.g. CPU, CUDA)") from None
+        parsed = None
+    if parsed is None:
+        raise BadInput(f"not a dispatch key: {key!r} (e.g. CPU, CUDA)")
     state = Override(f"aten::{unqualified}", target_name, key, extra)
 
     def kernel(*args, **kwargs):

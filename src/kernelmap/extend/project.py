@@ -91,6 +91,14 @@ def _example_value(p: Param) -> str:
     }.get(p.type, "None")
 
 
+def _differentiable(spec: CustomOpSpec, op: Op) -> tuple[int, ...]:
+    """Positions of the positional arguments that `op`'s derivative formulas cover."""
+    if op.autograd is None:
+        return ()
+    names = {name.strip() for f in op.autograd.formulas for name in f.inputs}
+    return tuple(i for i, p in enumerate(spec.positional) if p.name in names)
+
+
 def _aten_cpp_call(spec: CustomOpSpec, op: Op) -> str:
     if spec.op == "aten::convolution":
         return ("at::_convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, "
@@ -101,6 +109,23 @@ def _aten_cpp_call(spec: CustomOpSpec, op: Op) -> str:
         return f"at::{base}({', '.join(args)})"
     first, *rest = args
     return f"{first}.{base}({', '.join(rest)})"
+
+
+def _operator(name: str) -> Op:
+    """The catalog's operator `name`; a Python name gets the operators it reaches as a hint."""
+    from kernelmap.catalog import load_catalog
+    from kernelmap.errors import UnknownName
+
+    catalog = load_catalog()
+    try:
+        return catalog.get(name)
+    except (UnknownName, BadInput) as e:
+        try:
+            reached = catalog.resolve(name)
+        except (UnknownName, BadInput):
+            raise e from None
+        names = ", ".join(str(op.name) for op in reached[:3])
+        raise BadInput(f"{name} is not an operator with a schema; it reaches {names}: scaffold one of those") from None
 
 
 def render_project(op: Op, name: str, *, namespace: str = DEFAULT_NAMESPACE, extra: tuple[str, ...] = (), cuda: bool = False) -> tuple[CustomOpSpec, str, dict[str, str]]:
@@ -121,6 +146,7 @@ def render_project(op: Op, name: str, *, namespace: str = DEFAULT_NAMESPACE, ext
         "cuda_extras": [p for p in spec.extras if p.type in ("float", "int", "bool")],
         "aten_cpp_call": _aten_cpp_call(spec, op),
         "example_value": _example_value,
+        "differentiable": _differentiable(spec, op),
         # the reference kernel's results are contiguous; ATen's may keep the input's layout
         "contiguous_results": family in ("pointwise", "batch_norm"),
     }
@@ -163,9 +189,7 @@ def scaffold(
     check_identifier(name, "NAME")
     check_identifier(namespace, "the namespace")
     if isinstance(op, str):
-        from kernelmap.catalog import load_catalog
-
-        op = load_catalog().get(op)
+        op = _operator(op)
     root = Path(out) if out is not None else Path(name)
     if root.exists() and not force:
         if not root.is_dir() or any(root.iterdir()):

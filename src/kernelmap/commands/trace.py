@@ -18,7 +18,7 @@ def _print_error(error: BaseException) -> None:
     click.echo("".join(te.format()).rstrip(), err=True)
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": True})
 @click.argument("target", required=False)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("-c", "--code", help="Trace this Python code instead of a script.")
@@ -38,7 +38,9 @@ def trace(target, args, code, from_file, fmt, as_json, tree, summary, depth, min
     """Run Python code under the profiler (or read a trace) and show what ran.
 
     TARGET is a script (run as `python script.py ARGS...`) or
-    `package.module:function` (called with no arguments). Use -c for a code
+    `package.module:function` (called with no arguments). Options kernelmap
+    does not know are passed to the script; put the script's own options
+    after `--` when they share a name with kernelmap's. Use -c for a code
     string, or --from for a trace exported by torch.profiler on another
     machine (GPU traces included: runtime launches and kernels are joined by
     correlation id and flow events).
@@ -53,7 +55,8 @@ def trace(target, args, code, from_file, fmt, as_json, tree, summary, depth, min
 
     \b
     Examples:
-      kernelmap trace examples/trace_resnet50.py
+      kernelmap trace examples/resnet50.py --depth 8 --min-us 100
+      kernelmap trace train.py --epochs 1 -- --json
       kernelmap trace -c "import torch; torch.nn.Conv2d(3, 8, 3)(torch.randn(1, 3, 32, 32))"
       kernelmap trace mypkg.bench:step --no-tree --top 10
       kernelmap trace --from trace.json.gz --export-chrome annotated.json

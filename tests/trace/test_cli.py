@@ -1,0 +1,91 @@
+"""`kernelmap trace` as a user runs it: the forms of TARGET, partial trees
+when the traced code fails or is interrupted, and one-line errors for bad
+trace files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+from tests.conftest import run_kernelmap
+
+
+def test_code_that_raises_shows_the_partial_tree_then_the_exception():
+    r = run_kernelmap("trace", "-c", "import torch\ntorch.ones(3).add_(1)\nraise ValueError('boom')", "--width", "200")
+    assert r.returncode == 1
+    assert "aten::add_" in r.stdout and "partial trace" in r.stdout
+    assert "ValueError: boom" in r.stderr and 'File "<string>", line 3' in r.stderr
+    assert r.stdout.index("aten::add_") < len(r.stdout)
+
+
+def test_keyboard_interrupt_in_the_code_gives_the_partial_tree():
+    r = run_kernelmap("trace", "-c", "import torch\ntorch.ones(3).mul_(2)\nraise KeyboardInterrupt", "--no-summary")
+    assert r.returncode == 130
+    assert "aten::mul_" in r.stdout
+    assert "interrupted" in r.stderr
+
+
+def test_ctrl_c_stops_the_run_and_shows_what_ran():
+    code = "import time, torch\ntorch.ones(3).sub_(1)\nprint('ready', flush=True)\ntime.sleep(60)"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "kernelmap", "trace", "-c", code, "--no-summary", "--width", "200"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+    )
+    assert p.stdout.readline().strip() == "ready"
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130
+    assert "aten::sub_" in out
+
+
+def test_script_with_arguments(tmp_path):
+    script = tmp_path / "step.py"
+    script.write_text("import sys, torch\nprint('argv', sys.argv[1:])\ntorch.ones(2, 2).mul(float(sys.argv[2]))\n")
+    r = run_kernelmap("trace", str(script), "--scale", "3", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "argv ['--scale', '3']" in r.stdout
+    assert "aten::mul.Tensor" in r.stdout or "aten::mul" in r.stdout
+    assert "step.<module>" in r.stdout
+
+
+def test_module_function_target(tmp_path):
+    (tmp_path / "mymodel.py").write_text("import torch\n\ndef run():\n    torch.relu(torch.ones(4))\n")
+    r = run_kernelmap("trace", "mymodel:run", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["kernelmap"] == "trace/1" and doc["tree"]["kernelmap"] == "calltree/1"
+    assert "aten::relu" in {row["name"] for row in doc["summary"]["ops"]}
+
+
+def test_malformed_trace_is_one_line_and_exit_2(tmp_path):
+    bad = tmp_path / "bad.json"
+    text = '{"traceEvents": [{"ph": "X", "name": "aten::relu", "ts": 1, "dur": 2}, {"ph": oops}]}'
+    bad.write_text(text)
+    r = run_kernelmap("trace", "--from", str(bad))
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [f"kernelmap: error: bad.json: malformed JSON in an event (Expecting value) at byte {text.index('oops')}"]
+
+
+def test_gpu_trace_import_with_json_and_chrome_export(gpu_step, tmp_path):
+    out = tmp_path / "annotated.json.gz"
+    r = run_kernelmap("trace", "--from", str(gpu_step), "--json", "--export-chrome", str(out))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    rows = {row["name"]: row for row in doc["summary"]["ops"]}
+    assert rows["aten::addmm"]["closed"] and rows["aten::addmm"]["vendor"] == "cuBLAS"
+    assert rows["aten::cudnn_convolution"]["closed"]
+    import gzip
+
+    exported = json.loads(gzip.decompress(out.read_bytes()))
+    kernels = [e for e in exported["traceEvents"] if e.get("cat") == "kernel"]
+    assert kernels and all("kernelmap" in e["args"] for e in kernels)
+    assert exported["deviceProperties"][0]["computeMajor"] == 9
+
+
+def test_target_is_required():
+    r = run_kernelmap("trace")
+    assert r.returncode == 2
+    assert r.stderr.strip().startswith("kernelmap: error: give one of")

@@ -1,0 +1,243 @@
+"""The extractor on tiny snippets: names, conditions, call kinds, registrations."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelmap.source.extract import MAX_FILE_BYTES, Extractor, OperatorNames
+
+OPS = OperatorNames(frozenset({"add", "add_", "mul", "cudnn_convolution", "conv2d", "empty"}), frozenset({"add", "add_", "mul"}))
+
+
+@pytest.fixture(scope="module")
+def ex():
+    return Extractor(OPS)
+
+
+def facts(ex, text: str, path: str = "aten/src/ATen/native/X.cpp"):
+    return ex.extract(path, text.encode())
+
+
+def defs_by_name(f):
+    return {d.name: d for d in f.definitions}
+
+
+def test_qualified_names_with_namespaces_classes_and_anonymous_namespaces(ex):
+    f = facts(
+        ex,
+        """
+namespace at { namespace native {
+namespace {
+int helper(int x) { return x; }
+struct Params { bool use_cudnn() const { return true; } };
+}
+Tensor Params2::run(const Tensor& t) { return t; }
+}}
+namespace at::cuda::blas {
+template <> void gemm<double>(int a) { }
+}
+""",
+    )
+    names = defs_by_name(f)
+    assert set(names) == {
+        "at::native::(anonymous namespace)::helper",
+        "at::native::(anonymous namespace)::Params::use_cudnn",
+        "at::native::Params2::run",
+        "at::cuda::blas::gemm",
+    }
+    assert names["at::native::(anonymous namespace)::helper"].lookup == "at::native::helper"
+    assert names["at::native::(anonymous namespace)::Params::use_cudnn"].kind == "method"
+    assert names["at::native::(anonymous namespace)::helper"].line == 4
+
+
+def test_structured_kernel_macros_name_their_struct_and_op(ex):
+    f = facts(
+        ex,
+        """
+namespace at { namespace meta {
+TORCH_META_FUNC2(add, Tensor) (const Tensor& self, const Tensor& other) { build(self); }
+TORCH_META_FUNC(mul) (const Tensor& self) { }
+}
+namespace native {
+TORCH_IMPL_FUNC(mul_out) (const Tensor& self, const Tensor& result) { mul_stub(device_type(), *this); }
+}}
+""",
+    )
+    names = defs_by_name(f)
+    assert names["at::meta::structured_add_Tensor::meta"].kind == "structured_meta"
+    assert names["at::meta::structured_add_Tensor::meta"].op == "add.Tensor"
+    assert names["at::meta::structured_mul::meta"].op == "mul"
+    impl = names["at::native::structured_mul_out::impl"]
+    assert (impl.kind, impl.op, impl.line) == ("structured_impl", "mul_out", 7)
+
+
+def test_preprocessor_conditions_of_definitions(ex):
+    f = facts(
+        ex,
+        """
+#ifndef AT_PER_OPERATOR_HEADERS_H
+#define AT_PER_OPERATOR_HEADERS_H
+#endif
+#if AT_CUDNN_ENABLED()
+void real() {}
+#else
+void placeholder() {}
+#endif
+#ifdef USE_ROCM
+void rocm() {}
+#elif CUDNN_VERSION >= 8000
+void v8() {}
+#endif
+#ifndef C10_MOBILE
+void not_mobile() {}
+#endif
+void always() {}
+""",
+    )
+    cond = {d.name: d.condition for d in f.definitions}
+    assert cond["real"] == "AT_CUDNN_ENABLED()"
+    assert cond["placeholder"] == "!AT_CUDNN_ENABLED()"
+    assert cond["rocm"] == "defined(USE_ROCM)"
+    assert cond["v8"] == "!defined(USE_ROCM) && CUDNN_VERSION >= 8000"
+    assert cond["not_mobile"] == "!defined(C10_MOBILE)"
+    assert cond["always"] is None
+
+
+def test_call_kinds_and_case_labels(ex):
+    f = facts(
+        ex,
+        """
+namespace at { namespace native {
+static void add_stub(float* a, const float* b, int n) {}
+Tensor f(const Tensor& t, ConvBackend backend) {
+  switch (backend) {
+    case ConvBackend::Cudnn:
+      out = at::cudnn_convolution(t);
+      break;
+    default:
+      out = at::_ops::add_Tensor::call(t, t);
+  }
+  if (t.is_cuda()) { cudnnConvolutionForward(handle); }
+  auto y = t.add(1);
+  auto s = t.size(0);
+  helper(t);
+  mul_stub(kCPU, iter);
+  add_stub(a, b, 3);
+  gpu_kernel(iter, [] GPU_LAMBDA (float a) { return a; });
+  cublasSgemm(handle);
+  ideep::convolution_forward::compute(x);
+  dnnl::matmul(p);
+  cudnn_frontend::OperationBuilder(CUDNN_BACKEND_OPERATION);
+  cudnn_convolution(t);
+  my_kernel<float><<<grid, block, 0, stream>>>(x);
+  return at::conv2d_symint(t);
+}
+}}
+""",
+    )
+    calls = {c.callee: c for c in f.calls}
+    assert calls["at::cudnn_convolution"].kind == "dispatcher"
+    assert calls["at::cudnn_convolution"].condition == "case ConvBackend::Cudnn"
+    assert calls["at::cudnn_convolution"].op == "cudnn_convolution"
+    assert calls["at::_ops::add_Tensor::call"].kind == "dispatcher"
+    assert calls["at::_ops::add_Tensor::call"].condition == "default"
+    assert calls["at::conv2d_symint"].kind == "dispatcher" and calls["at::conv2d_symint"].op == "conv2d"
+    assert calls[".add"].kind == "dispatcher"
+    assert calls[".size"].kind == "direct"  # an inline TensorBase accessor, not an operator
+    assert calls["cudnnConvolutionForward"].kind == "vendor"
+    assert calls["cudnnConvolutionForward"].library == "cudnn"
+    assert calls["cudnnConvolutionForward"].condition == "if (t.is_cuda())"
+    assert calls["cublasSgemm"].library == "cublas"
+    assert calls["ideep::convolution_forward::compute"].library == "onednn"
+    assert calls["dnnl::matmul"].library == "onednn"
+    assert calls["cudnn_frontend::OperationBuilder"].library == "cudnn"
+    assert calls["cudnn_convolution"].kind == "direct"  # an at::native function, not cuDNN's API
+    assert calls["gpu_kernel"].kind == "launch"
+    assert calls["my_kernel"].kind == "launch"
+    assert calls["helper"].kind == "direct"
+    # Stubs are decided once the tree's stubs are known (Note [stub calls]).
+    assert calls["mul_stub"].kind == "direct"
+    assert {c.definition for c in f.calls if c.callee != "add_stub"} == {1}
+
+
+def test_registrations_and_stub_declarations(ex):
+    text = """
+namespace at { namespace native {
+DECLARE_DISPATCH(binary_fn, mul_stub);
+DEFINE_DISPATCH(mul_stub);
+REGISTER_DISPATCH(mul_stub, &mul_kernel);
+REGISTER_ARCH_DISPATCH(mul_stub, DEFAULT, &mul_kernel_default);
+REGISTER_AVX512_DISPATCH(mul_stub, &mul_kernel_avx512);
+REGISTER_NO_CPU_DISPATCH(cudnn_stub);
+TORCH_LIBRARY_IMPL(aten, CPU, m) {
+  m.impl("add.Tensor", TORCH_FN(wrapper_CPU_add));
+  m.impl(TORCH_SELECTIVE_NAME("aten::mul.Tensor"), TORCH_FN(wrapper_CPU_mul));
+}
+TORCH_LIBRARY(myops, m) {
+  m.def("myadd(Tensor self, Tensor other) -> Tensor");
+}
+void k(TensorIterator& iter) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(kHalf, kBFloat16, iter.dtype(), "mul_cpu", [&] { cpu_kernel(iter, f); });
+  AT_DISPATCH_V2(iter.dtype(), "add_cpu", AT_WRAP([&] {}), AT_EXPAND(AT_ALL_TYPES), kBool);
+}
+}}
+"""
+    f = facts(ex, text, "aten/src/ATen/native/cpu/BinaryOpsKernel.cpp")
+    assert [(s.kind, s.name) for s in f.stubs] == [("declare", "mul_stub"), ("define", "mul_stub")]
+    regs = [(r.kind, r.name, r.target, r.key, r.detail) for r in f.registrations]
+    assert ("register_dispatch", "mul_stub", "mul_kernel", "CPU", "each CPU capability") in regs
+    assert ("register_dispatch", "mul_stub", "mul_kernel_default", "CPU", "DEFAULT") in regs
+    assert ("register_dispatch", "mul_stub", "mul_kernel_avx512", "CPU", "AVX512") in regs
+    assert ("register_dispatch", "cudnn_stub", None, "CPU", "none") in regs
+    assert ("library_impl", "add.Tensor", "wrapper_CPU_add", "CPU", "aten") in regs
+    assert ("library_impl", "mul.Tensor", "wrapper_CPU_mul", "CPU", "aten") in regs
+    assert ("library_def", "myadd", None, None, "myops") in regs
+    assert ("at_dispatch", "mul_cpu", "kHalf, kBFloat16", "AT_DISPATCH_FLOATING_TYPES_AND2", None) in regs
+    assert ("at_dispatch", "add_cpu", "AT_ALL_TYPES, kBool", "AT_DISPATCH_V2", None) in regs
+    assert "TORCH_LIBRARY_IMPL" not in {d.name for d in f.definitions}
+    # The dtype dispatch sites belong to k.
+    k = [i for i, d in enumerate(f.definitions) if d.name == "at::native::k"][0]
+    assert {r.definition for r in f.registrations if r.kind == "at_dispatch"} == {k}
+
+
+def test_the_folder_implies_the_stub_device(ex):
+    text = "namespace at::native { REGISTER_DISPATCH(mul_stub, &mul_kernel_cuda); }"
+    for path, device in (("aten/src/ATen/native/cuda/Mul.cu", "CUDA"), ("aten/src/ATen/native/mps/Mul.mm", "MPS"),
+                         ("aten/src/ATen/native/Mul.cpp", "CPU")):
+        [r] = facts(ex, text, path).registrations
+        assert r.key == device, path
+
+
+def test_global_kernels(ex):
+    f = facts(ex, "namespace at { __global__ void C10_LAUNCH_BOUNDS_1(128) fill(float* p) { p[0] = 0; } }", "aten/src/ATen/native/cuda/F.cu")
+    assert [(d.name, d.kind) for d in f.definitions] == [("at::fill", "global_kernel")]
+
+
+def test_a_namespace_closed_early_by_unbalanced_preprocessor_branches_is_recovered(ex):
+    f = facts(
+        ex,
+        """
+namespace at::cuda::blas {
+void a() {
+#ifdef USE_ROCM
+  if (x) { call(); }
+  }
+#else
+  call();
+#endif
+}
+void b() {}
+} // namespace at::cuda::blas
+""",
+    )
+    assert f.errors > 0
+    assert {d.name for d in f.definitions} >= {"at::cuda::blas::b"}
+
+
+def test_bad_bytes(ex):
+    f = ex.extract("aten/src/ATen/Bad.cpp", b"namespace at { void f\xff\xfe() { g(); } void ok() {} }")
+    assert "at::ok" in {d.name for d in f.definitions}
+    nul = ex.extract("aten/src/ATen/Nul.cpp", b"void f() {}\0\0")
+    assert nul.skipped == "binary (NUL bytes)" and nul.definitions == ()
+    big = ex.extract("aten/src/ATen/Big.cpp", b"int x;\n" * (MAX_FILE_BYTES // 7 + 1))
+    assert big.skipped is not None and "larger than" in big.skipped

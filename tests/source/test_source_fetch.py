@@ -1,0 +1,182 @@
+"""Fetching a commit's archive from a local HTTP server that serves tarballs
+shaped like GitHub's (a pax global header whose comment is the commit)."""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import http.server
+import io
+import shutil
+import tarfile
+import threading
+import time
+
+import pytest
+
+from kernelmap.source import FetchError, fetch_tree, list_trees
+from kernelmap.source.fetch import is_kept, trees_dir
+
+SHA = "2236df1770800ffea5697b11b0bb0d910b2e59e1"
+OTHER = "1eba9b3aa3c43f86f4a2c807ac8e12c4a7767340"
+
+FILES = {
+    "version.txt": "2.6.0a0\n",
+    "aten/src/ATen/native/Add.cpp": "namespace at::native { int add() { return 1; } }\n",
+    "c10/core/Device.h": "#pragma once\n",
+    "torch/csrc/Module.cpp": "int m() { return 0; }\n",
+    "torch/functional.py": "x = 1\n",
+    "torch/nn/modules/conv.py": "y = 2\n",
+    "tools/autograd/derivatives.yaml": "- name: add\n",
+    "torchgen/model.py": "z = 3\n",
+    "docs/index.rst": "docs\n",
+    "test/test_nn.py": "t = 4\n",
+}
+
+
+def make_archive(commit: str | None, files=FILES) -> bytes:
+    top = f"pytorch-{commit or 'x'}"
+    buf = io.BytesIO()
+    pax = {"comment": commit} if commit else {}
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT, pax_headers=pax) as tf:
+        d = tarfile.TarInfo(top)
+        d.type = tarfile.DIRTYPE
+        tf.addfile(d)
+        for rel, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{top}/{rel}")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+        link = tarfile.TarInfo(f"{top}/aten/evil")
+        link.type = tarfile.SYMTYPE
+        link.linkname = "/etc/passwd"
+        tf.addfile(link)
+    return gzip.compress(buf.getvalue())
+
+
+class Server:
+    """Serves `routes[path] = (bytes, mode)` on 127.0.0.1; mode is "ok",
+    "truncate" (announce all, send half, close) or "stall" (send half, hang)."""
+
+    def __init__(self):
+        self.routes: dict[str, tuple[bytes, str]] = {}
+        routes = self.routes
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                entry = routes.get(self.path)
+                if entry is None:
+                    self.send_error(404)
+                    return
+                data, mode = entry
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if mode == "ok":
+                    self.wfile.write(data)
+                    return
+                self.wfile.write(data[: len(data) // 2])
+                self.wfile.flush()
+                if mode == "stall":
+                    time.sleep(3)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/archive"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server(monkeypatch, cache):
+    s = Server()
+    monkeypatch.setenv("KERNELMAP_ARCHIVE_URL", s.url)
+    yield s
+    s.close()
+
+
+def leftovers():
+    d = trees_dir()
+    return sorted(p.name for p in d.iterdir()) if d.exists() else []
+
+
+def test_kept_paths():
+    assert is_kept("aten/src/ATen/native/Add.cpp") and is_kept("torch/functional.py") and is_kept("version.txt")
+    assert not is_kept("torch/nn/modules/conv.py") and not is_kept("docs/index.rst") and not is_kept("torch/csrc")
+
+
+def test_fetch_keeps_the_indexed_parts_and_registers_the_tree(server):
+    server.routes[f"/archive/{SHA}.tar.gz"] = (make_archive(SHA), "ok")
+    seen = []
+    tree = fetch_tree(SHA, progress=lambda done, total: seen.append((done, total)))
+    assert (tree.version, tree.commit, tree.kind) == ("2.6.0a0", SHA, "fetched")
+    kept = sorted(str(p.relative_to(tree.root)) for p in tree.root.rglob("*") if p.is_file() and p.name != ".complete")
+    assert kept == sorted(rel for rel in FILES if is_kept(rel))
+    assert not (tree.root / "aten/evil").exists()
+    assert seen and seen[-1][0] == seen[-1][1]
+    assert [t.name for t in list_trees()] == [tree.name]
+    assert tree.origin.commit == SHA
+    # A second fetch reuses the tree without downloading.
+    del server.routes[f"/archive/{SHA}.tar.gz"]
+    assert fetch_tree(SHA) == tree
+
+
+def test_the_default_commit_is_the_installed_torch(server, monkeypatch, tmp_path):
+    from kernelmap import env
+
+    monkeypatch.setattr(env, "torch_install", lambda: env.TorchInstall("2.6.0", SHA, None, tmp_path))
+    server.routes[f"/archive/{SHA}.tar.gz"] = (make_archive(SHA), "ok")
+    assert fetch_tree().commit == SHA
+
+
+@pytest.mark.parametrize(
+    "archive, mode, message",
+    [
+        (lambda: make_archive(OTHER), "ok", "is of commit " + OTHER),
+        (lambda: make_archive(None), "ok", "names no commit"),
+        (lambda: b"not a tarball at all", "ok", "incomplete or not a .tar.gz"),
+        (lambda: make_archive(SHA), "truncate", "incomplete|ended after"),
+        (lambda: make_archive(SHA, {**FILES, "aten/big.bin": "x" * 2_000_000}), "stall", "timed out"),
+        (lambda: make_archive(SHA, {k: v for k, v in FILES.items() if k != "version.txt"}), "ok", "no version.txt"),
+    ],
+)
+def test_a_bad_download_leaves_nothing_behind(server, archive, mode, message):
+    server.routes[f"/archive/{SHA}.tar.gz"] = (archive(), mode)
+    with pytest.raises(FetchError, match=message):
+        fetch_tree(SHA, timeout=1)
+    assert leftovers() == []
+    assert list_trees() == []
+
+
+def test_http_errors_and_bad_commits(server):
+    with pytest.raises(FetchError, match="HTTP 404"):
+        fetch_tree(SHA)
+    from kernelmap.errors import BadInput
+
+    with pytest.raises(BadInput, match="hex digits"):
+        fetch_tree("main; rm -rf /")
+    assert leftovers() == []
+
+
+def test_a_full_disk_leaves_nothing_behind(server, monkeypatch):
+    server.routes[f"/archive/{SHA}.tar.gz"] = (make_archive(SHA), "ok")
+    calls = []
+    copy = shutil.copyfileobj
+
+    def full_disk(src, dst, length=0):
+        """The third file written finds the disk full."""
+        calls.append(dst)
+        if len(calls) > 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return copy(src, dst, length)
+
+    monkeypatch.setattr("kernelmap.source.fetch.shutil.copyfileobj", full_disk)
+    with pytest.raises(FetchError, match="disk is full"):
+        fetch_tree(SHA)
+    assert leftovers() == []

@@ -44,6 +44,7 @@ class PyCall:
 
     target: str  # "self._conv_forward", "torch.nn.functional.conv2d", "torch.conv2d"
     line: int
+    condition: str | None = None  # the innermost enclosing `if` test: "self.padding_mode != 'zeros'"
 
 
 @functools.lru_cache(maxsize=256)
@@ -189,17 +190,25 @@ def calls(definition: PyDef, root: Path) -> tuple[PyCall, ...]:
             if target:
                 return (PyCall(_absolute_name(target, imports, definition.module), node.lineno),)
         return ()
-    found: dict[str, int] = {}
-    for inner in ast.walk(node):
+    found: dict[str, PyCall] = {}
+    # explicit stack of (node, innermost enclosing if-test): no recursion
+    stack: list[tuple[ast.AST, str | None]] = [(child, None) for child in ast.iter_child_nodes(node)]
+    while stack:
+        inner, condition = stack.pop()
         if isinstance(inner, ast.Call):
             name = _dotted(inner.func)
-            if not name:
-                continue
-            if name.startswith("self."):
-                found.setdefault(name, inner.lineno)
-            else:
-                found.setdefault(_absolute_name(name, imports, definition.module), inner.lineno)
-    return tuple(sorted((PyCall(t, line) for t, line in found.items()), key=lambda c: c.line))
+            if name:
+                target = name if name.startswith("self.") else _absolute_name(name, imports, definition.module)
+                found.setdefault(target, PyCall(target, inner.lineno, condition))
+        if isinstance(inner, (ast.If, ast.IfExp)):
+            test = ast.unparse(inner.test)
+            stack.append((inner.test, condition))
+            stack.extend((child, test) for child in (inner.body if isinstance(inner.body, list) else [inner.body]))
+            orelse = inner.orelse if isinstance(inner.orelse, list) else [inner.orelse]
+            stack.extend((child, f"not ({test})") for child in orelse)
+            continue
+        stack.extend((child, condition) for child in ast.iter_child_nodes(inner))
+    return tuple(sorted(found.values(), key=lambda c: (c.line, c.target)))
 
 
 def _absolute_name(name: str, imports: dict[str, str], module: str) -> str:

@@ -153,6 +153,16 @@ class Catalog:
                 return kernel
         return None
 
+    def ops_with_kernel(self, symbol: str) -> tuple[Op, ...]:
+        """Operators whose yaml names `symbol` (`at::native::cudnn_convolution`) as a kernel."""
+        rows = self._db.execute("SELECT id, record FROM ops WHERE record LIKE ?", (f'%"{symbol}"%',)).fetchall()
+        ops = (self._op(*row) for row in rows)
+        return tuple(op for op in ops if any(k.symbol == symbol for k in op.dispatch))
+
+    def entry_points(self) -> set[str]:
+        """Every Python name that reaches an operator."""
+        return {name for (name,) in self._db.execute("SELECT DISTINCT name FROM entries")}
+
     def __iter__(self) -> Iterator[Op]:
         for row in self._db.execute("SELECT id, record FROM ops ORDER BY id"):
             yield self._op(*row)

@@ -1,0 +1,181 @@
+"""The index of the real Debian PyTorch 2.6.0 tree: definitions at their real
+lines, classified calls, stub registrations, unparseable files.
+
+Every expected line is checked by opening the file, never copied into the test.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+
+import pytest
+
+from kernelmap.model import EdgeKind, OriginKind
+
+from .conftest import line_of
+
+pytestmark = pytest.mark.slow
+
+
+def the_definition(ix, name, **kw):
+    found = ix.definitions(name, **kw)
+    assert found, f"no definition of {name}"
+    return found
+
+
+@pytest.mark.parametrize(
+    "name, pattern",
+    [
+        ("at::native::cudnn_convolution", r"\bTensor cudnn_convolution\("),
+        ("at::native::_convolution", r"\bTensor _convolution\("),
+        ("at::native::conv2d_symint", r"\bTensor conv2d_symint\("),
+    ],
+)
+def test_definitions_are_at_their_real_lines(real_index, real_tree, name, pattern):
+    for d in the_definition(real_index, name):
+        assert d.name == name or d.lookup == name
+        text = line_of(real_tree.root, d.location.path, d.location.line)
+        # The signature starts at the definition's first line (return type on it,
+        # or on the line before for split declarations).
+        head = text + line_of(real_tree.root, d.location.path, d.location.line + 1)
+        assert re.search(pattern, head), f"{d.location}: {text!r}"
+        end = line_of(real_tree.root, d.location.path, d.location.end_line)
+        assert end.rstrip().endswith("}"), f"{d.location} ends at {d.location.end_line}: {end!r}"
+        assert d.location.origin.kind is OriginKind.TREE and d.location.origin.version == real_tree.version
+
+
+@pytest.mark.parametrize(
+    "macro, kind, struct",
+    [
+        ("TORCH_IMPL_FUNC(mul_out)", "structured_impl", "at::native::structured_mul_out::impl"),
+        ("TORCH_META_FUNC2(add, Tensor)", "structured_meta", "at::meta::structured_add_Tensor::meta"),
+    ],
+)
+def test_structured_kernels_are_found_by_their_macro(real_index, real_tree, macro, kind, struct):
+    [d] = the_definition(real_index, macro)
+    assert (d.symbol.kind, d.name) == (kind, struct)
+    text = line_of(real_tree.root, d.location.path, d.location.line)
+    assert re.match(re.escape(macro.split("(")[0]) + r"\(" + r"\s*,\s*".join(re.findall(r"\w+", macro.split("(", 1)[1])) + r"\)", text)
+    assert real_index.definitions(struct) == [d]
+
+
+def test_convolution_calls_cudnn_convolution_through_the_dispatcher_under_its_case(real_index, real_tree):
+    [conv] = [d for d in real_index.definitions("at::native::_convolution") if d.location.end_line - d.location.line > 100]
+    calls = [c for c in real_index.calls_from(conv) if c.callee == "at::cudnn_convolution"]
+    assert calls
+    for c in calls:
+        assert c.kind is EdgeKind.DISPATCHER and c.op == "cudnn_convolution"
+        assert c.condition == "case ConvBackend::Cudnn"
+        assert "at::cudnn_convolution(" in line_of(real_tree.root, c.location.path, c.location.line)
+        assert conv.location.line < c.location.line <= conv.location.end_line
+        assert c.edge.condition.startswith("case ConvBackend::Cudnn")
+    assert any(c.location == calls[0].location for c in real_index.callers_of("at::cudnn_convolution"))
+
+
+def test_raw_cudnn_convolution_forward_out_is_defined_once_per_condition(real_index, real_tree):
+    defs = the_definition(real_index, "at::native::raw_cudnn_convolution_forward_out")
+    assert len(defs) >= 2
+    by_condition = {d.symbol.condition: d for d in defs}
+    assert len(by_condition) == len(defs), "each definition has its own condition"
+    placeholder = by_condition["!AT_CUDNN_ENABLED()"]
+    assert "TORCH_CHECK" in "".join(
+        line_of(real_tree.root, placeholder.location.path, n) for n in range(placeholder.location.line, placeholder.location.end_line + 1)
+    )
+    assert any(c and c.startswith("AT_CUDNN_ENABLED()") for c in by_condition)
+    for d in defs:
+        assert "raw_cudnn_convolution_forward_out(" in line_of(real_tree.root, d.location.path, d.location.line)
+
+
+def test_cudnn_calls_of_the_v7_and_v8_files_are_vendor_calls(real_index, real_tree):
+    cudnn = real_index.vendor_calls("cudnn")
+    v7 = [c for c in cudnn if c.location.path.endswith("cudnn/Conv_v7.cpp")]
+    v8 = [c for c in cudnn if c.location.path.endswith("cudnn/Conv_v8.cpp")]
+    assert any(c.callee == "cudnnConvolutionForward" for c in v7)
+    assert any(c.callee.startswith("cudnn_frontend::") for c in v8)
+    assert any(c.callee.startswith("cudnnBackend") for c in v8)
+    for c in v7 + v8:
+        assert c.kind is EdgeKind.VENDOR
+        assert c.name in line_of(real_tree.root, c.location.path, c.location.line)
+        assert c.preproc and c.preproc.startswith("AT_CUDNN_ENABLED()")
+
+
+def test_mul_stub_has_cpu_and_cuda_kernels(real_index, real_tree):
+    regs = real_index.stub_registrations("mul_stub")
+    devices = {r.device: r for r in regs}
+    assert {"CPU", "CUDA"} <= set(devices)
+    for r in regs:
+        text = line_of(real_tree.root, r.location.path, r.location.line)
+        assert "mul_stub" in text and r.kernel in text
+        assert real_index.definitions(r.kernel), f"the kernel {r.kernel} is defined in the tree"
+    assert "/cpu/" in devices["CPU"].location.path and "/cuda/" in devices["CUDA"].location.path
+    assert real_index.is_stub("mul_stub")
+    [impl] = real_index.definitions("TORCH_IMPL_FUNC(mul_out)")
+    assert [c.kind for c in real_index.calls_from(impl) if c.name == "mul_stub"] == [EdgeKind.STUB]
+
+
+def test_the_padding_kernels_local_add_stub_is_no_stub(real_index, real_tree):
+    # add_stub's CPU kernel is registered by ufunc codegen, which is not in the tree.
+    assert all(r.device != "CPU" for r in real_index.stub_registrations("add_stub"))
+    assert real_index.is_stub("add_stub")
+    sites = real_index.callers_of("add_stub")
+    padding = [c for c in sites if c.location.path.endswith("cpu/PaddingKernel.cpp")]
+    assert padding and all(c.kind is EdgeKind.DIRECT for c in padding)
+    local = real_index.definitions_in(padding[0].location.path)
+    assert any(d.symbol.location.path == padding[0].location.path and d.name.endswith("::add_stub") for d in local)
+    assert any(c.kind is EdgeKind.STUB for c in sites if not c.location.path.endswith("PaddingKernel.cpp"))
+
+
+def test_cuda_blas_gemm_reaches_a_cublas_call(real_index):
+    """Following direct calls from at::cuda::blas::gemm, by name, reaches cuBLAS."""
+    start = [d for d in real_index.definitions("at::cuda::blas::gemm") if d.location.path.endswith(".cpp")]
+    assert start
+    queue = deque((d, 0) for d in start)
+    seen = {d.id for d in start}
+    reached = []
+    while queue and not reached:
+        d, depth = queue.popleft()
+        for c in real_index.calls_from(d):
+            if c.kind is EdgeKind.VENDOR and c.library in ("cublas", "cublasLt"):
+                reached.append(c)
+            elif c.kind is EdgeKind.DIRECT and depth < 4 and c.callee.startswith(("gemm", "at::cuda::blas::")):
+                for nxt in real_index.definitions(c.name):
+                    if nxt.lookup.startswith("at::cuda::blas::") and nxt.id not in seen:
+                        seen.add(nxt.id)
+                        queue.append((nxt, depth + 1))
+    assert reached, "no cuBLAS call within four direct calls of at::cuda::blas::gemm"
+
+
+def test_library_impls_and_dtype_dispatch_sites(real_index, real_tree):
+    impls = real_index.library_impls("add.Tensor")
+    assert impls
+    for r in impls:
+        assert '"' in line_of(real_tree.root, r.location.path, r.location.line) or r.kind == "impl"
+    [impl] = real_index.definitions("TORCH_IMPL_FUNC(mul_out)")
+    kernel = real_index.stub_registrations("mul_stub")
+    cpu = [r for r in kernel if r.device == "CPU"][0]
+    [k] = [d for d in real_index.definitions(cpu.kernel) if d.location.path == cpu.location.path]
+    sites = real_index.dtype_dispatches(k)
+    for s in sites:
+        assert s.macro in line_of(real_tree.root, s.location.path, s.location.line)
+    assert real_index.global_kernels(), "CUDA files define __global__ kernels"
+
+
+def test_files_the_grammar_cannot_fully_parse_still_yield_definitions(real_index, real_build):
+    worst = real_index.worst_files(10)
+    stats = real_index.stats()
+    assert stats["files_with_errors"] == real_build.with_errors > 0
+    assert worst[0].errors >= worst[-1].errors > 0
+    # Even the worst files yield definitions.
+    for f in worst[:5]:
+        assert real_index.definitions_in(f.path), f.path
+    assert stats["files"] > 4000 and stats["definitions"] > 40000
+    print(f"\n{stats['files_with_errors']} of {stats['files']} files parse with errors; worst:")
+    for f in worst:
+        print(f"  {f.errors:5d}  {f.path}")
+
+
+def test_search_finds_names_by_substring(real_index):
+    names = real_index.search("cudnn_convolution")
+    assert "at::native::cudnn_convolution" in names
+    assert all("cudnn_convolution" in n for n in names)

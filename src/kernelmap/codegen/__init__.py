@@ -213,4 +213,25 @@ def locate(
     wanted = tuple(Layer(layer) for layer in layers) if layers is not None else tuple(Layer)
     if files is None:
         files = generated_files(tree, progress=progress)
-    return locate_op(files, op, wanted, ufunc_op)
+    code = locate_op(files, op, wanted, ufunc_op)
+    if tree is None:
+        code = _note_missing_backends(code)
+    return code
+
+
+def _note_missing_backends(code: GeneratedCode) -> GeneratedCode:
+    """Say so when every backend kernel is for CUDA and the installed torch has none."""
+    from dataclasses import replace
+
+    from kernelmap import env
+
+    if env.torch_install().cuda is not None:
+        return code
+    backends = {r.key for r in code.registrations if r.layer is Layer.REGISTER and not r.key.startswith(("Composite", "Functionalize", "BackendSelect"))}
+    if backends and all("CUDA" in key for key in backends):
+        note = (
+            f"{code.op} has kernels only for {', '.join(sorted(backends))}: torch {env.torch_install().version} is a "
+            "CPU build, so its dispatcher holds none of them (the files are generated as a CUDA build has them)"
+        )
+        code = replace(code, notes=code.notes + (note,))
+    return code

@@ -20,6 +20,7 @@ code is run.
 
 from __future__ import annotations
 
+import gc
 import os
 import weakref
 from collections.abc import Callable
@@ -101,10 +102,22 @@ def load(
     index links kernels to source. Raises TraceFormatError for a file that is
     not a well-formed trace, naming the byte offset.
     """
+    # The tree is hundreds of thousands of small objects that live as long as
+    # the trace: the cyclic collector would rescan them over and over while
+    # they are built (three times the cost of building them), and finds nothing.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _load(Path(path), keep_frames, resolve, source_tree, live, meta)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None, live: bool, meta: dict[str, Any] | None) -> Trace:
     from kernelmap.trace import build
     from kernelmap.trace.reader import TraceHeader, read_trace
 
-    path = Path(path)
     header = TraceHeader()
     origin = None
     try:

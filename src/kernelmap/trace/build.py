@@ -65,7 +65,7 @@ _SPLICED_FRAMES = re.compile(
 )
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Node:
     """A node under construction: the event it came from and its children."""
 
@@ -383,7 +383,8 @@ def _link_backward(root: Node) -> None:
 
 
 def freeze(root: Node) -> CallNode:
-    """The frozen CallNode tree (post-order, explicit stack)."""
+    """The frozen CallNode tree (post-order, explicit stack). Builder nodes are
+    released as they are frozen, so the two trees barely coexist in memory."""
     order: list[Node] = []
     stack = [root]
     while stack:
@@ -391,19 +392,27 @@ def freeze(root: Node) -> CallNode:
         order.append(n)
         stack.extend(n.children)
     done: dict[int, CallNode] = {}
-    for n in reversed(order):
-        attrs = dict(n.attrs)
+    frozen = None
+    while order:
+        n = order.pop()
+        attrs = n.attrs
         if n.kind != "trace" or n.dur:
             attrs.setdefault("duration_us", round(n.dur, 3))
-        done[id(n)] = CallNode(
+        frozen = CallNode(
             name=n.name,
             kind=n.kind,
             location=n.location,
             via=None,
-            children=tuple(done[id(ch)] for ch in n.children),
+            children=tuple(done.pop(id(ch)) for ch in n.children),
             attrs=attrs,
         )
-    return done[id(root)]
+        for ch in n.children:
+            ch.parent = None
+        n.children = []
+        n.args = {}
+        done[id(n)] = frozen
+    assert frozen is not None
+    return frozen
 
 
 def to_tree(root: Node, notes: list[str], meta: dict[str, Any]) -> CallTree:

@@ -413,14 +413,12 @@ class Resolver:
         dims = args.get("Input Dims")
         if dims:
             a["input_shapes"] = [list(d) if isinstance(d, list) else d for d in dims]
-        if types:
-            a["input_types"] = types
         dtype = next((DTYPES[t] for t in types if t in DTYPES), "float32")
         a["dtype"] = dtype
         # Note [inputs of a traced call]
         requires_grad = args.get("Sequence number") is not None and not _under_backward(node)
         a["requires_grad"] = requires_grad
-        a["inferred"] = ["device", "requires_grad"]
+        a["inferred"] = _INFERRED
         op = self.catalog_op(node.name, types)
         if op is None:
             if node.name.startswith("aten::"):
@@ -472,6 +470,9 @@ class Resolver:
         for k in ("device", "stream", "grid", "block", "correlation"):
             if k in node.args:
                 node.attrs[k if k != "device" else "gpu"] = node.args[k]
+
+
+_INFERRED = ("device", "requires_grad")  # shared by every op node: Note [inputs of a traced call]
 
 
 def _under_backward(node: Node) -> bool:

@@ -1,0 +1,222 @@
+"""Benchmark `kernelmap trace`.
+
+1. Tracing the ResNet-50 example's forward (batch 1, CPU) with full
+   resolution and the summary printed, against the same run under a bare
+   `torch.profiler.profile(with_stack=True)` with `key_averages().table()`
+   printed. Goal: at most 1.5x.
+2. Importing a synthesised GPU trace of about 100 MB (Kineto format:
+   Python frames, nested aten ops, runtime launches, kernels joined by
+   correlation ids and ac2g flows): seconds and peak memory, measured in a
+   fresh process each, for the streaming reader alone and for the whole
+   import (tree, resolution, summary).
+
+    python benches/bench_trace.py [--size-mb 100] [--repeat 5] [--skip-model] [--skip-import]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import redirect_stdout
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------------------
+# 1. ResNet-50 forward: kernelmap vs bare profiler
+# ---------------------------------------------------------------------------
+
+
+def bench_model(repeat: int) -> dict:
+    import torch
+    from torch.profiler import profile
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    from resnet50 import example_input, resnet50
+
+    from kernelmap.trace import trace
+
+    torch.manual_seed(0)
+    model = resnet50().eval()
+    x = example_input()
+
+    def forward():
+        with torch.no_grad():
+            return model(x)
+
+    def bare() -> float:
+        t = time.perf_counter()
+        with profile(with_stack=True) as prof:
+            forward()
+        with redirect_stdout(io.StringIO()):
+            print(prof.key_averages().table())
+        return time.perf_counter() - t
+
+    def kernelmap() -> float:
+        t = time.perf_counter()
+        result = trace(forward)
+        with redirect_stdout(io.StringIO()):
+            print(result.summary().to_text())
+        return time.perf_counter() - t
+
+    forward()
+    bare(), kernelmap()  # warm: first profiler start, catalog cache, dispatcher tables
+    b, k = [], []
+    for _ in range(repeat):  # interleaved, so machine noise hits both
+        b.append(bare())
+        k.append(kernelmap())
+    t = time.perf_counter()
+    for _ in range(repeat):
+        forward()
+    plain = (time.perf_counter() - t) / repeat
+    return {
+        "forward_s": plain,
+        "bare_profiler_s": statistics.median(b),
+        "kernelmap_s": statistics.median(k),
+        "ratio": statistics.median(k) / statistics.median(b),
+        "bare_all": b,
+        "kernelmap_all": k,
+    }
+
+
+# ---------------------------------------------------------------------------
+# 2. A large synthetic GPU trace
+# ---------------------------------------------------------------------------
+
+_KERNELS = [
+    ("aten::cudnn_convolution", "sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x64x16_stage4_warpsize2x2x1_g1_tensor16x8x8"),
+    ("aten::native_batch_norm", "void at::native::batch_norm_collect_statistics_kernel<at::native::InvStd, float, float, float, int>(at::GenericPackedTensorAccessor<float const, 3ul, at::RestrictPtrTraits, int>, float, float)"),
+    ("aten::clamp_min_", "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::clamp_min_scalar_kernel_impl(at::TensorIteratorBase&, c10::Scalar)::{lambda()#1}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >(int, float, std::array<char*, 2ul>)"),
+    ("aten::add_", "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)"),
+    ("aten::addmm", "ampere_sgemm_128x64_tn"),
+]
+
+
+def synthesise(path: Path, size_mb: int) -> int:
+    """Write a Kineto-format trace of about `size_mb` MB; returns its event count."""
+    target = size_mb * 1024 * 1024
+    n = 0
+    ts = 1_000_000.0
+    gpu_ts = ts
+    corr = 0
+    ext = 0
+    with open(path, "w") as f:
+        f.write('{"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}],\n"traceEvents": [\n')
+        first = True
+
+        def emit(e: dict) -> None:
+            nonlocal first, n
+            if not first:
+                f.write(",\n")
+            first = False
+            f.write(json.dumps(e))
+            n += 1
+
+        emit({"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "thread 1 (python)"}})
+        step = 0
+        while f.tell() < target:
+            step_start = ts
+            emit({"ph": "X", "cat": "python_function", "name": "train.py(40): step", "pid": 1, "tid": 1, "ts": ts, "dur": 53 * 5 * 60.0, "args": {"Python id": step}})
+            for layer in range(53):
+                for kind, (op, kernel) in enumerate(_KERNELS):
+                    t0 = step_start + (layer * 5 + kind) * 60.0 + 1
+                    ext += 1
+                    corr += 1
+                    mod = {"Conv2d": 0, "BatchNorm2d": 1, "ReLU": 2}.get(("Conv2d", "BatchNorm2d", "ReLU", "Add", "Linear")[kind], None)
+                    emit({"ph": "X", "cat": "python_function", "name": f"nn.Module: {('Conv2d', 'BatchNorm2d', 'ReLU', 'Identity', 'Linear')[kind]}_{layer}", "pid": 1, "tid": 1, "ts": t0, "dur": 55.0, "args": {"Python module id": mod}})
+                    emit({"ph": "X", "cat": "python_function", "name": "torch/nn/functional.py(2800): fn", "pid": 1, "tid": 1, "ts": t0 + 1, "dur": 52.0, "args": {}})
+                    emit({"ph": "X", "cat": "cpu_op", "name": op, "pid": 1, "tid": 1, "ts": t0 + 2, "dur": 50.0,
+                          "args": {"External id": ext, "Input Dims": [[32, 64, 56, 56], [64, 64, 3, 3]], "Input type": ["float", "float"],
+                                   "Input Strides": [[200704, 3136, 56, 1], [576, 9, 3, 1]], "Concrete Inputs": ["", ""]}})
+                    emit({"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1, "ts": t0 + 3, "dur": 2.0,
+                          "args": {"External id": ext, "Input Dims": [[], [], [], [], [], []], "Input type": ["ScalarList", "Scalar", "Scalar", "", "", ""]}})
+                    emit({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t0 + 10, "dur": 5.0, "args": {"correlation": corr, "External id": ext}})
+                    gpu_ts = max(gpu_ts, t0 + 12)
+                    emit({"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7, "ts": gpu_ts, "dur": 20.0,
+                          "args": {"correlation": corr, "External id": ext, "device": 0, "stream": 7, "grid": [80, 1, 1], "block": [128, 1, 1]}})
+                    emit({"ph": "s", "id": corr, "pid": 1, "tid": 1, "ts": t0 + 10, "cat": "ac2g", "name": "ac2g"})
+                    emit({"ph": "f", "id": corr, "pid": 0, "tid": 7, "ts": gpu_ts, "cat": "ac2g", "name": "ac2g", "bp": "e"})
+                    gpu_ts += 21
+            ts = step_start + 53 * 5 * 60.0 + 100
+            step += 1
+        f.write('\n], "traceName": "synthetic"}\n')
+    return n
+
+
+_CHILD = r"""
+import json, resource, sys, time
+from pathlib import Path
+mode, path = sys.argv[1], Path(sys.argv[2])
+from kernelmap.trace import load
+from kernelmap.trace.reader import read_trace
+import kernelmap.catalog, kernelmap.dispatch, torch  # imports outside the measurement
+if mode == "full":
+    from kernelmap.catalog import load_catalog
+    load_catalog()
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t = time.perf_counter()
+if mode == "reader":
+    n = sum(1 for _ in read_trace(path))
+    extra = {"events": n}
+else:
+    tr = load(path)
+    t_load = time.perf_counter() - t
+    s = tr.summary()
+    s.to_text()
+    extra = {"load_s": t_load, "nodes": sum(1 for _ in tr.tree.walk()), "ops": len(s.ops)}
+elapsed = time.perf_counter() - t
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"seconds": elapsed, "peak_rss_mb": peak / 1024, "baseline_rss_mb": base / 1024,
+                  "added_rss_mb": (peak - base) / 1024, **extra}))
+"""
+
+
+def bench_import(size_mb: int) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "big.json"
+        t = time.perf_counter()
+        events = synthesise(path, size_mb)
+        made = time.perf_counter() - t
+        size = path.stat().st_size
+        results = {"file_mb": size / 2**20, "events": events, "synthesis_s": made}
+        for mode in ("reader", "full"):
+            out = subprocess.run([sys.executable, "-c", _CHILD, mode, str(path)], capture_output=True, text=True, env=dict(os.environ))
+            if out.returncode != 0:
+                raise SystemExit(f"{mode} import failed:\n{out.stderr}")
+            results[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+        return results
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size-mb", type=int, default=100)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--skip-model", action="store_true")
+    ap.add_argument("--skip-import", action="store_true")
+    args = ap.parse_args()
+    if not args.skip_model:
+        m = bench_model(args.repeat)
+        print("ResNet-50 forward, batch 1, CPU (median of %d)" % args.repeat)
+        print(f"  plain forward                          {m['forward_s'] * 1000:8.1f} ms")
+        print(f"  profile(with_stack) + key_averages     {m['bare_profiler_s'] * 1000:8.1f} ms")
+        print(f"  kernelmap trace + resolve + summary    {m['kernelmap_s'] * 1000:8.1f} ms")
+        print(f"  ratio                                  {m['ratio']:8.2f}x  (goal <= 1.5x)")
+    if not args.skip_import:
+        r = bench_import(args.size_mb)
+        print(f"Import of a synthetic GPU trace: {r['file_mb']:.1f} MB, {r['events']} events (written in {r['synthesis_s']:.1f} s)")
+        rd, full = r["reader"], r["full"]
+        print(f"  streaming reader only                  {rd['seconds']:8.2f} s   peak RSS +{rd['added_rss_mb']:.0f} MB")
+        print(f"  load (tree + resolve) + summary        {full['seconds']:8.2f} s   peak RSS +{full['added_rss_mb']:.0f} MB"
+              f"   ({full['nodes']} nodes, load {full['load_s']:.2f} s)")
+
+
+if __name__ == "__main__":
+    main()

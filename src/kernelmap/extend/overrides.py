@@ -24,15 +24,17 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import re
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from torchgen.model import FunctionSchema
+
 from kernelmap.errors import BadInput, TorchUnavailable, UnknownName
 from kernelmap.extend.errors import OverrideError, SchemaMismatch
+from kernelmap.extend.schema import int_not_symint
 from kernelmap.model import OperatorName
 
 __all__ = ["Override", "override", "check_override_schema", "resolve_op"]
@@ -62,41 +64,53 @@ def resolve_op(name: str):
         raise UnknownName(str(opname) + hint) from None
 
 
+def _parse(schema) -> tuple[str, FunctionSchema]:
+    """("ns::name.overload", torchgen's FunctionSchema) of a torch schema."""
+    text = str(schema)
+    qualified, _, rest = text.partition("(")
+    namespace, _, name = qualified.rpartition("::")
+    try:
+        return qualified, FunctionSchema.parse(f"{name}({rest}")
+    except Exception as e:
+        raise SchemaMismatch(f"cannot read the schema of {qualified}: {text}: {e}") from None
+
+
 def _type(t) -> str:
-    text = str(t)
-    return re.sub(r"\bSymInt\b", "int", text)
+    return str(int_not_symint(t))
 
 
 def check_override_schema(original, target, extra_args: Mapping[str, Any] = ()) -> None:
     """Raise SchemaMismatch unless `target`'s schema fits `original`'s
     (Note [override schemas]); both are `torch._C.FunctionSchema`s."""
     extra_args = dict(extra_args)
-    o_name, t_name = f"{original.name}" + (f".{original.overload_name}" if original.overload_name else ""), target.name
+    o_name, o = _parse(original)
+    t_name, t = _parse(target)
     what = f"{t_name} cannot stand in for {o_name}"
-    t_args = list(target.arguments)
-    t_by_name = {a.name: a for a in t_args}
+    t_positional = list(t.arguments.flat_positional)
+    t_all = t_positional + list(t.arguments.flat_kwarg_only)
+    t_by_name = {a.name: a for a in t_all}
     used: set[str] = set()
-    for i, a in enumerate(original.arguments):
-        if a.kwarg_only:
-            b = t_by_name.get(a.name)
-            if b is None:
-                raise SchemaMismatch(f"{what}: it takes no keyword argument {a.name!r} ({_type(a.type)})")
-        else:
-            if i >= len(t_args) or t_args[i].kwarg_only:
-                raise SchemaMismatch(f"{what}: it takes fewer positional arguments (no argument {i} {a.name!r})")
-            b = t_args[i]
+    for i, a in enumerate(o.arguments.flat_positional):
+        if i >= len(t_positional):
+            raise SchemaMismatch(f"{what}: it takes {len(t_positional)} positional argument(s), the original {len(o.arguments.flat_positional)}")
+        b = t_positional[i]
         if _type(a.type) != _type(b.type):
-            raise SchemaMismatch(f"{what}: argument {a.name!r} is {_type(a.type)} there but {b.name!r} is {_type(b.type)} here")
+            raise SchemaMismatch(f"{what}: argument {i} {a.name!r} is {_type(a.type)} there but {b.name!r} is {_type(b.type)} here")
         used.add(b.name)
-    for b in t_args:
-        if b.name in used:
-            continue
-        if b.name not in extra_args and not b.has_default_value():
+    for a in o.arguments.flat_kwarg_only:
+        b = t_by_name.get(a.name)
+        if b is None:
+            raise SchemaMismatch(f"{what}: it takes no keyword argument {a.name!r} ({_type(a.type)})")
+        if _type(a.type) != _type(b.type):
+            raise SchemaMismatch(f"{what}: argument {a.name!r} is {_type(a.type)} there but {_type(b.type)} here")
+        used.add(b.name)
+    for b in t_all:
+        if b.name not in used and b.name not in extra_args and b.default is None:
             raise SchemaMismatch(f"{what}: its argument {b.name!r} has no default and no value in extra_args")
-    unknown = sorted(set(extra_args) - {b.name for b in t_args if b.name not in used})
+    unknown = sorted(set(extra_args) - {b.name for b in t_all if b.name not in used})
     if unknown:
         raise SchemaMismatch(f"{what}: extra_args {', '.join(unknown)} are not extra arguments of {t_name}")
-    o_ret, t_ret = [_type(r.type) for r in original.returns], [_type(r.type) for r in target.returns]
+    o_ret, t_ret = [_type(r.type) for r in o.returns], [_type(r.type) for r in t.returns]
     if o_ret != t_ret:
         raise SchemaMismatch(f"{what}: it returns ({', '.join(t_ret)}), the original returns ({', '.join(o_ret)})")
 

@@ -26,7 +26,7 @@ from torchgen.model import Argument, BaseTy, BaseType, FunctionSchema, ListType,
 from kernelmap.errors import BadInput
 from kernelmap.extend.errors import NotScaffoldable
 
-__all__ = ["Param", "CustomOpSpec", "custom_op_spec", "parse_extra", "check_identifier"]
+__all__ = ["Param", "CustomOpSpec", "custom_op_spec", "parse_extra", "check_identifier", "int_not_symint"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -168,19 +168,19 @@ class CustomOpSpec:
         return ", ".join(p.name for p in self.params)
 
 
-def _int_not_symint(t: Type) -> Type:
+def int_not_symint(t: Type) -> Type:
     """The same type with SymInt spelled int (a custom kernel gets concrete sizes)."""
     if isinstance(t, BaseType):
         return BaseType(BaseTy.int) if t.name is BaseTy.SymInt else t
     if isinstance(t, OptionalType):
-        return OptionalType(_int_not_symint(t.elem))
+        return OptionalType(int_not_symint(t.elem))
     if isinstance(t, ListType):
-        return ListType(_int_not_symint(t.elem), t.size)
+        return ListType(int_not_symint(t.elem), t.size)
     return t
 
 
 def _param(arg: Argument, kwarg_only: bool, extra: bool) -> Param:
-    typ = _int_not_symint(arg.type)
+    typ = int_not_symint(arg.type)
     plain = Argument(arg.name, typ, arg.default, None)
     return Param(
         name=arg.name,
@@ -243,8 +243,6 @@ def custom_op_spec(op: str, op_schema: str, name: str, namespace: str = "kernelm
         what = {SchemaKind.inplace: "is in-place", SchemaKind.out: "writes an out= argument"}.get(kind, "mutates or returns a view of its input")
         raise NotScaffoldable(f"{op} {what}; scaffold starts from functional operators (e.g. the one without '_' or '.out')")
     args = fs.arguments
-    if args.self_arg is not None or args.tensor_options is not None or args.out:
-        pass  # flat_positional / flat_kwarg_only below already flatten these groups
     params = [_param(a, False, False) for a in args.flat_positional]
     params += [_param(a, True, False) for a in args.flat_kwarg_only]
     taken = {p.name for p in params}
@@ -253,10 +251,10 @@ def custom_op_spec(op: str, op_schema: str, name: str, namespace: str = "kernelm
             raise BadInput(f"extra argument {a.name!r} has the name of an argument {op} already takes")
         taken.add(a.name)
         params.append(_param(a, True, True))
-    returns = tuple(str(_int_not_symint(r.type)) for r in fs.returns)
+    returns = tuple(str(int_not_symint(r.type)) for r in fs.returns)
     if not returns:
         raise NotScaffoldable(f"{op} returns nothing; scaffold starts from operators that return tensors")
-    plain_returns = tuple(type(r)(None, _int_not_symint(r.type), None) for r in fs.returns)
+    plain_returns = tuple(type(r)(None, int_not_symint(r.type), None) for r in fs.returns)
     return CustomOpSpec(
         op=op,
         op_schema=op_schema,

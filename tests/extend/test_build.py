@@ -1,0 +1,77 @@
+"""Scaffolded projects really compile (g++, just in time), load, agree with
+ATen, and pass the tests they were generated with; a compile error in a user's
+edit is reported by file:line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from kernelmap.extend import BuildError, load_extension, scaffold
+
+from .conftest import first_line_number
+
+pytestmark = pytest.mark.slow
+
+
+def run_generated_tests(root):
+    """The project's own pytest file, in a fresh process, as its user would run it
+    (the library built by the fixture is up to date: ninja has nothing to do)."""
+    env = dict(os.environ, PYTHONPATH="")
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+        cwd=root, capture_output=True, text=True, env=env, timeout=600,
+    )
+
+
+def test_myrelu_agrees_with_aten(myrelu):
+    x = torch.randn(7, 9)
+    x[0, 0] = float("nan")
+    mine = torch.ops.kernelmap_ext.myrelu(x.t())
+    torch.testing.assert_close(mine, torch.relu(x.t()), equal_nan=True)
+
+
+def test_myadd_agrees_with_aten_and_takes_its_extra_argument(myadd):
+    a, b = torch.randn(4, 1, dtype=torch.float64), torch.randn(1, 5, dtype=torch.float64)
+    torch.testing.assert_close(torch.ops.kernelmap_ext.myadd(a, b, alpha=2.5, beta=3.0), torch.add(a, b, alpha=2.5))
+    schema = torch.ops.kernelmap_ext.myadd.default._schema
+    assert [arg.name for arg in schema.arguments] == ["self", "other", "alpha", "beta"]
+
+
+def test_myadd_gradients_flow_through_the_registered_formula(myadd):
+    a = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, y: torch.ops.kernelmap_ext.myadd(x, y, alpha=0.5), (a, b))
+
+
+@pytest.mark.parametrize("fixture", ["myrelu", "myadd"])
+def test_generated_tests_pass(fixture, request):
+    built = request.getfixturevalue(fixture)
+    done = run_generated_tests(built.root)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and "failed" not in done.stdout
+
+
+def test_a_compile_error_names_file_and_line(projects, kernelmap_cli, tmp_path):
+    root = projects / "broken"
+    scaffold("aten::relu", "broken", out=root)
+    source = root / "csrc" / "broken.cpp"
+    text = source.read_text().replace("const int64_t n = out.numel();", "const int64_t n = out.numel() + undeclared_thing;")
+    source.write_text(text)
+    line = first_line_number(source, "undeclared_thing")
+    with pytest.raises(BuildError) as info:
+        load_extension(root)
+    message = str(info.value)
+    assert f"csrc/broken.cpp:{line}: error:" in message
+    assert "undeclared_thing" in message
+    assert "\n" not in message
+    # the command: one line, status 2 (the build directory is up to date with the failure: quick)
+    model = tmp_path / "model.py"
+    model.write_text("import torch\ndef model():\n    return torch.nn.ReLU()\ndef example_input():\n    return torch.randn(3)\n")
+    done = kernelmap_cli("verify", str(model), "--load", str(root), "--override", "aten::relu=kernelmap_ext::broken")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [f"kernelmap: error: building broken failed: csrc/broken.cpp:{line}: error: {message.split(': error: ', 1)[1]}"]

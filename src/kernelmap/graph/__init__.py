@@ -70,7 +70,7 @@ _UTILITY_OPS = re.compile(
 # Where direct calls are followed: kernel code, not tensor plumbing in c10 or core.
 _KERNEL_DIRS = ("aten/src/ATen/native/", "aten/src/ATen/cuda/", "aten/src/ATen/cudnn/", "aten/src/ATen/miopen/", "aten/src/ATen/mkl/", "aten/src/ATen/mps/")
 
-_INTERESTING_KINDS = frozenset({"op", "stub", "launch", "vendor", "generated"})
+_INTERESTING_KINDS = frozenset({"op", "stub", "launch", "vendor", "generated", "loop"})
 
 _NEEDS_TREE = "no source tree: showing the Python, binding, operator and generated layers only (add one with `kernelmap source add PATH` or `kernelmap source fetch`, then `kernelmap index`)"
 
@@ -88,6 +88,7 @@ class _Node:
     payload: Any = None  # what expanding the node needs: a PyDef, an Op, a Definition...
     identity: tuple | None = None  # cycle and repeat detection; None: a leaf
     children: list[_Node] = field(default_factory=list)
+    keep: bool = False  # a step of the call itself (meta, impl), never pruned as plumbing
 
 
 @dataclass(frozen=True)
@@ -414,14 +415,17 @@ def _kernel_nodes(op: Op, kernel, code, ctx: GraphContext) -> list[_Node]:
         if ctx.index is not None and functional:
             for d in ctx.index.structured_kernels(functional, kind="structured_meta"):
                 nodes.append(_cpp_node(d, ctx, EdgeKind.DIRECT, "meta: shapes and dtypes"))
+                nodes[-1].keep = True
         ufunc = [u for u in (code.ufunc if code else ()) if u.key == DEVICE_KEYS[ctx.device]]
-        if ufunc:
-            for u in ufunc:
-                nodes.append(_Node(u.name, "generated", u.definition.location, EdgeKind.DIRECT, "ufunc kernel (generated)", {"text": u.definition.text}, payload=u, identity=("ufunc", u.name, str(u.definition.location))))
+        impls = [u for u in ufunc if u.name.endswith("::impl")]
+        if impls:
+            nodes.extend(_ufunc_node(u, ufunc, EdgeKind.DIRECT, "impl (generated from ufunc_inner_loop)") for u in impls)
             return nodes
         if ctx.index is not None:
             impls = ctx.index.structured_kernels(short, kind="structured_impl")
-            nodes.extend(_cpp_node(d, ctx, EdgeKind.DIRECT, "impl") for d in impls)
+            for d in impls:
+                nodes.append(_cpp_node(d, ctx, EdgeKind.DIRECT, "impl"))
+                nodes[-1].keep = True
             if impls:
                 return nodes
     if ctx.index is None:
@@ -498,7 +502,7 @@ def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
         return []
     pattern = re.compile(_ARGUMENT_NAME.format(name="|".join(map(re.escape, sorted(in_file, key=len, reverse=True)))))
     found = []
-    for number in range(location.line, (location.end_line or location.line) + 1):
+    for number in range(location.line + 1, (location.end_line or location.line) + 1):  # not the signature
         for m in pattern.finditer(lines[number - 1] if number <= len(lines) else ""):
             target = in_file[m.group(1)]
             found.append((target, Location(location.path, number, origin=location.origin)))
@@ -630,6 +634,11 @@ def _stub_children(stub: str, ctx: GraphContext) -> list[_Node]:
     return nodes
 
 
+def _ufunc_node(kernel, siblings, via: EdgeKind, condition: str | None) -> _Node:
+    location = kernel.definition.location
+    return _Node(kernel.name, "generated", location, via, condition, payload=(kernel, tuple(siblings)), identity=("ufunc", kernel.name, str(location)))
+
+
 def _generated_stub_kernels(stub: str, ctx: GraphContext) -> list[_Node]:
     """Stubs whose CPU kernel the ufunc codegen registers (add_stub): find it in UfuncCPUKernel_<op>.cpp."""
     from kernelmap.codegen import Layer
@@ -640,28 +649,47 @@ def _generated_stub_kernels(stub: str, ctx: GraphContext) -> list[_Node]:
         if not op.ufunc_inner_loop:
             continue
         code = _generated(str(op.name), ctx, (Layer.UFUNC,))
-        for u in code.ufunc if code else ():
-            if u.key == DEVICE_KEYS[ctx.device] and "Kernel" in u.definition.location.path:
-                nodes.append(_Node(u.name, "generated", u.definition.location, EdgeKind.STUB, f"REGISTER_DISPATCH({stub}) in generated code", {"text": u.definition.text}, payload=u, identity=("ufunc", u.name, str(u.definition.location))))
+        ufunc = [u for u in (code.ufunc if code else ()) if u.key == DEVICE_KEYS[ctx.device]]
+        registered = {m.group(1) for u in ufunc for m in [re.search(rf"REGISTER_DISPATCH\(\s*{stub}\s*,\s*&?(\w+)", u.definition.text)] if m}
+        condition = f"REGISTER_DISPATCH({stub}) for {DEVICE_KEYS[ctx.device]} in generated code"
+        nodes.extend(_ufunc_node(u, ufunc, EdgeKind.STUB, condition) for u in ufunc if u.name in registered)
     return nodes
 
 
-def _generated_children(ufunc, ctx: GraphContext) -> list[_Node]:
-    """A generated ufunc kernel calls a stub (UfuncCPU_add.cpp) or inlines the
-    inner loop from ATen/native/ufunc/<name>.h (UfuncCPUKernel_add.cpp)."""
+def _generated_children(payload, ctx: GraphContext) -> list[_Node]:
+    """A generated ufunc kernel calls a stub (UfuncCPU_add.cpp's impl), another
+    generated kernel (UfuncCUDA_add.cu's impl calls add_kernel), a device loop
+    (cpu_kernel_vec, gpu_kernel), and the inner loop of ATen/native/ufunc/<name>.h."""
+    ufunc, siblings = payload
     text = ufunc.definition.text
     nodes = []
     for stub in dict.fromkeys(re.findall(r"\b(\w+_stub)\s*\(", text)):
         nodes.append(_Node(stub, "stub", ufunc.definition.location, EdgeKind.STUB, None, payload=stub, identity=("stub", stub)))
-    for loop in dict.fromkeys(re.findall(r"\bufunc::(\w+)\s*\(", text)):
-        definitions = ctx.index.definitions(f"at::native::ufunc::{loop}") if ctx.index else []
-        for d in definitions:
-            nodes.append(_cpp_node(d, ctx, EdgeKind.DIRECT, "inner loop"))
-        if not definitions:
-            nodes.append(_Node(f"at::native::ufunc::{loop}", "kernel", None, EdgeKind.DIRECT, "inner loop", {"header": f"aten/src/ATen/native/ufunc/{loop}.h", "unresolved": "needs a source tree"}))
+    for other in siblings:
+        name = other.name.rsplit("::", 1)[-1]
+        if other is not ufunc and re.fullmatch(r"\w+", name) and re.search(rf"\b{name}\b", text):
+            nodes.append(_ufunc_node(other, siblings, EdgeKind.DIRECT, None))
     for launch in dict.fromkeys(re.findall(r"\b((?:gpu_kernel|cpu_kernel|opmath_gpu_kernel)\w*)\s*\(", text)):
         nodes.append(_Node(launch, "launch", ufunc.definition.location, EdgeKind.LAUNCH))
+    for loop in dict.fromkeys(re.findall(r"\bufunc::(\w+)\s*\(", text)):
+        nodes.append(_inner_loop(loop, ctx))
     return nodes
+
+
+def _inner_loop(name: str, ctx: GraphContext) -> _Node:
+    """`ufunc::add` of aten/src/ATen/native/ufunc/add.h: from the index, or found
+    in the header itself (its macros, C10_HOST_DEVICE and friends, can hide it from the parser)."""
+    header = f"aten/src/ATen/native/ufunc/{name}.h"
+    attrs = {"header": header}
+    if ctx.index is None:
+        return _Node(f"at::native::ufunc::{name}", "loop", None, EdgeKind.DIRECT, "inner loop", {**attrs, "unresolved": "needs a source tree"})
+    definitions = ctx.index.definitions(f"at::native::ufunc::{name}")
+    if definitions:
+        return _Node(definitions[0].name, "loop", definitions[0].location, EdgeKind.DIRECT, "inner loop", attrs)
+    lines = _file_lines(ctx.index.tree.root / header)
+    line = next((i for i, text in enumerate(lines, 1) if re.search(rf"\b{re.escape(name)}\s*\(", text)), 1 if lines else None)
+    location = Location(header, line, origin=ctx.index.tree.origin) if line else None
+    return _Node(f"at::native::ufunc::{name}", "loop", location, EdgeKind.DIRECT, "inner loop", attrs if location else {**attrs, "unresolved": f"{header} is not in the tree"})
 
 
 # ---------------------------------------------------------------------------
@@ -858,11 +886,11 @@ def _prune_plumbing(root: _Node) -> None:
         stack.extend(node.children)
     for node in reversed(order):
         if node.kind != "alternatives":  # every build variant stays visible
-            node.children = [c for c in node.children if interesting[id(c)] or c.via is not EdgeKind.DIRECT]
+            node.children = [c for c in node.children if interesting[id(c)] or c.keep or c.via is not EdgeKind.DIRECT]
         interesting[id(node)] = node.kind in _INTERESTING_KINDS or any(interesting[id(c)] for c in node.children) or bool(node.attrs.get("repeat"))
 
 
-_LEAF_KINDS = frozenset({"vendor", "launch", "note", "unresolved"})
+_LEAF_KINDS = frozenset({"vendor", "launch", "note", "unresolved", "loop"})
 
 
 def _freeze(root: _Node) -> CallNode:

@@ -310,12 +310,22 @@ def _build_locked(tree: Tree, path: Path, jobs: int, progress: Progress | None, 
         "extractor": extractor_fingerprint(),
         "native_functions_sha1": yaml_sha,
         "root": str(tree.root),
+        "missing_parts": ",".join(missing),
     }
     reason = _open_previous(path, expected)
     full = reason is not None
     # Copies left by builds that were killed; none is in use, as we hold the lock.
     for stale in path.parent.glob(f".{path.name}.*.tmp"):
         stale.unlink(missing_ok=True)
+    on_disk = scan(tree)
+    if not full:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            plan = _plan(db, tree, on_disk)
+            if plan.is_empty:  # nothing changed: the database stays as it is
+                return _report(db, tree, path, plan, False, None, missing)
+        finally:
+            db.close()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         if not full:
@@ -328,7 +338,9 @@ def _build_locked(tree: Tree, path: Path, jobs: int, progress: Progress | None, 
             if full:
                 db.executescript(SCHEMA)
             db.execute("BEGIN")
-            report = _update(db, tree, full, reason, expected, jobs, progress, missing, path)
+            plan = _plan(db, tree, on_disk) if not full else _Plan([p for p, _, _ in on_disk], [], [], [], {p: m for p, _, m in on_disk})
+            _apply(db, tree, plan, full, expected, jobs, progress)
+            report = _report(db, tree, path, plan, full, reason, missing)
             db.execute("COMMIT")
         finally:
             db.close()
@@ -340,17 +352,29 @@ def _build_locked(tree: Tree, path: Path, jobs: int, progress: Progress | None, 
     return report
 
 
-def _update(db, tree, full, reason, expected, jobs, progress, missing, path) -> IndexReport:
-    on_disk = scan(tree)
-    known = {} if full else {p: (i, sha, size, mt) for i, p, sha, size, mt in db.execute("SELECT id, path, sha1, size, mtime_ns FROM files")}
-    to_parse: list[str] = []
-    stale: list[int] = []
-    mtimes = {}
+@dataclass
+class _Plan:
+    to_parse: list[str]  # new and changed files
+    stale: list[int]  # file ids of changed files
+    removed: list[int]  # file ids of files gone from the tree
+    touched: list[tuple[int, int]]  # (new mtime, file id) of files touched but unchanged
+    mtimes: dict[str, int]
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.to_parse or self.stale or self.removed or self.touched)
+
+
+def _plan(db: sqlite3.Connection, tree: Tree, on_disk: list[tuple[str, int, int]]) -> _Plan:
+    """What an update must do: compare the tree with the files table (size and
+    mtime first; the hash when only the mtime moved)."""
+    known = {p: (i, sha, size, mt) for i, p, sha, size, mt in db.execute("SELECT id, path, sha1, size, mtime_ns FROM files")}
+    plan = _Plan([], [], [], [], {})
     for rel, size, mtime in on_disk:
-        mtimes[rel] = mtime
+        plan.mtimes[rel] = mtime
         old = known.pop(rel, None)
         if old is None:
-            to_parse.append(rel)
+            plan.to_parse.append(rel)
             continue
         file_id, sha, old_size, old_mtime = old
         if size == old_size and mtime == old_mtime:
@@ -360,34 +384,40 @@ def _update(db, tree, full, reason, expected, jobs, progress, missing, path) -> 
                 same = hashlib.sha1((tree.root / rel).read_bytes()).hexdigest() == sha
             except OSError:
                 same = False
-            if same:  # touched, not changed
-                db.execute("UPDATE files SET mtime_ns = ? WHERE id = ?", (mtime, file_id))
+            if same:
+                plan.touched.append((mtime, file_id))
                 continue
-        stale.append(file_id)
-        to_parse.append(rel)
-    removed = [v[0] for v in known.values()]
-    _delete_files(db, stale + removed)
+        plan.stale.append(file_id)
+        plan.to_parse.append(rel)
+    plan.removed = [v[0] for v in known.values()]
+    return plan
 
+
+def _apply(db, tree: Tree, plan: _Plan, full: bool, expected: dict[str, str], jobs: int, progress: Progress | None) -> None:
+    db.executemany("UPDATE files SET mtime_ns = ? WHERE id = ?", plan.touched)
+    _delete_files(db, plan.stale + plan.removed)
     ops = extract.read_operator_names(tree.root / NATIVE_YAML)
     writer = _Writer(db, fresh=full)
-    total = len(to_parse)
+    total = len(plan.to_parse)
     if progress:
         progress("parse", 0, total)
-    for done, facts in enumerate(_extract_all(tree, ops, to_parse, jobs), 1):
-        writer.add(facts, mtimes[facts.path])
+    for done, facts in enumerate(_extract_all(tree, ops, plan.to_parse, jobs), 1):
+        writer.add(facts, plan.mtimes[facts.path])
         if progress:
             progress("parse", done, total)
     if full:  # created after the bulk insert: cheaper than row by row
         for statement in INDEXES.split(";"):
             if statement.strip():
                 db.execute(statement)
-    if to_parse or removed:
+    if plan.to_parse or plan.removed:
         _classify_stub_calls(db)
-    for key, value in {**expected, "complete": "1", "tree": tree.name, "version": tree.version,
-                       "commit": tree.commit or "", "missing_parts": ",".join(missing)}.items():
-        db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+    meta = {**expected, "complete": "1", "tree": tree.name, "version": tree.version, "commit": tree.commit or ""}
+    db.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", list(meta.items()))
+
+
+def _report(db, tree: Tree, path: Path, plan: _Plan, full: bool, reason: str | None, missing: tuple[str, ...]) -> IndexReport:
     skipped = tuple(db.execute("SELECT path, skipped FROM files WHERE skipped IS NOT NULL ORDER BY path").fetchall())
     with_errors = db.execute("SELECT count(*) FROM files WHERE errors > 0").fetchone()[0]
     worst = tuple(db.execute("SELECT path, errors FROM files WHERE errors > 0 ORDER BY errors DESC, path LIMIT 10").fetchall())
     files = db.execute("SELECT count(*) FROM files").fetchone()[0]
-    return IndexReport(tree.name, path, files, total, len(removed), full, reason, missing, skipped, with_errors, worst)
+    return IndexReport(tree.name, path, files, len(plan.to_parse), len(plan.removed), full, reason, missing, skipped, with_errors, worst)

@@ -595,12 +595,14 @@ def _kernel_name(text: str) -> str | None:
     return names[-1] if not text.startswith("&") else names[0]
 
 
+_ATOM = re.compile(r"!?\s*(defined\s*\(\s*\w+\s*\)|defined\s+\w+|[\w:]+(\([^()]*\))?)")
+
+
 def _negate(cond: str) -> str:
-    if cond.startswith("!") and re.fullmatch(r"!\s*[\w:]+(\([^()]*\))?", cond):
-        return cond[1:].strip()
-    if cond.startswith("!defined(") and cond.endswith(")") and cond.count("(") == 1:
-        return cond[1:]
-    return f"!({cond})"
+    """`!cond`, parenthesised unless `cond` is one name, call or defined(X)."""
+    if not _ATOM.fullmatch(cond):
+        return f"!({cond})"
+    return cond[1:].strip() if cond.startswith("!") else f"!{cond}"
 
 
 def _preproc_of(stack) -> str | None:

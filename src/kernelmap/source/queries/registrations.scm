@@ -11,5 +11,5 @@
    function: (field_expression
      argument: (identifier) @library.object
      field: (field_identifier) @library.method)
-   arguments: (argument_list . (string_literal) @library.op)) @library.call
+   arguments: (argument_list . (_) @library.op)) @library.call
  (#match? @library.method "^(impl|def)$"))

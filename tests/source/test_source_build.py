@@ -1,0 +1,208 @@
+"""Building an index on small trees: incremental updates, bad input, a
+corrupted database, concurrent and interrupted builds."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from kernelmap.errors import SourceError
+from kernelmap.source import add_tree, build_index, index_path, open_index
+from kernelmap.source.extract import MAX_FILE_BYTES
+
+from .conftest import make_tree
+
+KERNEL = """
+namespace at { namespace native {
+DEFINE_DISPATCH(neg_stub);
+Tensor neg(const Tensor& self) { neg_stub(self.device().type(), self); return at::empty({}); }
+}}
+"""
+CPU_KERNEL = """
+namespace at { namespace native {
+static void neg_kernel(TensorIteratorBase& iter) { cpu_kernel(iter, [](float a) { return -a; }); }
+REGISTER_DISPATCH(neg_stub, &neg_kernel);
+}}
+"""
+HEADER = "#pragma once\nnamespace at { namespace native { DECLARE_DISPATCH(unary_fn, neg_stub); }}\n"
+
+
+def small(root, **extra):
+    files = {
+        "aten/src/ATen/native/Neg.cpp": KERNEL,
+        "aten/src/ATen/native/Neg.h": HEADER,
+        "aten/src/ATen/native/cpu/NegKernel.cpp": CPU_KERNEL,
+        "c10/util/Util.h": "namespace c10 { inline int one() { return 1; } }\n",
+        "torch/csrc/api/Api.cpp": "namespace torch { void api() { c10::one(); } }\n",
+        "aten/src/ATen/native/native_functions.yaml": (
+            "- func: neg(Tensor self) -> Tensor\n  variants: function, method\n"
+            "- func: empty.memory_format(SymInt[] size) -> Tensor\n"
+        ),
+    }
+    files.update(extra)
+    return add_tree(make_tree(root, files))
+
+
+def digest(path):
+    return hashlib.sha1(path.read_bytes()).hexdigest()
+
+
+def test_build_then_update_only_what_changed(tmp_path, cache):
+    tree = small(tmp_path / "t")
+    first = build_index(tree, jobs=1)
+    assert (first.files, first.parsed, first.full, first.missing_parts) == (5, 5, True, ())
+    with open_index(tree) as ix:
+        [neg] = ix.definitions("at::native::neg")
+        assert [(c.name, c.kind.value) for c in ix.calls_from(neg)] == [("neg_stub", "stub"), ("device", "direct"), ("type", "direct"), ("empty", "dispatcher")]
+        [reg] = ix.stub_registrations("neg_stub")
+        assert (reg.kernel, reg.device) == ("neg_kernel", "CPU")
+
+    again = build_index(tree, jobs=1)
+    assert (again.parsed, again.full) == (0, False)
+
+    path = tree.root / "aten/src/ATen/native/cpu/NegKernel.cpp"
+    os.utime(path, ns=(time.time_ns(), time.time_ns()))  # touched, not changed
+    assert build_index(tree, jobs=1).parsed == 0
+
+    path.write_text(CPU_KERNEL.replace("neg_kernel", "neg_kernel_v2"))
+    (tree.root / "c10/util/Util.h").unlink()
+    (tree.root / "c10/util/New.h").write_text("namespace c10 { int two() { return 2; } }\n")
+    update = build_index(tree, jobs=1)
+    assert (update.parsed, update.removed, update.files, update.full) == (2, 1, 5, False)
+    with open_index(tree) as ix:
+        assert [r.kernel for r in ix.stub_registrations("neg_stub")] == ["neg_kernel_v2"]
+        assert ix.definitions("c10::one") == [] and ix.definitions("c10::two")
+
+
+def test_a_tree_missing_parts_indexes_what_is_there(tmp_path, cache):
+    tree = add_tree(make_tree(tmp_path / "t", {"c10/core/A.cpp": "namespace c10 { int a() { return 1; } }\n"}))
+    report = build_index(tree, jobs=1)
+    assert report.missing_parts == ("aten", "torch/csrc")
+    with open_index(tree) as ix:
+        assert ix.definitions("c10::a")
+        assert ix.meta["missing_parts"] == "aten,torch/csrc"
+
+
+def test_bad_files_are_indexed_or_skipped_with_a_reason(tmp_path, cache):
+    generated = "namespace at { int table[] = {\n" + "  1, 2, 3, 4, 5, 6, 7, 8,\n" * (10 * 2**20 // 25) + "}; }\n"
+    assert len(generated) > 10 * 2**20 > MAX_FILE_BYTES
+    tree = small(
+        tmp_path / "t",
+        **{
+            "aten/src/ATen/native/Latin1.cpp": "namespace at { // caf\xe9\n int latin() { return 0; } }\n".encode("latin-1"),
+            "aten/src/ATen/native/Nul.cpp": b"namespace at { int f() { return 0; } }\0\0\0",
+            "aten/src/ATen/native/Generated.cpp": generated,
+        },
+    )
+    t0 = time.monotonic()
+    report = build_index(tree, jobs=1)
+    assert time.monotonic() - t0 < 30
+    skipped = dict(report.skipped)
+    assert skipped["aten/src/ATen/native/Nul.cpp"] == "binary (NUL bytes)"
+    assert skipped["aten/src/ATen/native/Generated.cpp"].startswith("larger than")
+    with open_index(tree) as ix:
+        assert ix.definitions("at::latin")
+
+
+def test_a_corrupted_database_is_rebuilt(tmp_path, cache):
+    tree = small(tmp_path / "t")
+    build_index(tree, jobs=1)
+    path = index_path(tree)
+    data = bytearray(path.read_bytes())
+    data[0:16] = b"garbage garbage!"
+    path.write_bytes(bytes(data))
+    with pytest.raises(SourceError, match="unreadable"):
+        open_index(tree)
+    report = build_index(tree, jobs=1)
+    assert report.full and "unreadable" in report.rebuilt_reason
+    with open_index(tree) as ix:
+        assert ix.definitions("at::native::neg")
+
+
+def test_a_database_of_another_schema_is_rebuilt(tmp_path, cache):
+    tree = small(tmp_path / "t")
+    build_index(tree, jobs=1)
+    db = sqlite3.connect(index_path(tree))
+    db.execute("UPDATE meta SET value = '0' WHERE key = 'schema_version'")
+    db.commit()
+    db.close()
+    report = build_index(tree, jobs=1)
+    assert report.full and report.rebuilt_reason == "schema_version changed"
+
+
+def test_a_tree_that_vanished_is_a_clear_error(tmp_path, cache):
+    tree = small(tmp_path / "t")
+    import shutil
+
+    shutil.rmtree(tree.root)
+    with pytest.raises(SourceError, match="is gone"):
+        build_index(tree)
+
+
+def big_tree(root, copies=400):
+    """A tree that takes a few seconds to index, to race builds against."""
+    body = "".join(f"Tensor f{i}(const Tensor& t) {{ if (t.defined()) {{ return at::add(t, t); }} return t.mul({i}); }}\n" for i in range(300))
+    files = {f"aten/src/ATen/native/G{i}.cpp": "namespace at { namespace native {\n" + body + "}}\n" for i in range(copies)}
+    return add_tree(make_tree(root, files))
+
+
+def run_index(tree, cache):
+    env = {**os.environ, "KERNELMAP_CACHE_DIR": str(cache)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "kernelmap", "index", "--source", tree.name, "--jobs", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+
+
+def test_two_builds_at_once_wait_for_each_other(tmp_path, cache):
+    tree = big_tree(tmp_path / "t", copies=150)
+    a = run_index(tree, cache)
+    time.sleep(0.5)
+    b = run_index(tree, cache)
+    out_a, err_a = a.communicate(timeout=300)
+    out_b, err_b = b.communicate(timeout=300)
+    assert a.returncode == 0 and b.returncode == 0, err_a + err_b
+    assert "waiting" in err_a + err_b
+    # The second build found everything done by the first.
+    assert sorted(re.search(r"\b(\d+) parsed", out).group(1) for out in (out_a, out_b)) == ["0", "150"]
+    with open_index(tree) as ix:
+        assert ix.stats()["files"] == 150
+        assert len(ix.definitions("at::native::f7")) == 150
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_an_interrupted_build_leaves_the_previous_database(tmp_path, cache, sig):
+    tree = big_tree(tmp_path / "t", copies=150)
+    build_index(tree, jobs=1)
+    path = index_path(tree)
+    before = digest(path)
+    for p in (tree.root / "aten/src/ATen/native").glob("G*.cpp"):
+        p.write_text(p.read_text().replace("return t.mul(", "return t.neg().mul("))
+    proc = run_index(tree, cache)
+    deadline = time.monotonic() + 60
+    while not list(path.parent.glob(f".{path.name}.*.tmp")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    time.sleep(0.3)  # well into parsing
+    assert proc.poll() is None, "the build finished before it could be interrupted"
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    if sig == signal.SIGINT:
+        assert "Traceback" not in err or "KeyboardInterrupt" in err
+    assert digest(path) == before
+    with open_index(tree) as ix:
+        assert ix.stats()["files"] == 150
+    if sig == signal.SIGINT:
+        assert list(path.parent.glob(f".{path.name}.*.tmp")) == []
+    # The next build finishes the job and cleans up any copy left by a killed one.
+    report = build_index(tree, jobs=1)
+    assert report.parsed == 150
+    assert list(path.parent.glob(f".{path.name}.*.tmp")) == []

@@ -484,6 +484,9 @@ def _code_children(node: _Node, ctx: GraphContext) -> list[_Node]:
 _ARGUMENT_NAME = r"(?:^|[(,])\s*&?\s*(?:[\w:]*::)?({name})\s*(?=[,)])"
 
 
+_ANY_ARGUMENT_NAME = re.compile(_ARGUMENT_NAME.format(name=r"\w+"))
+
+
 @functools.lru_cache(maxsize=512)
 def _file_lines(path: Path) -> tuple[str, ...]:
     try:
@@ -500,12 +503,12 @@ def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
     in_file = {d.name.rsplit("::", 1)[-1]: d for d in ctx.index.definitions_in(location.path) if d.name != definition.name}
     if not in_file:
         return []
-    pattern = re.compile(_ARGUMENT_NAME.format(name="|".join(map(re.escape, sorted(in_file, key=len, reverse=True)))))
     found = []
     for number in range(location.line + 1, (location.end_line or location.line) + 1):  # not the signature
-        for m in pattern.finditer(lines[number - 1] if number <= len(lines) else ""):
-            target = in_file[m.group(1)]
-            found.append((target, Location(location.path, number, origin=location.origin)))
+        for m in _ANY_ARGUMENT_NAME.finditer(lines[number - 1] if number <= len(lines) else ""):
+            target = in_file.get(m.group(1))
+            if target is not None:
+                found.append((target, Location(location.path, number, origin=location.origin)))
     return found
 
 

@@ -1,0 +1,127 @@
+"""Index speed and size on the real PyTorch 2.6.0 tree (aten/, c10/, torch/csrc/).
+
+Measures, in one run on one copy of the tree:
+  * a full index, against universal-ctags writing a definitions-only tag file
+    over the same files (goal: at most 6x ctags' wall time);
+  * an incremental re-index after one file is touched, and after one is
+    edited (goal: under 1 s);
+  * peak memory of the build, main process plus its workers (goal: under 1 GB);
+  * the database's size against the indexed sources' (goal: under 1.5x).
+
+    python benches/bench_index.py [TREE]     # default: scripts/fetch-test-tree
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CTAGS = "/usr/bin/ctags"
+
+
+def tree_root() -> Path:
+    if len(sys.argv) > 1:
+        return Path(sys.argv[1])
+    out = subprocess.run([str(REPO / "scripts/fetch-test-tree")], capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def copy_tree(src: Path, dst: Path) -> None:
+    """The indexed parts only: the bench edits files, never the shared tree."""
+    dst.mkdir(parents=True)
+    shutil.copy2(src / "version.txt", dst / "version.txt")
+    for part in ("aten", "c10", "torch/csrc"):
+        shutil.copytree(src / part, dst / part, symlinks=True)
+
+
+def run_ctags(root: Path, files: list[str], out: Path) -> float:
+    listing = out.with_suffix(".files")
+    listing.write_text("\n".join(files) + "\n")
+    cmd = [CTAGS, "-f", str(out), "--languages=C++,CUDA", "--langmap=C++:+.mm", "--kinds-C++=f", "--kinds-CUDA=f", "-L", str(listing)]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, cwd=root, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    src = tree_root()
+    work = Path(tempfile.mkdtemp(prefix="kernelmap-bench-"))
+    os.environ["KERNELMAP_CACHE_DIR"] = str(work / "cache")
+    try:
+        return bench(src, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def bench(src: Path, work: Path) -> int:
+    from kernelmap.source import add_tree, build_index, index_path
+    from kernelmap.source.build import scan
+
+    root = work / "tree"
+    copy_tree(src, root)
+    tree = add_tree(root, "bench")
+    files = scan(tree)
+    source_bytes = sum(size for _, size, _ in files)
+    jobs = os.cpu_count() or 1
+    print(f"tree: {src.name} ({tree.version}), {len(files)} files, {source_bytes / 2**20:.1f} MiB; {jobs} cores")
+
+    have_ctags = Path(CTAGS).exists()
+    ctags_s = run_ctags(root, [p for p, _, _ in files], work / "tags") if have_ctags else float("nan")
+    tags = sum(1 for line in (work / "tags").open(errors="replace") if not line.startswith("!")) if have_ctags else 0
+
+    t0 = time.perf_counter()
+    report = build_index(tree, jobs=jobs)
+    full_s = time.perf_counter() - t0
+    main_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    worker_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # the largest child (ctags included)
+    peak = main_rss + min(jobs, len(files)) * worker_rss
+    db_bytes = index_path(tree).stat().st_size
+
+    one = root / "aten/src/ATen/native/Convolution.cpp"
+    os.utime(one)
+    t0 = time.perf_counter()
+    touched = build_index(tree, jobs=jobs)
+    touch_s = time.perf_counter() - t0
+    with one.open("a") as f:
+        f.write("\nnamespace at::native { int bench_added() { return 0; } }\n")
+    t0 = time.perf_counter()
+    edited = build_index(tree, jobs=jobs)
+    edit_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    build_index(tree, jobs=jobs)
+    noop_s = time.perf_counter() - t0
+    assert (touched.parsed, edited.parsed) == (0, 1), (touched.parsed, edited.parsed)
+
+    from kernelmap.source import open_index
+
+    with open_index(tree) as ix:
+        stats = ix.stats()
+
+    def goal(ok: bool) -> str:
+        return "ok" if ok else "MISSED"
+
+    ratio = full_s / ctags_s if have_ctags else float("nan")
+    print(f"ctags (definitions only): {ctags_s:6.2f} s  {tags} tags")
+    print(f"kernelmap full index:     {full_s:6.2f} s  {stats['definitions']} definitions, {stats['calls']} calls, "
+          f"{stats['registrations']} registrations; {report.with_errors} files parse with errors")
+    print(f"  ratio to ctags:         {ratio:6.2f}x  (goal <= 6x: {goal(ratio <= 6)})")
+    print(f"incremental, one file touched: {touch_s:6.3f} s  (goal < 1 s: {goal(touch_s < 1)})")
+    print(f"incremental, one file edited:  {edit_s:6.3f} s  (goal < 1 s: {goal(edit_s < 1)})")
+    print(f"no change:                     {noop_s:6.3f} s")
+    print(f"peak memory: main {main_rss / 2**20:.0f} MiB + {jobs} x worker {worker_rss / 2**20:.0f} MiB = {peak / 2**20:.0f} MiB"
+          f"  (goal < 1 GiB: {goal(peak < 2**30)})")
+    size_ratio = db_bytes / source_bytes
+    print(f"database: {db_bytes / 2**20:.1f} MiB for {source_bytes / 2**20:.1f} MiB of sources = {size_ratio:.2f}x"
+          f"  (goal < 1.5x: {goal(size_ratio < 1.5)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

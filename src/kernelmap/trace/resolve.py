@@ -304,23 +304,27 @@ class Resolver:
                 facts["kernel"] = kernel.symbol or None
                 if kernel.location is not None:
                     facts["registered_at"] = str(kernel.location)
-                facts.update(self.kernel_source(kernel.symbol))
+                structured = op.kind.value in ("structured", "structured out", "ufunc")
+                generated = kernel.symbol.startswith("at::native::ufunc_")
+                facts.update(self.kernel_source(kernel.symbol, structured, generated))
         if path.note:
             facts["dispatch_note"] = path.note
         self._dispatch[key] = facts
         return facts
 
-    def kernel_source(self, symbol: str | None) -> dict[str, Any]:
+    def kernel_source(self, symbol: str | None, structured: bool = False, generated: bool = False) -> dict[str, Any]:
         if not symbol:
             return {"source_reason": "no kernel symbol: the dispatcher names none for this key"}
         if self.source_index is None:
             return {"source_reason": "no indexed source tree (see the notes)"}
         try:
-            location = self.source_index.locate(symbol)
+            location = self.source_index.locate(symbol, structured)
         except KernelmapError as e:
             return {"source_reason": f"source index: {e}"}
         if location is None:
-            return {"source_reason": f"{symbol} is not defined in the indexed tree"}
+            if generated:
+                return {"source_reason": f"{symbol} is generated at build time (ufunc), in no source tree"}
+            return {"source_reason": f"{symbol} is not defined in the tree {self.source_index.name}"}
         return {"source": str(location), "source_url": location.url}
 
     # -- convolutions --------------------------------------------------------
@@ -384,6 +388,8 @@ class Resolver:
             )
         if self.source_reason:
             notes.append(f"kernel sources not linked: {self.source_reason}")
+        elif self.source_index is not None:
+            notes.append(_version_note(self.source_index))
         return notes
 
     def _mark_devices(self, root: Node) -> None:
@@ -443,6 +449,8 @@ class Resolver:
                     a["conv_backend"] = backend
             backend = backend or observed
         vendor = op_vendor(node.name, a["device"], backend)
+        if vendor is not None and vendor[0] == "BLAS" and self.live and _has_mkl():
+            vendor = ("MKL", True)  # this build's CPU BLAS, asked in the process that ran the op
         if vendor is not None:
             a["vendor"], a["closed"] = vendor
 
@@ -470,6 +478,27 @@ class Resolver:
         for k in ("device", "stream", "grid", "block", "correlation"):
             if k in node.args:
                 node.attrs[k if k != "device" else "gpu"] = node.args[k]
+
+
+def _has_mkl() -> bool:
+    import torch
+
+    return bool(torch.backends.mkl.is_available())
+
+
+def _version_note(index) -> str:
+    """Kernel sources come from the indexed tree; operators and dispatch from the installed torch."""
+    from kernelmap import env
+
+    tree = index.index.tree
+    installed = env.torch_install()
+    same = installed.commit is not None and tree.commit == installed.commit
+    if same:
+        return f"kernel sources from the tree {tree.name}, the installed torch's own commit"
+    return (
+        f"kernel sources from the tree {tree.name} (version {tree.version}); operators and dispatch from the "
+        f"installed torch {installed.version}: lines may differ where the two versions do"
+    )
 
 
 _INFERRED = ("device", "requires_grad")  # shared by every op node: Note [inputs of a traced call]

@@ -9,7 +9,8 @@ every PyTorch 2.x release has. The options are those of a release build; see
 Note [codegen options of a release build] in kernelmap/codegen/__init__.py.
 
 Usage: python _generate.py STEP ATEN_DIR AUTOGRAD_DIR OUT
-  STEP      aten | autograd | python
+  STEP      aten (cmake/Codegen.cmake's torchgen.gen) | autograd (generate_code.py:
+            Python bindings, then VariableType, TraceType, ADInplaceOrView, Functions)
   ATEN_DIR  the directory holding native/native_functions.yaml and templates/
   AUTOGRAD_DIR  tools/autograd of a tree, or torchgen/packaged/autograd
   OUT       the root of the output: build/aten/src/ATen and
@@ -74,7 +75,7 @@ def generate_aten(aten_dir: str, out: str) -> None:
         torchgen.gen.main()
 
 
-def generate_autograd(aten_dir: str, autograd_dir: str, out: str, python: bool) -> None:
+def generate_autograd(aten_dir: str, autograd_dir: str, out: str) -> None:
     from torchgen.selective_build.selector import SelectiveBuilder
 
     gen_autograd = _autograd_module()
@@ -82,23 +83,22 @@ def generate_autograd(aten_dir: str, autograd_dir: str, out: str, python: bool) 
     tags = os.path.join(aten_dir, "native/tags.yaml")
     target = os.path.join(out, AUTOGRAD_OUT)
     os.makedirs(target, exist_ok=True)
-    # tools/setup_helpers/generate_code.py: gen_autograd_python for the
-    # "pybindings" subset, gen_autograd for "libtorch", with the nop selector
-    # (no selective build) and autograd enabled.
-    if python:
-        gen_autograd.gen_autograd_python(native, tags, target, autograd_dir)
-    else:
-        gen_autograd.gen_autograd(native, tags, target, autograd_dir, SelectiveBuilder.get_nop_selector())
+    # tools/setup_helpers/generate_code.py, as caffe2/CMakeLists.txt runs it
+    # (no --subset): gen_autograd_python, then gen_autograd with the nop
+    # selector (no selective build) and autograd enabled, in one interpreter,
+    # so the yaml and derivatives are parsed once.
+    gen_autograd.gen_autograd_python(native, tags, target, autograd_dir)
+    gen_autograd.gen_autograd(native, tags, target, autograd_dir, SelectiveBuilder.get_nop_selector())
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) != 4 or argv[0] not in ("aten", "autograd", "python"):
+    if len(argv) != 4 or argv[0] not in ("aten", "autograd"):
         sys.exit(__doc__)
     step, aten_dir, autograd_dir, out = argv
     if step == "aten":
         generate_aten(aten_dir, out)
     else:
-        generate_autograd(aten_dir, autograd_dir, out, python=step == "python")
+        generate_autograd(aten_dir, autograd_dir, out)
 
 
 if __name__ == "__main__":

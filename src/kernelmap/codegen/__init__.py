@@ -207,12 +207,16 @@ def locate(
     tree: Path | None = None,
     files: GeneratedFiles | None = None,
     progress: bool = False,
+    regenerate: bool = False,
 ) -> GeneratedCode:
-    """Everything generated for operator `name`, limited to `layers` (all by default)."""
+    """Everything generated for operator `name`, limited to `layers` (all by default).
+
+    The name is resolved first, so a bad one fails before any generation;
+    then the files are opened, or generated (see `generated_files`)."""
     op, ufunc_op = resolve_op(name, tree)
     wanted = tuple(Layer(layer) for layer in layers) if layers is not None else tuple(Layer)
     if files is None:
-        files = generated_files(tree, progress=progress)
+        files = generated_files(tree, progress=progress, regenerate=regenerate)
     code = locate_op(files, op, wanted, ufunc_op)
     if tree is None:
         code = _note_missing_backends(code)

@@ -235,7 +235,7 @@ def _bindings(files: GeneratedFiles, unqualified: str) -> Iterable[Binding]:
                 if (m := _SIGNATURE.match(text))
             ]
         case = files.excerpt(path, line, _case_end(lines, line))
-        calls = _calls(case.text)
+        calls = _calls(case.text, methods=True)
         module = next((m for prefix, m in _PYTHON_MODULES if Path(path).name.startswith(prefix)), None)
         methods = files.db.execute("SELECT pyname, line FROM methods WHERE file = ? AND function = ? ORDER BY line", (file_id, function)).fetchall()
         python_names = tuple(dict.fromkeys(f"{module}.{py}" for py, _ in methods)) if module else ()
@@ -267,15 +267,17 @@ def _case_end(lines: list[str], comment_line: int) -> int:
     return comment_line
 
 
-def _calls(text: str) -> tuple[str, ...]:
-    """The operator-level calls in a piece of generated code, in order."""
+def _calls(text: str, methods: bool = False) -> tuple[str, ...]:
+    """The operator-level calls in a piece of generated code, in order; with
+    `methods`, also `self.add(...)` as at::Tensor::add (a binding's calls)."""
     found: list[tuple[int, str]] = []
     for m in _CALL.finditer(text):
         name = m.group(1)
         if _KEEP_CALL.match(name) and name not in _NOT_OPS:
             found.append((m.start(), name))
-    for m in _METHOD_CALL.finditer(text):
-        found.append((m.start(), f"at::Tensor::{m.group(1)}"))
+    if methods:
+        for m in _METHOD_CALL.finditer(text):
+            found.append((m.start(), f"at::Tensor::{m.group(1)}"))
     return tuple(dict.fromkeys(name for _, name in sorted(found)))
 
 

@@ -35,12 +35,10 @@ def gen(op: str, layer: str, tree: Path | None, regenerate: bool, as_json: bool)
       kernelmap gen aten::conv2d --layer binding
       kernelmap gen add.out --layer ufunc --json
     """
-    from kernelmap.codegen import Layer, generated_files, locate, resolve_op
+    from kernelmap.codegen import Layer, locate
 
     layers = tuple(Layer) if layer == "all" else (Layer(layer),)
-    resolve_op(op, tree)  # a bad name fails before any generation
-    files = generated_files(tree, progress=True, regenerate=regenerate)
-    code = locate(op, layers=layers, tree=tree, files=files)
+    code = locate(op, layers=layers, tree=tree, progress=True, regenerate=regenerate)
     if as_json:
         click.echo(json.dumps({"version": 1, "layers": [x.value for x in layers], **code.to_json()}, indent=2))
         return

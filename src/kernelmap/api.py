@@ -24,6 +24,16 @@ class LiveAnswer:
 
 
 @dataclass(frozen=True)
+class SourceStep:
+    """One landmark of the operator's code on a device, from an indexed source tree."""
+
+    role: str  # "entry kernel", "stub kernel", "leaf"
+    name: str
+    location: Location | None
+    detail: str = ""  # the edge's condition, the vendor library
+
+
+@dataclass(frozen=True)
 class WhereAnswer:
     query: str
     ops: tuple[Op, ...]  # every operator the name reaches, most likely first
@@ -32,6 +42,7 @@ class WhereAnswer:
     delegate: Op | None = None  # the structured delegate of ops[0], when it has one
     live: LiveAnswer | None = None  # None with static=True
     notes: tuple[str, ...] = field(default_factory=tuple)
+    source: tuple[SourceStep, ...] = ()  # with an indexed tree: entry kernel, stub kernel, leaf
 
     @property
     def op(self) -> Op:
@@ -47,10 +58,12 @@ def where(
     inference_mode: bool = False,
     static: bool = False,
     tree: Path | None = None,
+    with_source: bool = False,
 ) -> WhereAnswer:
     """Where the operator behind `name` is declared, which kernels it has per
     dispatch key, and (unless `static`) what the live dispatcher runs for a call
-    on `device`. Static answers never import torch."""
+    on `device`; `with_source` adds, when a source tree is indexed, the entry
+    kernel, stub kernel and leaves on `device`. Static answers never import torch."""
     from kernelmap.catalog import load_catalog
 
     catalog = load_catalog(tree)
@@ -79,4 +92,36 @@ def where(
         live = LiveAnswer(dispatch.live_registrations(qualified), dispatch.schema_location(qualified), path)
         if path.note:
             notes.append(path.note)
-    return WhereAnswer(name, ops, install.version, install.commit, delegate, live, tuple(notes))
+    source = _source_steps(str(ops[0].name), device, notes) if with_source else ()
+    return WhereAnswer(name, ops, install.version, install.commit, delegate, live, tuple(notes), source)
+
+
+def _source_steps(op: str, device: str, notes: list[str]) -> tuple[SourceStep, ...]:
+    """The entry kernel's definition, the first stub kernel and the leaves of
+    `op` on `device`, read off the call graph when a source tree is indexed."""
+    from kernelmap import graph
+    from kernelmap.errors import KernelmapError
+
+    if device not in graph.DEVICE_KEYS:
+        return ()
+    try:
+        context = graph.open_context(device)
+    except KernelmapError as e:
+        notes.append(str(e))
+        return ()
+    if context.index is None:
+        return ()
+    tree = graph.stack(op, context)
+    roles: dict[str, SourceStep] = {}
+    leaves: dict[str, tuple[int, SourceStep]] = {}
+    rank = {"vendor": 0, "loop": 1, "launch": 2}  # closed vendor code is where a call really ends
+    for _, node in tree.walk():
+        if "entry kernel" not in roles and node.kind in ("kernel", "generated") and node.location is not None:
+            roles["entry kernel"] = SourceStep("entry kernel", node.name, node.location, node.condition or "")
+        elif "stub kernel" not in roles and node.via is not None and node.via.value == "stub" and node.kind in ("kernel", "generated"):
+            roles["stub kernel"] = SourceStep("stub kernel", node.name, node.location, node.condition or "")
+        elif node.kind in rank and not node.attrs.get("collapsed") and node.name not in leaves:
+            detail = node.attrs.get("library") or node.condition or ""
+            leaves[node.name] = (rank[node.kind], SourceStep("leaf", node.name, node.location, str(detail)))
+    best = [step for _, step in sorted(leaves.values(), key=lambda x: x[0])[:3]]
+    return tuple(roles.values()) + tuple(best)

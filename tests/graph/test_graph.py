@@ -211,3 +211,16 @@ def test_without_a_tree_the_python_and_operator_layers_still_answer(tmp_path, mo
     with pytest.raises(Exception) as e:
         graph.callers("cudnnConvolutionForward", graph.open_context("cuda"))
     assert "source tree" in str(e.value)
+
+
+def test_where_with_a_device_shows_the_kernels_source(indexed_tree, generated):
+    out = run_kernelmap("where", "torch.mul", "--device", "cpu", "--static", "--json", env={"KERNELMAP_SOURCE": TREE_NAME})
+    assert out.returncode == 0, out.stderr
+    steps = {s["role"]: s for s in json.loads(out.stdout)["source"]}
+    stub = steps["stub kernel"]
+    path = indexed_tree.root / stub["location"]["path"]
+    assert stub["name"].endswith("mul_kernel")
+    assert re.search(r"REGISTER_DISPATCH\(mul_stub,\s*&mul_kernel\)", path.read_text())
+    assert "mul_kernel" in path.read_text().splitlines()[stub["location"]["line"] - 1]
+    plain = run_kernelmap("where", "torch.mul", "--static", env={"KERNELMAP_SOURCE": TREE_NAME})
+    assert "source (" not in plain.stdout  # only with an explicit --device

@@ -12,7 +12,7 @@ from kernelmap.dispatch import DEVICE_KEYS
 
 @click.command()
 @click.argument("name")
-@click.option("--device", type=click.Choice(list(DEVICE_KEYS)), default="cpu", show_default=True, help="Device of the call's tensors.")
+@click.option("--device", type=click.Choice(list(DEVICE_KEYS)), default=None, help="Device of the call's tensors [default: cpu]; given explicitly, also show the kernel's source on that device when a source tree is indexed.")
 @click.option("--dtype", default="float32", show_default=True, help="dtype of the call's tensors.")
 @click.option("--requires-grad", is_flag=True, help="The tensors require grad.")
 @click.option("--autocast", is_flag=True, help="Run the call under torch.autocast.")
@@ -34,7 +34,8 @@ def where(name, device, dtype, requires_grad, autocast, inference_mode, static, 
 
     answer = api.where(
         name,
-        device=device,
+        device=device or "cpu",
+        with_source=device is not None,
         dtype=dtype,
         requires_grad=requires_grad,
         autocast=autocast,

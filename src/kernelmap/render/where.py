@@ -117,6 +117,9 @@ def to_json(answer) -> dict[str, Any]:
         "also": [str(op.name) for op in answer.ops[1:]],
         "structured_delegate": op_to_json(answer.delegate) if answer.delegate else None,
         "live": live,
+        "source": [
+            {"role": s.role, "name": s.name, "location": _loc(s.location), "detail": s.detail} for s in answer.source
+        ],
     }
 
 
@@ -230,6 +233,15 @@ def to_text(answer, width: int | None = None, color: bool | None = None, links: 
                 what.append_text(where_text(k.location))
             steps.add_row(f"{n}. {step.key}", step.action, what)
         console.print(steps)
+
+    if answer.source:
+        section(f"source ({answer.source[0].location.origin.label if answer.source[0].location and answer.source[0].location.origin else 'tree'})")
+        src = Table.grid(padding=(0, 2))
+        src.add_column(no_wrap=True)
+        src.add_column(overflow="fold")
+        for step in answer.source:
+            src.add_row(step.role, Text.assemble((step.name, "green"), "  ", where_text(step.location), f"  {step.detail}" if step.detail else ""))
+        console.print(src)
 
     if len(answer.ops) > 1:
         console.print()

@@ -206,3 +206,23 @@ def test_an_interrupted_build_leaves_the_previous_database(tmp_path, cache, sig)
     report = build_index(tree, jobs=1)
     assert report.parsed == 150
     assert list(path.parent.glob(f".{path.name}.*.tmp")) == []
+
+
+def test_stub_calls_follow_the_trees_stub_declarations(tmp_path, cache):
+    tree = add_tree(make_tree(tmp_path / "t", {
+        "aten/src/ATen/native/A.cpp": "namespace at::native { void a() { foo_stub(kCPU, 1); } }\n",
+        "aten/src/ATen/native/B.h": "namespace at::native { DECLARE_DISPATCH(fn, foo_stub); }\n",
+    }))
+    build_index(tree, jobs=1)
+
+    def kinds():
+        with open_index(tree) as ix:
+            return [c.kind.value for c in ix.callers_of("foo_stub")]
+
+    assert kinds() == ["stub"]
+    (tree.root / "aten/src/ATen/native/B.h").write_text("namespace at::native { }\n")
+    build_index(tree, jobs=1)
+    assert kinds() == ["direct"]
+    (tree.root / "aten/src/ATen/native/C.cpp").write_text("namespace at::native { DEFINE_DISPATCH(foo_stub); }\n")
+    build_index(tree, jobs=1)
+    assert kinds() == ["stub"]

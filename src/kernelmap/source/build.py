@@ -12,6 +12,7 @@ from scratch.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import multiprocessing
 import os
@@ -111,6 +112,13 @@ def _init_worker(root: str, ops: OperatorNames) -> None:
     _worker = (Path(root), extract.Extractor(ops))
 
 
+def _init_pool_worker(root: str, ops: OperatorNames) -> None:
+    _init_worker(root, ops)
+    # Extraction allocates many small objects and makes no reference cycles
+    # worth collecting often.
+    gc.set_threshold(100_000, 50, 50)
+
+
 def _extract_one(path: str) -> FileFacts:
     assert _worker is not None
     root, ex = _worker
@@ -127,8 +135,8 @@ def _extract_all(tree: Tree, ops: OperatorNames, paths: list[str], jobs: int) ->
     # Large files first so one slow file does not finish last on its own.
     sizes = {p: (tree.root / p).stat().st_size for p in paths}
     ordered = sorted(paths, key=lambda p: -sizes[p])
-    with ctx.Pool(jobs, initializer=_init_worker, initargs=(str(tree.root), ops)) as pool:
-        yield from pool.imap_unordered(_extract_one, ordered, chunksize=4)
+    with ctx.Pool(jobs, initializer=_init_pool_worker, initargs=(str(tree.root), ops)) as pool:
+        yield from pool.imap_unordered(_extract_one, ordered, chunksize=8)
 
 
 # ---------------------------------------------------------------------------
@@ -144,6 +152,7 @@ class _Writer:
         self.fresh = fresh
         self.ids: dict[str, int] = {}
         self.named: set[int] = set()
+        self.callees: dict[str, tuple[int, int]] = {}  # callee -> (callee id, short name id)
 
     def intern(self, text: str | None) -> int | None:
         if text is None:
@@ -169,7 +178,8 @@ class _Writer:
                 self.db.execute("UPDATE strings SET named = 1 WHERE id = ?", (i,))
         return i
 
-    def add(self, facts: FileFacts, mtime_ns: int) -> None:
+    def add(self, facts: FileFacts, mtime_ns: int) -> int:
+        """Insert one file's facts; returns its file id."""
         db = self.db
 
         def s(text, _get=self.ids.get, _intern=self.intern):  # the common case inline
@@ -191,14 +201,18 @@ class _Writer:
                     (file_id, s(d.name), self.name(d.lookup), s(d.short), d.kind, d.line, d.end_line, s(d.condition), s(d.op)),
                 ).lastrowid
             )
+        callees = self.callees
+        rows = []
+        for c in facts.calls:
+            pair = callees.get(c.callee)
+            if pair is None:
+                pair = callees[c.callee] = (s(c.callee), s(c.short))
+            rows.append((symbol_ids[c.definition] if c.definition >= 0 else None, file_id, pair[0], pair[1],
+                         CALL_KIND_CODE[c.kind], s(c.library), s(c.op), c.line, s(c.condition), s(c.preproc)))
         db.executemany(
             "INSERT INTO calls(symbol_id, file_id, callee_id, short_id, kind, lib_id, op_id, line, cond_id, pp_id)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (symbol_ids[c.definition] if c.definition >= 0 else None, file_id, s(c.callee), s(c.short),
-                 CALL_KIND_CODE[c.kind], s(c.library), s(c.op), c.line, s(c.condition), s(c.preproc))
-                for c in facts.calls
-            ],
+            rows,
         )
         db.executemany(
             "INSERT INTO registrations(file_id, symbol_id, kind, name_id, target_id, key_id, detail_id, line, pp_id)"
@@ -213,6 +227,7 @@ class _Writer:
             "INSERT INTO stubs(file_id, kind, name_id, detail_id, line, pp_id) VALUES (?, ?, ?, ?, ?, ?)",
             [(file_id, st.kind, s(st.name), s(st.detail), st.line, s(st.preproc)) for st in facts.stubs],
         )
+        return file_id
 
 
 def _delete_files(db: sqlite3.Connection, file_ids: list[int]) -> None:
@@ -225,14 +240,18 @@ def _delete_files(db: sqlite3.Connection, file_ids: list[int]) -> None:
         db.execute(f"DELETE FROM files WHERE id IN ({marks})", ids)
 
 
-def _classify_stub_calls(db: sqlite3.Connection) -> None:
+def _classify_stub_calls(db: sqlite3.Connection, file_ids: list[int] | None = None) -> None:
     """Note [stub calls] in extract: promote calls of declared stubs, unless the
-    calling file defines a function of that name itself."""
+    calling file defines a function of that name itself. Only the calls of
+    `file_ids` when given (the tree's stubs did not change)."""
     direct, stub = CALL_KIND_CODE["direct"], CALL_KIND_CODE["stub"]
     local = "EXISTS (SELECT 1 FROM symbols s WHERE s.file_id = calls.file_id AND s.short_id = calls.short_id)"
     declared = "calls.short_id IN (SELECT name_id FROM stubs)"
-    db.execute(f"UPDATE calls SET kind = {stub} WHERE kind = {direct} AND {declared} AND NOT {local}")
-    db.execute(f"UPDATE calls SET kind = {direct} WHERE kind = {stub} AND (NOT {declared} OR {local})")
+    scope = ""
+    if file_ids is not None:
+        scope = f" AND calls.file_id IN ({','.join(str(int(i)) for i in file_ids)})" if file_ids else " AND 0"
+    db.execute(f"UPDATE calls SET kind = {stub} WHERE kind = {direct} AND {declared} AND NOT {local}{scope}")
+    db.execute(f"UPDATE calls SET kind = {direct} WHERE kind = {stub} AND (NOT {declared} OR {local}){scope}")
 
 
 def _open_previous(path: Path, meta_expected: dict[str, str]) -> str | None:
@@ -244,8 +263,7 @@ def _open_previous(path: Path, meta_expected: dict[str, str]) -> str | None:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
             meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-            if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
-                return "the database failed its integrity check"
+            db.execute("SELECT count(*) FROM files").fetchone()
         finally:
             db.close()
     except sqlite3.DatabaseError as e:
@@ -395,14 +413,16 @@ def _plan(db: sqlite3.Connection, tree: Tree, on_disk: list[tuple[str, int, int]
 
 def _apply(db, tree: Tree, plan: _Plan, full: bool, expected: dict[str, str], jobs: int, progress: Progress | None) -> None:
     db.executemany("UPDATE files SET mtime_ns = ? WHERE id = ?", plan.touched)
+    stubs_before = None if full else set(db.execute("SELECT DISTINCT name_id FROM stubs"))
     _delete_files(db, plan.stale + plan.removed)
     ops = extract.read_operator_names(tree.root / NATIVE_YAML)
     writer = _Writer(db, fresh=full)
     total = len(plan.to_parse)
     if progress:
         progress("parse", 0, total)
+    new_ids = []
     for done, facts in enumerate(_extract_all(tree, ops, plan.to_parse, jobs), 1):
-        writer.add(facts, plan.mtimes[facts.path])
+        new_ids.append(writer.add(facts, plan.mtimes[facts.path]))
         if progress:
             progress("parse", done, total)
     if full:  # created after the bulk insert: cheaper than row by row
@@ -410,7 +430,8 @@ def _apply(db, tree: Tree, plan: _Plan, full: bool, expected: dict[str, str], jo
             if statement.strip():
                 db.execute(statement)
     if plan.to_parse or plan.removed:
-        _classify_stub_calls(db)
+        same_stubs = stubs_before is not None and stubs_before == set(db.execute("SELECT DISTINCT name_id FROM stubs"))
+        _classify_stub_calls(db, new_ids if same_stubs else None)
     meta = {**expected, "complete": "1", "tree": tree.name, "version": tree.version, "commit": tree.commit or ""}
     db.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", list(meta.items()))
 

@@ -344,14 +344,14 @@ class Extractor:
         calls: list[Call] = []
         registrations: list[Registration] = []
         stubs: list[StubDecl] = []
-        for _, kind, payload, stack in _sweep(regions, points):
-            pp = _preproc_of(stack)
+        for at, kind, payload, stack in _sweep(regions, points):
+            pp = _preproc_of(stack, at)
             if kind == 0:
                 i, node, info = payload
-                definitions[i] = self._definition(node, info, stack, pp, data)
+                definitions[i] = self._definition(node, info, [r for r in stack if r[1] > at], pp, data)
                 continue
             what, cap = payload
-            def_index, cond, lib = _context_of(stack)
+            def_index, cond, lib = _context_of(stack, at)
             if what == "call":
                 self._call(cap, def_index, cond, pp, calls, data)
             else:
@@ -605,17 +605,19 @@ def _negate(cond: str) -> str:
     return cond[1:].strip() if cond.startswith("!") else f"!{cond}"
 
 
-def _preproc_of(stack) -> str | None:
-    conds = [payload for (_, _, tag, payload) in stack if tag == "pp"]
+def _preproc_of(stack, at: int) -> str | None:
+    conds = [r[3] for r in stack if r[2] == "pp" and r[1] > at]
     return " && ".join(conds) if conds else None
 
 
-def _context_of(stack) -> tuple[int, str | None, tuple | None]:
+def _context_of(stack, at: int) -> tuple[int, str | None, tuple | None]:
     """(innermost definition, innermost case/if label inside it, TORCH_LIBRARY block)."""
     cond = None
     def_index = -1
     lib = None
-    for _, _, tag, payload in reversed(stack):
+    for _, end, tag, payload in reversed(stack):
+        if end <= at:
+            continue
         if tag == "cond" and cond is None and def_index == -1:
             cond = payload
         elif tag == "def" and def_index == -1:
@@ -627,9 +629,11 @@ def _context_of(stack) -> tuple[int, str | None, tuple | None]:
 
 def _sweep(regions, points):
     """(start, kind, payload, enclosing regions outer..inner) for each point in
-    byte order (Note [regions]). The stack is shared: read it at once."""
-    regions.sort(key=lambda r: (r[0], -r[1]))
-    points.sort(key=lambda p: (p[0], p[1]))
+    byte order (Note [regions]). The stack is shared and may hold regions that
+    ended before the point (preprocessor regions can cross syntax regions):
+    readers skip those whose end is at or before the point."""
+    regions.sort(key=_region_order)
+    points.sort(key=_point_order)
     stack: list = []
     ri = 0
     n = len(regions)
@@ -643,9 +647,15 @@ def _sweep(regions, points):
                 stack.append(r)
         while stack and stack[-1][1] <= start:
             stack.pop()
-        # Preprocessor regions may cross syntax regions (an #if around half a
-        # function): drop what has ended even when it is not on top.
-        yield start, kind, payload, [r for r in stack if r[1] > start]
+        yield start, kind, payload, stack
+
+
+def _region_order(r):
+    return (r[0], -r[1])
+
+
+def _point_order(p):
+    return (p[0], p[1])
 
 
 @functools.lru_cache(maxsize=4)

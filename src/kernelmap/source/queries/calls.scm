@@ -1,3 +1,3 @@
 ; Every call expression; the callee's spelling decides its kind in Python.
 
-(call_expression function: (_) @callee arguments: (argument_list) @arguments) @call
+(call_expression function: (_) @callee arguments: (argument_list)) @call

@@ -11,7 +11,8 @@ The model file convention: a Python file defining
 Factories are called with no arguments, after `torch.manual_seed(0)`. The model
 runs in eval mode (batch norm uses its running statistics), so runs compare.
 
-Relative error is normwise: max |custom - original| / max |original|, per
+Timings are medians over `runs` runs (the first included: it also gives the
+outputs compared, so `runs=1` times a cold run). Relative error is normwise: max |custom - original| / max |original|, per
 tensor, the largest over tensors.
 """
 
@@ -30,7 +31,7 @@ from typing import Any
 
 from kernelmap.errors import BadInput
 from kernelmap.extend.build import load_extension
-from kernelmap.extend.overrides import Override, override
+from kernelmap.extend.overrides import Override, check_override_schema, override, resolve_op
 
 __all__ = ["Difference", "VerifyReport", "verify", "load_model_file", "parse_override", "parse_extra_args"]
 
@@ -189,12 +190,10 @@ def _difference(mine: list[tuple[str, Any]], theirs: list[tuple[str, Any]]) -> D
             abs_err = float(d.nan_to_num(0.0).max())
         scale = float(b.double().abs().nan_to_num(0.0).max())
         rel_err = abs_err / scale if scale > 0 else (0.0 if abs_err == 0 else float("inf"))
-        if abs_err > max_abs or not worst:
-            worst = name if abs_err > 0 or not worst else worst
         if abs_err > max_abs:
             max_abs, worst = abs_err, name
         max_rel = max(max_rel, rel_err)
-    return Difference(max_abs, max_rel, worst if max_abs > 0 else "", len(mine))
+    return Difference(max_abs, max_rel, worst, len(mine))
 
 
 def verify(
@@ -220,6 +219,8 @@ def verify(
         raise BadInput("give at least one override: --override aten::convolution=kernelmap_ext::myconv")
     for item in load:
         load_extension(item)
+    # every override is checked (schema, extra arguments) before the model is even built
+    plan = _plan(overrides, dict(extra_args or {}))
     factory, example = load_model_file(model_file, model_fn)
     torch.manual_seed(0)
     model = factory()
@@ -247,31 +248,20 @@ def verify(
         return [(n, o.detach()) for n, o in outs], [(n, g.detach().clone()) for n, g in grads]
 
     def timed() -> tuple[list, list, float]:
-        first = run_once()  # a warm-up, whose results are the ones compared
-        times = []
+        results, times = None, []
         for _ in range(runs):
             t0 = time.perf_counter()
-            run_once()
+            result = run_once()
             times.append(time.perf_counter() - t0)
-        return first[0], first[1], statistics.median(times)
+            results = results or result  # the first run's results are the ones compared
+        assert results is not None
+        return results[0], results[1], statistics.median(times)
 
     base_out, base_grads, base_s = timed()
-    extra = dict(extra_args or {})
     with contextlib.ExitStack() as stack:
-        active: list[Override] = []
-        for op, target in overrides.items():
-            wanted = {}
-            if isinstance(target, str) and extra:
-                takes = {a.name for a in _schema_args(target)}
-                wanted = {k: v for k, v in extra.items() if k in takes}
-            active.append(stack.enter_context(override(op, target, key=key, extra_args=wanted)))
-        if extra and isinstance(next(iter(overrides.values())), str):
-            taken = {k for o in active for k in o.extra_args}
-            unused = sorted(set(extra) - taken)
-            if unused:
-                raise BadInput(f"--extra-args {', '.join(unused)}: no override takes such an argument")
+        active = [stack.enter_context(override(op, target, key=key, extra_args=wanted)) for op, target, wanted in plan]
         mine_out, mine_grads, mine_s = timed()
-    calls = {o.op: o.calls // (runs + 1) for o in active}
+    calls = {o.op: o.calls // runs for o in active}
     return VerifyReport(
         model=str(model_file),
         overrides=tuple(active),
@@ -285,7 +275,22 @@ def verify(
     )
 
 
-def _schema_args(target: str):
-    from kernelmap.extend.overrides import resolve_op
-
-    return resolve_op(target)._schema.arguments
+def _plan(overrides: Mapping[str, str | Callable], extra: dict[str, Any]) -> list[tuple[str, str | Callable, dict[str, Any]]]:
+    """(op, target, extra arguments it takes) per override, each checked as
+    `override` will check it; every extra argument must go somewhere."""
+    plan, taken = [], set()
+    for op, target in overrides.items():
+        original = resolve_op(op)
+        if isinstance(target, str):
+            target_op = resolve_op(target)
+            takes = {a.name for a in target_op._schema.arguments} - {a.name for a in original._schema.arguments}
+            wanted = {k: v for k, v in extra.items() if k in takes}
+            check_override_schema(original._schema, target_op._schema, wanted)
+        else:
+            wanted = dict(extra)
+        taken |= set(wanted)
+        plan.append((op, target, wanted))
+    unused = sorted(set(extra) - taken)
+    if unused:
+        raise BadInput(f"--extra-args {', '.join(unused)}: no override takes such an argument")
+    return plan

@@ -26,13 +26,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from typing import IO
 from dataclasses import dataclass
 from pathlib import Path
 
 from kernelmap import env
 from kernelmap.codegen.index import SCHEMA_VERSION, build_index
 from kernelmap.errors import KernelmapError, SourceError, TorchgenError
-from kernelmap.model import Origin, OriginKind
+from kernelmap.model import Origin
 
 # Bump when the layout of the cache or the generation options change.
 FORMAT = 1
@@ -180,7 +181,7 @@ def _run_steps(source: CodegenSource, out: Path, report: Reporter) -> None:
         environ["PYTHONPATH"] = os.pathsep.join([str(source.torchgen_root), environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         cwd = str(source.torchgen_root)
     running: dict[str, subprocess.Popen] = {}
-    logs: dict[str, tempfile._TemporaryFileWrapper] = {}
+    logs: dict[str, IO[str]] = {}
     width = max(1, min(len(STEPS), os.cpu_count() or 1))
     pending = [step for step, _ in STEPS]
     failures: list[tuple[str, str]] = []

@@ -26,7 +26,7 @@ COMMANDS: dict[str, str] = {
     "stack": "kernelmap.commands.graph:stack",
     "callers": "kernelmap.commands.graph:callers",
     "trace": "kernelmap.commands.trace:trace",
-    "explain": "kernelmap.commands.extend:explain",
+    "explain": "kernelmap.commands.graph:explain",
     "scaffold": "kernelmap.commands.extend:scaffold",
     "verify": "kernelmap.commands.extend:verify",
 }

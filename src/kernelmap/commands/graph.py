@@ -63,3 +63,29 @@ def callers(symbol, depth, source, as_json):
 
     context = graph.open_context(source=source, require_tree=True)
     _emit(graph.callers(symbol, context, depth), as_json)
+
+
+@click.command()
+@click.argument("op")
+@click.option("--device", type=click.Choice(list(DEVICE_KEYS)), default="cpu", show_default=True, help="The device whose kernels to explain.")
+@click.option("--source", default=None, help="Source tree to read C++ from (a registered name or a path).")
+@click.option("--json", "as_json", is_flag=True, help="Print the steps as JSON.")
+def explain(op, device, source, as_json):
+    """Explain one operator call step by step, with the real code of each step.
+
+    Python argument parsing, autograd, the registration wrapper, then the
+    native kernel's checks, output allocation, dtype switch, iteration, device
+    loop and vendor call (the native steps need an indexed source tree).
+
+    \b
+    Example:
+      kernelmap explain aten::add.Tensor --device cpu
+      kernelmap explain aten::conv2d --device cuda
+    """
+    from kernelmap import graph
+    from kernelmap.graph.explain import explain as explain_op
+    from kernelmap.render import explain as render
+
+    context = graph.open_context(device, source=source)
+    result = explain_op(op, context)
+    click.echo(render.to_json_text(result) if as_json else render.to_text(result, color=None), nl=False)

@@ -1,0 +1,59 @@
+"""Render an `Explanation` (kernelmap explain): numbered steps with their code,
+syntax-highlighted for a terminal, or JSON (`"kernelmap": "explain/1"`):
+
+    {"kernelmap": "explain/1", "op": "aten::add.Tensor", "device": "cpu", "notes": [...],
+     "steps": [{"title": "...", "summary": "...", "location": LOCATION | null, "excerpt": "..."}]}
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+JSON_VERSION = "explain/1"
+
+
+def to_json(result) -> dict:
+    return {
+        "kernelmap": JSON_VERSION,
+        "op": result.op,
+        "device": result.device,
+        "notes": list(result.notes),
+        "steps": [
+            {"title": s.title, "summary": s.summary, "location": s.location.to_json() if s.location else None, "excerpt": s.excerpt}
+            for s in result.steps
+        ],
+    }
+
+
+def to_json_text(result) -> str:
+    return json.dumps(to_json(result), indent=2) + "\n"
+
+
+def to_text(result, width: int | None = None, color: bool | None = None) -> str:
+    from rich.console import Console
+    from rich.syntax import Syntax
+    from rich.text import Text
+
+    if color is None:
+        color = sys.stdout.isatty()
+    out = io.StringIO()
+    console = Console(file=out, width=width or (None if color else 120), force_terminal=color, no_color=not color,
+                      color_system="auto" if color else None, highlight=False, emoji=False)
+    for note in result.notes:
+        console.print(Text(f"note: {note}", style="yellow"))
+    console.print(Text(f"{result.op} on {result.device}", style="bold green"))
+    for n, step in enumerate(result.steps, 1):
+        console.print()
+        head = Text.assemble((f"{n}. {step.title}", "bold"), "  ", step.summary)
+        console.print(head)
+        if step.location is not None:
+            console.print(Text(f"   {step.location}", style="cyan"))
+        if step.excerpt:
+            if color:
+                console.print(Syntax(step.excerpt, step.language, line_numbers=False, word_wrap=False, padding=(0, 3)))
+            else:
+                for line in step.excerpt.splitlines():
+                    console.print(Text("   " + line), overflow="ignore", crop=False, no_wrap=True)
+    return "".join(line.rstrip() + "\n" for line in out.getvalue().splitlines())

@@ -18,9 +18,14 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 
 install: $(VENV)/.installed
 
+# The main job: where F.conv2d's kernels are for CPU and CUDA, then the whole
+# stack from nn.Conv2d to the cuDNN call, read from the real 2.6.0 source tree.
 demo: install
 	$(BIN)/kernelmap where torch.nn.functional.conv2d --device cpu
 	$(BIN)/kernelmap where torch.nn.functional.conv2d --device cuda
+	$(BIN)/kernelmap source add "$$(scripts/fetch-test-tree)" >/dev/null
+	$(BIN)/kernelmap index
+	$(BIN)/kernelmap stack torch.nn.Conv2d --device cuda
 
 test: install
 	scripts/fetch-test-tree >/dev/null

@@ -20,9 +20,10 @@ def _emit(tree, as_json: bool) -> None:
 @click.option("--requires-grad", is_flag=True, help="Show the autograd layer (VariableType wrapper, backward node).")
 @click.option("--depth", type=int, default=DEFAULT_DEPTH, show_default=True, help="How many levels to expand.")
 @click.option("--all-branches", is_flag=True, help="Follow branches for other devices too, instead of collapsing them.")
+@click.option("--all-calls", is_flag=True, help="Also show tensor utility calls and helpers that reach nothing else.")
 @click.option("--source", default=None, help="Source tree to read C++ from (a registered name or a path).")
 @click.option("--json", "as_json", is_flag=True, help="Print the call tree as JSON.")
-def stack(target, device, dtype, requires_grad, depth, all_branches, source, as_json):
+def stack(target, device, dtype, requires_grad, depth, all_branches, all_calls, source, as_json):
     """Show what a call of TARGET runs, top-down, down to kernels and vendor calls.
 
     TARGET is a Python name (torch.nn.Conv2d, torch.nn.functional.conv2d,
@@ -36,7 +37,7 @@ def stack(target, device, dtype, requires_grad, depth, all_branches, source, as_
     """
     from kernelmap import graph
 
-    context = graph.open_context(device, requires_grad, all_branches, source)
+    context = graph.open_context(device, requires_grad, all_branches, source, all_calls=all_calls)
     tree = graph.stack(target, context, depth)
     if dtype:
         tree = type(tree)(tree.root, tree.notes, {**tree.meta, "dtype": dtype})

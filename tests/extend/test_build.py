@@ -81,3 +81,23 @@ def test_first_compiler_error_of_gcc_and_nvcc_logs():
     nvcc = "/x/p/csrc/k_kernel.cu(7): error: identifier \"z\" is undefined\n"
     assert first_compiler_error(nvcc, Path("/x/p")) == 'csrc/k_kernel.cu:7: error: identifier "z" is undefined'
     assert first_compiler_error("ninja: build stopped", None) is None
+
+
+def test_ahead_of_time_build_and_benchmark(myrelu):
+    """setup.py builds myrelu/_C*.so with BuildExtension; importing the package
+    then loads that library, and the benchmark runs on it."""
+    env = dict(os.environ, PYTHONPATH="")
+    done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+                          cwd=myrelu.root, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    libraries = list((myrelu.root / "myrelu").glob("_C*.so"))
+    assert len(libraries) == 1
+    done = subprocess.run([sys.executable, "bench_myrelu.py", "--min-run-time", "0.05"],
+                          cwd=myrelu.root, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = done.stdout.strip().splitlines()
+    assert [row.split()[0] for row in rows] == ["aten::relu", "kernelmap_ext::myrelu"]
+    done = subprocess.run([sys.executable, "-c", "import myrelu; print(myrelu.LIBRARY)"],
+                          cwd=myrelu.root, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == str(libraries[0])

@@ -38,7 +38,6 @@ from kernelmap.model import (
     OperatorName,
     OpKind,
     Origin,
-    OriginKind,
 )
 
 __all__ = ["Catalog", "CatalogWarning", "load_catalog", "tree_origin", "NATIVE_YAML", "DERIVATIVES_YAML"]
@@ -257,32 +256,11 @@ def _ranked(ops) -> tuple[Op, ...]:
 
 
 def tree_origin(root: Path) -> Origin:
-    """The origin of a source tree: its version.txt and, with a .git, its HEAD."""
-    version_file = root / "version.txt"
-    version = version_file.read_text().strip() if version_file.exists() else "unknown"
-    return Origin(OriginKind.TREE, version, _git_head(root), root=str(root), label=f"tree {version}")
+    """The origin of a source tree: its version.txt and, with a .git, its HEAD
+    (read as the source registry reads them; imported late, it is heavy)."""
+    from kernelmap.source.trees import inspect_tree
 
-
-def _git_head(root: Path) -> str | None:
-    git = root / ".git"
-    try:
-        head = (git / "HEAD").read_text().strip()
-    except OSError:
-        return None
-    if not head.startswith("ref: "):
-        return head if re.fullmatch(r"[0-9a-f]{40}", head) else None
-    ref = head[5:]
-    try:
-        return (git / ref).read_text().strip()
-    except OSError:
-        pass
-    try:
-        for line in (git / "packed-refs").read_text().splitlines():
-            if line.endswith(" " + ref):
-                return line.split()[0]
-    except OSError:
-        pass
-    return None
+    return inspect_tree(root).origin
 
 
 def load_catalog(tree: Path | None = None, origin: Origin | None = None) -> Catalog:

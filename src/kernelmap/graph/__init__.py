@@ -36,7 +36,7 @@ from typing import Any
 
 from kernelmap import env, pysource
 from kernelmap.errors import BadInput, KernelmapError, UnknownName
-from kernelmap.model import CallNode, CallTree, EdgeKind, Location, Op, OperatorName
+from kernelmap.model import CallNode, CallTree, EdgeKind, Location, Op
 
 DEVICE_KEYS = {"cpu": "CPU", "cuda": "CUDA", "mps": "MPS", "meta": "Meta"}
 DEFAULT_DEPTH = 24

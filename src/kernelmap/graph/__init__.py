@@ -503,12 +503,18 @@ def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
     in_file = {d.name.rsplit("::", 1)[-1]: d for d in ctx.index.definitions_in(location.path) if d.name != definition.name}
     if not in_file:
         return []
+    body = lines[location.line - 1 : location.end_line or location.line]
+    head = "\n".join(body[: next((i for i, text in enumerate(body) if "{" in text), 0) + 1])
+    text = "\n".join(body)
     found = []
     for number in range(location.line + 1, (location.end_line or location.line) + 1):  # not the signature
         for m in _ANY_ARGUMENT_NAME.finditer(lines[number - 1] if number <= len(lines) else ""):
-            target = in_file.get(m.group(1))
-            if target is not None:
-                found.append((target, Location(location.path, number, origin=location.origin)))
+            name = m.group(1)
+            target = in_file.get(name)
+            # a parameter or local variable that shares a function's name (`min`) is no callback
+            if target is None or re.search(rf"\b{name}\b", head) or re.search(rf"\b{name}\s*=[^=]|[\w>&*]\s+{name}\s*[;=({{]", text):
+                continue
+            found.append((target, Location(location.path, number, origin=location.origin)))
     return found
 
 

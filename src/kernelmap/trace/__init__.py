@@ -24,7 +24,7 @@ import gc
 import os
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +51,11 @@ from kernelmap.trace.reader import TraceFormatError  # noqa: E402 - re-exported
 
 @dataclass
 class Trace:
-    """A resolved trace: the call tree, where it came from, and the source links
-    per event of the trace file (for `export_chrome`)."""
+    """A resolved trace: the call tree and the trace file it was read from
+    (each node's `event` attr is its event's index in that file)."""
 
     tree: CallTree
     file: Path  # the Chrome trace the tree was read from
-    links: dict[int, dict[str, Any]] = field(default_factory=dict)  # event index -> kernelmap args
     error: BaseException | None = None  # what the traced code raised, for a partial trace
     _cleanup: Any = None
 
@@ -70,7 +69,7 @@ class Trace:
         """Write the trace back with kernelmap's facts in each event's args."""
         from kernelmap.trace.chrome import export
 
-        return export(self.file, Path(out), self.links)
+        return export(self.file, Path(out), links(self.tree))
 
 
 def _temporary(t: Trace) -> Trace:
@@ -147,9 +146,8 @@ def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None
     if header.fields.get("deviceProperties"):
         m["devices"] = [d.get("name") for d in header.fields["deviceProperties"] if isinstance(d, dict)]
     m.update(meta or {})
-    links = _links(root) if resolve else {}
     tree = build.to_tree(root, notes, m)
-    return Trace(tree, path, links)
+    return Trace(tree, path)
 
 
 _LINK_KEYS = (
@@ -158,16 +156,16 @@ _LINK_KEYS = (
 )
 
 
-def _links(root) -> dict[int, dict[str, Any]]:
-    from kernelmap.trace.build import walk
-
-    links = {}
-    for n in walk([root]):
-        if n.index >= 0:
+def links(tree: CallTree) -> dict[int, dict[str, Any]]:
+    """kernelmap's facts per event index of the trace file, for `export_chrome`."""
+    out = {}
+    for _, n in tree.walk():
+        index = n.attrs.get("event")
+        if index is not None:
             facts = {k: n.attrs[k] for k in _LINK_KEYS if n.attrs.get(k) is not None}
             if facts:
-                links[n.index] = facts
-    return links
+                out[index] = facts
+    return out
 
 
 def _from_recording(rec, keep_frames: bool, source_tree: Path | None, how: str) -> Trace:

@@ -24,7 +24,7 @@ through (`Module._call_impl`, ...) are spliced out, unless all frames are kept.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +65,37 @@ _SPLICED_FRAMES = re.compile(
 )
 
 
+class Attrs(Mapping):
+    """A node's own attributes over the facts it shares with every call of the
+    same operator (dispatch key, kernel, source...): one dict per distinct
+    call instead of one copy per node. Keys starting with "_" stay private."""
+
+    __slots__ = ("own", "shared")
+
+    def __init__(self, own: dict[str, Any], shared: dict[str, Any]):
+        self.own = own
+        self.shared = shared
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self.own:
+            return self.own[key]
+        if key[:1] != "_" and key in self.shared:
+            return self.shared[key]
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.own
+        for key in self.shared:
+            if key[:1] != "_" and key not in self.own:
+                yield key
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
 @dataclass(eq=False, slots=True)
 class Node:
     """A node under construction: the event it came from and its children."""
@@ -81,6 +112,7 @@ class Node:
     index: int = -1  # position of the event in the trace file, for export
     parent: Node | None = None
     thread: tuple[Any, Any] = (None, None)  # (pid, tid) of a host event
+    shared: dict[str, Any] | None = None  # facts shared with every call of the same op, inputs and device
 
     @property
     def end(self) -> float:
@@ -395,9 +427,13 @@ def freeze(root: Node) -> CallNode:
     frozen = None
     while order:
         n = order.pop()
-        attrs = n.attrs
+        attrs: Mapping[str, Any] = n.attrs
         if n.kind != "trace" or n.dur:
-            attrs.setdefault("duration_us", round(n.dur, 3))
+            n.attrs.setdefault("duration_us", round(n.dur, 3))
+        if n.index >= 0:
+            n.attrs["event"] = n.index
+        if n.shared is not None:
+            attrs = Attrs(n.attrs, n.shared)
         frozen = CallNode(
             name=n.name,
             kind=n.kind,
@@ -410,6 +446,7 @@ def freeze(root: Node) -> CallNode:
             ch.parent = None
         n.children = []
         n.args = {}
+        n.shared = None
         done[id(n)] = frozen
     assert frozen is not None
     return frozen

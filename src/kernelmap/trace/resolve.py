@@ -32,7 +32,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelmap.errors import KernelmapError, UnknownName
+from kernelmap.errors import KernelmapError
 from kernelmap.trace.build import Node, walk
 
 # C++ type names the profiler writes for tensor dtypes -> torch dtype names.
@@ -247,6 +247,7 @@ class Resolver:
     _ops: dict[tuple[str, tuple[str, ...]], Any] = field(default_factory=dict)
     _dispatch: dict[tuple, dict[str, Any]] = field(default_factory=dict)
     _conv: dict[tuple, str | None] = field(default_factory=dict)
+    _shared: dict[tuple, dict[str, Any]] = field(default_factory=dict)
     _errors: Counter = field(default_factory=Counter)
 
     def _catalog(self):
@@ -415,44 +416,58 @@ class Resolver:
     def _resolve_op(self, node: Node, can_ask_conv: bool) -> None:
         a = node.attrs
         args = node.args
-        types = list(args.get("Input type") or [])
+        types = args.get("Input type") or []
         dims = args.get("Input Dims")
         if dims:
-            a["input_shapes"] = [list(d) if isinstance(d, list) else d for d in dims]
-        dtype = next((DTYPES[t] for t in types if t in DTYPES), "float32")
-        a["dtype"] = dtype
+            a["input_shapes"] = dims
         # Note [inputs of a traced call]
         requires_grad = args.get("Sequence number") is not None and not _under_backward(node)
-        a["requires_grad"] = requires_grad
-        a["inferred"] = _INFERRED
-        op = self.catalog_op(node.name, types)
-        if op is None:
+        device = a.pop("device")
+        key = (node.name, tuple(types), device, requires_grad)
+        shared = self._shared.get(key)
+        if shared is None:
+            shared = self._shared[key] = self._op_facts(node.name, types, device, requires_grad)
+        node.shared = shared
+        if shared.get("unknown"):
             if node.name.startswith("aten::"):
                 self.unknown_ops[node.name] += 1
-                a["unknown"] = "not in native_functions.yaml of the installed torch"
-            else:
-                a["unknown"] = "not an operator of native_functions.yaml"
             return
-        a["op"] = str(op.name)
-        a["yaml"] = str(op.location)
-        node.location = op.location
-        a["op_kind"] = op.kind.value
-        a.update(self.dispatch_facts(op, a["device"], dtype, requires_grad))
-        backend = None
+        node.location = shared["_location"]
         if node.name in ("aten::_convolution", "aten::convolution_backward"):
+            backend = None
             observed = next((CONV_BACKEND_OPS[c.name] for c in node.children if c.name in CONV_BACKEND_OPS), None)
             if observed:
                 a["conv_backend_ran"] = observed
-            if can_ask_conv and (self.live or a["device"] == "cpu"):
-                backend = self.conv_backend(node, a["device"])
+            if can_ask_conv and (self.live or device == "cpu"):
+                backend = self.conv_backend(node, device)
                 if backend:
                     a["conv_backend"] = backend
-            backend = backend or observed
-        vendor = op_vendor(node.name, a["device"], backend)
+            vendor = op_vendor(node.name, device, backend or observed)
+            if vendor is not None:
+                a["vendor"], a["closed"] = vendor
+
+    def _op_facts(self, name: str, types: list[str], device: str, requires_grad: bool) -> dict[str, Any]:
+        """What every call of `name` with these input types, device and grad
+        mode shares: catalog entry, dispatch, kernel, source, vendor."""
+        dtype = next((DTYPES[t] for t in types if t in DTYPES), "float32")
+        facts: dict[str, Any] = {"device": device, "dtype": dtype, "requires_grad": requires_grad, "inferred": _INFERRED}
+        op = self.catalog_op(name, list(types))
+        if op is None:
+            facts["unknown"] = (
+                "not in native_functions.yaml of the installed torch" if name.startswith("aten::") else "not an operator of native_functions.yaml"
+            )
+            return facts
+        facts["op"] = str(op.name)
+        facts["yaml"] = str(op.location)
+        facts["_location"] = op.location
+        facts["op_kind"] = op.kind.value
+        facts.update(self.dispatch_facts(op, device, dtype, requires_grad))
+        vendor = op_vendor(name, device)
         if vendor is not None and vendor[0] == "BLAS" and self.live and _has_mkl():
             vendor = ("MKL", True)  # this build's CPU BLAS, asked in the process that ran the op
         if vendor is not None:
-            a["vendor"], a["closed"] = vendor
+            facts["vendor"], facts["closed"] = vendor
+        return facts
 
     def _resolve_device(self, node: Node) -> None:
         ops = []

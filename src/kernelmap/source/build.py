@@ -145,7 +145,9 @@ def _extract_all(tree: Tree, ops: OperatorNames, paths: list[str], jobs: int) ->
 
 
 class _Writer:
-    """Inserts facts, interning strings through a cache."""
+    """Inserts facts. Ids of strings and symbols are assigned here and rows
+    go in by `executemany`, one batch per file: per-row statements would cost
+    more than parsing."""
 
     def __init__(self, db: sqlite3.Connection, fresh: bool):
         self.db = db
@@ -153,6 +155,10 @@ class _Writer:
         self.ids: dict[str, int] = {}
         self.named: set[int] = set()
         self.callees: dict[str, tuple[int, int]] = {}  # callee -> (callee id, short name id)
+        self.new_strings: list[tuple[int, str]] = []
+        self.new_names: list[tuple[int, str]] = []
+        self.next_string = (db.execute("SELECT max(id) FROM strings").fetchone()[0] or 0) + 1
+        self.next_symbol = (db.execute("SELECT max(id) FROM symbols").fetchone()[0] or 0) + 1
 
     def intern(self, text: str | None) -> int | None:
         if text is None:
@@ -162,7 +168,9 @@ class _Writer:
             return i
         row = None if self.fresh else self.db.execute("SELECT id FROM strings WHERE text = ?", (text,)).fetchone()
         if row is None:
-            i = self.db.execute("INSERT INTO strings(text) VALUES (?)", (text,)).lastrowid
+            i = self.next_string
+            self.next_string += 1
+            self.new_strings.append((i, text))
         else:
             i = row[0]
         self.ids[text] = i
@@ -173,10 +181,20 @@ class _Writer:
         i = self.intern(text)
         if i not in self.named:
             self.named.add(i)
-            if self.fresh or self.db.execute("SELECT named FROM strings WHERE id = ?", (i,)).fetchone()[0] == 0:
-                self.db.execute("INSERT INTO names(rowid, text) VALUES (?, ?)", (i, text))
-                self.db.execute("UPDATE strings SET named = 1 WHERE id = ?", (i,))
+            if self.fresh or i >= self.next_string - len(self.new_strings) or (
+                self.db.execute("SELECT named FROM strings WHERE id = ?", (i,)).fetchone()[0] == 0
+            ):
+                self.new_names.append((i, text))
         return i
+
+    def flush(self) -> None:
+        if self.new_strings:
+            self.db.executemany("INSERT INTO strings(id, text) VALUES (?, ?)", self.new_strings)
+            self.new_strings = []
+        if self.new_names:
+            self.db.executemany("INSERT INTO names(rowid, text) VALUES (?, ?)", self.new_names)
+            self.db.executemany("UPDATE strings SET named = 1 WHERE id = ?", [(i,) for i, _ in self.new_names])
+            self.new_names = []
 
     def add(self, facts: FileFacts, mtime_ns: int) -> int:
         """Insert one file's facts; returns its file id."""
@@ -192,15 +210,17 @@ class _Writer:
             "INSERT INTO files(path, sha1, size, mtime_ns, errors, skipped) VALUES (?, ?, ?, ?, ?, ?)",
             (facts.path, facts.sha1, facts.size, mtime_ns, facts.errors, facts.skipped),
         ).lastrowid
-        symbol_ids = []
-        for d in facts.definitions:
-            symbol_ids.append(
-                db.execute(
-                    "INSERT INTO symbols(file_id, name_id, lookup_id, short_id, kind, line, end_line, cond_id, op_id)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (file_id, s(d.name), self.name(d.lookup), s(d.short), d.kind, d.line, d.end_line, s(d.condition), s(d.op)),
-                ).lastrowid
-            )
+        first = self.next_symbol
+        self.next_symbol += len(facts.definitions)
+        symbol_ids = range(first, self.next_symbol)
+        db.executemany(
+            "INSERT INTO symbols(id, file_id, name_id, lookup_id, short_id, kind, line, end_line, cond_id, op_id)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (sid, file_id, s(d.name), self.name(d.lookup), s(d.short), d.kind, d.line, d.end_line, s(d.condition), s(d.op))
+                for sid, d in zip(symbol_ids, facts.definitions)
+            ],
+        )
         callees = self.callees
         rows = []
         for c in facts.calls:
@@ -227,6 +247,7 @@ class _Writer:
             "INSERT INTO stubs(file_id, kind, name_id, detail_id, line, pp_id) VALUES (?, ?, ?, ?, ?, ?)",
             [(file_id, st.kind, s(st.name), s(st.detail), st.line, s(st.preproc)) for st in facts.stubs],
         )
+        self.flush()
         return file_id
 
 

@@ -241,7 +241,8 @@ class Index:
             raise SourceError("search for at least three characters")
         quoted = '"' + text.replace('"', '""') + '"'
         rows = self._db.execute(
-            "SELECT s.text FROM names JOIN strings s ON s.id = names.rowid WHERE names MATCH ? ORDER BY length(s.text) LIMIT ?",
+            "SELECT s.text FROM names JOIN strings s ON s.id = names.rowid WHERE names MATCH ?"
+            " AND EXISTS (SELECT 1 FROM symbols WHERE lookup_id = s.id) ORDER BY length(s.text) LIMIT ?",
             (quoted, limit),
         ).fetchall()
         return [r[0] for r in rows]

@@ -51,6 +51,10 @@ def test_families(tmp_path):
     from kernelmap.extend import scaffold
 
     assert scaffold("aten::convolution", "c", out=tmp_path / "c").family == "convolution"
+    assert scaffold("aten::sum.dim_IntList", "r", out=tmp_path / "r").family == "reduction"
+    assert scaffold("aten::prod.dim_int", "q", out=tmp_path / "q").family == "reduction"
+    # var has a `correction` argument no reference loop reads: ATen does it
+    assert scaffold("aten::var.correction", "v", out=tmp_path / "v").family == "aten"
     assert scaffold("aten::native_batch_norm", "b", out=tmp_path / "b").family == "batch_norm"
     assert scaffold("aten::erfinv", "e", out=tmp_path / "e").family == "aten"
     # add.Scalar's `other` is a Scalar: no pointwise formula over two tensors fits it

@@ -1,5 +1,6 @@
 """What the scaffolded kernel computes, by the shape of the operator it starts
 from: a loop for elementwise operators whose formula kernelmap knows, a loop
+per output element for reductions (sum, prod, mean, amax, amin), a loop
 for batch norm, a call into ATen for convolution (and for anything else), each
 a correct reference the user then edits.
 
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 from kernelmap.extend.schema import CustomOpSpec
 
-__all__ = ["Pointwise", "POINTWISE", "family_of"]
+__all__ = ["Pointwise", "POINTWISE", "Reduction", "REDUCTIONS", "family_of", "pointwise_formula", "reduction_of"]
 
 
 @dataclass(frozen=True)
@@ -74,10 +75,60 @@ def _pointwise(spec: CustomOpSpec, tags: tuple[str, ...]) -> Pointwise | None:
     return formula
 
 
+@dataclass(frozen=True)
+class Reduction:
+    """A reduction over some dimensions of `self` into one tensor: how the
+    accumulator starts, how it takes one value, and how it ends."""
+
+    init: str  # C++ over acc_t
+    step: str  # `acc = ...` given `acc` and the value `v`
+    finish: str  # the result from `acc` and `count`, the number of values reduced
+    integral_to_long: bool  # integer and bool inputs give int64 results (sum, prod)
+    dim_type: str | None = None  # the schema type of `dim`, None when the operator has none
+    has_dtype: bool = False  # takes `ScalarType? dtype`
+    has_keepdim: bool = False
+
+
+REDUCTIONS: dict[str, Reduction] = {
+    "sum": Reduction("acc_t(0)", "acc + v", "acc", True),
+    "prod": Reduction("acc_t(1)", "acc * v", "acc", True),
+    "mean": Reduction("acc_t(0)", "acc + v", "acc / acc_t(count)", False),
+    "amax": Reduction("std::numeric_limits<acc_t>::lowest()", "(at::_isnan(v) || v > acc) ? v : acc", "acc", False),
+    "amin": Reduction("std::numeric_limits<acc_t>::max()", "(at::_isnan(v) || v < acc) ? v : acc", "acc", False),
+}
+
+_DIM_TYPES = {"int[1]?", "int[1]", "int[]", "int[]?", "int"}
+
+
+def reduction_of(spec: CustomOpSpec) -> Reduction | None:
+    """The reduction `spec`'s operator computes, if it has the shape
+    `(Tensor self, [dim], [bool keepdim], *, [ScalarType? dtype]) -> Tensor`."""
+    base = spec.op.split("::", 1)[1].split(".")[0]
+    r = REDUCTIONS.get(base)
+    if r is None or spec.returns != ("Tensor",):
+        return None
+    params = {p.name: p for p in spec.originals}
+    if list(params)[:1] != ["self"] or not params["self"].is_tensor:
+        return None
+    if set(params) - {"self", "dim", "keepdim", "dtype"}:
+        return None
+    if "dim" in params and params["dim"].type not in _DIM_TYPES:
+        return None
+    if "keepdim" in params and params["keepdim"].type != "bool":
+        return None
+    if "dtype" in params and params["dtype"].type != "ScalarType?":
+        return None
+    return Reduction(r.init, r.step, r.finish, r.integral_to_long,
+                     dim_type=params["dim"].type if "dim" in params else None,
+                     has_dtype="dtype" in params, has_keepdim="keepdim" in params)
+
+
 def family_of(spec: CustomOpSpec, tags: tuple[str, ...] = ()) -> str:
-    """"pointwise", "convolution", "batch_norm" or "aten" (Note [reference kernels])."""
+    """"pointwise", "reduction", "convolution", "batch_norm" or "aten" (Note [reference kernels])."""
     if _pointwise(spec, tags) is not None:
         return "pointwise"
+    if reduction_of(spec) is not None:
+        return "reduction"
     if spec.op == "aten::convolution":
         return "convolution"
     if spec.op == "aten::native_batch_norm":

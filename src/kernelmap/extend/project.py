@@ -19,7 +19,7 @@ import jinja2
 from kernelmap import __version__
 from kernelmap.errors import BadInput
 from kernelmap.extend.errors import OutputExists
-from kernelmap.extend.families import family_of, pointwise_formula
+from kernelmap.extend.families import family_of, pointwise_formula, reduction_of
 from kernelmap.extend.schema import CustomOpSpec, Param, check_identifier, custom_op_spec
 from kernelmap.model import Op
 
@@ -30,6 +30,7 @@ MANIFEST = "kernelmap.json"  # written into every project; `verify --load DIR` r
 
 _FAMILY_NOTES = {
     "pointwise": "broadcast, promote, one loop over the elements",
+    "reduction": "move the reduced dimensions last, then one loop per output element",
     "convolution": "the call into ATen that aten::convolution makes, `at::_convolution`",
     "batch_norm": "a loop over channels: statistics, then normalisation",
     "aten": "a call into ATen's own operator",
@@ -138,6 +139,7 @@ def render_project(op: Op, name: str, *, namespace: str = DEFAULT_NAMESPACE, ext
         "family": family,
         "family_note": _FAMILY_NOTES[family],
         "pw": pw,
+        "red": reduction_of(spec) if family == "reduction" else None,
         "cuda": cuda,
         "autograd": op.autograd if op.autograd and op.autograd.formulas else None,
         # non-tensor arguments of a pointwise formula, passed to the device as scalar_t
@@ -148,7 +150,7 @@ def render_project(op: Op, name: str, *, namespace: str = DEFAULT_NAMESPACE, ext
         "example_value": _example_value,
         "differentiable": _differentiable(spec, op),
         # the reference kernel's results are contiguous; ATen's may keep the input's layout
-        "contiguous_results": family in ("pointwise", "batch_norm"),
+        "contiguous_results": family in ("pointwise", "reduction", "batch_norm"),
     }
     outputs = {
         f"csrc/{name}.cpp": "csrc/kernel.cpp.j2",

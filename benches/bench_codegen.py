@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -23,13 +24,18 @@ import tempfile
 import time
 
 
-def wall(cmd: list[str], runs: int, env: dict[str, str] | None = None) -> tuple[float, list[float]]:
-    times = []
+def wall(cmd: list[str], runs: int, env: dict[str, str] | None = None) -> tuple[float, float]:
+    """Median wall time and median CPU time (user + system, the command and
+    every process it waited for) of `runs` runs."""
+    walls, cpus = [], []
     for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), times
+        walls.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def main() -> None:
@@ -39,28 +45,29 @@ def main() -> None:
     args = parser.parse_args()
 
     py = sys.executable
-    import_torch, _ = wall([py, "-c", "import torch"], args.runs)
-    print(f'python -c "import torch":            {import_torch:6.2f} s (median of {args.runs})')
+    import_torch, import_cpu = wall([py, "-c", "import torch"], args.runs)
+    print(f'python -c "import torch":               {import_torch:6.2f} s wall, {import_cpu:6.2f} s cpu (median of {args.runs})')
 
     with tempfile.TemporaryDirectory(prefix="kernelmap-bench-") as cache:
         env = dict(os.environ, KERNELMAP_CACHE_DIR=cache)
         # The catalog is the operator-name step, not codegen: fill it first so
         # the cold figure is the regeneration alone.
         subprocess.run([py, "-c", "from kernelmap.catalog import load_catalog; load_catalog()"], check=True, env=env)
-        cold_times = []
-        for i in range(args.cold_runs):
-            regen = [py, "-c", "from kernelmap.codegen import generated_files; generated_files(regenerate=True)"]
-            cold, _ = wall(regen, 1, env)
-            cold_times.append(cold)
-        cold = statistics.median(cold_times)
+        regen = [py, "-c", "from kernelmap.codegen import generated_files; generated_files(regenerate=True)"]
+        cold, cold_cpu = wall(regen, args.cold_runs, env)
         print(
-            f"first full regeneration:              {cold:6.2f} s  = {cold / import_torch:5.2f}x import torch"
-            f"  (runs: {', '.join(f'{t:.2f}' for t in cold_times)})"
+            f"first full regeneration:                {cold:6.2f} s wall, {cold_cpu:6.2f} s cpu"
+            f"  = {cold / import_torch:5.2f}x import torch (wall), {cold_cpu / import_cpu:5.2f}x (cpu)"
         )
-        warm, _ = wall([py, "-m", "kernelmap", "gen", "aten::conv2d"], args.runs, env)
-        print(f"warm kernelmap gen aten::conv2d:      {warm:6.2f} s  = {warm / import_torch:5.2f}x import torch")
-        warm_one, _ = wall([py, "-m", "kernelmap", "gen", "aten::conv2d", "--layer", "binding", "--json"], args.runs, env)
-        print(f"warm kernelmap gen ... binding --json: {warm_one:6.2f} s  = {warm_one / import_torch:5.2f}x import torch")
+        for label, cmd in (
+            ("warm kernelmap gen aten::conv2d:        ", ["gen", "aten::conv2d"]),
+            ("warm kernelmap gen ... binding --json:  ", ["gen", "aten::conv2d", "--layer", "binding", "--json"]),
+        ):
+            warm, warm_cpu = wall([py, "-m", "kernelmap", *cmd], args.runs, env)
+            print(
+                f"{label}{warm:6.2f} s wall, {warm_cpu:6.2f} s cpu"
+                f"  = {warm / import_torch:5.2f}x import torch (wall), {warm_cpu / import_cpu:5.2f}x (cpu)"
+            )
     print(f"cpus: {os.cpu_count()}; load average: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -140,7 +140,7 @@ def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None
     m: dict[str, Any] = {
         "file": path.name,
         "events": collected.events,
-        "device_events": len(collected.device),
+        "device_events": collected.device_count,
         "trace_fields": {k: v for k, v in header.fields.items() if isinstance(v, (str, int, float, bool))},
     }
     if header.fields.get("deviceProperties"):

@@ -32,25 +32,19 @@ from kernelmap.model import CallNode, CallTree, Location
 
 HOST_CATEGORIES = {"python_function": 0, "user_annotation": 1, "cpu_op": 2, "cuda_runtime": 3, "cuda_driver": 3}
 DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
-# The args worth keeping per event: the rest (Ev Idx, Record function id...) is dropped
-# so a large trace holds only what the tree shows.
-_KEPT_ARGS = (
-    "Input Dims",
-    "Input type",
-    "Input Strides",
-    "Concrete Inputs",
-    "External id",
-    "Sequence number",
-    "Fwd thread id",
-    "correlation",
-    "device",
-    "stream",
-    "grid",
-    "block",
-    "Python id",
-    "Python parent id",
-    "Python module id",
-)
+# The args worth keeping per category: the rest (Ev Idx, Record function id,
+# Python ids...) is dropped so a large trace holds only what the tree shows.
+_KEPT_ARGS = {
+    "cpu_op": ("Input Dims", "Input type", "External id", "Sequence number", "Fwd thread id"),
+    "cuda_runtime": ("correlation", "External id"),
+    "cuda_driver": ("correlation", "External id"),
+    "kernel": ("correlation", "External id", "device", "stream", "grid", "block"),
+    "gpu_memcpy": ("correlation", "External id", "device", "stream"),
+    "gpu_memset": ("correlation", "External id", "device", "stream"),
+}
+# Convolutions keep what select_conv_backend needs (Note [conv backend] in resolve).
+_CONV_ARGS = ("Input Strides", "Concrete Inputs")
+_CONV_OPS = frozenset({"aten::_convolution", "aten::convolution_backward"})
 _EPS = 0.002  # µs: ends rounded to the nanosecond may overshoot their parent by this much
 
 _PY_FRAME = re.compile(r"^(?P<path>.+?)\((?P<line>\d+)\): (?P<func>.+)$")
@@ -196,12 +190,15 @@ class Collected:
     process_names: dict[Any, str] = field(default_factory=dict)
     events: int = 0
     skipped: int = 0
+    device_count: int = 0  # device events, counted before the tree takes them
 
 
 def collect(events: Iterable[dict], python_origin=None) -> Collected:
     """One streaming pass: keep the events the tree needs, as small nodes."""
     c = Collected()
     intern: dict[str, str] = {}
+    shapes: dict[tuple, tuple] = {}
+    seen: dict[tuple[str, str], tuple[str, str, Location | None]] = {}
     for index, e in enumerate(events):
         c.events += 1
         ph = e.get("ph")
@@ -218,13 +215,23 @@ def collect(events: Iterable[dict], python_origin=None) -> Collected:
                 raise ValueError(f"event #{index} ({e.get('name', '?')!r}) lacks a usable name/ts/dur: {err}") from None
             name = intern.setdefault(name, name)
             raw = e.get("args") or {}
-            args = {k: raw[k] for k in _KEPT_ARGS if k in raw}
-            kind = classify(name, cat)
-            node = Node(display_name(name, kind), kind, ts, dur, cat, args, index=index)
+            args = {k: raw[k] for k in _KEPT_ARGS.get(cat, ()) if k in raw}
+            if name in _CONV_OPS:
+                args.update((k, raw[k]) for k in _CONV_ARGS if k in raw)
+            for k in ("Input Dims", "Input type", "grid", "block"):
+                v = args.get(k)
+                if isinstance(v, list):  # repeated shapes and types are stored once
+                    t = tuple(tuple(x) if isinstance(x, list) else x for x in v)
+                    args[k] = shapes.setdefault(t, t)
+            described = seen.get((name, cat))
+            if described is None:  # once per distinct name: kind, display name, location
+                kind = classify(name, cat)
+                location = _python_location(name, python_origin) if kind == "python" else None
+                described = seen[(name, cat)] = (kind, display_name(name, kind), location)
+            kind, display, location = described
+            node = Node(display, kind, ts, dur, cat, args, index=index, location=location)
             if kind in ("python", "module", "binding"):
                 node.attrs["frame"] = name
-                if kind == "python":
-                    node.location = _python_location(name, python_origin)
             if cat in DEVICE_CATEGORIES:
                 node.attrs["pid"], node.attrs["tid"] = e.get("pid"), e.get("tid")
                 c.device.append(node)
@@ -364,7 +371,14 @@ def build(c: Collected, keep_frames: bool = False) -> tuple[Node, list[str]]:
             n.thread = (pid, tid)
         hosts.extend(nodes)
     orphans = attach_device(c, hosts)
-    for (pid, tid), nodes in sorted(c.threads.items(), key=lambda kv: min(n.ts for n in kv[1])):
+    del hosts
+    # The tree holds every node from here on: drop the flat lists, so that
+    # freezing can release builder nodes one by one.
+    c.device_count = len(c.device)
+    c.device = []
+    threads = sorted(c.threads.items(), key=lambda kv: min(n.ts for n in kv[1]))
+    c.threads = {}
+    for (pid, tid), nodes in threads:
         top = nest(nodes)
         top = simplify(top, keep_frames)
         if not top:
@@ -383,12 +397,6 @@ def build(c: Collected, keep_frames: bool = False) -> tuple[Node, list[str]]:
         unlinked = Node("device events without a launch", "thread", children=orphans)
         unlinked.parent = root
         root.children.append(unlinked)
-    # Thread ids on op nodes, for forward/backward links.
-    for thread in root.children:
-        tid = thread.attrs.get("tid")
-        for n in walk(thread.children):
-            if n.kind == "op":
-                n.attrs["thread"] = tid
     _link_backward(root)
     if root.children:
         root.ts = min(t.ts for t in root.children if t.children)

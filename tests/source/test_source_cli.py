@@ -63,6 +63,7 @@ def test_add_list_index_find_remove(tree_dir, cache):
     r = run("find", "neg_stub")
     assert r.exit_code == 0
     assert "registers neg_stub -> neg_kernel for CPU each CPU capability" in r.output
+    assert "aten/src/ATen/native/Neg.cpp:2  defines stub neg_stub" in r.output
     assert "stub call from at::native::neg: neg_stub" in r.output
 
     r = run("find", "neg_stub", "--json")

@@ -181,6 +181,8 @@ def find(name: str, source_name: str | None, as_json: bool, limit: int) -> None:
     for d in found.definitions:
         cond = f"  [#if {d.symbol.condition}]" if d.symbol.condition else ""
         out.write(f"{d.location}-{d.location.end_line}  {d.symbol.kind} {d.name}{cond}\n")
+    for d in found.stub_declarations:
+        out.write(f"{d.location}  {d.kind}s stub {d.stub}{' (' + d.function_type + ')' if d.function_type else ''}\n")
     for r in found.stub_registrations:
         out.write(f"{r.location}  registers {r.stub} -> {r.kernel or '(none)'} for {r.device}{' ' + r.capability if r.capability else ''}\n")
     for r in found.library_registrations:

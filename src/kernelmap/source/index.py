@@ -429,6 +429,7 @@ class Findings:
     stub_registrations: tuple[StubRegistration, ...] = ()
     library_registrations: tuple[LibraryRegistration, ...] = ()
     more_references: int = 0  # references left out by the limit
+    stub_declarations: tuple[StubDeclaration, ...] = ()
 
     def to_json(self) -> dict:
         """The `find/1` document."""
@@ -454,6 +455,10 @@ class Findings:
                 {"op": r.op, "namespace": r.namespace, "key": r.key, "kernel": r.kernel, "kind": r.kind, "location": r.location.to_json()}
                 for r in self.library_registrations
             ],
+            "stub_declarations": [
+                {"stub": d.stub, "kind": d.kind, "function_type": d.function_type, "location": d.location.to_json()}
+                for d in self.stub_declarations
+            ],
             "more_references": self.more_references,
         }
 
@@ -470,11 +475,12 @@ def find(index: Index, name: str, *, limit: int = 50) -> Findings:
     defs = index.definitions(name)
     bare = name.rsplit("::", 1)[-1]
     refs = [] if _MACRO_NAME.fullmatch(name) else index.callers_of(name)
+    stub_decls = index.stub_declarations(bare)
     stub_regs = index.stub_registrations(bare) + index.stubs_of_kernel(bare)
     lib_regs = index.library_impls(bare) + index.library_defs(bare) if "(" not in name else []
-    if not (defs or refs or stub_regs or lib_regs):
+    if not (defs or refs or stub_decls or stub_regs or lib_regs):
         suggestions: tuple[str, ...] = ()
         if len(bare) >= 3:
             suggestions = tuple(index.search(bare, limit=5))
         raise UnknownName(name, suggestions)
-    return Findings(name, tuple(defs), tuple(refs[:limit]), tuple(stub_regs), tuple(lib_regs), max(0, len(refs) - limit))
+    return Findings(name, tuple(defs), tuple(refs[:limit]), tuple(stub_regs), tuple(lib_regs), max(0, len(refs) - limit), tuple(stub_decls))

@@ -42,7 +42,7 @@ def test_scaffold_writes_a_project_and_never_imports_torch(tmp_path):
 def test_without_cuda_no_cuda_files(tmp_path):
     from kernelmap.extend import scaffold
 
-    result = scaffold("aten::relu", "myrelu", out=tmp_path / "p")
+    result = scaffold("aten::relu", "plainrelu", out=tmp_path / "p")
     assert not any(str(f).endswith((".cu", "_cuda.cpp")) for f in result.files)
     assert result.family == "pointwise"
 
@@ -75,6 +75,7 @@ def test_the_command_prints_the_schema_and_files(kernelmap_cli, tmp_path):
         (["torch.nn.Conv2d", "--name", "x"], "not an operator"),
         (["torch.nn.functional.relu", "--name", "x"], "not an operator with a schema; it reaches aten::relu"),
         (["aten::relu", "--name", "my-relu"], "NAME must be an identifier"),
+        (["aten::relu", "--name", "numpy"], "the name of an installed module"),
         (["aten::relu", "--name", "r", "--extra", "float beta"], "needs a default"),
         (["aten::add_.Tensor", "--name", "r"], "in-place"),
     ],

@@ -9,8 +9,10 @@ Jinja2 writes the files (templates/ beside this module).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -190,6 +192,8 @@ def scaffold(
     `out` (default: ./NAME). Refuses an existing folder unless `force`."""
     check_identifier(name, "NAME")
     check_identifier(namespace, "the namespace")
+    if name in sys.stdlib_module_names or importlib.util.find_spec(name) is not None:
+        raise BadInput(f"NAME {name!r} is the name of an installed module; the project's package would hide it")
     if isinstance(op, str):
         op = _operator(op)
     root = Path(out) if out is not None else Path(name)

@@ -19,6 +19,7 @@ m.impl("add_.Tensor",
 TORCH_LIBRARY_IMPL(aten, BackendSelect, m) {
   m.impl("aten::arange", TORCH_FN(arange));
   m.impl("detach", torch::CppFunction::makeFallthrough());
+  m.impl("_assert_scalar", torch::autograd::autogradNotImplementedFallback());
 }
 TORCH_LIBRARY(aten, m) {
   m.def("add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", tags_7);
@@ -33,7 +34,8 @@ def test_registrations_carry_their_block_line_and_their_own_lines():
         ("impl", "add_.Tensor", "CPU", 5, 7, 9, "wrapper_CPU_add__Tensor"),
         ("impl", "arange", "BackendSelect", 11, 12, 12, "arange"),
         ("impl", "detach", "BackendSelect", 11, 13, 13, "fallthrough"),
-        ("def", "add.Tensor", "", 15, 16, 16, ""),
+        ("impl", "_assert_scalar", "BackendSelect", 11, 14, 14, "torch::autograd::autogradNotImplementedFallback()"),
+        ("def", "add.Tensor", "", 16, 17, 17, ""),
     ]
 
 
@@ -58,17 +60,27 @@ TORCH_IMPL_FUNC(ufunc_add_CPU)(const at::Tensor & self) {
 static C10_NOINLINE c10::TypedOperatorHandle<conv2d::schema> create_conv2d_typed_handle();
 if (cond) {
 }
+namespace functionalization {
+    at::Tensor _fw_primal(c10::DispatchKeySet dispatchKeySet, const at::Tensor & self, int64_t level) {
+      if (x) {
+      }
+      auto f = [&](int a) {
+      };
+    }
+}
 """
 
 
-def test_definitions_are_functions_and_structs_at_column_zero():
+def test_definitions_are_functions_and_structs_at_namespace_level():
     found = [(name, kind, line, base) for name, kind, line, base in scan_definitions(DEFS)]
     assert found == [
         ("structured_ufunc_add_CPU_functional", "struct", 2, "at::native::structured_ufunc_add_CPU"),
+        ("set_output_strided", "function", 3, None),  # one indent deep: a struct's methods too
         ("THPVariable_add", "function", 6, None),
         ("_foo", "function", 11, None),
         ("conv2d::call", "function", 14, None),
         ("structured_ufunc_add_CPU::impl", "function", 16, None),
+        ("_fw_primal", "function", 22, None),
     ]
 
 
@@ -76,6 +88,7 @@ def test_a_definition_ends_where_its_braces_balance():
     lines = DEFS.split("\n")
     assert definition_end(lines, 2) == 5  # the struct, past its method's braces
     assert definition_end(lines, 6) == 10  # body opening on the next line
+    assert definition_end(lines, 22) == 27  # indented inside a namespace
     tricky = ['void f() {', '  auto s = "}";  // }', "  char c = '{';", "}"]
     assert definition_end(tricky, 1) == 4
 

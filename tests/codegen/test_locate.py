@@ -145,3 +145,22 @@ def test_to_json_carries_locations_and_text(add_out):
     reg = next(r for r in data["registrations"] if r["key"] == "CPU")
     assert reg["block"]["path"].startswith("build/aten/src/ATen/RegisterCPU_")
     assert reg["impl"]["text"] == add_out.registration("CPU").impl.text
+
+
+def test_every_registered_wrapper_has_its_definition_in_the_same_file(generated):
+    """Each `m.impl(name, TORCH_FN(wrapper))` in the generated files names a
+    function the index found in that file; only kernels made in place
+    (fallthroughs, autogradNotImplementedFallback(), static_cast<...>(at::native::f))
+    have none."""
+    defs = set(generated.db.execute("SELECT file, name FROM defs WHERE kind = 'function'"))
+    rows = generated.db.execute("SELECT file, op, key, symbol FROM impls").fetchall()
+    missing = []
+    in_place = 0
+    for file, op, key, symbol in rows:
+        if symbol == "fallthrough" or "(" in symbol:
+            in_place += 1
+            continue
+        if (file, symbol) not in defs and (file, symbol.rsplit("::", 1)[-1]) not in defs:
+            missing.append(f"{op} {key}: {symbol}")
+    assert len(rows) > in_place > 0
+    assert missing == []

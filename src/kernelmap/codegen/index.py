@@ -77,7 +77,7 @@ _BLOCK = re.compile(r"^[ \t]*TORCH_LIBRARY(?P<impl>_IMPL)?\((?P<ns>\w+)(?:, (?P<
 # RegisterBackendSelect.cpp spells names qualified: m.impl("aten::arange", ...).
 _IMPL = re.compile(r'm\.(?P<what>impl|def)\(\s*"(?:\w+::)?(?P<name>[\w.]+)')
 _TORCH_FN = re.compile(r"TORCH_FN\(\s*([\w:]+)\s*\)")
-# A definition starts at column 0 with a return type and a name, and its body
+# A definition starts at column 0 (or one namespace indent) with a return type and a name; its body
 # opens on that line or the next: find the line that closes a parameter list
 # and opens a body, then read the name from the start of that line.
 _BODY_OPENS = re.compile(r"\)[^\n;]*\{\n|\)\n\{\n")
@@ -86,6 +86,7 @@ _STRUCT = re.compile(r"\nstruct (?:TORCH_API )?(?P<name>\w+)(?: final)?\s*(?::\s
 _IMPL_FUNC = re.compile(r"^(TORCH_IMPL_FUNC|TORCH_META_FUNC)\((\w+)\)\s*\(", re.M)
 _PYCALL = re.compile(r"// aten::(?P<op>\w+(?:\.\w+)?)\(")
 _METHOD = re.compile(r'\{"(?P<pyname>\w+)",[^\n]*?\b(?P<fn>THPVariable_\w+)')
+_INDENTS = ("    ", "  ")
 _NOT_NAMES = frozenset({"if", "for", "while", "switch", "return", "sizeof", "catch", "defined", "decltype"})
 
 
@@ -157,18 +158,25 @@ def scan_registrations(text: str) -> Iterator[tuple[str, _Impl]]:
                 symbol = fn.group(1)
             elif "makeFallthrough" in statement:
                 symbol = "fallthrough"
-            else:
-                symbol = statement.split(",", 1)[-1].strip().rstrip(")").strip()
+            else:  # a kernel made in place: torch::autograd::autogradNotImplementedFallback()
+                symbol = statement.split(",", 1)[-1].strip()
+                symbol = symbol[:-1].strip() if symbol.endswith(")") else symbol
             yield "impl", _Impl(m["name"], bm["ns"], bm["key"] or "", block_line, line, end_line, symbol)
         elif not bm["impl"]:
             yield "def", _Impl(m["name"], bm["ns"], "", block_line, line, end_line, "")
 
 
 def scan_definitions(text: str) -> Iterator[tuple[str, str, int, str | None]]:
-    """(name, kind, line, base) for top-level functions and structs in `text`."""
+    """(name, kind, line, base) for functions and structs defined at namespace level in `text`."""
     found: list[tuple[int, str, str, str | None]] = []
     for body in _BODY_OPENS.finditer(text):
         start = text.rfind("\n", 0, body.start()) + 1
+        # Column 0, or one namespace's indent (RegisterFunctionalization
+        # indents its wrappers inside `namespace functionalization`).
+        for indent in _INDENTS:
+            if text.startswith(indent, start):
+                start += len(indent)
+                break
         first = text[start : start + 1]
         if not (first.isalpha() or first in "_:"):
             continue

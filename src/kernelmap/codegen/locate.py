@@ -44,6 +44,7 @@ _CALL = re.compile(r"\b(at::[\w:]*\w)\s*(?:<[^<>()]*>)?\s*\(")
 _METHOD_CALL = re.compile(r"\bself\.(\w+)\s*\(")
 _KEEP_CALL = re.compile(r"^at::(?:(?:native|_ops|redispatch|cpu|cuda|meta|composite\w*|functionalization)::|[a-z_]\w*$)")
 _NOT_OPS = frozenset({"at::borrow_from_optional_tensor", "at::maybe_get_output", "at::empty_like", "at::zeros_like"})
+_NAMED_KERNEL = re.compile(r"\b(at::native::\w+)")
 _GRAD_FN = re.compile(r"(?:std::shared_ptr|c10::intrusive_ptr)<(\w+)> grad_fn;")
 _STRUCTURED = re.compile(r"\b(structured_\w+)\b")
 _CASE = re.compile(r"^\s*case (\d+): \{")
@@ -312,12 +313,15 @@ def _registrations(files: GeneratedFiles, unqualified: str) -> Iterable[Registra
                     for struct_path, struct_line, kind, base in files.defs(class_name, path):
                         if kind == "struct":
                             structured.append(StructuredClass(class_name, base, files.definition(struct_path, struct_line)))
+        impl = files.excerpt(path, line, end_line)
+        if definition is None:  # a kernel named in the m.impl itself: static_cast<...>(at::native::_unpack_dual)
+            calls = tuple(dict.fromkeys(_NAMED_KERNEL.findall(impl.text)))
         yield Registration(
             key=key,
             layer=layer,
             symbol=symbol,
             block=Location(path, block_line, origin=files.origin),
-            impl=files.excerpt(path, line, end_line),
+            impl=impl,
             definition=definition,
             calls=calls,
             backward_node=node,

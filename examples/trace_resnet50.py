@@ -34,7 +34,7 @@ def main(argv: list[str]) -> None:
     model.zero_grad(set_to_none=True)
     result = trace(step, model, x)
     print(result.summary().to_text(top=20, width=120))
-    print(render(result.tree, "text", width=160, color=False, max_depth=None if "--tree" in argv else 7, min_us=0 if "--tree" in argv else 500))
+    print(render(result.tree, "text", width=160, color=False, max_depth=None if "--tree" in argv else 11, min_us=0 if "--tree" in argv else 1000))
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@ def _print_error(error: BaseException) -> None:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("-c", "--code", help="Trace this Python code instead of a script.")
 @click.option("--from", "from_file", type=click.Path(dir_okay=False), help="Read a Chrome/Kineto trace (.json or .json.gz) recorded elsewhere.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format of the tree.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document: the tree (calltree/1) and the summary.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format of the tree alone (json: the calltree/1 document).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (trace/1): the tree (calltree/1) and the summary.")
 @click.option("--tree/--no-tree", default=True, show_default=True, help="Show the call tree.")
 @click.option("--summary/--no-summary", default=True, show_default=True, help="Show the per operator, module and file summary.")
 @click.option("--depth", type=int, help="Show the tree down to this depth.")
@@ -81,12 +81,16 @@ def trace(target, args, code, from_file, fmt, as_json, tree, summary, depth, min
 
     if export_chrome:
         result.export_chrome(export_chrome)
-    if as_json or fmt == "json":
+    if as_json:
         from kernelmap.render.json import to_json
 
         doc = {"kernelmap": "trace/1", "tree": to_json(result.tree) if tree else None}
         doc["summary"] = result.summary().to_json() if summary else None
         click.echo(json.dumps(doc, indent=2, default=str))
+    elif fmt != "text":
+        from kernelmap.render import render
+
+        click.echo(render(result.tree, fmt), nl=False)
     else:
         from kernelmap.render import render
 

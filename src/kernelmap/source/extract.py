@@ -17,6 +17,13 @@ nodes nest, so the regions are laminar: a sweep over regions and points
 (definition starts, call sites) in byte order with a stack gives, at each
 point, exactly its enclosing regions, innermost on top.
 
+Note [calls kept]
+Calls that can never be an edge of interest are not recorded: casts
+(`static_cast<...>(x)` reads as a call), `std::` functions, ALL-CAPS macros
+(TORCH_CHECK, C10_CUDA_KERNEL_LAUNCH_CHECK) unless they name a vendor API,
+and member calls of containers and TensorBase accessors (`.size()`,
+`.push_back()`, `.data_ptr()`). They were a third of all call sites.
+
 Note [stub calls]
 `x_stub(kCPU, ...)` is a DispatchStub call only when `x_stub` is declared by
 DECLARE_DISPATCH / DEFINE_DISPATCH somewhere in the tree, which one file
@@ -132,6 +139,14 @@ _NOT_DISPATCHED_METHODS = frozenset(
     "defined is_cuda is_cpu is_mps is_sparse is_mkldnn is_quantized is_complex is_floating_point "
     "item element_size nbytes itemsize".split()
 )
+
+
+# Note [calls kept]: member calls never recorded.
+_SKIPPED_METHODS = _NOT_DISPATCHED_METHODS | frozenset(
+    "end begin cbegin cend rbegin rend get value value_or has_value push_back emplace_back emplace at data front back "
+    "reserve resize clear insert erase find count empty c_str str append def release reset".split()
+)
+_SKIPPED_FUNCTIONS = frozenset(("static_cast", "reinterpret_cast", "const_cast", "dynamic_cast", "c10::irange", "irange"))
 
 
 def read_operator_names(yaml_path: Path) -> OperatorNames:
@@ -490,6 +505,8 @@ class Extractor:
             if field is None:
                 return None
             short = _strip_templates(field.text.decode("utf-8", "replace"))
+            if short in _SKIPPED_METHODS:
+                return None
             callee = "." + short
             member = True
         elif t in ("identifier", "qualified_identifier", "template_function", "scoped_identifier"):
@@ -498,9 +515,11 @@ class Extractor:
             member = False
         else:
             return None  # calls of lambdas, of call results, of parenthesised expressions
-        if not short or short.startswith(("AT_DISPATCH_", "REGISTER_", "DECLARE_DISPATCH", "DEFINE_DISPATCH")):
+        if not short or callee in _SKIPPED_FUNCTIONS or callee.startswith("std::"):
             return None
         kind, lib, op = classify_call(callee, member, self.ops)
+        if kind == "direct" and not member and not any(c.islower() for c in short):
+            return None  # a macro (Note [calls kept])
         return callee, short, kind, lib, op
 
     def _registration(self, path, cap, def_index, lib, pp, registrations, stubs) -> None:

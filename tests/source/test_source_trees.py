@@ -102,3 +102,18 @@ def test_selection_prefers_the_installed_commit_then_the_name(tmp_path, cache, m
         select_tree()
     # A directory may be named without registering it.
     assert select_tree(str(tmp_path / "b")) == b
+
+
+def test_locations_of_a_checkout_link_to_its_commit(tmp_path, cache):
+    from kernelmap.source import open_index
+
+    root = small_tree(tmp_path / "pytorch")
+    (root / ".git").mkdir()
+    (root / ".git/HEAD").write_text(SHA_A + "\n")
+    tree = add_tree(root)
+    build_index(tree, jobs=1)
+    with open_index(tree) as ix:
+        [d] = ix.definitions("c10::a")
+    assert d.location.origin.commit == SHA_A and d.location.origin.root == str(root.resolve())
+    assert d.location.url == f"https://github.com/pytorch/pytorch/blob/{SHA_A}/c10/core/A.cpp#L1"
+    assert d.location.disk_path == root.resolve() / "c10/core/A.cpp"

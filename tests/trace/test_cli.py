@@ -89,3 +89,22 @@ def test_target_is_required():
     r = run_kernelmap("trace")
     assert r.returncode == 2
     assert r.stderr.strip().startswith("kernelmap: error: give one of")
+
+
+def test_format_json_prints_the_calltree_document_alone(gpu_step):
+    from click.testing import CliRunner
+
+    from kernelmap.cli import cli
+
+    r = CliRunner().invoke(cli, ["trace", "--from", str(gpu_step), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["kernelmap"] == "calltree/1" and doc["kind"] == "trace"
+    threads = doc["root"]["children"]
+    assert [t["kind"] for t in threads] == ["thread"]
+
+
+def test_profiler_log_lines_stay_out_of_stderr():
+    r = run_kernelmap("trace", "-c", "import sys, torch\ntorch.ones(1).neg()\nprint('mine', file=sys.stderr)", "--no-tree", "--no-summary")
+    assert r.returncode == 0
+    assert r.stderr.strip().splitlines() == ["mine"]

@@ -10,6 +10,7 @@ stops the run but still exports what was recorded.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import runpy
@@ -57,16 +58,40 @@ class Profiling:
         self.prof = self.torch.profiler.profile(activities=activities(self.torch), record_shapes=True, with_stack=True)
 
     def start(self) -> None:
-        self.prof.__enter__()
+        with _quiet_stderr():
+            self.prof.__enter__()
 
     def stop(self) -> Path:
         if self.cuda:
             self.torch.cuda.synchronize()
-        self.prof.__exit__(None, None, None)
+        with _quiet_stderr():
+            self.prof.__exit__(None, None, None)
         fd, name = tempfile.mkstemp(prefix="kernelmap-trace-", suffix=".json")
         os.close(fd)
         self.prof.export_chrome_trace(name)
         return Path(name)
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Silence file descriptor 2 while the profiler starts or stops: its C++
+    side logs a line for each ("profiler_start", "profiler_stop") that would
+    land between the traced code's own output. Only those two calls are
+    covered; the traced code's stderr is untouched."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no real stderr (embedded, captured): nothing to silence
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def record(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Recording:

@@ -359,6 +359,7 @@ class Extractor:
         calls: list[Call] = []
         registrations: list[Registration] = []
         stubs: list[StubDecl] = []
+        labels: dict[tuple[str, int], str] = {}
         for at, kind, payload, stack in _sweep(regions, points):
             pp = _preproc_of(stack, at)
             if kind == 0:
@@ -367,6 +368,12 @@ class Extractor:
                 continue
             what, cap = payload
             def_index, cond, lib = _context_of(stack, at)
+            if cond is not None:
+                key = (cond[0], cond[1].start_byte)
+                label = labels.get(key)
+                if label is None:
+                    label = labels[key] = _condition_label(*cond)
+                cond = label
             if what == "call":
                 self._call(cap, def_index, cond, pp, calls, data)
             else:
@@ -400,18 +407,15 @@ class Extractor:
                 regions.append((body.start_byte, body.end_byte, "class", name))
             elif "case" in cap:
                 case = cap["case"][0]
-                value = case.child_by_field_name("value")
-                label = f"case {_SPACE.sub(' ', value.text.decode('utf-8', 'replace'))}" if value else "default"
-                regions.append((case.start_byte, case.end_byte, "cond", label))
+                regions.append((case.start_byte, case.end_byte, "cond", ("case", case)))
             elif "if.then" in cap:
-                text = _SPACE.sub(" ", cap["if.condition"][0].text.decode("utf-8", "replace"))
-                if len(text) > _COND_MAX:
-                    text = text[: _COND_MAX - 4] + "...)"
+                # Labels are written only for the regions a call is found in.
                 then = cap["if.then"][0]
-                regions.append((then.start_byte, then.end_byte, "cond", f"if {text}"))
+                condition = cap["if.condition"][0]
+                regions.append((then.start_byte, then.end_byte, "cond", ("if", condition)))
                 if "if.else" in cap:
                     other = cap["if.else"][0]
-                    regions.append((other.start_byte, other.end_byte, "cond", f"else of if {text}"))
+                    regions.append((other.start_byte, other.end_byte, "cond", ("else", condition)))
 
     def _preproc_regions(self, matches, regions) -> None:
         for cap in matches:
@@ -622,6 +626,17 @@ def _negate(cond: str) -> str:
     if not _ATOM.fullmatch(cond):
         return f"!({cond})"
     return cond[1:].strip() if cond.startswith("!") else f"!{cond}"
+
+
+def _condition_label(kind: str, node) -> str:
+    """"case ConvBackend::Cudnn", "default", "if (x)", "else of if (x)"."""
+    if kind == "case":
+        value = node.child_by_field_name("value")
+        return f"case {_SPACE.sub(' ', value.text.decode('utf-8', 'replace'))}" if value else "default"
+    text = _SPACE.sub(" ", node.text.decode("utf-8", "replace"))
+    if len(text) > _COND_MAX:
+        text = text[: _COND_MAX - 4] + "...)"
+    return f"if {text}" if kind == "if" else f"else of if {text}"
 
 
 def _preproc_of(stack, at: int) -> str | None:

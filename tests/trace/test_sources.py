@@ -54,3 +54,31 @@ def test_generated_kernels_say_why_they_have_no_source(resnet_trace, indexed_tre
     t = load(live.file, source_tree=indexed_tree.name)
     reasons = {n.attrs.get("source_reason") for n in op_nodes(t.tree, "aten::add_") if not n.attrs.get("source")}
     assert reasons and all(r and "generated" in r for r in reasons)
+
+
+def test_gpu_kernel_families_link_to_their_definitions(kineto, tmp_path, indexed_tree):
+    from kernelmap.trace import load
+    from tests.trace.conftest import ATEN_ADD, ATEN_BN
+
+    pool = (
+        "void at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>(int, float const*, long, long, long,"
+        " int, int, int, int, int, int, int, int, int, int, float*, long*)"
+    )
+    kineto.op("aten::add_", 0, 40, [(8, 16), (8, 16), ()], ["float", "float", "Scalar"])
+    kineto.launch(ATEN_ADD, 10, 100, 3)
+    kineto.op("aten::native_batch_norm", 50, 40, [(8, 16, 4, 4)], ["float"])
+    kineto.launch(ATEN_BN, 60, 200, 3)
+    kineto.op("aten::max_pool2d_with_indices", 100, 40, [(8, 16, 4, 4)], ["float"])
+    kineto.launch(pool, 110, 300, 3)
+    t = load(kineto.write(tmp_path / "gpu.json"), source_tree=indexed_tree.name)
+    kernels = {n.attrs["kernel"]: n.attrs for _, n in t.tree.walk() if n.kind == "gpu_kernel"}
+    assert set(kernels) == {
+        "at::native::vectorized_elementwise_kernel",
+        "at::native::batch_norm_collect_statistics_kernel",
+        "at::native::(anonymous namespace)::max_pool_forward_nchw",
+    }
+    for symbol, attrs in kernels.items():
+        path = attrs["source"].split(":")[0]
+        assert path == attrs["source_file"], symbol  # the family table and the index agree
+        short = symbol.rsplit("::", 1)[-1]
+        assert short in _line(indexed_tree, attrs["source"]), symbol

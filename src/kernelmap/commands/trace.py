@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import traceback
 
@@ -99,7 +100,8 @@ def trace(target, args, code, from_file, fmt, as_json, tree, summary, depth, min
         if summary:
             if tree:
                 click.echo()
-            click.echo(result.summary().to_text(top=top, width=width or 120), nl=False)
+            columns = width or max(120, shutil.get_terminal_size((120, 24)).columns)
+            click.echo(result.summary().to_text(top=top, width=columns), nl=False)
         if export_chrome:
             click.echo(f"wrote {export_chrome}")
 

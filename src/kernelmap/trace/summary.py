@@ -79,12 +79,12 @@ class Summary:
             "notes": list(self.notes),
         }
 
-    def to_text(self, top: int = 25, width: int = 100) -> str:
-        """Fixed-width tables, longest total time first."""
+    def to_text(self, top: int = 25, width: int = 120) -> str:
+        """Fixed-width tables, longest total time first; long cells end in "…"."""
         out = []
         out.append(_table(
             f"Operators ({len(self.ops)}; top {min(top, len(self.ops))} by total time)",
-            ("operator", "calls", "self ms", "total ms", "dev ms", "served by", "source"),
+            ("operator", "calls", "self ms", "total ms", "dev ms", "dispatch key", "kernel", "library", "most common input shapes"),
             [
                 (
                     r.name + (" ?" if r.unknown else ""),
@@ -92,24 +92,28 @@ class Summary:
                     _ms(r.self_us),
                     _ms(r.total_us),
                     _ms(r.device_us) if r.device_us else "-",
-                    (r.dispatch_key or "-") + (f" [{r.vendor}{', closed' if r.closed else ''}]" if r.vendor else ""),
-                    r.kernel or r.source or "-",
+                    r.dispatch_key or "-",
+                    r.kernel or "-",
+                    (r.vendor + (" (closed)" if r.closed else "")) if r.vendor else "-",
+                    r.shapes.most_common(1)[0][0] if r.shapes else "-",
                 )
                 for r in self.ops[:top]
             ],
             width,
+            limits={0: 30, 5: 25, 6: 36, 7: 16},
         ))
         out.append(_table(
-            f"Modules ({len(self.modules)})",
-            ("module", "calls", "total ms", "dev ms", "top operators"),
-            [(r.name, str(r.calls), _ms(r.total_us), _ms(r.device_us) if r.device_us else "-", ", ".join(r.ops.keys())[:60]) for r in self.modules[:top]],
+            f"Modules ({len(self.modules)}; time includes nested modules)",
+            ("module", "calls", "total ms", "dev ms", "operators called directly"),
+            [(r.name, str(r.calls), _ms(r.total_us), _ms(r.device_us) if r.device_us else "-", ", ".join(r.ops.keys()) or "-") for r in self.modules[:top]],
             width,
         ))
         out.append(_table(
-            f"Source files ({len(self.files)})",
-            ("file", "calls", "self ms", "dev ms", "operators/kernels"),
-            [(r.name, str(r.calls), _ms(r.total_us), _ms(r.device_us) if r.device_us else "-", ", ".join(r.ops.keys())[:60]) for r in self.files[:top]],
+            f"Source files ({len(self.files)}; kernel sources, else the registration that serves the op)",
+            ("file", "calls", "self ms", "dev ms", "operators / kernels"),
+            [(r.name, str(r.calls), _ms(r.total_us), _ms(r.device_us) if r.device_us else "-", ", ".join(r.ops.keys())) for r in self.files[:top]],
             width,
+            limits={0: 60},
         ))
         unknown = [r.name for r in self.ops if r.unknown]
         if unknown:
@@ -121,9 +125,11 @@ def _ms(us: float) -> str:
     return f"{us / 1000:.3f}"
 
 
-def _table(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]], width: int) -> str:
+def _table(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]], width: int, limits: dict[int, int] | None = None) -> str:
     cols = list(zip(header, *rows)) if rows else [(h,) for h in header]
     widths = [max(len(c) for c in col) for col in cols]
+    for i, limit in (limits or {}).items():
+        widths[i] = min(widths[i], max(limit, len(header[i])))
     # The last column takes what is left of the width.
     fixed = sum(widths[:-1]) + 2 * (len(widths) - 1)
     widths[-1] = max(10, min(widths[-1], width - fixed))
@@ -144,7 +150,7 @@ def _table(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]], wid
 def _shape_text(shapes: Any) -> str:
     if not shapes:
         return ""
-    return ", ".join(str(list(s)) if isinstance(s, (list, tuple)) else str(s) for s in shapes if s not in ([], None)) or ""
+    return ", ".join(str(list(s)) for s in shapes if isinstance(s, (list, tuple)) and s)
 
 
 def summarize(tree: CallTree) -> Summary:
@@ -174,7 +180,7 @@ def summarize(tree: CallTree) -> Summary:
             a = n.attrs
             row.calls += 1
             row.total_us += dur
-            row.self_us += dur - sum(float(c.attrs.get("duration_us", 0.0)) for c in n.children if c.kind in _HOST_KINDS)
+            row.self_us += _self_us(n)
             row.device_us += device[id(n)]
             shape = _shape_text(a.get("input_shapes"))
             if shape:
@@ -192,7 +198,7 @@ def summarize(tree: CallTree) -> Summary:
                 if k.attrs.get("closed") and k.attrs.get("vendor") not in (None, "CUDA runtime"):
                     row.closed = True
                     row.vendor = row.vendor or k.attrs.get("vendor")
-            src = a.get("source") or a.get("kernel_file")
+            src = a.get("source")
             key = src.rsplit(":", 1)[0] if src else None
             if key is None and a.get("registered_at"):
                 key = a["registered_at"].rsplit(":", 1)[0]
@@ -200,7 +206,7 @@ def summarize(tree: CallTree) -> Summary:
                 f = files[key]
                 f.name = key
                 f.calls += 1
-                f.total_us += row_self(n)
+                f.total_us += _self_us(n)
                 f.ops[n.name] += 1
         elif n.kind == "module":
             mtype = n.name.rsplit("_", 1)[0]
@@ -224,7 +230,7 @@ def summarize(tree: CallTree) -> Summary:
     )
 
 
-def row_self(n: CallNode) -> float:
+def _self_us(n: CallNode) -> float:
     return float(n.attrs.get("duration_us", 0.0)) - sum(float(c.attrs.get("duration_us", 0.0)) for c in n.children if c.kind in _HOST_KINDS)
 
 

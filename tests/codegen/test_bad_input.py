@@ -63,8 +63,8 @@ def test_unknown_and_malformed_names():
 def _fake_tree(root: Path, version: str) -> Path:
     """A tree whose torchgen fails the way an incompatible one does."""
     (root / "torchgen").mkdir(parents=True)
-    (root / "torchgen/__init__.py").write_text("")
-    (root / "torchgen/gen.py").write_text("raise AssertionError('unrecognized type Dimname')\n")
+    (root / "torchgen/__init__.py").write_text("raise AssertionError('unrecognized type Dimname')\n")
+    (root / "torchgen/gen.py").write_text("")
     (root / "tools/autograd").mkdir(parents=True)
     (root / "tools/__init__.py").write_text("")
     (root / "tools/autograd/__init__.py").write_text("")

@@ -207,12 +207,14 @@ def _run_steps(source: CodegenSource, out: Path, report: Reporter) -> None:
             if running:
                 time.sleep(0.05)
     finally:
-        for proc in running.values():
+        for proc in running.values():  # after a failure: stop the others before the directory goes
             proc.kill()
+            proc.wait()
         for log in logs.values():
             log.close()
     if failures:
-        step, message = failures[0]
+        order = [name for name, _ in STEPS]
+        step, message = min(failures, key=lambda failure: order.index(failure[0]))
         raise TorchgenError(f"the torchgen of {source.describe} failed generating {step}: {message}")
 
 

@@ -11,8 +11,8 @@ The model file convention: a Python file defining
 Factories are called with no arguments, after `torch.manual_seed(0)`. The model
 runs in eval mode (batch norm uses its running statistics), so runs compare.
 
-Timings are medians over `runs` runs (the first included: it also gives the
-outputs compared, so `runs=1` times a cold run). Relative error is normwise: max |custom - original| / max |original|, per
+Timings are medians over `runs` runs, after one untimed warm-up run of the
+original; the first timed run of each side gives the outputs compared. Relative error is normwise: max |custom - original| / max |original|, per
 tensor, the largest over tensors.
 """
 
@@ -257,6 +257,7 @@ def verify(
         assert results is not None
         return results[0], results[1], statistics.median(times)
 
+    run_once()  # warm-up, untimed: first-call costs (allocator, thread pool, lazy init) fall on neither side
     base_out, base_grads, base_s = timed()
     with contextlib.ExitStack() as stack:
         active = [stack.enter_context(override(op, target, key=key, extra_args=wanted)) for op, target, wanted in plan]

@@ -72,7 +72,11 @@ def trace(target, args, code, from_file, fmt, as_json, tree, summary, depth, min
         raise BadInput("arguments are passed to a script; give the script first")
     options = {"keep_frames": all_frames, "source_tree": source_tree}
     if from_file is not None:
-        result = tracing.load(from_file, keep_frames=all_frames, source_tree=source_tree)
+        try:
+            result = tracing.load(from_file, keep_frames=all_frames, source_tree=source_tree)
+        except KeyboardInterrupt:
+            click.echo(f"kernelmap: interrupted while reading {from_file}", err=True)
+            sys.exit(130)
     elif code is not None:
         result = tracing.run_code(code, **options)
     elif ":" in target and not target.endswith(".py"):

@@ -1,0 +1,56 @@
+"""Summaries of a call tree: self, total and device time per operator, per
+module and per source file, as exact fixed-width text and as JSON."""
+
+from __future__ import annotations
+
+from kernelmap.model import CallNode, CallTree
+from kernelmap.trace.summary import summarize
+
+
+def _linear_twice() -> CallTree:
+    k = CallNode("ampere_sgemm_128x64_tn", "gpu_kernel", attrs={"duration_us": 30.0, "vendor": "cuBLAS", "closed": True})
+    launch = CallNode("cudaLaunchKernel", "launch", attrs={"duration_us": 5.0}, children=(k,))
+    addmm = CallNode(
+        "aten::addmm", "op",
+        attrs={"duration_us": 40.0, "input_shapes": [[10], [8, 16], [16, 10], [], []], "dispatch_key": "CUDA",
+               "kernel": "at::native::addmm_out_cuda", "vendor": "cuBLAS", "closed": True, "source": "aten/src/ATen/native/cuda/Blas.cpp:400"},
+        children=(launch,),
+    )
+    linear = CallNode(
+        "aten::linear", "op",
+        attrs={"duration_us": 60.0, "input_shapes": [[8, 16], [10, 16], [10]], "dispatch_key": "CompositeImplicitAutograd",
+               "kernel": "at::native::linear", "source": "aten/src/ATen/native/Linear.cpp:73"},
+        children=(addmm,),
+    )
+    module = CallNode("Linear_0", "module", attrs={"duration_us": 70.0}, children=(linear,))
+    return CallTree(CallNode("trace", "trace", children=(CallNode("thread 1", "thread", children=(module, module)),)))
+
+
+def test_summary_text_exact():
+    assert summarize(_linear_twice()).to_text(width=110) == (
+        "Operators (2; top 2 by total time)\n"
+        "operator      calls  self ms  total ms  dev ms  dispatch key               kernel                      library          most comm…\n"
+        "------------  -----  -------  --------  ------  -------------------------  --------------------------  ---------------  ----------\n"
+        "aten::linear      2    0.040     0.120   0.060  CompositeImplicitAutograd  at::native::linear          -                [8, 16], …\n"
+        "aten::addmm       2    0.080     0.080   0.060  CUDA                       at::native::addmm_out_cuda  cuBLAS (closed)  [10], [8,…\n"
+        "\n"
+        "Modules (1; time includes nested modules)\n"
+        "module  calls  total ms  dev ms  operators called directly\n"
+        "------  -----  --------  ------  -------------------------\n"
+        "Linear      2     0.140   0.060  aten::linear\n"
+        "\n"
+        "Source files (2; kernel sources, else the registration that serves the op)\n"
+        "file                                calls  self ms  dev ms  operators / kernels\n"
+        "----------------------------------  -----  -------  ------  -------------------\n"
+        "aten/src/ATen/native/cuda/Blas.cpp      2    0.080       -  aten::addmm\n"
+        "aten/src/ATen/native/Linear.cpp         2    0.040       -  aten::linear\n"
+    )
+
+
+def test_summary_json_rows():
+    doc = summarize(_linear_twice()).to_json()
+    addmm = next(r for r in doc["ops"] if r["name"] == "aten::addmm")
+    assert addmm["kernels"] == [{"name": "ampere_sgemm_128x64_tn", "launches": 2}]
+    assert addmm["shapes"] == [{"shapes": "[10], [8, 16], [16, 10]", "calls": 2}]
+    assert (addmm["closed"], addmm["vendor"], addmm["self_us"], addmm["device_us"]) == (True, "cuBLAS", 80.0, 60.0)
+    assert [m["name"] for m in doc["modules"]] == ["Linear"]

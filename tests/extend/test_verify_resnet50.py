@@ -54,7 +54,10 @@ def test_backward_compares_gradients(myconv, conv_layers):
 
 
 def test_the_command_reports_calls_and_differences(myconv, conv_layers, kernelmap_cli):
-    done = kernelmap_cli("verify", str(RESNET50), "--load", str(myconv.root), "--override",
+    """Loading the built library itself (.so) works as well as loading the project."""
+    library = myconv.root / "build" / "jit" / "kernelmap_ext_myconv.so"
+    assert library.is_file()
+    done = kernelmap_cli("verify", str(RESNET50), "--load", str(library), "--override",
                          "aten::convolution=kernelmap_ext::myconv", "--extra-args", "scale=1.5", "--runs", "1", "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)

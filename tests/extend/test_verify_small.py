@@ -77,3 +77,16 @@ def test_option_parsing():
         parse_extra_args(["scale=abc"])
     with pytest.raises(BadInput):
         parse_override("aten::convolution")
+
+
+def test_load_takes_only_projects_and_libraries(tmp_path, model_file):
+    from kernelmap.extend import load_extension
+
+    with pytest.raises(BadInput, match="no project written by kernelmap scaffold"):
+        load_extension(tmp_path)
+    with pytest.raises(BadInput, match="a scaffolded project folder or a shared library"):
+        load_extension(model_file)
+    fake = tmp_path / "libnothing.so"
+    fake.write_text("not a library")
+    with pytest.raises(BadInput, match="cannot load"):
+        load_extension(fake)

@@ -178,6 +178,7 @@ TORCH_LIBRARY_IMPL(aten, CPU, m) {
 }
 TORCH_LIBRARY(myops, m) {
   m.def("myadd(Tensor self, Tensor other) -> Tensor");
+  m.def(TORCH_SELECTIVE_SCHEMA("myops::mymul(Tensor self) -> Tensor"), {at::Tag::pt2_compliant_tag});
 }
 void k(TensorIterator& iter) {
   AT_DISPATCH_FLOATING_TYPES_AND2(kHalf, kBFloat16, iter.dtype(), "mul_cpu", [&] { cpu_kernel(iter, f); });
@@ -195,6 +196,7 @@ void k(TensorIterator& iter) {
     assert ("library_impl", "add.Tensor", "wrapper_CPU_add", "CPU", "aten") in regs
     assert ("library_impl", "mul.Tensor", "wrapper_CPU_mul", "CPU", "aten") in regs
     assert ("library_def", "myadd", None, None, "myops") in regs
+    assert ("library_def", "mymul", None, None, "myops") in regs
     assert ("at_dispatch", "mul_cpu", "kHalf, kBFloat16", "AT_DISPATCH_FLOATING_TYPES_AND2", None) in regs
     assert ("at_dispatch", "add_cpu", "AT_ALL_TYPES, kBool", "AT_DISPATCH_V2", None) in regs
     assert "TORCH_LIBRARY_IMPL" not in {d.name for d in f.definitions}

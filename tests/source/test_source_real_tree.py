@@ -179,3 +179,21 @@ def test_search_finds_names_by_substring(real_index):
     names = real_index.search("cudnn_convolution")
     assert "at::native::cudnn_convolution" in names
     assert all("cudnn_convolution" in n for n in names)
+
+
+def test_lookups_by_place_and_by_kernel(real_index, real_tree):
+    [conv] = [d for d in real_index.definitions("at::native::_convolution") if d.location.end_line - d.location.line > 100]
+    middle = (conv.location.line + conv.location.end_line) // 2
+    assert real_index.definition_at(conv.location.path, middle) == conv
+    cpu = [r for r in real_index.stub_registrations("mul_stub") if r.device == "CPU"][0]
+    assert cpu in real_index.stubs_of_kernel(cpu.kernel)
+    paths = {f.path for f in real_index.files()}
+    assert conv.location.path in paths and len(paths) == real_index.stats()["files"]
+    defs = real_index.library_defs("quantized::add")
+    assert defs and all(d.namespace == "quantized" and d.kind == "def" for d in defs)
+    for d in defs:
+        text = line_of(real_tree.root, d.location.path, d.location.line)
+        assert "m.def(" in text and f"quantized::{d.op}(" in text
+        assert d.kernel is None  # `{at::Tag::pt2_compliant_tag}` is no kernel
+    assert {d.op for d in defs} >= {"add", "add.out"}
+    assert all(r.namespace == "quantized" for r in real_index.library_impls("quantized::add"))

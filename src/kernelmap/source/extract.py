@@ -256,7 +256,7 @@ _INCLUDE_GUARD = re.compile(r"(_H|_H_|_HPP|_INCLUDED|_INCLUDED_)$")
 _IDENT = re.compile(r"[A-Za-z_]\w*(?:::[A-Za-z_~]\w*)*")
 _LIB_WRAPPERS = frozenset(("TORCH_FN", "TORCH_SELECTIVE_NAME", "TORCH_SELECTIVE_SCHEMA", "makeFromBoxedFunction",
                            "makeFromUnboxedFunction", "torch::CppFunction::makeFromBoxedFunction",
-                           "torch::CppFunction::makeFromUnboxedFunction", "torch::CppFunction::makeFallthrough",
+                           "torch::CppFunction::makeFromUnboxedFunction",
                            "CppFunction::makeFromBoxedFunction", "c10::guts::if_constexpr"))
 _STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
@@ -540,7 +540,9 @@ class Extractor:
                 op = op.split("(", 1)[0].strip()
             if "::" in op:
                 ns, op = op.split("::", 1)
-            target = _kernel_name(args[1].text.decode("utf-8", "replace")) if len(args) > 1 else None
+            target = None
+            if len(args) > 1 and args[1].type != "initializer_list":  # m.def(schema, {tags}) names no kernel
+                target = _kernel_name(args[1].text.decode("utf-8", "replace"))
             kind = "library_def" if method == "def" else "library_impl"
             registrations.append(Registration(def_index, kind, op, target, key, ns, site.start_point[0] + 1, pp))
             return

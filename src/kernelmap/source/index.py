@@ -336,7 +336,8 @@ class Index:
         ]
 
     def library_impls(self, op: str) -> list[LibraryRegistration]:
-        """`m.impl` entries for `op` ("add.Tensor"; a base name "add" takes every overload)."""
+        """`m.impl` entries for `op` ("add.Tensor"; a base name "add" takes every
+        overload; "quantized::add" only those of that namespace)."""
         return self._library("library_impl", op)
 
     def library_defs(self, op: str) -> list[LibraryRegistration]:
@@ -344,7 +345,7 @@ class Index:
         return self._library("library_def", op)
 
     def _library(self, kind: str, op: str) -> list[LibraryRegistration]:
-        op = op.split("::", 1)[-1]
+        namespace, _, op = op.rpartition("::")
         names = [op]
         if "." not in op:
             like = self._db.execute("SELECT text FROM strings WHERE text LIKE ? ESCAPE '\\'", (op.replace("_", "\\_") + ".%",)).fetchall()
@@ -352,6 +353,8 @@ class Index:
         out = []
         for n in names:
             for p, line, name_id, t, k, d, pp, _ in self._registrations(kind, "name_id", n):
+                if namespace and self._text(d) != namespace:
+                    continue
                 out.append(LibraryRegistration(self._text(name_id), self._text(d), self._text(k), self._text(t), kind.removeprefix("library_"),
                                                self._loc(p, line), self._text(pp)))
         return sorted(out, key=lambda r: (r.location.path, r.location.line))

@@ -226,3 +226,12 @@ def test_stub_calls_follow_the_trees_stub_declarations(tmp_path, cache):
     (tree.root / "aten/src/ATen/native/C.cpp").write_text("namespace at::native { DEFINE_DISPATCH(foo_stub); }\n")
     build_index(tree, jobs=1)
     assert kinds() == ["stub"]
+
+
+def test_a_file_gone_between_scan_and_parse_is_recorded_not_fatal(tmp_path):
+    from kernelmap.source import build
+    from kernelmap.source.extract import OperatorNames
+
+    build._init_worker(str(tmp_path), OperatorNames(frozenset(), frozenset()))
+    facts = build._extract_one("aten/src/ATen/Gone.cpp")
+    assert facts.skipped.startswith("unreadable") and facts.definitions == ()

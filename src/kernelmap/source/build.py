@@ -122,7 +122,11 @@ def _init_pool_worker(root: str, ops: OperatorNames) -> None:
 def _extract_one(path: str) -> FileFacts:
     assert _worker is not None
     root, ex = _worker
-    return ex.extract(path, (root / path).read_bytes())
+    try:
+        data = (root / path).read_bytes()
+    except OSError as e:  # gone or unreadable since the scan: recorded, not fatal
+        return FileFacts(path, 0, "", 0, f"unreadable ({e.strerror or e})", (), (), (), ())
+    return ex.extract(path, data)
 
 
 def _extract_all(tree: Tree, ops: OperatorNames, paths: list[str], jobs: int) -> Iterable[FileFacts]:

@@ -31,7 +31,7 @@ def test_summary_text_exact():
         "Operators (2; top 2 by total time)\n"
         "operator      calls  self ms  total ms  dev ms  dispatch key               kernel                      library          most comm…\n"
         "------------  -----  -------  --------  ------  -------------------------  --------------------------  ---------------  ----------\n"
-        "aten::linear      2    0.040     0.120   0.060  CompositeImplicitAutograd  at::native::linear          -                [8, 16], …\n"
+        "aten::linear      2    0.040     0.120   0.060  CompositeImplicitAutograd  at::native::linear          cuBLAS (closed)  [8, 16], …\n"
         "aten::addmm       2    0.080     0.080   0.060  CUDA                       at::native::addmm_out_cuda  cuBLAS (closed)  [10], [8,…\n"
         "\n"
         "Modules (1; time includes nested modules)\n"

@@ -31,8 +31,8 @@ class OpRow:
     dispatch_key: str | None = None
     kernel: str | None = None
     source: str | None = None  # file:line of the kernel, or the catalog entry
-    vendor: str | None = None
-    closed: bool = False
+    vendor: str | None = None  # the library its own kernel calls, else the closed one it ends in
+    closed: bool = False  # it, or something it calls, runs closed vendor code
     unknown: bool = False
 
     def to_json(self) -> dict[str, Any]:
@@ -164,9 +164,14 @@ def summarize(tree: CallTree) -> Summary:
         n = stack.pop()
         order.append(n)
         stack.extend(n.children)
+    # The closed library a call ends in, itself or anywhere below it (a conv2d
+    # whose cudnn_convolution runs cuDNN kernels ends in cuDNN).
+    closed_below: dict[int, str | None] = {}
     for n in reversed(order):
         own = n.attrs.get("duration_us", 0.0) if n.kind in ("gpu_kernel", "gpu_memcpy", "gpu_memset") else 0.0
         device[id(n)] = own + sum(device[id(c)] for c in n.children)
+        lib = n.attrs.get("vendor") if n.attrs.get("closed") and n.attrs.get("vendor") != "CUDA runtime" else None
+        closed_below[id(n)] = lib or next((closed_below[id(c)] for c in n.children if closed_below[id(c)]), None)
 
     ops: dict[str, OpRow] = {}
     modules: dict[str, GroupRow] = {}
@@ -195,9 +200,9 @@ def summarize(tree: CallTree) -> Summary:
             row.unknown = row.unknown or bool(a.get("unknown")) and n.name.startswith("aten::")
             for k in _kernels_below(n):
                 row.kernels[k.name] += 1
-                if k.attrs.get("closed") and k.attrs.get("vendor") not in (None, "CUDA runtime"):
-                    row.closed = True
-                    row.vendor = row.vendor or k.attrs.get("vendor")
+            if closed_below[id(n)]:
+                row.closed = True
+                row.vendor = row.vendor or closed_below[id(n)]
             src = a.get("source")
             key = src.rsplit(":", 1)[0] if src else None
             if key is None and a.get("registered_at"):

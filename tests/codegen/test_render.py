@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 
 from kernelmap.codegen import Excerpt, GeneratedCode, Layer, Registration
-from kernelmap.codegen.render import render
+from kernelmap.render.gen import render
 from kernelmap.model import Location, OperatorName, Origin, OriginKind
 
 ORIGIN = Origin(OriginKind.GENERATED, "2.13.0", None, root="cache", label="generated from torch 2.13.0")

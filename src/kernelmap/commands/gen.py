@@ -44,7 +44,7 @@ def gen(op: str, layer: str, tree: Path | None, regenerate: bool, as_json: bool)
         return
     from rich.console import Console
 
-    from kernelmap.codegen.render import render
+    from kernelmap.render.gen import render
 
     console = Console(highlight=False)
     if not console.is_terminal:  # piped: keep whole lines of code rather than 80 columns

@@ -113,3 +113,16 @@ def test_schema_rules():
         check_override_schema(add, parse("m::a(Tensor self, Tensor other) -> Tensor"))
     with pytest.raises(SchemaMismatch, match="returns"):
         check_override_schema(add, parse("m::a(Tensor self, Tensor other, *, Scalar alpha=1) -> (Tensor, Tensor)"))
+
+
+def test_nested_overrides_of_one_key_unwind_in_order():
+    x = torch.randn(4)
+    before = dump("aten::relu")
+    with override("aten::relu", lambda self: torch.full_like(self, 1.0)) as outer:
+        middle = dump("aten::relu")
+        with override("aten::relu", lambda self: torch.full_like(self, 2.0)) as inner:
+            assert torch.equal(torch.relu(x), torch.full_like(x, 2.0))
+        assert dump("aten::relu") == middle
+        assert torch.equal(torch.relu(x), torch.full_like(x, 1.0))
+    assert (outer.calls, inner.calls) == (1, 1)
+    assert dump("aten::relu") == before

@@ -60,6 +60,12 @@ def myadd(projects) -> Built:
     return build(projects / "myadd")
 
 
+@pytest.fixture(scope="session")
+def mysum(projects) -> Built:
+    scaffold("aten::sum.dim_IntList", "mysum", out=projects / "mysum")
+    return build(projects / "mysum")
+
+
 def edit(path: Path, old: str, new: str) -> None:
     """A user's edit: replace the one line that holds `old`."""
     text = path.read_text()

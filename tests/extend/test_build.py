@@ -101,3 +101,23 @@ def test_ahead_of_time_build_and_benchmark(myrelu):
                           cwd=myrelu.root, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == str(libraries[0])
+
+
+def test_the_reduction_reference_agrees_with_aten(mysum):
+    """The reduction family's loop, on its generated cases (all, some, negative
+    and no dims; keepdim; empty; 0-dim; non-contiguous; dtype) in two dtypes."""
+    import mysum as package  # imported by load_extension
+
+    from mysum.cases import cases
+
+    assert package.ORIGINAL == "aten::sum.dim_IntList"
+    labels = set()
+    for dtype in (torch.float32, torch.float64):
+        for label, args, kwargs in cases(dtype):
+            mine = torch.ops.kernelmap_ext.mysum(*args, **kwargs)
+            theirs = torch.sum(*args, **kwargs)
+            torch.testing.assert_close(mine, theirs, msg=lambda m, label=label: f"{label}: {m}")
+            labels.add(label)
+    assert {"transposed", "strided", "(0, 5) over [1]", "() over None", "dtype float64"} <= labels
+    ints = torch.arange(12).reshape(3, 4)
+    assert torch.equal(torch.ops.kernelmap_ext.mysum(ints, [0]), ints.sum(0))  # int64 accumulates exactly

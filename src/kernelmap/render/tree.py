@@ -140,9 +140,13 @@ def render(
 
     `max_depth` cuts the tree below that depth; `min_us` hides nodes shorter
     than that many microseconds (a count of hidden children is shown instead);
-    `color=True` styles node kinds with ANSI colours (rich), anything else is
-    plain text.
+    `color=True` styles node kinds with ANSI colours (rich), `False` is plain
+    text, `None` colours only when standard output is a terminal.
     """
+    if color is None:
+        import sys
+
+        color = sys.stdout.isatty()
     out: list[str] = []
     if notes:
         out.extend(f"note: {note}" for note in tree.notes)

@@ -134,7 +134,7 @@ _GPU_VENDORS: tuple[tuple[re.Pattern[str], str, bool], ...] = tuple(
         (r"pytorch_flash::|flash_fwd|flash_bwd|fmha_cutlass|mem_efficient|fmha", "FlashAttention/CUTLASS (in PyTorch)", False, False),
         (r"^triton_|^triton__", "Triton (generated)", False, False),
         (r"cutlass", "CUTLASS", False, False),
-        (r"sm\d+_xmma|xmma_|^ampere_|^volta_|^turing_|^maxwell_|^hopper_|^sm\d+_|gemv|gemm|cublas|splitKreduce|Kernel2\b", "cuBLAS", True, True),
+        (r"sm\d+_xmma|xmma_|^ampere_|^volta_|^turing_|^maxwell_|^hopper_|^sm\d+_|^nvjet_|gemv|gemm|cublas|splitKreduce|Kernel2\b", "cuBLAS", True, True),
         (r"regular_fft|vector_fft|fft_|_fft", "cuFFT", True, True),
     )
 )

@@ -10,17 +10,20 @@ import importlib
 
 __version__ = "0.1.0"
 
-# public name -> module that defines it
+# public name -> module that defines it ("" for a subpackage that is itself the API:
+# `kernelmap.trace(fn, *args)` calls the package kernelmap.trace)
 _API = {
     "where": "kernelmap.api",
     "load_catalog": "kernelmap.catalog",
-    "trace": "kernelmap.trace",
+    "trace": "",
     "override": "kernelmap.extend",
+    "verify": "kernelmap.extend",
 }
 
 
 def __getattr__(name: str):
-    module = _API.get(name)
-    if module is None:
+    if name not in _API:
         raise AttributeError(f"module 'kernelmap' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    if not _API[name]:
+        return importlib.import_module(f"kernelmap.{name}")
+    return getattr(importlib.import_module(_API[name]), name)

@@ -250,3 +250,16 @@ class tracing:
         rec = Recording(path, None, exc, self._profiling.cuda)
         self.trace = _from_recording(rec, self.keep_frames, self.source_tree, "block")
         return False
+
+
+class _CallableModule(type(os)):
+    """`kernelmap.trace` is both this package and, called, `trace()`: the
+    public API promises `kernelmap.trace(fn, *args)` beside `kernelmap.trace.load(...)`."""
+
+    def __call__(self, fn: Callable, *args: Any, **kwargs: Any) -> Trace:
+        return trace(fn, *args, **kwargs)
+
+
+import sys as _sys  # noqa: E402
+
+_sys.modules[__name__].__class__ = _CallableModule

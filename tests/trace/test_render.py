@@ -70,7 +70,7 @@ def test_static_edges_show_via_and_condition():
     tree = CallTree(CallNode("at::native::_convolution", "kernel", location=Location("aten/src/ATen/native/Convolution.cpp", 1400), children=(callee,)))
     assert render(tree, "text", width=200, color=False) == (
         "at::native::_convolution  [kernel]  @ aten/src/ATen/native/Convolution.cpp:1400\n"
-        "└── at::native::cudnn_convolution  [kernel]  via dispatcher  if case ConvBackend::Cudnn"
+        "└── at::native::cudnn_convolution  [kernel]  via dispatcher  [case ConvBackend::Cudnn]"
         "  @ aten/src/ATen/native/cudnn/ConvShared.cpp:300\n"
     )
 

@@ -471,7 +471,7 @@ def _code_children(node: _Node, ctx: GraphContext) -> list[_Node]:
         if child is None:
             continue
         if collapsed:
-            child.attrs["collapsed"] = f"branch for another device than {ctx.device}"
+            child.attrs["collapsed"] = f"a branch for another device or backend than {ctx.device}"
             child.identity = None
             child.payload = None
         children.append(child)
@@ -885,18 +885,30 @@ def _grow(root: _Node, expand, depth: int, prune: bool = False) -> CallNode:
 
 def _prune_plumbing(root: _Node) -> None:
     """Drop direct-call subtrees that reach no operator, stub, launch or vendor
-    call: helpers that only compute shapes or check arguments."""
-    interesting: dict[int, bool] = {}
+    call: helpers that only compute shapes or check arguments. A node marked
+    "expanded above" is kept when its expanded twin was worth keeping."""
     order: list[_Node] = []
     stack = [root]
-    while stack:  # pre-order, then evaluate in reverse (children before parents)
+    while stack:  # pre-order; evaluated in reverse, children before parents
         node = stack.pop()
         order.append(node)
         stack.extend(node.children)
-    for node in reversed(order):
+
+    def evaluate(kept_ids: set) -> dict[int, bool]:
+        interesting: dict[int, bool] = {}
+        for node in reversed(order):
+            repeat_kept = bool(node.attrs.get("repeat")) and node.identity in kept_ids
+            interesting[id(node)] = (
+                node.kind in _INTERESTING_KINDS or repeat_kept or any(interesting[id(c)] for c in node.children)
+            )
+        return interesting
+
+    first = evaluate(set())
+    kept_ids = {n.identity for n in order if n.identity is not None and first[id(n)]}
+    interesting = evaluate(kept_ids)
+    for node in order:
         if node.kind != "alternatives":  # every build variant stays visible
             node.children = [c for c in node.children if interesting[id(c)] or c.keep or c.via is not EdgeKind.DIRECT]
-        interesting[id(node)] = node.kind in _INTERESTING_KINDS or any(interesting[id(c)] for c in node.children) or bool(node.attrs.get("repeat"))
 
 
 _LEAF_KINDS = frozenset({"vendor", "launch", "note", "unresolved", "loop"})

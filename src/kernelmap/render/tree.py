@@ -64,8 +64,10 @@ def label(node: CallNode, *, sources: bool = True) -> str:
         parts.append(f"= {a['kernel']}")
     if a.get("conv_backend") or a.get("conv_backend_ran"):
         parts.append(f"backend {a.get('conv_backend') or a.get('conv_backend_ran')}")
-    if a.get("vendor"):
-        parts.append(f"<{a['vendor']}{', closed' if a.get('closed') else ''}>")
+    vendor = a.get("vendor") or (a.get("library") if node.kind == "vendor" else None)
+    if vendor:
+        closed = a.get("closed") or a.get("closed_source")
+        parts.append(f"<{vendor}{', closed' if closed else ''}>")
     if a.get("forward_op"):
         parts.append(f"(for {a['forward_op']})")
     if a.get("unknown") and node.kind in ("op", "gpu_kernel"):
@@ -73,7 +75,11 @@ def label(node: CallNode, *, sources: bool = True) -> str:
     if node.via is not None:
         parts.append(f"via {node.via.value}")
     if node.condition:
-        parts.append(f"if {node.condition}")
+        parts.append(f"[{node.condition}]")
+    for key, text in _MARKERS:
+        if a.get(key):
+            detail = a[key] if isinstance(a[key], str) else ""
+            parts.append(f"({text}{': ' + detail if detail and detail != text else ''})")
     if sources:
         if a.get("source"):
             parts.append(f"@ {a['source']}")
@@ -83,6 +89,15 @@ def label(node: CallNode, *, sources: bool = True) -> str:
             parts.append(f"@ {node.location}")
     return "  ".join(parts)
 
+
+# Static-graph facts worth a word on the line (attr -> what it says).
+_MARKERS = (
+    ("collapsed", "collapsed"),
+    ("cycle", "recursion cut"),
+    ("repeat", "expanded above"),
+    ("truncated", "cut"),
+    ("unresolved", "unresolved"),
+)
 
 GUIDES = ("├── ", "└── ", "│   ", "    ")
 

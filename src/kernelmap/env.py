@@ -28,6 +28,18 @@ def cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("kernelmap"))
 
 
+def torchgen_environment(tree: Path | None) -> tuple[dict[str, str], str | None]:
+    """The environment and working directory of a subprocess that must run a
+    tree's own torchgen (and tools/) rather than the installed one: the tree's
+    root first on PYTHONPATH (Note [one torchgen per interpreter] in
+    catalog/store.py). With no tree, the current environment unchanged."""
+    environ = dict(os.environ)
+    if tree is None:
+        return environ, None
+    environ["PYTHONPATH"] = os.pathsep.join([str(tree), environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return environ, str(tree)
+
+
 def is_writable_dir(path: Path) -> bool:
     """True when files can be created in `path` (creating it if need be)."""
     try:

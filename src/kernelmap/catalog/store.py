@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelmap.catalog.functional import functional_builtins
+from kernelmap.env import torchgen_environment
 from kernelmap.errors import KernelmapError, TorchgenError
 
 SCHEMA_VERSION = 1
@@ -97,16 +98,12 @@ class CatalogFiles:
 
 def _run_extractor(files: CatalogFiles) -> dict:
     script = Path(__file__).with_name("_extract.py")
-    env = dict(os.environ)
-    cwd = None
-    if files.torchgen_root is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(files.torchgen_root), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        cwd = str(files.torchgen_root)
+    environ, cwd = torchgen_environment(files.torchgen_root)
     proc = subprocess.run(
         [sys.executable, str(script), str(files.native_yaml), str(files.tags_yaml), str(files.derivatives_yaml)],
         capture_output=True,
         text=True,
-        env=env,
+        env=environ,
         cwd=cwd,
     )
     if proc.returncode != 0:

@@ -173,13 +173,9 @@ def generate(source: CodegenSource, target: Path, report: Reporter | None = None
 def _run_steps(source: CodegenSource, out: Path, report: Reporter) -> None:
     """The codegen steps, side by side in their own interpreters."""
     script = Path(__file__).with_name("_generate.py")
-    environ = dict(os.environ)
-    cwd = None
-    if source.torchgen_root is not None:
-        # Note [one torchgen per interpreter] (catalog/store.py): the tree's
-        # torchgen and tools/ come first, never mixed with the installed one.
-        environ["PYTHONPATH"] = os.pathsep.join([str(source.torchgen_root), environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        cwd = str(source.torchgen_root)
+    # Note [one torchgen per interpreter] (catalog/store.py): the tree's
+    # torchgen and tools/ come first, never mixed with the installed one.
+    environ, cwd = env.torchgen_environment(source.torchgen_root)
     running: dict[str, subprocess.Popen] = {}
     logs: dict[str, IO[str]] = {}
     width = max(1, min(len(STEPS), os.cpu_count() or 1))

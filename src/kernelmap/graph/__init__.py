@@ -146,11 +146,14 @@ def open_context(
         notes.append(f"{_NEEDS_TREE} [{e}]")
     generated = None
     try:
-        from kernelmap.codegen import open_generated
+        import sys
 
-        generated = open_generated()
+        from kernelmap.codegen import generated_files
+
+        # the first graph of a torch version regenerates its build files (cached; a bar on a terminal)
+        generated = generated_files(progress=sys.stderr.isatty())
     except KernelmapError as e:
-        notes.append(f"generated code not in the cache: run `kernelmap gen aten::add` once to regenerate it [{e}]")
+        notes.append(f"generated code unavailable, showing no bindings or wrappers: {e}")
     return GraphContext(device, requires_grad, all_branches, all_calls, catalog, wheel_catalog, index, generated, install.site_packages, tuple(notes))
 
 

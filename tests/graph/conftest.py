@@ -68,3 +68,12 @@ def in_order(path, names):
 def line_of(node) -> str:
     """The source line a node points at, read from the file on disk."""
     return node.location.disk_path.read_text(errors="replace").splitlines()[node.location.line - 1]
+
+
+def no_tree_cache(tmp_path, generated):
+    """A cache directory with no source tree registered, sharing the session's
+    generated files (so a test without a tree does not regenerate them)."""
+    cache = tmp_path / "no-tree-cache"
+    cache.mkdir()
+    (cache / "codegen").symlink_to(generated.root.parent, target_is_directory=True)
+    return cache

@@ -9,7 +9,7 @@ import re
 from kernelmap import graph
 from kernelmap.graph.explain import explain
 from tests.conftest import run_kernelmap
-from tests.graph.conftest import TREE_NAME
+from tests.graph.conftest import TREE_NAME, no_tree_cache
 
 
 def by_title(result):
@@ -62,7 +62,7 @@ def test_explain_cli_json(indexed_tree, generated):
 
 
 def test_explain_without_a_tree_says_which_steps_are_missing(tmp_path, monkeypatch, generated):
-    monkeypatch.setenv("KERNELMAP_CACHE_DIR", str(tmp_path / "empty"))
+    monkeypatch.setenv("KERNELMAP_CACHE_DIR", str(no_tree_cache(tmp_path, generated)))
     monkeypatch.delenv("KERNELMAP_SOURCE", raising=False)
     result = explain("aten::relu", graph.open_context("cpu"))
     assert any("need a source tree" in n for n in result.notes)

@@ -12,7 +12,7 @@ from kernelmap import graph
 from kernelmap.errors import BadInput, UnknownName
 from kernelmap.model import EdgeKind
 from tests.conftest import run_kernelmap
-from tests.graph.conftest import TREE_NAME, in_order, line_of, paths_to, walk
+from tests.graph.conftest import no_tree_cache, TREE_NAME, in_order, line_of, paths_to, walk
 
 
 def name_is(text):
@@ -200,7 +200,7 @@ def test_cli_json_and_errors(indexed_tree, generated):
 
 
 def test_without_a_tree_the_python_and_operator_layers_still_answer(tmp_path, monkeypatch, generated):
-    monkeypatch.setenv("KERNELMAP_CACHE_DIR", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("KERNELMAP_CACHE_DIR", str(no_tree_cache(tmp_path, generated)))
     monkeypatch.delenv("KERNELMAP_SOURCE", raising=False)
     context = graph.open_context("cuda")
     tree = graph.stack("torch.nn.functional.conv2d", context)

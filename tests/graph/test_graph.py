@@ -12,7 +12,7 @@ from kernelmap import graph
 from kernelmap.errors import BadInput, UnknownName
 from kernelmap.model import EdgeKind
 from tests.conftest import run_kernelmap
-from tests.graph.conftest import no_tree_cache, TREE_NAME, in_order, line_of, paths_to, walk
+from tests.graph.conftest import TREE_NAME, in_order, line_of, no_tree_cache, paths_to, walk
 
 
 def name_is(text):

@@ -80,6 +80,13 @@ def test_json_document():
     keys = [s["key"] for s in doc["live"]["dispatch_path"]["steps"]]
     assert keys[0] == "AutogradCPU" and keys[-1] == "CPU"
     assert doc["torch"]["version"] == env.torch_install().version
+    # a Python-registered kernel is shown as the function that runs, at its own line
+    meta = next(k for k in doc["live"]["registrations"] if k["key"] == "Meta")
+    assert meta["kind"] == "python"
+    lines = (env.torch_install().site_packages / meta["location"]["path"]).read_text().splitlines()
+    head = "\n".join(lines[meta["location"]["line"] - 1 : meta["location"]["line"] + 9])  # decorators, then the def
+    assert lines[meta["location"]["line"] - 1].lstrip().startswith(("def ", "@"))
+    assert f"def {meta['symbol'].rsplit('.', 1)[-1]}(" in head
 
 
 def test_renderer_exact_text_at_fixed_width():

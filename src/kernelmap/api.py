@@ -89,11 +89,23 @@ def where(
             inference_mode=inference_mode,
             catalog=live_catalog,
         )
-        live = LiveAnswer(dispatch.live_registrations(qualified), dispatch.schema_location(qualified), path)
+        live = LiveAnswer(_with_python_sources(qualified, dispatch.live_registrations(qualified)), dispatch.schema_location(qualified), path)
         if path.note:
             notes.append(path.note)
     source = _source_steps(str(ops[0].name), device, notes) if with_source else ()
     return WhereAnswer(name, ops, install.version, install.commit, delegate, live, tuple(notes), source)
+
+
+def _with_python_sources(op: str, kernels: tuple[Kernel, ...]) -> tuple[Kernel, ...]:
+    """Python-registered kernels as the function that runs (`torch._refs.add` at
+    its own line), not the line of the `Library` that registered them."""
+    from kernelmap import dispatch
+
+    resolved = []
+    for k in kernels:
+        found = dispatch.python_kernel_source(op, k.key) if k.kind == "python" else None
+        resolved.append(Kernel(k.key, found[0], found[1], "python") if found else k)
+    return tuple(resolved)
 
 
 def _source_steps(op: str, device: str, notes: list[str]) -> tuple[SourceStep, ...]:

@@ -213,7 +213,7 @@ def to_text(answer, width: int | None = None, color: bool | None = None, links: 
         regs.add_column(no_wrap=True, style="dim")
         regs.add_column(overflow="fold")
         for k in answer.live.registrations:
-            regs.add_row(k.key, k.kind, where_text(k.location))
+            regs.add_row(k.key, k.kind, Text.assemble((f"{k.symbol}  ", "green") if k.symbol else "", where_text(k.location)))
         console.print(regs)
 
         grad = ", requires_grad" if path.requires_grad else ""

@@ -32,7 +32,7 @@ test: install
 	$(BIN)/python -m pytest -q
 
 bench: install
-	for b in benches/*.py; do $(BIN)/python $$b || exit 1; done
+	for b in benches/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) .cache

@@ -13,23 +13,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from timing import wall
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def wall(cmd: list[str], runs: int, env: dict) -> float:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -47,10 +38,10 @@ def main() -> None:
         callers = km + ["callers", "cudnnConvolutionForward"]
         for cmd in (stack, callers):  # warm
             subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
-        reference = wall([sys.executable, "-c", "import torch"], args.runs, env)
+        reference, _ = wall([sys.executable, "-c", "import torch"], args.runs, env)
         print(f"import torch                                     {reference * 1000:8.1f} ms (median of {args.runs})")
         for label, cmd in (("stack aten::conv2d --device cuda", stack), ("callers cudnnConvolutionForward", callers)):
-            ours = wall(cmd, args.runs, env)
+            ours, _ = wall(cmd, args.runs, env)
             ratio = ours / reference
             print(f"kernelmap {label:38} {ours * 1000:8.1f} ms  ratio {ratio:.2f}x (goal <= 0.50x): {'ok' if ratio <= 0.5 else 'MISSED'}")
 

@@ -10,19 +10,10 @@ which it can only do by never importing torch.
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
-import time
 
-
-def wall(cmd: list[str], runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+from timing import wall
 
 
 def main() -> None:
@@ -31,8 +22,8 @@ def main() -> None:
     args = parser.parse_args()
     where = [sys.executable, "-m", "kernelmap", "where", "aten::conv2d", "--static"]
     subprocess.run(where, check=True, stdout=subprocess.DEVNULL)  # warm the cache
-    reference = wall([sys.executable, "-c", "import torch"], args.runs)
-    ours = wall(where, args.runs)
+    reference, _ = wall([sys.executable, "-c", "import torch"], args.runs)
+    ours, _ = wall(where, args.runs)
     ratio = ours / reference
     print(f"import torch                          {reference * 1000:8.1f} ms (median of {args.runs})")
     print(f"kernelmap where aten::conv2d --static {ours * 1000:8.1f} ms (median of {args.runs})")

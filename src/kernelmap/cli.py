@@ -47,13 +47,7 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module_name, attr = target.split(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as e:
-            if e.name == module_name:  # a command not written yet
-                return None
-            raise
-        return getattr(module, attr, None)
+        return getattr(importlib.import_module(module_name), attr)
 
     def invoke(self, ctx: click.Context):
         try:

@@ -40,7 +40,7 @@ from kernelmap.model import (
     Origin,
 )
 
-__all__ = ["Catalog", "CatalogWarning", "load_catalog", "tree_origin", "NATIVE_YAML", "DERIVATIVES_YAML"]
+__all__ = ["Catalog", "CatalogWarning", "load_catalog", "expand_python_name", "tree_origin", "NATIVE_YAML", "DERIVATIVES_YAML"]
 
 NATIVE_YAML = "aten/src/ATen/native/native_functions.yaml"
 TAGS_YAML = "aten/src/ATen/native/tags.yaml"
@@ -58,7 +58,16 @@ _ALIAS_KEYS = frozenset(
 # Accepted spellings: dotted Python names and [ns::]name[.overload].
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::)[A-Za-z_][A-Za-z0-9_]*)*")
 
-_PREFIXES = (("F.", f"{FUNCTIONAL}."), ("nn.functional.", f"{FUNCTIONAL}."), ("Tensor.", "torch.Tensor."))
+_PREFIXES = (("F.", f"{FUNCTIONAL}."), ("nn.functional.", f"{FUNCTIONAL}."), ("nn.", "torch.nn."), ("Tensor.", "torch.Tensor."))
+
+
+def expand_python_name(text: str) -> str:
+    """`F.relu` -> `torch.nn.functional.relu`, `nn.Conv2d` -> `torch.nn.Conv2d`,
+    `Tensor.add_` -> `torch.Tensor.add_`; anything else unchanged."""
+    for short, full in _PREFIXES:
+        if text.startswith(short):
+            return full + text[len(short) :]
+    return text
 
 
 def _kind(r: dict) -> OpKind:
@@ -106,10 +115,7 @@ class Catalog:
         Python name (`torch.add`, `torch.Tensor.add_`, `torch.nn.functional.conv2d`,
         `F.relu`, `torch._C._nn.gelu`, `torch.linalg.norm`).
         """
-        text = _validate(name)
-        for short, full in _PREFIXES:
-            if text.startswith(short):
-                text = full + text[len(short) :]
+        text = expand_python_name(_validate(name))
         if "::" in text:
             opname = _parse_op_name(text)
             if opname.namespace == "aten":
@@ -179,11 +185,7 @@ class Catalog:
             names = {q for (q,) in self._db.execute("SELECT qualified FROM ops")}
             names |= {e for (e,) in self._db.execute("SELECT DISTINCT name FROM entries")}
             self._names = sorted(names)
-        text = name.strip()
-        for short, full in _PREFIXES:
-            if text.startswith(short):
-                text = full + text[len(short) :]
-        text = text.removeprefix("aten::")
+        text = expand_python_name(name.strip()).removeprefix("aten::")
         pool = self._names
         if text.startswith("torch."):
             matches = difflib.get_close_matches(text, [p for p in pool if p.startswith("torch.")], n, 0.75)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import click
 
 from kernelmap.graph import DEFAULT_DEPTH, DEVICE_KEYS
@@ -39,9 +41,7 @@ def stack(target, device, dtype, requires_grad, depth, all_branches, all_calls, 
 
     context = graph.open_context(device, requires_grad, all_branches, source, all_calls=all_calls)
     tree = graph.stack(target, context, depth)
-    if dtype:
-        tree = type(tree)(tree.root, tree.notes, {**tree.meta, "dtype": dtype})
-    _emit(tree, as_json)
+    _emit(dataclasses.replace(tree, meta={**tree.meta, "dtype": dtype}), as_json)
 
 
 @click.command()

@@ -35,10 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from kernelmap import env, pysource
+from kernelmap.dispatch import DEVICE_KEYS as _DISPATCH_DEVICE_KEYS
 from kernelmap.errors import BadInput, KernelmapError, UnknownName
 from kernelmap.model import CallNode, CallTree, EdgeKind, Location, Op
 
-DEVICE_KEYS = {"cpu": "CPU", "cuda": "CUDA", "mps": "MPS", "meta": "Meta"}
+
 DEFAULT_DEPTH = 24
 MAX_NODES = 4000
 
@@ -53,6 +54,9 @@ _OTHER_DEVICE_WORDS = {
 
 # Tensor layouts other than dense strided have backends of their own.
 _OTHER_BACKEND_WORDS = ("is_quantized", "is_sparse", "is_nested", "is_mkldnn", "is_vulkan", "is_metal")
+
+# The devices a graph follows: the dispatcher's, for which branch rules exist.
+DEVICE_KEYS = {device: key for device, key in _DISPATCH_DEVICE_KEYS.items() if device in _OTHER_DEVICE_WORDS}
 
 # Vendor libraries whose code is closed: the graph ends there.
 CLOSED_LIBRARIES = frozenset({"cudnn", "cudnn-frontend", "cublas", "cublaslt", "cusparse", "cufft", "cusolver", "mkl", "curand", "nccl"})
@@ -182,10 +186,10 @@ def _root_for(target: str, ctx: GraphContext) -> _Node:
         raise BadInput(f"not a target: {target!r} (a Python name, an operator like aten::conv2d, or a C++ symbol)")
     if text.startswith("aten::") or (("::" not in text) and "." not in text and _is_op(text, ctx)):
         return _op_node(ctx.catalog.resolve(text)[0], ctx)
-    if text.startswith(("torch.", "F.", "nn.")) and "::" not in text:
-        text = text.replace("F.", "torch.nn.functional.", 1) if text.startswith("F.") else text
-        text = "torch." + text if text.startswith("nn.") else text
-        return _python_root(text, ctx)
+    if text.startswith(("torch.", "F.", "nn.", "Tensor.")) and "::" not in text:
+        from kernelmap.catalog import expand_python_name
+
+        return _python_root(expand_python_name(text), ctx)
     if ctx.index is None:
         raise UnknownName(target, ())
     definitions = ctx.index.definitions(text)

@@ -16,8 +16,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="session", autouse=True)
 def session_cache(tmp_path_factory) -> Path:
-    """All tests share one cache directory, away from the user's."""
-    path = tmp_path_factory.mktemp("kernelmap-cache")
+    """All tests share one cache directory, away from the user's. A developer
+    may set KERNELMAP_TEST_CACHE_DIR to keep it between runs (the index and the
+    generated files are then built once, not per run); CI never sets it."""
+    kept = os.environ.get("KERNELMAP_TEST_CACHE_DIR")
+    path = Path(kept) if kept else tmp_path_factory.mktemp("kernelmap-cache")
+    path.mkdir(parents=True, exist_ok=True)
     previous = os.environ.get("KERNELMAP_CACHE_DIR")
     os.environ["KERNELMAP_CACHE_DIR"] = str(path)
     yield path

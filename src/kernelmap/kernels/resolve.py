@@ -1,0 +1,285 @@
+"""A GPU kernel name -> `KernelAnswer`: what the kernel is and where its code
+is. An ATen kernel is answered twice, as the launcher template it was
+instantiated from (`vectorized_elementwise_kernel` in CUDALoops.cuh) and as
+the functor or lambda holding the op's arithmetic (`MulFunctor::operator()`
+in BinaryInternal.h, or the `gpu_kernel(...)` call in `launch_clamp_scalar`);
+a library kernel is answered with its library's row of `GPU_LIBRARIES` and
+the ATen call sites that launch it.
+
+Locations come from the source index of the selected tree. A few launcher
+templates are declared behind macros the C++ grammar cannot read
+(`C10_LAUNCH_BOUNDS_2(...)` between `__global__ void` and the name); for those
+the tree's CUDA sources are read directly for the definition, so every
+location printed is a line of the file holding the name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kernelmap.errors import BadInput
+from kernelmap.kernels.libraries import GPU_LIBRARIES, GpuLibrary, library_of
+from kernelmap.kernels.names import LAMBDA, Arg, lambda_owner, parse, unqualified_symbol
+from kernelmap.model import Location
+
+VERSION = 1
+
+# Template arguments that are launcher plumbing, not the op: skipped (their
+# own arguments are still searched).
+_PLUMBING = re.compile(
+    r"(^|::)(Array|OffsetCalculator|TrivialOffsetCalculator|LoadWithCast|StoreWithCast|LoadWithoutCast|StoreWithoutCast|"
+    r"TensorInfo|GenericPackedTensorAccessor|PackedTensorAccessor\d*|RestrictPtrTraits|DefaultPtrTraits|PhiloxCudaState|"
+    r"TensorListMetadata|TensorListScalarListMetadata|FusedOptimizerTensorListMetadata|OpaqueType|Half|BFloat16|complex|"
+    r"CUDAGeneratorImpl|integral_constant|ReduceConfig|IntDivider|CatArrInputTensorMetadata|TensorSizeStride|"
+    r"DeviceRadixSortPolicy|Policy\d+|ScanTileState|ReduceByKeyScanTileState|NullType|ConstantInputIterator|Equality|Sum)$"
+)
+# Functor templates that only wrap the op's functor: look inside them.
+_WRAPPERS = re.compile(
+    r"(^|::)(BinaryFunctor|AUnaryFunctor|BUnaryFunctor|func_wrapper_t|ReduceOp|gpu_kernel_impl|gpu_kernel_impl_nocast|"
+    r"gpu_kernel_multiple_outputs_impl|gpu_index_kernel|launch_legacy_kernel|launch_kernel|cuda_kernel_with_index|"
+    r"distribution_nullary_kernel|uniform_and_transform|normal_and_transform|DeviceRadixSortPolicy)$"
+)
+_PRIMITIVE = re.compile(r"^(-?\d+\w*|true|false|(unsigned |signed |long |short )*(int|long|char|short|float|double|bool|void|__half|half)\b.*|\(.*\)\d+|decltype\(nullptr\).*|std::.*)$")
+_FUNCTOR_NAME = re.compile(r"(Functor\w*|Functor_\w+|Ops|_functor|Op)$")
+# Launch helpers whose call sites in the owner function are where the lambda is handed to the GPU.
+_LAUNCH_CALLS = ("gpu_kernel", "gpu_kernel_with_scalars", "opmath_gpu_kernel_with_scalars", "opmath_symmetric_gpu_kernel_with_scalars",
+                 "gpu_kernel_multiple_outputs", "gpu_reduce_kernel", "launch_kernel", "gpu_kernel_nocast", "_launch_scatter_gather_kernel",
+                 "launch_legacy_kernel", "multi_tensor_apply", "multi_tensor_apply_for_fused_optimizer", "cuda_kernel_with_index",
+                 "gpu_index_kernel", "distribution_nullary_kernel", "jitted_gpu_kernel")
+
+
+@dataclass(frozen=True)
+class Site:
+    """A definition or call site in the tree."""
+
+    role: str  # "launcher" | "kernel" | "functor" | "lambda" | "launch" | "library call"
+    symbol: str
+    location: Location | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"role": self.role, "symbol": self.symbol, "location": str(self.location) if self.location else None}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Site:
+        loc = d.get("location")
+        if not loc:
+            return cls(d["role"], d["symbol"], None)
+        path, _, line = loc.rpartition(":")
+        return cls(d["role"], d["symbol"], Location(path, int(line)))
+
+
+@dataclass(frozen=True)
+class KernelAnswer:
+    """What one GPU kernel name is, and where its code is."""
+
+    name: str  # as given
+    demangled: str
+    symbol: str  # the kernel's qualified name, template arguments removed
+    truncated: bool  # the name was cut short (a profiler limit): answers are from what is left
+    library: str | None  # "ATen", "cuDNN", "NCCL", ... None when unrecognised
+    closed: bool
+    repository: str | None
+    kernel: Site | None  # the __global__ definition: a launcher template or an op-specific kernel
+    functor: Site | None  # the functor or lambda instantiating a launcher: the op's arithmetic
+    launches: tuple[Site, ...] = ()  # gpu_kernel(...) call sites in a lambda's function; ATen call sites of a library
+    tree: str | None = None  # the source tree the locations are in
+
+    @property
+    def has_source(self) -> bool:
+        """A location in the tree: the functor's, else the kernel's (an op-specific kernel, or the launcher)."""
+        return any(s is not None and s.location is not None for s in (self.functor, self.kernel))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kernelmap": f"kernel/{VERSION}",
+            "name": self.name,
+            "demangled": self.demangled,
+            "symbol": self.symbol,
+            "truncated": self.truncated,
+            "library": self.library,
+            "closed": self.closed,
+            "repository": self.repository,
+            "kernel": self.kernel.to_json() if self.kernel else None,
+            "functor": self.functor.to_json() if self.functor else None,
+            "launches": [s.to_json() for s in self.launches],
+            "tree": self.tree,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> KernelAnswer:
+        if d.get("kernelmap") != f"kernel/{VERSION}":
+            raise BadInput(f"not a kernel/{VERSION} document: {d.get('kernelmap')!r}")
+        site = lambda x: Site.from_json(x) if x else None  # noqa: E731
+        return cls(d["name"], d["demangled"], d["symbol"], d["truncated"], d["library"], d["closed"], d["repository"],
+                   site(d["kernel"]), site(d["functor"]), tuple(Site.from_json(s) for s in d["launches"]), d.get("tree"))
+
+    def to_text(self) -> str:
+        lines = [self.symbol + ("  (name cut short)" if self.truncated else "")]
+        lib = self.library or "unrecognised"
+        if self.library:
+            lib += " (closed)" if self.closed else " (open)"
+        if self.repository:
+            lib += f"  {self.repository}"
+        lines.append(f"  library   {lib}")
+        for s in (self.functor, self.kernel):
+            if s is not None:
+                lines.append(f"  {s.role:<9} {s.location or '(not found in the tree)'}  {s.symbol}")
+        for s in self.launches:
+            lines.append(f"  {s.role:<9} {s.location}  {s.symbol}")
+        if self.tree:
+            lines.append(f"  (locations in the tree {self.tree})")
+        return "\n".join(lines) + "\n"
+
+
+class KernelResolver:
+    """Resolves kernel names against one source index (or none); caches per name."""
+
+    def __init__(self, index: Any = None, root: Path | None = None, tree_name: str | None = None):
+        self.index = index  # kernelmap.source.Index, or None: then libraries and symbols only
+        self.root = root
+        self.tree_name = tree_name
+        self._answers: dict[str, KernelAnswer] = {}
+        self._defs: dict[tuple[str, bool], Location | None] = {}
+        self._text: list[tuple[str, str]] | None = None
+
+    def resolve(self, name: str) -> KernelAnswer:
+        answer = self._answers.get(name)
+        if answer is None:
+            answer = self._answers[name] = self._resolve(name)
+        return answer
+
+    def _resolve(self, name: str) -> KernelAnswer:
+        if not name.strip():
+            raise BadInput("empty kernel name")
+        k = parse(name)
+        lib = library_of(k.text)
+        symbol = unqualified_symbol(k.symbol) or k.text
+        if lib is not None:
+            return KernelAnswer(name, k.text, k.symbol, k.truncated, lib.name, lib.closed, lib.repository, None, None,
+                                self._library_launches(lib), self.tree_name)
+        kernel_loc = self._locate(symbol, kernel=True)
+        is_aten = k.symbol.startswith(("at::", "c10::", "(anonymous namespace)::")) or (
+            kernel_loc is not None and kernel_loc.path.startswith(("aten/", "c10/", "torch/csrc/"))
+        )
+        if not is_aten:
+            return KernelAnswer(name, k.text, k.symbol, k.truncated, None, False, None, None, None, (), self.tree_name)
+        functor, launches = self._functor(k.args)
+        role = "launcher" if functor is not None else "kernel"
+        kernel = Site(role, k.symbol.replace("(anonymous namespace)::", ""), kernel_loc)
+        return KernelAnswer(name, k.text, k.symbol, k.truncated, "ATen", False, "https://github.com/pytorch/pytorch",
+                            kernel, functor, launches, self.tree_name)
+
+    def _functor(self, args: tuple[Arg, ...]) -> tuple[Site | None, tuple[Site, ...]]:
+        """The first functor or lambda among the template arguments, outermost
+        first, looking through wrappers (`BinaryFunctor<..., MulFunctor<float>>`)."""
+        stack = list(reversed(args))
+        while stack:
+            a = stack.pop()
+            text = a.text
+            if LAMBDA.search(text):
+                owner = lambda_owner(text)
+                if owner and not _WRAPPERS.search(owner.replace("(anonymous namespace)::", "")):
+                    where = self._locate(owner.replace("(anonymous namespace)::", ""))
+                    return Site("lambda", f"{owner}::{{lambda}}", where), self._launch_sites(owner)
+            else:
+                head = unqualified_symbol(a.head)
+                if head and not _PRIMITIVE.match(head) and not _PLUMBING.search(head) and not _WRAPPERS.search(head):
+                    where = self._locate(f"{head}::operator()")
+                    if where is None:
+                        where = self._locate_class(head)
+                    if where is not None:
+                        return Site("functor", f"{head}::operator()", where), ()
+                    if _FUNCTOR_NAME.search(head):
+                        # Named like a functor but not in this tree (a trace from another version).
+                        return Site("functor", head, None), ()
+            stack.extend(reversed(a.args))
+        return None, ()
+
+    # -- locations ------------------------------------------------------------
+
+    def _locate(self, symbol: str, kernel: bool = False) -> Location | None:
+        key = (symbol, kernel)
+        if key in self._defs:
+            return self._defs[key]
+        loc = None
+        if self.index is not None:
+            found = self.index.definitions(symbol)
+            if kernel:
+                found = [d for d in found if d.symbol.kind == "global_kernel"] or found
+            best = min(found, key=lambda d: (not d.location.path.startswith("aten/src/ATen/native/cuda/"), d.location.path, d.location.line), default=None)
+            loc = best.location if best is not None else None
+            if loc is None and kernel:
+                loc = self._grep(symbol.rsplit("::", 1)[-1], r"__global__[^;{]*?\bNAME\s*\(")
+        self._defs[key] = loc
+        return loc
+
+    def _locate_class(self, symbol: str) -> Location | None:
+        key = (symbol, False)
+        short = symbol.rsplit("::", 1)[-1]
+        loc = self._grep(short, r"\b(?:struct|class)\s+NAME\b\s*(?::[^;{]*)?\{")
+        self._defs[key] = loc
+        return loc
+
+    def _grep(self, name: str, pattern: str) -> Location | None:
+        """A definition the grammar could not read, found in the tree's CUDA sources."""
+        if self.root is None:
+            return None
+        if self._text is None:
+            self._text = []
+            base = self.root / "aten/src/ATen/native"
+            for path in sorted(base.rglob("*")):
+                if path.suffix in (".cu", ".cuh", ".h") and ("cuda" in path.parts or path.parent == base):
+                    try:
+                        self._text.append((str(path.relative_to(self.root)), path.read_text(errors="replace")))
+                    except OSError:
+                        continue
+        rx = re.compile(pattern.replace("NAME", re.escape(name)), re.S)
+        for rel, text in self._text:
+            m = rx.search(text)
+            if m:
+                start = m.start() + m.group(0).rfind(name)
+                return Location(rel, text.count("\n", 0, start) + 1)
+        return None
+
+    def _launch_sites(self, owner: str) -> tuple[Site, ...]:
+        if self.index is None:
+            return ()
+        out = []
+        for d in self.index.definitions(owner.replace("(anonymous namespace)::", "")):
+            for c in self.index.calls_from(d):
+                if c.name in _LAUNCH_CALLS:
+                    out.append(Site("launch", c.name, c.location))
+        return tuple(out[:8])
+
+    def _library_launches(self, lib: GpuLibrary) -> tuple[Site, ...]:
+        if self.index is None or not lib.aten_calls:
+            return ()
+        out = []
+        for callee in lib.aten_calls:
+            for c in self.index.callers_of(callee)[:3]:
+                if c.location.path.startswith("aten/"):
+                    caller = c.caller.qualified_name if c.caller else "(file scope)"
+                    out.append(Site("library call", f"{caller} -> {c.callee}", c.location))
+            if len(out) >= 4:
+                break
+        return tuple(out[:4])
+
+
+def open_resolver(source: str | None = None) -> tuple[KernelResolver, str | None]:
+    """A resolver on the selected tree's index, or one without locations and the reason."""
+    from kernelmap.errors import KernelmapError
+
+    try:
+        from kernelmap.source import open_index, select_tree
+
+        tree = select_tree(source)
+        index = open_index(tree)
+    except KernelmapError as e:
+        return KernelResolver(), str(e)
+    return KernelResolver(index, Path(tree.root) if getattr(tree, "root", None) else None, tree.name), None
+
+
+__all__ = ["GPU_LIBRARIES", "KernelAnswer", "KernelResolver", "Site", "open_resolver"]

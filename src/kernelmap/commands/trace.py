@@ -7,7 +7,29 @@ import shutil
 import sys
 import traceback
 
+import math
+import os
+from pathlib import Path
+
 import click
+
+from kernelmap.errors import BadInput
+
+
+def _check_options(width, top, min_us, depth, export_chrome) -> None:
+    """Option values click's types accept but that mean nothing: one-line errors."""
+    if width is not None and width < 20:
+        raise BadInput(f"--width must be at least 20, not {width}")
+    if top < 0:
+        raise BadInput(f"--top must be 0 or more, not {top}")
+    if depth is not None and depth < 0:
+        raise BadInput(f"--depth must be 0 or more, not {depth}")
+    if not math.isfinite(min_us) or min_us < 0:
+        raise BadInput(f"--min-us must be a finite number of 0 or more, not {min_us}")
+    if export_chrome is not None:
+        parent = Path(export_chrome).resolve().parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK):
+            raise BadInput(f"cannot write --export-chrome {export_chrome}: {parent} is not a writable folder")
 
 
 def _print_error(error: BaseException) -> None:
@@ -62,9 +84,10 @@ def trace(target, args, code, from_file, fmt, as_json, tree, summary, depth, min
       kernelmap trace mypkg.bench:step --no-tree --top 10
       kernelmap trace --from trace.json.gz --export-chrome annotated.json
     """
-    from kernelmap.errors import BadInput
     from kernelmap import trace as tracing
+    from kernelmap.trace.text import sanitize
 
+    _check_options(width, top, min_us, depth, export_chrome)
     sources = sum(x is not None for x in (target, code, from_file))
     if sources != 1:
         raise BadInput("give one of: a script or module:function, -c CODE, or --from TRACE")
@@ -85,7 +108,10 @@ def trace(target, args, code, from_file, fmt, as_json, tree, summary, depth, min
         result = tracing.run_script(target, tuple(args), **options)
 
     if export_chrome:
-        result.export_chrome(export_chrome)
+        try:
+            result.export_chrome(export_chrome)
+        except OSError as e:
+            raise BadInput(f"cannot write --export-chrome {export_chrome}: {e.strerror}") from None
     if as_json:
         from kernelmap.render.json import to_json
 
@@ -100,12 +126,12 @@ def trace(target, args, code, from_file, fmt, as_json, tree, summary, depth, min
         from kernelmap.render import render
 
         if tree:
-            click.echo(render(result.tree, "text", width=width, color=None if sys.stdout.isatty() else False, max_depth=depth, min_us=min_us), nl=False)
+            click.echo(sanitize(render(result.tree, "text", width=width, color=None if sys.stdout.isatty() else False, max_depth=depth, min_us=min_us)), nl=False)
         if summary:
             if tree:
                 click.echo()
             columns = width or max(120, shutil.get_terminal_size((120, 24)).columns)
-            click.echo(result.summary().to_text(top=top, width=columns), nl=False)
+            click.echo(sanitize(result.summary().to_text(top=top, width=columns)), nl=False)
         if export_chrome:
             click.echo(f"wrote {export_chrome}")
 

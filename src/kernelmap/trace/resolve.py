@@ -105,82 +105,6 @@ _CONV_BACKEND_VENDOR = {
     "NnpackSpatial": ("NNPACK", False),
 }
 
-# GPU kernel families of ATen: (pattern on the demangled name, file in the repository).
-ATEN_KERNEL_FILES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
-    (re.compile(p), f)
-    for p, f in (
-        (r"\b(vectorized_elementwise_kernel|unrolled_elementwise_kernel|elementwise_kernel)\b", "aten/src/ATen/native/cuda/CUDALoops.cuh"),
-        (r"\bunrolled_elementwise_kernel_for_multi_outputs\b", "aten/src/ATen/native/cuda/Loops.cuh"),
-        (r"\belementwise_kernel_with_index\b", "aten/src/ATen/native/cuda/RangeFactories.cu"),
-        (r"\breduce_kernel\b", "aten/src/ATen/native/cuda/Reduce.cuh"),
-        (r"\bbatch_norm_\w+", "aten/src/ATen/native/cuda/Normalization.cuh"),
-        (r"\bmax_pool_(forward|backward)_\w+", "aten/src/ATen/native/cuda/DilatedMaxPool2d.cu"),
-        (r"\badaptive_average_(pool|gradinput)\w*", "aten/src/ATen/native/cuda/AdaptiveAveragePooling.cu"),
-        (r"\bcunn_SoftMax\w+|\bsoftmax_warp_\w+", "aten/src/ATen/native/cuda/SoftMax.cu"),
-        (r"\bCatArrayBatchedCopy\w*", "aten/src/ATen/native/cuda/Shape.cu"),
-        (r"\bindexSelect(Small|Large)Index\b", "aten/src/ATen/native/cuda/Indexing.cu"),
-        (r"\bim2col_kernel\b", "aten/src/ATen/native/cuda/im2col.cuh"),
-        (r"\b(vectorized_layer_norm_kernel|layer_norm_\w+|RowwiseMomentsCUDAKernel|LayerNorm\w+)", "aten/src/ATen/native/cuda/layer_norm_kernel.cu"),
-        (r"\bupsample_bilinear2d_\w+", "aten/src/ATen/native/cuda/UpSampleBilinear2d.cu"),
-    )
-)
-# Vendor GPU kernels by name: (pattern, library, closed). Order matters: first match wins.
-_GPU_VENDORS: tuple[tuple[re.Pattern[str], str, bool], ...] = tuple(
-    (re.compile(p, re.I if i else 0), lib, closed)
-    for p, lib, closed, i in (
-        (r"^(void )?cudnn::|cudnn|implicit_convolve_sgemm|precomputed_convolve|explicit_convolve|winograd|"
-         r"nchwToNhwc|nhwcToNchw|scalePackedTensor|conv2d_grouped_direct|fft2d_[rc]2[rc]|_cudnn_", "cuDNN", True, False),
-        (r"^nccl|ncclDevKernel|ncclKernel", "NCCL", False, False),
-        (r"pytorch_flash::|flash_fwd|flash_bwd|fmha_cutlass|mem_efficient|fmha", "FlashAttention/CUTLASS (in PyTorch)", False, False),
-        (r"^triton_|^triton__", "Triton (generated)", False, False),
-        (r"cutlass", "CUTLASS", False, False),
-        (r"sm\d+_xmma|xmma_|^ampere_|^volta_|^turing_|^maxwell_|^hopper_|^sm\d+_|^nvjet_|gemv|gemm|cublas|splitKreduce|Kernel2\b", "cuBLAS", True, True),
-        (r"regular_fft|vector_fft|fft_|_fft", "cuFFT", True, True),
-    )
-)
-_KERNEL_SYMBOL = re.compile(r"^(?:void |[\w:<>]+ )?((?:[A-Za-z_]\w*::|\(anonymous namespace\)::)*[A-Za-z_]\w*)")
-
-
-@dataclass(frozen=True)
-class KernelFacts:
-    """What a GPU kernel name says about it."""
-
-    library: str | None  # "cuDNN", "cuBLAS", "ATen", ... None when unrecognised
-    closed: bool
-    symbol: str | None  # at::native::vectorized_elementwise_kernel
-    file: str | None  # repository path of its family's source
-
-
-def kernel_facts(name: str, launched_by: tuple[str, ...] = ()) -> KernelFacts:
-    """Recognise a device kernel by its (demangled) name, and by the operators
-    that launched it when the name alone is ambiguous: the same `sm80_xmma_*`
-    and CUTLASS kernels ship inside both cuDNN and cuBLAS."""
-    if name.startswith(("Memcpy", "Memset")) or name in ("Memcpy HtoD (Pageable -> Device)",):
-        return KernelFacts("CUDA runtime", True, None, None)
-    m = _KERNEL_SYMBOL.match(name)
-    symbol = m.group(1) if m else None
-    if "at::native::" in name or (symbol or "").startswith("at::"):
-        for pattern, path in ATEN_KERNEL_FILES:
-            if pattern.search(name):
-                return KernelFacts("ATen", False, symbol, path)
-        return KernelFacts("ATen", False, symbol, None)
-    for pattern, lib, closed in _GPU_VENDORS:
-        if pattern.search(name):
-            if lib in ("cuBLAS", "CUTLASS") and any(CONV_BACKEND_OPS.get(op, "").startswith("Cudnn") or "cudnn" in op for op in launched_by):
-                return KernelFacts("cuDNN", True, symbol, None)
-            if lib == "CUTLASS" and any(_is_gemm(op) for op in launched_by):
-                return KernelFacts("cuBLAS", True, symbol, None)
-            return KernelFacts(lib, closed, symbol, None)
-    for pattern, path in ATEN_KERNEL_FILES:
-        if pattern.search(name):
-            return KernelFacts("ATen", False, symbol, path)
-    return KernelFacts(None, False, symbol, None)
-
-
-def _is_gemm(op: str) -> bool:
-    return bool(re.match(r"^aten::(mm|addmm|bmm|baddbmm|addbmm|addmv|mv|linear|matmul|_addmm_activation|_scaled_mm)(_|$)", op))
-
-
 def op_vendor(name: str, device: str, conv_backend: str | None = None) -> tuple[str, bool] | None:
     """The external library an operator's own kernel calls, and whether its code is closed."""
     if conv_backend in _CONV_BACKEND_VENDOR and name in ("aten::_convolution", "aten::convolution_backward"):
@@ -249,6 +173,17 @@ class Resolver:
     _conv: dict[tuple, str | None] = field(default_factory=dict)
     _shared: dict[tuple, dict[str, Any]] = field(default_factory=dict)
     _errors: Counter = field(default_factory=Counter)
+    _kernel_resolver: Any = None
+
+    def _kernels(self):
+        """The kernel-name resolver on the same tree as the kernel sources."""
+        if self._kernel_resolver is None:
+            from kernelmap.kernels import KernelResolver
+
+            ix = getattr(self.source_index, "index", None)
+            tree = getattr(ix, "tree", None)
+            self._kernel_resolver = KernelResolver(ix, getattr(tree, "root", None), getattr(tree, "name", None))
+        return self._kernel_resolver
 
     def _catalog(self):
         if self.catalog is None:
@@ -478,18 +413,24 @@ class Resolver:
             p = p.parent
         if ops:
             node.attrs["launched_by"] = ops[0]
-        facts = kernel_facts(node.name, tuple(ops))
-        if facts.library:
-            node.attrs["vendor"] = facts.library
-            node.attrs["closed"] = facts.closed
+        answer = self._kernels().resolve(node.name)
+        lib = answer.library
+        if lib in ("cuBLAS", "CUTLASS") and any(CONV_BACKEND_OPS.get(op, "").startswith("Cudnn") or "cudnn" in op for op in ops):
+            lib = "cuDNN"  # the same xmma/CUTLASS kernels ship inside cuDNN
+        if lib:
+            node.attrs["vendor"] = lib
+            node.attrs["closed"] = answer.closed if lib == answer.library else True
         else:
             node.attrs["unknown"] = "kernel family not recognised"
-        if facts.symbol and facts.library == "ATen":
-            node.attrs["kernel"] = facts.symbol
-            if facts.file:
-                node.attrs["source_file"] = facts.file
-            src = self.kernel_source(facts.symbol.replace("(anonymous namespace)::", ""))
-            node.attrs.update(src)
+        if answer.library == "ATen":
+            node.attrs["kernel"] = (answer.functor or answer.kernel).symbol  # type: ignore[union-attr]
+            if answer.functor is not None and answer.functor.location is not None:
+                node.attrs["source"] = str(answer.functor.location)
+                node.attrs["source_file"] = answer.functor.location.path
+            if answer.kernel is not None and answer.kernel.location is not None:
+                node.attrs["launcher"] = str(answer.kernel.location)
+                node.attrs.setdefault("source", str(answer.kernel.location))
+                node.attrs.setdefault("source_file", answer.kernel.location.path)
         for k in ("device", "stream", "grid", "block", "correlation"):
             if k in node.args:
                 node.attrs[k if k != "device" else "gpu"] = node.args[k]

@@ -28,6 +28,7 @@ class OpRow:
     device_us: float = 0.0
     shapes: Counter = field(default_factory=Counter)  # "[1, 3, 224, 224], [64, 3, 7, 7]" -> calls
     kernels: Counter = field(default_factory=Counter)  # device kernel name -> launches
+    kernel_sources: dict = field(default_factory=dict)  # device kernel name -> "file:line" or its library
     dispatch_key: str | None = None
     kernel: str | None = None
     source: str | None = None  # file:line of the kernel, or the catalog entry
@@ -38,7 +39,8 @@ class OpRow:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["shapes"] = [{"shapes": s, "calls": n} for s, n in self.shapes.most_common(5)]
-        d["kernels"] = [{"name": k, "launches": n} for k, n in self.kernels.most_common()]
+        d["kernels"] = [{"name": k, "launches": n, "source": self.kernel_sources.get(k)} for k, n in self.kernels.most_common()]
+        del d["kernel_sources"]
         for k in ("self_us", "total_us", "device_us"):
             d[k] = round(d[k], 3)
         return d
@@ -65,11 +67,50 @@ class GroupRow:
 
 
 @dataclass
+class GpuTime:
+    """How much of the GPU time kernelmap can name: with a source location,
+    with a named library, or not at all (those kernels listed by time)."""
+
+    total_us: float = 0.0
+    source_us: float = 0.0
+    library_us: float = 0.0
+    unresolved: Counter = field(default_factory=Counter)  # kernel name -> GPU time
+
+    @property
+    def unresolved_us(self) -> float:
+        return self.total_us - self.source_us - self.library_us
+
+    def fraction(self, us: float) -> float:
+        return us / self.total_us if self.total_us else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "total_us": round(self.total_us, 3),
+            "source_us": round(self.source_us, 3),
+            "library_us": round(self.library_us, 3),
+            "unresolved_us": round(self.unresolved_us, 3),
+            "unresolved": [{"name": k, "us": round(v, 3)} for k, v in self.unresolved.most_common()],
+        }
+
+    def to_text(self, top: int, width: int) -> str:
+        if not self.total_us:
+            return ""
+        pct = lambda us: f"{100 * self.fraction(us):.1f}%"  # noqa: E731
+        out = (f"GPU time {_ms(self.total_us)} ms: {pct(self.source_us)} with a source location, "
+               f"{pct(self.library_us)} in a named library, {pct(self.unresolved_us)} unresolved\n")
+        if self.unresolved:
+            out += _table("Unresolved kernels (by GPU time)", ("dev ms", "kernel"),
+                          [(_ms(v), k) for k, v in self.unresolved.most_common(top)], width)
+        return out
+
+
+@dataclass
 class Summary:
     ops: list[OpRow]
     modules: list[GroupRow]
     files: list[GroupRow]
     notes: tuple[str, ...] = ()
+    gpu: GpuTime = field(default_factory=GpuTime)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -77,6 +118,7 @@ class Summary:
             "modules": [r.to_json() for r in self.modules],
             "files": [r.to_json() for r in self.files],
             "notes": list(self.notes),
+            "gpu_time": self.gpu.to_json(),
         }
 
     def to_text(self, top: int = 25, width: int = 120) -> str:
@@ -115,6 +157,13 @@ class Summary:
             width,
             limits={0: 60},
         ))
+        kernel_rows = [(r.name, k, r.kernel_sources.get(k) or "-") for r in self.ops[:top] for k in r.kernels]
+        if kernel_rows:
+            out.append(_table("Kernels of each operator (functor or kernel source, else library)", ("operator", "source", "kernel"),
+                              [(op, src, k) for op, k, src in kernel_rows], width, limits={0: 30, 1: 60}))
+        gpu = self.gpu.to_text(top, width)
+        if gpu:
+            out.append(gpu)
         unknown = [r.name for r in self.ops if r.unknown]
         if unknown:
             out.append(f"? not in the installed torch's catalog: {', '.join(unknown)}\n")
@@ -176,6 +225,7 @@ def summarize(tree: CallTree) -> Summary:
     ops: dict[str, OpRow] = {}
     modules: dict[str, GroupRow] = {}
     files: dict[str, GroupRow] = defaultdict(lambda: GroupRow(""))
+    gpu = GpuTime()
     for n in nodes:
         dur = float(n.attrs.get("duration_us", 0.0))
         if n.kind in ("op", "autograd"):
@@ -200,6 +250,9 @@ def summarize(tree: CallTree) -> Summary:
             row.unknown = row.unknown or bool(a.get("unknown")) and n.name.startswith("aten::")
             for k in _kernels_below(n):
                 row.kernels[k.name] += 1
+                where = k.attrs.get("source") or k.attrs.get("vendor")
+                if where:
+                    row.kernel_sources[k.name] = where
             if closed_below[id(n)]:
                 row.closed = True
                 row.vendor = row.vendor or closed_below[id(n)]
@@ -221,7 +274,15 @@ def summarize(tree: CallTree) -> Summary:
             g.device_us += device[id(n)]
             for c in _ops_directly_below(n):
                 g.ops[c] += 1
-        elif n.kind == "gpu_kernel" and n.attrs.get("source_file"):
+        if n.kind in ("gpu_kernel", "gpu_memcpy", "gpu_memset"):
+            gpu.total_us += dur
+            if n.attrs.get("source"):
+                gpu.source_us += dur
+            elif n.attrs.get("vendor"):
+                gpu.library_us += dur
+            else:
+                gpu.unresolved[n.name] += dur
+        if n.kind == "gpu_kernel" and n.attrs.get("source_file"):
             f = files[n.attrs["source_file"]]
             f.name = n.attrs["source_file"]
             f.calls += 1
@@ -232,6 +293,7 @@ def summarize(tree: CallTree) -> Summary:
         modules=sorted(modules.values(), key=lambda r: (-r.total_us, r.name)),
         files=sorted(files.values(), key=lambda r: (-(r.total_us + r.device_us), r.name)),
         notes=tree.notes,
+        gpu=gpu,
     )
 
 

@@ -1,0 +1,41 @@
+"""`kernelmap kernel NAME`: one GPU kernel name -> what it is and where its code is."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+
+@click.command()
+@click.argument("name")
+@click.option("--source", "source_tree", help="Source tree (registered name or directory) whose index gives the locations.")
+@click.option("--json", "as_json", is_flag=True, help="Print the kernel/1 document.")
+def kernel(name, source_tree, as_json):
+    """What a GPU kernel is and where its code is, from its name as a profiler,
+    Nsight or a trace prints it (mangled or demangled, possibly cut short).
+
+    An ATen kernel is answered with its launcher template (CUDALoops.cuh,
+    Reduce.cuh, ...) and the functor or lambda it was instantiated with, at
+    file:line in the source tree; a library kernel (cuDNN, cuBLAS, NCCL, CUB,
+    FBGEMM, MIOpen, rocBLAS, ...) with its library, whether its code is open,
+    its repository and the ATen call sites that launch it.
+
+    \b
+    Examples:
+      kernelmap kernel 'void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)'
+      kernelmap kernel ncclKernel_AllReduce_RING_LL_Sum_float --json
+      kernelmap kernel _ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEENS_6detail5ArrayIPcLi1EEEEEviT0_T1_ --source debian-2.6.0
+    """
+    from kernelmap.kernels import open_resolver
+    from kernelmap.trace.text import sanitize
+
+    resolver, reason = open_resolver(source_tree)
+    answer = resolver.resolve(name)
+    if as_json:
+        click.echo(json.dumps(answer.to_json(), indent=2))
+        return
+    click.echo(sanitize(answer.to_text()), nl=False)
+    if reason:
+        click.echo(f"no source locations: {sanitize(reason)}", err=True)

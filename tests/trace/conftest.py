@@ -143,3 +143,6 @@ def gpu_step(kineto, tmp_path) -> Path:
     k.op("aten::mm", 355, 30, [(8, 16), (16, 10)], ["float", "float"])
     k.launch(CUTLASS_GEMM, 360, 1090, 8)
     return k.write(tmp_path / "gpu_step.json")
+
+
+from tests.source.conftest import no_user_selection, real_build, real_index, real_tree, real_tree_root  # noqa: E402,F401 - the 2.6.0 tree and its index

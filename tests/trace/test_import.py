@@ -87,8 +87,8 @@ def test_gpu_kernels_hang_under_their_launch_and_operator(gpu_step):
     assert not any("could not be joined" in n for n in t.tree.notes)
 
 
-def test_vendor_kernels_are_marked_closed_and_aten_kernels_linked_to_source(gpu_step):
-    t = load(gpu_step)
+def test_vendor_kernels_are_marked_closed_and_aten_kernels_linked_to_source(gpu_step, real_tree, real_index):
+    t = load(gpu_step, source_tree=real_tree.name)
     for name, library in [(CUDNN_CONV, "cuDNN"), (CUDNN_TRANSPOSE, "cuDNN"), (CUBLAS_GEMM, "cuBLAS"), (CUTLASS_GEMM, "cuBLAS")]:
         k = _kernel(t.tree, name)
         assert (k.attrs["vendor"], k.attrs["closed"]) == (library, True), name
@@ -98,6 +98,8 @@ def test_vendor_kernels_are_marked_closed_and_aten_kernels_linked_to_source(gpu_
     assert add.attrs["closed"] is False
     bn = _kernel(t.tree, ATEN_BN)
     assert bn.attrs["source_file"] == "aten/src/ATen/native/cuda/Normalization.cuh"
+    path, line = bn.attrs["launcher"].rsplit(":", 1)
+    assert "batch_norm_collect_statistics_kernel" in (real_tree.root / path).read_text().splitlines()[int(line) - 1]
 
 
 def test_gpu_operators_resolve_to_cuda_kernels(gpu_step):

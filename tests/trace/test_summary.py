@@ -44,13 +44,20 @@ def test_summary_text_exact():
         "----------------------------------  -----  -------  ------  -------------------\n"
         "aten/src/ATen/native/cuda/Blas.cpp      2    0.080       -  aten::addmm\n"
         "aten/src/ATen/native/Linear.cpp         2    0.040       -  aten::linear\n"
+        "\n"
+        "Kernels of each operator (functor or kernel source, else library)\n"
+        "operator     source  kernel\n"
+        "-----------  ------  ----------------------\n"
+        "aten::addmm  cuBLAS  ampere_sgemm_128x64_tn\n"
+        "\n"
+        "GPU time 0.060 ms: 0.0% with a source location, 100.0% in a named library, 0.0% unresolved\n"
     )
 
 
 def test_summary_json_rows():
     doc = summarize(_linear_twice()).to_json()
     addmm = next(r for r in doc["ops"] if r["name"] == "aten::addmm")
-    assert addmm["kernels"] == [{"name": "ampere_sgemm_128x64_tn", "launches": 2}]
+    assert addmm["kernels"] == [{"name": "ampere_sgemm_128x64_tn", "launches": 2, "source": "cuBLAS"}]
     assert addmm["shapes"] == [{"shapes": "[10], [8, 16], [16, 10]", "calls": 2}]
     assert (addmm["closed"], addmm["vendor"], addmm["self_us"], addmm["device_us"]) == (True, "cuBLAS", 80.0, 60.0)
     assert [m["name"] for m in doc["modules"]] == ["Linear"]

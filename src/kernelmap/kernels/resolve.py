@@ -58,17 +58,18 @@ class Site:
     role: str  # "launcher" | "kernel" | "functor" | "lambda" | "launch" | "library call"
     symbol: str
     location: Location | None
+    caller: str | None = None  # call sites: the function the call is in
 
     def to_json(self) -> dict[str, Any]:
-        return {"role": self.role, "symbol": self.symbol, "location": str(self.location) if self.location else None}
+        return {"role": self.role, "symbol": self.symbol, "location": str(self.location) if self.location else None, "caller": self.caller}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Site:
         loc = d.get("location")
         if not loc:
-            return cls(d["role"], d["symbol"], None)
+            return cls(d["role"], d["symbol"], None, d.get("caller"))
         path, _, line = loc.rpartition(":")
-        return cls(d["role"], d["symbol"], Location(path, int(line)))
+        return cls(d["role"], d["symbol"], Location(path, int(line)), d.get("caller"))
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ class KernelAnswer:
             if s is not None:
                 lines.append(f"  {s.role:<9} {s.location or '(not found in the tree)'}  {s.symbol}")
         for s in self.launches:
-            lines.append(f"  {s.role:<9} {s.location}  {s.symbol}")
+            lines.append(f"  {s.role:<9} {s.location}  {s.symbol}" + (f"  in {s.caller}" if s.caller else ""))
         if self.tree:
             lines.append(f"  (locations in the tree {self.tree})")
         return "\n".join(lines) + "\n"
@@ -155,7 +156,8 @@ class KernelResolver:
         if not name.strip():
             raise BadInput("empty kernel name")
         k = parse(name)
-        lib = library_of(k.text)
+        # An ATen launcher instantiated with another library's lambda is still ATen's launcher.
+        lib = None if k.symbol.startswith("at::") else library_of(k.text)
         symbol = unqualified_symbol(k.symbol) or k.text
         if lib is not None:
             return KernelAnswer(name, k.text, k.symbol, k.truncated, lib.name, lib.closed, lib.repository, None, None,
@@ -168,7 +170,7 @@ class KernelResolver:
             return KernelAnswer(name, k.text, k.symbol, k.truncated, None, False, None, None, None, (), self.tree_name)
         functor, launches = self._functor(k.args)
         role = "launcher" if functor is not None else "kernel"
-        kernel = Site(role, k.symbol.replace("(anonymous namespace)::", ""), kernel_loc)
+        kernel = Site(role, k.symbol, kernel_loc)
         return KernelAnswer(name, k.text, k.symbol, k.truncated, "ATen", False, "https://github.com/pytorch/pytorch",
                             kernel, functor, launches, self.tree_name)
 
@@ -188,10 +190,11 @@ class KernelResolver:
                 head = unqualified_symbol(a.head)
                 if head and not _PRIMITIVE.match(head) and not _PLUMBING.search(head) and not _WRAPPERS.search(head):
                     where = self._locate(f"{head}::operator()")
-                    if where is None:
-                        where = self._locate_class(head)
                     if where is not None:
                         return Site("functor", f"{head}::operator()", where), ()
+                    where = self._locate_class(head)
+                    if where is not None:
+                        return Site("functor", head, where), ()
                     if _FUNCTOR_NAME.search(head):
                         # Named like a functor but not in this tree (a trace from another version).
                         return Site("functor", head, None), ()
@@ -210,10 +213,26 @@ class KernelResolver:
             if kernel:
                 found = [d for d in found if d.symbol.kind == "global_kernel"] or found
             best = min(found, key=lambda d: (not d.location.path.startswith("aten/src/ATen/native/cuda/"), d.location.path, d.location.line), default=None)
-            loc = best.location if best is not None else None
+            loc = self._on_name_line(best.location, symbol) if best is not None else None
             if loc is None and kernel:
                 loc = self._grep(symbol.rsplit("::", 1)[-1], r"__global__[^;{]*?\bNAME\s*\(")
         self._defs[key] = loc
+        return loc
+
+    def _on_name_line(self, loc: Location, symbol: str) -> Location:
+        """The definition's line that holds its name: a definition may start on
+        a `template <...>` or `__global__ void` line above its name."""
+        if self.root is None:
+            return loc
+        short = symbol.rsplit("::", 1)[-1]
+        try:
+            lines = (self.root / loc.path).read_text(errors="replace").splitlines()
+        except OSError:
+            return loc
+        last = min(len(lines), (loc.end_line or loc.line) , loc.line + 8)
+        for n in range(loc.line, last + 1):
+            if short in lines[n - 1]:
+                return Location(loc.path, n)
         return loc
 
     def _locate_class(self, symbol: str) -> Location | None:
@@ -251,7 +270,7 @@ class KernelResolver:
         for d in self.index.definitions(owner.replace("(anonymous namespace)::", "")):
             for c in self.index.calls_from(d):
                 if c.name in _LAUNCH_CALLS:
-                    out.append(Site("launch", c.name, c.location))
+                    out.append(Site("launch", c.name, c.location, owner))
         return tuple(out[:8])
 
     def _library_launches(self, lib: GpuLibrary) -> tuple[Site, ...]:
@@ -261,8 +280,8 @@ class KernelResolver:
         for callee in lib.aten_calls:
             for c in self.index.callers_of(callee)[:3]:
                 if c.location.path.startswith("aten/"):
-                    caller = c.caller.qualified_name if c.caller else "(file scope)"
-                    out.append(Site("library call", f"{caller} -> {c.callee}", c.location))
+                    caller = c.caller.qualified_name if c.caller else None
+                    out.append(Site("library call", c.callee, c.location, caller))
             if len(out) >= 4:
                 break
         return tuple(out[:4])

@@ -152,7 +152,7 @@ def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None
 
 _LINK_KEYS = (
     "op", "yaml", "op_kind", "dispatch_key", "kernel", "registered_at", "source", "source_url", "source_file",
-    "source_reason", "vendor", "closed", "conv_backend", "conv_backend_ran", "launched_by", "unknown", "forward_op",
+    "source_reason", "functor", "launcher", "vendor", "closed", "conv_backend", "conv_backend_ran", "launched_by", "unknown", "forward_op",
 )
 
 

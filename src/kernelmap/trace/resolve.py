@@ -423,7 +423,10 @@ class Resolver:
         else:
             node.attrs["unknown"] = "kernel family not recognised"
         if answer.library == "ATen":
-            node.attrs["kernel"] = (answer.functor or answer.kernel).symbol  # type: ignore[union-attr]
+            if answer.kernel is not None:
+                node.attrs["kernel"] = answer.kernel.symbol
+            if answer.functor is not None:
+                node.attrs["functor"] = answer.functor.symbol
             if answer.functor is not None and answer.functor.location is not None:
                 node.attrs["source"] = str(answer.functor.location)
                 node.attrs["source_file"] = answer.functor.location.path

@@ -30,6 +30,7 @@ class Library:
     calls: re.Pattern[str] | None = None  # C++ callee names in PyTorch's source
     kernels: re.Pattern[str] | None = None  # GPU kernel names (demangled) a profiler shows
     ops: tuple[tuple[re.Pattern[str], str | None], ...] = field(default=())  # (operator, device or None)
+    launched_from: tuple[str, ...] = ()  # C++ callees whose call sites in ATen launch its GPU kernels
 
     def __post_init__(self) -> None:
         if self.closed and self.repository:
@@ -56,6 +57,7 @@ _LINALG_OPS = r"^aten::(linalg_|_linalg_|cholesky|lu_|_lu_|triangular_solve|geqr
 # names before the generic gemm names of cuBLAS).
 LIBRARIES: tuple[Library, ...] = (
     Library("CUDA runtime", closed=True, ids=("cudart",), kernels=_re(r"^(Memcpy|Memset)")),
+    Library("HIP runtime", closed=False, repository="https://github.com/ROCm/clr", ids=("hip",), kernels=_re(r"^hipMemcpy|^hipMemset|^__amd_rocclr_")),
     Library(
         "cuDNN",
         closed=True,
@@ -63,9 +65,10 @@ LIBRARIES: tuple[Library, ...] = (
         # cudnn_frontend is an open header library, but every call through it ends in cuDNN itself
         calls=_re(r"^(cudnn[A-Z]|cudnn_frontend::)"),
         kernels=_re(
-            r"^(void )?cudnn::|cudnn|implicit_convolve_sgemm|precomputed_convolve|explicit_convolve|winograd|"
-            r"nchwToNhwc|nhwcToNchw|scalePackedTensor|conv2d_grouped_direct|fft2d_[rc]2[rc]|_cudnn_"
+            r"^(void )?cudnn::|cudnn|\bcask_cudnn::|implicit_convolve_sgemm|precomputed_convolve|explicit_convolve|winograd|"
+            r"nchwToNhwc|nhwcToNchw|scalePackedTensor|conv2d_grouped_direct|^(void )?fft2d_[rc]2[rc]|^(void )?fft[123]d_|_cudnn_"
         ),
+        launched_from=("cudnnConvolutionForward", "cudnnBackendExecute"),
         ops=((_re(r"^aten::(cudnn_|_cudnn_|_scaled_dot_product_cudnn)"), None),),
     ),
     Library(
@@ -75,30 +78,60 @@ LIBRARIES: tuple[Library, ...] = (
         ids=("nccl",),
         calls=_re(r"^nccl[A-Z]"),
         kernels=_re(r"^nccl|ncclDevKernel|ncclKernel"),
+        launched_from=("ncclAllReduce", "ncclAllGather", "ncclReduceScatter", "ncclSend", "ncclRecv", "ncclBroadcast"),
     ),
+    Library("RCCL", closed=False, repository="https://github.com/ROCm/rccl", ids=("rccl",), kernels=_re(r"^rcclKernel|\brccl")),
     Library(
         "FlashAttention/CUTLASS (in PyTorch)",
         closed=False,
         ids=("flash",),
         kernels=_re(r"pytorch_flash::|flash_fwd|flash_bwd|fmha_cutlass|mem_efficient|fmha"),
     ),
-    Library("Triton (generated)", closed=False, repository="https://github.com/triton-lang/triton", ids=("triton",), kernels=_re(r"^triton_|^triton__")),
-    Library("CUTLASS", closed=False, repository="https://github.com/NVIDIA/cutlass", ids=("cutlass",), kernels=_re(r"cutlass")),
+    Library("Triton (generated)", closed=False, repository="https://github.com/triton-lang/triton", ids=("triton",), kernels=_re(r"^triton_|^triton__|^(void )?triton::")),
+    Library(
+        "FBGEMM",
+        closed=False,
+        repository="https://github.com/pytorch/FBGEMM",
+        ids=("fbgemm",),
+        kernels=_re(
+            r"\bfbgemm_gpu::|^(void )?(split_embedding_|batch_index_select_|bounds_check_indices_kernel|linearize_index_kernel|"
+            r"permute_pooled_embs_kernel|dense_embedding_|jagged_|grad_mean_kernel|embedding_|_block_bucketize|_bucketize|"
+            r"reorder_batched_|recat_copy_async_kernel)"
+        ),
+    ),
+    Library(
+        "CUB/Thrust",
+        closed=False,
+        repository="https://github.com/NVIDIA/cccl",
+        ids=("cub",),
+        kernels=_re(r"^(void )?(cub::|thrust::|rocprim::|hipcub::)"),
+        launched_from=("at::cuda::cub::radix_sort_pairs", "at::cuda::cub::radix_sort_keys", "at::cuda::cub::inclusive_scan", "at::cuda::cub::exclusive_scan"),
+    ),
+    Library("Composable Kernel", closed=False, repository="https://github.com/ROCm/composable_kernel", ids=("ck",), kernels=_re(r"^(void )?(ck::|ck_tile::)")),
+    Library("Tensile (rocBLAS/hipBLASLt)", closed=False, repository="https://github.com/ROCm/Tensile", ids=("tensile",), kernels=_re(r"^(Cijk_|Cij_|Alik_|Ailk_)")),
+    Library("hipBLASLt", closed=False, repository="https://github.com/ROCm/hipBLASLt", ids=("hipblaslt",), kernels=_re(r"^(void )?hipblaslt|\bhipblasLt")),
     Library("cuBLASLt", closed=True, ids=("cublasLt",), calls=_re(r"^cublasLt[A-Z]")),
     Library(
         "cuBLAS",
         closed=True,
         ids=("cublas",),
         calls=_re(r"^cublas[A-Z]"),
-        kernels=_re(r"sm\d+_xmma|xmma_|^ampere_|^volta_|^turing_|^maxwell_|^hopper_|^sm\d+_|^nvjet_|gemv|gemm|cublas|splitKreduce|Kernel2\b", re.I),
+        # cuBLAS's own CUTLASS-built kernels (`cutlass_80_tensorop_*`) before the generic CUTLASS row
+        kernels=_re(
+            r"^(void )?cutlass::Kernel2?<cutlass_\d+_|^cutlass_\d+_|^sm\d+_xmma|xmma_|^(ampere|volta|turing|maxwell)_[sdhcz]|^ampere_gcgemm|^hopper_|"
+            r"^sm\d+_|^nvjet_|^(void )?(gemv|gemmk1_kernel|gemmSN|cublas|splitKreduce_kernel|dot_kernel|reduce_1Block_kernel|scal_kernel|"
+            r"axpy_kernel|sgemm_|dgemm_|internal::gemvx::|epilogue::impl::|gemm_kernel)|^std::enable_if<.*>::type internal::gemvx::|\bcublasLt::"
+        ),
         ops=((_re(_GEMM_OPS), "cuda"),),
+        launched_from=("at::cuda::blas::gemm", "at::cuda::blas::bgemm", "at::cuda::blas::gemm_and_bias", "cublasGemmEx", "cublasLtMatmul"),
     ),
+    Library("CUTLASS", closed=False, repository="https://github.com/NVIDIA/cutlass", ids=("cutlass",), kernels=_re(r"\bcutlass::|cutlass")),
     Library(
         "cuFFT",
         closed=True,
         ids=("cufft",),
         calls=_re(r"^cufft[A-Z]"),
-        kernels=_re(r"regular_fft|vector_fft|fft_|_fft", re.I),
+        kernels=_re(r"^(void )?(regular_fft|vector_fft|fft_)|\bcufft", re.I),
         ops=((_re(r"^aten::(_fft_)"), "cuda"),),
     ),
     Library("cuSPARSE", closed=True, ids=("cusparse",), calls=_re(r"^cusparse[A-Z]")),
@@ -116,9 +149,10 @@ LIBRARIES: tuple[Library, ...] = (
         repository="https://github.com/ROCm/MIOpen",
         ids=("miopen",),
         calls=_re(r"^miopen[A-Z]"),
+        kernels=_re(r"^MIOpen|^miopen|^(void )?miopen::|^naive_conv_|^gridwise_convolution_|^Op[0-9]dTensorGeneric|^SubTensorOpWithScalar|^igemm_|^Im2Col|^Col2Im"),
         ops=((_re(r"^aten::(miopen_|_miopen)"), None),),
     ),
-    Library("rocBLAS", closed=False, repository="https://github.com/ROCm/rocBLAS", ids=("rocblas",), calls=_re(r"^rocblas_")),
+    Library("rocBLAS", closed=False, repository="https://github.com/ROCm/rocBLAS", ids=("rocblas",), calls=_re(r"^rocblas_"), kernels=_re(r"^(void )?rocblas_|\brocblas_")),
     Library("hipBLAS", closed=False, repository="https://github.com/ROCm/hipBLAS", ids=("hipblas",), calls=_re(r"^hipblas(Lt)?[A-Z]")),
     Library("hipSPARSE", closed=False, repository="https://github.com/ROCm/hipSPARSE", ids=("hipsparse",), calls=_re(r"^hipsparse[A-Z]")),
     Library("rocSOLVER", closed=False, repository="https://github.com/ROCm/rocSOLVER", ids=("rocsolver",), calls=_re(r"^(rocsolver_|hipsolver[A-Z])")),

@@ -1,6 +1,6 @@
 """GPU kernel names (from a profiler, Nsight or a trace) -> what each kernel is
-and where its code is: `names` parses and demangles, `libraries` is the table
-of GPU libraries by kernel name, `resolve` maps ATen kernels to their launcher
+and where its code is: `names` parses and demangles, library kernels are named
+by the vendor table (`kernelmap.vendors`), `resolve` maps ATen kernels to their launcher
 template and their functor or lambda in an indexed source tree.
 
     from kernelmap.kernels import open_resolver

@@ -3,8 +3,8 @@ is. An ATen kernel is answered twice, as the launcher template it was
 instantiated from (`vectorized_elementwise_kernel` in CUDALoops.cuh) and as
 the functor or lambda holding the op's arithmetic (`MulFunctor::operator()`
 in BinaryInternal.h, or the `gpu_kernel(...)` call in `launch_clamp_scalar`);
-a library kernel is answered with its library's row of `GPU_LIBRARIES` and
-the ATen call sites that launch it.
+a library kernel is answered with its row of the vendor table
+(`kernelmap.vendors`) and the ATen call sites that launch it.
 
 Locations come from the source index of the selected tree. A few launcher
 templates are declared behind macros the C++ grammar cannot read
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelmap.errors import BadInput
-from kernelmap.kernels.libraries import GPU_LIBRARIES, GpuLibrary, library_of
+from kernelmap import vendors
 from kernelmap.kernels.names import LAMBDA, Arg, lambda_owner, parse, unqualified_symbol
 from kernelmap.model import Location
 
@@ -157,7 +157,7 @@ class KernelResolver:
             raise BadInput("empty kernel name")
         k = parse(name)
         # An ATen launcher instantiated with another library's lambda is still ATen's launcher.
-        lib = None if k.symbol.startswith("at::") else library_of(k.text)
+        lib = None if k.symbol.startswith("at::") else vendors.of_kernel(k.text)
         symbol = unqualified_symbol(k.symbol) or k.text
         if lib is not None:
             return KernelAnswer(name, k.text, k.symbol, k.truncated, lib.name, lib.closed, lib.repository, None, None,
@@ -273,11 +273,11 @@ class KernelResolver:
                     out.append(Site("launch", c.name, c.location, owner))
         return tuple(out[:8])
 
-    def _library_launches(self, lib: GpuLibrary) -> tuple[Site, ...]:
-        if self.index is None or not lib.aten_calls:
+    def _library_launches(self, lib: vendors.Library) -> tuple[Site, ...]:
+        if self.index is None or not lib.launched_from:
             return ()
         out = []
-        for callee in lib.aten_calls:
+        for callee in lib.launched_from:
             for c in self.index.callers_of(callee)[:3]:
                 if c.location.path.startswith("aten/"):
                     caller = c.caller.qualified_name if c.caller else None
@@ -301,4 +301,4 @@ def open_resolver(source: str | None = None) -> tuple[KernelResolver, str | None
     return KernelResolver(index, Path(tree.root) if getattr(tree, "root", None) else None, tree.name), None
 
 
-__all__ = ["GPU_LIBRARIES", "KernelAnswer", "KernelResolver", "Site", "open_resolver"]
+__all__ = ["KernelAnswer", "KernelResolver", "Site", "open_resolver"]

@@ -32,6 +32,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelmap import vendors
 from kernelmap.errors import KernelmapError
 from kernelmap.trace.build import Node, walk
 
@@ -56,63 +57,14 @@ DTYPES = {
 }
 _NON_TENSOR = {"Scalar", "ScalarList", "TensorList", "GenericList", "", "None", "String", "Device", "Layout", "ScalarType"}
 
-# Operators whose kernels end in an external library: (pattern, device or None, library, closed).
-_OP_VENDORS: tuple[tuple[re.Pattern[str], str | None, str, bool], ...] = (
-    (re.compile(r"^aten::(cudnn_|_cudnn_|_scaled_dot_product_cudnn)"), None, "cuDNN", True),
-    (re.compile(r"^aten::(miopen_|_miopen)"), None, "MIOpen", False),
-    (re.compile(r"^aten::(mkldnn_|_mkldnn|onednn)"), None, "oneDNN", False),
-    (re.compile(r"^aten::_nnpack_spatial"), None, "NNPACK", False),
-    (re.compile(r"^aten::(mm|addmm|bmm|baddbmm|addbmm|addmv|mv|dot|vdot|_addmm_activation|_scaled_mm|_int_mm)(_|$)"), "cuda", "cuBLAS", True),
-    (re.compile(r"^aten::(mm|addmm|bmm|baddbmm|addbmm|addmv|mv|dot|vdot|_addmm_activation)(_|$)"), "cpu", "BLAS", False),
-    (re.compile(r"^aten::(_fft_)"), "cuda", "cuFFT", True),
-    (re.compile(r"^aten::(_fft_)"), "cpu", "MKL/pocketfft", False),
-    (re.compile(r"^aten::(linalg_|_linalg_|cholesky|lu_|_lu_|triangular_solve|geqrf|ormqr|orgqr|_linalg_svd|_linalg_eigh)"), "cuda", "cuSOLVER/MAGMA", True),
-    (re.compile(r"^aten::(linalg_|_linalg_|cholesky|lu_|_lu_|triangular_solve|geqrf|ormqr|orgqr)"), "cpu", "LAPACK", False),
-)
-
 # Children of `_convolution` / `convolution_backward` that show the backend that ran.
-CONV_BACKEND_OPS = {
-    "aten::mkldnn_convolution": "Mkldnn",
-    "aten::mkldnn_convolution_backward": "Mkldnn",
-    "aten::thnn_conv2d": "Slow2d",
-    "aten::_slow_conv2d_forward": "Slow2d",
-    "aten::_slow_conv2d_backward": "Slow2d",
-    "aten::slow_conv3d": "Slow3d",
-    "aten::slow_conv3d_forward": "Slow3d",
-    "aten::slow_conv_dilated2d": "SlowDilated2d",
-    "aten::slow_conv_dilated3d": "SlowDilated3d",
-    "aten::slow_conv_transpose2d": "SlowTranspose2d",
-    "aten::slow_conv_transpose3d": "SlowTranspose3d",
-    "aten::cudnn_convolution": "Cudnn",
-    "aten::cudnn_convolution_transpose": "CudnnTranspose",
-    "aten::miopen_convolution": "Miopen",
-    "aten::miopen_depthwise_convolution": "MiopenDepthwise",
-    "aten::_nnpack_spatial_convolution": "NnpackSpatial",
-    "aten::_conv_depthwise2d": "CudaDepthwise2d",
-    "aten::conv_depthwise3d": "CudaDepthwise3d",
-    "aten::_mps_convolution": "Mps",
-    "aten::mkldnn_convolution_transpose": "MkldnnTranspose",
-}
-_CONV_BACKEND_VENDOR = {
-    "Mkldnn": ("oneDNN", False),
-    "MkldnnTranspose": ("oneDNN", False),
-    "MkldnnEmpty": ("oneDNN", False),
-    "Cudnn": ("cuDNN", True),
-    "CudnnTranspose": ("cuDNN", True),
-    "Miopen": ("MIOpen", False),
-    "MiopenDepthwise": ("MIOpen", False),
-    "MiopenTranspose": ("MIOpen", False),
-    "NnpackSpatial": ("NNPACK", False),
-}
+CONV_BACKEND_OPS = vendors.CONV_BACKEND_OPS
+
 
 def op_vendor(name: str, device: str, conv_backend: str | None = None) -> tuple[str, bool] | None:
     """The external library an operator's own kernel calls, and whether its code is closed."""
-    if conv_backend in _CONV_BACKEND_VENDOR and name in ("aten::_convolution", "aten::convolution_backward"):
-        return _CONV_BACKEND_VENDOR[conv_backend]
-    for pattern, dev, lib, closed in _OP_VENDORS:
-        if (dev is None or dev == device) and pattern.match(name):
-            return lib, closed
-    return None
+    lib = vendors.of_op(name, device, conv_backend)
+    return (lib.name, lib.closed) if lib is not None else None
 
 
 def schema_arg_types(schema: str) -> list[str]:
@@ -415,11 +367,14 @@ class Resolver:
             node.attrs["launched_by"] = ops[0]
         answer = self._kernels().resolve(node.name)
         lib = answer.library
-        if lib in ("cuBLAS", "CUTLASS") and any(CONV_BACKEND_OPS.get(op, "").startswith("Cudnn") or "cudnn" in op for op in ops):
-            lib = "cuDNN"  # the same xmma/CUTLASS kernels ship inside cuDNN
+        if lib is not None and lib != "ATen":
+            # The same xmma/CUTLASS kernels ship inside cuDNN and cuBLAS: the launching operators decide.
+            by_ops = vendors.of_kernel(answer.demangled, tuple(ops))
+            if by_ops is not None:
+                lib = by_ops.name
         if lib:
             node.attrs["vendor"] = lib
-            node.attrs["closed"] = answer.closed if lib == answer.library else True
+            node.attrs["closed"] = answer.closed if lib == answer.library else vendors.library(lib).closed
         else:
             node.attrs["unknown"] = "kernel family not recognised"
         if answer.library == "ATen":

@@ -32,6 +32,31 @@ def _check_options(width, top, min_us, depth, export_chrome) -> None:
             raise BadInput(f"cannot write --export-chrome {export_chrome}: {parent} is not a writable folder")
 
 
+def _check_trace_file(path: Path) -> None:
+    """A trace to read is a regular file: a FIFO or a device would block or never end."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except OSError as e:
+        raise BadInput(f"cannot read --from {path}: {e.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise BadInput(f"--from {path} is not a regular file")
+
+
+def _several_ranks(files, source_tree, all_frames, as_json, top, width) -> None:
+    from kernelmap import trace as tracing
+    from kernelmap.trace.ranks import summarize_ranks
+    from kernelmap.trace.text import sanitize
+
+    result = summarize_ranks(files, lambda p: tracing.load(p, keep_frames=all_frames, source_tree=source_tree))
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2))
+    else:
+        columns = width or max(120, shutil.get_terminal_size((120, 24)).columns)
+        click.echo(sanitize(result.to_text(top=top, width=columns)), nl=False)
+
+
 def _print_error(error: BaseException) -> None:
     """The traced code's traceback, without kernelmap's and runpy's own frames."""
     te = traceback.TracebackException.from_exception(error)
@@ -45,7 +70,7 @@ def _print_error(error: BaseException) -> None:
 @click.argument("target", required=False)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("-c", "--code", help="Trace this Python code instead of a script.")
-@click.option("--from", "from_file", type=click.Path(dir_okay=False), help="Read a Chrome/Kineto trace (.json or .json.gz) recorded elsewhere.")
+@click.option("--from", "from_files", multiple=True, help="Read a Chrome/Kineto trace (.json or .json.gz) recorded elsewhere; repeat it, or name a folder, for the ranks of one distributed run.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format of the tree alone (json: the calltree/1 document).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (trace/1): the tree (calltree/1) and the summary.")
 @click.option("--tree/--no-tree", default=True, show_default=True, help="Show the call tree.")
@@ -57,7 +82,7 @@ def _print_error(error: BaseException) -> None:
 @click.option("--source", "source_tree", help="Source tree (registered name or directory) whose index links kernels to source.")
 @click.option("--export-chrome", type=click.Path(dir_okay=False), help="Write the trace with kernelmap's source links in each event's args (opens in Perfetto).")
 @click.option("--width", type=int, help="Output width (default: the terminal's).")
-def trace(target, args, code, from_file, fmt, as_json, tree, summary, depth, min_us, top, all_frames, source_tree, export_chrome, width):
+def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, min_us, top, all_frames, source_tree, export_chrome, width):
     """Run Python code under the profiler (or read a trace) and show what ran.
 
     TARGET is a script (run as `python script.py ARGS...`) or
@@ -88,6 +113,19 @@ def trace(target, args, code, from_file, fmt, as_json, tree, summary, depth, min
     from kernelmap.trace.text import sanitize
 
     _check_options(width, top, min_us, depth, export_chrome)
+    from_file = None
+    if from_files:
+        from kernelmap.trace.ranks import trace_files
+
+        files = trace_files(from_files)
+        for f in files:
+            _check_trace_file(f)
+        if len(files) > 1 or Path(from_files[0]).is_dir():
+            if target is not None or code is not None:
+                raise BadInput("give one of: a script or module:function, -c CODE, or --from TRACE")
+            _several_ranks(files, source_tree, all_frames, as_json, top, width)
+            return
+        from_file = str(files[0])
     sources = sum(x is not None for x in (target, code, from_file))
     if sources != 1:
         raise BadInput("give one of: a script or module:function, -c CODE, or --from TRACE")

@@ -143,6 +143,9 @@ def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None
         "device_events": collected.device_count,
         "trace_fields": {k: v for k, v in header.fields.items() if isinstance(v, (str, int, float, bool))},
     }
+    dist = header.fields.get("distributedInfo")
+    if isinstance(dist, dict) and isinstance(dist.get("rank"), int) and not isinstance(dist.get("rank"), bool):
+        m["rank"] = dist["rank"]
     if header.fields.get("deviceProperties"):
         m["devices"] = [d.get("name") for d in header.fields["deviceProperties"] if isinstance(d, dict)]
     m.update(meta or {})

@@ -438,6 +438,8 @@ def freeze(root: Node) -> CallNode:
         attrs: Mapping[str, Any] = n.attrs
         if n.kind != "trace" or n.dur:
             n.attrs.setdefault("duration_us", round(n.dur, 3))
+        if n.kind in ("gpu_kernel", "gpu_memcpy", "gpu_memset"):
+            n.attrs.setdefault("start_us", n.ts)  # device order: collectives are matched across ranks by it
         if n.index >= 0:
             n.attrs["event"] = n.index
         if n.shared is not None:

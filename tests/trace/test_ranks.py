@@ -1,0 +1,59 @@
+"""Two ranks of one real distributed run (tests/trace/data) read together:
+per-rank summaries, collectives matched across ranks, per-rank differences;
+a FIFO given as --from is refused."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+
+from tests.conftest import run_kernelmap
+
+DATA = Path(__file__).resolve().parent / "data"
+RANK0 = DATA / "hta-timeline_analysis-sampled_rank-0.json.gz"
+RANK1 = DATA / "hta-trace_filter-sampled_rank-1.json.gz"
+
+
+def nccl_kernels(path: Path) -> list[tuple[str, float]]:
+    with gzip.open(path) as f:
+        events = json.load(f)["traceEvents"]
+    nccl = [e for e in events if e.get("cat") == "kernel" and e["name"].startswith("nccl")]
+    return [(e["name"], e["dur"]) for e in sorted(nccl, key=lambda e: e["ts"])]
+
+
+def test_two_ranks_merged_with_collectives_matched():
+    r = run_kernelmap("trace", "--from", str(RANK0), "--from", str(RANK1), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["kernelmap"] == "ranks/1"
+    assert [x["rank"] for x in doc["ranks"]] == [0, 1]  # from each trace's distributedInfo
+    # Ground truth from the files: the n-th launch of each NCCL kernel on each rank.
+    expected = defaultdict(dict)
+    for rank, path in ((0, RANK0), (1, RANK1)):
+        seen = defaultdict(int)
+        for name, dur in nccl_kernels(path):
+            expected[(name, seen[name])][str(rank)] = dur
+            seen[name] += 1
+    matched = {(c["name"], c["index"]): c for c in doc["collectives"]}
+    assert set(matched) == {k for k, v in expected.items() if len(v) == 2}
+    for key, c in matched.items():
+        assert c["us"] == {r: round(d, 3) for r, d in expected[key].items()}
+        assert c["slowest"] == int(max(c["us"], key=c["us"].get))
+    for rank_row, path in zip(doc["ranks"], (RANK0, RANK1)):
+        assert round(rank_row["collective_us"], 3) == round(sum(d for _, d in nccl_kernels(path)), 3)
+    assert doc["differences"] and all(d["spread_us"] > 0 for d in doc["differences"])
+
+
+def test_a_folder_is_its_traces_and_a_fifo_is_refused(tmp_path):
+    for p in (RANK0, RANK1):
+        (tmp_path / p.name).write_bytes(p.read_bytes())
+    r = run_kernelmap("trace", "--from", str(tmp_path), "--top", "3")
+    assert r.returncode == 0, r.stderr
+    assert "Collectives matched across ranks" in r.stdout
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    r = run_kernelmap("trace", "--from", str(fifo))
+    assert r.returncode == 2 and r.stderr == f"kernelmap: error: --from {fifo} is not a regular file\n"

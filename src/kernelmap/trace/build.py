@@ -23,6 +23,7 @@ through (`Module._call_impl`, ...) are spliced out, unless all frames are kept.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -193,6 +194,43 @@ class Collected:
     device_count: int = 0  # device events, counted before the tree takes them
 
 
+def _finite(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} is not a number")
+    f = float(value)  # OverflowError for integers beyond float range
+    if not math.isfinite(f):
+        raise ValueError(f"{what} is not finite")
+    return f
+
+
+def _id(value: Any) -> Any:
+    """pid / tid / flow ids / correlations: an int or a string (or absent)."""
+    if value is None or isinstance(value, (int, str)):
+        return value
+    raise TypeError(f"an id is a {type(value).__name__}, not an int or a string")
+
+
+def _checked(e: dict) -> tuple[str, float, float]:
+    """(name, ts, dur) of a complete event, its ids and args checked: a
+    malformed event is refused here, not deep in the tree builder."""
+    name = e["name"]
+    if not isinstance(name, str):
+        raise TypeError("name is not a string")
+    ts = _finite(e["ts"], "ts")
+    dur = _finite(e.get("dur", 0.0), "dur")
+    if dur < 0:
+        raise ValueError(f"negative duration {dur}")
+    _id(e.get("pid"))
+    _id(e.get("tid"))
+    args = e.get("args")
+    if args is not None and not isinstance(args, dict):
+        raise TypeError("args is not an object")
+    if isinstance(args, dict):
+        for k in ("correlation", "External id", "stream", "device"):
+            _id(args.get(k))
+    return name, ts, dur
+
+
 def collect(events: Iterable[dict], python_origin=None) -> Collected:
     """One streaming pass: keep the events the tree needs, as small nodes."""
     c = Collected()
@@ -208,11 +246,9 @@ def collect(events: Iterable[dict], python_origin=None) -> Collected:
                 c.skipped += 1
                 continue
             try:
-                name = e["name"]
-                ts = float(e["ts"])
-                dur = float(e.get("dur", 0.0))
-            except (KeyError, TypeError, ValueError) as err:
-                raise ValueError(f"event #{index} ({e.get('name', '?')!r}) lacks a usable name/ts/dur: {err}") from None
+                name, ts, dur = _checked(e)
+            except (KeyError, TypeError, ValueError, OverflowError) as err:
+                raise ValueError(f"event #{index} ({str(e.get('name', '?'))[:80]!r}) lacks a usable name/ts/dur: {err}") from None
             name = intern.setdefault(name, name)
             raw = e.get("args") or {}
             args = {k: raw[k] for k in _KEPT_ARGS.get(cat, ()) if k in raw}
@@ -239,7 +275,12 @@ def collect(events: Iterable[dict], python_origin=None) -> Collected:
                 c.threads.setdefault((e.get("pid"), e.get("tid")), []).append(node)
         elif ph in ("s", "f") and e.get("cat") == "ac2g":
             target = c.flow_starts if ph == "s" else c.flow_ends
-            target[e.get("id")] = (e.get("pid"), e.get("tid"), float(e.get("ts", 0.0)))
+            try:
+                fid, pid, tid = _id(e.get("id")), _id(e.get("pid")), _id(e.get("tid"))
+                fts = _finite(e.get("ts", 0.0), "ts")
+            except (TypeError, ValueError, OverflowError) as err:
+                raise ValueError(f"flow event #{index} is unusable: {err}") from None
+            target[fid] = (pid, tid, fts)
         elif ph == "M":
             if e.get("name") == "thread_name":
                 c.thread_names[(e.get("pid"), e.get("tid"))] = (e.get("args") or {}).get("name", "")

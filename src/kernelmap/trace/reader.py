@@ -128,6 +128,8 @@ class _Buffer:
                 continue
             try:
                 obj, end = decode(self.text, self.pos)
+            except RecursionError:
+                raise self.fail(f"{what} is nested too deeply") from None
             except json.JSONDecodeError as e:
                 if not self.eof and self._read_more():
                     continue  # the value may run past the buffer: retry with more text

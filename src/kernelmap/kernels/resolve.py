@@ -43,6 +43,10 @@ _WRAPPERS = re.compile(
     r"distribution_nullary_kernel|uniform_and_transform|normal_and_transform|DeviceRadixSortPolicy)$"
 )
 _PRIMITIVE = re.compile(r"^(-?\d+\w*|true|false|(unsigned |signed |long |short )*(int|long|char|short|float|double|bool|void|__half|half)\b.*|\(.*\)\d+|decltype\(nullptr\).*|std::.*)$")
+_DEFINITION_PATTERNS = (
+    ("class", re.compile(r"\b(?:struct|class)\s+(\w+)\b\s*(?::[^;{]*)?\{")),
+    ("kernel", re.compile(r"__global__\s+(?:\w+\s+)*?(?:C10_LAUNCH_BOUNDS_\w*\([^)]*\)\s*)?(\w+)\s*\(")),
+)
 _FUNCTOR_NAME = re.compile(r"(Functor\w*|Functor_\w+|Ops|_functor|Op)$")
 # Launch helpers whose call sites in the owner function are where the lambda is handed to the GPU.
 _LAUNCH_CALLS = ("gpu_kernel", "gpu_kernel_with_scalars", "opmath_gpu_kernel_with_scalars", "opmath_symmetric_gpu_kernel_with_scalars",
@@ -144,7 +148,7 @@ class KernelResolver:
         self.tree_name = tree_name
         self._answers: dict[str, KernelAnswer] = {}
         self._defs: dict[tuple[str, bool], Location | None] = {}
-        self._text: list[tuple[str, str]] | None = None
+        self._text: dict[str, dict[str, Location]] | None = None
 
     def resolve(self, name: str) -> KernelAnswer:
         answer = self._answers.get(name)
@@ -215,7 +219,7 @@ class KernelResolver:
             best = min(found, key=lambda d: (not d.location.path.startswith("aten/src/ATen/native/cuda/"), d.location.path, d.location.line), default=None)
             loc = self._on_name_line(best.location, symbol) if best is not None else None
             if loc is None and kernel:
-                loc = self._grep(symbol.rsplit("::", 1)[-1], r"__global__[^;{]*?\bNAME\s*\(")
+                loc = self._grep(symbol.rsplit("::", 1)[-1], "kernel")
         self._defs[key] = loc
         return loc
 
@@ -237,31 +241,34 @@ class KernelResolver:
 
     def _locate_class(self, symbol: str) -> Location | None:
         key = (symbol, False)
-        short = symbol.rsplit("::", 1)[-1]
-        loc = self._grep(short, r"\b(?:struct|class)\s+NAME\b\s*(?::[^;{]*)?\{")
+        loc = self._grep(symbol.rsplit("::", 1)[-1], "class")
         self._defs[key] = loc
         return loc
 
-    def _grep(self, name: str, pattern: str) -> Location | None:
-        """A definition the grammar could not read, found in the tree's CUDA sources."""
+    def _grep(self, name: str, what: str) -> Location | None:
+        """A definition the grammar could not read (a class, or a `__global__`
+        function behind a launch-bounds macro), found in the tree's CUDA
+        sources: one pass over them builds a table of every such name."""
         if self.root is None:
             return None
         if self._text is None:
-            self._text = []
+            self._text = {"class": {}, "kernel": {}}
             base = self.root / "aten/src/ATen/native"
             for path in sorted(base.rglob("*")):
-                if path.suffix in (".cu", ".cuh", ".h") and ("cuda" in path.parts or path.parent == base):
-                    try:
-                        self._text.append((str(path.relative_to(self.root)), path.read_text(errors="replace")))
-                    except OSError:
-                        continue
-        rx = re.compile(pattern.replace("NAME", re.escape(name)), re.S)
-        for rel, text in self._text:
-            m = rx.search(text)
-            if m:
-                start = m.start() + m.group(0).rfind(name)
-                return Location(rel, text.count("\n", 0, start) + 1)
-        return None
+                if path.suffix not in (".cu", ".cuh", ".h") or not ("cuda" in path.parts or path.parent == base):
+                    continue
+                try:
+                    text = path.read_text(errors="replace")
+                except OSError:
+                    continue
+                rel = str(path.relative_to(self.root))
+                for kind, rx in _DEFINITION_PATTERNS:
+                    table = self._text[kind]
+                    for m in rx.finditer(text):
+                        if m.group(1) not in table:
+                            start = m.start(1)
+                            table[m.group(1)] = Location(rel, text.count("\n", 0, start) + 1)
+        return self._text[what].get(name)
 
     def _launch_sites(self, owner: str) -> tuple[Site, ...]:
         if self.index is None:

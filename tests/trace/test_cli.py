@@ -75,7 +75,7 @@ def test_gpu_trace_import_with_json_and_chrome_export(gpu_step, tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     rows = {row["name"]: row for row in doc["summary"]["ops"]}
-    assert rows["aten::addmm"]["closed"] and rows["aten::addmm"]["vendor"] == "cuBLAS"
+    assert rows["aten::addmm"]["closed"] and rows["aten::addmm"]["library"] == "cuBLAS"
     assert rows["aten::cudnn_convolution"]["closed"]
     import gzip
 

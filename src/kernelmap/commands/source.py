@@ -59,7 +59,7 @@ def add(path: str, name: str | None) -> None:
 
 @source.command("fetch")
 @click.option("--commit", default=None, metavar="SHA", help="Commit to fetch (default: the installed torch's).")
-@click.option("--timeout", default=60.0, show_default=True, help="Seconds without data before giving up.")
+@click.option("--timeout", default=60.0, show_default=True, help="Seconds without data before giving up (more than 0, at most a day).")
 def fetch(commit: str | None, timeout: float) -> None:
     """Download the source archive of a commit into the cache and register it.
 
@@ -118,7 +118,7 @@ def remove(name: str) -> None:
 
 @click.command()
 @source_option
-@click.option("--jobs", "-j", type=click.IntRange(1), default=None, help="Worker processes (default: all cores).")
+@click.option("--jobs", "-j", type=int, default=None, help="Worker processes, 1 to 256 (default: all cores).")
 def index(source_name: str | None, jobs: int | None) -> None:
     """Index a source tree's C++/CUDA code (aten/, c10/, torch/csrc/).
 
@@ -156,7 +156,7 @@ def index(source_name: str | None, jobs: int | None) -> None:
 @click.argument("name")
 @source_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option("--limit", default=50, show_default=True, help="At most this many references.")
+@click.option("--limit", default=50, show_default=True, help="At most this many references (0 or more).")
 def find(name: str, source_name: str | None, as_json: bool, limit: int) -> None:
     """Print the definitions of NAME and the places that call or register it.
 

@@ -123,6 +123,10 @@ class FileInfo:
     skipped: str | None
 
 
+# Longer names are no C++ name anyone wrote; refusing them keeps the trigram
+# search for suggestions cheap.
+MAX_NAME = 1024
+
 _MACRO_NAME = re.compile(r"(TORCH_IMPL_FUNC|TORCH_META_FUNC2?|TORCH_PRECOMPUTE_META_FUNC2?)\(\s*(\w+)\s*(?:,\s*(\w+)\s*)?\)")
 
 
@@ -136,10 +140,37 @@ def open_index(tree: Tree) -> Index:
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
     except sqlite3.DatabaseError as e:
         raise IndexMissing(f"the index of {tree.name!r} is unreadable ({e}); run `kernelmap index --source {tree.name}` to rebuild it") from None
-    if meta.get("schema_version") != str(SCHEMA_VERSION):
+    if meta.get("schema_version") != str(SCHEMA_VERSION) or meta.get("complete") != "1":
         db.close()
         raise IndexMissing(f"the index of {tree.name!r} has another schema; run `kernelmap index --source {tree.name}` to rebuild it")
-    return Index(db, tree, path)
+    return Index(_CheckedDb(db, tree.name), tree, path)
+
+
+class _Rows(list):
+    def fetchone(self):
+        return self[0] if self else None
+
+    def fetchall(self):
+        return list(self)
+
+
+class _CheckedDb:
+    """The index's connection, turning SQLite's errors about a damaged file
+    (which can show on any page a query reads) into IndexMissing."""
+
+    def __init__(self, db: sqlite3.Connection, tree: str):
+        self._db, self._tree = db, tree
+
+    def execute(self, sql: str, args: tuple = ()) -> _Rows:
+        try:
+            return _Rows(self._db.execute(sql, args).fetchall())
+        except sqlite3.DatabaseError as e:
+            raise IndexMissing(
+                f"the index of {self._tree!r} is damaged ({e}); run `kernelmap index --source {self._tree}` to rebuild it"
+            ) from None
+
+    def close(self) -> None:
+        self._db.close()
 
 
 class Index:
@@ -168,8 +199,11 @@ class Index:
             return None
         s = self._strings.get(i)
         if s is None:
-            s = self._db.execute("SELECT text FROM strings WHERE id = ?", (i,)).fetchone()[0]
-            self._strings[i] = s
+            row = self._db.execute("SELECT text FROM strings WHERE id = ?", (i,)).fetchone()
+            if row is None:  # a dangling id: the file was damaged after it was built
+                raise IndexMissing(f"the index of {self.tree.name!r} is damaged (string {i} is missing); "
+                                   f"run `kernelmap index --source {self.tree.name}` to rebuild it")
+            s = self._strings[i] = row[0]
         return s
 
     def _id(self, text: str) -> int | None:
@@ -348,7 +382,10 @@ class Index:
         namespace, _, op = op.rpartition("::")
         names = [op]
         if "." not in op:
-            like = self._db.execute("SELECT text FROM strings WHERE text LIKE ? ESCAPE '\\'", (op.replace("_", "\\_") + ".%",)).fetchall()
+            # Every overload "op.*": the name is matched literally, so `%`, `_`
+            # and the escape character itself are escaped.
+            pattern = re.sub(r"([\\%_])", r"\\\1", op) + ".%"
+            like = self._db.execute("SELECT text FROM strings WHERE text LIKE ? ESCAPE '\\'", (pattern,)).fetchall()
             names += [r[0] for r in like]
         out = []
         for n in names:
@@ -472,9 +509,17 @@ def find(index: Index, name: str, *, limit: int = 50) -> Findings:
     indexed names when there is none."""
     from kernelmap.errors import BadInput, UnknownName
 
+    if limit < 0:
+        raise BadInput(f"--limit is a count of references, 0 or more, not {limit}")
     name = name.strip()
-    if not name or any(c in name for c in "\n\t\"'"):
-        raise BadInput(f"not a C++ name: {name!r}")
+    if len(name) > MAX_NAME:
+        raise BadInput(f"a C++ name of {len(name)} characters is too long (at most {MAX_NAME})")
+    if not name or any(c in name for c in "\n\t\"'") or not name.isprintable():
+        raise BadInput(f"not a C++ name: {name[:80]!r}")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # undecodable bytes of argv arrive as lone surrogates
+        raise BadInput(f"not a C++ name (not valid UTF-8): {name[:80]!r}") from None
     defs = index.definitions(name)
     bare = name.rsplit("::", 1)[-1]
     refs = [] if _MACRO_NAME.fullmatch(name) else index.callers_of(name)

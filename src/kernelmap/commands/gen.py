@@ -36,7 +36,9 @@ def gen(op: str, layer: str, tree: Path | None, regenerate: bool, as_json: bool)
       kernelmap gen add.out --layer ufunc --json
     """
     from kernelmap.codegen import Layer, locate
+    from kernelmap.commands.source import one_line_warnings
 
+    one_line_warnings()
     layers = tuple(Layer) if layer == "all" else (Layer(layer),)
     code = locate(op, layers=layers, tree=tree, progress=True, regenerate=regenerate)
     if as_json:

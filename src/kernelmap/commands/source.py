@@ -28,6 +28,17 @@ def _progress(description: str):
     return Progress(*columns, console=console, transient=True, disable=not console.is_terminal)
 
 
+def one_line_warnings() -> None:
+    """Show library warnings (a cache rebuilt, a registry entry ignored) as
+    one `kernelmap: warning:` line each, not Python's two-line form."""
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        click.echo(f"kernelmap: warning: {message}", err=True)
+
+    warnings.showwarning = show
+
+
 @click.group()
 def source() -> None:
     """Manage PyTorch source trees: add a checkout, fetch an archive, list, remove.
@@ -37,6 +48,7 @@ def source() -> None:
       kernelmap source add ~/src/pytorch
       kernelmap source fetch
     """
+    one_line_warnings()
 
 
 @source.command("add")
@@ -130,6 +142,7 @@ def index(source_name: str | None, jobs: int | None) -> None:
     """
     from kernelmap.source import build_index, select_tree
 
+    one_line_warnings()
     tree = select_tree(source_name)
     with _progress("parse") as bar:
         task = bar.add_task(f"index {tree.name}", total=None)
@@ -171,6 +184,7 @@ def find(name: str, source_name: str | None, as_json: bool, limit: int) -> None:
     from kernelmap.source import find as find_name
     from kernelmap.source import open_index, select_tree
 
+    one_line_warnings()
     tree = select_tree(source_name)
     with open_index(tree) as ix:
         found = find_name(ix, name, limit=limit)

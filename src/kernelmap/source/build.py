@@ -28,7 +28,7 @@ from kernelmap import env
 from kernelmap.errors import BadInput, SourceError
 from kernelmap.source import extract
 from kernelmap.source.extract import FileFacts, OperatorNames
-from kernelmap.source.schema import CALL_KIND_CODE, INDEXES, SCHEMA, SCHEMA_VERSION
+from kernelmap.source.schema import CALL_KIND_CODE, INDEXES, SCHEMA, SCHEMA_VERSION, TABLES
 from kernelmap.source.trees import INDEXED_PARTS, Tree
 
 NATIVE_YAML = "aten/src/ATen/native/native_functions.yaml"
@@ -357,6 +357,7 @@ def _open_previous(path: Path, meta_expected: dict[str, str]) -> str | None:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
             meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             db.execute("SELECT count(*) FROM files").fetchone()
             # Damaged pages (flipped bits, a truncated file) must force a
             # rebuild rather than "nothing to do" over an index `find` trips on.
@@ -365,6 +366,8 @@ def _open_previous(path: Path, meta_expected: dict[str, str]) -> str | None:
             db.close()
     except sqlite3.DatabaseError as e:
         return f"the database is unreadable ({e})"
+    if TABLES - tables:
+        return f"the database lacks its table {sorted(TABLES - tables)[0]}"
     if problems != ["ok"]:
         return f"the database is damaged ({problems[0]})"
     for key, value in meta_expected.items():

@@ -25,7 +25,7 @@ from pathlib import Path
 from kernelmap.errors import SourceError
 from kernelmap.model import Edge, EdgeKind, Location, Origin, Symbol
 from kernelmap.source.build import index_path
-from kernelmap.source.schema import CALL_KINDS, SCHEMA_VERSION
+from kernelmap.source.schema import CALL_KINDS, SCHEMA_VERSION, TABLES
 from kernelmap.source.trees import Tree
 
 
@@ -138,11 +138,16 @@ def open_index(tree: Tree) -> Index:
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.DatabaseError as e:
         raise IndexMissing(f"the index of {tree.name!r} is unreadable ({e}); run `kernelmap index --source {tree.name}` to rebuild it") from None
     if meta.get("schema_version") != str(SCHEMA_VERSION) or meta.get("complete") != "1":
         db.close()
         raise IndexMissing(f"the index of {tree.name!r} has another schema; run `kernelmap index --source {tree.name}` to rebuild it")
+    if TABLES - tables:
+        db.close()
+        raise IndexMissing(f"the index of {tree.name!r} is damaged (no table {sorted(TABLES - tables)[0]}); "
+                           f"run `kernelmap index --source {tree.name}` to rebuild it")
     return Index(_CheckedDb(db, tree.name), tree, path)
 
 
@@ -514,12 +519,12 @@ def find(index: Index, name: str, *, limit: int = 50) -> Findings:
     name = name.strip()
     if len(name) > MAX_NAME:
         raise BadInput(f"a C++ name of {len(name)} characters is too long (at most {MAX_NAME})")
-    if not name or any(c in name for c in "\n\t\"'") or not name.isprintable():
-        raise BadInput(f"not a C++ name: {name[:80]!r}")
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:  # undecodable bytes of argv arrive as lone surrogates
         raise BadInput(f"not a C++ name (not valid UTF-8): {name[:80]!r}") from None
+    if not name or any(c in name for c in "\n\t\"'") or not name.isprintable():
+        raise BadInput(f"not a C++ name: {name[:80]!r}")
     defs = index.definitions(name)
     bare = name.rsplit("::", 1)[-1]
     refs = [] if _MACRO_NAME.fullmatch(name) else index.callers_of(name)

@@ -8,6 +8,8 @@ over the lookup names of definitions. Call kinds are small integers
 
 from __future__ import annotations
 
+import re
+
 SCHEMA_VERSION = 1
 
 # Call kinds as stored; their order is part of the schema.
@@ -75,6 +77,9 @@ CREATE TABLE stubs (
 );
 CREATE VIRTUAL TABLE names USING fts5(text, content='', tokenize='trigram');
 """
+
+# Every table the schema creates; a database lacking one is damaged.
+TABLES = frozenset(re.findall(r"CREATE (?:VIRTUAL )?TABLE (\w+)", SCHEMA))
 
 # Created after the bulk insert of a full build (cheaper than maintaining them row by row).
 INDEXES = """

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import json
 import multiprocessing
 import os
 import shutil
@@ -28,7 +29,7 @@ from kernelmap import env
 from kernelmap.errors import BadInput, SourceError
 from kernelmap.source import extract
 from kernelmap.source.extract import FileFacts, OperatorNames
-from kernelmap.source.schema import CALL_KIND_CODE, INDEXES, SCHEMA, SCHEMA_VERSION, TABLES
+from kernelmap.source.schema import CALL_KIND_CODE, INDEXES, SCHEMA, SCHEMA_VERSION, expected_table_definitions, table_definitions
 from kernelmap.source.trees import INDEXED_PARTS, Tree
 
 NATIVE_YAML = "aten/src/ATen/native/native_functions.yaml"
@@ -73,6 +74,38 @@ def index_path_of(name: str) -> Path:
     if len(name.encode()) > 100:
         name = f"{name[:60]}-{hashlib.sha1(name.encode()).hexdigest()[:16]}"
     return env.cache_dir() / "index" / f"{name}.sqlite"
+
+
+def record_path(path: Path) -> Path:
+    """The record beside a database: its size, mtime and sha256 as built."""
+    return path.with_name(path.name + ".record")
+
+
+def file_record(path: Path, *, digest: bool = True) -> dict:
+    st = path.stat()
+    record = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    if digest:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        record["sha256"] = h.hexdigest()
+    return record
+
+
+def read_record(path: Path) -> dict | None:
+    try:
+        record = json.loads(record_path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _write_record(path: Path, record: dict) -> None:
+    out = record_path(path)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, out)
 
 
 def index_lock(path: Path):
@@ -357,7 +390,7 @@ def _open_previous(path: Path, meta_expected: dict[str, str]) -> str | None:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
             meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            tables = table_definitions(db)
             db.execute("SELECT count(*) FROM files").fetchone()
             # Damaged pages (flipped bits, a truncated file) must force a
             # rebuild rather than "nothing to do" over an index `find` trips on.
@@ -366,8 +399,8 @@ def _open_previous(path: Path, meta_expected: dict[str, str]) -> str | None:
             db.close()
     except sqlite3.DatabaseError as e:
         return f"the database is unreadable ({e})"
-    if TABLES - tables:
-        return f"the database lacks its table {sorted(TABLES - tables)[0]}"
+    if tables != expected_table_definitions():
+        return "the database's tables are not those of the schema"
     if problems != ["ok"]:
         return f"the database is damaged ({problems[0]})"
     for key, value in meta_expected.items():
@@ -375,6 +408,13 @@ def _open_previous(path: Path, meta_expected: dict[str, str]) -> str | None:
             return f"{key} changed" if key in meta else f"no {key} recorded"
     if meta.get("complete") != "1":
         return "the previous build did not finish"
+    record = read_record(path)
+    try:
+        same = record is not None and file_record(path) == record
+    except OSError as e:
+        return f"the database is unreadable ({e.strerror or e})"
+    if not same:  # changed since it was built: bits flipped, truncated, replaced
+        return "the database is damaged or was replaced since it was built"
     return None
 
 
@@ -470,7 +510,9 @@ def _build_locked(tree: Tree, path: Path, jobs: int, progress: Progress | None, 
             db.close()
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        record = file_record(tmp)  # a rename keeps size and mtime
         os.replace(tmp, path)
+        _write_record(path, record)
     finally:
         tmp.unlink(missing_ok=True)
     return report

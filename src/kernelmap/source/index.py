@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from kernelmap.errors import SourceError
 from kernelmap.model import Edge, EdgeKind, Location, Origin, Symbol
-from kernelmap.source.build import index_path
-from kernelmap.source.schema import CALL_KINDS, SCHEMA_VERSION, TABLES
+from kernelmap.source.build import file_record, index_path, read_record
+from kernelmap.source.schema import CALL_KINDS, SCHEMA_VERSION, expected_table_definitions, table_definitions
 from kernelmap.source.trees import Tree
 
 
@@ -138,17 +139,37 @@ def open_index(tree: Tree) -> Index:
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        tables = table_definitions(db)
     except sqlite3.DatabaseError as e:
         raise IndexMissing(f"the index of {tree.name!r} is unreadable ({e}); run `kernelmap index --source {tree.name}` to rebuild it") from None
     if meta.get("schema_version") != str(SCHEMA_VERSION) or meta.get("complete") != "1":
         db.close()
         raise IndexMissing(f"the index of {tree.name!r} has another schema; run `kernelmap index --source {tree.name}` to rebuild it")
-    if TABLES - tables:
+    if tables != expected_table_definitions():
         db.close()
-        raise IndexMissing(f"the index of {tree.name!r} is damaged (no table {sorted(TABLES - tables)[0]}); "
+        raise IndexMissing(f"the index of {tree.name!r} is damaged (its tables are not those of the schema); "
+                           f"run `kernelmap index --source {tree.name}` to rebuild it")
+    if not _as_built(path):
+        db.close()
+        raise IndexMissing(f"the index of {tree.name!r} changed since it was built (damaged or replaced); "
                            f"run `kernelmap index --source {tree.name}` to rebuild it")
     return Index(_CheckedDb(db, tree.name), tree, path)
+
+
+def _as_built(path: Path) -> bool:
+    """The database's size and mtime are those recorded when it was built (a
+    stat, not a hash: `index` checks the hash). A build renames the database
+    and then writes its record, so a mismatch is looked at twice."""
+    for attempt in range(2):
+        record = read_record(path)
+        try:
+            if record is not None and file_record(path, digest=False) == {k: record.get(k) for k in ("size", "mtime_ns")}:
+                return True
+        except OSError:
+            pass
+        if attempt == 0:
+            time.sleep(0.25)
+    return False
 
 
 class _Rows(list):

@@ -8,6 +8,7 @@ over the lookup names of definitions. Call kinds are small integers
 
 from __future__ import annotations
 
+import functools
 import re
 
 SCHEMA_VERSION = 1
@@ -80,6 +81,24 @@ CREATE VIRTUAL TABLE names USING fts5(text, content='', tokenize='trigram');
 
 # Every table the schema creates; a database lacking one is damaged.
 TABLES = frozenset(re.findall(r"CREATE (?:VIRTUAL )?TABLE (\w+)", SCHEMA))
+
+
+def table_definitions(db) -> list[tuple[str, str]]:
+    """(name, CREATE statement) of every table of `db`: a damaged schema page
+    (a column renamed by a flipped bit) shows here before any query trips on it."""
+    return sorted(db.execute("SELECT name, coalesce(sql, '') FROM sqlite_master WHERE type = 'table'").fetchall())
+
+
+@functools.cache
+def expected_table_definitions() -> list[tuple[str, str]]:
+    import sqlite3
+
+    db = sqlite3.connect(":memory:")
+    db.executescript(SCHEMA)
+    try:
+        return table_definitions(db)
+    finally:
+        db.close()
 
 # Created after the bulk insert of a full build (cheaper than maintaining them row by row).
 INDEXES = """

@@ -285,6 +285,7 @@ def remove_tree(name: str) -> Tree:
                 raise UnknownTree(f"no source tree named {name!r}")
             _save(trees)
         path.unlink(missing_ok=True)
+        path.with_name(path.name + ".record").unlink(missing_ok=True)
         for stale in path.parent.glob(f".{path.name}.*.tmp"):
             stale.unlink(missing_ok=True)
         clean_stale_copies(path.parent)

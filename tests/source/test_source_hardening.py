@@ -260,3 +260,11 @@ def test_an_index_without_its_tables_is_missing_not_a_traceback(tmp_path, cache)
 @pytest.mark.parametrize("value", ["-1", "nan", "inf"])
 def test_fetch_timeout_values_are_one_line(cache, value):
     assert_one_line_error(run("source", "fetch", "--commit", "2236df1770800ffea5697b11b0bb0d910b2e59e1", "--timeout", value), "--timeout")
+
+
+def test_an_unwritable_cache_dir_is_one_line(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("KERNELMAP_CACHE_DIR", str(blocker / "cache"))  # under a file: ENOTDIR
+    tree_root = make_tree(tmp_path / "t", {"c10/X.h": "int x();\n"})
+    assert_one_line_error(run("source", "add", str(tree_root)), "cannot write the tree registry")

@@ -234,13 +234,16 @@ def _locked():
 
 def register(tree: Tree) -> Tree:
     """Add or replace `tree` in the registry; a name held by another root is refused."""
-    with _locked():
-        trees = _load()
-        old = trees.get(tree.name)
-        if old is not None and old.root != tree.root:
-            raise SourceError(f"a tree named {tree.name!r} already exists at {old.root}; pick another name with --name")
-        trees[tree.name] = tree
-        _save(trees)
+    try:
+        with _locked():
+            trees = _load()
+            old = trees.get(tree.name)
+            if old is not None and old.root != tree.root:
+                raise SourceError(f"a tree named {tree.name!r} already exists at {old.root}; pick another name with --name")
+            trees[tree.name] = tree
+            _save(trees)
+    except OSError as e:  # the cache dir unwritable, full, or its path too long
+        raise SourceError(f"cannot write the tree registry in {registry_path().parent}: {e.strerror or e}") from None
     return tree
 
 

@@ -183,7 +183,7 @@ def open_catalog_db(files: CatalogFiles, cache: Path) -> sqlite3.Connection:
             db.close()
             warnings.warn(f"catalog cache {path.name} is incomplete; rebuilding it", CatalogWarning, stacklevel=2)
         except sqlite3.DatabaseError as e:
-            warnings.warn(f"catalog cache {path.name} is unreadable ({e}); rebuilding it", CatalogWarning, stacklevel=2)
+            warnings.warn(f"catalog cache {path.name} is unreadable ({' '.join(str(e).split())[:120]}); rebuilding it", CatalogWarning, stacklevel=2)
 
     extracted = _run_extractor(files)
     try:

@@ -129,7 +129,7 @@ def open_generated(tree: Path | None = None) -> GeneratedFiles:
     try:
         return GeneratedFiles(directory, manifest, _generated_origin(source, directory))
     except sqlite3.DatabaseError as e:
-        raise CacheDamaged(f"{directory}/index.sqlite is unreadable ({e})") from None
+        raise CacheDamaged(f"{directory}/index.sqlite is unreadable ({' '.join(str(e).split())[:120]})") from None
 
 
 def generated_files(tree: Path | None = None, *, progress: bool = False, regenerate: bool = False) -> GeneratedFiles:

@@ -29,7 +29,7 @@ from kernelmap import env, vendors
 from kernelmap.errors import BadInput, SourceError
 from kernelmap.source import extract
 from kernelmap.source.extract import FileFacts, OperatorNames
-from kernelmap.source.schema import CALL_KIND_CODE, INDEXES, SCHEMA, SCHEMA_VERSION, expected_table_definitions, table_definitions
+from kernelmap.source.schema import CALL_KIND_CODE, INDEXES, SCHEMA, SCHEMA_VERSION, expected_table_definitions, one_line, table_definitions
 from kernelmap.source.trees import INDEXED_PARTS, Tree
 
 NATIVE_YAML = "aten/src/ATen/native/native_functions.yaml"
@@ -398,7 +398,7 @@ def _open_previous(path: Path, meta_expected: dict[str, str]) -> str | None:
         finally:
             db.close()
     except sqlite3.DatabaseError as e:
-        return f"the database is unreadable ({e})"
+        return f"the database is unreadable ({one_line(e)})"
     if tables != expected_table_definitions():
         return "the database's tables are not those of the schema"
     if problems != ["ok"]:

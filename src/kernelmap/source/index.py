@@ -26,7 +26,7 @@ from pathlib import Path
 from kernelmap.errors import SourceError
 from kernelmap.model import Edge, EdgeKind, Location, Origin, Symbol
 from kernelmap.source.build import file_record, index_path, read_record
-from kernelmap.source.schema import CALL_KINDS, SCHEMA_VERSION, expected_table_definitions, table_definitions
+from kernelmap.source.schema import CALL_KINDS, SCHEMA_VERSION, expected_table_definitions, one_line, table_definitions
 from kernelmap.source.trees import Tree
 
 
@@ -141,7 +141,7 @@ def open_index(tree: Tree) -> Index:
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
         tables = table_definitions(db)
     except sqlite3.DatabaseError as e:
-        raise IndexMissing(f"the index of {tree.name!r} is unreadable ({e}); run `kernelmap index --source {tree.name}` to rebuild it") from None
+        raise IndexMissing(f"the index of {tree.name!r} is unreadable ({one_line(e)}); run `kernelmap index --source {tree.name}` to rebuild it") from None
     if meta.get("schema_version") != str(SCHEMA_VERSION) or meta.get("complete") != "1":
         db.close()
         raise IndexMissing(f"the index of {tree.name!r} has another schema; run `kernelmap index --source {tree.name}` to rebuild it")
@@ -192,7 +192,7 @@ class _CheckedDb:
             return _Rows(self._db.execute(sql, args).fetchall())
         except sqlite3.DatabaseError as e:
             raise IndexMissing(
-                f"the index of {self._tree!r} is damaged ({e}); run `kernelmap index --source {self._tree}` to rebuild it"
+                f"the index of {self._tree!r} is damaged ({one_line(e)}); run `kernelmap index --source {self._tree}` to rebuild it"
             ) from None
 
     def close(self) -> None:

@@ -89,6 +89,12 @@ def table_definitions(db) -> list[tuple[str, str]]:
     return sorted(db.execute("SELECT name, coalesce(sql, '') FROM sqlite_master WHERE type = 'table'").fetchall())
 
 
+def one_line(error: BaseException) -> str:
+    """An SQLite error as one short line: its text may quote a damaged page."""
+    text = " ".join(str(error).split())
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
 @functools.cache
 def expected_table_definitions() -> list[tuple[str, str]]:
     import sqlite3

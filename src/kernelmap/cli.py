@@ -73,6 +73,9 @@ def main() -> None:
     """Run the CLI. Usage errors (an unknown option, a missing argument, a bad
     value) are one `kernelmap: error:` line and exit status 2, like every
     other user mistake, not click's usage block."""
+    from kernelmap.commands.source import one_line_warnings
+
+    one_line_warnings()
     try:
         status = cli.main(prog_name="kernelmap", standalone_mode=False)
     except click.UsageError as e:

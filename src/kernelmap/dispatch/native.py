@@ -389,7 +389,9 @@ def live_overrides(origin: Origin | None = None) -> tuple[NativeOverride, ...]:
 def _function_ref(fn: Any, site: Path, origin: Origin | None) -> FunctionRef:
     fn = inspect.unwrap(fn)
     path = Path(inspect.getsourcefile(fn) or "").resolve()
-    line = inspect.getsourcelines(fn)[1]
+    lines, line = inspect.getsourcelines(fn)
+    # getsourcelines starts at the first decorator; the name is on the def line
+    line += next((i for i, t in enumerate(lines) if t.lstrip().startswith(("def ", "async def "))), 0)
     try:
         rel = path.relative_to(site).as_posix()
     except ValueError:

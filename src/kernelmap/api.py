@@ -12,6 +12,7 @@ from pathlib import Path
 
 from kernelmap import env
 from kernelmap.model import Kernel, Location, Op
+from kernelmap.dispatch.native import NativeOverride
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class WhereAnswer:
     live: LiveAnswer | None = None  # None with static=True
     notes: tuple[str, ...] = field(default_factory=tuple)
     source: tuple[SourceStep, ...] = ()  # with an indexed tree: entry kernel, stub kernel, leaf
+    overrides: tuple[NativeOverride, ...] = ()  # torch._native DSL kernels registered in front of ATen's
 
     @property
     def op(self) -> Op:
@@ -93,7 +95,10 @@ def where(
         if path.note:
             notes.append(path.note)
     source = _source_steps(str(ops[0].name), device, notes) if with_source else ()
-    return WhereAnswer(name, ops, install.version, install.commit, delegate, live, tuple(notes), source)
+    from kernelmap.dispatch.native import overrides as native_overrides
+
+    found = native_overrides(str(ops[0].name), static=static, tree=tree)
+    return WhereAnswer(name, ops, install.version, install.commit, delegate, live, tuple(notes), source, found)
 
 
 def _with_python_sources(op: str, kernels: tuple[Kernel, ...]) -> tuple[Kernel, ...]:

@@ -62,8 +62,7 @@ class NativeOverride:
     def aten_runs_when(self) -> str:
         if self.registered is False:
             return "always in this process: the override is not registered here (its DSL runtime or device is unavailable)"
-        cond = f"`{self.condition_text}`" if self.condition_text else f"{self.condition.name}(...)"
-        return f"when {cond} is false for the call, or on any dispatch key but {self.dispatch_key}"
+        return f"when {self.condition.name}(...) returns False for the call, and on any dispatch key but {self.dispatch_key}"
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -11,6 +11,7 @@ JSON document, version 1 (`"kernelmap": "where/1"`):
       "operator": OP,                         # the most likely operator
       "also": ["aten::conv2d.padding"],       # other operators the name reaches
       "structured_delegate": OP | null,       # for structured operators
+      "overrides": [OVERRIDE, ...],           # torch._native DSL overrides (see kernelmap.dispatch.native)
       "live": null | {
         "schema_registered_at": LOCATION,
         "registrations": [KERNEL, ...],       # what the dispatcher holds, per key
@@ -120,6 +121,7 @@ def to_json(answer) -> dict[str, Any]:
         "source": [
             {"role": s.role, "name": s.name, "location": _loc(s.location), "detail": s.detail} for s in answer.source
         ],
+        "overrides": [o.to_json() for o in answer.overrides],
     }
 
 
@@ -242,6 +244,23 @@ def to_text(answer, width: int | None = None, color: bool | None = None, links: 
         for step in answer.source:
             src.add_row(step.role, Text.assemble((step.name, "green"), "  ", where_text(step.location), f"  {step.detail}" if step.detail else ""))
         console.print(src)
+
+    if answer.overrides:
+        section("torch._native overrides (run instead of ATen's kernel when their condition holds)")
+        for o in answer.overrides:
+            state = "" if o.registered is None else ("  registered" if o.registered else "  not registered in this process")
+            console.print(Text(f"{o.dispatch_key}  {o.dsl} override{state}", style="magenta"))
+            ov = Table.grid(padding=(0, 2))
+            ov.add_column(no_wrap=True, style="dim")
+            ov.add_column(overflow="fold")
+            ov.add_row("  condition", Text.assemble((o.condition.name, "green"), "  ", where_text(o.condition.location)))
+            if o.condition_text:
+                ov.add_row("", o.condition_text)
+            ov.add_row("  implementation", Text.assemble((o.implementation.name, "green"), "  ", where_text(o.implementation.location)))
+            for k in o.kernels:
+                ov.add_row("  kernel", Text.assemble((k.name, "green"), "  ", where_text(k.location)))
+            ov.add_row("  ATen runs", o.aten_runs_when)
+            console.print(ov)
 
     if len(answer.ops) > 1:
         console.print()

@@ -27,7 +27,7 @@ def _kernel_lines(k: GeneratedKernel) -> list[tuple[int, str, str]]:
     groups: dict[tuple, list[str]] = {}
     for op in k.ops:
         d = op.decomposition
-        key = (str(op.user) if op.user else "?", op.code or "", op.original if d else None, f"{d.function} at {d.location}" if d else None)
+        key = (str(op.user) if op.user else "(no user line: made by an Inductor rewrite)", op.code or "", op.original if d else None, f"{d.function} at {d.location}" if d else None)
         groups.setdefault(key, []).append(op.node)
     for (user, code, original, decomp), nodes in groups.items():
         out.append((2, f"{user}  {code}", "cyan"))

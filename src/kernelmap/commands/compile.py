@@ -8,6 +8,29 @@ import sys
 import click
 
 
+def _print_error(error: BaseException) -> None:
+    """The compiled code's traceback: the user's frames and the error, without
+    kernelmap's, runpy's, or torch.compile's own (Dynamo's message already
+    names the user's line)."""
+    import os
+    import traceback
+
+    import torch
+
+    torch_dir = os.path.dirname(torch.__file__) + os.sep
+    te = traceback.TracebackException.from_exception(error)
+    te.stack = traceback.StackSummary.from_list(
+        [
+            f
+            for f in te.stack
+            if not any(part in f.filename for part in ("kernelmap/compile/", "kernelmap/trace/", "kernelmap/commands/"))
+            and not f.filename.endswith("runpy.py")
+            and not f.filename.startswith(torch_dir)
+        ]
+    )
+    click.echo("".join(te.format()).rstrip(), err=True)
+
+
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": True})
 @click.argument("target", required=False)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
@@ -55,8 +78,6 @@ def compile(target, args, code, output_dir, profile, as_json, width):  # noqa: A
 
         click.echo(to_text(answer, width=width, color=None if sys.stdout.isatty() else False), nl=False)
     if answer.exception is not None:
-        from kernelmap.commands.trace import _print_error
-
         if isinstance(answer.exception, KeyboardInterrupt):
             sys.exit(130)
         _print_error(answer.exception)

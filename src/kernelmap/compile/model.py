@@ -86,7 +86,9 @@ class GeneratedKernel:
     definition: FileLine | None  # the kernel's definition in the output code
     call: FileLine | None  # where the output code calls it
     ops: tuple[FusedOp, ...]
-    time_us: float | None = None  # total over the run, with the profiler on
+    # total over the run, with the profiler on; for an ATen kernel, its aten
+    # op's total in the whole run (compiled code or not)
+    time_us: float | None = None
     calls: int = 0
 
     @property

@@ -175,3 +175,15 @@ def test_resnet50_compiled_end_to_end(tmp_path):
     assert sum(k["generated"] for k in kernels) >= 10
     assert any(not k["generated"] and "convolution" in k["name"] for k in kernels)
     assert any(k["time_us"] for k in kernels if k["generated"])
+
+
+def test_a_used_output_dir_is_refused(tmp_path):
+    (tmp_path / "old").write_text("an earlier run")
+    r = _cli("-c", "pass", "--output-dir", str(tmp_path))
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"kernelmap: error: the output directory must be new or empty: {tmp_path}"
+
+
+def test_unknown_function_is_a_clear_error():
+    r = _cli("no_such_module_kernelmap:f")
+    assert r.returncode == 2 and r.stderr.startswith("kernelmap: error: cannot import no_such_module_kernelmap")

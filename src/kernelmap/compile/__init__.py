@@ -37,7 +37,7 @@ from kernelmap.compile.model import (
     Graph,
     GraphBreak,
 )
-from kernelmap.errors import KernelmapError
+from kernelmap.errors import BadInput, KernelmapError
 from kernelmap.trace.record import _quiet_stderr, activities
 
 __all__ = ["CompileAnswer", "CompilerMissing", "compile_callable", "run_code", "run_function", "run_script"]
@@ -170,6 +170,9 @@ def compile_callable(fn: Callable[[], Any], *, workdir: Path | None = None, prof
 
     if not torch.cuda.is_available():
         find_cxx()
+    if workdir is not None and Path(workdir).exists() and (not Path(workdir).is_dir() or any(Path(workdir).iterdir())):
+        # an earlier run's cache or output would mix with this one's
+        raise BadInput(f"the output directory must be new or empty: {workdir}")
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="kernelmap-compile-"))
     workdir.mkdir(parents=True, exist_ok=True)
     capture = _Capture()

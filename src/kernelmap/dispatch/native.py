@@ -328,12 +328,19 @@ def _dsl_of(call: ast.Call, mod: _Module) -> tuple[str | None, list[ast.expr]]:
     return (call.args[0].value if call.args and isinstance(call.args[0], ast.Constant) else None), list(call.args[1:])
 
 
-def static_overrides(native_dir: Path, rel_root: str = "torch/_native", origin: Origin | None = None) -> tuple[NativeOverride, ...]:
-    """Every override that `native_dir/ops/**` registers, read with `ast`."""
+def static_overrides(
+    native_dir: Path, rel_root: str = "torch/_native", origin: Origin | None = None, op_hint: str | None = None
+) -> tuple[NativeOverride, ...]:
+    """Every override that `native_dir/ops/**` registers, read with `ast`;
+    with `op_hint` (an operator's base name) only the files that name it in a
+    string literal are parsed, which keeps `where` for other operators cheap."""
     reader = _Reader(native_dir, rel_root, origin)
     ops_dir = native_dir / "ops"
     found: list[NativeOverride] = []
     for path in sorted(ops_dir.rglob("*.py")) if ops_dir.is_dir() else ():
+        text = path.read_text(encoding="utf-8")
+        if "register_op_override" not in text or (op_hint is not None and f'"{op_hint}' not in text):
+            continue
         mod = reader.module(path)
         for call in _registration_calls(mod):
             dsl, args = _dsl_of(call, mod)
@@ -417,7 +424,8 @@ def overrides(op_name: str, static: bool = True, tree: Path | None = None) -> tu
     else:
         install = env.torch_install()
         native_dir, origin = install.torch_dir / "_native", install.origin
-    found = tuple(o for o in static_overrides(native_dir, origin=origin) if _same_op(o.op, op_name))
+    base = _qualified(op_name).split("::", 1)[1].split(".", 1)[0]
+    found = tuple(o for o in static_overrides(native_dir, origin=origin, op_hint=base) if _same_op(o.op, op_name))
     if static:
         return found
     live = [o for o in live_overrides(origin) if _same_op(o.op, op_name)]

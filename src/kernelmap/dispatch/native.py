@@ -15,6 +15,7 @@ GPU, is missing), so ATen's kernel always runs here.
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -328,6 +329,7 @@ def _dsl_of(call: ast.Call, mod: _Module) -> tuple[str | None, list[ast.expr]]:
     return (call.args[0].value if call.args and isinstance(call.args[0], ast.Constant) else None), list(call.args[1:])
 
 
+@functools.lru_cache(maxsize=256)  # a trace asks once per operator it labels
 def static_overrides(
     native_dir: Path, rel_root: str = "torch/_native", origin: Origin | None = None, op_hint: str | None = None
 ) -> tuple[NativeOverride, ...]:

@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "stack": "kernelmap.commands.graph:stack",
     "callers": "kernelmap.commands.graph:callers",
     "trace": "kernelmap.commands.trace:trace",
+    "compile": "kernelmap.commands.compile:compile",
     "explain": "kernelmap.commands.graph:explain",
     "scaffold": "kernelmap.commands.extend:scaffold",
     "verify": "kernelmap.commands.extend:verify",

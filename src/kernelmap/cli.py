@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "explain": "kernelmap.commands.graph:explain",
     "scaffold": "kernelmap.commands.extend:scaffold",
     "verify": "kernelmap.commands.extend:verify",
+    "serve": "kernelmap.commands.serve:serve",
 }
 
 

@@ -194,16 +194,23 @@ def create_app(files: SourceFiles | None = None, *, max_upload: int = DEFAULT_MA
             cpp: list[str] = []
             if len(text) >= 3:
                 cpp = _index_search(files, text)
+        def add(name: str, kind: str, primary: str, **links: str) -> None:
+            out.append({"name": name, "kind": kind, "url": links[primary], "links": links})
+
+        if ("." in text or "::" in text) and text not in python and text not in ops:
+            # A full name the catalog lists under another spelling (torch.nn.Conv2d).
+            add(text, "as typed", "stack", stack="/stack?" + urlencode({"target": text}), where="/where?" + urlencode({"name": text}))
         for n in python[:10]:
-            out.append({"name": n, "kind": "python", "url": "/stack?" + urlencode({"target": n})})
+            add(n, "python", "stack", stack="/stack?" + urlencode({"target": n}), where="/where?" + urlencode({"name": n}))
         for n in ops[:12]:
-            out.append({"name": n, "kind": "operator", "url": "/where?" + urlencode({"name": n})})
+            add(n, "operator", "where", where="/where?" + urlencode({"name": n}), stack="/stack?" + urlencode({"target": n}),
+                explain="/explain?" + urlencode({"op": n}), gen="/gen?" + urlencode({"op": n}))
         for n in cpp[:12]:
-            kind = "stub" if n.endswith("_stub") else "C++"
-            out.append({"name": n, "kind": kind, "url": "/goto?" + urlencode({"name": n})})
+            add(n, "stub" if n.endswith("_stub") else "C++", "source", source="/goto?" + urlencode({"name": n}),
+                stack="/stack?" + urlencode({"target": n}), callers="/callers?" + urlencode({"symbol": n}))
         for n, tid in traces.kernels.items():
             if low in n.lower() and len(out) < limit:
-                out.append({"name": n, "kind": "GPU kernel", "url": f"/trace/{tid}"})
+                add(n, "GPU kernel", "trace", trace=f"/trace/{tid}")
         return out[:limit]
 
     async def suggest(request: Request) -> Response:

@@ -1,5 +1,5 @@
 // kernelmap's viewer: draws an answer's JSON document (embedded beside the
-// mount point as <script type="application/json" class="km-data">) as a page.
+// mount point as a script element of type application/json, class km-data) as a page.
 // Text from the document is only ever set with textContent, never parsed as
 // HTML; the one exception is the excerpts, which the renderer produced with
 // pygments (escaped) on the server side.

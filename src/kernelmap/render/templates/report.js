@@ -148,6 +148,7 @@
     this.devSel = this.select("device", Object.keys(devices).sort(), "every device");
     this.vendorSel = this.select("vendor", ["open", "closed"], "open and closed");
     this.count = el("span", "count");
+    this.count.setAttribute("data-testid", "tree-count");
     bar.appendChild(this.search);
     bar.appendChild(this.kindSel);
     bar.appendChild(this.devSel);
@@ -255,6 +256,7 @@
       queue.push.apply(queue, this.nodes[id].kids);
     }
     this.count.textContent = this.nodes.length + " nodes";
+    this.body.setAttribute("data-applied", "");
   };
   TreeView.prototype.expandAll = function () {
     var stack = [0], n = 0;
@@ -308,8 +310,9 @@
     for (var id = 1; id < this.nodes.length && hits < LIMIT; id++) {
       if (!this.matches(this.nodes[id], q)) continue;
       hits++;
-      keep[id] = 2;
-      for (var p = this.nodes[id].parent; p >= 0 && !keep[p]; p = this.nodes[p].parent) keep[p] = 1;
+      // Bit 2: a hit; bit 1: holds a hit below it (opened). A node may be both.
+      keep[id] = (keep[id] || 0) | 2;
+      for (var p = this.nodes[id].parent; p >= 0 && !((keep[p] || 0) & 1); p = this.nodes[p].parent) keep[p] = (keep[p] || 0) | 1;
     }
     keep[0] = keep[0] || 1;
     this.rows = {};
@@ -318,13 +321,14 @@
     var stack = [0];
     while (stack.length) {
       var cur = stack.pop();
-      if (keep[cur] !== 1) continue;
+      if (!(keep[cur] & 1)) continue;
       this.open(cur, keep);
       var self = this;
       this.nodes[cur].kids.forEach(function (k) { if (keep[k]) stack.push(k); });
     }
-    for (var m in keep) if (keep[m] === 2 && this.rows[m]) this.rows[m].firstChild.classList.add("hit");
+    for (var m in keep) if ((keep[m] & 2) && this.rows[m]) this.rows[m].firstChild.classList.add("hit");
     this.count.textContent = hits + (hits >= LIMIT ? "+" : "") + " matching";
+    this.body.setAttribute("data-applied", [q, this.kindSel.value, this.devSel.value, this.vendorSel.value].join("|"));
   };
 
   // The nearest ancestor (or self) of a kind.
@@ -514,6 +518,7 @@
       var b = el("button", "tab", name);
       b.setAttribute("data-testid", "tab-" + name);
       var p = el("section", "pane");
+      p.setAttribute("data-testid", "pane-" + name);
       p.hidden = i !== 0;
       if (i === 0) b.classList.add("on");
       b.onclick = function () {

@@ -165,3 +165,21 @@ def app_server(files):
     served = Served(create_app(files, source=TREE_NAME))
     yield served
     served.stop()
+
+
+def apply_search(tab, text: str) -> None:
+    """Type `text` in a tree's search box and wait until the tree shows its hits."""
+    tab.fill("[data-testid=tree-search]", text)
+    tab.wait_for_function(
+        "q => document.querySelector('[data-testid=tree]').getAttribute('data-applied') === q + '|||'", arg=text.strip().lower()
+    )
+
+
+def pick_hit(tab, label: str) -> None:
+    """Click the first hit row whose name is exactly `label`."""
+    rows = tab.locator(".row.hit")
+    for i in range(rows.count()):
+        if rows.nth(i).locator(".name").inner_text() == label:
+            rows.nth(i).click()
+            return
+    raise AssertionError(f"no hit named {label!r}")

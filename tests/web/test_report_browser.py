@@ -9,7 +9,7 @@ import re
 import pytest
 
 from kernelmap.render import html
-from tests.web.conftest import file_line, screenshot, walk
+from tests.web.conftest import apply_search, file_line, pick_hit, screenshot, walk
 
 pytestmark = pytest.mark.slow
 
@@ -27,8 +27,7 @@ def detail_text(page) -> str:
 
 
 def search_and_pick(page, text):
-    page.fill("[data-testid=tree-search]", text)
-    page.wait_for_selector(f'[data-testid=tree][data-applied="{text.lower()}|||"]')
+    apply_search(page, text)
     page.locator(".row.hit").first.click()
 
 
@@ -81,9 +80,8 @@ def test_gpu_kernel_leads_to_its_op_dispatch_path_and_source(page, gpu_document,
     kernel, ancestors = next((n, up) for n, up in walk(gpu_document["tree"]["root"])
                              if n["kind"] == "gpu_kernel" and re.search(r":\d+$", n["attrs"].get("source") or ""))
     op = next(a for a in reversed(ancestors) if a["kind"] == "op")
-    page.fill("[data-testid=tree-search]", kernel["attrs"]["kernel"])
-    page.wait_for_selector(f'[data-testid=tree][data-applied="{kernel["attrs"]["kernel"].lower()}|||"]')
-    page.locator(".row.hit.k-gpu_kernel").first.click()
+    apply_search(page, kernel["attrs"]["kernel"])
+    pick_hit(page, kernel["name"])
     text = detail_text(page)
     assert "launched by operator " + (op["attrs"].get("op") or op["name"]) in text
     for key in op["attrs"].get("dispatch_keys", []):

@@ -229,7 +229,7 @@ def create_app(files: SourceFiles | None = None, *, max_upload: int = DEFAULT_MA
 
     # -- source ------------------------------------------------------------
 
-    def source(request: Request) -> Response:
+    def source_view(request: Request) -> Response:
         q = request.query_params
         path = q.get("path", "")
         try:
@@ -315,7 +315,7 @@ def create_app(files: SourceFiles | None = None, *, max_upload: int = DEFAULT_MA
         Route("/static/{name}", static),
         Route("/api/suggest", suggest),
         Route("/search", search),
-        Route("/source", source),
+        Route("/source", source_view),
         Route("/goto", goto),
         Route("/trace", trace_form, methods=["GET"]),
         Route("/trace", trace_import, methods=["POST"]),

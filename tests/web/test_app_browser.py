@@ -87,3 +87,19 @@ def test_trace_import_kernel_to_source(page, app_server, gpu_document, files, tm
     page.goto(app_server.url + "/search?q=" + kernel["attrs"]["kernel"].rsplit("::", 1)[-1])
     kinds = page.locator("[data-testid=results] tbody tr td:nth-child(2)").all_inner_texts()
     assert "GPU kernel" in kinds
+
+
+@pytest.mark.parametrize(
+    "url, marker",
+    [
+        ("/where?name=aten::add.Tensor", "aten::add.Tensor"),
+        ("/explain?op=aten::mul.Tensor", "aten::mul.Tensor"),
+        ("/gen?op=aten::conv2d&layer=binding", "THPVariable_conv2d"),
+        ("/callers?symbol=cudnnConvolutionForward&depth=3", "cudnnConvolutionForward"),
+    ],
+)
+def test_answer_pages_draw(page, app_server, url, marker, tmp_path):
+    page.goto(app_server.url + url)
+    page.wait_for_selector("[data-km-ready]")
+    assert marker in page.inner_text("[data-km-root]")
+    screenshot(page, tmp_path, url.strip("/").split("?")[0])

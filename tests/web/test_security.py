@@ -193,3 +193,9 @@ def test_no_file_outside_is_opened(evil):
         files.open("tree:evil", "aten/link.txt")
     assert files.open("tree:evil", "aten/evil.cpp").text == EVIL_TEXT
     assert os.path.islink(base / "tree" / "up")
+
+
+def test_serve_refuses_a_bad_port(kernelmap_cli):
+    r = kernelmap_cli("serve", "--port", "70000")
+    assert r.returncode == 2
+    assert "70000" in r.stderr and "Traceback" not in r.stderr

@@ -64,7 +64,7 @@ def where_document(params: Mapping[str, str]) -> dict[str, Any]:
     from kernelmap import api
     from kernelmap.render import where as render
 
-    answer = api.where(params["name"], device=params.get("device") or "cpu", static=params.get("live") != "1")
+    answer = api.where(params["name"], device=params.get("device") or "cpu", static=params.get("live") != "live")
     return render.to_json(answer)
 
 
@@ -115,7 +115,7 @@ def register(page: Page) -> Page:
     return page
 
 
-register(Page("where", "where", (Param("name", "name", required=True), Param("device", "device", "cpu", DEVICES), Param("live", "live dispatcher (1 imports torch)", "")), where_document))
+register(Page("where", "where", (Param("name", "name", required=True), Param("device", "device", "cpu", DEVICES), Param("live", "dispatcher (live imports torch)", "static", ("static", "live"))), where_document))
 register(Page("stack", "stack", (Param("target", "target", required=True), Param("device", "device", "cpu", DEVICES), Param("depth", "depth", ""), Param("source", "source tree", "")), stack_document))
 register(Page("callers", "callers", (Param("symbol", "symbol", required=True), Param("depth", "depth", ""), Param("source", "source tree", "")), callers_document))
 register(Page("explain", "explain", (Param("op", "operator", required=True), Param("device", "device", "cpu", DEVICES), Param("source", "source tree", "")), explain_document))

@@ -75,3 +75,24 @@ def test_empty_form_pages(client):
     for name in ("where", "stack", "callers", "explain", "gen"):
         r = client.get(f"/{name}")
         assert r.status_code == 200 and f'action="/{name}"' in r.text
+
+
+def test_static_pages_never_import_torch(indexed_tree, generated):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from kernelmap.web.app import create_app\n"
+        "app = create_app()\n"
+        "from starlette.testclient import TestClient\n"
+        "import warnings; warnings.simplefilter('ignore')\n"
+        "c = TestClient(app)\n"
+        "for u in ['/stack?target=torch.nn.Conv2d&device=cuda', '/where?name=conv2d', '/search?q=conv2d',"
+        " '/gen?op=conv2d&layer=binding', '/explain?op=aten::add.Tensor', '/source?root=tree:debian-2.6.0&path=aten/src/ATen/native/Convolution.cpp']:\n"
+        "    assert c.get(u).status_code == 200, u\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

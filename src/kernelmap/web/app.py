@@ -185,7 +185,7 @@ def create_app(files: SourceFiles | None = None, *, max_upload: int = DEFAULT_MA
             raise BadInput("search text is too long")
         out: list[dict[str, str]] = []
         low = text.lower()
-        with pages._PRODUCER_LOCK:
+        with pages.PRODUCER_LOCK:
             from kernelmap.catalog import load_catalog
 
             catalog = load_catalog()

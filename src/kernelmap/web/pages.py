@@ -36,7 +36,7 @@ DEVICES = ("cpu", "cuda", "mps", "meta")
 
 # The producers hold SQLite connections and caches that are not meant for
 # concurrent use; the app runs one producer call at a time (answers are cached).
-_PRODUCER_LOCK = threading.Lock()
+PRODUCER_LOCK = threading.Lock()
 _CONTEXTS: dict[tuple, Any] = {}
 
 
@@ -135,5 +135,5 @@ def produce(page: Page, query: Mapping[str, str]) -> dict[str, Any]:
         if len(value) > 500:
             raise BadInput(f"{p.label} is too long")
         params[p.name] = value
-    with _PRODUCER_LOCK:
+    with PRODUCER_LOCK:
         return page.produce(params)

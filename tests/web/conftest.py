@@ -52,15 +52,22 @@ def stack_document(context):
 
 
 @pytest.fixture(scope="session")
-def resnet_document(indexed_tree):
+def resnet_trace(indexed_tree):
     """examples/resnet50.py traced once (forward, CPU) with its kernels linked
-    to the indexed tree: the `trace/1` document `kernelmap trace --json` prints."""
+    to the indexed tree."""
     from kernelmap import trace
-    from kernelmap.render.json import to_json
 
     t = trace.run_script(str(ROOT / "examples/resnet50.py"), source_tree=TREE_NAME)
     assert t.error is None, t.error
-    return {"kernelmap": "trace/1", "tree": to_json(t.tree), "summary": t.summary().to_json()}
+    return t
+
+
+@pytest.fixture(scope="session")
+def resnet_document(resnet_trace):
+    """The `trace/1` document `kernelmap trace --json` prints for it."""
+    from kernelmap.render.json import to_json
+
+    return {"kernelmap": "trace/1", "tree": to_json(resnet_trace.tree), "summary": resnet_trace.summary().to_json()}
 
 
 @pytest.fixture(scope="session")

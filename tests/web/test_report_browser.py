@@ -75,6 +75,11 @@ def test_resnet50_trace_report(page, resnet_document, files, tmp_path):
     screenshot(page, tmp_path, "resnet50-kernel")
 
 
+def test_a_trace_shows_its_document_in_a_notebook(resnet_trace, resnet_document):
+    assert html.document_of(resnet_trace) == resnet_document
+    assert html.repr_html(resnet_trace).startswith("<iframe")
+
+
 def test_gpu_kernel_leads_to_its_op_dispatch_path_and_source(page, gpu_document, files, tmp_path):
     open_report(page, gpu_document, files, tmp_path, "gpu-trace")
     kernel, ancestors = next((n, up) for n, up in walk(gpu_document["tree"]["root"])

@@ -240,12 +240,39 @@ def render(document: dict[str, Any], *, excerpt: Excerpt | None = None, title: s
     )
 
 
-def repr_html(document: dict[str, Any], *, excerpt: Excerpt | None = None) -> str:
-    """The HTML a notebook shows for an answer (`_repr_html_`): the page in a
-    sandboxed iframe, so the viewer's script runs isolated from the notebook."""
+def document_of(answer: Any) -> dict[str, Any]:
+    """An answer's JSON document: a document as is, else the answer's own
+    `to_json()`, a `CallTree`'s `calltree/1`, a trace's `trace/1` (its tree
+    and summary), a `where` answer's `where/1`. Duck-typed, so the renderer
+    imports no producer."""
+    if isinstance(answer, dict):
+        return answer
+    from kernelmap.model import CallTree
+    from kernelmap.render import json as tree_json
+
+    if isinstance(answer, CallTree):
+        return tree_json.to_json(answer)
+    if isinstance(getattr(answer, "tree", None), CallTree) and callable(getattr(answer, "summary", None)):
+        return {"kernelmap": "trace/1", "tree": tree_json.to_json(answer.tree), "summary": answer.summary().to_json()}
+    if hasattr(answer, "live") and hasattr(answer, "ops") and hasattr(answer, "query"):
+        from kernelmap.render import where
+
+        return where.to_json(answer)
+    to_json = getattr(answer, "to_json", None)
+    if callable(to_json):
+        document = to_json()
+        kind_of(document)
+        return document
+    raise BadInput(f"cannot show a {type(answer).__name__} as HTML: it has no JSON document")
+
+
+def repr_html(answer: Any, *, excerpt: Excerpt | None = None) -> str:
+    """The HTML a notebook shows for an answer (what `_repr_html_` returns):
+    the page in a sandboxed iframe, so the viewer's script runs isolated
+    from the notebook's."""
     import html as html_escape
 
-    page = render(document, excerpt=excerpt)
+    page = render(document_of(answer), excerpt=excerpt)
     return (
         '<iframe sandbox="allow-scripts" style="width:100%;height:640px;border:1px solid #ccc" '
         f'srcdoc="{html_escape.escape(page, quote=True)}"></iframe>'

@@ -5,10 +5,7 @@ served on 127.0.0.1."""
 
 from __future__ import annotations
 
-import json
-import shutil
 import socket
-import tempfile
 import threading
 import time
 from pathlib import Path

@@ -29,6 +29,7 @@ demo: install
 
 test: install
 	scripts/fetch-test-tree >/dev/null
+	scripts/install-browser
 	$(BIN)/python -m pytest -q
 
 # The property tests of tests/fuzz with many more examples than `make test` gives them.

@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "scaffold": "kernelmap.commands.extend:scaffold",
     "verify": "kernelmap.commands.extend:verify",
     "render": "kernelmap.commands.render:render_",
+    "serve": "kernelmap.commands.serve:serve",
 }
 
 

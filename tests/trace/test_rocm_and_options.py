@@ -20,7 +20,7 @@ def test_rocm_trace_imports_and_names_its_libraries():
     kernels = {n.name: n.attrs for _, n in t.tree.walk() if n.kind == "gpu_kernel"}
     events = [e for e in json.loads(ROCM.read_text())["traceEvents"] if e.get("cat") == "kernel"]
     assert set(kernels) == {e["name"] for e in events}
-    libraries = {a.get("vendor") for a in kernels.values()}
+    libraries = {a.get("library") for a in kernels.values()}
     assert {"MIOpen", "Composable Kernel", "Tensile (rocBLAS/hipBLASLt)", "rocBLAS", "hipBLASLt", "ATen"} <= libraries
     summary = t.summary()
     assert summary.gpu.total_us == sum(e["dur"] for e in json.loads(ROCM.read_text())["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy"))

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 import shutil
 import sys
 import traceback
-
-import math
-import os
 from pathlib import Path
 
 import click
 
+from kernelmap.commands.options import _width, emit, source_option
 from kernelmap.errors import BadInput
 
 
@@ -79,10 +79,10 @@ def _print_error(error: BaseException) -> None:
 @click.option("--min-us", type=float, default=0.0, help="Hide tree nodes shorter than this many microseconds.")
 @click.option("--top", type=int, default=25, show_default=True, help="Rows per summary table.")
 @click.option("--all-frames", is_flag=True, help="Keep every Python frame (by default frames that ran no operator and module-call wrappers are dropped).")
-@click.option("--source", "source_tree", help="Source tree (registered name or directory) whose index links kernels to source.")
+@source_option
 @click.option("--export-chrome", type=click.Path(dir_okay=False), help="Write the trace with kernelmap's source links in each event's args (opens in Perfetto).")
-@click.option("--width", type=int, help="Output width (default: the terminal's).")
-def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, min_us, top, all_frames, source_tree, export_chrome, width):
+@click.option("--width", type=int, default=None, callback=_width, help="Output width (default: the terminal's).")
+def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, min_us, top, all_frames, source, export_chrome, width):
     """Run Python code under the profiler (or read a trace) and show what ran.
 
     TARGET is a script (run as `python script.py ARGS...`) or
@@ -123,7 +123,7 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
         if len(files) > 1 or Path(from_files[0]).is_dir():
             if target is not None or code is not None:
                 raise BadInput("give one of: a script or module:function, -c CODE, or --from TRACE")
-            _several_ranks(files, source_tree, all_frames, as_json, top, width)
+            _several_ranks(files, source, all_frames, as_json, top, width)
             return
         from_file = str(files[0])
     sources = sum(x is not None for x in (target, code, from_file))
@@ -131,6 +131,7 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
         raise BadInput("give one of: a script or module:function, -c CODE, or --from TRACE")
     if args and target is None:
         raise BadInput("arguments are passed to a script; give the script first")
+    source_tree = source
     options = {"keep_frames": all_frames, "source_tree": source_tree}
     if from_file is not None:
         try:
@@ -150,26 +151,15 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
             result.export_chrome(export_chrome)
         except OSError as e:
             raise BadInput(f"cannot write --export-chrome {export_chrome}: {e.strerror}") from None
+    from kernelmap.trace.summary import TraceReport
+
     if as_json:
-        from kernelmap.render.json import to_json
-
-        doc = {"kernelmap": "trace/1", "tree": to_json(result.tree) if tree else None}
-        doc["summary"] = result.summary().to_json() if summary else None
-        click.echo(json.dumps(doc, indent=2, default=str))
+        emit(TraceReport(result.tree if tree else None, result.summary() if summary else None), True)
     elif fmt != "text":
-        from kernelmap.render import render
-
-        click.echo(render(result.tree, fmt), nl=False)
+        emit(result.tree, True)
     else:
-        from kernelmap.render import render
-
-        if tree:
-            click.echo(sanitize(render(result.tree, "text", width=width, color=None if sys.stdout.isatty() else False, max_depth=depth, min_us=min_us)), nl=False)
-        if summary:
-            if tree:
-                click.echo()
-            columns = width or max(120, shutil.get_terminal_size((120, 24)).columns)
-            click.echo(sanitize(result.summary().to_text(top=top, width=columns)), nl=False)
+        report = TraceReport(result.tree if tree else None, result.summary() if summary else None)
+        emit(report, False, width, max_depth=depth, min_us=min_us, top=top)
         if export_chrome:
             click.echo(f"wrote {export_chrome}")
 

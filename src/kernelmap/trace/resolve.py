@@ -285,7 +285,7 @@ class Resolver:
         order = list(walk([root]))
         launched: dict[int, bool] = {}
         for n in reversed(order):
-            launched[id(n)] = n.kind in ("launch", "gpu_kernel", "gpu_memcpy", "gpu_memset") or any(
+            launched[id(n)] = n.kind in ("runtime", "gpu_kernel", "gpu_memcpy", "gpu_memset") or any(
                 launched[id(c)] for c in n.children
             )
         for n in order:
@@ -331,7 +331,7 @@ class Resolver:
                     a["conv_backend"] = backend
             vendor = op_vendor(node.name, device, backend or observed)
             if vendor is not None:
-                a["vendor"], a["closed"] = vendor
+                a["library"], a["closed"] = vendor
 
     def _op_facts(self, name: str, types: list[str], device: str, requires_grad: bool) -> dict[str, Any]:
         """What every call of `name` with these input types, device and grad
@@ -353,7 +353,7 @@ class Resolver:
         if vendor is not None and vendor[0] == "BLAS" and self.live and _has_mkl():
             vendor = ("MKL", True)  # this build's CPU BLAS, asked in the process that ran the op
         if vendor is not None:
-            facts["vendor"], facts["closed"] = vendor
+            facts["library"], facts["closed"] = vendor
         return facts
 
     def _resolve_device(self, node: Node) -> None:
@@ -373,7 +373,7 @@ class Resolver:
             if by_ops is not None:
                 lib = by_ops.name
         if lib:
-            node.attrs["vendor"] = lib
+            node.attrs["library"] = lib
             node.attrs["closed"] = answer.closed if lib == answer.library else vendors.library(lib).closed
         else:
             node.attrs["unknown"] = "kernel family not recognised"

@@ -7,12 +7,14 @@ import sys
 
 import click
 
+from kernelmap.commands.options import source_option
+
 
 @click.command()
 @click.argument("name")
-@click.option("--source", "source_tree", help="Source tree (registered name or directory) whose index gives the locations.")
+@source_option
 @click.option("--json", "as_json", is_flag=True, help="Print the kernel/1 document.")
-def kernel(name, source_tree, as_json):
+def kernel(name, source, as_json):
     """What a GPU kernel is and where its code is, from its name as a profiler,
     Nsight or a trace prints it (mangled or demangled, possibly cut short).
 
@@ -31,7 +33,7 @@ def kernel(name, source_tree, as_json):
     from kernelmap.kernels import open_resolver
     from kernelmap.trace.text import sanitize
 
-    resolver, reason = open_resolver(source_tree)
+    resolver, reason = open_resolver(source)
     answer = resolver.resolve(name)
     if as_json:
         click.echo(json.dumps(answer.to_json(), indent=2))

@@ -200,6 +200,15 @@ def location_from_json(d: Mapping[str, Any] | None, origins: OriginTable | None 
 # versions are listed in kernelmap.answers.
 
 
+class Answer:
+    """What every answer shares: a notebook shows it as its HTML report."""
+
+    def _repr_html_(self) -> str:
+        from kernelmap.render.html import repr_html  # only in a notebook: the model imports no renderer otherwise
+
+        return repr_html(self)
+
+
 class DocumentError(KernelmapError):
     """A JSON document that is not the answer it should be."""
 
@@ -640,7 +649,7 @@ CALLTREE_VERSION = 2
 
 
 @dataclass(frozen=True)
-class CallTree:
+class CallTree(Answer):
     root: CallNode
     notes: tuple[str, ...] = ()  # stated once at the top: version mismatches, missing layers
     meta: Mapping[str, Any] = field(default_factory=dict)  # kind (stack, callers, path, trace), target, device, ...
@@ -843,7 +852,7 @@ WHERE_VERSION = 2
 
 
 @dataclass(frozen=True)
-class WhereAnswer:
+class WhereAnswer(Answer):
     """The operator behind a name: its yaml entry and kernels, what the live
     dispatcher holds and runs, and (with a tree) where the code is."""
 
@@ -937,7 +946,7 @@ EXPLAIN_VERSION = 2
 
 
 @dataclass(frozen=True)
-class Explanation:
+class Explanation(Answer):
     """The anatomy of one operator call on one device, step by step."""
 
     op: str
@@ -987,7 +996,7 @@ SOURCES_VERSION = 1
 
 
 @dataclass(frozen=True)
-class SourceList:
+class SourceList(Answer):
     trees: tuple[SourceEntry, ...]
 
     DOCUMENT = "sources"

@@ -34,8 +34,9 @@ def _print_error(error: BaseException) -> None:
 @click.option("--all-frames", is_flag=True, help="Keep every Python frame (by default frames that ran no operator and module-call wrappers are dropped).")
 @source_option
 @click.option("--export-chrome", type=click.Path(dir_okay=False), help="Write the trace with kernelmap's source links in each event's args (opens in Perfetto).")
+@click.option("--html", "html", type=click.Path(dir_okay=False), default=None, help="Also write the trace as one self-contained HTML report.")
 @click.option("--width", type=int, default=None, callback=_width, help="Output width (default: the terminal's).")
-def trace(target, args, code, from_file, fmt, as_json, tree, summary, depth, min_us, top, all_frames, source, export_chrome, width):
+def trace(target, args, code, from_file, fmt, as_json, tree, summary, depth, min_us, top, all_frames, source, export_chrome, width, html):
     """Run Python code under the profiler (or read a trace) and show what ran.
 
     TARGET is a script (run as `python script.py ARGS...`) or
@@ -88,6 +89,11 @@ def trace(target, args, code, from_file, fmt, as_json, tree, summary, depth, min
     if export_chrome:
         result.export_chrome(export_chrome)
     from kernelmap.trace.summary import TraceReport
+
+    if html is not None:
+        from kernelmap.commands.options import write_html
+
+        write_html(TraceReport(result.tree, result.summary()), html)
 
     if as_json:
         emit(TraceReport(result.tree if tree else None, result.summary() if summary else None), True)

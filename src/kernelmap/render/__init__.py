@@ -32,7 +32,7 @@ _TABLE: dict[tuple[str, str], str | Renderer] = {
     ("trace", "text"): "kernelmap.render.trace:to_text",
     ("sources", "text"): "kernelmap.render.sources:to_text",
 }
-_GENERIC = {"json": "kernelmap.render.json:render"}
+_GENERIC = {"json": "kernelmap.render.json:render", "html": "kernelmap.render.html:render_answer"}
 
 
 def register(document: str, fmt: str, renderer: str | Renderer) -> None:

@@ -65,6 +65,11 @@ class Trace:
 
         return summarize(self.tree)
 
+    def _repr_html_(self) -> str:
+        from kernelmap.render.html import repr_html
+
+        return repr_html(self)
+
     def export_chrome(self, out: Path | str) -> Path:
         """Write the trace back with kernelmap's facts in each event's args."""
         from kernelmap.trace.chrome import export

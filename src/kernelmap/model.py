@@ -570,6 +570,11 @@ FACTS: dict[str, Fact] = {
     "closed": Fact("bool", "the library's source is closed"),
     "repository": Fact("str", "where an open library's source lives"),
     "dtype_case": Fact("str", "the AT_DISPATCH case taken for the selected dtype"),
+    # DSL overrides (torch._native)
+    "dsl": Fact("str", "the DSL an override is written in: triton, cutedsl, nvmath"),
+    "condition_at": Fact("str", "path:line of the condition function that decides whether an override runs"),
+    "aten_runs_when": Fact("str", "when ATen's kernel runs instead of the override"),
+    "registered": Fact("any", "whether the override is registered in this process (None: not asked)"),
     # markers set by the builders and processors
     "collapsed": Fact("str", "children not shown: a branch for another device or backend"),
     "cycle": Fact("str", "recursion cut: the node is already on the path above"),

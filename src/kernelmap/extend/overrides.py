@@ -137,10 +137,24 @@ class Override:
     key: str  # dispatch key: "CPU", "CUDA", ...
     extra_args: Mapping[str, Any] = field(default_factory=dict)
     calls: int = 0  # calls routed to the target
+    record: int = 0  # keep the arguments and results of up to this many further calls in `samples`
+    samples: list = field(default_factory=list, repr=False)  # (args, kwargs, result), tensors detached and cloned
     _local: threading.local = field(default_factory=threading.local, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"op": self.op, "target": self.target, "key": self.key, "extra_args": dict(self.extra_args), "calls": self.calls}
+
+
+def _detached(value):
+    """`value` with every tensor in it detached and cloned (lists, tuples and dicts walked)."""
+    torch = _torch()
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_detached(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _detached(v) for k, v in value.items()}
+    return value
 
 
 def _dump(qualified: str) -> str:
@@ -196,7 +210,13 @@ def override(
         state.calls += 1
         state._local.inside = True
         try:
-            return target(*args, **kwargs, **extra)
+            keep = len(state.samples) < state.record
+            if keep:  # cloned before the call: an in-place kernel must not change what is kept
+                kept = (_detached(args), _detached(kwargs))
+            result = target(*args, **kwargs, **extra)
+            if keep:
+                state.samples.append((*kept, _detached(result)))
+            return result
         finally:
             state._local.inside = False
 

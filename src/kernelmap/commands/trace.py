@@ -35,7 +35,9 @@ def _print_error(error: BaseException) -> None:
 @click.option("--source", "source_tree", help="Source tree (registered name or directory) whose index links kernels to source.")
 @click.option("--export-chrome", type=click.Path(dir_okay=False), help="Write the trace with kernelmap's source links in each event's args (opens in Perfetto).")
 @click.option("--width", type=int, help="Output width (default: the terminal's).")
-def trace(target, args, code, from_file, fmt, as_json, tree, summary, depth, min_us, top, all_frames, source_tree, export_chrome, width):
+@click.option("--warmup", type=click.IntRange(min=0), default=0, show_default=True, help="Run the target this many times unprofiled first, so the cold first call is not traced.")
+@click.option("--steps", type=click.IntRange(min=1), default=1, show_default=True, help="Profile this many runs of the target (after the warm-up ones).")
+def trace(target, args, code, from_file, fmt, as_json, tree, summary, depth, min_us, top, all_frames, source_tree, export_chrome, width, warmup, steps):
     """Run Python code under the profiler (or read a trace) and show what ran.
 
     TARGET is a script (run as `python script.py ARGS...`) or
@@ -60,6 +62,7 @@ def trace(target, args, code, from_file, fmt, as_json, tree, summary, depth, min
       kernelmap trace train.py --epochs 1 -- --json
       kernelmap trace -c "import torch; torch.nn.Conv2d(3, 8, 3)(torch.randn(1, 3, 32, 32))"
       kernelmap trace mypkg.bench:step --no-tree --top 10
+      kernelmap trace mypkg.bench:step --warmup 2 --steps 3 --no-tree
       kernelmap trace --from trace.json.gz --export-chrome annotated.json
     """
     from kernelmap.errors import BadInput
@@ -70,7 +73,9 @@ def trace(target, args, code, from_file, fmt, as_json, tree, summary, depth, min
         raise BadInput("give one of: a script or module:function, -c CODE, or --from TRACE")
     if args and target is None:
         raise BadInput("arguments are passed to a script; give the script first")
-    options = {"keep_frames": all_frames, "source_tree": source_tree}
+    options = {"keep_frames": all_frames, "source_tree": source_tree, "warmup": warmup, "steps": steps}
+    if from_file is not None and (warmup or steps != 1):
+        raise BadInput("--warmup and --steps run code; a trace read --from a file was recorded already")
     if from_file is not None:
         try:
             result = tracing.load(from_file, keep_frames=all_frames, source_tree=source_tree)
@@ -99,13 +104,14 @@ def trace(target, args, code, from_file, fmt, as_json, tree, summary, depth, min
     else:
         from kernelmap.render import render
 
-        if tree:
-            click.echo(render(result.tree, "text", width=width, color=None if sys.stdout.isatty() else False, max_depth=depth, min_us=min_us), nl=False)
+        # the summary first: a tree can run to thousands of lines
         if summary:
-            if tree:
-                click.echo()
             columns = width or max(120, shutil.get_terminal_size((120, 24)).columns)
             click.echo(result.summary().to_text(top=top, width=columns), nl=False)
+            if tree:
+                click.echo()
+        if tree:
+            click.echo(render(result.tree, "text", width=width, color=None if sys.stdout.isatty() else False, max_depth=depth, min_us=min_us), nl=False)
         if export_chrome:
             click.echo(f"wrote {export_chrome}")
 

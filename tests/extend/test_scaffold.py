@@ -216,3 +216,26 @@ def test_an_impossible_out_is_one_line(kernelmap_cli, tmp_path, where):
     assert done.returncode == 2, done.stderr
     assert "kernelmap: error:" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_the_convolution_takes_its_flags_from_the_users_settings(tmp_path, tree_2_6):
+    """aten::convolution passes the global context's cuDNN flags to at::_convolution; so does the scaffold,
+    on both routes, and never a constant."""
+    import re
+
+    from kernelmap.extend import scaffold
+
+    native = (tree_2_6 / "aten/src/ATen/native/Convolution.cpp").read_text()
+    body = native[native.index("at::Tensor convolution("):]
+    body = body[:body.index("\n}\n")]
+    getters = set(re.findall(r"ctx\.(\w+)\(\)", body))
+    assert {"benchmarkCuDNN", "deterministicCuDNN", "userEnabledCuDNN", "allowTF32CuDNN"} <= getters
+    out = tmp_path / "c"
+    scaffold("aten::convolution", "flagconv", out=out, cuda=True)
+    for rel in ("csrc/flagconv.cpp", "csrc/flagconv_cuda.cpp"):
+        text = (out / rel).read_text()
+        call = text[text.index("at::_convolution("):]
+        call = call[:call.index(";")]
+        for getter in getters:
+            assert f"at::globalContext().{getter}()" in call, (rel, getter)
+        assert not re.search(r"=\*/\s*(true|false)", call), call

@@ -106,8 +106,11 @@ def _differentiable(spec: CustomOpSpec, op: Op) -> tuple[int, ...]:
 
 def _aten_cpp_call(spec: CustomOpSpec, op: Op) -> str:
     if spec.op == "aten::convolution":
+        # the flags aten::convolution passes: the user's torch.backends.cudnn settings, never constants
         return ("at::_convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, "
-                "/*benchmark=*/false, /*deterministic=*/false, /*cudnn_enabled=*/true, /*allow_tf32=*/true)")
+                "/*benchmark=*/at::globalContext().benchmarkCuDNN(), "
+                "/*deterministic=*/at::globalContext().deterministicCuDNN() || at::globalContext().deterministicAlgorithms(), "
+                "/*cudnn_enabled=*/at::globalContext().userEnabledCuDNN(), /*allow_tf32=*/at::globalContext().allowTF32CuDNN())")
     args = [p.name for p in spec.originals]
     base = op.name.name
     if "function" in op.variants:

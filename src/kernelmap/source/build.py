@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelmap import env
+from kernelmap import env, vendors
 from kernelmap.errors import SourceError
 from kernelmap.source import extract
 from kernelmap.source.extract import FileFacts, OperatorNames
@@ -69,7 +69,7 @@ def extractor_fingerprint() -> str:
     """Changes whenever the extractor or its queries change: facts of an
     older extractor are not reused."""
     h = hashlib.sha1()
-    for p in sorted([Path(extract.__file__), *extract.QUERY_DIR.glob("*.scm")]):
+    for p in sorted([Path(extract.__file__), Path(vendors.__file__), *extract.QUERY_DIR.glob("*.scm")]):
         h.update(p.name.encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:16]

@@ -45,6 +45,8 @@ from typing import NamedTuple
 import tree_sitter
 import tree_sitter_cpp
 
+from kernelmap import vendors
+
 QUERY_DIR = Path(__file__).with_name("queries")
 QUERY_FILES = ("scopes", "preproc", "definitions", "calls", "registrations", "errors")
 SOURCE_SUFFIXES = (".cpp", ".cc", ".h", ".hpp", ".cu", ".cuh", ".mm")
@@ -175,30 +177,6 @@ def read_operator_names(yaml_path: Path) -> OperatorNames:
 # Call classification
 # ---------------------------------------------------------------------------
 
-_VENDOR = tuple(
-    (lib, re.compile(pattern))
-    for lib, pattern in (
-        ("cudnn", r"^(cudnn[A-Z]|cudnn_frontend::)"),
-        ("cublasLt", r"^cublasLt[A-Z]"),
-        ("cublas", r"^cublas[A-Z]"),
-        ("cusparse", r"^cusparse[A-Z]"),
-        ("cufft", r"^cufft[A-Z]"),
-        ("cusolver", r"^cusolver[A-Z]"),
-        ("miopen", r"^miopen[A-Z]"),
-        ("rocblas", r"^rocblas_"),
-        ("hipblas", r"^hipblas(Lt)?[A-Z]"),
-        ("hipsparse", r"^hipsparse[A-Z]"),
-        ("rocsolver", r"^(rocsolver_|hipsolver[A-Z])"),
-        ("onednn", r"^(dnnl::|ideep::|dnnl_)"),
-        ("mkl", r"^(mkl_|MKL_|Dfti[A-Z]|v[sdcz][A-Z][a-z])"),
-        (
-            "blas",
-            r"^(cblas_|LAPACKE_|[sdcz](gemm|gemv|axpy|dot[cu]?|scal|copy|ger[cu]?|trsm|trmm|syrk|herk|nrm2|asum|swap"
-            r"|potrf|potrs|potri|getrf|getrs|getri|geqrf|orgqr|ungqr|ormqr|unmqr|gesdd|gesvd|syevd|heevd|trtrs|gels[dsy]?"
-            r"|geev|sytrf|hetrf|sytrs|hetrs|pstrf|lu|gemm_batch)_$)",
-        ),
-    )
-)
 _LAUNCH = re.compile(r"^(gpu_kernel\w*|cpu_kernel\w*|cpu_serial_kernel\w*|launch_\w+|\w+_kernel_launch\w*|jitted_gpu_kernel\w*)$")
 _OPS_CALL = re.compile(r"^at::_ops::(\w+)::(call|redispatch)$")
 _AT_FUNC = re.compile(r"^at::(?:redispatch::)?(\w+)$")
@@ -224,9 +202,9 @@ def classify_call(callee: str, is_member: bool, ops: OperatorNames) -> tuple[str
         if short in ops.methods:
             return "dispatcher", None, short
         return "direct", None, None
-    for lib, pattern in _VENDOR:
-        if pattern.match(callee):
-            return "vendor", lib, None
+    library = vendors.of_call(callee)
+    if library is not None:
+        return "vendor", library.id, None
     m = _OPS_CALL.match(callee)
     if m:
         return "dispatcher", None, m.group(1)

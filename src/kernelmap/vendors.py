@@ -1,0 +1,251 @@
+"""The one table of libraries outside ATen that a PyTorch call can end in:
+which library a C++ call site calls, which library a GPU kernel name belongs
+to, which library an operator's own kernel hands its work to, whether that
+library's code is open, and where its source lives.
+
+The call graph (vendor call sites), the trace (GPU kernels and operators),
+`where` and `explain` all ask this table, so they never disagree on a name or
+on whether code is closed. Nothing here imports anything but `re`.
+
+Note [library ids]
+The source index records, per vendor call site, a short lowercase id
+(`cudnn`, `cublasLt`, `onednn`, ...): the first entry of `Library.ids`.
+Renderers show `Library.name`. `library()` accepts either.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Library:
+    """A library PyTorch calls into, or whose kernels a profiler shows."""
+
+    name: str  # as its vendor spells it: "cuDNN", "oneDNN"
+    closed: bool  # no source to read (binary-only)
+    repository: str | None = None  # where the source lives, for open libraries outside PyTorch
+    ids: tuple[str, ...] = ()  # Note [library ids]: the index's id first
+    calls: re.Pattern[str] | None = None  # C++ callee names in PyTorch's source
+    kernels: re.Pattern[str] | None = None  # GPU kernel names (demangled) a profiler shows
+    ops: tuple[tuple[re.Pattern[str], str | None], ...] = field(default=())  # (operator, device or None)
+
+    def __post_init__(self) -> None:
+        if self.closed and self.repository:
+            raise ValueError(f"{self.name}: a closed library has no source repository")
+
+    @property
+    def id(self) -> str:
+        return self.ids[0] if self.ids else self.name.lower()
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "closed": self.closed, "repository": self.repository}
+
+
+def _re(pattern: str, flags: int = 0) -> re.Pattern[str]:
+    return re.compile(pattern, flags)
+
+
+_GEMM_OPS = r"^aten::(mm|addmm|bmm|baddbmm|addbmm|addmv|mv|dot|vdot|_addmm_activation|_scaled_mm|_int_mm)(_|$)"
+_CPU_GEMM_OPS = r"^aten::(mm|addmm|bmm|baddbmm|addbmm|addmv|mv|dot|vdot|_addmm_activation)(_|$)"
+_LINALG_OPS = r"^aten::(linalg_|_linalg_|cholesky|lu_|_lu_|triangular_solve|geqrf|ormqr|orgqr)"
+
+# Order matters where patterns overlap: the first row that matches wins
+# (cuBLASLt calls before cuBLAS's; flash attention's and CUTLASS's kernel
+# names before the generic gemm names of cuBLAS).
+LIBRARIES: tuple[Library, ...] = (
+    Library("CUDA runtime", closed=True, ids=("cudart",), kernels=_re(r"^(Memcpy|Memset)")),
+    Library(
+        "cuDNN",
+        closed=True,
+        ids=("cudnn",),
+        # cudnn_frontend is an open header library, but every call through it ends in cuDNN itself
+        calls=_re(r"^(cudnn[A-Z]|cudnn_frontend::)"),
+        kernels=_re(
+            r"^(void )?cudnn::|cudnn|implicit_convolve_sgemm|precomputed_convolve|explicit_convolve|winograd|"
+            r"nchwToNhwc|nhwcToNchw|scalePackedTensor|conv2d_grouped_direct|fft2d_[rc]2[rc]|_cudnn_"
+        ),
+        ops=((_re(r"^aten::(cudnn_|_cudnn_|_scaled_dot_product_cudnn)"), None),),
+    ),
+    Library(
+        "NCCL",
+        closed=False,
+        repository="https://github.com/NVIDIA/nccl",
+        ids=("nccl",),
+        calls=_re(r"^nccl[A-Z]"),
+        kernels=_re(r"^nccl|ncclDevKernel|ncclKernel"),
+    ),
+    Library(
+        "FlashAttention/CUTLASS (in PyTorch)",
+        closed=False,
+        ids=("flash",),
+        kernels=_re(r"pytorch_flash::|flash_fwd|flash_bwd|fmha_cutlass|mem_efficient|fmha"),
+    ),
+    Library("Triton (generated)", closed=False, repository="https://github.com/triton-lang/triton", ids=("triton",), kernels=_re(r"^triton_|^triton__")),
+    Library("CUTLASS", closed=False, repository="https://github.com/NVIDIA/cutlass", ids=("cutlass",), kernels=_re(r"cutlass")),
+    Library("cuBLASLt", closed=True, ids=("cublasLt",), calls=_re(r"^cublasLt[A-Z]")),
+    Library(
+        "cuBLAS",
+        closed=True,
+        ids=("cublas",),
+        calls=_re(r"^cublas[A-Z]"),
+        kernels=_re(r"sm\d+_xmma|xmma_|^ampere_|^volta_|^turing_|^maxwell_|^hopper_|^sm\d+_|^nvjet_|gemv|gemm|cublas|splitKreduce|Kernel2\b", re.I),
+        ops=((_re(_GEMM_OPS), "cuda"),),
+    ),
+    Library(
+        "cuFFT",
+        closed=True,
+        ids=("cufft",),
+        calls=_re(r"^cufft[A-Z]"),
+        kernels=_re(r"regular_fft|vector_fft|fft_|_fft", re.I),
+        ops=((_re(r"^aten::(_fft_)"), "cuda"),),
+    ),
+    Library("cuSPARSE", closed=True, ids=("cusparse",), calls=_re(r"^cusparse[A-Z]")),
+    Library(
+        "cuSOLVER/MAGMA",
+        closed=True,
+        ids=("cusolver",),
+        calls=_re(r"^cusolver[A-Z]"),
+        ops=((_re(r"^aten::(linalg_|_linalg_|cholesky|lu_|_lu_|triangular_solve|geqrf|ormqr|orgqr|_linalg_svd|_linalg_eigh)"), "cuda"),),
+    ),
+    Library("cuRAND", closed=True, ids=("curand",)),
+    Library(
+        "MIOpen",
+        closed=False,
+        repository="https://github.com/ROCm/MIOpen",
+        ids=("miopen",),
+        calls=_re(r"^miopen[A-Z]"),
+        ops=((_re(r"^aten::(miopen_|_miopen)"), None),),
+    ),
+    Library("rocBLAS", closed=False, repository="https://github.com/ROCm/rocBLAS", ids=("rocblas",), calls=_re(r"^rocblas_")),
+    Library("hipBLAS", closed=False, repository="https://github.com/ROCm/hipBLAS", ids=("hipblas",), calls=_re(r"^hipblas(Lt)?[A-Z]")),
+    Library("hipSPARSE", closed=False, repository="https://github.com/ROCm/hipSPARSE", ids=("hipsparse",), calls=_re(r"^hipsparse[A-Z]")),
+    Library("rocSOLVER", closed=False, repository="https://github.com/ROCm/rocSOLVER", ids=("rocsolver",), calls=_re(r"^(rocsolver_|hipsolver[A-Z])")),
+    Library(
+        "oneDNN",
+        closed=False,
+        repository="https://github.com/uxlfoundation/oneDNN",
+        ids=("onednn",),
+        calls=_re(r"^(dnnl::|ideep::|dnnl_)"),
+        ops=((_re(r"^aten::(mkldnn_|_mkldnn|onednn)"), None),),
+    ),
+    Library("NNPACK", closed=False, repository="https://github.com/Maratyszcza/NNPACK", ids=("nnpack",), ops=((_re(r"^aten::_nnpack_spatial"), None),)),
+    Library("MKL", closed=True, ids=("mkl",), calls=_re(r"^(mkl_|MKL_|Dfti[A-Z]|v[sdcz][A-Z][a-z])")),
+    Library("MKL/pocketfft", closed=False, ids=("pocketfft",), ops=((_re(r"^aten::(_fft_)"), "cpu"),)),
+    Library(
+        "BLAS",
+        closed=False,
+        repository="https://github.com/OpenMathLib/OpenBLAS",
+        ids=("blas",),
+        calls=_re(
+            r"^(cblas_|LAPACKE_|[sdcz](gemm|gemv|axpy|dot[cu]?|scal|copy|ger[cu]?|trsm|trmm|syrk|herk|nrm2|asum|swap"
+            r"|potrf|potrs|potri|getrf|getrs|getri|geqrf|orgqr|ungqr|ormqr|unmqr|gesdd|gesvd|syevd|heevd|trtrs|gels[dsy]?"
+            r"|geev|sytrf|hetrf|sytrs|hetrs|pstrf|lu|gemm_batch)_$)"
+        ),
+        ops=((_re(_CPU_GEMM_OPS), "cpu"),),
+    ),
+    Library("LAPACK", closed=False, repository="https://github.com/Reference-LAPACK/lapack", ids=("lapack",), ops=((_re(_LINALG_OPS), "cpu"),)),
+    Library("ATen", closed=False, repository="https://github.com/pytorch/pytorch", ids=("aten",)),
+)
+
+_BY_KEY: dict[str, Library] = {}
+for _lib in LIBRARIES:
+    for _key in (_lib.name, *_lib.ids):
+        _BY_KEY.setdefault(_key.lower(), _lib)
+
+# Backends `_select_conv_backend` names, by the library their kernels run in.
+_CONV_BACKENDS = {
+    "Mkldnn": "oneDNN",
+    "MkldnnTranspose": "oneDNN",
+    "MkldnnEmpty": "oneDNN",
+    "Cudnn": "cuDNN",
+    "CudnnTranspose": "cuDNN",
+    "Miopen": "MIOpen",
+    "MiopenDepthwise": "MIOpen",
+    "MiopenTranspose": "MIOpen",
+    "NnpackSpatial": "NNPACK",
+}
+_CONV_OPS = ("aten::_convolution", "aten::convolution_backward")
+
+
+def library(name: str | None) -> Library | None:
+    """The library named `name` (its name or an id, any case); None when unknown."""
+    return _BY_KEY.get(name.lower()) if name else None
+
+
+def of_call(callee: str) -> Library | None:
+    """The library a C++ call of `callee` (qualified, template arguments removed) goes into."""
+    for lib in LIBRARIES:
+        if lib.calls is not None and lib.calls.match(callee):
+            return lib
+    return None
+
+
+def of_conv_backend(backend: str | None) -> Library | None:
+    """The library a `ConvBackend` value (`Cudnn`, `Mkldnn`) runs in; None for ATen's own."""
+    return library(_CONV_BACKENDS.get(backend or ""))
+
+
+def of_op(op: str, device: str, conv_backend: str | None = None) -> Library | None:
+    """The library an operator's own kernel hands its work to on `device`
+    (`aten::addmm` on cuda: cuBLAS). For convolutions, the backend chosen
+    (`_select_conv_backend`) decides."""
+    if conv_backend is not None and op in _CONV_OPS:
+        found = of_conv_backend(conv_backend)
+        if found is not None:
+            return found
+    for lib in LIBRARIES:
+        for pattern, only in lib.ops:
+            if (only is None or only == device) and pattern.match(op):
+                return lib
+    return None
+
+
+def is_gemm_op(op: str) -> bool:
+    return bool(re.match(r"^aten::(mm|addmm|bmm|baddbmm|addbmm|addmv|mv|linear|matmul|_addmm_activation|_scaled_mm)(_|$)", op))
+
+
+def of_kernel(name: str, launched_by: tuple[str, ...] = ()) -> Library | None:
+    """The library a GPU kernel belongs to, by its (demangled) name, and by the
+    operators that launched it when the name alone is ambiguous: the same
+    `sm80_xmma_*` and CUTLASS kernels ship inside both cuDNN and cuBLAS."""
+    for lib in LIBRARIES:
+        if lib.kernels is None or not lib.kernels.search(name):
+            continue
+        if lib.name in ("cuBLAS", "CUTLASS") and any("cudnn" in op or (of_conv_backend_op(op) or "").startswith("Cudnn") for op in launched_by):
+            return library("cuDNN")
+        if lib.name == "CUTLASS" and any(is_gemm_op(op) for op in launched_by):
+            return library("cuBLAS")
+        return lib
+    return None
+
+
+# Operators that show, by running, which convolution backend was chosen.
+CONV_BACKEND_OPS = {
+    "aten::mkldnn_convolution": "Mkldnn",
+    "aten::mkldnn_convolution_backward": "Mkldnn",
+    "aten::thnn_conv2d": "Slow2d",
+    "aten::_slow_conv2d_forward": "Slow2d",
+    "aten::_slow_conv2d_backward": "Slow2d",
+    "aten::slow_conv3d": "Slow3d",
+    "aten::slow_conv3d_forward": "Slow3d",
+    "aten::slow_conv_dilated2d": "SlowDilated2d",
+    "aten::slow_conv_dilated3d": "SlowDilated3d",
+    "aten::slow_conv_transpose2d": "SlowTranspose2d",
+    "aten::slow_conv_transpose3d": "SlowTranspose3d",
+    "aten::cudnn_convolution": "Cudnn",
+    "aten::cudnn_convolution_transpose": "CudnnTranspose",
+    "aten::miopen_convolution": "Miopen",
+    "aten::miopen_depthwise_convolution": "MiopenDepthwise",
+    "aten::_nnpack_spatial_convolution": "NnpackSpatial",
+    "aten::_conv_depthwise2d": "CudaDepthwise2d",
+    "aten::conv_depthwise3d": "CudaDepthwise3d",
+    "aten::_mps_convolution": "Mps",
+    "aten::mkldnn_convolution_transpose": "MkldnnTranspose",
+}
+
+
+def of_conv_backend_op(op: str) -> str | None:
+    """The ConvBackend an operator's run shows (`aten::cudnn_convolution` -> `Cudnn`)."""
+    return CONV_BACKEND_OPS.get(op)

@@ -169,11 +169,15 @@ def override(
     *,
     key: str = "CPU",
     extra_args: Mapping[str, Any] | None = None,
+    warn_unused: bool = True,
 ) -> Iterator[Override]:
     """Within the block, calls of aten operator `op` that reach dispatch key `key`
     run `fn`: a Python callable taking the operator's arguments, or the name of
     a custom operator (`"mylib::myconv"`) whose schema fits (Note [override
-    schemas]); `extra_args` are passed to it by name on every call."""
+    schemas]); `extra_args` are passed to it by name on every call. A block
+    that ends normally with no call routed warns (`warn_unused`): the code ran
+    other operators, say `aten::native_batch_norm` where `aten::cudnn_batch_norm`
+    was overridden; `kernelmap verify` names them."""
     torch = _torch()
     original = resolve_op(op)
     opname = OperatorName.parse(op)
@@ -228,6 +232,9 @@ def override(
             warnings.simplefilter("ignore", UserWarning)
             lib.impl(unqualified, kernel, key)
         yield state
+        if warn_unused and state.calls == 0:
+            warnings.warn(f"the override of {state.op} for {key} received no calls: the block ran other operators "
+                          f"(kernelmap verify names those of its kind that ran)", UserWarning, stacklevel=3)
     finally:
         lib._destroy()
         after = _dump(qualified)

@@ -7,46 +7,10 @@ returns plain model data that any renderer can show.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelmap import env
-from kernelmap.model import Kernel, Location, Op
-
-
-@dataclass(frozen=True)
-class LiveAnswer:
-    """What the live dispatcher of the installed torch says about one operator."""
-
-    registrations: tuple[Kernel, ...]  # active registrations, alias keys included
-    schema_location: Location | None
-    path: object  # kernelmap.dispatch.DispatchPath (typed loosely: dispatch imports torch)
-
-
-@dataclass(frozen=True)
-class SourceStep:
-    """One landmark of the operator's code on a device, from an indexed source tree."""
-
-    role: str  # "entry kernel", "stub kernel", "leaf"
-    name: str
-    location: Location | None
-    detail: str = ""  # the edge's condition, the vendor library
-
-
-@dataclass(frozen=True)
-class WhereAnswer:
-    query: str
-    ops: tuple[Op, ...]  # every operator the name reaches, most likely first
-    torch_version: str
-    torch_commit: str | None
-    delegate: Op | None = None  # the structured delegate of ops[0], when it has one
-    live: LiveAnswer | None = None  # None with static=True
-    notes: tuple[str, ...] = field(default_factory=tuple)
-    source: tuple[SourceStep, ...] = ()  # with an indexed tree: entry kernel, stub kernel, leaf
-
-    @property
-    def op(self) -> Op:
-        return self.ops[0]
+from kernelmap.model import EdgeKind, Kernel, LiveAnswer, NodeKind, SourceStep, WhereAnswer
 
 
 def where(
@@ -57,18 +21,29 @@ def where(
     autocast: bool = False,
     inference_mode: bool = False,
     static: bool = False,
-    tree: Path | None = None,
+    source: str | None = None,
     with_source: bool = False,
 ) -> WhereAnswer:
     """Where the operator behind `name` is declared, which kernels it has per
     dispatch key, and (unless `static`) what the live dispatcher runs for a call
     on `device`; `with_source` adds, when a source tree is indexed, the entry
-    kernel, stub kernel and leaves on `device`. Static answers never import torch."""
+    kernel, stub kernel and leaves on `device`. `source` selects a tree (a
+    registered name or a directory): it answers every static layer it holds
+    (Note [graph versions]). Static answers never import torch."""
     from kernelmap.catalog import load_catalog
+    from kernelmap.names import resolve_ops
 
-    catalog = load_catalog(tree)
-    ops = catalog.resolve(name)
     install = env.torch_install()
+    tree = None
+    wheel = load_catalog()
+    catalog = wheel
+    if source is not None:
+        from kernelmap.source import select_tree
+
+        selected = select_tree(source)
+        tree = selected.root
+        catalog = load_catalog(tree=selected.root, origin=selected.origin)
+    ops = resolve_ops(name, catalog, wheel, install.site_packages)
     delegate = catalog.delegate(ops[0])
     live = None
     notes: list[str] = []
@@ -78,7 +53,7 @@ def where(
         if tree is not None:
             # the live dispatcher is the installed torch's; the yaml is the tree's
             notes.append(f"live answers come from torch {install.version}, the operator from {catalog.origin.label}")
-        live_catalog = catalog if tree is None else load_catalog()
+        live_catalog = catalog if tree is None else wheel
         qualified = str(ops[0].name)
         path = dispatch.dispatch_path(
             qualified,
@@ -92,8 +67,8 @@ def where(
         live = LiveAnswer(_with_python_sources(qualified, dispatch.live_registrations(qualified)), dispatch.schema_location(qualified), path)
         if path.note:
             notes.append(path.note)
-    source = _source_steps(str(ops[0].name), device, notes) if with_source else ()
-    return WhereAnswer(name, ops, install.version, install.commit, delegate, live, tuple(notes), source)
+    steps = _source_steps(str(ops[0].name), device, notes, source) if with_source else ()
+    return WhereAnswer(name, ops, install.version, install.commit, delegate, live, tuple(notes), steps)
 
 
 def _with_python_sources(op: str, kernels: tuple[Kernel, ...]) -> tuple[Kernel, ...]:
@@ -108,7 +83,7 @@ def _with_python_sources(op: str, kernels: tuple[Kernel, ...]) -> tuple[Kernel, 
     return tuple(resolved)
 
 
-def _source_steps(op: str, device: str, notes: list[str]) -> tuple[SourceStep, ...]:
+def _source_steps(op: str, device: str, notes: list[str], source: str | None = None) -> tuple[SourceStep, ...]:
     """The entry kernel's definition, the first stub kernel and the leaves of
     `op` on `device`, read off the call graph when a source tree is indexed."""
     from kernelmap import graph
@@ -117,23 +92,26 @@ def _source_steps(op: str, device: str, notes: list[str]) -> tuple[SourceStep, .
     if device not in graph.DEVICE_KEYS:
         return ()
     try:
-        context = graph.open_context(device)
+        context = graph.open_context(device, source=source)
     except KernelmapError as e:
+        if source is not None:
+            raise
         notes.append(str(e))
         return ()
     if context.index is None:
         return ()
     tree = graph.stack(op, context)
     roles: dict[str, SourceStep] = {}
-    leaves: dict[str, tuple[int, SourceStep]] = {}
-    rank = {"vendor": 0, "loop": 1, "launch": 2}  # closed vendor code is where a call really ends
     for _, node in tree.walk():
-        if "entry kernel" not in roles and node.kind in ("kernel", "generated") and node.location is not None:
+        if node.attrs.get("collapsed") or node.location is None or node.kind not in (NodeKind.KERNEL, NodeKind.GENERATED):
+            continue
+        if "entry kernel" not in roles:
             roles["entry kernel"] = SourceStep("entry kernel", node.name, node.location, node.condition or "")
-        elif "stub kernel" not in roles and node.via is not None and node.via.value == "stub" and node.kind in ("kernel", "generated"):
+        elif "stub kernel" not in roles and node.via is EdgeKind.STUB:
             roles["stub kernel"] = SourceStep("stub kernel", node.name, node.location, node.condition or "")
-        elif node.kind in rank and not node.attrs.get("collapsed") and node.name not in leaves:
-            detail = node.attrs.get("library") or node.condition or ""
-            leaves[node.name] = (rank[node.kind], SourceStep("leaf", node.name, node.location, str(detail)))
-    best = [step for _, step in sorted(leaves.values(), key=lambda x: x[0])[:3]]
-    return tuple(roles.values()) + tuple(best)
+    leaves: dict[str, SourceStep] = {}
+    for end in graph.call_ends(tree):  # Note [ranking a call's ends]
+        if end.node.name not in leaves and len(leaves) < 3:
+            detail = end.node.attrs.get("library") or end.node.condition or ""
+            leaves[end.node.name] = SourceStep("leaf", end.node.name, end.node.location, str(detail))
+    return tuple(roles.values()) + tuple(leaves.values())

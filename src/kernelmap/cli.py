@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "explain": "kernelmap.commands.graph:explain",
     "scaffold": "kernelmap.commands.extend:scaffold",
     "verify": "kernelmap.commands.extend:verify",
+    "render": "kernelmap.commands.render:render_",
 }
 
 
@@ -69,7 +70,22 @@ def cli() -> None:
 
 
 def main() -> None:
-    cli(prog_name="kernelmap")
+    """Run the CLI. Usage errors (an unknown option, a missing argument, a bad
+    value) are one `kernelmap: error:` line and exit status 2, like every
+    other user mistake, not click's usage block."""
+    try:
+        status = cli.main(prog_name="kernelmap", standalone_mode=False)
+    except click.UsageError as e:
+        hint = f" (see kernelmap {e.ctx.command_path.split(' ', 1)[1] + ' ' if e.ctx and ' ' in e.ctx.command_path else ''}--help)"
+        click.echo(f"kernelmap: error: {e.format_message()}{hint}", err=True)
+        sys.exit(2)
+    except click.Abort:
+        click.echo("kernelmap: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        click.echo(f"kernelmap: error: {e.format_message()}", err=True)
+        sys.exit(e.exit_code)
+    sys.exit(status if isinstance(status, int) else 0)
 
 
 if __name__ == "__main__":

@@ -122,3 +122,21 @@ def torch_install() -> TorchInstall:
         cuda=fields.get("cuda"),
         site_packages=torch_dir.parent,
     )
+
+
+_DTYPE_LINE = re.compile(r"^(\w+): dtype = \.\.\.$", re.M)
+
+
+@functools.lru_cache(maxsize=1)
+def torch_dtypes() -> frozenset[str]:
+    """The dtype names of the installed torch (`float32`, `bfloat16`, `half`...),
+    read from its type stubs (`torch/_C/__init__.pyi`) without importing it."""
+    install = torch_install()
+    try:
+        text = (install.torch_dir / "_C" / "__init__.pyi").read_text(encoding="utf-8")
+    except OSError as e:
+        raise TorchUnavailable(f"cannot read the installed torch's type stubs: {e}") from None
+    names = frozenset(_DTYPE_LINE.findall(text))
+    if not names:
+        raise TorchUnavailable(f"{install.torch_dir / '_C' / '__init__.pyi'} declares no dtypes")
+    return names

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelmap.errors import KernelmapError
+
 PYTORCH_REPO_URL = "https://github.com/pytorch/pytorch"
 
 
@@ -65,7 +67,20 @@ class Origin:
             "version": self.version,
             "commit": self.commit,
             "label": self.label,
+            "root": self.root,
+            "remap": [list(pair) for pair in self.remap],
         }
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> Origin:
+        return Origin(
+            OriginKind(d["kind"]),
+            d["version"],
+            d.get("commit"),
+            d.get("root"),
+            tuple((a, b) for a, b in d.get("remap") or ()),
+            d.get("label", ""),
+        )
 
 
 def is_generated_path(path: str) -> bool:
@@ -108,14 +123,101 @@ class Location:
     def disk_path(self) -> Path | None:
         return self.origin.disk_path(self.path) if self.origin else None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, origins: OriginTable | None = None) -> dict[str, Any]:
+        """`origin` names the origin: its key in `origins` (the document's origin
+        table) when given, else its label. `file` is where the file lies on this
+        machine (generated files live in the cache), `url` its pinned link."""
+        disk = self.disk_path
         return {
             "path": self.path,
             "line": self.line,
             "end_line": self.end_line,
-            "origin": self.origin.label if self.origin else None,
+            "origin": (origins.key(self.origin) if origins is not None else self.origin.label) if self.origin else None,
             "url": self.url,
+            "file": str(disk) if disk is not None else None,
         }
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any], origins: OriginTable | None = None) -> Location:
+        origin = origins.get(d.get("origin")) if origins is not None else None
+        return Location(d["path"], d["line"], d.get("end_line"), origin)
+
+
+class OriginTable:
+    """The origins one JSON document names, each once, by a short key (its
+    label, made unique): locations refer to them by key, so that a document
+    loads back with every location's origin intact."""
+
+    def __init__(self, origins: Mapping[str, Origin] | None = None):
+        self._by_key: dict[str, Origin] = dict(origins or {})
+        self._keys: dict[Origin, str] = {o: k for k, o in self._by_key.items()}
+
+    def key(self, origin: Origin) -> str:
+        found = self._keys.get(origin)
+        if found is None:
+            found = origin.label or origin.kind.value
+            n = 2
+            while found in self._by_key:
+                found = f"{origin.label or origin.kind.value} #{n}"
+                n += 1
+            self._by_key[found] = origin
+            self._keys[origin] = found
+        return found
+
+    def get(self, key: str | None) -> Origin | None:
+        if key is None:
+            return None
+        if key not in self._by_key:
+            raise ValueError(f"a location names origin {key!r}, which the document's origin table lacks")
+        return self._by_key[key]
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: o.to_json() for k, o in self._by_key.items()}
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any] | None) -> OriginTable:
+        return OriginTable({k: Origin.from_json(v) for k, v in (d or {}).items()})
+
+
+def location_json(location: Location | None, origins: OriginTable | None = None) -> dict[str, Any] | None:
+    return location.to_json(origins) if location is not None else None
+
+
+def location_from_json(d: Mapping[str, Any] | None, origins: OriginTable | None = None) -> Location | None:
+    return Location.from_json(d, origins) if d is not None else None
+
+
+# ---------------------------------------------------------------------------
+# Answer documents
+# ---------------------------------------------------------------------------
+
+# Note [answer documents]
+# Every answer kernelmap gives has one JSON form, a document: an object whose
+# key "kernelmap" names the answer and its version ("calltree/2", "where/2"),
+# beside the answer's own fields. A version changes whenever a field changes
+# meaning or goes away; fields may be added within a version. `from_json`
+# refuses any other name or version with a clear error. The answers and their
+# versions are listed in kernelmap.answers.
+
+
+class DocumentError(KernelmapError):
+    """A JSON document that is not the answer it should be."""
+
+
+def document(answer: str, version: int, /, **fields: Any) -> dict[str, Any]:
+    """A document's top level: {"kernelmap": "answer/version", **fields}."""
+    return {"kernelmap": f"{answer}/{version}", **fields}
+
+
+def check_document(d: Any, name: str, version: int) -> Mapping[str, Any]:
+    """`d` itself when it is the document `name/version`; DocumentError otherwise."""
+    expected = f"{name}/{version}"
+    if not isinstance(d, Mapping):
+        raise DocumentError(f"not a kernelmap document: expected a JSON object holding {expected}")
+    found = d.get("kernelmap")
+    if found != expected:
+        raise DocumentError(f"not a {expected} document: it says {found!r}" if found else f"not a kernelmap document: no \"kernelmap\" key (expected {expected})")
+    return d
 
 
 # ---------------------------------------------------------------------------
@@ -175,6 +277,13 @@ class Kernel:
     kind: str = "native"
     structured: bool = False
 
+    def to_json(self, origins: OriginTable | None = None) -> dict[str, Any]:
+        return {"key": self.key, "symbol": self.symbol, "kind": self.kind, "structured": self.structured, "location": location_json(self.location, origins)}
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any], origins: OriginTable | None = None) -> Kernel:
+        return Kernel(d["key"], d["symbol"], location_from_json(d.get("location"), origins), d.get("kind", "native"), bool(d.get("structured")))
+
 
 @dataclass(frozen=True)
 class DerivativeFormula:
@@ -190,6 +299,19 @@ class Autograd:
     location: Location | None
     formulas: tuple[DerivativeFormula, ...] = ()
     signature: str = ""  # the `- name:` line it came from
+
+    def to_json(self, origins: OriginTable | None = None) -> dict[str, Any]:
+        return {
+            "backward_node": self.backward_node,
+            "location": location_json(self.location, origins),
+            "signature": self.signature,
+            "formulas": [{"inputs": list(f.inputs), "formula": f.formula} for f in self.formulas],
+        }
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any], origins: OriginTable | None = None) -> Autograd:
+        formulas = tuple(DerivativeFormula(tuple(f["inputs"]), f["formula"]) for f in d.get("formulas") or ())
+        return Autograd(d.get("backward_node"), location_from_json(d.get("location"), origins), formulas, d.get("signature", ""))
 
 
 @dataclass(frozen=True)
@@ -222,6 +344,49 @@ class Op:
             if k.key == key:
                 return k
         return None
+
+    def to_json(self, origins: OriginTable | None = None) -> dict[str, Any]:
+        return {
+            "name": str(self.name),
+            "schema": self.schema,
+            "kind": self.kind.value,
+            "location": location_json(self.location, origins),
+            "variants": list(self.variants),
+            "python_module": self.python_module,
+            "tags": list(self.tags),
+            "is_view": self.is_view,
+            "is_inplace": self.is_inplace,
+            "is_out": self.is_out,
+            "manual_cpp_binding": self.manual_cpp_binding,
+            "structured_delegate": self.structured_delegate,
+            "ufunc_inner_loop": [list(pair) for pair in self.ufunc_inner_loop],
+            "dispatch": [k.to_json(origins) for k in self.dispatch],
+            "python_entry_points": list(self.python_entry_points),
+            "autograd": self.autograd.to_json(origins) if self.autograd else None,
+        }
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any], origins: OriginTable | None = None) -> Op:
+        location = location_from_json(d["location"], origins)
+        assert location is not None, "an operator has its yaml location"
+        return Op(
+            OperatorName.parse(d["name"]),
+            d["schema"],
+            location,
+            OpKind(d["kind"]),
+            tuple(d.get("variants") or ()),
+            d.get("python_module"),
+            tuple(d.get("tags") or ()),
+            tuple(Kernel.from_json(k, origins) for k in d.get("dispatch") or ()),
+            d.get("structured_delegate"),
+            tuple((a, b) for a, b in d.get("ufunc_inner_loop") or ()),
+            Autograd.from_json(d["autograd"], origins) if d.get("autograd") else None,
+            tuple(d.get("python_entry_points") or ()),
+            bool(d.get("is_view")),
+            bool(d.get("is_inplace")),
+            bool(d.get("is_out")),
+            bool(d.get("manual_cpp_binding")),
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -260,26 +425,232 @@ class Edge:
 
 
 # ---------------------------------------------------------------------------
-# Call trees: the one shape of every answer (static stack/callers, dynamic trace)
+# Call trees: the one shape of every tree answer (static stack/callers/path, dynamic trace)
 # ---------------------------------------------------------------------------
+
+
+class NodeKind(str, enum.Enum):
+    """What a call-tree node is. Static trees (stack, callers, path) and
+    dynamic ones (trace) share these kinds; each belongs to one layer of a
+    PyTorch call (Note [layers])."""
+
+    # grouping
+    TRACE = "trace"  # the root of a recorded trace
+    THREAD = "thread"  # a host thread of a trace, or a group of device events
+    SYMBOL = "symbol"  # a name that stands for several definitions (callers' root)
+    ALTERNATIVES = "alternatives"  # one definition per preprocessor condition: a build compiles one
+    AMBIGUOUS = "ambiguous"  # a call several definitions could answer
+    # Python
+    MODULE = "module"  # an nn.Module class, or its call in a trace
+    PYTHON = "python"  # a Python function
+    BUILTIN = "builtin"  # a function of torch's C extension (torch.conv2d, Tensor.add_)
+    ANNOTATION = "annotation"  # a profiler range (record_function) that is no operator
+    # generated code and the dispatcher
+    BINDING = "binding"  # the generated THPVariable_* that parses Python arguments
+    HEADER = "header"  # the inline at::<op> / Tensor::<op> of a generated header
+    OPS_ENTRY = "ops_entry"  # at::_ops::<op>::call, where the dispatcher is entered
+    OPERATOR = "op"  # aten::<name>.<overload>
+    WRAPPER = "wrapper"  # a generated wrapper registered for a dispatch key (Register<Key>, VariableType)
+    AUTOGRAD = "autograd"  # an autograd node running its backward (trace)
+    # native code
+    KERNEL = "kernel"  # a C++/CUDA definition in a source tree
+    GENERATED = "generated"  # a kernel generated at build time (ufunc)
+    STUB = "stub"  # a DispatchStub, dispatching on device type and CPU capability
+    DEVICE_LOOP = "device_loop"  # cpu_kernel_vec, gpu_kernel, TensorIterator loops
+    INNER_LOOP = "inner_loop"  # the scalar / vectorised operation a loop applies
+    LAUNCH = "launch"  # a call site that launches device code (<<<...>>>, launch_* helpers)
+    RUNTIME = "runtime"  # a CUDA runtime or driver call a trace recorded (cudaLaunchKernel, ...)
+    VENDOR = "vendor"  # a call into a library outside ATen (cuDNN, cuBLAS, oneDNN, ...)
+    # device activity
+    GPU_KERNEL = "gpu_kernel"
+    GPU_MEMCPY = "gpu_memcpy"
+    GPU_MEMSET = "gpu_memset"
+    # compiled and DSL code
+    COMPILED = "compiled"  # a kernel generated by torch.compile (Inductor)
+    OVERRIDE = "override"  # a DSL kernel registered over an aten operator (torch._native)
+    # markers
+    NOTE = "note"  # a statement in place of a subtree
+    UNRESOLVED = "unresolved"  # a step that could not be followed; the fact `unresolved` says why
+
+    def __str__(self) -> str:
+        return self.value
+
+    # equal to its value, so hash like it: a kind finds its entry in tables keyed by plain strings
+    __hash__ = str.__hash__
+
+    @property
+    def layer(self) -> str:
+        return _LAYERS[self]
+
+
+# Note [layers]
+# The layer of a call each node kind belongs to, outermost first: what the
+# HTML report filters by and `--compact` shows one line of.
+LAYERS = ("python", "binding", "operator", "dispatch", "native", "device", "vendor", "gpu", "compiled", "other")
+_LAYERS: dict[NodeKind, str] = {
+    NodeKind.MODULE: "python",
+    NodeKind.PYTHON: "python",
+    NodeKind.BUILTIN: "python",
+    NodeKind.BINDING: "binding",
+    NodeKind.HEADER: "operator",
+    NodeKind.OPS_ENTRY: "operator",
+    NodeKind.OPERATOR: "operator",
+    NodeKind.WRAPPER: "dispatch",
+    NodeKind.AUTOGRAD: "dispatch",
+    NodeKind.KERNEL: "native",
+    NodeKind.GENERATED: "native",
+    NodeKind.STUB: "native",
+    NodeKind.SYMBOL: "native",
+    NodeKind.ALTERNATIVES: "native",
+    NodeKind.AMBIGUOUS: "native",
+    NodeKind.DEVICE_LOOP: "device",
+    NodeKind.INNER_LOOP: "device",
+    NodeKind.LAUNCH: "device",
+    NodeKind.RUNTIME: "device",
+    NodeKind.VENDOR: "vendor",
+    NodeKind.GPU_KERNEL: "gpu",
+    NodeKind.GPU_MEMCPY: "gpu",
+    NodeKind.GPU_MEMSET: "gpu",
+    NodeKind.COMPILED: "compiled",
+    NodeKind.OVERRIDE: "compiled",
+    NodeKind.TRACE: "other",
+    NodeKind.THREAD: "other",
+    NodeKind.ANNOTATION: "other",
+    NodeKind.NOTE: "other",
+    NodeKind.UNRESOLVED: "other",
+}
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One declared fact a call-tree node may carry."""
+
+    type: str  # str | int | float | number | bool | list | dict | location | any
+    meaning: str
+
+
+# Note [node facts]
+# What a producer learns about a node beyond its name, kind, location and
+# edge goes into `CallNode.attrs`, under one of these names only: the table is
+# the contract between producers (graph, trace, compile) and renderers (text,
+# JSON, HTML). A node with an undeclared name is refused at construction.
+# "list" values are tuples in the model and arrays in JSON; "location" values
+# are Locations.
+FACTS: dict[str, Fact] = {
+    # static trees: what a node is
+    "op_kind": Fact("str", "how the operator gets its kernels (OpKind value)"),
+    "schema": Fact("str", "the operator's schema"),
+    "yaml": Fact("str", "native_functions.yaml path:line of the operator (of the installed torch in traces)"),
+    "symbol_kind": Fact("str", "kind of C++ definition: function, method, structured_impl, structured_meta, global_kernel"),
+    "preprocessor": Fact("str", "the #if condition enclosing the definition"),
+    "call_site": Fact("location", "where the parent calls this node"),
+    "candidates": Fact("int", "how many definitions the name or call could mean"),
+    "definitions": Fact("int", "how many definitions the root symbol has"),
+    "signatures": Fact("list", "a binding's PythonArgParser signatures"),
+    "calls": Fact("list", "what a generated function calls"),
+    "key": Fact("str", "the dispatch key a wrapper is registered for"),
+    "backward_node": Fact("str", "the autograd node a wrapper records for the backward pass"),
+    "derivatives": Fact("location", "the derivatives.yaml entry of the operator"),
+    "header": Fact("str", "the header that holds an inner loop"),
+    "utility": Fact("bool", "a tensor utility operator (empty, view, contiguous...) every kernel calls"),
+    "keep": Fact("bool", "a step of the call itself (meta, impl): never pruned as plumbing"),
+    "branch": Fact("str", "why this branch is for another device or backend than the selected one"),
+    "identity": Fact("str", "what makes two nodes the same definition: repeats and recursion are told by it"),
+    "reason": Fact("str", "why a grouping node groups"),
+    "library": Fact("str", "the library outside ATen this node's code is in (a name of kernelmap.vendors)"),
+    "closed": Fact("bool", "the library's source is closed"),
+    "repository": Fact("str", "where an open library's source lives"),
+    "dtype_case": Fact("str", "the AT_DISPATCH case taken for the selected dtype"),
+    # markers set by the builders and processors
+    "collapsed": Fact("str", "children not shown: a branch for another device or backend"),
+    "cycle": Fact("str", "recursion cut: the node is already on the path above"),
+    "repeat": Fact("str", "expanded above: the same definition is expanded elsewhere in the tree"),
+    "truncated": Fact("str", "children not shown: a depth or size limit was reached"),
+    "unresolved": Fact("str", "why the node could not be followed further"),
+    "hidden": Fact("int", "how many children a processor hid"),
+    # traces: the event
+    "frame": Fact("str", "the profiler's name of a Python frame"),
+    "pid": Fact("any", "process id of the event"),
+    "tid": Fact("any", "thread id of the event"),
+    "event": Fact("int", "index of the event in the trace file"),
+    "duration_us": Fact("number", "duration in microseconds"),
+    "input_shapes": Fact("list", "shapes of the inputs as recorded"),
+    "sequence_nr": Fact("any", "autograd sequence number"),
+    "forward_op": Fact("str", "the forward operator that recorded an autograd node"),
+    # traces: the operator's resolution
+    "op": Fact("str", "the operator with its overload, as the catalog names it"),
+    "device": Fact("str", "device of the call (cpu, cuda)"),
+    "dtype": Fact("str", "dtype of the call's tensors"),
+    "requires_grad": Fact("bool", "the call's tensors require grad"),
+    "inferred": Fact("list", "facts inferred rather than recorded"),
+    "unknown": Fact("str", "why the name is unknown to the catalog or the vendor table"),
+    "dispatch_key": Fact("str", "the dispatch key whose kernel answered"),
+    "dispatch_keys": Fact("list", "the dispatch keys the call passed through"),
+    "dispatch_error": Fact("str", "why the dispatch path could not be computed"),
+    "dispatch_note": Fact("str", "a note on the dispatch path (a backend this build lacks)"),
+    "kernel": Fact("str", "the kernel symbol that served the call"),
+    "registered_at": Fact("any", "where the kernel is registered (path:line)"),
+    "source": Fact("str", "path:line of the kernel's definition in the source tree"),
+    "source_url": Fact("any", "pinned link of `source`"),
+    "source_reason": Fact("str", "why there is no source location"),
+    "source_file": Fact("str", "the file of a GPU kernel's family"),
+    "conv_backend": Fact("str", "the backend select_conv_backend chooses for the recorded arguments"),
+    "conv_backend_ran": Fact("str", "the backend whose operator ran"),
+    "conv_backend_reason": Fact("str", "why the backend could not be asked"),
+    # traces: device activity
+    "launched_by": Fact("str", "the operator that launched a GPU kernel"),
+    "linked_by": Fact("str", "how a GPU event was joined to its launch: correlation, flow, external id"),
+    "gpu": Fact("any", "GPU index"),
+    "stream": Fact("any", "CUDA stream"),
+    "grid": Fact("list", "launch grid"),
+    "block": Fact("list", "launch block"),
+    "correlation": Fact("any", "correlation id of launch and kernel"),
+}
+FACT_NAMES = frozenset(FACTS)
 
 
 @dataclass(frozen=True)
 class CallNode:
     name: str
-    kind: str  # module | python | binding | op | kernel | stub | launch | vendor | gpu_kernel | note ...
+    kind: NodeKind
     location: Location | None = None
     via: EdgeKind | None = None  # how the parent reaches this node
-    condition: str | None = None
+    condition: str | None = None  # the condition on that edge: "case ConvBackend::Cudnn", "#if AT_CUDNN_ENABLED()"
     children: tuple[CallNode, ...] = ()
-    attrs: Mapping[str, Any] = field(default_factory=dict)  # durations, shapes, dispatch key, reasons
+    attrs: Mapping[str, Any] = field(default_factory=dict)  # Note [node facts]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, NodeKind):
+            object.__setattr__(self, "kind", NodeKind(self.kind))
+        undeclared = self.attrs.keys() - FACT_NAMES
+        if undeclared:
+            raise ValueError(f"{self.name}: undeclared node facts {sorted(undeclared)}; every fact is declared in model.FACTS")
+
+    @property
+    def facts(self) -> Mapping[str, Any]:
+        return self.attrs
+
+    @property
+    def duration_us(self) -> float | None:
+        value = self.attrs.get("duration_us")
+        return float(value) if value is not None else None
+
+
+CALLTREE_VERSION = 2
 
 
 @dataclass(frozen=True)
 class CallTree:
     root: CallNode
     notes: tuple[str, ...] = ()  # stated once at the top: version mismatches, missing layers
-    meta: Mapping[str, Any] = field(default_factory=dict)
+    meta: Mapping[str, Any] = field(default_factory=dict)  # kind (stack, callers, path, trace), target, device, ...
+
+    DOCUMENT = "calltree"
+
+    @property
+    def kind(self) -> str:
+        """What the tree answers: stack, callers, path or trace."""
+        return str(self.meta.get("kind", self.root.kind.value))
 
     def walk(self):
         """(depth, node) in pre-order, without recursion."""
@@ -288,3 +659,339 @@ class CallTree:
             depth, node = stack.pop()
             yield depth, node
             stack.extend((depth + 1, c) for c in reversed(node.children))
+
+    def to_json(self) -> dict[str, Any]:
+        """The calltree/2 document (kernelmap.answers describes it), built
+        with an explicit stack: traces nest deeper than Python recurses."""
+        origins = OriginTable()
+        root = _node_json(self.root, origins)
+        stack: list[tuple[CallNode, dict[str, Any]]] = [(self.root, root)]
+        while stack:
+            node, out = stack.pop()
+            for child in node.children:
+                c = _node_json(child, origins)
+                out["children"].append(c)
+                stack.append((child, c))
+        return document(
+            self.DOCUMENT,
+            CALLTREE_VERSION,
+            kind=self.kind,
+            notes=list(self.notes),
+            meta=_plain(dict(self.meta), origins),
+            origins=origins.to_json(),
+            root=root,
+        )
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> CallTree:
+        """The tree a calltree/2 document describes (post-order, explicit stack)."""
+        d = check_document(d, cls.DOCUMENT, CALLTREE_VERSION)
+        origins = OriginTable.from_json(d.get("origins"))
+        order: list[Mapping[str, Any]] = []
+        stack = [d["root"]]
+        while stack:
+            n = stack.pop()
+            order.append(n)
+            stack.extend(n.get("children") or ())
+        done: dict[int, CallNode] = {}
+        for n in reversed(order):
+            location = n.get("location")
+            done[id(n)] = CallNode(
+                n["name"],
+                NodeKind(n["kind"]),
+                Location.from_json(location, origins) if location else None,
+                EdgeKind(n["via"]) if n.get("via") else None,
+                n.get("condition"),
+                tuple(done.pop(id(c)) for c in n.get("children") or ()),
+                {k: _fact_from_json(k, v, origins) for k, v in (n.get("facts") or {}).items()},
+            )
+        root = done[id(d["root"])]
+        meta = dict(d.get("meta") or {})
+        if d.get("kind") and d["kind"] != root.kind.value:
+            meta.setdefault("kind", d["kind"])  # what the tree answers, when its root does not say it
+        return cls(root, tuple(d.get("notes") or ()), _tuples(meta))
+
+
+def _plain(value: Any, origins: OriginTable) -> Any:
+    """A fact or meta value as JSON data."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, Location):
+        return value.to_json(origins)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v, origins) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_plain(v, origins) for v in value]
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    return str(value)
+
+
+def _tuples(value: Any) -> Any:
+    """JSON arrays back as tuples (the model's immutable lists)."""
+    if isinstance(value, list):
+        return tuple(_tuples(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _tuples(v) for k, v in value.items()}
+    return value
+
+
+def _fact_from_json(name: str, value: Any, origins: OriginTable) -> Any:
+    fact = FACTS.get(name)
+    if fact is not None and fact.type == "location" and isinstance(value, Mapping):
+        return Location.from_json(value, origins)
+    return _tuples(value)
+
+
+def _node_json(node: CallNode, origins: OriginTable) -> dict[str, Any]:
+    return {
+        "name": node.name,
+        "kind": node.kind.value,
+        "layer": node.kind.layer,
+        "location": node.location.to_json(origins) if node.location else None,
+        "via": node.via.value if node.via is not None else None,
+        "condition": node.condition,
+        "facts": {str(k): _plain(v, origins) for k, v in node.attrs.items()},
+        "children": [],
+    }
+
+
+# ---------------------------------------------------------------------------
+# The dispatcher's path, and the `where` answer
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DispatchStep:
+    key: str
+    kernel: Kernel | None
+    # "falls through" (a fallthrough kernel: the next key is tried), "redispatches"
+    # (does its part, then calls the keys below), "answers" (the call ends here,
+    # a composite kernel decomposing into further calls), "from yaml" (a backend
+    # this build lacks: answered from native_functions.yaml).
+    action: str
+    tag: str = ""
+
+
+@dataclass(frozen=True)
+class DispatchPath:
+    """The dispatch keys one call passes through, and what each does (live)."""
+
+    op: str
+    device: str
+    dtype: str
+    requires_grad: bool
+    autocast: bool
+    inference_mode: bool
+    keys: tuple[str, ...]  # the call's dispatch key set, highest priority first
+    steps: tuple[DispatchStep, ...]
+    live: bool  # False when this build lacks the device's backend
+    note: str | None = None
+
+    def __iter__(self):
+        return iter(self.steps)
+
+    def to_json(self, origins: OriginTable | None = None) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "device": self.device,
+            "dtype": self.dtype,
+            "requires_grad": self.requires_grad,
+            "autocast": self.autocast,
+            "inference_mode": self.inference_mode,
+            "live": self.live,
+            "note": self.note,
+            "keys": list(self.keys),
+            "steps": [
+                {"key": s.key, "action": s.action, "tag": s.tag, "kernel": s.kernel.to_json(origins) if s.kernel else None} for s in self.steps
+            ],
+        }
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any], origins: OriginTable | None = None) -> DispatchPath:
+        steps = tuple(
+            DispatchStep(s["key"], Kernel.from_json(s["kernel"], origins) if s.get("kernel") else None, s["action"], s.get("tag", ""))
+            for s in d.get("steps") or ()
+        )
+        return DispatchPath(
+            d["op"], d["device"], d["dtype"], d["requires_grad"], d["autocast"], d["inference_mode"], tuple(d["keys"]), steps, d["live"], d.get("note")
+        )
+
+
+@dataclass(frozen=True)
+class LiveAnswer:
+    """What the live dispatcher of the installed torch says about one operator."""
+
+    registrations: tuple[Kernel, ...]  # active registrations, alias keys included
+    schema_location: Location | None
+    path: DispatchPath
+
+
+@dataclass(frozen=True)
+class SourceStep:
+    """One landmark of the operator's code on a device, from an indexed source tree."""
+
+    role: str  # "entry kernel", "stub kernel", "leaf"
+    name: str
+    location: Location | None
+    detail: str = ""  # the edge's condition, the vendor library
+
+
+WHERE_VERSION = 2
+
+
+@dataclass(frozen=True)
+class WhereAnswer:
+    """The operator behind a name: its yaml entry and kernels, what the live
+    dispatcher holds and runs, and (with a tree) where the code is."""
+
+    query: str
+    ops: tuple[Op, ...]  # every operator the name reaches, most likely first
+    torch_version: str
+    torch_commit: str | None
+    delegate: Op | None = None  # the structured delegate of ops[0], when it has one
+    live: LiveAnswer | None = None  # None for a static answer
+    notes: tuple[str, ...] = ()
+    source: tuple[SourceStep, ...] = ()  # with an indexed tree: entry kernel, stub kernel, leaves
+    overrides: tuple[Any, ...] = ()  # DSL overrides registered over the operator (torch._native)
+
+    DOCUMENT = "where"
+
+    @property
+    def op(self) -> Op:
+        return self.ops[0]
+
+    def to_json(self) -> dict[str, Any]:
+        origins = OriginTable()
+        live = None
+        if self.live is not None:
+            live = {
+                "schema_registered_at": location_json(self.live.schema_location, origins),
+                "registrations": [k.to_json(origins) for k in self.live.registrations],
+                "dispatch_path": self.live.path.to_json(origins),
+            }
+        body = {
+            "query": self.query,
+            "torch": {"version": self.torch_version, "commit": self.torch_commit},
+            "notes": list(self.notes),
+            "operator": self.op.to_json(origins),
+            "also": [op.to_json(origins) for op in self.ops[1:]],
+            "structured_delegate": self.delegate.to_json(origins) if self.delegate else None,
+            "live": live,
+            "source": [{"role": s.role, "name": s.name, "location": location_json(s.location, origins), "detail": s.detail} for s in self.source],
+            "overrides": [o.to_json() for o in self.overrides],
+        }
+        return document(self.DOCUMENT, WHERE_VERSION, origins=origins.to_json(), **body)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> WhereAnswer:
+        d = check_document(d, cls.DOCUMENT, WHERE_VERSION)
+        origins = OriginTable.from_json(d.get("origins"))
+        ops = (Op.from_json(d["operator"], origins), *(Op.from_json(o, origins) for o in d.get("also") or ()))
+        live = None
+        if d.get("live"):
+            lv = d["live"]
+            live = LiveAnswer(
+                tuple(Kernel.from_json(k, origins) for k in lv.get("registrations") or ()),
+                location_from_json(lv.get("schema_registered_at"), origins),
+                DispatchPath.from_json(lv["dispatch_path"], origins),
+            )
+        source = tuple(SourceStep(s["role"], s["name"], location_from_json(s.get("location"), origins), s.get("detail", "")) for s in d.get("source") or ())
+        if d.get("overrides"):
+            raise DocumentError("this kernelmap cannot load DSL overrides back from a where document")
+        return cls(
+            d["query"],
+            ops,
+            d["torch"]["version"],
+            d["torch"].get("commit"),
+            Op.from_json(d["structured_delegate"], origins) if d.get("structured_delegate") else None,
+            live,
+            tuple(d.get("notes") or ()),
+            source,
+        )
+
+
+# ---------------------------------------------------------------------------
+# The `explain` answer
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a call: what happens, where, and the code that does it."""
+
+    title: str  # "Python argument parsing", "dtype switch", ...
+    summary: str
+    location: Location | None = None
+    excerpt: str = ""  # source lines starting at location.line
+    language: str = "cpp"
+
+
+EXPLAIN_VERSION = 2
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """The anatomy of one operator call on one device, step by step."""
+
+    op: str
+    device: str
+    steps: tuple[Step, ...]
+    notes: tuple[str, ...] = ()
+    dtype: str = "float32"
+
+    DOCUMENT = "explain"
+
+    def to_json(self) -> dict[str, Any]:
+        origins = OriginTable()
+        steps = [
+            {"title": s.title, "summary": s.summary, "location": location_json(s.location, origins), "excerpt": s.excerpt, "language": s.language}
+            for s in self.steps
+        ]
+        return document(self.DOCUMENT, EXPLAIN_VERSION, op=self.op, device=self.device, dtype=self.dtype, notes=list(self.notes), origins=origins.to_json(), steps=steps)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Explanation:
+        d = check_document(d, cls.DOCUMENT, EXPLAIN_VERSION)
+        origins = OriginTable.from_json(d.get("origins"))
+        steps = tuple(
+            Step(s["title"], s["summary"], location_from_json(s.get("location"), origins), s.get("excerpt", ""), s.get("language", "cpp")) for s in d.get("steps") or ()
+        )
+        return cls(d["op"], d["device"], steps, tuple(d.get("notes") or ()), d.get("dtype", "float32"))
+
+
+# ---------------------------------------------------------------------------
+# The `source list` answer
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SourceEntry:
+    """One registered source tree, as `source list` shows it."""
+
+    name: str
+    root: str
+    version: str
+    commit: str | None
+    kind: str  # local | fetched
+    indexed: bool
+
+
+SOURCES_VERSION = 1
+
+
+@dataclass(frozen=True)
+class SourceList:
+    trees: tuple[SourceEntry, ...]
+
+    DOCUMENT = "sources"
+
+    def to_json(self) -> dict[str, Any]:
+        return document(self.DOCUMENT, SOURCES_VERSION, trees=[dict(t.__dict__) for t in self.trees])
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> SourceList:
+        d = check_document(d, cls.DOCUMENT, SOURCES_VERSION)
+        return cls(tuple(SourceEntry(**t) for t in d.get("trees") or ()))

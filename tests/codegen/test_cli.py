@@ -85,9 +85,9 @@ def test_gen_never_imports_torch(generated, kernelmap_cli):
 
 
 def test_gen_from_a_source_tree(runner, tree_2_6):
-    result = runner.invoke(cli, ["gen", "conv2d", "--tree", str(tree_2_6), "--layer", "register", "--json"])
+    result = runner.invoke(cli, ["gen", "conv2d", "--source", str(tree_2_6), "--layer", "register", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["origin"]["version"] == (tree_2_6 / "version.txt").read_text().strip()
+    assert data["origins"][data["origin"]]["version"] == (tree_2_6 / "version.txt").read_text().strip()
     reg = next(r for r in data["registrations"] if r["key"] == "CompositeImplicitAutograd")
     assert "at::native::conv2d_symint" in reg["calls"]

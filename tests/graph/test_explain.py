@@ -54,7 +54,7 @@ def test_explain_cli_json(indexed_tree, generated):
     out = run_kernelmap("explain", "aten::mul.Tensor", "--device", "cpu", "--source", TREE_NAME, "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
-    assert doc["kernelmap"] == "explain/1"
+    assert doc["kernelmap"] == "explain/2"
     titles = [s["title"] for s in doc["steps"]]
     assert titles[0] == "Python argument parsing" and "dtype switch" in titles
     bad = run_kernelmap("explain", "aten::no_such_op", "--source", TREE_NAME)

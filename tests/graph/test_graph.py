@@ -62,7 +62,7 @@ def test_conv2d_cuda_reaches_cudnn_through_every_layer(conv_cuda):
     assert any(in_order(p, wanted) for p in v8)
     assert any(in_order(p, wanted + [name_ends("raw_cudnn_convolution_forward_out_v7")]) for p in v7)
     for path in v7[:1] + v8[:1]:
-        assert path[-1].attrs["closed_source"] is True
+        assert path[-1].attrs["closed"] is True
         assert any("AT_CUDNN_ENABLED()" in (n.condition or "") for n in path)
     assert check_locations(conv_cuda) > 20
 
@@ -108,15 +108,15 @@ def test_add_cpu_reaches_meta_ufunc_stub_kernel_and_inner_loop(context, generate
     assert stub_kernel and any(n.name == "add_stub" for n in stub_kernel[0])
     kernel_file = (generated.root / stub_kernel[0][-1].location.path).read_text()
     assert "REGISTER_DISPATCH(add_stub, &add_kernel)" in kernel_file
-    loop = paths_to(tree, lambda n: n.kind == "loop")
+    loop = paths_to(tree, lambda n: n.kind == "inner_loop")
     assert loop and loop[0][-1].location.path == "aten/src/ATen/native/ufunc/add.h"
     assert re.search(r"\badd\(", line_of(loop[0][-1]))
-    assert paths_to(tree, lambda n: n.kind == "launch" and n.name == "cpu_kernel_vec")
+    assert paths_to(tree, lambda n: n.kind == "device_loop" and n.name == "cpu_kernel_vec")
 
 
 def test_add_cuda_reaches_the_gpu_loop(context):
     tree = graph.stack("torch.add", context("cuda"))
-    launches = paths_to(tree, lambda n: n.kind == "launch" and n.name == "gpu_kernel")
+    launches = paths_to(tree, lambda n: n.kind == "device_loop" and n.name == "gpu_kernel")
     assert launches and any(n.location.path.endswith("UfuncCUDA_add.cu") for n in launches[0] if n.location)
 
 

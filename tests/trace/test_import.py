@@ -91,7 +91,7 @@ def test_vendor_kernels_are_marked_closed_and_aten_kernels_linked_to_source(gpu_
     t = load(gpu_step)
     for name, library in [(CUDNN_CONV, "cuDNN"), (CUDNN_TRANSPOSE, "cuDNN"), (CUBLAS_GEMM, "cuBLAS"), (CUTLASS_GEMM, "cuBLAS")]:
         k = _kernel(t.tree, name)
-        assert (k.attrs["vendor"], k.attrs["closed"]) == (library, True), name
+        assert (k.attrs["library"], k.attrs["closed"]) == (library, True), name
     add = _kernel(t.tree, ATEN_ADD)
     assert add.attrs["kernel"] == "at::native::vectorized_elementwise_kernel"
     assert add.attrs["source_file"] == "aten/src/ATen/native/cuda/CUDALoops.cuh"
@@ -104,12 +104,12 @@ def test_gpu_operators_resolve_to_cuda_kernels(gpu_step):
     t = load(gpu_step)
     [cudnn] = op_nodes(t.tree, "aten::cudnn_convolution")
     assert cudnn.attrs["device"] == "cuda"
-    assert (cudnn.attrs["vendor"], cudnn.attrs["closed"]) == ("cuDNN", True)
+    assert (cudnn.attrs["library"], cudnn.attrs["closed"]) == ("cuDNN", True)
     assert cudnn.attrs["dispatch_key"] == "CUDA"
     [_conv] = op_nodes(t.tree, "aten::_convolution")
     assert _conv.attrs["conv_backend_ran"] == "Cudnn"
     [addmm] = op_nodes(t.tree, "aten::addmm")
-    assert (addmm.attrs["vendor"], addmm.attrs["closed"]) == ("cuBLAS", True)
+    assert (addmm.attrs["library"], addmm.attrs["closed"]) == ("cuBLAS", True)
 
 
 def test_gpu_summary_sums_device_time_per_operator(gpu_step):

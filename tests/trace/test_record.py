@@ -53,7 +53,7 @@ def test_a_larger_conv_takes_the_onednn_path():
     [_conv] = op_nodes(t.tree, "aten::_convolution")
     [onednn] = [c for c in child_ops(_conv) if c.name == "aten::mkldnn_convolution"]
     assert _conv.attrs["conv_backend"] == "Mkldnn"
-    assert (onednn.attrs["vendor"], onednn.attrs["closed"]) == ("oneDNN", False)
+    assert (onednn.attrs["library"], onednn.attrs["closed"]) == ("oneDNN", False)
     assert onednn.attrs["dispatch_key"] and onednn.attrs["kernel"] == "at::native::mkldnn_convolution"
 
 

@@ -9,16 +9,15 @@ import json
 import pytest
 
 from kernelmap.model import CallNode, CallTree, EdgeKind, Location
-from kernelmap.render import RENDERERS, render
-from kernelmap.render.json import SCHEMA, to_json
+from kernelmap.render import render
 
 
 def _gpu_tree() -> CallTree:
-    kernel = CallNode("sm80_xmma_fprop_implicit_gemm", "gpu_kernel", attrs={"duration_us": 40.0, "vendor": "cuDNN", "closed": True})
-    launch = CallNode("cudaLaunchKernel", "launch", attrs={"duration_us": 4.0}, children=(kernel,))
+    kernel = CallNode("sm80_xmma_fprop_implicit_gemm", "gpu_kernel", attrs={"duration_us": 40.0, "library": "cuDNN", "closed": True})
+    launch = CallNode("cudaLaunchKernel", "runtime", attrs={"duration_us": 4.0}, children=(kernel,))
     cudnn = CallNode(
         "aten::cudnn_convolution", "op",
-        attrs={"duration_us": 900.0, "dispatch_key": "CUDA", "kernel": "at::native::cudnn_convolution", "vendor": "cuDNN", "closed": True},
+        attrs={"duration_us": 900.0, "dispatch_key": "CUDA", "kernel": "at::native::cudnn_convolution", "library": "cuDNN", "closed": True},
         children=(launch,),
     )
     conv = CallNode(
@@ -45,7 +44,7 @@ def test_text_tree_exact_at_fixed_width():
         "    └── Conv2d_0  [module]  1.500 ms\n"
         "        ├── aten::conv2d  1.200 ms  [1, 3, 32, 32] [8, 3, 3, 3]  CompositeImplicitAutograd: at::nat…\n"
         "        │   └── aten::cudnn_convolution  900.0 us  CUDA: at::native::cudnn_convolution  <cuDNN, clo…\n"
-        "        │       └── cudaLaunchKernel  [launch]  4.0 us\n"
+        "        │       └── cudaLaunchKernel  [runtime]  4.0 us\n"
         "        │           └── sm80_xmma_fprop_implicit_gemm  [gpu_kernel]  40.0 us  <cuDNN, closed>\n"
         "        └── aten::add_.Tensor  12.5 us  CUDA: at::native::add_out  @ aten/src/ATen/native/BinaryOps…\n"
     )
@@ -87,11 +86,11 @@ def test_colour_adds_styles_without_changing_text():
 def test_json_document_is_versioned_and_complete():
     tree = _gpu_tree()
     doc = json.loads(render(tree, "json"))
-    assert doc == to_json(tree)
-    assert doc["kernelmap"] == SCHEMA and doc["kind"] == "trace"
+    assert doc == tree.to_json()
+    assert doc["kernelmap"] == "calltree/2" and doc["kind"] == "trace"
     assert doc["notes"] == ["a note stated once"]
     frame = doc["root"]["children"][0]
-    assert frame["location"] == {"path": "model.py", "line": 12, "end_line": None, "origin": None, "url": None}
+    assert frame["location"] == {"path": "model.py", "line": 12, "end_line": None, "origin": None, "url": None, "file": None}
     assert [c["name"] for c in frame["children"][0]["children"]] == ["aten::conv2d", "aten::add_"]
     assert json.loads(render(tree, "json", indent=None)) == doc
 
@@ -99,7 +98,9 @@ def test_json_document_is_versioned_and_complete():
 def test_renderers_are_registered_in_one_table():
     from kernelmap.errors import BadInput
 
-    assert set(RENDERERS) >= {"text", "json"}
+    from kernelmap.render import renderer_for
+
+    assert renderer_for(_gpu_tree(), "text") and renderer_for(_gpu_tree(), "json")
     with pytest.raises(BadInput):
         render(_gpu_tree(), "html-not-yet")
 
@@ -116,4 +117,4 @@ def test_trees_deeper_than_the_recursion_limit_render():
     assert len(text.splitlines()) == depth + 1
     compact = render(tree, "json", indent=None)
     assert compact.count('"name":"f') == depth and compact.count('"name":"leaf"') == 1
-    assert len(to_json(tree)["root"]["children"]) == 1
+    assert len(tree.to_json()["root"]["children"]) == 1

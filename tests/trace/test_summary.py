@@ -8,12 +8,12 @@ from kernelmap.trace.summary import summarize
 
 
 def _linear_twice() -> CallTree:
-    k = CallNode("ampere_sgemm_128x64_tn", "gpu_kernel", attrs={"duration_us": 30.0, "vendor": "cuBLAS", "closed": True})
-    launch = CallNode("cudaLaunchKernel", "launch", attrs={"duration_us": 5.0}, children=(k,))
+    k = CallNode("ampere_sgemm_128x64_tn", "gpu_kernel", attrs={"duration_us": 30.0, "library": "cuBLAS", "closed": True})
+    launch = CallNode("cudaLaunchKernel", "runtime", attrs={"duration_us": 5.0}, children=(k,))
     addmm = CallNode(
         "aten::addmm", "op",
         attrs={"duration_us": 40.0, "input_shapes": [[10], [8, 16], [16, 10], [], []], "dispatch_key": "CUDA",
-               "kernel": "at::native::addmm_out_cuda", "vendor": "cuBLAS", "closed": True, "source": "aten/src/ATen/native/cuda/Blas.cpp:400"},
+               "kernel": "at::native::addmm_out_cuda", "library": "cuBLAS", "closed": True, "source": "aten/src/ATen/native/cuda/Blas.cpp:400"},
         children=(launch,),
     )
     linear = CallNode(
@@ -52,5 +52,5 @@ def test_summary_json_rows():
     addmm = next(r for r in doc["ops"] if r["name"] == "aten::addmm")
     assert addmm["kernels"] == [{"name": "ampere_sgemm_128x64_tn", "launches": 2}]
     assert addmm["shapes"] == [{"shapes": "[10], [8, 16], [16, 10]", "calls": 2}]
-    assert (addmm["closed"], addmm["vendor"], addmm["self_us"], addmm["device_us"]) == (True, "cuBLAS", 80.0, 60.0)
+    assert (addmm["closed"], addmm["library"], addmm["self_us"], addmm["device_us"]) == (True, "cuBLAS", 80.0, 60.0)
     assert [m["name"] for m in doc["modules"]] == ["Linear"]

@@ -196,6 +196,7 @@ def locate_op(files: GeneratedFiles, op: Op, layers: Iterable[Layer] = tuple(Lay
         backward=backward,
         ufunc=ufunc,
         notes=tuple(notes),
+        layers=tuple(layers),
     )
 
 

@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from kernelmap.model import Location, OperatorName, Origin
+from kernelmap.model import Location, OperatorName, Origin, OriginTable, check_document, document
 
 
 class Layer(str, enum.Enum):
@@ -38,8 +38,12 @@ class Excerpt:
         if self.text.count("\n") + 1 != self.location.end_line - self.location.line + 1:
             raise ValueError(f"an excerpt's text has one line per line of its location: {self.location}")
 
-    def to_json(self) -> dict[str, Any]:
-        return {**self.location.to_json(), "text": self.text}
+    def to_json(self, origins: OriginTable | None = None) -> dict[str, Any]:
+        return {**self.location.to_json(origins), "text": self.text}
+
+    @staticmethod
+    def from_json(d: dict[str, Any], origins: OriginTable | None = None) -> Excerpt:
+        return Excerpt(Location.from_json(d, origins), d["text"])
 
 
 @dataclass(frozen=True)
@@ -55,17 +59,25 @@ class Binding:
     calls: tuple[str, ...]  # what the case calls: at::conv2d_symint, at::Tensor::add, at::add_out
     method_defs: tuple[Excerpt, ...]  # the method-table entries that install the function
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, origins: OriginTable | None = None) -> dict[str, Any]:
         return {
             "function": self.function,
             "python_names": list(self.python_names),
             "signatures": list(self.signatures),
             "signature": self.signature,
-            "definition": self.definition.to_json(),
-            "case": self.case.to_json() if self.case else None,
+            "definition": self.definition.to_json(origins),
+            "case": self.case.to_json(origins) if self.case else None,
             "calls": list(self.calls),
-            "method_defs": [m.to_json() for m in self.method_defs],
+            "method_defs": [m.to_json(origins) for m in self.method_defs],
         }
+
+    @staticmethod
+    def from_json(d: dict[str, Any], origins: OriginTable | None = None) -> Binding:
+        return Binding(
+            d["function"], tuple(d["python_names"]), tuple(d["signatures"]), d.get("signature"), Excerpt.from_json(d["definition"], origins),
+            Excerpt.from_json(d["case"], origins) if d.get("case") else None, tuple(d.get("calls") or ()),
+            tuple(Excerpt.from_json(m, origins) for m in d.get("method_defs") or ()),
+        )
 
 
 @dataclass(frozen=True)
@@ -75,8 +87,12 @@ class OpsFunction:
     symbol: str  # at::_ops::conv2d::call
     definition: Excerpt
 
-    def to_json(self) -> dict[str, Any]:
-        return {"symbol": self.symbol, "definition": self.definition.to_json()}
+    def to_json(self, origins: OriginTable | None = None) -> dict[str, Any]:
+        return {"symbol": self.symbol, "definition": self.definition.to_json(origins)}
+
+    @staticmethod
+    def from_json(d: dict[str, Any], origins: OriginTable | None = None) -> OpsFunction:
+        return OpsFunction(d["symbol"], Excerpt.from_json(d["definition"], origins))
 
 
 @dataclass(frozen=True)
@@ -87,8 +103,12 @@ class StructuredClass:
     base: str | None  # at::native::structured_ufunc_add_CPU: the class with meta()/impl()
     definition: Excerpt
 
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "base": self.base, "definition": self.definition.to_json()}
+    def to_json(self, origins: OriginTable | None = None) -> dict[str, Any]:
+        return {"name": self.name, "base": self.base, "definition": self.definition.to_json(origins)}
+
+    @staticmethod
+    def from_json(d: dict[str, Any], origins: OriginTable | None = None) -> StructuredClass:
+        return StructuredClass(d["name"], d.get("base"), Excerpt.from_json(d["definition"], origins))
 
 
 @dataclass(frozen=True)
@@ -105,18 +125,26 @@ class Registration:
     backward_node: str | None = None  # VariableType: the grad_fn node it creates (AddBackward0)
     structured: tuple[StructuredClass, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, origins: OriginTable | None = None) -> dict[str, Any]:
         return {
             "key": self.key,
             "layer": self.layer.value,
             "symbol": self.symbol,
-            "block": self.block.to_json(),
-            "impl": self.impl.to_json(),
-            "definition": self.definition.to_json() if self.definition else None,
+            "block": self.block.to_json(origins),
+            "impl": self.impl.to_json(origins),
+            "definition": self.definition.to_json(origins) if self.definition else None,
             "calls": list(self.calls),
             "backward_node": self.backward_node,
-            "structured": [s.to_json() for s in self.structured],
+            "structured": [s.to_json(origins) for s in self.structured],
         }
+
+    @staticmethod
+    def from_json(d: dict[str, Any], origins: OriginTable | None = None) -> Registration:
+        return Registration(
+            d["key"], Layer(d["layer"]), d["symbol"], Location.from_json(d["block"], origins), Excerpt.from_json(d["impl"], origins),
+            Excerpt.from_json(d["definition"], origins) if d.get("definition") else None, tuple(d.get("calls") or ()), d.get("backward_node"),
+            tuple(StructuredClass.from_json(c, origins) for c in d.get("structured") or ()),
+        )
 
 
 @dataclass(frozen=True)
@@ -127,8 +155,15 @@ class UfuncKernel:
     name: str  # add_kernel, structured_ufunc_add_CPU::impl, REGISTER_DISPATCH(add_stub, &add_kernel)
     definition: Excerpt
 
-    def to_json(self) -> dict[str, Any]:
-        return {"key": self.key, "name": self.name, "definition": self.definition.to_json()}
+    def to_json(self, origins: OriginTable | None = None) -> dict[str, Any]:
+        return {"key": self.key, "name": self.name, "definition": self.definition.to_json(origins)}
+
+    @staticmethod
+    def from_json(d: dict[str, Any], origins: OriginTable | None = None) -> UfuncKernel:
+        return UfuncKernel(d["key"], d["name"], Excerpt.from_json(d["definition"], origins))
+
+
+GEN_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -144,19 +179,43 @@ class GeneratedCode:
     backward: Excerpt | None = None  # <Node>::apply in Functions.cpp
     ufunc: tuple[UfuncKernel, ...] = ()
     notes: tuple[str, ...] = ()  # what is absent and why
+    layers: tuple[Layer, ...] = tuple(Layer)  # the layers asked for (the pieces above hold only those)
 
     def registration(self, key: str) -> Registration | None:
         return next((r for r in self.registrations if r.key == key), None)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    DOCUMENT = "gen"
+
+    def to_json(self, origins: OriginTable | None = None) -> dict[str, Any]:
+        """The gen/2 document (kernelmap.answers describes it)."""
+        origins = OriginTable()
+        body = {
             "op": str(self.op),
-            "origin": self.origin.to_json(),
-            "schema": self.schema.to_json() if self.schema else None,
-            "bindings": [b.to_json() for b in self.bindings],
-            "ops": [o.to_json() for o in self.ops],
-            "registrations": [r.to_json() for r in self.registrations],
-            "backward": self.backward.to_json() if self.backward else None,
-            "ufunc": [u.to_json() for u in self.ufunc],
+            "origin": origins.key(self.origin),
+            "schema": self.schema.to_json(origins) if self.schema else None,
+            "bindings": [b.to_json(origins) for b in self.bindings],
+            "ops": [o.to_json(origins) for o in self.ops],
+            "registrations": [r.to_json(origins) for r in self.registrations],
+            "backward": self.backward.to_json(origins) if self.backward else None,
+            "ufunc": [u.to_json(origins) for u in self.ufunc],
             "notes": list(self.notes),
+            "layers": [layer.value for layer in self.layers],
         }
+        return document(self.DOCUMENT, GEN_VERSION, origins=origins.to_json(), **body)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> GeneratedCode:
+        d = check_document(d, cls.DOCUMENT, GEN_VERSION)
+        origins = OriginTable.from_json(d.get("origins"))
+        origin = origins.get(d["origin"])
+        assert origin is not None
+        return cls(
+            OperatorName.parse(d["op"]), origin, Excerpt.from_json(d["schema"], origins) if d.get("schema") else None,
+            tuple(Binding.from_json(b, origins) for b in d.get("bindings") or ()),
+            tuple(OpsFunction.from_json(o, origins) for o in d.get("ops") or ()),
+            tuple(Registration.from_json(r, origins) for r in d.get("registrations") or ()),
+            Excerpt.from_json(d["backward"], origins) if d.get("backward") else None,
+            tuple(UfuncKernel.from_json(u, origins) for u in d.get("ufunc") or ()),
+            tuple(d.get("notes") or ()),
+            tuple(Layer(x) for x in d.get("layers") or ()),
+        )

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import click
+
+from kernelmap.commands.options import emit, output_options, source_option
 
 LAYERS = ("binding", "ops", "autograd", "register", "ufunc", "all")
 
@@ -20,15 +19,16 @@ LAYERS = ("binding", "ops", "autograd", "register", "ufunc", "all")
     help="Which generated code to show: the Python binding, at::_ops entry points, "
     "autograd/tracing wrappers, Register<Key> wrappers, or ufunc kernels.",
 )
-@click.option("--tree", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Generate from this PyTorch source tree with its own torchgen, not from the installed torch.")
+@source_option
 @click.option("--regenerate", is_flag=True, help="Generate the files again even if the cache has them.")
-@click.option("--json", "as_json", is_flag=True, help="Print locations and text as JSON.")
-def gen(op: str, layer: str, tree: Path | None, regenerate: bool, as_json: bool) -> None:
+@output_options
+def gen(op: str, layer: str, source: str | None, regenerate: bool, as_json: bool, width: int | None) -> None:
     """Show the generated code behind operator OP: the code that exists only
     in a PyTorch build directory, regenerated with torchgen and cached.
 
     OP is an operator name: aten::conv2d, conv2d, add.out (a base name such
-    as `add` picks its most common overload).
+    as `add` picks its most common overload). With --source, the files are
+    generated from that tree with its own torchgen.
 
     \b
     Example:
@@ -37,16 +37,11 @@ def gen(op: str, layer: str, tree: Path | None, regenerate: bool, as_json: bool)
     """
     from kernelmap.codegen import Layer, locate
 
+    tree = None
+    if source is not None:
+        from kernelmap.source import select_tree
+
+        tree = select_tree(source).root
     layers = tuple(Layer) if layer == "all" else (Layer(layer),)
     code = locate(op, layers=layers, tree=tree, progress=True, regenerate=regenerate)
-    if as_json:
-        click.echo(json.dumps({"version": 1, "layers": [x.value for x in layers], **code.to_json()}, indent=2))
-        return
-    from rich.console import Console
-
-    from kernelmap.render.gen import render
-
-    console = Console(highlight=False)
-    if not console.is_terminal:  # piped: keep whole lines of code rather than 80 columns
-        console = Console(highlight=False, width=max(console.width, 200))
-    render(code, layers, console)
+    emit(code, as_json, width)

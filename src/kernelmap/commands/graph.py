@@ -1,31 +1,25 @@
-"""`kernelmap stack` and `kernelmap callers`: the cross-layer call graph, top-down and bottom-up."""
+"""`kernelmap stack`, `kernelmap callers` and `kernelmap explain`: the
+cross-layer call graph, top-down, bottom-up, and one call step by step."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import click
 
-from kernelmap.graph import DEFAULT_DEPTH, DEVICE_KEYS
-
-
-def _emit(tree, as_json: bool) -> None:
-    from kernelmap.render import render
-
-    click.echo(render(tree, "json" if as_json else "text", color=None if not as_json else False), nl=False)
+from kernelmap.commands.options import depth_check, device_option, dtype_option, emit, output_options, source_option
+from kernelmap.graph.rules import DEFAULT_DEPTH
 
 
 @click.command()
 @click.argument("target")
-@click.option("--device", type=click.Choice(list(DEVICE_KEYS)), default="cpu", show_default=True, help="The device whose kernels to follow.")
-@click.option("--dtype", default="float32", show_default=True, help="dtype of the call (shown; dtype switches are listed, not chosen).")
+@device_option(help="The device whose kernels to follow.")
+@dtype_option
 @click.option("--requires-grad", is_flag=True, help="Show the autograd layer (VariableType wrapper, backward node).")
 @click.option("--depth", type=int, default=DEFAULT_DEPTH, show_default=True, help="How many levels to expand.")
 @click.option("--all-branches", is_flag=True, help="Follow branches for other devices too, instead of collapsing them.")
 @click.option("--all-calls", is_flag=True, help="Also show tensor utility calls and helpers that reach nothing else.")
-@click.option("--source", default=None, help="Source tree to read C++ from (a registered name or a path).")
-@click.option("--json", "as_json", is_flag=True, help="Print the call tree as JSON.")
-def stack(target, device, dtype, requires_grad, depth, all_branches, all_calls, source, as_json):
+@source_option
+@output_options
+def stack(target, device, dtype, requires_grad, depth, all_branches, all_calls, source, as_json, width):
     """Show what a call of TARGET runs, top-down, down to kernels and vendor calls.
 
     TARGET is a Python name (torch.nn.Conv2d, torch.nn.functional.conv2d,
@@ -39,17 +33,17 @@ def stack(target, device, dtype, requires_grad, depth, all_branches, all_calls, 
     """
     from kernelmap import graph
 
-    context = graph.open_context(device, requires_grad, all_branches, source, all_calls=all_calls)
-    tree = graph.stack(target, context, depth)
-    _emit(dataclasses.replace(tree, meta={**tree.meta, "dtype": dtype}), as_json)
+    depth_check(depth)
+    context = graph.open_context(device, requires_grad, all_branches, source, all_calls=all_calls, dtype=dtype)
+    emit(graph.stack(target, context, depth), as_json, width)
 
 
 @click.command()
 @click.argument("symbol")
 @click.option("--depth", type=int, default=DEFAULT_DEPTH, show_default=True, help="How many levels to climb.")
-@click.option("--source", default=None, help="Source tree to read C++ from (a registered name or a path).")
-@click.option("--json", "as_json", is_flag=True, help="Print the call tree as JSON.")
-def callers(symbol, depth, source, as_json):
+@source_option
+@output_options
+def callers(symbol, depth, source, as_json, width):
     """Show who calls SYMBOL, up through stubs and the dispatcher to operators and Python.
 
     SYMBOL is a C++ function (raw_cudnn_convolution_forward_out,
@@ -62,16 +56,18 @@ def callers(symbol, depth, source, as_json):
     """
     from kernelmap import graph
 
+    depth_check(depth)
     context = graph.open_context(source=source, require_tree=True)
-    _emit(graph.callers(symbol, context, depth), as_json)
+    emit(graph.callers(symbol, context, depth), as_json, width)
 
 
 @click.command()
 @click.argument("op")
-@click.option("--device", type=click.Choice(list(DEVICE_KEYS)), default="cpu", show_default=True, help="The device whose kernels to explain.")
-@click.option("--source", default=None, help="Source tree to read C++ from (a registered name or a path).")
-@click.option("--json", "as_json", is_flag=True, help="Print the steps as JSON.")
-def explain(op, device, source, as_json):
+@device_option(help="The device whose kernels to explain.")
+@dtype_option
+@source_option
+@output_options
+def explain(op, device, dtype, source, as_json, width):
     """Explain one operator call step by step, with the real code of each step.
 
     Python argument parsing, autograd, the registration wrapper, then the
@@ -85,8 +81,6 @@ def explain(op, device, source, as_json):
     """
     from kernelmap import graph
     from kernelmap.graph.explain import explain as explain_op
-    from kernelmap.render import explain as render
 
-    context = graph.open_context(device, source=source)
-    result = explain_op(op, context)
-    click.echo(render.to_json_text(result) if as_json else render.to_text(result, color=None), nl=False)
+    context = graph.open_context(device, source=source, dtype=dtype)
+    emit(explain_op(op, context), as_json, width)

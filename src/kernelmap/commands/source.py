@@ -3,19 +3,9 @@ wiring over `kernelmap.source`."""
 
 from __future__ import annotations
 
-import json
-import sys
-
 import click
 
-source_option = click.option(
-    "--source",
-    "source_name",
-    metavar="TREE",
-    default=None,
-    help="Tree name or directory (default: the tree of the installed torch's commit, else $KERNELMAP_SOURCE).",
-)
-
+from kernelmap.commands.options import emit, output_options, source_option
 
 def _progress(description: str):
     """A rich progress bar on stderr, or a no-op when stderr is no terminal."""
@@ -79,26 +69,19 @@ def fetch(commit: str | None, timeout: float) -> None:
 
 
 @source.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def list_(as_json: bool) -> None:
+@output_options
+def list_(as_json: bool, width: int | None) -> None:
     """List the registered trees.
 
     \b
     Example:
       kernelmap source list
     """
+    from kernelmap.model import SourceEntry, SourceList
     from kernelmap.source import index_path, list_trees
 
-    trees = list_trees()
-    if as_json:
-        click.echo(json.dumps([{**t.to_json(), "indexed": index_path(t).exists()} for t in trees], indent=2))
-        return
-    if not trees:
-        click.echo("no source trees; add one with `kernelmap source add PATH` or `kernelmap source fetch`")
-    for t in trees:
-        commit = t.commit[:12] if t.commit else "-"
-        indexed = "indexed" if index_path(t).exists() else "not indexed"
-        click.echo(f"{t.name}\t{t.version}\t{commit}\t{t.kind}\t{indexed}\t{t.root}")
+    trees = tuple(SourceEntry(t.name, str(t.root), t.version, t.commit, t.kind, index_path(t).exists()) for t in list_trees())
+    emit(SourceList(trees), as_json, width)
 
 
 @source.command("remove")
@@ -119,7 +102,7 @@ def remove(name: str) -> None:
 @click.command()
 @source_option
 @click.option("--jobs", "-j", type=click.IntRange(1), default=None, help="Worker processes (default: all cores).")
-def index(source_name: str | None, jobs: int | None) -> None:
+def index(source: str | None, jobs: int | None) -> None:
     """Index a source tree's C++/CUDA code (aten/, c10/, torch/csrc/).
 
     Only files changed since the last build are parsed again.
@@ -130,7 +113,7 @@ def index(source_name: str | None, jobs: int | None) -> None:
     """
     from kernelmap.source import build_index, select_tree
 
-    tree = select_tree(source_name)
+    tree = select_tree(source)
     with _progress("parse") as bar:
         task = bar.add_task(f"index {tree.name}", total=None)
         report = build_index(
@@ -155,9 +138,9 @@ def index(source_name: str | None, jobs: int | None) -> None:
 @click.command()
 @click.argument("name")
 @source_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--limit", default=50, show_default=True, help="At most this many references.")
-def find(name: str, source_name: str | None, as_json: bool, limit: int) -> None:
+@output_options
+def find(name: str, source: str | None, limit: int, as_json: bool, width: int | None) -> None:
     """Print the definitions of NAME and the places that call or register it.
 
     NAME is qualified (at::native::_convolution), bare (cudnn_convolution),
@@ -171,25 +154,7 @@ def find(name: str, source_name: str | None, as_json: bool, limit: int) -> None:
     from kernelmap.source import find as find_name
     from kernelmap.source import open_index, select_tree
 
-    tree = select_tree(source_name)
+    tree = select_tree(source)
     with open_index(tree) as ix:
         found = find_name(ix, name, limit=limit)
-    if as_json:
-        click.echo(json.dumps(found.to_json(), indent=2))
-        return
-    out = sys.stdout
-    for d in found.definitions:
-        cond = f"  [#if {d.symbol.condition}]" if d.symbol.condition else ""
-        out.write(f"{d.location}-{d.location.end_line}  {d.symbol.kind} {d.name}{cond}\n")
-    for d in found.stub_declarations:
-        out.write(f"{d.location}  {d.kind}s stub {d.stub}{' (' + d.function_type + ')' if d.function_type else ''}\n")
-    for r in found.stub_registrations:
-        out.write(f"{r.location}  registers {r.stub} -> {r.kernel or '(none)'} for {r.device}{' ' + r.capability if r.capability else ''}\n")
-    for r in found.library_registrations:
-        out.write(f"{r.location}  m.{r.kind}({r.namespace or '?'}::{r.op}) {r.key or ''} -> {r.kernel or '-'}\n")
-    for c in found.references:
-        where = f"  [{c.condition}]" if c.condition else ""
-        caller = c.caller.qualified_name if c.caller else "(file scope)"
-        out.write(f"{c.location}  {c.kind.value} call from {caller}: {c.callee}{where}\n")
-    if found.more_references:
-        out.write(f"... {found.more_references} more references (--limit)\n")
+    emit(found, as_json, width)

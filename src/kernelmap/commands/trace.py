@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import shutil
 import sys
 import traceback
 
 import click
+
+from kernelmap.commands.options import _width, emit, source_option
 
 
 def _print_error(error: BaseException) -> None:
@@ -32,12 +32,12 @@ def _print_error(error: BaseException) -> None:
 @click.option("--min-us", type=float, default=0.0, help="Hide tree nodes shorter than this many microseconds.")
 @click.option("--top", type=int, default=25, show_default=True, help="Rows per summary table.")
 @click.option("--all-frames", is_flag=True, help="Keep every Python frame (by default frames that ran no operator and module-call wrappers are dropped).")
-@click.option("--source", "source_tree", help="Source tree (registered name or directory) whose index links kernels to source.")
+@source_option
 @click.option("--export-chrome", type=click.Path(dir_okay=False), help="Write the trace with kernelmap's source links in each event's args (opens in Perfetto).")
-@click.option("--width", type=int, help="Output width (default: the terminal's).")
+@click.option("--width", type=int, default=None, callback=_width, help="Output width (default: the terminal's).")
 @click.option("--warmup", type=click.IntRange(min=0), default=0, show_default=True, help="Run the target this many times unprofiled first, so the cold first call is not traced.")
 @click.option("--steps", type=click.IntRange(min=1), default=1, show_default=True, help="Profile this many runs of the target (after the warm-up ones).")
-def trace(target, args, code, from_file, fmt, as_json, tree, summary, depth, min_us, top, all_frames, source_tree, export_chrome, width, warmup, steps):
+def trace(target, args, code, from_file, fmt, as_json, tree, summary, depth, min_us, top, all_frames, source, export_chrome, width, warmup, steps):
     """Run Python code under the profiler (or read a trace) and show what ran.
 
     TARGET is a script (run as `python script.py ARGS...`) or
@@ -73,6 +73,7 @@ def trace(target, args, code, from_file, fmt, as_json, tree, summary, depth, min
         raise BadInput("give one of: a script or module:function, -c CODE, or --from TRACE")
     if args and target is None:
         raise BadInput("arguments are passed to a script; give the script first")
+    source_tree = source
     options = {"keep_frames": all_frames, "source_tree": source_tree, "warmup": warmup, "steps": steps}
     if from_file is not None and (warmup or steps != 1):
         raise BadInput("--warmup and --steps run code; a trace read --from a file was recorded already")
@@ -91,27 +92,15 @@ def trace(target, args, code, from_file, fmt, as_json, tree, summary, depth, min
 
     if export_chrome:
         result.export_chrome(export_chrome)
+    from kernelmap.trace.summary import TraceReport
+
     if as_json:
-        from kernelmap.render.json import to_json
-
-        doc = {"kernelmap": "trace/1", "tree": to_json(result.tree) if tree else None}
-        doc["summary"] = result.summary().to_json() if summary else None
-        click.echo(json.dumps(doc, indent=2, default=str))
+        emit(TraceReport(result.tree if tree else None, result.summary() if summary else None), True)
     elif fmt != "text":
-        from kernelmap.render import render
-
-        click.echo(render(result.tree, fmt), nl=False)
+        emit(result.tree, True)
     else:
-        from kernelmap.render import render
-
-        # the summary first: a tree can run to thousands of lines
-        if summary:
-            columns = width or max(120, shutil.get_terminal_size((120, 24)).columns)
-            click.echo(result.summary().to_text(top=top, width=columns), nl=False)
-            if tree:
-                click.echo()
-        if tree:
-            click.echo(render(result.tree, "text", width=width, color=None if sys.stdout.isatty() else False, max_depth=depth, min_us=min_us), nl=False)
+        report = TraceReport(result.tree if tree else None, result.summary() if summary else None)
+        emit(report, False, width, max_depth=depth, min_us=min_us, top=top)
         if export_chrome:
             click.echo(f"wrote {export_chrome}")
 

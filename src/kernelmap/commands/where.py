@@ -2,35 +2,34 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from kernelmap import api
-from kernelmap.dispatch import DEVICE_KEYS
+from kernelmap.commands.options import DEVICES, device_option, dtype_option, emit, output_options, source_option
 
 
 @click.command()
 @click.argument("name")
-@click.option("--device", type=click.Choice(list(DEVICE_KEYS)), default=None, help="Device of the call's tensors [default: cpu]; given explicitly, also show the kernel's source on that device when a source tree is indexed.")
-@click.option("--dtype", default="float32", show_default=True, help="dtype of the call's tensors.")
+@device_option(DEVICES, default=None, help="Device of the call's tensors [default: cpu]; given explicitly, also show the kernel's source on that device when a source tree is indexed.")
+@dtype_option
 @click.option("--requires-grad", is_flag=True, help="The tensors require grad.")
 @click.option("--autocast", is_flag=True, help="Run the call under torch.autocast.")
 @click.option("--inference-mode", is_flag=True, help="Run the call under torch.inference_mode.")
 @click.option("--static", is_flag=True, help="Answer from the catalog only: never import torch.")
-@click.option("--json", "as_json", is_flag=True, help="Print the versioned JSON document (where/1).")
-def where(name, device, dtype, requires_grad, autocast, inference_mode, static, as_json):
+@source_option
+@output_options
+def where(name, device, dtype, requires_grad, autocast, inference_mode, static, source, as_json, width):
     """Show where the operator behind NAME is declared and which kernels run it.
 
     NAME is an operator (conv2d, aten::conv2d, aten::add.Tensor) or a Python
-    name (torch.add, torch.Tensor.add_, torch.nn.functional.conv2d, F.relu).
+    name (torch.add, torch.Tensor.add_, torch.nn.functional.conv2d, F.relu,
+    torch.nn.Conv2d).
 
     \b
     Example:
       kernelmap where torch.nn.functional.conv2d --device cuda
       kernelmap where aten::add.Tensor --requires-grad --json
     """
-    from kernelmap.render import where as render
+    from kernelmap import api
 
     answer = api.where(
         name,
@@ -41,8 +40,6 @@ def where(name, device, dtype, requires_grad, autocast, inference_mode, static, 
         autocast=autocast,
         inference_mode=inference_mode,
         static=static,
+        source=source,
     )
-    if as_json:
-        click.echo(json.dumps(render.to_json(answer), indent=2))
-    else:
-        click.echo(render.to_text(answer, color=None), nl=False)
+    emit(answer, as_json, width)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from kernelmap import env
 from kernelmap.errors import BadInput, TorchUnavailable, UnknownName
-from kernelmap.model import Kernel, Location, Origin, OriginKind
+from kernelmap.model import DispatchPath, DispatchStep, Kernel, Location, Origin, OriginKind
 
 DEVICE_KEYS = {"cpu": "CPU", "cuda": "CUDA", "mps": "MPS", "meta": "Meta", "xpu": "XPU"}
 
@@ -202,35 +202,6 @@ def python_kernel_source(name: str, key: str) -> tuple[str, Location] | None:
 # ---------------------------------------------------------------------------
 # The path of one call
 # ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DispatchStep:
-    key: str
-    kernel: Kernel | None
-    # "falls through" (a fallthrough kernel: the next key is tried), "redispatches"
-    # (does its part, then calls the keys below), "answers" (the call ends here,
-    # a composite kernel decomposing into further calls), "from yaml" (a backend
-    # this build lacks: answered from native_functions.yaml).
-    action: str
-    tag: str = ""
-
-
-@dataclass(frozen=True)
-class DispatchPath:
-    op: str
-    device: str
-    dtype: str
-    requires_grad: bool
-    autocast: bool
-    inference_mode: bool
-    keys: tuple[str, ...]  # the call's dispatch key set, highest priority first
-    steps: tuple[DispatchStep, ...]
-    live: bool  # False when this build lacks the device's backend
-    note: str | None = None
-
-    def __iter__(self) -> Iterator[DispatchStep]:
-        return iter(self.steps)
 
 
 def _backend_is_built(torch, device: str) -> bool:

@@ -13,11 +13,11 @@ steps are left out and a note says so.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from kernelmap.errors import KernelmapError
-from kernelmap.graph import DEVICE_KEYS, GraphContext, _file_lines, stack
-from kernelmap.model import CallNode, Location
+from kernelmap.graph import DEVICE_KEYS, GraphContext, call_ends, stack
+from kernelmap.graph import file_lines as _file_lines
+from kernelmap.model import CallNode, CallTree, Explanation, Location, NodeKind, Step
 
 EXCERPT_LINES = 14
 
@@ -26,25 +26,6 @@ _CHECKS = re.compile(r"\b(TORCH_CHECK\w*|TORCH_INTERNAL_ASSERT\w*|check_\w+|chec
 _ALLOCATION = re.compile(r"\b(set_output_raw_strided|set_output_strided|set_output|build_borrowing_\w+|build_\w+_op|resize_output|resize_|at::empty\w*|empty_like|new_empty\w*)\s*\(")
 _ITERATION = re.compile(r"\b(TensorIterator\w*|TensorIteratorConfig|parallel_for|accessor<|packed_accessor\w*|for_each|cpu_serial_kernel|iter\.for_each)\b")
 _BACKEND_SELECTION = re.compile(r"\b(_?select_conv_backend|use_cudnn|use_mkldnn|use_miopen|use_nnpack|use_xnnpack|cudnn_is_acceptable|ConvBackend::\w+)\b")
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step of a call: what happens, where, and the code that does it."""
-
-    title: str  # "Python argument parsing", "dtype switch", ...
-    summary: str
-    location: Location | None = None
-    excerpt: str = ""  # source lines starting at location.line
-    language: str = "cpp"
-
-
-@dataclass(frozen=True)
-class Explanation:
-    op: str
-    device: str
-    steps: tuple[Step, ...]
-    notes: tuple[str, ...] = ()
 
 
 def _excerpt(location: Location | None, lines: int = EXCERPT_LINES, root=None) -> str:
@@ -136,43 +117,26 @@ def explain(op_name: str, context: GraphContext) -> Explanation:
 
     if context.index is None:
         notes.append("native steps (kernel, checks, dtype switch, loops, vendor calls) need a source tree: kernelmap source add PATH, then kernelmap index")
-        return Explanation(qualified, context.device, tuple(steps), tuple(notes))
+        return Explanation(qualified, context.device, tuple(steps), tuple(notes), context.dtype)
 
     tree = stack(qualified, context)
-    steps.extend(_native_steps(tree.root, context))
-    return Explanation(qualified, context.device, tuple(steps), tuple(notes))
+    steps.extend(_native_steps(tree, context))
+    return Explanation(qualified, context.device, tuple(steps), tuple(notes), context.dtype)
 
 
 def _head(text: str, lines: int = EXCERPT_LINES) -> str:
     return "\n".join(text.splitlines()[:lines])
 
 
-def _main_path(root: CallNode) -> list[CallNode]:
-    """The path from the operator to the call's end: the first closed vendor
-    call if any, else the first device loop, else the deepest kernel."""
-    best: tuple[int, list[CallNode]] | None = None
-    rank = {"vendor": 0, "loop": 2, "launch": 1}
-    stack_ = [(root, [root])]
-    while stack_:
-        node, path = stack_.pop()
-        if node.attrs.get("collapsed"):
-            continue
-        if node.kind in rank:
-            # the call that does the work (cudnnConvolutionForward, cudnnBackendExecute, a gemm)
-            # rather than setup (cudnnSetStream, descriptor builders)
-            works = bool(re.search(r"(Execute|Forward|Backward|gemm|Gemm|compute|_kernel$|kernel_vec$)", node.name))
-            score = (rank[node.kind], not works, len(path))
-            if best is None or score < best[0]:
-                best = (score, path)
-            continue
-        for child in reversed(node.children):
-            stack_.append((child, path + [child]))
-    return best[1] if best else [root]
+def _main_path(tree: CallTree) -> list[CallNode]:
+    """The path from the root to the call's best end (Note [ranking a call's ends])."""
+    ends = call_ends(tree)
+    return list(ends[0].path) if ends else [tree.root]
 
 
-def _native_steps(root: CallNode, context: GraphContext) -> list[Step]:
+def _native_steps(tree: CallTree, context: GraphContext) -> list[Step]:
     steps: list[Step] = []
-    path = _main_path(root)
+    path = _main_path(tree)
     kernels = [n for n in path if n.kind in ("kernel", "generated") and n.location is not None]
     ops = [n.name for n in path if n.kind == "op"]
     if len(ops) > 1:
@@ -208,15 +172,15 @@ def _native_steps(root: CallNode, context: GraphContext) -> list[Step]:
     if conditions:
         steps.append(Step("branch taken", "; ".join(dict.fromkeys(conditions))))
     end = path[-1]
-    loops = [n for n in near if n.kind == "loop" and n.location is not None]
-    if end.kind != "loop" and loops:
+    loops = [n for n in near if n.kind is NodeKind.INNER_LOOP and n.location is not None]
+    if end.kind is not NodeKind.INNER_LOOP and loops:
         steps.append(Step("inner loop", f"{loops[0].name}: the scalar/vectorised operation the loop applies", loops[0].location, _excerpt(loops[0].location, 6)))
-    if end.kind == "launch":
+    if end.kind in (NodeKind.LAUNCH, NodeKind.DEVICE_LOOP):
         steps.append(Step("device loop / launch", f"{end.name} runs the per-element loop", end.location, _excerpt(end.location, 3, root=_root_for(end, context))))
-    elif end.kind == "loop":
+    elif end.kind is NodeKind.INNER_LOOP:
         steps.append(Step("inner loop", f"{end.name}: the scalar/vectorised operation itself", end.location, _excerpt(end.location, 6)))
     elif end.kind == "vendor":
-        closed = "closed source" if end.attrs.get("closed_source") else "open source"
+        closed = "closed source" if end.attrs.get("closed") else "open source"
         steps.append(Step("vendor call", f"{end.name} ({end.attrs.get('library')}, {closed}): the work leaves PyTorch here", end.location, _excerpt(end.location, 3)))
     return steps
 

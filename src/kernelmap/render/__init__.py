@@ -1,35 +1,62 @@
-"""Renderers: a `CallTree` -> text or bytes. Every command that answers with a
-call tree (`trace`, `stack`, `callers`) picks its output format from the one
-table below; a renderer only reads model types.
+"""Renderers: an answer -> text. One table, keyed by the answer's document
+name (`calltree`, `where`, `explain`, `find`, `gen`, `trace`, `sources`, ...;
+see kernelmap.answers) and the format (`text`, `json`, `html`), used by the
+CLI, the web app and notebooks alike. A renderer only reads the answer.
 
     from kernelmap.render import render
     print(render(tree, "text", width=100, color=False))
+
+Renderers are named here as "module:function" and imported on first use, so
+that JSON output never imports rich. Register another with `register()`.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
-from kernelmap.model import CallTree
-from kernelmap.render import json as json_renderer
-from kernelmap.render import tree as tree_renderer
+from kernelmap.errors import BadInput
 
 Renderer = Callable[..., str]
 
-# format name -> render(tree, **options) -> str
-RENDERERS: dict[str, Renderer] = {
-    "text": tree_renderer.render,
-    "json": json_renderer.render,
+FORMATS = ("text", "json", "html")
+
+# (document name, format) -> "module:function"; JSON falls back to the generic writer
+_TABLE: dict[tuple[str, str], str | Renderer] = {
+    ("calltree", "text"): "kernelmap.render.tree:render",
+    ("where", "text"): "kernelmap.render.where:to_text",
+    ("explain", "text"): "kernelmap.render.explain:to_text",
+    ("find", "text"): "kernelmap.render.find:to_text",
+    ("gen", "text"): "kernelmap.render.gen:to_text",
+    ("trace", "text"): "kernelmap.render.trace:to_text",
+    ("sources", "text"): "kernelmap.render.sources:to_text",
 }
+_GENERIC = {"json": "kernelmap.render.json:render"}
 
 
-def render(tree: CallTree, fmt: str = "text", **options: Any) -> str:
-    """`tree` in format `fmt` (a key of RENDERERS)."""
-    try:
-        renderer = RENDERERS[fmt]
-    except KeyError:
-        from kernelmap.errors import BadInput
+def register(document: str, fmt: str, renderer: str | Renderer) -> None:
+    """Add (or replace) the renderer of `document` answers in format `fmt`."""
+    _TABLE[(document, fmt)] = renderer
 
-        raise BadInput(f"unknown output format {fmt!r}; choose one of {', '.join(RENDERERS)}") from None
-    return renderer(tree, **options)
+
+def renderer_for(answer: Any, fmt: str) -> Renderer:
+    document = getattr(answer, "DOCUMENT", None)
+    if document is None:
+        raise TypeError(f"{type(answer).__name__} is not an answer (it has no DOCUMENT)")
+    target = _TABLE.get((document, fmt)) or _GENERIC.get(fmt)
+    if target is None:
+        formats = sorted({f for d, f in _TABLE if d == document} | set(_GENERIC))
+        raise BadInput(f"no {fmt!r} output for {document} answers; choose one of {', '.join(formats)}")
+    if callable(target):
+        return target
+    module, attr = target.split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def render(answer: Any, fmt: str = "text", **options: Any) -> str:
+    """`answer` in format `fmt`. Options a renderer does not know are ignored
+    (`width`, `color` for text; `indent` for JSON)."""
+    if fmt not in FORMATS:
+        raise BadInput(f"unknown output format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    return renderer_for(answer, fmt)(answer, **options)

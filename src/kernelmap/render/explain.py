@@ -1,37 +1,14 @@
-"""Render an `Explanation` (kernelmap explain): numbered steps with their code,
-syntax-highlighted for a terminal, or JSON (`"kernelmap": "explain/1"`):
-
-    {"kernelmap": "explain/1", "op": "aten::add.Tensor", "device": "cpu", "notes": [...],
-     "steps": [{"title": "...", "summary": "...", "location": LOCATION | null, "excerpt": "..."}]}
-"""
+"""Render an `Explanation` (kernelmap explain) for a terminal: numbered steps
+with their code, syntax-highlighted in colour. Its JSON document, `explain/2`,
+is the answer's own `to_json()`."""
 
 from __future__ import annotations
 
 import io
-import json
 import sys
 
-JSON_VERSION = "explain/1"
 
-
-def to_json(result) -> dict:
-    return {
-        "kernelmap": JSON_VERSION,
-        "op": result.op,
-        "device": result.device,
-        "notes": list(result.notes),
-        "steps": [
-            {"title": s.title, "summary": s.summary, "location": s.location.to_json() if s.location else None, "excerpt": s.excerpt}
-            for s in result.steps
-        ],
-    }
-
-
-def to_json_text(result) -> str:
-    return json.dumps(to_json(result), indent=2) + "\n"
-
-
-def to_text(result, width: int | None = None, color: bool | None = None) -> str:
+def to_text(result, width: int | None = None, color: bool | None = None, **_: object) -> str:
     from rich.console import Console
     from rich.syntax import Syntax
     from rich.text import Text

@@ -90,3 +90,20 @@ def renderables(code: GeneratedCode, layers: Iterable[Layer], theme: str = "ansi
 
 def render(code: GeneratedCode, layers: Iterable[Layer], console: Console) -> None:
     console.print(Group(*renderables(code, layers)))
+
+
+def to_text(code: GeneratedCode, width: int | None = None, color: bool | None = None, **_: object) -> str:
+    """The generated code as terminal text: colour only on a terminal; piped,
+    whole lines of code (at least 200 columns) rather than 80."""
+    import io
+    import sys
+
+    if color is None:
+        color = sys.stdout.isatty()
+    out = io.StringIO()
+    console = Console(file=out, width=width or (None if color else 200), force_terminal=color, no_color=not color,
+                      color_system="auto" if color else None, highlight=False, emoji=False)
+    if not color and width is None:
+        console = Console(file=out, width=200, no_color=True, color_system=None, highlight=False, emoji=False)
+    render(code, code.layers, console)
+    return "".join(line.rstrip() + "\n" for line in out.getvalue().splitlines())

@@ -14,12 +14,14 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from kernelmap.model import CallNode, CallTree
+from kernelmap.model import CallNode, CallTree, NodeKind
+from kernelmap.render.text import clean
 
 _KIND_STYLE = {
     "module": "bold cyan",
     "python": "cyan",
     "binding": "blue",
+    "builtin": "blue",
     "op": "bold",
     "autograd": "magenta",
     "launch": "yellow",
@@ -48,8 +50,8 @@ def label(node: CallNode, *, sources: bool = True) -> str:
     """The one-line text of a node."""
     a = node.attrs
     parts = [str(a.get("op") or node.name)]
-    if node.kind not in ("op", "trace"):
-        parts.append(f"[{node.kind}]")
+    if node.kind not in (NodeKind.OPERATOR, NodeKind.TRACE):
+        parts.append(f"[{node.kind.value}]")
     if "duration_us" in a and node.kind != "trace":
         parts.append(duration_text(float(a["duration_us"])))
     shapes = _shapes(a.get("input_shapes"))
@@ -64,10 +66,8 @@ def label(node: CallNode, *, sources: bool = True) -> str:
         parts.append(f"= {a['kernel']}")
     if a.get("conv_backend") or a.get("conv_backend_ran"):
         parts.append(f"backend {a.get('conv_backend') or a.get('conv_backend_ran')}")
-    vendor = a.get("vendor") or (a.get("library") if node.kind == "vendor" else None)
-    if vendor:
-        closed = a.get("closed") or a.get("closed_source")
-        parts.append(f"<{vendor}{', closed' if closed else ''}>")
+    if a.get("library"):
+        parts.append(f"<{a['library']}{', closed' if a.get('closed') else ''}>")
     if a.get("forward_op"):
         parts.append(f"(for {a['forward_op']})")
     if a.get("unknown") and node.kind in ("op", "gpu_kernel"):
@@ -85,9 +85,9 @@ def label(node: CallNode, *, sources: bool = True) -> str:
             parts.append(f"@ {a['source']}")
         elif a.get("source_file"):
             parts.append(f"@ {a['source_file']}")
-        elif node.location is not None and node.kind not in ("op",):
+        elif node.location is not None and node.kind is not NodeKind.OPERATOR:
             parts.append(f"@ {node.location}")
-    return "  ".join(parts)
+    return clean("  ".join(parts))
 
 
 # Static-graph facts worth a word on the line (attr -> what it says).
@@ -108,6 +108,9 @@ def lines(tree: CallTree, *, max_depth: int | None = None, min_us: float = 0.0, 
     stack: list[tuple[CallNode, str, str, int]] = [(tree.root, "", "", 0)]
     while stack:
         node, prefix, child_prefix, depth = stack.pop()
+        if depth < 0:  # a "… hidden" line: its text is its name
+            yield prefix, None, node.name
+            continue
         yield prefix, node, label(node, sources=sources)
         if not node.children:
             continue
@@ -129,7 +132,7 @@ def lines(tree: CallTree, *, max_depth: int | None = None, min_us: float = 0.0, 
         # leaves, emitted when popped.
         for child, guide, below, text in reversed(pushed):
             if child is None:
-                stack.append((CallNode(text, "note", attrs={"_hidden": True}), guide, below, depth + 1))
+                stack.append((CallNode(text, NodeKind.NOTE), guide, below, -1))
             else:
                 stack.append((child, guide, below, depth + 1))
 
@@ -164,11 +167,9 @@ def render(
         color = sys.stdout.isatty()
     out: list[str] = []
     if notes:
-        out.extend(f"note: {note}" for note in tree.notes)
+        out.extend(clean(f"note: {note}") for note in tree.notes)
     styled = []
     for prefix, node, text in lines(tree, max_depth=max_depth, min_us=min_us, sources=sources):
-        if node is not None and node.attrs.get("_hidden"):
-            text = node.name
         full = _crop(prefix + text, width)
         out.append(full)
         styled.append((full, len(prefix), _KIND_STYLE.get(node.kind, "") if node is not None else "dim"))

@@ -1,126 +1,12 @@
-"""Render a `where` answer: as text for a terminal (rich), or as the versioned
-JSON document below. Reads only model data.
-
-JSON document, version 1 (`"kernelmap": "where/1"`):
-
-    {
-      "kernelmap": "where/1",
-      "query": "torch.nn.functional.conv2d",
-      "torch": {"version": "2.13.0+cpu", "commit": "<git sha>"},
-      "notes": ["..."],                       # version mismatches, missing backends
-      "operator": OP,                         # the most likely operator
-      "also": ["aten::conv2d.padding"],       # other operators the name reaches
-      "structured_delegate": OP | null,       # for structured operators
-      "live": null | {
-        "schema_registered_at": LOCATION,
-        "registrations": [KERNEL, ...],       # what the dispatcher holds, per key
-        "dispatch_path": {"device": "cpu", "dtype": "float32", "requires_grad": false,
-                          "autocast": false, "inference_mode": false, "live": true,
-                          "keys": ["AutogradCPU", ...],
-                          "steps": [{"key": "AutogradCPU", "action": "redispatches",
-                                     "tag": "autograd kernel", "kernel": KERNEL}, ...]}
-      }
-    }
-    OP = {"name": "aten::conv2d", "schema": "...", "kind": "composite implicit",
-          "location": LOCATION, "variants": [...], "python_module": null, "tags": [...],
-          "is_view": false, "is_inplace": false, "is_out": false,
-          "structured_delegate": null, "ufunc_inner_loop": {"Generic": "add (AllAndComplex, ...)"},
-          "dispatch": [KERNEL, ...], "python_entry_points": ["torch.conv2d", ...],
-          "autograd": null | {"backward_node": "ConvolutionBackward0", "location": LOCATION,
-                              "signature": "convolution", "formulas": [{"inputs": [...], "formula": "..."}]}}
-    KERNEL = {"key": "CPU", "symbol": "at::native::...", "kind": "native|cpp|python|fallthrough|alias|fallback",
-              "structured": false, "location": LOCATION | null}
-    LOCATION = {"path": "aten/src/...", "line": 1701, "end_line": null, "origin": "torch 2.13.0+cpu",
-                "url": "https://github.com/pytorch/pytorch/blob/<sha>/...#L1701" | null}
-"""
+"""Render a `where` answer (kernelmap.model.WhereAnswer) as text for a
+terminal (rich). Its JSON document, `where/2`, is the answer's own
+`to_json()` (kernelmap.answers describes every document)."""
 
 from __future__ import annotations
 
 import io
-from typing import Any
 
-from kernelmap.model import Kernel, Location, Op
-
-JSON_VERSION = "where/1"
-
-
-def _loc(location: Location | None) -> dict[str, Any] | None:
-    return location.to_json() if location else None
-
-
-def _kernel(kernel: Kernel | None) -> dict[str, Any] | None:
-    if kernel is None:
-        return None
-    return {
-        "key": kernel.key,
-        "symbol": kernel.symbol,
-        "kind": kernel.kind,
-        "structured": kernel.structured,
-        "location": _loc(kernel.location),
-    }
-
-
-def op_to_json(op: Op) -> dict[str, Any]:
-    autograd = None
-    if op.autograd is not None:
-        autograd = {
-            "backward_node": op.autograd.backward_node,
-            "location": _loc(op.autograd.location),
-            "signature": op.autograd.signature,
-            "formulas": [{"inputs": list(f.inputs), "formula": f.formula} for f in op.autograd.formulas],
-        }
-    return {
-        "name": str(op.name),
-        "schema": op.schema,
-        "kind": op.kind.value,
-        "location": _loc(op.location),
-        "variants": list(op.variants),
-        "python_module": op.python_module,
-        "tags": list(op.tags),
-        "is_view": op.is_view,
-        "is_inplace": op.is_inplace,
-        "is_out": op.is_out,
-        "structured_delegate": op.structured_delegate,
-        "ufunc_inner_loop": dict(op.ufunc_inner_loop),
-        "dispatch": [_kernel(k) for k in op.dispatch],
-        "python_entry_points": list(op.python_entry_points),
-        "autograd": autograd,
-    }
-
-
-def to_json(answer) -> dict[str, Any]:
-    live = None
-    if answer.live is not None:
-        path = answer.live.path
-        live = {
-            "schema_registered_at": _loc(answer.live.schema_location),
-            "registrations": [_kernel(k) for k in answer.live.registrations],
-            "dispatch_path": {
-                "device": path.device,
-                "dtype": path.dtype,
-                "requires_grad": path.requires_grad,
-                "autocast": path.autocast,
-                "inference_mode": path.inference_mode,
-                "live": path.live,
-                "keys": list(path.keys),
-                "steps": [
-                    {"key": s.key, "action": s.action, "tag": s.tag, "kernel": _kernel(s.kernel)} for s in path.steps
-                ],
-            },
-        }
-    return {
-        "kernelmap": JSON_VERSION,
-        "query": answer.query,
-        "torch": {"version": answer.torch_version, "commit": answer.torch_commit},
-        "notes": list(answer.notes),
-        "operator": op_to_json(answer.op),
-        "also": [str(op.name) for op in answer.ops[1:]],
-        "structured_delegate": op_to_json(answer.delegate) if answer.delegate else None,
-        "live": live,
-        "source": [
-            {"role": s.role, "name": s.name, "location": _loc(s.location), "detail": s.detail} for s in answer.source
-        ],
-    }
+from kernelmap.model import Location, Op
 
 
 def _flags(op: Op) -> str:
@@ -129,7 +15,7 @@ def _flags(op: Op) -> str:
     return ", ".join(flags)
 
 
-def to_text(answer, width: int | None = None, color: bool | None = None, links: bool = True) -> str:
+def to_text(answer, width: int | None = None, color: bool | None = None, links: bool = True, **_: object) -> str:
     """The answer as terminal text. `color=None` colours only a terminal;
     `color=False` with a fixed `width` gives stable text for tests."""
     from rich.console import Console

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelmap.errors import SourceError
-from kernelmap.model import Edge, EdgeKind, Location, Origin, Symbol
+from kernelmap.model import Edge, EdgeKind, Location, Origin, OriginTable, Symbol, check_document, document
 from kernelmap.source.build import index_path
 from kernelmap.source.schema import CALL_KINDS, SCHEMA_VERSION
 from kernelmap.source.trees import Tree
@@ -421,6 +421,9 @@ def _qualified_match(name: str, d: Definition) -> bool:
 
 
 
+FIND_VERSION = 2
+
+
 @dataclass(frozen=True)
 class Findings:
     """What `find` knows about one name: where it is defined, and where it is
@@ -434,36 +437,66 @@ class Findings:
     more_references: int = 0  # references left out by the limit
     stub_declarations: tuple[StubDeclaration, ...] = ()
 
+    DOCUMENT = "find"
+
     def to_json(self) -> dict:
-        """The `find/1` document."""
-        return {
-            "format": "kernelmap.find/1",
+        """The find/2 document (kernelmap.answers describes it)."""
+        o = OriginTable()
+
+        def symbol(sym: Symbol | None) -> dict | None:
+            if sym is None:
+                return None
+            return {"name": sym.qualified_name, "kind": sym.kind, "condition": sym.condition, "location": sym.location.to_json(o)}
+
+        body = {
             "name": self.name,
-            "definitions": [
-                {"name": d.name, "lookup": d.lookup, "kind": d.symbol.kind, "condition": d.symbol.condition, "op": d.op,
-                 "location": d.location.to_json()}
-                for d in self.definitions
-            ],
+            "definitions": [{**symbol(d.symbol), "lookup": d.lookup, "op": d.op} for d in self.definitions],
             "references": [
-                {"caller": c.caller.qualified_name if c.caller else None, "callee": c.callee, "kind": c.kind.value,
-                 "condition": c.condition, "preproc": c.preproc, "library": c.library, "op": c.op, "location": c.location.to_json()}
+                {"caller": symbol(c.caller), "callee": c.callee, "called": c.name, "kind": c.kind.value, "condition": c.condition,
+                 "preproc": c.preproc, "library": c.library, "op": c.op, "location": c.location.to_json(o)}
                 for c in self.references
             ],
             "stub_registrations": [
                 {"stub": r.stub, "kernel": r.kernel, "device": r.device, "capability": r.capability, "condition": r.condition,
-                 "location": r.location.to_json()}
+                 "location": r.location.to_json(o)}
                 for r in self.stub_registrations
             ],
             "library_registrations": [
-                {"op": r.op, "namespace": r.namespace, "key": r.key, "kernel": r.kernel, "kind": r.kind, "location": r.location.to_json()}
+                {"op": r.op, "namespace": r.namespace, "key": r.key, "kernel": r.kernel, "kind": r.kind, "condition": r.condition,
+                 "location": r.location.to_json(o)}
                 for r in self.library_registrations
             ],
             "stub_declarations": [
-                {"stub": d.stub, "kind": d.kind, "function_type": d.function_type, "location": d.location.to_json()}
+                {"stub": d.stub, "kind": d.kind, "function_type": d.function_type, "location": d.location.to_json(o)}
                 for d in self.stub_declarations
             ],
             "more_references": self.more_references,
         }
+        return document(self.DOCUMENT, FIND_VERSION, origins=o.to_json(), **body)
+
+    @classmethod
+    def from_json(cls, d: dict) -> Findings:
+        d = check_document(d, cls.DOCUMENT, FIND_VERSION)
+        o = OriginTable.from_json(d.get("origins"))
+
+        def symbol(x: dict | None) -> Symbol | None:
+            return Symbol(x["name"], Location.from_json(x["location"], o), x.get("kind", "function"), x.get("condition")) if x else None
+
+        return cls(
+            d["name"],
+            tuple(Definition(symbol(x), x["lookup"], x.get("op")) for x in d.get("definitions") or ()),
+            tuple(
+                CallSite(symbol(c.get("caller")), c["callee"], c["called"], EdgeKind(c["kind"]), Location.from_json(c["location"], o),
+                         c.get("condition"), c.get("preproc"), c.get("library"), c.get("op"))
+                for c in d.get("references") or ()
+            ),
+            tuple(StubRegistration(r["stub"], r.get("kernel"), r["device"], r.get("capability"), Location.from_json(r["location"], o), r.get("condition"))
+                  for r in d.get("stub_registrations") or ()),
+            tuple(LibraryRegistration(r["op"], r.get("namespace"), r.get("key"), r.get("kernel"), r["kind"], Location.from_json(r["location"], o), r.get("condition"))
+                  for r in d.get("library_registrations") or ()),
+            d.get("more_references", 0),
+            tuple(StubDeclaration(x["stub"], x["kind"], Location.from_json(x["location"], o), x.get("function_type")) for x in d.get("stub_declarations") or ()),
+        )
 
 
 def find(index: Index, name: str, *, limit: int = 50) -> Findings:

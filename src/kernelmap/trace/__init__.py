@@ -135,6 +135,10 @@ def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None
         from kernelmap.trace.sources import open_source_index
 
         index, reason = open_source_index(source_tree)
+        if reason is not None and source_tree is not None:
+            from kernelmap.errors import SourceError
+
+            raise SourceError(reason)  # a tree asked for by name must open: the same error as every command's --source
         resolver = Resolver(live=live, source_index=index, source_reason=reason)
         notes.extend(resolver.resolve(root))
     m: dict[str, Any] = {
@@ -152,7 +156,7 @@ def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None
 
 _LINK_KEYS = (
     "op", "yaml", "op_kind", "dispatch_key", "kernel", "registered_at", "source", "source_url", "source_file",
-    "source_reason", "vendor", "closed", "conv_backend", "conv_backend_ran", "launched_by", "unknown", "forward_op",
+    "source_reason", "library", "closed", "conv_backend", "conv_backend_ran", "launched_by", "unknown", "forward_op",
 )
 
 

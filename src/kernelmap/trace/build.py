@@ -13,8 +13,8 @@ operator that was running).
 
 Note [trace tree shape]
 root (trace) -> thread -> user Python frames and nn.Module frames ->
-torch.nn.functional frames -> builtin (binding) -> aten ops, nested as the
-dispatcher called them -> runtime launch -> GPU kernel. Autograd nodes
+torch.nn.functional frames -> builtin -> aten ops, nested as the
+dispatcher called them -> runtime call (cudaLaunchKernel) -> GPU kernel. Autograd nodes
 (`autograd::engine::evaluate_function: XBackward0`) become one `autograd`
 node whose children are the aten ops of the backward formula. Python frames
 that ran no operator are dropped, and the wrappers every module call passes
@@ -119,7 +119,7 @@ def classify(name: str, cat: str) -> str:
         if name.startswith("nn.Module: "):
             return "module"
         if name.startswith("<built-in"):
-            return "binding"
+            return "builtin"
         return "python"
     if cat == "cpu_op":
         if name.startswith("autograd::engine::evaluate_function: "):
@@ -132,12 +132,12 @@ def classify(name: str, cat: str) -> str:
     if cat == "user_annotation":
         return "annotation"
     if cat in ("cuda_runtime", "cuda_driver"):
-        return "launch" if ("Launch" in name or "Memcpy" in name or "Memset" in name) else "runtime"
+        return "runtime"
     if cat == "kernel":
         return "gpu_kernel"
     if cat in ("gpu_memcpy", "gpu_memset"):
         return cat
-    return "event"
+    return "annotation"
 
 
 def display_name(name: str, kind: str) -> str:
@@ -146,7 +146,7 @@ def display_name(name: str, kind: str) -> str:
     `ConvolutionBackward0` for the autograd engine's record."""
     if kind == "module":
         return name[len("nn.Module: ") :]
-    if kind == "binding":
+    if kind == "builtin":
         m = _BUILTIN.match(name)
         if m:
             owner = m["owner"]
@@ -230,7 +230,7 @@ def collect(events: Iterable[dict], python_origin=None) -> Collected:
                 described = seen[(name, cat)] = (kind, display_name(name, kind), location)
             kind, display, location = described
             node = Node(display, kind, ts, dur, cat, args, index=index, location=location)
-            if kind in ("python", "module", "binding"):
+            if kind in ("python", "module", "builtin"):
                 node.attrs["frame"] = name
             if cat in DEVICE_CATEGORIES:
                 node.attrs["pid"], node.attrs["tid"] = e.get("pid"), e.get("tid")
@@ -275,7 +275,7 @@ def attach_device(c: Collected, hosts: Iterable[Node]) -> list[Node]:
     by_position: dict[tuple[Any, Any, float], Node] = {}
     by_external: dict[Any, Node] = {}
     for node in hosts:
-        if node.kind in ("launch", "runtime"):
+        if node.kind == "runtime":
             corr = node.args.get("correlation")
             if corr is not None:
                 by_correlation[corr] = node
@@ -311,7 +311,7 @@ def attach_device(c: Collected, hosts: Iterable[Node]) -> list[Node]:
 
 
 def _is_noise(node: Node) -> bool:
-    return node.kind in ("python", "binding") and bool(_SPLICED_FRAMES.match(node.attrs.get("frame", "")))
+    return node.kind in ("python", "builtin") and bool(_SPLICED_FRAMES.match(node.attrs.get("frame", "")))
 
 
 def simplify(roots: list[Node], keep_frames: bool = False) -> list[Node]:
@@ -326,7 +326,7 @@ def simplify(roots: list[Node], keep_frames: bool = False) -> list[Node]:
     # Post-order: children are settled before their parent.
     has_work: dict[int, bool] = {}
     for n in reversed(order):
-        work = n.kind not in ("python", "module", "binding") or any(has_work[id(ch)] for ch in n.children)
+        work = n.kind not in ("python", "module", "builtin") or any(has_work[id(ch)] for ch in n.children)
         has_work[id(n)] = work
         new_children: list[Node] = []
         for ch in n.children:

@@ -32,6 +32,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelmap import vendors
 from kernelmap.errors import KernelmapError
 from kernelmap.trace.build import Node, walk
 
@@ -56,54 +57,8 @@ DTYPES = {
 }
 _NON_TENSOR = {"Scalar", "ScalarList", "TensorList", "GenericList", "", "None", "String", "Device", "Layout", "ScalarType"}
 
-# Operators whose kernels end in an external library: (pattern, device or None, library, closed).
-_OP_VENDORS: tuple[tuple[re.Pattern[str], str | None, str, bool], ...] = (
-    (re.compile(r"^aten::(cudnn_|_cudnn_|_scaled_dot_product_cudnn)"), None, "cuDNN", True),
-    (re.compile(r"^aten::(miopen_|_miopen)"), None, "MIOpen", False),
-    (re.compile(r"^aten::(mkldnn_|_mkldnn|onednn)"), None, "oneDNN", False),
-    (re.compile(r"^aten::_nnpack_spatial"), None, "NNPACK", False),
-    (re.compile(r"^aten::(mm|addmm|bmm|baddbmm|addbmm|addmv|mv|dot|vdot|_addmm_activation|_scaled_mm|_int_mm)(_|$)"), "cuda", "cuBLAS", True),
-    (re.compile(r"^aten::(mm|addmm|bmm|baddbmm|addbmm|addmv|mv|dot|vdot|_addmm_activation)(_|$)"), "cpu", "BLAS", False),
-    (re.compile(r"^aten::(_fft_)"), "cuda", "cuFFT", True),
-    (re.compile(r"^aten::(_fft_)"), "cpu", "MKL/pocketfft", False),
-    (re.compile(r"^aten::(linalg_|_linalg_|cholesky|lu_|_lu_|triangular_solve|geqrf|ormqr|orgqr|_linalg_svd|_linalg_eigh)"), "cuda", "cuSOLVER/MAGMA", True),
-    (re.compile(r"^aten::(linalg_|_linalg_|cholesky|lu_|_lu_|triangular_solve|geqrf|ormqr|orgqr)"), "cpu", "LAPACK", False),
-)
-
 # Children of `_convolution` / `convolution_backward` that show the backend that ran.
-CONV_BACKEND_OPS = {
-    "aten::mkldnn_convolution": "Mkldnn",
-    "aten::mkldnn_convolution_backward": "Mkldnn",
-    "aten::thnn_conv2d": "Slow2d",
-    "aten::_slow_conv2d_forward": "Slow2d",
-    "aten::_slow_conv2d_backward": "Slow2d",
-    "aten::slow_conv3d": "Slow3d",
-    "aten::slow_conv3d_forward": "Slow3d",
-    "aten::slow_conv_dilated2d": "SlowDilated2d",
-    "aten::slow_conv_dilated3d": "SlowDilated3d",
-    "aten::slow_conv_transpose2d": "SlowTranspose2d",
-    "aten::slow_conv_transpose3d": "SlowTranspose3d",
-    "aten::cudnn_convolution": "Cudnn",
-    "aten::cudnn_convolution_transpose": "CudnnTranspose",
-    "aten::miopen_convolution": "Miopen",
-    "aten::miopen_depthwise_convolution": "MiopenDepthwise",
-    "aten::_nnpack_spatial_convolution": "NnpackSpatial",
-    "aten::_conv_depthwise2d": "CudaDepthwise2d",
-    "aten::conv_depthwise3d": "CudaDepthwise3d",
-    "aten::_mps_convolution": "Mps",
-    "aten::mkldnn_convolution_transpose": "MkldnnTranspose",
-}
-_CONV_BACKEND_VENDOR = {
-    "Mkldnn": ("oneDNN", False),
-    "MkldnnTranspose": ("oneDNN", False),
-    "MkldnnEmpty": ("oneDNN", False),
-    "Cudnn": ("cuDNN", True),
-    "CudnnTranspose": ("cuDNN", True),
-    "Miopen": ("MIOpen", False),
-    "MiopenDepthwise": ("MIOpen", False),
-    "MiopenTranspose": ("MIOpen", False),
-    "NnpackSpatial": ("NNPACK", False),
-}
+CONV_BACKEND_OPS = vendors.CONV_BACKEND_OPS
 
 # GPU kernel families of ATen: (pattern on the demangled name, file in the repository).
 ATEN_KERNEL_FILES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
@@ -124,20 +79,6 @@ ATEN_KERNEL_FILES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"\bupsample_bilinear2d_\w+", "aten/src/ATen/native/cuda/UpSampleBilinear2d.cu"),
     )
 )
-# Vendor GPU kernels by name: (pattern, library, closed). Order matters: first match wins.
-_GPU_VENDORS: tuple[tuple[re.Pattern[str], str, bool], ...] = tuple(
-    (re.compile(p, re.I if i else 0), lib, closed)
-    for p, lib, closed, i in (
-        (r"^(void )?cudnn::|cudnn|implicit_convolve_sgemm|precomputed_convolve|explicit_convolve|winograd|"
-         r"nchwToNhwc|nhwcToNchw|scalePackedTensor|conv2d_grouped_direct|fft2d_[rc]2[rc]|_cudnn_", "cuDNN", True, False),
-        (r"^nccl|ncclDevKernel|ncclKernel", "NCCL", False, False),
-        (r"pytorch_flash::|flash_fwd|flash_bwd|fmha_cutlass|mem_efficient|fmha", "FlashAttention/CUTLASS (in PyTorch)", False, False),
-        (r"^triton_|^triton__", "Triton (generated)", False, False),
-        (r"cutlass", "CUTLASS", False, False),
-        (r"sm\d+_xmma|xmma_|^ampere_|^volta_|^turing_|^maxwell_|^hopper_|^sm\d+_|^nvjet_|gemv|gemm|cublas|splitKreduce|Kernel2\b", "cuBLAS", True, True),
-        (r"regular_fft|vector_fft|fft_|_fft", "cuFFT", True, True),
-    )
-)
 _KERNEL_SYMBOL = re.compile(r"^(?:void |[\w:<>]+ )?((?:[A-Za-z_]\w*::|\(anonymous namespace\)::)*[A-Za-z_]\w*)")
 
 
@@ -155,7 +96,7 @@ def kernel_facts(name: str, launched_by: tuple[str, ...] = ()) -> KernelFacts:
     """Recognise a device kernel by its (demangled) name, and by the operators
     that launched it when the name alone is ambiguous: the same `sm80_xmma_*`
     and CUTLASS kernels ship inside both cuDNN and cuBLAS."""
-    if name.startswith(("Memcpy", "Memset")) or name in ("Memcpy HtoD (Pageable -> Device)",):
+    if name.startswith(("Memcpy", "Memset")):
         return KernelFacts("CUDA runtime", True, None, None)
     m = _KERNEL_SYMBOL.match(name)
     symbol = m.group(1) if m else None
@@ -164,31 +105,19 @@ def kernel_facts(name: str, launched_by: tuple[str, ...] = ()) -> KernelFacts:
             if pattern.search(name):
                 return KernelFacts("ATen", False, symbol, path)
         return KernelFacts("ATen", False, symbol, None)
-    for pattern, lib, closed in _GPU_VENDORS:
-        if pattern.search(name):
-            if lib in ("cuBLAS", "CUTLASS") and any(CONV_BACKEND_OPS.get(op, "").startswith("Cudnn") or "cudnn" in op for op in launched_by):
-                return KernelFacts("cuDNN", True, symbol, None)
-            if lib == "CUTLASS" and any(_is_gemm(op) for op in launched_by):
-                return KernelFacts("cuBLAS", True, symbol, None)
-            return KernelFacts(lib, closed, symbol, None)
+    lib = vendors.of_kernel(name, launched_by)
+    if lib is not None:
+        return KernelFacts(lib.name, lib.closed, symbol, None)
     for pattern, path in ATEN_KERNEL_FILES:
         if pattern.search(name):
             return KernelFacts("ATen", False, symbol, path)
     return KernelFacts(None, False, symbol, None)
 
 
-def _is_gemm(op: str) -> bool:
-    return bool(re.match(r"^aten::(mm|addmm|bmm|baddbmm|addbmm|addmv|mv|linear|matmul|_addmm_activation|_scaled_mm)(_|$)", op))
-
-
 def op_vendor(name: str, device: str, conv_backend: str | None = None) -> tuple[str, bool] | None:
     """The external library an operator's own kernel calls, and whether its code is closed."""
-    if conv_backend in _CONV_BACKEND_VENDOR and name in ("aten::_convolution", "aten::convolution_backward"):
-        return _CONV_BACKEND_VENDOR[conv_backend]
-    for pattern, dev, lib, closed in _OP_VENDORS:
-        if (dev is None or dev == device) and pattern.match(name):
-            return lib, closed
-    return None
+    lib = vendors.of_op(name, device, conv_backend)
+    return (lib.name, lib.closed) if lib is not None else None
 
 
 def schema_arg_types(schema: str) -> list[str]:
@@ -398,7 +327,7 @@ class Resolver:
         order = list(walk([root]))
         launched: dict[int, bool] = {}
         for n in reversed(order):
-            launched[id(n)] = n.kind in ("launch", "gpu_kernel", "gpu_memcpy", "gpu_memset") or any(
+            launched[id(n)] = n.kind in ("runtime", "gpu_kernel", "gpu_memcpy", "gpu_memset") or any(
                 launched[id(c)] for c in n.children
             )
         for n in order:
@@ -444,7 +373,7 @@ class Resolver:
                     a["conv_backend"] = backend
             vendor = op_vendor(node.name, device, backend or observed)
             if vendor is not None:
-                a["vendor"], a["closed"] = vendor
+                a["library"], a["closed"] = vendor
 
     def _op_facts(self, name: str, types: list[str], device: str, requires_grad: bool) -> dict[str, Any]:
         """What every call of `name` with these input types, device and grad
@@ -466,7 +395,7 @@ class Resolver:
         if vendor is not None and vendor[0] == "BLAS" and self.live and _has_mkl():
             vendor = ("MKL", True)  # this build's CPU BLAS, asked in the process that ran the op
         if vendor is not None:
-            facts["vendor"], facts["closed"] = vendor
+            facts["library"], facts["closed"] = vendor
         return facts
 
     def _resolve_device(self, node: Node) -> None:
@@ -480,7 +409,7 @@ class Resolver:
             node.attrs["launched_by"] = ops[0]
         facts = kernel_facts(node.name, tuple(ops))
         if facts.library:
-            node.attrs["vendor"] = facts.library
+            node.attrs["library"] = facts.library
             node.attrs["closed"] = facts.closed
         else:
             node.attrs["unknown"] = "kernel family not recognised"

@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kernelmap.model import CallNode, CallTree
+from kernelmap.model import CallNode, CallTree, check_document, document
 
 _HOST_KINDS = ("op", "autograd", "annotation")
 
@@ -31,7 +31,7 @@ class OpRow:
     dispatch_key: str | None = None
     kernel: str | None = None
     source: str | None = None  # file:line of the kernel, or the catalog entry
-    vendor: str | None = None  # the library its own kernel calls, else the closed one it ends in
+    library: str | None = None  # the library its own kernel calls, else the closed one it ends in
     closed: bool = False  # it, or something it calls, runs closed vendor code
     unknown: bool = False
 
@@ -42,6 +42,14 @@ class OpRow:
         for k in ("self_us", "total_us", "device_us"):
             d[k] = round(d[k], 3)
         return d
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> OpRow:
+        fields = {k: v for k, v in d.items() if k not in ("shapes", "kernels")}
+        row = OpRow(**fields)
+        row.shapes = Counter({s["shapes"]: s["calls"] for s in d.get("shapes") or ()})
+        row.kernels = Counter({k["name"]: k["launches"] for k in d.get("kernels") or ()})
+        return row
 
 
 @dataclass
@@ -63,6 +71,10 @@ class GroupRow:
             "ops": dict(self.ops.most_common(10)),
         }
 
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> GroupRow:
+        return GroupRow(d["name"], d["calls"], d["total_us"], d["device_us"], Counter(d.get("ops") or {}))
+
 
 @dataclass
 class Summary:
@@ -79,6 +91,15 @@ class Summary:
             "notes": list(self.notes),
         }
 
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> Summary:
+        return Summary(
+            [OpRow.from_json(r) for r in d.get("ops") or ()],
+            [GroupRow.from_json(r) for r in d.get("modules") or ()],
+            [GroupRow.from_json(r) for r in d.get("files") or ()],
+            tuple(d.get("notes") or ()),
+        )
+
     def to_text(self, top: int = 25, width: int = 120) -> str:
         """Fixed-width tables, longest total time first; long cells end in "…"."""
         out = []
@@ -94,7 +115,7 @@ class Summary:
                     _ms(r.device_us) if r.device_us else "-",
                     r.dispatch_key or "-",
                     r.kernel or "-",
-                    (r.vendor + (" (closed)" if r.closed else "")) if r.vendor else "-",
+                    (r.library + (" (closed)" if r.closed else "")) if r.library else "-",
                     r.shapes.most_common(1)[0][0] if r.shapes else "-",
                 )
                 for r in self.ops[:top]
@@ -170,7 +191,7 @@ def summarize(tree: CallTree) -> Summary:
     for n in reversed(order):
         own = n.attrs.get("duration_us", 0.0) if n.kind in ("gpu_kernel", "gpu_memcpy", "gpu_memset") else 0.0
         device[id(n)] = own + sum(device[id(c)] for c in n.children)
-        lib = n.attrs.get("vendor") if n.attrs.get("closed") and n.attrs.get("vendor") != "CUDA runtime" else None
+        lib = n.attrs.get("library") if n.attrs.get("closed") and n.attrs.get("library") != "CUDA runtime" else None
         closed_below[id(n)] = lib or next((closed_below[id(c)] for c in n.children if closed_below[id(c)]), None)
 
     ops: dict[str, OpRow] = {}
@@ -194,15 +215,15 @@ def summarize(tree: CallTree) -> Summary:
             row.dispatch_key = row.dispatch_key or a.get("dispatch_key")
             row.kernel = row.kernel or a.get("kernel")
             row.source = row.source or a.get("source") or a.get("yaml")
-            if a.get("vendor"):
-                row.vendor = a["vendor"]
+            if a.get("library"):
+                row.library = a["library"]
                 row.closed = row.closed or bool(a.get("closed"))
             row.unknown = row.unknown or bool(a.get("unknown")) and n.name.startswith("aten::")
             for k in _kernels_below(n):
                 row.kernels[k.name] += 1
             if closed_below[id(n)]:
                 row.closed = True
-                row.vendor = row.vendor or closed_below[id(n)]
+                row.library = row.library or closed_below[id(n)]
             src = a.get("source")
             key = src.rsplit(":", 1)[0] if src else None
             if key is None and a.get("registered_at"):
@@ -246,7 +267,7 @@ def _kernels_below(n: CallNode):
         c = stack.pop()
         if c.kind in ("gpu_kernel", "gpu_memcpy", "gpu_memset"):
             yield c
-        elif c.kind in ("launch", "runtime"):
+        elif c.kind == "runtime":
             stack.extend(c.children)
 
 
@@ -257,5 +278,34 @@ def _ops_directly_below(n: CallNode):
         c = stack.pop()
         if c.kind == "op":
             yield c.name
-        elif c.kind in ("python", "binding"):
+        elif c.kind in ("python", "builtin"):
             stack.extend(c.children)
+
+
+TRACE_VERSION = 2
+
+
+@dataclass(frozen=True)
+class TraceReport:
+    """The answer of `kernelmap trace`: the call tree and the summaries (either may be left out)."""
+
+    tree: CallTree | None
+    summary: Summary | None
+
+    DOCUMENT = "trace"
+
+    def to_json(self) -> dict[str, Any]:
+        return document(
+            self.DOCUMENT,
+            TRACE_VERSION,
+            tree=self.tree.to_json() if self.tree is not None else None,
+            summary=self.summary.to_json() if self.summary is not None else None,
+        )
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TraceReport:
+        d = check_document(d, cls.DOCUMENT, TRACE_VERSION)
+        return cls(
+            CallTree.from_json(d["tree"]) if d.get("tree") else None,
+            Summary.from_json(d["summary"]) if d.get("summary") else None,
+        )

@@ -1,0 +1,75 @@
+"""Every answer kernelmap gives, in one place: its document name and
+version (Note [answer documents] in model.py), the type that holds it, and
+what it answers. `load(document)` turns any saved document back into its
+answer, which any renderer can show again.
+
+| document      | type                                     | answers                                   |
+|---------------|------------------------------------------|-------------------------------------------|
+| calltree/2    | kernelmap.model.CallTree                 | stack, callers, path, and a trace's tree  |
+| where/2       | kernelmap.model.WhereAnswer              | where                                     |
+| explain/2     | kernelmap.model.Explanation              | explain                                   |
+| find/2        | kernelmap.source.index.Findings          | find                                      |
+| gen/2         | kernelmap.codegen.sites.GeneratedCode    | gen                                       |
+| trace/2       | kernelmap.trace.summary.TraceReport      | trace (tree and summary)                  |
+| sources/1     | kernelmap.model.SourceList               | source list                               |
+
+A document is a JSON object: `{"kernelmap": "<name>/<version>", ...fields}`.
+Documents that carry locations have an `origins` table (key -> kind,
+version, commit, label, root) and each LOCATION names its origin by key:
+
+    LOCATION = {"path": "aten/src/ATen/native/Convolution.cpp", "line": 1701, "end_line": 1766,
+                "origin": "tree debian-2.6.0", "url": "https://github.com/pytorch/pytorch/blob/<sha>/...#L1701" | null,
+                "file": "<where the file lies on this machine>" | null}
+
+calltree/2: {"kind": "stack|callers|path|trace", "notes": [...], "meta": {...}, "origins": {...},
+             "root": NODE}, NODE = {"name", "kind" (model.NodeKind), "layer" (Note [layers]),
+             "location": LOCATION | null, "via" (model.EdgeKind) | null, "condition": str | null,
+             "facts": {name: value} (only names declared in model.FACTS), "children": [NODE, ...]}
+where/2:    {"query", "torch": {"version", "commit"}, "notes", "operator": OP, "also": [OP],
+             "structured_delegate": OP | null, "live": null | {"schema_registered_at", "registrations": [KERNEL],
+             "dispatch_path": {"op", "device", "dtype", ..., "keys", "steps": [{"key", "action", "tag", "kernel"}]}},
+             "source": [{"role", "name", "location", "detail"}], "overrides": [...]}
+explain/2:  {"op", "device", "dtype", "notes", "steps": [{"title", "summary", "location", "excerpt", "language"}]}
+find/2:     {"name", "definitions", "references", "stub_registrations", "library_registrations",
+             "stub_declarations", "more_references"}
+gen/2:      {"op", "origin", "layers", "schema", "bindings", "ops", "registrations", "backward", "ufunc", "notes"}
+trace/2:    {"tree": calltree/2 | null, "summary": {"ops", "modules", "files", "notes"} | null}
+sources/1:  {"trees": [{"name", "root", "version", "commit", "kind", "indexed"}]}
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from kernelmap.model import DocumentError
+
+# document name -> (version, "module:Type")
+ANSWERS: dict[str, tuple[int, str]] = {
+    "calltree": (2, "kernelmap.model:CallTree"),
+    "where": (2, "kernelmap.model:WhereAnswer"),
+    "explain": (2, "kernelmap.model:Explanation"),
+    "find": (2, "kernelmap.source.index:Findings"),
+    "gen": (2, "kernelmap.codegen.sites:GeneratedCode"),
+    "trace": (2, "kernelmap.trace.summary:TraceReport"),
+    "sources": (1, "kernelmap.model:SourceList"),
+}
+
+
+def answer_type(name: str) -> type:
+    if name not in ANSWERS:
+        raise DocumentError(f"unknown answer document {name!r}; kernelmap writes {', '.join(sorted(ANSWERS))}")
+    module, attr = ANSWERS[name][1].split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def document_name(doc: Any) -> str:
+    """The answer name of a document (`calltree` for `calltree/2`)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("kernelmap"), str) or "/" not in doc["kernelmap"]:
+        raise DocumentError('not a kernelmap document: a JSON object with "kernelmap": "<answer>/<version>" is expected')
+    return doc["kernelmap"].split("/", 1)[0]
+
+
+def load(doc: Any) -> Any:
+    """The answer a document describes (its type's `from_json`)."""
+    return answer_type(document_name(doc)).from_json(doc)

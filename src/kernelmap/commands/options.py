@@ -1,0 +1,107 @@
+"""Options every command spells the same way, as decorators, and the one way
+a command writes its answer (`emit`): the renderer table picks the format.
+
+    @click.command()
+    @source_option
+    @device_option()
+    @dtype_option
+    @output_options
+    def stack(..., source, device, dtype, as_json, width): ...
+
+Values are checked here, once: an unknown device or dtype, a width below 1,
+is one `kernelmap: error:` line and exit status 2 (the CLI turns BadInput
+into that), never a traceback or a silent default.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from kernelmap.errors import BadInput
+
+DEVICES = ("cpu", "cuda", "mps", "meta", "xpu")
+GRAPH_DEVICES = ("cpu", "cuda", "mps", "meta")
+
+
+def _source(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not value.strip():
+        raise BadInput("--source names a registered tree or a directory; it is empty")
+    return value
+
+
+source_option = click.option(
+    "--source",
+    "source",
+    metavar="NAME|PATH",
+    default=None,
+    callback=_source,
+    help="Source tree to read: a registered name or a directory (default: the tree of the installed torch's commit, "
+    "else $KERNELMAP_SOURCE, else the only registered tree).",
+)
+
+
+def device_option(devices: tuple[str, ...] = GRAPH_DEVICES, default: str | None = "cpu", help: str = "Device of the call's tensors.") -> Callable:
+    def check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        if value is not None and value not in devices:
+            raise BadInput(f"unknown device {value!r}; choose one of {', '.join(devices)}")
+        return value
+
+    return click.option("--device", metavar="|".join(devices), default=default, callback=check, show_default=default is not None, help=help)
+
+
+def check_dtype(value: str) -> str:
+    """`value` when the installed torch has a dtype of that name (read without importing torch)."""
+    from kernelmap import env
+
+    names = env.torch_dtypes()
+    if value not in names:
+        close = sorted(n for n in names if n.startswith(value[:3]))[:4] or ["float32", "bfloat16", "int64"]
+        raise BadInput(f"unknown dtype {value!r}; torch has e.g. {', '.join(close)}")
+    return value
+
+
+def _dtype(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    return check_dtype(value)
+
+
+dtype_option = click.option("--dtype", default="float32", show_default=True, callback=_dtype, help="dtype of the call's tensors (a torch dtype name).")
+
+
+def _width(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    if value is not None and value < 20:
+        raise BadInput(f"--width must be at least 20 columns, not {value}")
+    return value
+
+
+def output_options(f: Callable) -> Callable:
+    """--json (the answer's document) and --width (text columns)."""
+    f = click.option("--width", type=int, default=None, callback=_width, help="Text width in columns (default: the terminal's).")(f)
+    f = click.option("--json", "as_json", is_flag=True, help="Print the answer's JSON document (see kernelmap.answers).")(f)
+    return f
+
+
+def depth_check(value: int) -> int:
+    if value < 0:
+        raise BadInput(f"depth must be 0 or more, not {value}")
+    return value
+
+
+def emit(answer: Any, as_json: bool = False, width: int | None = None, **options: Any) -> None:
+    """Write `answer` to standard output: its JSON document, or text at
+    `width` (coloured only on a terminal)."""
+    from kernelmap.render import render
+
+    if as_json:
+        text = render(answer, "json")
+    else:
+        color = sys.stdout.isatty()
+        if width is None and color:
+            from kernelmap.render.text import terminal_width
+
+            width = terminal_width(None)
+        text = render(answer, "text", width=width, color=color, **options)
+    click.echo(text, nl=False)

@@ -1,0 +1,64 @@
+"""`kernelmap render`: show a saved answer again, reshaped by processors."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import click
+
+from kernelmap.commands.options import emit, output_options
+
+
+@click.command("render")
+@click.argument("document", type=click.Path(dir_okay=False))
+@click.option("--depth", type=int, default=None, help="Cut call trees below this depth.")
+@click.option("--hide-below", "hide", multiple=True, metavar="NAME", help="Hide the children of nodes named NAME. Repeatable.")
+@click.option("--collapse-branches", is_flag=True, help="Collapse branches for another device or backend.")
+@click.option("--prune", is_flag=True, help="Drop tensor utility calls and helpers that reach nothing else.")
+@click.option("--min-us", type=float, default=0.0, help="Hide trace nodes shorter than this many microseconds.")
+@output_options
+def render_(document, depth, hide, collapse_branches, prune, min_us, as_json, width):
+    """Render a saved answer (any kernelmap --json document) again, as text or JSON.
+
+    Call trees (stack, callers, trace) can be reshaped: cut at a depth,
+    hide the children of a node, collapse other-device branches, prune
+    plumbing.
+
+    \b
+    Example:
+      kernelmap stack torch.nn.Conv2d --device cuda --json > conv.json
+      kernelmap render conv.json --depth 3
+      kernelmap render conv.json --hide-below at::native::_convolution --json
+    """
+    from kernelmap import answers, processors
+    from kernelmap.errors import BadInput
+    from kernelmap.model import CallTree
+
+    if depth is not None and depth < 0:
+        raise BadInput(f"--depth must be 0 or more, not {depth}")
+    try:
+        with open(document, encoding="utf-8") as f:
+            doc = json.load(f)
+    except OSError as e:
+        raise BadInput(f"cannot read {document}: {e.strerror}") from None
+    except (ValueError, RecursionError) as e:
+        raise BadInput(f"{document} is not JSON: {e}") from None
+    answer = answers.load(doc)
+
+    def reshape(tree: CallTree) -> CallTree:
+        if collapse_branches:
+            tree = processors.collapse_branches(tree)
+        if prune:
+            tree = processors.prune_plumbing(tree)
+        for name in hide:
+            tree = processors.hide_below(tree, name)
+        if depth is not None:
+            tree = processors.cut_at_depth(tree, depth)
+        return tree
+
+    if isinstance(answer, CallTree):
+        answer = reshape(answer)
+    elif getattr(answer, "DOCUMENT", "") == "trace" and answer.tree is not None:
+        answer = dataclasses.replace(answer, tree=reshape(answer.tree))
+    emit(answer, as_json, width, min_us=min_us)

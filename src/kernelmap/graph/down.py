@@ -1,0 +1,569 @@
+"""Top-down: the tree of what a call of a Python name, an operator or a C++
+symbol runs on one device, through every layer (Note [graph versions],
+Note [branches])."""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+from typing import Any
+
+from kernelmap import env, pysource, vendors
+from kernelmap.errors import BadInput, KernelmapError, UnknownName
+from kernelmap.graph import processors_for
+from kernelmap.graph.context import NEEDS_TREE, GraphContext
+from kernelmap.graph.grow import Node, grow
+from kernelmap.graph.rules import DEFAULT_DEPTH, DEVICE_KEYS, KERNEL_DIRS, is_utility_op, launch_kind, other_device_reason
+from kernelmap.model import CallTree, EdgeKind, Location, NodeKind, Op
+
+def stack(target: str, context: GraphContext, depth: int = DEFAULT_DEPTH) -> CallTree:
+    """The tree of what a call of `target` runs on `context.device`.
+
+    `target` is a Python name (`torch.nn.Conv2d`, `torch.nn.functional.conv2d`,
+    `torch.add`, `torch.Tensor.relu_`), an operator (`aten::conv2d`), or a C++
+    symbol (`at::native::_convolution`).
+    """
+    if depth < 0:
+        raise BadInput(f"depth must be 0 or more, not {depth}")
+    root = _root_for(target, context)
+    grown = grow(root, lambda node: _expand_down(node, context), depth)
+    meta = {"kind": "stack", "target": target, "device": context.device, "dtype": context.dtype, "depth": depth,
+            "requires_grad": context.requires_grad, "all_branches": context.all_branches, "all_calls": context.all_calls}
+    return processors_for(context)(CallTree(grown, context.notes, meta))
+
+
+def _root_for(target: str, ctx: GraphContext) -> Node:
+    text = target.strip()
+    if not text or not re.fullmatch(r"[A-Za-z_~][\w:.~<>]*", text):
+        raise BadInput(f"not a target: {target!r} (a Python name, an operator like aten::conv2d, or a C++ symbol)")
+    if text.startswith("aten::") or (("::" not in text) and "." not in text and _is_op(text, ctx)):
+        return op_node(ctx.catalog.resolve(text)[0], ctx)
+    if text.startswith(("torch.", "F.", "nn.", "Tensor.")) and "::" not in text:
+        from kernelmap.catalog import expand_python_name
+
+        return _python_root(expand_python_name(text), ctx)
+    if ctx.index is None:
+        raise UnknownName(target, ())
+    definitions = ctx.index.definitions(text)
+    if not definitions:
+        suggestions = tuple(ctx.index.search(text.rsplit("::", 1)[-1], limit=5)) if len(text.rsplit("::", 1)[-1]) >= 3 else ()
+        raise UnknownName(target, suggestions)
+    if len(definitions) == 1:
+        return cpp_node(definitions[0], ctx)
+    node = Node(text, "symbol", attrs={"candidates": len(definitions)})
+    node.children = [cpp_node(d, ctx, condition=d.symbol.condition) for d in definitions]
+    return node
+
+
+def _is_op(name: str, ctx: GraphContext) -> bool:
+    try:
+        ctx.catalog.resolve(name)
+        return True
+    except KernelmapError:
+        return False
+
+
+def _python_root(name: str, ctx: GraphContext) -> Node:
+    entry_points = ctx.wheel_catalog.entry_points()
+    if name in entry_points and not name.startswith("torch.nn.functional."):
+        return _builtin_node(name, ctx)
+    definition = pysource.find_def(name, ctx.site_packages)
+    if definition is None:
+        raise UnknownName(name, ctx.wheel_catalog.suggest(name))
+    return _python_node(definition, ctx)
+
+
+def _wheel_location(path: Path, line: int, end_line: int | None, ctx: GraphContext) -> Location:
+    install = env.torch_install()
+    rel = path.relative_to(ctx.site_packages).as_posix()
+    return Location(rel, line, end_line, origin=install.origin)
+
+
+def _python_node(definition: pysource.PyDef, ctx: GraphContext, condition: str | None = None, line: int | None = None) -> Node:
+    import ast
+
+    kind = "module" if isinstance(definition.node, ast.ClassDef) else "python"
+    location = _wheel_location(definition.path, definition.line, definition.end_line, ctx)
+    return Node(definition.qualname, kind, location, EdgeKind.PYTHON, condition, payload=definition, identity=("py", definition.qualname))
+
+
+def _builtin_node(name: str, ctx: GraphContext, condition: str | None = None) -> Node:
+    return Node(name, "builtin", None, EdgeKind.PYTHON, condition, payload=name, identity=("builtin", name))
+
+
+def op_node(op: Op, ctx: GraphContext, via: EdgeKind | None = None, condition: str | None = None, location: Location | None = None) -> Node:
+    attrs: dict[str, Any] = {"op_kind": op.kind.value, "schema": op.schema, "yaml": str(op.location)}
+    if location is not None:
+        attrs["call_site"] = location
+    return Node(str(op.name), "op", op.location, via, condition, attrs, payload=op, identity=("op", str(op.name)))
+
+
+def cpp_node(definition, ctx: GraphContext, via: EdgeKind | None = None, condition: str | None = None, call_site: Location | None = None) -> Node:
+    attrs: dict[str, Any] = {"symbol_kind": definition.symbol.kind}
+    if definition.symbol.condition:
+        attrs["preprocessor"] = definition.symbol.condition
+    if call_site is not None:
+        attrs["call_site"] = call_site
+    return Node(definition.name, "kernel", definition.location, via, condition, attrs, payload=definition, identity=("cpp", definition.name, str(definition.location)))
+
+
+def _expand_down(node: Node, ctx: GraphContext) -> list[Node]:
+    if node.kind in ("module", "python"):
+        return _python_children(node.payload, ctx)
+    if node.kind == "builtin":
+        return _builtin_children(node.payload, ctx)
+    if node.kind == "binding":
+        return [op_node(op, ctx, EdgeKind.BINDING, cond) for op, cond in node.payload]
+    if node.kind == "op":
+        return _op_children(node.payload, ctx)
+    if node.kind in ("wrapper", "kernel", "stub", "generated"):
+        return _code_children(node, ctx)
+    return []
+
+
+# -- Python ------------------------------------------------------------------
+
+
+def _python_children(definition: pysource.PyDef, ctx: GraphContext) -> list[Node]:
+    import ast
+
+    root = ctx.site_packages
+    if isinstance(definition.node, ast.ClassDef):
+        forward = pysource.find_def(f"{definition.qualname}.forward", root)
+        return [_python_node(forward, ctx)] if forward else []
+    entry_points = ctx.wheel_catalog.entry_points()
+    children = []
+    owner = definition.qualname.rsplit(".", 1)[0]
+    for call in pysource.calls(definition, root):
+        if call.target.startswith("self."):
+            method = pysource.find_def(f"{owner}.{call.target[5:]}", root)
+            if method is not None and _reaches_torch(method, root, entry_points):
+                children.append(_python_node(method, ctx, call.condition))
+            continue
+        builtin = pysource.builtin_name(call.target)
+        if builtin and builtin in entry_points:
+            children.append(_builtin_node(builtin, ctx, call.condition))
+        elif call.target.startswith("torch.nn.functional.") and call.target in entry_points:
+            found = pysource.find_def(call.target, root)
+            if found is not None:
+                children.append(_python_node(found, ctx, call.condition))
+    return children
+
+
+def _reaches_torch(definition: pysource.PyDef, root: Path, entry_points: set[str]) -> bool:
+    """Whether a method calls (directly) a builtin, a functional, or another method."""
+    for call in pysource.calls(definition, root):
+        if call.target.startswith("self.") or call.target in entry_points:
+            return True
+        builtin = pysource.builtin_name(call.target)
+        if builtin and builtin in entry_points:
+            return True
+    return False
+
+
+def _builtin_children(name: str, ctx: GraphContext) -> list[Node]:
+    ops = ctx.wheel_catalog.resolve(name)
+    pairs = [(_tree_op(op, ctx), None) for op in ops]
+    if ctx.generated is None:
+        return [op_node(op, ctx, EdgeKind.BINDING, cond) for op, cond in pairs]
+    from kernelmap.codegen import Layer
+
+    bindings = {}
+    for op in ops:
+        code = _generated(str(op.name), ctx, (Layer.BINDING,))
+        for b in code.bindings if code else ():
+            if name in b.python_names:
+                bindings.setdefault(b.function, (b, []))[1].append((_tree_op(op, ctx), b.signature))
+    if not bindings:
+        return [op_node(op, ctx, EdgeKind.BINDING, cond) for op, cond in pairs]
+    nodes = []
+    for function, (binding, reached) in bindings.items():
+        attrs = {"signatures": tuple(binding.signatures), "calls": tuple(binding.calls)}
+        nodes.append(Node(function, "binding", binding.definition.location, EdgeKind.BINDING, None, attrs, payload=reached, identity=("binding", function)))
+    return nodes
+
+
+def _tree_op(op: Op, ctx: GraphContext) -> Op:
+    """The same operator in the selected tree's catalog, when it has it (Note [graph versions])."""
+    if ctx.catalog is ctx.wheel_catalog:
+        return op
+    try:
+        return ctx.catalog.get(str(op.name))
+    except KernelmapError:
+        return op
+
+
+def _generated(op_name: str, ctx: GraphContext, layers):
+    from kernelmap.codegen import locate
+
+    try:
+        return locate(op_name, layers=layers, files=ctx.generated)
+    except KernelmapError:
+        return None
+
+
+# -- operators and their dispatch -------------------------------------------
+
+
+
+def _op_children(op: Op, ctx: GraphContext) -> list[Node]:
+    from kernelmap.codegen import Layer
+
+    key = DEVICE_KEYS[ctx.device]
+    kernel = ctx.catalog.effective_kernel(op, key)
+    code = _generated(str(op.name), ctx, (Layer.REGISTER, Layer.AUTOGRAD, Layer.UFUNC)) if ctx.generated else None
+    children: list[Node] = []
+    parent_list = children
+    if ctx.requires_grad and op.autograd is not None and op.kind.value != "composite implicit":
+        wrapper = _registration(code, "Autograd")
+        name = wrapper.symbol if wrapper else f"VariableType::{op.name.name}"
+        node = Node(
+            name,
+            "wrapper",
+            wrapper.definition.location if wrapper and wrapper.definition else None,
+            EdgeKind.AUTOGRAD,
+            None,
+            {"key": "Autograd", "backward_node": op.autograd.backward_node, "derivatives": op.autograd.location},
+            identity=("autograd", str(op.name)),
+        )
+        node.leaf()  # expanded here, below
+        children.append(node)
+        parent_list = node.children
+    if kernel is None:
+        parent_list.append(Node(f"no {key} kernel", "unresolved", attrs={"reason": f"{op.name} declares no kernel for {key} or a composite key"}))
+        return children
+    wrapper = _registration(code, kernel.key if kernel.key.startswith("Composite") else key)
+    target_parent = parent_list
+    if wrapper is not None:
+        node = Node(
+            wrapper.symbol,
+            "wrapper",
+            wrapper.definition.location if wrapper.definition else wrapper.impl.location,
+            EdgeKind.DISPATCHER,
+            f"dispatch key {key}" + (f" (via {kernel.key})" if kernel.key != key else ""),
+            {"key": kernel.key, "registered_at": str(wrapper.block)},
+        )
+        parent_list.append(node)
+        target_parent = node.children
+    else:
+        note = f"dispatch key {key}" + (f" (via {kernel.key})" if kernel.key != key else "")
+        target_parent.append(Node(f"{kernel.key} -> {kernel.symbol}", "note", None, EdgeKind.DISPATCHER, note))
+    target_parent.extend(_kernel_nodes(op, kernel, code, ctx))
+    return children
+
+
+def _registration(code, key: str):
+    if code is None:
+        return None
+    for r in code.registrations:
+        if r.key == key:
+            return r
+    return None
+
+
+def _kernel_nodes(op: Op, kernel, code, ctx: GraphContext) -> list[Node]:
+    """The native code a yaml kernel names: a definition in the tree, or for
+    structured kernels their meta and impl functions, or generated ufunc kernels."""
+    nodes: list[Node] = []
+    short = kernel.symbol.rsplit("::", 1)[-1]
+    if kernel.structured:
+        functional = _structured_functional(op, ctx)
+        if ctx.index is not None and functional:
+            for d in ctx.index.structured_kernels(functional, kind="structured_meta"):
+                nodes.append(cpp_node(d, ctx, EdgeKind.DIRECT, "meta: shapes and dtypes"))
+                nodes[-1].attrs["keep"] = True
+        ufunc = [u for u in (code.ufunc if code else ()) if u.key == DEVICE_KEYS[ctx.device]]
+        impls = [u for u in ufunc if u.name.endswith("::impl")]
+        if impls:
+            nodes.extend(_ufunc_node(u, ufunc, EdgeKind.DIRECT, "impl (generated from ufunc_inner_loop)") for u in impls)
+            return nodes
+        if ctx.index is not None:
+            impls = ctx.index.structured_kernels(short, kind="structured_impl")
+            for d in impls:
+                nodes.append(cpp_node(d, ctx, EdgeKind.DIRECT, "impl"))
+                nodes[-1].attrs["keep"] = True
+            if impls:
+                return nodes
+    if ctx.index is None:
+        nodes.append(Node(kernel.symbol, "kernel", None, EdgeKind.DISPATCHER, attrs={"unresolved": "needs a source tree"}))
+        return nodes
+    definitions = ctx.index.definitions(kernel.symbol)
+    if not definitions:
+        nodes.append(Node(kernel.symbol, "kernel", None, EdgeKind.DISPATCHER, attrs={"unresolved": f"no definition in {ctx.index.tree.name}"}))
+    for d in definitions:
+        nodes.append(cpp_node(d, ctx, EdgeKind.DISPATCHER, d.symbol.condition and f"#if {d.symbol.condition}"))
+    return nodes
+
+
+def _structured_functional(op: Op, ctx: GraphContext) -> str | None:
+    """The functional operator whose name a structured group's TORCH_META_FUNC carries."""
+    out = ctx.catalog.delegate(op) or op
+    for candidate in ctx.catalog.overloads(out.name.name.rstrip("_")):
+        if candidate.structured_delegate == out.name.unqualified and not candidate.is_inplace:
+            return candidate.name.unqualified
+    return op.name.unqualified
+
+
+# -- C++ ---------------------------------------------------------------------
+
+
+def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
+    if node.kind == "generated":
+        return _generated_children(node.payload, ctx)
+    if node.kind == "stub":
+        return _stub_children(node.payload, ctx)
+    if ctx.index is None or node.payload is None:
+        return []
+    definition = node.payload
+    children = []
+    for site in ctx.index.calls_from(definition):
+        condition = site.condition
+        if site.preproc:
+            condition = f"{condition}  #if {site.preproc}" if condition else f"#if {site.preproc}"
+        branch = other_device_reason(site.condition, ctx.device) or other_device_reason(site.preproc, ctx.device)
+        child = _site_node(site, definition, ctx, condition)
+        if child is None:
+            continue
+        if branch:
+            child.attrs["branch"] = branch
+            if not ctx.all_branches:
+                child.leaf().payload = None
+        children.append(child)
+    for target, site in _callbacks(definition, ctx):
+        children.append(cpp_node(target, ctx, EdgeKind.DIRECT, "passed as a function argument", site))
+    return dedupe(children)
+
+
+# A function named as an argument: `split_batch_dim_to_32bit_out(..., raw_cudnn_convolution_forward_out_32bit)`.
+_ARGUMENT_NAME = r"(?:^|[(,])\s*&?\s*(?:[\w:]*::)?({name})\s*(?=[,)])"
+
+
+_ANY_ARGUMENT_NAME = re.compile(_ARGUMENT_NAME.format(name=r"\w+"))
+
+
+@functools.lru_cache(maxsize=512)
+def file_lines(path: Path) -> tuple[str, ...]:
+    try:
+        return tuple(path.read_text(encoding="utf-8", errors="replace").splitlines())
+    except OSError:
+        return ()
+
+
+def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
+    """Functions of the same file that `definition` passes as arguments: calls
+    made through a function pointer, which no call site shows."""
+    location = definition.location
+    lines = file_lines(ctx.index.tree.root / location.path)
+    in_file = {d.name.rsplit("::", 1)[-1]: d for d in ctx.index.definitions_in(location.path) if d.name != definition.name}
+    if not in_file:
+        return []
+    body = lines[location.line - 1 : location.end_line or location.line]
+    head = "\n".join(body[: next((i for i, text in enumerate(body) if "{" in text), 0) + 1])
+    text = "\n".join(body)
+    found = []
+    for number in range(location.line + 1, (location.end_line or location.line) + 1):  # not the signature
+        for m in _ANY_ARGUMENT_NAME.finditer(lines[number - 1] if number <= len(lines) else ""):
+            name = m.group(1)
+            target = in_file.get(name)
+            # a parameter or local variable that shares a function's name (`min`) is no callback
+            if target is None or re.search(rf"\b{name}\b", head) or re.search(rf"\b{name}\s*=[^=]|[\w>&*]\s+{name}\s*[;=({{]", text):
+                continue
+            found.append((target, Location(location.path, number, origin=location.origin)))
+    return found
+
+
+def referrers(definition, ctx: GraphContext) -> list[Node]:
+    """Definitions of the same file that pass `definition` as an argument (see `_callbacks`)."""
+    location = definition.location
+    short = definition.name.rsplit("::", 1)[-1]
+    pattern = re.compile(_ARGUMENT_NAME.format(name=re.escape(short)))
+    nodes = []
+    for number, text in enumerate(file_lines(ctx.index.tree.root / location.path), 1):
+        if location.line <= number <= (location.end_line or location.line) or not pattern.search(text):
+            continue
+        referrer = ctx.index.definition_at(location.path, number)
+        if referrer is not None and referrer.name != definition.name:
+            site = Location(location.path, number, origin=location.origin)
+            nodes.append(cpp_node(referrer, ctx, EdgeKind.DIRECT, "passes it as a function argument", site))
+    return nodes
+
+
+def vendor_node(callee: str, library_id: str | None, location: Location | None, via: EdgeKind | None, condition: str | None) -> Node:
+    """A call into a library outside ATen, named and marked open or closed by the vendor table."""
+    library = vendors.library(library_id)
+    attrs: dict[str, Any] = {"library": library.name if library else (library_id or "unknown"), "closed": bool(library and library.closed)}
+    if library is not None and library.repository:
+        attrs["repository"] = library.repository
+    return Node(callee, NodeKind.VENDOR, location, via, condition, attrs)
+
+
+def _site_node(site, caller, ctx: GraphContext, condition: str | None) -> Node | None:
+    kind = site.kind
+    if kind is EdgeKind.DISPATCHER:
+        if not site.op:
+            return None
+        try:
+            op = ctx.catalog.resolve(site.op)[0]
+        except KernelmapError:
+            return Node(site.callee, "op", site.location, kind, condition, {"unresolved": f"{site.op} is not in the catalog"})
+        node = op_node(op, ctx, kind, condition, site.location)
+        if is_utility_op(op.name.name, op.is_view):
+            node.attrs["utility"] = True
+            if not ctx.all_calls:
+                node.leaf()
+        return node
+    if kind is EdgeKind.STUB:
+        return Node(site.name, "stub", site.location, kind, condition, {"call_site": str(site.location)}, payload=site.name, identity=("stub", site.name))
+    if kind is EdgeKind.LAUNCH:
+        attrs = {"call_site": str(site.location)}
+        kernels = ctx.index.global_kernels(site.name) if ctx.index else []
+        location = kernels[0].location if len(kernels) == 1 else site.location
+        return Node(site.callee, launch_kind(site.callee), location, kind, condition, attrs)
+    if kind is EdgeKind.VENDOR:
+        return vendor_node(site.callee, site.library, site.location, kind, condition)
+    # direct: resolve to definitions in the tree, namespace-aware
+    candidates = _resolve_direct(site, caller, ctx)
+    if not candidates:
+        return None
+    if len(candidates) == 1 or _all_distinct_conditions(candidates):
+        if len(candidates) == 1:
+            return cpp_node(candidates[0], ctx, kind, condition, site.location)
+        group = Node(site.callee, "alternatives", site.location, kind, condition, {"reason": "defined once per preprocessor condition; a build compiles one"})
+        group.children = [cpp_node(d, ctx, kind, f"#if {d.symbol.condition}" if d.symbol.condition else None) for d in candidates]
+        return group
+    group = Node(site.callee, "ambiguous", site.location, kind, condition, {"candidates": len(candidates), "reason": "several definitions match; ranked by namespace and file"})
+    group.children = [cpp_node(d, ctx, kind) for d in candidates[:10]]
+    for child in group.children:
+        child.leaf()  # shown, not expanded: the call is ambiguous
+    return group
+
+
+def _all_distinct_conditions(candidates) -> bool:
+    conditions = [d.symbol.condition for d in candidates]
+    return all(conditions) and len(set(conditions)) == len(conditions)
+
+
+def _resolve_direct(site, caller, ctx: GraphContext) -> list:
+    """Definitions a direct call may reach, best first: the caller's own
+    namespace and its parents, then the call's file, then the rest."""
+    callee = site.callee.lstrip(":")
+    if callee.startswith(".") or callee.startswith("std::") or len(site.name) < 3:
+        return []
+    found = [d for d in ctx.index.definitions(callee) if d.location.path.startswith(KERNEL_DIRS)]
+    if not found:
+        return []
+    caller_ns = caller.lookup.rsplit("::", 1)[0] if "::" in caller.lookup else ""
+    exact = [d for d in found if d.lookup == callee]
+    if exact:
+        found = exact
+    else:
+        scoped = []
+        ns = caller_ns
+        while True:
+            qualified = f"{ns}::{callee}" if ns else callee
+            scoped = [d for d in found if d.lookup == qualified]
+            if scoped or not ns:
+                break
+            ns = ns.rsplit("::", 1)[0] if "::" in ns else ""
+        if scoped:
+            found = scoped
+    same_file = [d for d in found if d.location.path == caller.location.path]
+    if same_file and len(same_file) < len(found):
+        # a static helper in the caller's file shadows others of the same name
+        if all(d.lookup == same_file[0].lookup for d in same_file):
+            return same_file
+    return found
+
+
+def _stub_children(stub: str, ctx: GraphContext) -> list[Node]:
+    key = DEVICE_KEYS[ctx.device]
+    nodes = []
+    registrations = ctx.index.stub_registrations(stub) if ctx.index else []
+    for reg in registrations:
+        if reg.device != key or not reg.kernel:
+            continue
+        definitions = ctx.index.definitions(reg.kernel)
+        local = [d for d in definitions if d.location.path == reg.location.path] or definitions
+        condition = f"REGISTER_DISPATCH for {reg.device}" + (f" ({reg.capability})" if reg.capability else "")
+        if not local:
+            nodes.append(Node(reg.kernel, "kernel", reg.location, EdgeKind.STUB, condition, {"unresolved": "kernel definition not found"}))
+        for d in local[:3]:
+            nodes.append(cpp_node(d, ctx, EdgeKind.STUB, condition))
+    if not nodes and ctx.generated is not None:
+        nodes.extend(_generated_stub_kernels(stub, ctx))
+    if not nodes:
+        reason = f"no {key} registration of {stub} in the tree"
+        nodes.append(Node(f"{stub} [{key}]", "unresolved", None, EdgeKind.STUB, None, {"reason": reason}))
+    return nodes
+
+
+def _ufunc_node(kernel, siblings, via: EdgeKind, condition: str | None) -> Node:
+    location = kernel.definition.location
+    return Node(kernel.name, "generated", location, via, condition, payload=(kernel, tuple(siblings)), identity=("ufunc", kernel.name, str(location)))
+
+
+def _generated_stub_kernels(stub: str, ctx: GraphContext) -> list[Node]:
+    """Stubs whose CPU kernel the ufunc codegen registers (add_stub): find it in UfuncCPUKernel_<op>.cpp."""
+    from kernelmap.codegen import Layer
+
+    base = stub.removesuffix("_stub")
+    nodes = []
+    for op in ctx.wheel_catalog.overloads(base):
+        if not op.ufunc_inner_loop:
+            continue
+        code = _generated(str(op.name), ctx, (Layer.UFUNC,))
+        ufunc = [u for u in (code.ufunc if code else ()) if u.key == DEVICE_KEYS[ctx.device]]
+        registered = {m.group(1) for u in ufunc for m in [re.search(rf"REGISTER_DISPATCH\(\s*{stub}\s*,\s*&?(\w+)", u.definition.text)] if m}
+        condition = f"REGISTER_DISPATCH({stub}) for {DEVICE_KEYS[ctx.device]} in generated code"
+        nodes.extend(_ufunc_node(u, ufunc, EdgeKind.STUB, condition) for u in ufunc if u.name in registered)
+    return nodes
+
+
+def _generated_children(payload, ctx: GraphContext) -> list[Node]:
+    """A generated ufunc kernel calls a stub (UfuncCPU_add.cpp's impl), another
+    generated kernel (UfuncCUDA_add.cu's impl calls add_kernel), a device loop
+    (cpu_kernel_vec, gpu_kernel), and the inner loop of ATen/native/ufunc/<name>.h."""
+    ufunc, siblings = payload
+    text = ufunc.definition.text
+    nodes = []
+    for stub in dict.fromkeys(re.findall(r"\b(\w+_stub)\s*\(", text)):
+        nodes.append(Node(stub, "stub", ufunc.definition.location, EdgeKind.STUB, None, payload=stub, identity=("stub", stub)))
+    for other in siblings:
+        name = other.name.rsplit("::", 1)[-1]
+        if other is not ufunc and re.fullmatch(r"\w+", name) and re.search(rf"\b{name}\b", text):
+            nodes.append(_ufunc_node(other, siblings, EdgeKind.DIRECT, None))
+    for launch in dict.fromkeys(re.findall(r"\b((?:gpu_kernel|cpu_kernel|opmath_gpu_kernel)\w*)\s*\(", text)):
+        nodes.append(Node(launch, launch_kind(launch), ufunc.definition.location, EdgeKind.LAUNCH))
+    for loop in dict.fromkeys(re.findall(r"\bufunc::(\w+)\s*\(", text)):
+        nodes.append(_inner_loop(loop, ctx))
+    return nodes
+
+
+def _inner_loop(name: str, ctx: GraphContext) -> Node:
+    """`ufunc::add` of aten/src/ATen/native/ufunc/add.h: from the index, or found
+    in the header itself (its macros, C10_HOST_DEVICE and friends, can hide it from the parser)."""
+    header = f"aten/src/ATen/native/ufunc/{name}.h"
+    attrs = {"header": header}
+    if ctx.index is None:
+        return Node(f"at::native::ufunc::{name}", "inner_loop", None, EdgeKind.DIRECT, "inner loop", {**attrs, "unresolved": "needs a source tree"})
+    definitions = ctx.index.definitions(f"at::native::ufunc::{name}")
+    if definitions:
+        return Node(definitions[0].name, "inner_loop", definitions[0].location, EdgeKind.DIRECT, "inner loop", attrs)
+    lines = file_lines(ctx.index.tree.root / header)
+    line = next((i for i, text in enumerate(lines, 1) if re.search(rf"\b{re.escape(name)}\s*\(", text)), 1 if lines else None)
+    location = Location(header, line, origin=ctx.index.tree.origin) if line else None
+    return Node(f"at::native::ufunc::{name}", "inner_loop", location, EdgeKind.DIRECT, "inner loop", attrs if location else {**attrs, "unresolved": f"{header} is not in the tree"})
+
+
+def dedupe(nodes: list[Node]) -> list[Node]:
+    """One node per (kind, name, condition): a kernel calling at::empty twice shows it once."""
+    seen, out = set(), []
+    for n in nodes:
+        key = (n.kind, n.name, n.condition, str(n.location) if n.kind not in ("op", "stub") else "")
+        if key not in seen:
+            seen.add(key)
+            out.append(n)
+    return out
+
+

@@ -1,0 +1,50 @@
+"""Where a call ends: the places in a stack tree where the work leaves
+PyTorch's plumbing (a vendor call, a kernel launch, a device loop, an inner
+loop), ranked once for every answer that names them (`where`'s leaves,
+`explain`'s main path).
+
+Note [ranking a call's ends]
+Closed or external vendor code is where a call really ends, then a launch of
+device code, then the loop machinery, then the inner loop. Among ends of one
+kind, calls that do the work (cudnnConvolutionForward, cudnnBackendExecute, a
+gemm, a *_kernel) come before setup (cudnnSetStream, descriptor builders),
+then the shallower before the deeper, then the first in the tree's order.
+Branches collapsed for another device never count.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kernelmap.model import CallNode, CallTree, NodeKind
+
+_KIND_RANK = {NodeKind.VENDOR: 0, NodeKind.LAUNCH: 1, NodeKind.DEVICE_LOOP: 2, NodeKind.INNER_LOOP: 3}
+_WORK = re.compile(r"(Execute|Forward|Backward|gemm|Gemm|compute|_kernel$|kernel_vec$|kernel$)")
+
+
+@dataclass(frozen=True)
+class End:
+    """One end of a call and the path to it from the tree's root."""
+
+    node: CallNode
+    path: tuple[CallNode, ...]
+    rank: tuple[int, bool, int, int]
+
+
+def call_ends(tree: CallTree) -> tuple[End, ...]:
+    """Every end of the call in `tree`, best first (Note [ranking a call's ends])."""
+    ends: list[End] = []
+    order = 0
+    stack: list[tuple[CallNode, tuple[CallNode, ...]]] = [(tree.root, (tree.root,))]
+    while stack:
+        node, path = stack.pop()
+        if node.attrs.get("collapsed") or node.attrs.get("branch"):
+            continue
+        if node.kind in _KIND_RANK:
+            works = bool(_WORK.search(node.name))
+            ends.append(End(node, path, (_KIND_RANK[node.kind], not works, len(path), order)))
+            order += 1
+            continue
+        stack.extend((c, path + (c,)) for c in reversed(node.children))
+    return tuple(sorted(ends, key=lambda e: e.rank))

@@ -1,0 +1,183 @@
+"""Processors: small `CallTree -> CallTree` functions that reshape a tree for
+showing, applied by commands from their options (and by `kernelmap render`
+to a saved tree). Builders grow the whole tree their budget allows and record
+what they learn as facts (`utility`, `keep`, `branch`, `identity`); these
+functions decide what is shown. Each walks with an explicit stack.
+
+    tree = prune_plumbing(collapse_branches(tree))
+    tree = cut_at_depth(tree, 3)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from kernelmap.model import CallNode, CallTree, EdgeKind, NodeKind
+
+# Kinds whose nodes are where a call's work is: never pruned as plumbing.
+_WORK_KINDS = frozenset(
+    {NodeKind.OPERATOR, NodeKind.STUB, NodeKind.LAUNCH, NodeKind.DEVICE_LOOP, NodeKind.VENDOR, NodeKind.GENERATED, NodeKind.INNER_LOOP}
+)
+
+
+def _rebuild(tree: CallTree, visit: Callable[[CallNode, tuple[CallNode, ...]], CallNode | None]) -> CallTree:
+    """Post-order rebuild: `visit(node, new_children)` returns the node to keep
+    (or None to drop it). The root is never dropped."""
+    order: list[CallNode] = []
+    stack = [tree.root]
+    while stack:
+        n = stack.pop()
+        order.append(n)
+        stack.extend(n.children)
+    done: dict[int, CallNode | None] = {}
+    for n in reversed(order):
+        children = tuple(c for c in (done[id(ch)] for ch in n.children) if c is not None)
+        done[id(n)] = visit(n, children)
+    root = done[id(tree.root)] or replace(tree.root, children=())
+    return replace(tree, root=root)
+
+
+def _with(node: CallNode, children: tuple[CallNode, ...], **facts) -> CallNode:
+    if children == node.children and not facts:
+        return node
+    return replace(node, children=children, attrs={**node.attrs, **facts} if facts else node.attrs)
+
+
+def prune_plumbing(tree: CallTree) -> CallTree:
+    """Drop tensor utility operators (empty, view, contiguous...) and direct-call
+    subtrees that reach no operator, stub, loop, launch or vendor call: helpers
+    that only compute shapes or check arguments. A node marked "expanded above"
+    is kept when its expanded twin is; every variant of an `alternatives`
+    group stays visible."""
+    # which identities have a subtree worth keeping (first pass)
+    worth: set[str] = set()
+    order: list[CallNode] = []
+    stack = [tree.root]
+    while stack:
+        n = stack.pop()
+        order.append(n)
+        stack.extend(n.children)
+    interesting: dict[int, bool] = {}
+    for _ in range(2):  # twice: a repeat is worth keeping when its twin is
+        for n in reversed(order):
+            ident = n.attrs.get("identity")
+            interesting[id(n)] = (
+                (n.kind in _WORK_KINDS and not n.attrs.get("utility"))
+                or bool(n.attrs.get("keep"))
+                or (bool(n.attrs.get("repeat")) and ident in worth)
+                or any(interesting[id(c)] for c in n.children)
+            )
+            if interesting[id(n)] and ident:
+                worth.add(ident)
+
+    def keep(parent: CallNode, c: CallNode) -> bool:
+        if c.attrs.get("utility"):
+            return False
+        return parent.kind is NodeKind.ALTERNATIVES or interesting[id(c)] or c.via is not EdgeKind.DIRECT
+
+    done: dict[int, CallNode] = {}
+    for n in reversed(order):  # children before parents
+        done[id(n)] = _with(n, tuple(done[id(c)] for c in n.children if keep(n, c)))
+    return replace(tree, root=done[id(tree.root)])
+
+
+def collapse_branches(tree: CallTree) -> CallTree:
+    """Show branches for another device or backend (fact `branch`) collapsed:
+    no children, marked `collapsed` with the reason."""
+
+    def visit(n: CallNode, children: tuple[CallNode, ...]) -> CallNode:
+        if n.attrs.get("branch"):
+            return replace(n, children=(), attrs={**n.attrs, "collapsed": n.attrs["branch"]})
+        return _with(n, children)
+
+    return _rebuild(tree, visit)
+
+
+def cut_at_depth(tree: CallTree, depth: int) -> CallTree:
+    """Nodes deeper than `depth` removed; their parents marked `truncated`."""
+    if depth < 0:
+        raise ValueError(f"depth must be 0 or more, not {depth}")
+    levels: dict[int, int] = {id(tree.root): 0}
+    stack = [tree.root]
+    while stack:
+        n = stack.pop()
+        for c in n.children:
+            levels[id(c)] = levels[id(n)] + 1
+            stack.append(c)
+
+    def visit(n: CallNode, children: tuple[CallNode, ...]) -> CallNode:
+        if levels[id(n)] >= depth and n.children:
+            return replace(n, children=(), attrs={**n.attrs, "truncated": f"depth {depth} reached"})
+        return _with(n, children)
+
+    return _rebuild(tree, visit)
+
+
+def hide_below(tree: CallTree, name: str) -> CallTree:
+    """The children of every node named `name` (or whose name ends with
+    `::name`) hidden, with how many were hidden."""
+
+    def matches(n: CallNode) -> bool:
+        return n.name == name or n.name.endswith(f"::{name}")
+
+    def visit(n: CallNode, children: tuple[CallNode, ...]) -> CallNode:
+        if matches(n) and n.children:
+            return replace(n, children=(), attrs={**n.attrs, "hidden": len(n.children)})
+        return _with(n, children)
+
+    return _rebuild(tree, visit)
+
+
+def mark_repeats(tree: CallTree) -> CallTree:
+    """A definition expanded more than once (same `identity`) keeps its
+    children at its first occurrence in pre-order; the others lose them and
+    are marked "expanded above"."""
+    seen: set[str] = set()
+    first: set[int] = set()
+    stack = [tree.root]
+    while stack:
+        n = stack.pop()
+        ident = n.attrs.get("identity")
+        if ident and n.children and ident not in seen:
+            seen.add(ident)
+            first.add(id(n))
+        stack.extend(reversed(n.children))
+
+    def visit(n: CallNode, children: tuple[CallNode, ...]) -> CallNode:
+        ident = n.attrs.get("identity")
+        if ident and n.children and id(n) not in first:
+            return replace(n, children=(), attrs={**n.attrs, "repeat": "expanded above"})
+        return _with(n, children)
+
+    return _rebuild(tree, visit)
+
+
+def cut_recursion(tree: CallTree) -> CallTree:
+    """A node whose `identity` is already on the path above it loses its children, marked as recursion."""
+    cut: set[int] = set()
+    stack: list[tuple[CallNode, frozenset]] = [(tree.root, frozenset())]
+    while stack:
+        n, path = stack.pop()
+        ident = n.attrs.get("identity")
+        if ident and ident in path:
+            cut.add(id(n))
+            continue
+        below = path | {ident} if ident else path
+        stack.extend((c, below) for c in n.children)
+
+    def visit(n: CallNode, children: tuple[CallNode, ...]) -> CallNode:
+        if id(n) in cut:
+            return replace(n, children=(), attrs={**n.attrs, "cycle": "recursion cut: already on the path above"})
+        return _with(n, children)
+
+    return _rebuild(tree, visit)
+
+
+# name -> processor, for commands that take them as options
+PROCESSORS = {
+    "prune_plumbing": prune_plumbing,
+    "collapse_branches": collapse_branches,
+    "mark_repeats": mark_repeats,
+    "cut_recursion": cut_recursion,
+}

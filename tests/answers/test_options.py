@@ -1,0 +1,69 @@
+"""One set of options: every command that reads a tree takes --source with the
+same error; bad dtypes and usage errors are one line and exit 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import run_kernelmap
+
+TREE_COMMANDS = [
+    ("where", "conv2d", "--device", "cpu"),
+    ("stack", "conv2d"),
+    ("callers", "cudnnConvolutionForward"),
+    ("explain", "aten::add.Tensor"),
+    ("gen", "conv2d"),
+    ("find", "mul_stub"),
+    ("index",),
+    ("trace", "-c", "pass"),
+]
+
+
+@pytest.mark.parametrize("args", TREE_COMMANDS, ids=[a[0] for a in TREE_COMMANDS])
+def test_every_tree_command_takes_source_with_one_error(args):
+    out = run_kernelmap(*args, "--source", "no-such-tree")
+    assert out.returncode == 2, (args, out.stdout, out.stderr)
+    assert out.stderr.startswith("kernelmap: error: ") and out.stderr.count("\n") == 1, out.stderr
+    assert "no-such-tree" in out.stderr
+
+
+@pytest.mark.parametrize("value", ["notadtype", "int7", ""])
+def test_bad_dtypes_are_refused(value):
+    for command in (("where", "conv2d", "--static"), ("stack", "conv2d"), ("explain", "conv2d")):
+        out = run_kernelmap(*command, "--dtype", value)
+        assert out.returncode == 2 and "unknown dtype" in out.stderr and out.stderr.count("\n") == 1, out.stderr
+
+
+def test_dtype_names_come_from_the_installed_torch():
+    from kernelmap import env
+
+    stubs = (env.torch_install().torch_dir / "_C" / "__init__.pyi").read_text()
+    assert {"float32", "bfloat16", "int64", "bool"} <= env.torch_dtypes()
+    assert all(f"\n{name}: dtype = ..." in stubs for name in env.torch_dtypes())
+
+
+@pytest.mark.parametrize("args", [("stack", "--bogus"), ("where",), ("stack", "conv2d", "--device", "tpu"), ("stack", "conv2d", "--width", "5")])
+def test_usage_errors_are_one_line(args):
+    out = run_kernelmap(*args)
+    assert out.returncode == 2 and out.stderr.startswith("kernelmap: error: ") and out.stderr.count("\n") == 1, out.stderr
+
+
+def test_where_accepts_module_names_like_stack():
+    out = run_kernelmap("where", "torch.nn.Conv2d", "--static")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0].startswith("aten::conv2d ")
+
+
+def test_static_where_imports_no_torch():
+    import subprocess
+    import sys
+
+    probe = (
+        "import runpy, sys\n"
+        "sys.argv = ['kernelmap', 'where', 'torch.nn.Conv2d', '--static']\n"
+        "try:\n    runpy.run_module('kernelmap', run_name='__main__')\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+        "print('IMPORTED' if 'torch' in sys.modules else 'CLEAN')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.rstrip().endswith("CLEAN")

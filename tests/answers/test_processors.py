@@ -1,0 +1,69 @@
+"""Processors on tiny hand-made trees: each is a tree -> tree function."""
+
+from __future__ import annotations
+
+from kernelmap import processors
+from kernelmap.model import CallNode, CallTree, EdgeKind, NodeKind
+
+
+def _names(tree: CallTree) -> list[tuple[int, str]]:
+    return [(d, n.name) for d, n in tree.walk()]
+
+
+def _tree() -> CallTree:
+    helper = CallNode("check_args", NodeKind.KERNEL, via=EdgeKind.DIRECT, attrs={"identity": "cpp:check_args"})
+    empty = CallNode("aten::empty", NodeKind.OPERATOR, via=EdgeKind.DISPATCHER, attrs={"utility": True})
+    vendor = CallNode("cudnnConvolutionForward", NodeKind.VENDOR, via=EdgeKind.VENDOR, attrs={"library": "cuDNN", "closed": True})
+    work = CallNode("raw_conv", NodeKind.KERNEL, via=EdgeKind.DIRECT, children=(vendor,), attrs={"identity": "cpp:raw_conv"})
+    other = CallNode("mkldnn_conv", NodeKind.KERNEL, via=EdgeKind.DISPATCHER, children=(CallNode("ideep::f", NodeKind.VENDOR),),
+                     attrs={"branch": "a branch for another device or backend than cuda"})
+    again = CallNode("raw_conv", NodeKind.KERNEL, via=EdgeKind.DIRECT, children=(vendor,), attrs={"identity": "cpp:raw_conv"})
+    root = CallNode("conv", NodeKind.KERNEL, children=(helper, empty, work, other, again), attrs={"identity": "cpp:conv"})
+    return CallTree(root, ("a note",), {"kind": "stack"})
+
+
+def test_prune_plumbing_drops_utility_ops_and_dead_end_helpers():
+    pruned = processors.prune_plumbing(_tree())
+    names = [n for _, n in _names(pruned)]
+    assert "check_args" not in names and "aten::empty" not in names
+    assert names.count("cudnnConvolutionForward") == 2 and "mkldnn_conv" in names
+
+
+def test_collapse_branches_marks_and_drops_children():
+    tree = processors.collapse_branches(_tree())
+    node = next(n for _, n in tree.walk() if n.name == "mkldnn_conv")
+    assert node.children == () and node.attrs["collapsed"].startswith("a branch for another device")
+
+
+def test_cut_at_depth_marks_the_cut():
+    tree = processors.cut_at_depth(_tree(), 1)
+    assert max(d for d, _ in tree.walk()) == 1
+    work = next(n for _, n in tree.walk() if n.name == "raw_conv")
+    assert work.attrs["truncated"] == "depth 1 reached"
+    assert processors.cut_at_depth(_tree(), 0).root.children == ()
+
+
+def test_hide_below_counts_what_it_hid():
+    tree = processors.hide_below(_tree(), "raw_conv")
+    hidden = [n for _, n in tree.walk() if n.name == "raw_conv"]
+    assert all(n.children == () and n.attrs["hidden"] == 1 for n in hidden)
+
+
+def test_mark_repeats_keeps_the_first_expansion():
+    tree = processors.mark_repeats(_tree())
+    first, second = [n for _, n in tree.walk() if n.name == "raw_conv"]
+    assert first.children and not second.children and second.attrs["repeat"] == "expanded above"
+
+
+def test_cut_recursion():
+    inner = CallNode("f", NodeKind.KERNEL, children=(CallNode("g", NodeKind.KERNEL),), attrs={"identity": "cpp:f"})
+    tree = CallTree(CallNode("f", NodeKind.KERNEL, children=(inner,), attrs={"identity": "cpp:f"}))
+    cut = processors.cut_recursion(tree)
+    assert cut.root.children[0].children == () and "recursion" in cut.root.children[0].attrs["cycle"]
+
+
+def test_processors_leave_their_input_alone():
+    tree = _tree()
+    before = tree.to_json()
+    processors.prune_plumbing(processors.collapse_branches(processors.cut_at_depth(tree, 1)))
+    assert tree.to_json() == before

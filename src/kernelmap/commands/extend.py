@@ -7,6 +7,7 @@ import json
 
 import click
 
+from kernelmap.commands.options import output_options
 from kernelmap.extend.project import DEFAULT_NAMESPACE
 
 
@@ -52,8 +53,7 @@ def scaffold(op: str, name: str, namespace: str, cuda: bool, extra: tuple[str, .
 @click.option("--model-fn", default=None, help="Name of the model factory in MODEL_FILE [default: model, or its only public function].")
 @click.option("--rtol", type=float, default=None, help="Relative tolerance [default: torch.testing.assert_close's for each dtype].")
 @click.option("--atol", type=float, default=None, help="Absolute tolerance [default: torch.testing.assert_close's for each dtype].")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (verify/1).")
-@click.option("--width", type=click.IntRange(min=20), default=None, help="Width of the text [default: the terminal's].")
+@output_options
 def verify(model_file: str, overrides: tuple[str, ...], key: str, load: tuple[str, ...], extra_args: tuple[str, ...],
            backward: bool, runs: int, model_fn: str | None, rtol: float | None, atol: float | None, as_json: bool,
            width: int | None) -> None:

@@ -138,6 +138,8 @@ class OpReport:
 class VerifyReport:
     """The answer of `verify` (Note [verify runs])."""
 
+    DOCUMENT = "verify"  # the renderer table's key; the document is verify/1
+
     model: str
     runs: int
     backward: bool

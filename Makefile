@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test fuzz bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -29,7 +29,13 @@ demo: install
 
 test: install
 	scripts/fetch-test-tree >/dev/null
+	scripts/install-browser
 	$(BIN)/python -m pytest -q
+
+# The property tests of tests/fuzz with many more examples than `make test` gives them.
+fuzz: install
+	scripts/fetch-test-tree >/dev/null
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -q tests/fuzz
 
 bench: install
 	for b in benches/bench_*.py; do $(BIN)/python $$b || exit 1; done

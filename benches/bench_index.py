@@ -8,11 +8,17 @@ Measures, in one run on one copy of the tree:
   * peak memory of the build, main process plus its workers (goal: under 1 GB);
   * the database's size against the indexed sources' (goal: under 1.5x).
 
-    python benches/bench_index.py [TREE]     # default: scripts/fetch-test-tree
+  * definitions and call sites per file, written to --counts FILE; given
+    --baseline FILE (the counts of an earlier run, e.g. before a change to the
+    extractor), the files that lost definitions or call sites are listed
+    (goal: none).
+
+    python benches/bench_index.py [TREE] [--counts OUT.json] [--baseline BEFORE.json]
 """
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import shutil
@@ -24,6 +30,19 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CTAGS = "/usr/bin/ctags"
+
+
+def _option(name: str) -> Path | None:
+    if name in sys.argv:
+        i = sys.argv.index(name)
+        value = Path(sys.argv[i + 1])
+        del sys.argv[i : i + 2]
+        return value
+    return None
+
+
+COUNTS = _option("--counts")
+BASELINE = _option("--baseline")
 
 
 def tree_root() -> Path:
@@ -122,6 +141,7 @@ def bench(src: Path, work: Path) -> int:
 
     with open_index(tree) as ix:
         stats = ix.stats()
+    per_file = per_file_counts(index_path(tree))
 
     def goal(ok: bool) -> str:
         return "ok" if ok else "MISSED"
@@ -143,7 +163,40 @@ def bench(src: Path, work: Path) -> int:
     size_ratio = db_bytes / source_bytes
     print(f"database: {db_bytes / 2**20:.1f} MiB for {source_bytes / 2**20:.1f} MiB of sources = {size_ratio:.2f}x"
           f"  (goal < 1.5x: {goal(size_ratio < 1.5)})")
+    compare_counts(per_file)
     return 0
+
+
+def per_file_counts(db_path: Path) -> dict[str, list[int]]:
+    """path -> [definitions, call sites], read from the database (before the
+    incremental runs above edited Convolution.cpp, the counts are the full build's
+    except that file's added definition, which is subtracted)."""
+    import sqlite3
+
+    db = sqlite3.connect(db_path)
+    counts = {path: [0, 0] for (path,) in db.execute("SELECT path FROM files")}
+    for path, n in db.execute("SELECT f.path, count(*) FROM symbols s JOIN files f ON f.id = s.file_id GROUP BY f.path"):
+        counts[path][0] = n
+    for path, n in db.execute("SELECT f.path, count(*) FROM calls c JOIN files f ON f.id = c.file_id GROUP BY f.path"):
+        counts[path][1] = n
+    db.close()
+    counts["aten/src/ATen/native/Convolution.cpp"][0] -= 1  # bench_added
+    return counts
+
+
+def compare_counts(counts: dict[str, list[int]]) -> None:
+    if COUNTS:
+        COUNTS.write_text(json.dumps(counts, indent=0, sort_keys=True))
+        print(f"per-file counts written to {COUNTS}")
+    if not BASELINE:
+        return
+    before = json.loads(BASELINE.read_text())
+    fewer = [(p, before[p], counts.get(p, [0, 0])) for p in sorted(before) if any(a < b for a, b in zip(counts.get(p, [0, 0]), before[p]))]
+    more = sum(1 for p in counts if p in before and counts[p] != before[p]) - len(fewer)
+    print(f"per file against {BASELINE.name}: {len(fewer)} files lost definitions or call sites (goal: 0: "
+          f"{'ok' if not fewer else 'MISSED'}), {more} gained")
+    for p, b, a in fewer[:20]:
+        print(f"  {p}: definitions {b[0]} -> {a[0]}, call sites {b[1]} -> {a[1]}")
 
 
 if __name__ == "__main__":

@@ -68,7 +68,10 @@ def where(
         if path.note:
             notes.append(path.note)
     steps = _source_steps(str(ops[0].name), device, notes, source) if with_source else ()
-    return WhereAnswer(name, ops, install.version, install.commit, delegate, live, tuple(notes), steps)
+    from kernelmap.dispatch.native import overrides as native_overrides
+
+    found = native_overrides(str(ops[0].name), static=static, tree=tree)
+    return WhereAnswer(name, ops, install.version, install.commit, delegate, live, tuple(notes), steps, found)
 
 
 def _with_python_sources(op: str, kernels: tuple[Kernel, ...]) -> tuple[Kernel, ...]:

@@ -26,10 +26,12 @@ COMMANDS: dict[str, str] = {
     "stack": "kernelmap.commands.graph:stack",
     "callers": "kernelmap.commands.graph:callers",
     "trace": "kernelmap.commands.trace:trace",
+    "compile": "kernelmap.commands.compile:compile",
     "explain": "kernelmap.commands.graph:explain",
     "scaffold": "kernelmap.commands.extend:scaffold",
     "verify": "kernelmap.commands.extend:verify",
     "render": "kernelmap.commands.render:render_",
+    "serve": "kernelmap.commands.serve:serve",
 }
 
 
@@ -73,6 +75,9 @@ def main() -> None:
     """Run the CLI. Usage errors (an unknown option, a missing argument, a bad
     value) are one `kernelmap: error:` line and exit status 2, like every
     other user mistake, not click's usage block."""
+    from kernelmap.commands.source import one_line_warnings
+
+    one_line_warnings()
     try:
         status = cli.main(prog_name="kernelmap", standalone_mode=False)
     except click.UsageError as e:

@@ -899,8 +899,11 @@ class WhereAnswer:
                 DispatchPath.from_json(lv["dispatch_path"], origins),
             )
         source = tuple(SourceStep(s["role"], s["name"], location_from_json(s.get("location"), origins), s.get("detail", "")) for s in d.get("source") or ())
+        overrides: tuple[Any, ...] = ()
         if d.get("overrides"):
-            raise DocumentError("this kernelmap cannot load DSL overrides back from a where document")
+            from kernelmap.dispatch.native import NativeOverride  # its type lives beside its reader; it imports no torch
+
+            overrides = tuple(NativeOverride.from_json(o) for o in d["overrides"])
         return cls(
             d["query"],
             ops,
@@ -910,6 +913,7 @@ class WhereAnswer:
             live,
             tuple(d.get("notes") or ()),
             source,
+            overrides,
         )
 
 

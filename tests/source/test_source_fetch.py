@@ -180,3 +180,85 @@ def test_a_full_disk_leaves_nothing_behind(server, monkeypatch):
     with pytest.raises(FetchError, match="disk is full"):
         fetch_tree(SHA)
     assert leftovers() == []
+
+
+# -- limits and identity (hostile archives) ------------------------------------
+
+
+def _archive_of_one_big_kept_file(size: int) -> bytes:
+    """A tiny .tar.gz that unpacks one kept file of `size` zero bytes."""
+    buf = io.BytesIO()
+    top = f"pytorch-{SHA}"
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT, pax_headers={"comment": SHA}) as tf:
+        data = b"2.6.0a0\n"
+        info = tarfile.TarInfo(f"{top}/version.txt")
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+        info = tarfile.TarInfo(f"{top}/aten/src/ATen/Big.cpp")
+        info.size = size
+        tf.addfile(info, io.BytesIO(bytes(size)))
+    return gzip.compress(buf.getvalue())
+
+
+def test_a_member_over_the_size_limit_is_refused_and_nothing_is_left(server, monkeypatch):
+    from kernelmap.source import fetch
+
+    monkeypatch.setattr(fetch, "MAX_MEMBER_BYTES", 1 << 20)
+    archive = _archive_of_one_big_kept_file(4 << 20)
+    assert len(archive) < 64 << 10  # a small download that would write megabytes
+    server.routes[f"/archive/{SHA}.tar.gz"] = (archive, "ok")
+    with pytest.raises(FetchError, match="more than 1 MB"):
+        fetch_tree(SHA)
+    assert leftovers() == [] and list_trees() == []
+
+
+def test_too_many_members_or_too_much_unpacked_is_refused(server, monkeypatch):
+    from kernelmap.source import fetch
+
+    server.routes[f"/archive/{SHA}.tar.gz"] = (make_archive(SHA), "ok")
+    monkeypatch.setattr(fetch, "MAX_MEMBERS", len(FILES) - 2)
+    with pytest.raises(FetchError, match="members"):
+        fetch_tree(SHA)
+    monkeypatch.setattr(fetch, "MAX_MEMBERS", 10_000)
+    monkeypatch.setattr(fetch, "MAX_ARCHIVE_BYTES", 20)
+    with pytest.raises(FetchError, match="unpacks to more than"):
+        fetch_tree(SHA)
+    assert leftovers() == []
+
+
+def test_complete_is_trusted_only_with_the_full_commit(server):
+    server.routes[f"/archive/{SHA}.tar.gz"] = (make_archive(SHA), "ok")
+    tree = fetch_tree(SHA)
+    assert tree.commit == SHA
+    # A record that is no full commit: fetched again, not believed.
+    (tree.root / ".complete").write_text(SHA[:12] + "\n")
+    again = fetch_tree(SHA)
+    assert again.commit == SHA and (again.root / ".complete").read_text().strip() == SHA
+    # Another commit sharing the 12-digit directory name is never taken for this one.
+    collide = SHA[:12] + "f" * 28
+    with pytest.raises(FetchError, match=f"holds commit {SHA}"):
+        fetch_tree(collide)
+
+
+def test_an_archive_naming_a_short_commit_is_refused(server):
+    server.routes[f"/archive/{SHA}.tar.gz"] = (make_archive(SHA[:12]), "ok")
+    with pytest.raises(FetchError, match="is of commit"):
+        fetch_tree(SHA)
+    assert leftovers() == []
+
+
+@pytest.mark.parametrize("timeout", [-1.0, 0.0, float("nan"), float("inf"), 1e9])
+def test_timeout_must_be_finite_and_positive(cache, timeout):
+    from kernelmap.errors import BadInput
+
+    with pytest.raises(BadInput, match="--timeout"):
+        fetch_tree(SHA, timeout=timeout)
+
+
+def test_an_archive_url_without_a_scheme_is_bad_input(cache, monkeypatch):
+    from kernelmap.errors import BadInput
+
+    monkeypatch.setenv("KERNELMAP_ARCHIVE_URL", "example.org/archive")
+    with pytest.raises(BadInput, match="KERNELMAP_ARCHIVE_URL"):
+        fetch_tree(SHA)
+    assert leftovers() == []

@@ -50,10 +50,13 @@ compiles the shards.
 
 from __future__ import annotations
 
+import sqlite3
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
 from kernelmap.codegen.build import (
+    CacheDamaged,
     CacheMismatch,
     CodegenSource,
     cache_root,
@@ -78,7 +81,9 @@ from kernelmap.model import Op, Origin, OriginKind
 
 __all__ = [
     "Binding",
+    "CacheDamaged",
     "CacheMismatch",
+    "CacheWarning",
     "CodegenSource",
     "Excerpt",
     "GeneratedCode",
@@ -94,6 +99,10 @@ __all__ = [
     "open_generated",
     "resolve_op",
 ]
+
+
+class CacheWarning(UserWarning):
+    """The cache was damaged and is being rebuilt."""
 
 
 class NotGenerated(KernelmapError):
@@ -117,7 +126,10 @@ def open_generated(tree: Path | None = None) -> GeneratedFiles:
     if not directory.exists():
         raise NotGenerated(f"no generated files for {source.describe} in {directory.parent}")
     manifest = check_manifest(directory, source)
-    return GeneratedFiles(directory, manifest, _generated_origin(source, directory))
+    try:
+        return GeneratedFiles(directory, manifest, _generated_origin(source, directory))
+    except sqlite3.DatabaseError as e:
+        raise CacheDamaged(f"{directory}/index.sqlite is unreadable ({' '.join(str(e).split())[:120]})") from None
 
 
 def generated_files(tree: Path | None = None, *, progress: bool = False, regenerate: bool = False) -> GeneratedFiles:
@@ -142,6 +154,8 @@ def generated_files(tree: Path | None = None, *, progress: bool = False, regener
                 return open_generated(tree)
             except (NotGenerated, CacheMismatch):
                 pass
+        if isinstance(reason, CacheDamaged) and not progress:  # with progress, the bar's header says it
+            warnings.warn(f"regenerating: {reason}", CacheWarning, stacklevel=2)
         _generate_with_progress(source, directory, progress, reason)
     return open_generated(tree)
 

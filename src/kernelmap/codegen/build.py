@@ -36,7 +36,8 @@ from kernelmap.errors import KernelmapError, SourceError, TorchgenError
 from kernelmap.model import Origin
 
 # Bump when the layout of the cache or the generation options change.
-FORMAT = 1
+# 2: the manifest records every file's size and the index's hash.
+FORMAT = 2
 
 ATEN_OUT = "build/aten/src/ATen"
 AUTOGRAD_OUT = "torch/csrc/autograd/generated"
@@ -118,23 +119,67 @@ def cache_root() -> Path:
 
 def read_manifest(directory: Path) -> dict | None:
     try:
-        return json.loads((directory / "manifest.json").read_text())
+        manifest = json.loads((directory / "manifest.json").read_text())
     except (OSError, ValueError):
         return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+class CacheDamaged(CacheMismatch):
+    """A cache directory whose files are not those its manifest recorded (truncated, edited, garbled, missing)."""
 
 
 def check_manifest(directory: Path, source: CodegenSource) -> dict:
     """The manifest of a complete cache for `source`, or CacheMismatch saying what differs."""
     manifest = read_manifest(directory)
     if manifest is None:
-        raise CacheMismatch(f"{directory} holds no readable manifest.json")
+        raise CacheDamaged(f"{directory} holds no readable manifest.json")
     expected = source.fingerprint()
-    found = manifest.get("fingerprint", {})
-    diffs = [f"{k} {found.get(k)!r} (expected {v!r})" for k, v in expected.items() if found.get(k) != v]
+    found = manifest.get("fingerprint")
+    if not isinstance(found, dict):
+        raise CacheDamaged(f"the manifest.json of {directory} records no fingerprint")
+    diffs = [f"{k} {found.get(k)!r:.80} (expected {v!r})" for k, v in expected.items() if found.get(k) != v]
     if diffs:
-        who = f"torch {found.get('version')}" + (f" (commit {str(found.get('commit'))[:12]})" if found.get("commit") else "")
+        who = f"torch {str(found.get('version'))[:40]}" + (f" (commit {str(found.get('commit'))[:12]})" if found.get("commit") else "")
         raise CacheMismatch(f"{directory} was filled by {who}, not by {source.describe}: {'; '.join(diffs)}")
+    verify_files(directory, manifest)
     return manifest
+
+
+def record_files(directory: Path) -> dict:
+    """What the manifest records to verify a cache on open: every file's size,
+    and the index database's hash (its pages may change without its size)."""
+    sizes = {p.relative_to(directory).as_posix(): p.stat().st_size for p in sorted(directory.rglob("*")) if p.is_file()}
+    return {"sizes": sizes, "index_sha256": _sha256(directory / "index.sqlite")}
+
+
+def verify_files(directory: Path, manifest: dict) -> None:
+    """CacheDamaged unless the files are those `record_files` recorded: sizes
+    (a stat per file, a few milliseconds) and the index's hash."""
+    sizes, digest = manifest.get("sizes"), manifest.get("index_sha256")
+    if not isinstance(sizes, dict) or not isinstance(digest, str) or "index.sqlite" not in sizes:
+        raise CacheDamaged(f"the manifest.json of {directory} does not record its files")
+    for rel, size in sizes.items():
+        try:
+            actual = (directory / rel).stat().st_size
+        except (OSError, ValueError, TypeError):
+            raise CacheDamaged(f"{directory} lacks {str(rel)[:200]}") from None
+        if actual != size:
+            raise CacheDamaged(f"{directory}/{rel} has {actual} bytes, not the {size} it was generated with")
+    try:
+        same = _sha256(directory / "index.sqlite") == digest
+    except OSError as e:
+        raise CacheDamaged(f"{directory}/index.sqlite is unreadable ({e.strerror or e})") from None
+    if not same:
+        raise CacheDamaged(f"{directory}/index.sqlite is not the file it was generated as")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 Reporter = Callable[[str, str], None]  # (step, "start" | "done")
@@ -161,6 +206,7 @@ def generate(source: CodegenSource, target: Path, report: Reporter | None = None
             "options": {"aten": list(ATEN_OPTIONS), "autograd": "gen_autograd_python + gen_autograd, nop selector"},
             "files": len(files),
             "seconds": round(time.perf_counter() - started, 2),
+            **record_files(tmp),
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
         _swap_into_place(tmp, target)

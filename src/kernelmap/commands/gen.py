@@ -36,7 +36,9 @@ def gen(op: str, layer: str, source: str | None, regenerate: bool, as_json: bool
       kernelmap gen add.out --layer ufunc --json
     """
     from kernelmap.codegen import Layer, locate
+    from kernelmap.commands.source import one_line_warnings
 
+    one_line_warnings()
     tree = None
     if source is not None:
         from kernelmap.source import select_tree

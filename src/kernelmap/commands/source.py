@@ -18,6 +18,17 @@ def _progress(description: str):
     return Progress(*columns, console=console, transient=True, disable=not console.is_terminal)
 
 
+def one_line_warnings() -> None:
+    """Show library warnings (a cache rebuilt, a registry entry ignored) as
+    one `kernelmap: warning:` line each, not Python's two-line form."""
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        click.echo(f"kernelmap: warning: {message}", err=True)
+
+    warnings.showwarning = show
+
+
 @click.group()
 def source() -> None:
     """Manage PyTorch source trees: add a checkout, fetch an archive, list, remove.
@@ -27,6 +38,7 @@ def source() -> None:
       kernelmap source add ~/src/pytorch
       kernelmap source fetch
     """
+    one_line_warnings()
 
 
 @source.command("add")
@@ -49,7 +61,7 @@ def add(path: str, name: str | None) -> None:
 
 @source.command("fetch")
 @click.option("--commit", default=None, metavar="SHA", help="Commit to fetch (default: the installed torch's).")
-@click.option("--timeout", default=60.0, show_default=True, help="Seconds without data before giving up.")
+@click.option("--timeout", default=60.0, show_default=True, help="Seconds without data before giving up (more than 0, at most a day).")
 def fetch(commit: str | None, timeout: float) -> None:
     """Download the source archive of a commit into the cache and register it.
 
@@ -101,7 +113,7 @@ def remove(name: str) -> None:
 
 @click.command()
 @source_option
-@click.option("--jobs", "-j", type=click.IntRange(1), default=None, help="Worker processes (default: all cores).")
+@click.option("--jobs", "-j", type=int, default=None, help="Worker processes, 1 to 256 (default: all cores).")
 def index(source: str | None, jobs: int | None) -> None:
     """Index a source tree's C++/CUDA code (aten/, c10/, torch/csrc/).
 
@@ -113,6 +125,7 @@ def index(source: str | None, jobs: int | None) -> None:
     """
     from kernelmap.source import build_index, select_tree
 
+    one_line_warnings()
     tree = select_tree(source)
     with _progress("parse") as bar:
         task = bar.add_task(f"index {tree.name}", total=None)
@@ -138,7 +151,7 @@ def index(source: str | None, jobs: int | None) -> None:
 @click.command()
 @click.argument("name")
 @source_option
-@click.option("--limit", default=50, show_default=True, help="At most this many references.")
+@click.option("--limit", default=50, show_default=True, help="At most this many references (0 or more).")
 @output_options
 def find(name: str, source: str | None, limit: int, as_json: bool, width: int | None) -> None:
     """Print the definitions of NAME and the places that call or register it.
@@ -154,6 +167,7 @@ def find(name: str, source: str | None, limit: int, as_json: bool, width: int | 
     from kernelmap.source import find as find_name
     from kernelmap.source import open_index, select_tree
 
+    one_line_warnings()
     tree = select_tree(source)
     with open_index(tree) as ix:
         found = find_name(ix, name, limit=limit)

@@ -57,3 +57,8 @@ def dumps(doc: Any, indent: int | None = 2) -> str:
 def render(answer: Any, indent: int | None = 2, **_: Any) -> str:
     """The JSON text of any answer (its `to_json()` document)."""
     return dumps(answer.to_json(), indent)
+
+
+def to_json(answer: Any) -> dict[str, Any]:
+    """The answer's document as Python data (its `to_json()`)."""
+    return answer.to_json()

@@ -129,6 +129,23 @@ def to_text(answer, width: int | None = None, color: bool | None = None, links: 
             src.add_row(step.role, Text.assemble((step.name, "green"), "  ", where_text(step.location), f"  {step.detail}" if step.detail else ""))
         console.print(src)
 
+    if answer.overrides:
+        section("torch._native overrides (run instead of ATen's kernel when their condition holds)")
+        for o in answer.overrides:
+            state = "" if o.registered is None else ("  registered" if o.registered else "  not registered in this process")
+            console.print(Text(f"{o.dispatch_key}  {o.dsl} override{state}", style="magenta"))
+            ov = Table.grid(padding=(0, 2))
+            ov.add_column(no_wrap=True, style="dim")
+            ov.add_column(overflow="fold")
+            ov.add_row("  condition", Text.assemble((o.condition.name, "green"), "  ", where_text(o.condition.location)))
+            if o.condition_text:
+                ov.add_row("", o.condition_text)
+            ov.add_row("  implementation", Text.assemble((o.implementation.name, "green"), "  ", where_text(o.implementation.location)))
+            for k in o.kernels:
+                ov.add_row("  kernel", Text.assemble((k.name, "green"), "  ", where_text(k.location)))
+            ov.add_row("  ATen runs", o.aten_runs_when)
+            console.print(ov)
+
     if len(answer.ops) > 1:
         console.print()
         console.print(Text("also: " + ", ".join(str(o.name) for o in answer.ops[1:]), style="dim"))

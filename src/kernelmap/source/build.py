@@ -14,24 +14,27 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import json
 import multiprocessing
 import os
 import shutil
 import sqlite3
+import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelmap import env, vendors
-from kernelmap.errors import SourceError
+from kernelmap.errors import BadInput, SourceError
 from kernelmap.source import extract
 from kernelmap.source.extract import FileFacts, OperatorNames
-from kernelmap.source.schema import CALL_KIND_CODE, INDEXES, SCHEMA, SCHEMA_VERSION
+from kernelmap.source.schema import CALL_KIND_CODE, INDEXES, SCHEMA, SCHEMA_VERSION, expected_table_definitions, one_line, table_definitions
 from kernelmap.source.trees import INDEXED_PARTS, Tree
 
 NATIVE_YAML = "aten/src/ATen/native/native_functions.yaml"
 LOCK_TIMEOUT_S = 1800.0
+MAX_JOBS = 256
 _INLINE_BELOW = 48  # fewer changed files than this are parsed in this process
 _SKIP_DIRS = frozenset((".git", "__pycache__", "third_party"))
 
@@ -62,7 +65,76 @@ class IndexReport:
 
 
 def index_path(tree: Tree) -> Path:
-    return env.cache_dir() / "index" / f"{tree.name}.sqlite"
+    return index_path_of(tree.name)
+
+
+def index_path_of(name: str) -> Path:
+    """The database of the tree named `name`. Names too long for a file name
+    (registries written before names were limited) get a hashed one."""
+    if len(name.encode()) > 100:
+        name = f"{name[:60]}-{hashlib.sha1(name.encode()).hexdigest()[:16]}"
+    return env.cache_dir() / "index" / f"{name}.sqlite"
+
+
+def record_path(path: Path) -> Path:
+    """The record beside a database: its size, mtime and sha256 as built."""
+    return path.with_name(path.name + ".record")
+
+
+def file_record(path: Path, *, digest: bool = True) -> dict:
+    st = path.stat()
+    record = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    if digest:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        record["sha256"] = h.hexdigest()
+    return record
+
+
+def read_record(path: Path) -> dict | None:
+    try:
+        record = json.loads(record_path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _write_record(path: Path, record: dict) -> None:
+    out = record_path(path)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, out)
+
+
+def index_lock(path: Path):
+    from filelock import FileLock
+
+    return FileLock(str(path) + ".lock")
+
+
+def clean_stale_copies(directory: Path) -> list[Path]:
+    """Delete the `.NAME.sqlite.PID.tmp` copies of builds whose process is gone
+    (killed builds of any tree); returns what was deleted."""
+    gone = []
+    for tmp in directory.glob(".*.sqlite.*.tmp"):
+        pid = tmp.name.rsplit(".", 2)[-2]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        tmp.unlink(missing_ok=True)
+        gone.append(tmp)
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
 
 
 def extractor_fingerprint() -> str:
@@ -119,17 +191,48 @@ def _init_pool_worker(root: str, ops: OperatorNames) -> None:
     gc.set_threshold(100_000, 50, 50)
 
 
+def _skipped(path: str, why: str) -> FileFacts:
+    return FileFacts(path, 0, "", 0, why, (), (), (), ())
+
+
+def read_source(root: Path, path: str) -> bytes | str:
+    """The bytes of `root/path`, or why they are not read: a file that is gone
+    or unreadable since the scan, no longer a regular file (a FIFO would block
+    the build while it holds the lock), a symlink out of the tree, or larger
+    than the size budget."""
+    full = os.path.join(root, path)
+    try:
+        real = os.path.realpath(full)
+        if os.path.commonpath([real, os.path.realpath(root)]) != os.path.realpath(root):
+            return "a symlink out of the tree"
+        # O_NONBLOCK: opening a FIFO with no writer returns at once; fstat then refuses it.
+        fd = os.open(full, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except (OSError, ValueError) as e:
+        return f"unreadable ({getattr(e, 'strerror', None) or e})"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return "not a regular file"
+        if st.st_size > extract.MAX_FILE_BYTES:
+            return f"larger than {extract.MAX_FILE_BYTES // 2**20} MB"
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(extract.MAX_FILE_BYTES + 1)
+    except OSError as e:
+        return f"unreadable ({e.strerror or e})"
+    finally:
+        os.close(fd)
+
+
 def _extract_one(path: str) -> FileFacts:
     assert _worker is not None
     root, ex = _worker
-    try:
-        data = (root / path).read_bytes()
-    except OSError as e:  # gone or unreadable since the scan: recorded, not fatal
-        return FileFacts(path, 0, "", 0, f"unreadable ({e.strerror or e})", (), (), (), ())
+    data = read_source(root, path)
+    if isinstance(data, str):  # recorded, not fatal
+        return _skipped(path, data)
     return ex.extract(path, data)
 
 
-def _extract_all(tree: Tree, ops: OperatorNames, paths: list[str], jobs: int) -> Iterable[FileFacts]:
+def _extract_all(tree: Tree, ops: OperatorNames, paths: list[str], jobs: int, sizes: dict[str, int]) -> Iterable[FileFacts]:
     if jobs <= 1 or len(paths) < _INLINE_BELOW:
         _init_worker(str(tree.root), ops)
         for p in paths:
@@ -137,8 +240,7 @@ def _extract_all(tree: Tree, ops: OperatorNames, paths: list[str], jobs: int) ->
         return
     ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
     # Large files first so one slow file does not finish last on its own.
-    sizes = {p: (tree.root / p).stat().st_size for p in paths}
-    ordered = sorted(paths, key=lambda p: -sizes[p])
+    ordered = sorted(paths, key=lambda p: -sizes.get(p, 0))
     with ctx.Pool(jobs, initializer=_init_pool_worker, initargs=(str(tree.root), ops)) as pool:
         yield from pool.imap_unordered(_extract_one, ordered, chunksize=8)
 
@@ -288,16 +390,31 @@ def _open_previous(path: Path, meta_expected: dict[str, str]) -> str | None:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
             meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            tables = table_definitions(db)
             db.execute("SELECT count(*) FROM files").fetchone()
+            # Damaged pages (flipped bits, a truncated file) must force a
+            # rebuild rather than "nothing to do" over an index `find` trips on.
+            problems = [r[0] for r in db.execute("PRAGMA quick_check(3)").fetchall()]
         finally:
             db.close()
     except sqlite3.DatabaseError as e:
-        return f"the database is unreadable ({e})"
+        return f"the database is unreadable ({one_line(e)})"
+    if tables != expected_table_definitions():
+        return "the database's tables are not those of the schema"
+    if problems != ["ok"]:
+        return f"the database is damaged ({problems[0]})"
     for key, value in meta_expected.items():
         if meta.get(key) != value:
             return f"{key} changed" if key in meta else f"no {key} recorded"
     if meta.get("complete") != "1":
         return "the previous build did not finish"
+    record = read_record(path)
+    try:
+        same = record is not None and file_record(path) == record
+    except OSError as e:
+        return f"the database is unreadable ({e.strerror or e})"
+    if not same:  # changed since it was built: bits flipped, truncated, replaced
+        return "the database is damaged or was replaced since it was built"
     return None
 
 
@@ -318,6 +435,8 @@ def build_index(
     """
     from filelock import FileLock, Timeout
 
+    if jobs is not None and not 1 <= jobs <= MAX_JOBS:
+        raise BadInput(f"--jobs is a number of worker processes from 1 to {MAX_JOBS}, not {jobs}")
     t0 = time.monotonic()
     if not tree.root.is_dir():
         raise SourceError(f"the tree {tree.name!r} is gone from {tree.root}; remove it with `kernelmap source remove {tree.name}`")
@@ -339,7 +458,7 @@ def build_index(
         except Timeout:
             raise IndexBusy(f"another process is still building {path.name} after {lock_timeout:.0f}s") from None
     try:
-        report = _build_locked(tree, path, jobs or os.cpu_count() or 1, progress, missing)
+        report = _build_locked(tree, path, jobs or min(os.cpu_count() or 1, MAX_JOBS), progress, missing)
     finally:
         lock.release()
     return IndexReport(**{**report.__dict__, "seconds": time.monotonic() - t0, "waited": waited})
@@ -357,9 +476,10 @@ def _build_locked(tree: Tree, path: Path, jobs: int, progress: Progress | None, 
     }
     reason = _open_previous(path, expected)
     full = reason is not None
-    # Copies left by builds that were killed; none is in use, as we hold the lock.
+    # Copies left by builds that were killed; none of this tree's is in use, as we hold the lock.
     for stale in path.parent.glob(f".{path.name}.*.tmp"):
         stale.unlink(missing_ok=True)
+    clean_stale_copies(path.parent)
     on_disk = scan(tree)
     if not full:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -382,6 +502,7 @@ def _build_locked(tree: Tree, path: Path, jobs: int, progress: Progress | None, 
                 db.executescript(SCHEMA)
             db.execute("BEGIN")
             plan = _plan(db, tree, on_disk) if not full else _Plan([p for p, _, _ in on_disk], [], [], [], {p: m for p, _, m in on_disk})
+            plan.sizes = {p: size for p, size, _ in on_disk}
             _apply(db, tree, plan, full, expected, jobs, progress)
             report = _report(db, tree, path, plan, full, reason, missing)
             db.execute("COMMIT")
@@ -389,7 +510,9 @@ def _build_locked(tree: Tree, path: Path, jobs: int, progress: Progress | None, 
             db.close()
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        record = file_record(tmp)  # a rename keeps size and mtime
         os.replace(tmp, path)
+        _write_record(path, record)
     finally:
         tmp.unlink(missing_ok=True)
     return report
@@ -402,6 +525,7 @@ class _Plan:
     removed: list[int]  # file ids of files gone from the tree
     touched: list[tuple[int, int]]  # (new mtime, file id) of files touched but unchanged
     mtimes: dict[str, int]
+    sizes: dict[str, int] = field(default_factory=dict)  # as scanned: large files go first
 
     @property
     def is_empty(self) -> bool:
@@ -446,7 +570,7 @@ def _apply(db, tree: Tree, plan: _Plan, full: bool, expected: dict[str, str], jo
     if progress:
         progress("parse", 0, total)
     new_ids = []
-    for done, facts in enumerate(_extract_all(tree, ops, plan.to_parse, jobs), 1):
+    for done, facts in enumerate(_extract_all(tree, ops, plan.to_parse, jobs, plan.sizes), 1):
         new_ids.append(writer.add(facts, plan.mtimes[facts.path]))
         if progress:
             progress("parse", done, total)

@@ -38,6 +38,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+import signal
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -51,6 +54,43 @@ QUERY_DIR = Path(__file__).with_name("queries")
 QUERY_FILES = ("scopes", "preproc", "definitions", "calls", "registrations", "errors")
 SOURCE_SUFFIXES = (".cpp", ".cc", ".h", ".hpp", ".cu", ".cuh", ".mm")
 MAX_FILE_BYTES = 4 * 1024 * 1024  # larger files are generated tables, not code worth parsing
+# Per-file time budget. The slowest real file of 2.6.0 takes well under a
+# second; hostile nesting (100k namespaces, 1 MB of `template<`) takes tens of
+# seconds and would hold a build's lock meanwhile.
+MAX_FILE_SECONDS = 10.0
+
+
+# tree-sitter's query engine is not interruptible and grows much faster than
+# linearly on degenerate trees (100k nested namespaces: 80 s; 110k unclosed
+# `template<` in one flat ERROR node: 60 s). Real code of 2.6.0 nests braces
+# at most ~30 deep and puts at most ~550 nodes side by side under one node.
+MAX_BRACE_DEPTH = 512
+MAX_SIBLINGS = 50_000
+_BRACES = bytes(b for b in range(256) if b not in b"{}")
+
+
+def degenerate(data: bytes, root=None) -> str | None:
+    """Why a file is too degenerate to query (None when it is not): braces
+    nested deeper than MAX_BRACE_DEPTH, or (given its parse) more than
+    MAX_SIBLINGS nodes under the root or one of its children."""
+    braces = data.translate(None, _BRACES)
+    if len(braces) > MAX_BRACE_DEPTH:
+        depth = deepest = 0
+        for b in braces:
+            depth += 1 if b == 123 else -1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_BRACE_DEPTH:
+                    return f"braces nested more than {MAX_BRACE_DEPTH} deep"
+    if root is not None:
+        widest = max([root.child_count, *(c.child_count for c in root.children)])
+        if widest > MAX_SIBLINGS:
+            return f"{widest} nodes side by side (more than {MAX_SIBLINGS})"
+    return None
+
+
+class FileTimeout(Exception):
+    """Raised inside the extraction of a file that ran past its time budget."""
 _COND_MAX = 120  # longer case/if conditions are cut: they are for reading, not evaluation
 
 
@@ -269,8 +309,9 @@ def _register_key(macro: str, path: str, args: list[str]) -> tuple[str, str | No
 class Extractor:
     """A parser and compiled queries; one per process."""
 
-    def __init__(self, ops: OperatorNames):
+    def __init__(self, ops: OperatorNames, budget: float = MAX_FILE_SECONDS):
         self.ops = ops
+        self.budget = budget  # seconds per file
         self.language = tree_sitter.Language(tree_sitter_cpp.language())
         self.parser = tree_sitter.Parser(self.language)
         # One query made of every .scm file, so the tree is walked once; each
@@ -289,14 +330,33 @@ class Extractor:
             return FileFacts(path, len(data), sha1, 0, f"larger than {MAX_FILE_BYTES // 2**20} MB", (), (), (), ())
         if b"\0" in data:
             return FileFacts(path, len(data), sha1, 0, "binary (NUL bytes)", (), (), (), ())
+        why = degenerate(data)
+        if why:
+            return FileFacts(path, len(data), sha1, 0, why, (), (), (), ())
         try:
-            return self._extract(path, data, sha1)
+            with _time_budget(self.budget):
+                return self._extract(path, data, sha1)
+        except FileTimeout:
+            self.parser.reset()  # a cancelled parse would otherwise be resumed by the next file
+            return FileFacts(path, len(data), sha1, 0, f"took more than {self.budget:g} s to parse", (), (), (), ())
+        except RecursionError:
+            return FileFacts(path, len(data), sha1, 0, "nested too deeply to parse", (), (), (), ())
         except Exception as e:  # a bug: say which file
             raise RuntimeError(f"while extracting {path}: {e!r}") from e
 
     def _extract(self, path: str, data: bytes, sha1: str) -> FileFacts:
-        tree = self.parser.parse(data)
+        # tree-sitter checks the deadline itself while it parses: the SIGALRM
+        # budget only interrupts Python code. (Not while it matches: a
+        # progress callback there crashes tree-sitter 0.26.1.)
+        deadline = time.monotonic() + self.budget if self.budget > 0 else float("inf")
+        past = lambda *state: time.monotonic() > deadline  # noqa: E731
+        tree = self.parser.parse(lambda offset, point: data[offset : offset + 65536], progress_callback=past)
+        if tree is None or past():
+            raise FileTimeout()
         root = tree.root_node
+        why = degenerate(b"", root)
+        if why:
+            return FileFacts(path, len(data), sha1, 0, why, (), (), (), ())
         by_file: dict[str, list[dict]] = {name: [] for name in QUERY_FILES}
         for pattern, cap in tree_sitter.QueryCursor(self.query).matches(root):
             by_file[self.pattern_file[pattern]].append(cap)
@@ -673,5 +733,31 @@ def _point_order(p):
 
 
 @functools.lru_cache(maxsize=4)
+class _time_budget:
+    """Raise FileTimeout in this thread after `seconds` (main thread only: a
+    SIGALRM timer; elsewhere no budget). Python code is interrupted between
+    bytecodes; a long call into tree-sitter ends first, which is why parsing
+    also checks a deadline itself (see `Extractor._extract`)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.previous = None
+
+    def __enter__(self) -> None:
+        if self.seconds <= 0 or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+            return
+        self.previous = signal.signal(signal.SIGALRM, _expire)
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def __exit__(self, *exc) -> None:
+        if self.previous is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
+
+
+def _expire(signum, frame):
+    raise FileTimeout()
+
+
 def extractor(ops: OperatorNames) -> Extractor:
     return Extractor(ops)

@@ -10,6 +10,7 @@ disk or an archive of another commit leave nothing behind.
 from __future__ import annotations
 
 import errno
+import math
 import os
 import re
 import shutil
@@ -17,6 +18,7 @@ import socket
 import tarfile
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +31,16 @@ ARCHIVE_URL_ENV = "KERNELMAP_ARCHIVE_URL"
 DEFAULT_ARCHIVE_URL = "https://github.com/pytorch/pytorch/archive"
 KEPT_DIRS = ("aten/", "c10/", "torch/csrc/", "tools/autograd/", "torchgen/")
 _CHUNK = 1 << 20
+# Limits on what one archive may make us write or read. PyTorch's archive of
+# 2.6.0 has ~20,000 members and ~1 GB unpacked, of which ~150 MB are kept;
+# the limits leave room for growth and stop archives built to fill a disk.
+MAX_MEMBERS = 400_000
+MAX_MEMBER_BYTES = 256 << 20  # one kept file
+MAX_KEPT_BYTES = 4 << 30  # all kept files
+MAX_ARCHIVE_BYTES = 16 << 30  # every member, kept or not, as unpacked
+MAX_TIMEOUT_S = 86_400.0
 _SHA = re.compile(r"[0-9a-f]{7,40}")
+_FULL_SHA = re.compile(r"[0-9a-f]{40}")
 
 Progress = Callable[[int, int | None], None]  # (bytes read, total bytes if known)
 
@@ -48,6 +59,9 @@ def is_kept(path: str) -> bool:
 
 def archive_url(commit: str) -> str:
     base = os.environ.get(ARCHIVE_URL_ENV) or DEFAULT_ARCHIVE_URL
+    scheme = urllib.parse.urlsplit(base).scheme
+    if scheme not in ("https", "http", "file"):
+        raise BadInput(f"${ARCHIVE_URL_ENV} is an https://, http:// or file:// URL, not {base[:200]!r}")
     return f"{base.rstrip('/')}/{commit}.tar.gz"
 
 
@@ -78,16 +92,24 @@ def fetch_tree(commit: str | None = None, *, progress: Progress | None = None, t
         commit = env.torch_install().commit
         if not commit:
             raise SourceError("the installed torch does not record its git commit; pass --commit SHA")
+    if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT_S):
+        raise BadInput(f"--timeout is a number of seconds above 0 and at most {MAX_TIMEOUT_S:.0f}, not {timeout}")
     commit = commit.strip().lower()
     if not _SHA.fullmatch(commit):
-        raise BadInput(f"a commit is 7 to 40 hex digits, not {commit!r}")
+        raise BadInput(f"a commit is 7 to 40 hex digits, not {commit[:80]!r}")
     dest = trees_dir() / f"pytorch-{commit[:12]}"
-    if (dest / ".complete").is_file():
-        full = (dest / ".complete").read_text().strip() or commit
-        return register(Tree(dest.name, dest, read_version(dest), full, "fetched"))
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))
+    done = _completed(dest)
+    if done is not None:
+        if done.startswith(commit):
+            return register(Tree(dest.name, dest, read_version(dest), done, "fetched"))
+        if len(commit) == 40:  # another commit with the same 12-digit prefix: never mix them up
+            raise FetchError(f"{dest} holds commit {done}, not {commit}; remove it with `kernelmap source remove {dest.name}` first")
     url = archive_url(commit)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))
+    except OSError as e:
+        raise FetchError(f"cannot write into {dest.parent}: {e.strerror or e}") from None
     try:
         full = _download(url, commit, tmp, progress, timeout)
         try:
@@ -103,13 +125,23 @@ def fetch_tree(commit: str | None = None, *, progress: Progress | None = None, t
     return register(Tree(dest.name, dest, version, full, "fetched"))
 
 
+def _completed(dest: Path) -> str | None:
+    """The full commit a finished fetch recorded in `dest/.complete`, or None
+    (no fetch finished there, or its record is not a full commit: fetched again)."""
+    try:
+        full = (dest / ".complete").read_text(errors="replace").strip()
+    except OSError:
+        return None
+    return full if _FULL_SHA.fullmatch(full) else None
+
+
 def _download(url: str, commit: str, into: Path, progress: Progress | None, timeout: float) -> str:
     """Stream `url` into `into`; returns the archive's full commit id."""
     try:
         resp = urllib.request.urlopen(urllib.request.Request(url, headers={"User-Agent": "kernelmap"}), timeout=timeout)
     except urllib.error.HTTPError as e:
         raise FetchError(f"cannot download {url}: HTTP {e.code} {e.reason}") from None
-    except (urllib.error.URLError, OSError) as e:
+    except (urllib.error.URLError, OSError, ValueError) as e:
         reason = getattr(e, "reason", e)
         raise FetchError(f"cannot download {url}: {reason}") from None
     with resp:
@@ -139,28 +171,40 @@ def _extract(tf: tarfile.TarFile, commit: str, into: Path, url: str) -> str:
     full = (tf.pax_headers or {}).get("comment", "").strip()
     if not full:
         raise FetchError(f"the archive at {url} names no commit (no pax comment): it is not a GitHub source archive")
-    if not full.startswith(commit):
-        raise FetchError(f"the archive at {url} is of commit {full}, not {commit}")
-    member = first
+    if not _FULL_SHA.fullmatch(full) or not full.startswith(commit):
+        raise FetchError(f"the archive at {url} is of commit {full[:80]}, not {commit}")
+    member, count, unpacked, kept = first, 0, 0, 0
     while member is not None:
-        _extract_member(tf, member, into)
+        count += 1
+        unpacked += max(member.size, 0)
+        if count > MAX_MEMBERS:
+            raise FetchError(f"the archive at {url} has more than {MAX_MEMBERS} members: it is no PyTorch source archive")
+        if unpacked > MAX_ARCHIVE_BYTES:
+            raise FetchError(f"the archive at {url} unpacks to more than {MAX_ARCHIVE_BYTES >> 30} GB: it is no PyTorch source archive")
+        kept += _extract_member(tf, member, into, url)
+        if kept > MAX_KEPT_BYTES:
+            raise FetchError(f"the kept parts of {url} are larger than {MAX_KEPT_BYTES >> 30} GB: it is no PyTorch source archive")
         member = tf.next()
     return full
 
 
-def _extract_member(tf: tarfile.TarFile, member: tarfile.TarInfo, into: Path) -> None:
+def _extract_member(tf: tarfile.TarFile, member: tarfile.TarInfo, into: Path, url: str = "") -> int:
+    """Write one kept member; returns the bytes written."""
     parts = member.name.split("/", 1)
     if len(parts) < 2 or not parts[1]:
-        return
+        return 0
     rel = parts[1]
     if not member.isfile() or not is_kept(rel):
-        return  # directories come with their files; links and devices are never written
+        return 0  # directories come with their files; links and devices are never written
     if rel.startswith("/") or ".." in rel.split("/"):
         raise FetchError(f"the archive holds an unsafe path: {member.name}")
+    if member.size > MAX_MEMBER_BYTES:
+        raise FetchError(f"the archive {url} holds {member.name[:200]} of {member.size} bytes (more than {MAX_MEMBER_BYTES >> 20} MB)")
     target = into / rel
     target.parent.mkdir(parents=True, exist_ok=True)
     src = tf.extractfile(member)
     if src is None:
-        return
+        return 0
     with src, open(target, "wb") as out:
         shutil.copyfileobj(src, out, _CHUNK)
+    return member.size

@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from kernelmap.errors import SourceError
 from kernelmap.model import Edge, EdgeKind, Location, Origin, OriginTable, Symbol, check_document, document
-from kernelmap.source.build import index_path
-from kernelmap.source.schema import CALL_KINDS, SCHEMA_VERSION
+from kernelmap.source.build import file_record, index_path, read_record
+from kernelmap.source.schema import CALL_KINDS, SCHEMA_VERSION, expected_table_definitions, one_line, table_definitions
 from kernelmap.source.trees import Tree
 
 
@@ -123,6 +124,10 @@ class FileInfo:
     skipped: str | None
 
 
+# Longer names are no C++ name anyone wrote; refusing them keeps the trigram
+# search for suggestions cheap.
+MAX_NAME = 1024
+
 _MACRO_NAME = re.compile(r"(TORCH_IMPL_FUNC|TORCH_META_FUNC2?|TORCH_PRECOMPUTE_META_FUNC2?)\(\s*(\w+)\s*(?:,\s*(\w+)\s*)?\)")
 
 
@@ -134,12 +139,64 @@ def open_index(tree: Tree) -> Index:
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        tables = table_definitions(db)
     except sqlite3.DatabaseError as e:
-        raise IndexMissing(f"the index of {tree.name!r} is unreadable ({e}); run `kernelmap index --source {tree.name}` to rebuild it") from None
-    if meta.get("schema_version") != str(SCHEMA_VERSION):
+        raise IndexMissing(f"the index of {tree.name!r} is unreadable ({one_line(e)}); run `kernelmap index --source {tree.name}` to rebuild it") from None
+    if meta.get("schema_version") != str(SCHEMA_VERSION) or meta.get("complete") != "1":
         db.close()
         raise IndexMissing(f"the index of {tree.name!r} has another schema; run `kernelmap index --source {tree.name}` to rebuild it")
-    return Index(db, tree, path)
+    if tables != expected_table_definitions():
+        db.close()
+        raise IndexMissing(f"the index of {tree.name!r} is damaged (its tables are not those of the schema); "
+                           f"run `kernelmap index --source {tree.name}` to rebuild it")
+    if not _as_built(path):
+        db.close()
+        raise IndexMissing(f"the index of {tree.name!r} changed since it was built (damaged or replaced); "
+                           f"run `kernelmap index --source {tree.name}` to rebuild it")
+    return Index(_CheckedDb(db, tree.name), tree, path)
+
+
+def _as_built(path: Path) -> bool:
+    """The database's size and mtime are those recorded when it was built (a
+    stat, not a hash: `index` checks the hash). A build renames the database
+    and then writes its record, so a mismatch is looked at twice."""
+    for attempt in range(2):
+        record = read_record(path)
+        try:
+            if record is not None and file_record(path, digest=False) == {k: record.get(k) for k in ("size", "mtime_ns")}:
+                return True
+        except OSError:
+            pass
+        if attempt == 0:
+            time.sleep(0.25)
+    return False
+
+
+class _Rows(list):
+    def fetchone(self):
+        return self[0] if self else None
+
+    def fetchall(self):
+        return list(self)
+
+
+class _CheckedDb:
+    """The index's connection, turning SQLite's errors about a damaged file
+    (which can show on any page a query reads) into IndexMissing."""
+
+    def __init__(self, db: sqlite3.Connection, tree: str):
+        self._db, self._tree = db, tree
+
+    def execute(self, sql: str, args: tuple = ()) -> _Rows:
+        try:
+            return _Rows(self._db.execute(sql, args).fetchall())
+        except sqlite3.DatabaseError as e:
+            raise IndexMissing(
+                f"the index of {self._tree!r} is damaged ({one_line(e)}); run `kernelmap index --source {self._tree}` to rebuild it"
+            ) from None
+
+    def close(self) -> None:
+        self._db.close()
 
 
 class Index:
@@ -168,8 +225,11 @@ class Index:
             return None
         s = self._strings.get(i)
         if s is None:
-            s = self._db.execute("SELECT text FROM strings WHERE id = ?", (i,)).fetchone()[0]
-            self._strings[i] = s
+            row = self._db.execute("SELECT text FROM strings WHERE id = ?", (i,)).fetchone()
+            if row is None:  # a dangling id: the file was damaged after it was built
+                raise IndexMissing(f"the index of {self.tree.name!r} is damaged (string {i} is missing); "
+                                   f"run `kernelmap index --source {self.tree.name}` to rebuild it")
+            s = self._strings[i] = row[0]
         return s
 
     def _id(self, text: str) -> int | None:
@@ -348,7 +408,10 @@ class Index:
         namespace, _, op = op.rpartition("::")
         names = [op]
         if "." not in op:
-            like = self._db.execute("SELECT text FROM strings WHERE text LIKE ? ESCAPE '\\'", (op.replace("_", "\\_") + ".%",)).fetchall()
+            # Every overload "op.*": the name is matched literally, so `%`, `_`
+            # and the escape character itself are escaped.
+            pattern = re.sub(r"([\\%_])", r"\\\1", op) + ".%"
+            like = self._db.execute("SELECT text FROM strings WHERE text LIKE ? ESCAPE '\\'", (pattern,)).fetchall()
             names += [r[0] for r in like]
         out = []
         for n in names:
@@ -505,9 +568,17 @@ def find(index: Index, name: str, *, limit: int = 50) -> Findings:
     indexed names when there is none."""
     from kernelmap.errors import BadInput, UnknownName
 
+    if limit < 0:
+        raise BadInput(f"--limit is a count of references, 0 or more, not {limit}")
     name = name.strip()
-    if not name or any(c in name for c in "\n\t\"'"):
-        raise BadInput(f"not a C++ name: {name!r}")
+    if len(name) > MAX_NAME:
+        raise BadInput(f"a C++ name of {len(name)} characters is too long (at most {MAX_NAME})")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # undecodable bytes of argv arrive as lone surrogates
+        raise BadInput(f"not a C++ name (not valid UTF-8): {name[:80]!r}") from None
+    if not name or any(c in name for c in "\n\t\"'") or not name.isprintable():
+        raise BadInput(f"not a C++ name: {name[:80]!r}")
     defs = index.definitions(name)
     bare = name.rsplit("::", 1)[-1]
     refs = [] if _MACRO_NAME.fullmatch(name) else index.callers_of(name)

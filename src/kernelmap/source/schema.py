@@ -8,6 +8,9 @@ over the lookup names of definitions. Call kinds are small integers
 
 from __future__ import annotations
 
+import functools
+import re
+
 SCHEMA_VERSION = 1
 
 # Call kinds as stored; their order is part of the schema.
@@ -75,6 +78,33 @@ CREATE TABLE stubs (
 );
 CREATE VIRTUAL TABLE names USING fts5(text, content='', tokenize='trigram');
 """
+
+# Every table the schema creates; a database lacking one is damaged.
+TABLES = frozenset(re.findall(r"CREATE (?:VIRTUAL )?TABLE (\w+)", SCHEMA))
+
+
+def table_definitions(db) -> list[tuple[str, str]]:
+    """(name, CREATE statement) of every table of `db`: a damaged schema page
+    (a column renamed by a flipped bit) shows here before any query trips on it."""
+    return sorted(db.execute("SELECT name, coalesce(sql, '') FROM sqlite_master WHERE type = 'table'").fetchall())
+
+
+def one_line(error: BaseException) -> str:
+    """An SQLite error as one short line: its text may quote a damaged page."""
+    text = " ".join(str(error).split())
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+@functools.cache
+def expected_table_definitions() -> list[tuple[str, str]]:
+    import sqlite3
+
+    db = sqlite3.connect(":memory:")
+    db.executescript(SCHEMA)
+    try:
+        return table_definitions(db)
+    finally:
+        db.close()
 
 # Created after the bulk insert of a full build (cheaper than maintaining them row by row).
 INDEXES = """

@@ -14,11 +14,12 @@ import json
 import os
 import re
 import tempfile
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kernelmap import env
-from kernelmap.errors import KernelmapError, SourceError
+from kernelmap.errors import BadInput, KernelmapError, SourceError
 from kernelmap.model import Origin, OriginKind
 
 SOURCE_ENV = "KERNELMAP_SOURCE"
@@ -26,8 +27,12 @@ REGISTRY_VERSION = 1
 
 # The parts of a tree the index reads; a tree with none of them is no PyTorch tree.
 INDEXED_PARTS = ("aten", "c10", "torch/csrc")
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")  # it names files: keep it short
 _SHA = re.compile(r"[0-9a-f]{40}")
+
+
+class RegistryWarning(UserWarning):
+    """Part of the tree registry could not be read; the rest was."""
 
 
 class NotATree(SourceError):
@@ -65,7 +70,19 @@ class Tree:
 
     @staticmethod
     def from_json(d: dict) -> Tree:
-        return Tree(d["name"], Path(d["root"]), d["version"], d.get("commit"), d.get("kind", "local"))
+        """The tree of one registry entry; ValueError when it is not of the
+        shape `to_json` writes."""
+        if not isinstance(d, dict):
+            raise ValueError(f"an entry is a JSON object, not {type(d).__name__}")
+        for key in ("name", "root", "version"):
+            if not isinstance(d.get(key), str) or not d[key]:
+                raise ValueError(f"an entry's {key!r} is a non-empty string, not {d.get(key)!r:.80}")
+        commit, kind = d.get("commit"), d.get("kind", "local")
+        if commit is not None and not (isinstance(commit, str) and _SHA.fullmatch(commit)):
+            raise ValueError(f"an entry's 'commit' is 40 hex digits or null, not {commit!r:.80}")
+        if kind not in ("local", "fetched"):
+            raise ValueError(f"an entry's 'kind' is 'local' or 'fetched', not {kind!r:.80}")
+        return Tree(d["name"], Path(d["root"]), d["version"], commit, kind)
 
 
 # ---------------------------------------------------------------------------
@@ -131,16 +148,27 @@ def read_git_head(root: Path) -> str | None:
 def inspect_tree(root: Path, name: str | None = None, *, kind: str = "local", commit: str | None = None) -> Tree:
     """Describe the PyTorch tree at `root` (not registering it)."""
     root = Path(root).expanduser()
-    if not root.is_dir():
-        raise NotATree(f"{root} is not a directory")
-    root = root.resolve()
+    if not _is_dir(root):
+        raise NotATree(f"{str(root)[:200]} is not a directory")
+    try:
+        root = root.resolve()
+    except (OSError, RuntimeError) as e:
+        raise NotATree(f"{str(root)[:200]} cannot be resolved ({getattr(e, 'strerror', None) or e})") from None
     version = read_version(root)
     if all(not (root / p).is_dir() for p in INDEXED_PARTS):
         raise NotATree(f"{root} is not a PyTorch source tree: it has none of {', '.join(INDEXED_PARTS)}")
-    tree = Tree(name or _default_name(root), root, version, commit or read_git_head(root), kind)
+    tree = Tree(name or _default_name(root)[:100], root, version, commit or read_git_head(root), kind)
     if not _NAME.fullmatch(tree.name):
-        raise KernelmapError(f"a tree name is letters, digits and . _ + -, not {tree.name!r}")
+        raise BadInput(f"a tree name is 1 to 100 letters, digits and . _ + -, not {tree.name[:120]!r}")
     return tree
+
+
+def _is_dir(path: Path) -> bool:
+    """Like Path.is_dir, but False for any OS error (a name too long, a loop)."""
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
 
 
 def _default_name(root: Path) -> str:
@@ -165,9 +193,18 @@ def _load() -> dict[str, Tree]:
         return {}
     except (OSError, ValueError) as e:
         raise SourceError(f"the tree registry {path} is unreadable ({e}); remove it and add the trees again") from None
-    if not isinstance(data, dict) or data.get("version") != REGISTRY_VERSION:
+    if not isinstance(data, dict) or data.get("version") != REGISTRY_VERSION or not isinstance(data.get("trees", []), list):
+        warnings.warn(f"the tree registry {path} is of another format; ignoring it", RegistryWarning, stacklevel=3)
         return {}
-    return {d["name"]: Tree.from_json(d) for d in data.get("trees", [])}
+    trees = {}
+    for i, d in enumerate(data.get("trees", [])):
+        try:
+            tree = Tree.from_json(d)
+        except ValueError as e:  # one bad entry must not make every tree command fail
+            warnings.warn(f"the tree registry {path}: entry {i} is ignored ({e})", RegistryWarning, stacklevel=3)
+            continue
+        trees[tree.name] = tree
+    return trees
 
 
 def _save(trees: dict[str, Tree]) -> None:
@@ -197,13 +234,16 @@ def _locked():
 
 def register(tree: Tree) -> Tree:
     """Add or replace `tree` in the registry; a name held by another root is refused."""
-    with _locked():
-        trees = _load()
-        old = trees.get(tree.name)
-        if old is not None and old.root != tree.root:
-            raise SourceError(f"a tree named {tree.name!r} already exists at {old.root}; pick another name with --name")
-        trees[tree.name] = tree
-        _save(trees)
+    try:
+        with _locked():
+            trees = _load()
+            old = trees.get(tree.name)
+            if old is not None and old.root != tree.root:
+                raise SourceError(f"a tree named {tree.name!r} already exists at {old.root}; pick another name with --name")
+            trees[tree.name] = tree
+            _save(trees)
+    except OSError as e:  # the cache dir unwritable, full, or its path too long
+        raise SourceError(f"cannot write the tree registry in {registry_path().parent}: {e.strerror or e}") from None
     return tree
 
 
@@ -229,16 +269,32 @@ def remove_tree(name: str) -> Tree:
     """Forget a tree and delete its index; a fetched tree's files are deleted too."""
     import shutil
 
-    from kernelmap.source.build import index_path
+    from filelock import Timeout
 
-    with _locked():
-        trees = _load()
-        tree = trees.pop(name, None)
-        if tree is None:
-            raise UnknownTree(f"no source tree named {name!r}")
-        _save(trees)
-    for p in (index_path(tree), Path(str(index_path(tree)) + ".lock")):
-        p.unlink(missing_ok=True)
+    from kernelmap.source.build import clean_stale_copies, index_lock, index_path
+
+    path = index_path(known := get_tree(name))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    build_lock = index_lock(path)
+    try:  # a running build would rename its copy over the deleted index afterwards
+        build_lock.acquire(timeout=0)
+    except Timeout:
+        raise SourceError(f"{name!r} is being indexed by another process; remove it when that build has finished") from None
+    try:
+        with _locked():
+            trees = _load()
+            tree = trees.pop(name, None)
+            if tree is None or tree != known:
+                raise UnknownTree(f"no source tree named {name!r}")
+            _save(trees)
+        path.unlink(missing_ok=True)
+        path.with_name(path.name + ".record").unlink(missing_ok=True)
+        for stale in path.parent.glob(f".{path.name}.*.tmp"):
+            stale.unlink(missing_ok=True)
+        clean_stale_copies(path.parent)
+        Path(build_lock.lock_file).unlink(missing_ok=True)
+    finally:
+        build_lock.release()
     if tree.kind == "fetched" and tree.root.is_relative_to(env.cache_dir()):
         shutil.rmtree(tree.root, ignore_errors=True)
     return tree
@@ -272,7 +328,9 @@ def select_tree(name: str | None = None) -> Tree:
     for t in trees:
         if t.name == name:
             return t
-    if os.sep in name or Path(name).is_dir():
+    if os.sep in name or _is_dir(Path(name)):
+        if not _is_dir(Path(name).expanduser()):
+            raise UnknownTree(f"no source tree named {name[:200]!r}, and no such directory")
         root = Path(name).expanduser().resolve()
         for t in trees:
             if t.root == root:

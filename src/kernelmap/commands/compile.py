@@ -1,0 +1,85 @@
+"""`kernelmap compile`: what torch.compile generated, mapped to ops, lines and source."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+
+def _print_error(error: BaseException) -> None:
+    """The compiled code's traceback: the user's frames and the error, without
+    kernelmap's, runpy's, or torch.compile's own (Dynamo's message already
+    names the user's line)."""
+    import os
+    import traceback
+
+    import torch
+
+    torch_dir = os.path.dirname(torch.__file__) + os.sep
+    te = traceback.TracebackException.from_exception(error)
+    te.stack = traceback.StackSummary.from_list(
+        [
+            f
+            for f in te.stack
+            if not any(part in f.filename for part in ("kernelmap/compile/", "kernelmap/trace/", "kernelmap/commands/"))
+            and not f.filename.endswith("runpy.py")
+            and not f.filename.startswith(torch_dir)
+        ]
+    )
+    click.echo("".join(te.format()).rstrip(), err=True)
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": True})
+@click.argument("target", required=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("-c", "--code", help="Run this Python code instead of a script.")
+@click.option("--output-dir", type=click.Path(file_okay=False), help="Keep Inductor's cache and output here (default: a new temporary folder).")
+@click.option("--profile/--no-profile", default=True, show_default=True, help="Time each generated kernel with the profiler.")
+@click.option("--json", "as_json", is_flag=True, help="Print the compile/1 JSON document.")
+@click.option("--width", type=int, help="Output width (default: the terminal's).")
+def compile(target, args, code, output_dir, profile, as_json, width):  # noqa: A001 - the command's name
+    """Run code under torch.compile and map each kernel Inductor generated to
+    the aten ops it fused, the decompositions behind them, your lines, and
+    its place in Inductor's output code; ATen kernels Inductor called
+    instead; graph breaks with reason and line; time per kernel.
+
+    TARGET is a script or code (-c) that calls torch.compile itself, or
+    `package.module:function`, which is wrapped in torch.compile and called
+    with no arguments. Each run uses a private Inductor cache and debug
+    folder (--output-dir), so nothing comes from an earlier run.
+
+    \b
+    Examples:
+      kernelmap compile examples/compile_block.py
+      kernelmap compile -c "import torch; torch.compile(lambda x: x.sin().cos())(torch.randn(8))"
+      kernelmap compile mypkg.model:step --json
+    """
+    from kernelmap import compile as compiling
+    from kernelmap.errors import BadInput
+
+    if (target is None) == (code is None):
+        raise BadInput("give one of: a script or module:function, or -c CODE")
+    if args and target is None:
+        raise BadInput("arguments are passed to a script; give the script first")
+    options = {"workdir": output_dir, "profile": profile}
+    if code is not None:
+        answer = compiling.run_code(code, **options)
+    elif ":" in target and not target.endswith(".py"):
+        answer = compiling.run_function(target, **options)
+    else:
+        answer = compiling.run_script(target, tuple(args), **options)
+
+    if as_json:
+        click.echo(json.dumps(answer.to_json(), indent=2))
+    else:
+        from kernelmap.render.compile import to_text
+
+        click.echo(to_text(answer, width=width, color=None if sys.stdout.isatty() else False), nl=False)
+    if answer.exception is not None:
+        if isinstance(answer.exception, KeyboardInterrupt):
+            sys.exit(130)
+        _print_error(answer.exception)
+        click.echo("kernelmap: the compiled code raised; the kernels above are those compiled before it", err=True)
+        sys.exit(1)

@@ -1,0 +1,41 @@
+"""`kernelmap serve`: the local web app on uvicorn."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import click
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (anything but loopback exposes your files' sources to the network).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Port to listen on.")
+@click.option("--source", default=None, help="Source tree whose index links trace kernels to their definitions (a registered name or a path).")
+@click.option("--max-upload-mb", type=click.IntRange(1, 4096), default=256, show_default=True, help="Largest trace upload accepted.")
+def serve(host: str, port: int, source: str | None, max_upload_mb: int) -> None:
+    """Serve kernelmap's pages on a local web app: search, where, stack,
+    callers, explain, gen, a source viewer and trace import.
+
+    \b
+    Example:
+      kernelmap serve                  # http://127.0.0.1:8765/
+      kernelmap serve --port 9000 --source debian-2.6.0
+    """
+    import uvicorn
+
+    from kernelmap.web.app import create_app
+
+    if not is_loopback(host):
+        click.echo(f"kernelmap: warning: serving on {host}, not loopback: anyone who can reach it can read the served source trees", err=True)
+    app = create_app(max_upload=max_upload_mb * 1024 * 1024, source=source)
+    click.echo(f"kernelmap serving on http://{host}:{port}/ (Ctrl-C stops)", err=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")

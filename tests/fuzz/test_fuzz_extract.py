@@ -1,0 +1,69 @@
+"""Property tests of the C++ extractor: any text (C++-like token soup,
+arbitrary bytes, mutations of real files) gives facts or a skip reason, never
+an exception, and every fact it gives points inside the file at a line that
+holds its name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kernelmap.source import extract
+
+TOKENS = [
+    "namespace", "at", "native", "{", "}", "(", ")", "<", ">", ";", "::", "template", "typename", "class", "struct",
+    "void", "Tensor", "f", "g", "x", "=", "return", "if", "else", "switch", "case", "1", ":", "#if X\n", "#else\n",
+    "#endif\n", "\n", " ", ",", "&", "*", "DEFINE_DISPATCH(s_stub);", "REGISTER_DISPATCH(s_stub, &k);",
+    "TORCH_IMPL_FUNC(add_out)", "at::add(x, x)", "k<<<1, 2>>>(x)", "cudnnConvolutionForward(h)", '"', "'", "/*", "*/", "//",
+    "\\\n", "AT_DISPATCH_FLOATING_TYPES(t, \"n\", [&] {", "TORCH_LIBRARY_IMPL(aten, CPU, m) {", "m.impl(\"add\", k);",
+]
+
+
+@pytest.fixture(scope="module")
+def extractor():
+    return extract.Extractor(extract.OperatorNames(frozenset({"add"}), frozenset()), budget=5.0)
+
+
+def _check(facts, data: bytes) -> None:
+    lines = data.split(b"\n")
+    n = len(lines)
+    for d in facts.definitions:
+        assert 1 <= d.line <= d.end_line <= n, d
+        assert d.short.encode() in b"\n".join(lines[d.line - 1 : d.end_line]) or d.kind.startswith("structured"), d
+    for c in facts.calls:
+        assert 1 <= c.line <= n, c
+        assert -1 <= c.definition < len(facts.definitions)
+    for r in facts.registrations:
+        assert 1 <= r.line <= n, r
+    for s in facts.stubs:
+        assert 1 <= s.line <= n, s
+
+
+@given(st.lists(st.sampled_from(TOKENS), max_size=300))
+def test_token_soup(extractor, tokens):
+    data = " ".join(tokens).encode()
+    _check(extractor.extract("aten/src/ATen/native/Fuzz.cpp", data), data)
+
+
+@given(st.binary(max_size=2000))
+def test_arbitrary_bytes(extractor, data):
+    facts = extractor.extract("aten/src/ATen/native/cuda/Fuzz.cu", data)
+    if facts.skipped is None:
+        _check(facts, data)
+
+
+@given(st.data())
+def test_mutations_of_a_real_file(extractor, tree_2_6, data):
+    real = (Path(tree_2_6) / "aten/src/ATen/native/BinaryOps.cpp").read_bytes()
+    cuts = data.draw(st.lists(st.tuples(st.integers(0, len(real)), st.integers(0, 200), st.binary(max_size=20)), max_size=8))
+    mutated = bytearray(real)
+    for at, drop, insert in cuts:
+        at = min(at, len(mutated))
+        mutated[at : at + drop] = insert
+    blob = bytes(mutated)
+    facts = extractor.extract("aten/src/ATen/native/BinaryOps.cpp", blob)
+    if facts.skipped is None:
+        _check(facts, blob)

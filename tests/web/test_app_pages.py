@@ -1,0 +1,98 @@
+"""Each page of the running app shows the document the library returns for
+its parameters, and bad parameters get a clear message."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import httpx
+import pytest
+
+from kernelmap.render import html
+from tests.web.conftest import TREE_NAME
+
+pytestmark = pytest.mark.slow
+
+
+def embedded(page: str) -> dict:
+    m = re.search(r'<script type="application/json" class="km-data" data-encoding="([a-z0-9-]+)">(.*?)</script>', page, re.S)
+    assert m, "no embedded data"
+    return html.embedded_data(m.group(1), m.group(2))
+
+
+@pytest.fixture(scope="module")
+def client(app_server):
+    with httpx.Client(base_url=app_server.url, timeout=300) as c:
+        yield c
+
+
+def test_stack_page_is_the_library_answer(client, stack_document):
+    r = client.get("/stack", params={"target": "torch.nn.Conv2d", "device": "cuda"})
+    assert r.status_code == 200
+    assert embedded(r.text)["document"] == json.loads(json.dumps(stack_document))
+
+
+def test_where_callers_explain_gen_pages(client, context):
+    from kernelmap import api, graph
+    from kernelmap.codegen import locate
+    from kernelmap.graph.explain import explain
+    from kernelmap.render import explain as explain_render
+    from kernelmap.render import where as where_render
+    from kernelmap.render.json import to_json
+
+    doc = embedded(client.get("/where", params={"name": "aten::add.Tensor"}).text)["document"]
+    assert doc == json.loads(json.dumps(where_render.to_json(api.where("aten::add.Tensor", static=True))))
+    doc = embedded(client.get("/callers", params={"symbol": "cudnnConvolutionForward", "depth": "4"}).text)["document"]
+    assert doc == json.loads(json.dumps(to_json(graph.callers("cudnnConvolutionForward", context("cpu", require_tree=True), 4))))
+    doc = embedded(client.get("/explain", params={"op": "aten::mul.Tensor", "source": TREE_NAME}).text)["document"]
+    assert doc == json.loads(json.dumps(explain_render.to_json(explain("aten::mul.Tensor", context("cpu")))))
+    r = client.get("/gen", params={"op": "aten::conv2d", "layer": "binding"})
+    data = embedded(r.text)
+    assert data["document"]["kernelmap"] == "gen/2"
+    assert data["document"]["op"] == locate("aten::conv2d", layers=["binding"]).to_json()["op"]
+    # The binding is shown from the regenerated file, highlighted.
+    assert any("THPVariable_conv2d" in e for e in data["excerpts"].values())
+
+
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        ("/stack?target=torch.nn.NoSuchThing", "unknown name"),
+        ("/stack?target=conv2d&depth=many", "depth must be a whole number"),
+        ("/stack?target=conv2d&device=tpu", "device must be one of"),
+        ("/where?name=conv2", "closest: conv2d"),
+        ("/goto?name=no_such_function_anywhere", "no definition"),
+    ],
+)
+def test_bad_parameters_get_a_message(client, url, message):
+    r = client.get(url)
+    assert r.status_code in (400, 404)
+    assert message in r.text
+
+
+def test_empty_form_pages(client):
+    for name in ("where", "stack", "callers", "explain", "gen"):
+        r = client.get(f"/{name}")
+        assert r.status_code == 200 and f'action="/{name}"' in r.text
+
+
+def test_static_pages_never_import_torch(indexed_tree, generated):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from kernelmap.web.app import create_app\n"
+        "app = create_app()\n"
+        "from starlette.testclient import TestClient\n"
+        "import warnings; warnings.simplefilter('ignore')\n"
+        "c = TestClient(app)\n"
+        "for u in ['/stack?target=torch.nn.Conv2d&device=cuda', '/where?name=conv2d', '/search?q=conv2d',"
+        " '/gen?op=conv2d&layer=binding', '/explain?op=aten::add.Tensor', '/source?root=tree:debian-2.6.0&path=aten/src/ATen/native/Convolution.cpp']:\n"
+        "    assert c.get(u).status_code == 200, u\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

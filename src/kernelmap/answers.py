@@ -12,6 +12,7 @@ answer, which any renderer can show again.
 | gen/2         | kernelmap.codegen.sites.GeneratedCode    | gen                                       |
 | trace/2       | kernelmap.trace.summary.TraceReport      | trace (tree and summary)                  |
 | sources/1     | kernelmap.model.SourceList               | source list                               |
+| verify/1      | kernelmap.extend.compare.VerifyReport    | verify (see its to_json)                  |
 
 A document is a JSON object: `{"kernelmap": "<name>/<version>", ...fields}`.
 Documents that carry locations have an `origins` table (key -> kind,
@@ -53,6 +54,7 @@ ANSWERS: dict[str, tuple[int, str]] = {
     "gen": (2, "kernelmap.codegen.sites:GeneratedCode"),
     "trace": (2, "kernelmap.trace.summary:TraceReport"),
     "sources": (1, "kernelmap.model:SourceList"),
+    "verify": (1, "kernelmap.extend.compare:VerifyReport"),
 }
 
 

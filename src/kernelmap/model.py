@@ -200,6 +200,15 @@ def location_from_json(d: Mapping[str, Any] | None, origins: OriginTable | None 
 # versions are listed in kernelmap.answers.
 
 
+class Answer:
+    """What every answer shares: a notebook shows it as its HTML report."""
+
+    def _repr_html_(self) -> str:
+        from kernelmap.render.html import repr_html  # only in a notebook: the model imports no renderer otherwise
+
+        return repr_html(self)
+
+
 class DocumentError(KernelmapError):
     """A JSON document that is not the answer it should be."""
 
@@ -561,6 +570,11 @@ FACTS: dict[str, Fact] = {
     "closed": Fact("bool", "the library's source is closed"),
     "repository": Fact("str", "where an open library's source lives"),
     "dtype_case": Fact("str", "the AT_DISPATCH case taken for the selected dtype"),
+    # DSL overrides (torch._native)
+    "dsl": Fact("str", "the DSL an override is written in: triton, cutedsl, nvmath"),
+    "condition_at": Fact("str", "path:line of the condition function that decides whether an override runs"),
+    "aten_runs_when": Fact("str", "when ATen's kernel runs instead of the override"),
+    "registered": Fact("any", "whether the override is registered in this process (None: not asked)"),
     # markers set by the builders and processors
     "collapsed": Fact("str", "children not shown: a branch for another device or backend"),
     "cycle": Fact("str", "recursion cut: the node is already on the path above"),
@@ -643,7 +657,7 @@ CALLTREE_VERSION = 2
 
 
 @dataclass(frozen=True)
-class CallTree:
+class CallTree(Answer):
     root: CallNode
     notes: tuple[str, ...] = ()  # stated once at the top: version mismatches, missing layers
     meta: Mapping[str, Any] = field(default_factory=dict)  # kind (stack, callers, path, trace), target, device, ...
@@ -846,7 +860,7 @@ WHERE_VERSION = 2
 
 
 @dataclass(frozen=True)
-class WhereAnswer:
+class WhereAnswer(Answer):
     """The operator behind a name: its yaml entry and kernels, what the live
     dispatcher holds and runs, and (with a tree) where the code is."""
 
@@ -940,7 +954,7 @@ EXPLAIN_VERSION = 2
 
 
 @dataclass(frozen=True)
-class Explanation:
+class Explanation(Answer):
     """The anatomy of one operator call on one device, step by step."""
 
     op: str
@@ -990,7 +1004,7 @@ SOURCES_VERSION = 1
 
 
 @dataclass(frozen=True)
-class SourceList:
+class SourceList(Answer):
     trees: tuple[SourceEntry, ...]
 
     DOCUMENT = "sources"

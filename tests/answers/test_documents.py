@@ -101,3 +101,18 @@ def test_saved_tree_renders_again_with_other_options(tmp_path, indexed_tree, gen
     assert node.children == () and node.attrs["hidden"] > 0
     bad = run_kernelmap("render", str(tmp_path / "missing.json"))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def test_html_is_one_more_format_for_every_answer(tmp_path):
+    from kernelmap.render.html import document_of
+
+    out = tmp_path / "where.html"
+    done = run_kernelmap("where", "conv2d", "--static", "--html", str(out))
+    assert done.returncode == 0, done.stderr
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") or page.lstrip().lower().startswith("<!doctype html>")
+    answer = api.where("conv2d", static=True)
+    assert document_of(answer) == answer.to_json()
+    assert "<iframe" in answer._repr_html_()
+    bad = run_kernelmap("where", "conv2d", "--static", "--html", str(tmp_path / "missing" / "x.html"))
+    assert bad.returncode == 2 and bad.stderr.startswith("kernelmap: error: cannot write")

@@ -52,3 +52,12 @@ def test_the_cuda_glue_compiles_without_torch_cuda_headers(project):
     done = subprocess.run(["g++", "-std=c++20", "-fsyntax-only", *includes, str(root / "csrc" / f"{name}_cuda.cpp")],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_the_epilogue_refuses_what_it_cannot_handle_instead_of_skipping(myconv):
+    """fp16/bf16 results (autocast) and non-dense layouts get a TORCH_CHECK naming the dtype; channels_last,
+    dense, runs through the same flat loop as contiguous."""
+    glue = (myconv.root / "csrc" / "myconv_cuda.cpp").read_text()
+    assert "if (out.is_contiguous()" not in glue
+    assert "TORCH_CHECK(out.is_non_overlapping_and_dense()" in glue
+    assert 'not ", out.scalar_type()' in glue

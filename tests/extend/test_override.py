@@ -38,8 +38,17 @@ def test_registrations_are_restored_when_the_block_raises():
 
 def test_other_keys_are_untouched():
     x = torch.randn(3, device="meta")
-    with override("aten::relu", lambda self: self * 0 + 1, key="CPU") as o:
-        assert torch.relu(x).device.type == "meta"
+    with pytest.warns(UserWarning, match="the override of aten::relu for CPU received no calls"):
+        with override("aten::relu", lambda self: self * 0 + 1, key="CPU") as o:
+            assert torch.relu(x).device.type == "meta"
+    assert o.calls == 0
+
+
+def test_an_override_that_receives_no_calls_warns():
+    model = torch.nn.BatchNorm2d(3).eval()
+    with pytest.warns(UserWarning, match="aten::cudnn_batch_norm for CPU received no calls"):
+        with override("aten::cudnn_batch_norm", lambda *args: None, key="CPU") as o:
+            model(torch.randn(1, 3, 4, 4))
     assert o.calls == 0
 
 

@@ -101,3 +101,141 @@ def test_an_existing_folder_is_refused_unless_forced(kernelmap_cli, tmp_path):
     assert done.returncode == 0, done.stderr
     assert (out / "csrc" / "myrelu.cpp").is_file()
     assert (out / "notes.txt").read_text() == "mine"  # --force rewrites the scaffold's files, nothing else
+
+
+def test_force_keeps_the_users_files_and_replaces_only_its_own(kernelmap_cli, tmp_path):
+    out = tmp_path / "myrelu"
+    first = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(out))
+    assert first.returncode == 0, first.stderr
+    (out / "tests" / "test_important.py").write_text("def test_mine():\n    pass\n")
+    (out / "build").mkdir()
+    (out / "build" / "notes.txt").write_text("mine")
+    (out / "csrc" / "myrelu.cpp").write_text("// edited, then regenerated with --force\n")
+    again = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(out), "--force")
+    assert again.returncode == 0, again.stderr
+    assert (out / "tests" / "test_important.py").read_text() == "def test_mine():\n    pass\n"
+    assert (out / "build" / "notes.txt").read_text() == "mine"
+    assert "TORCH_LIBRARY" in (out / "csrc" / "myrelu.cpp").read_text()
+    # a scaffold under another name removes the previous scaffold's files, and only those
+    renamed = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu2", "--out", str(out), "--force")
+    assert renamed.returncode == 0, renamed.stderr
+    assert not (out / "csrc" / "myrelu.cpp").exists() and (out / "csrc" / "myrelu2.cpp").is_file()
+    assert (out / "tests" / "test_important.py").is_file()
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert sorted(manifest["files"]) == sorted(str(p.relative_to(out)) for p in out.rglob("*")
+                                               if p.is_file() and p.parts[len(out.parts)] not in ("build",)
+                                               and p.name != "test_important.py")
+    assert not list(out.rglob("*.kernelmap-tmp"))
+
+
+def test_force_refuses_a_file_it_did_not_write(kernelmap_cli, tmp_path):
+    out = tmp_path / "p"
+    (out / "tests").mkdir(parents=True)
+    (out / "tests" / "conftest.py").write_text("# the user's conftest\n")
+    done = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(out), "--force")
+    assert done.returncode == 2
+    assert "not a file of a previous scaffold" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert (out / "tests" / "conftest.py").read_text() == "# the user's conftest\n"
+    assert sorted(p.name for p in out.rglob("*")) == ["conftest.py", "tests"]  # nothing half-written
+
+
+@pytest.mark.parametrize("link", ["tests", "tests/conftest.py"])
+def test_force_refuses_symlinks(kernelmap_cli, tmp_path, link):
+    out = tmp_path / "p"
+    assert kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(out)).returncode == 0
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "conftest.py").write_text("outside\n")
+    target = out / link
+    if target.is_dir():
+        import shutil
+
+        shutil.rmtree(target)
+        target.symlink_to(outside, target_is_directory=True)
+    else:
+        target.unlink()
+        target.symlink_to(outside / "conftest.py")
+    done = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(out), "--force")
+    assert done.returncode == 2, done.stderr
+    assert "symbolic link" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in outside.iterdir()) == ["conftest.py"]
+    assert (outside / "conftest.py").read_text() == "outside\n"
+
+
+def test_a_manifest_of_another_shape_is_refused(kernelmap_cli, tmp_path):
+    out = tmp_path / "p"
+    out.mkdir()
+    (out / MANIFEST).write_text('["not", "a", "manifest"]')
+    done = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(out), "--force")
+    assert done.returncode == 2 and "not a manifest written by kernelmap scaffold" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--name", "r" * 65], "at most 64"),
+        (["--name", "r" * 300], "at most 64"),
+        (["--name", "__init__"], "reserved in C++"),
+        (["--name", "delete"], "C++ keyword"),
+        (["--name", "9lives"], "must be an identifier"),
+        (["--name", "r", "--namespace", "int"], "C++ keyword"),
+        (["--name", "r", "--namespace", "template"], "C++ keyword"),
+        (["--name", "r", "--namespace", "aten"], "PyTorch's own"),
+        (["--name", "r", "--namespace", "a-b"], "must be an identifier"),
+    ],
+)
+def test_names_that_cannot_compile_are_refused(kernelmap_cli, tmp_path, args, message):
+    done = kernelmap_cli("scaffold", "aten::relu", *args, "--out", str(tmp_path / "out"))
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unwritable_out_is_one_line(kernelmap_cli, tmp_path):
+    import os
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):
+            pytest.skip("running as a user who can write anywhere")
+        done = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(locked / "p"))
+        assert done.returncode == 2, done.stderr
+        assert "cannot write the project" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+        assert list(locked.iterdir()) == []
+    finally:
+        locked.chmod(0o700)
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "name_too_long"])
+def test_an_impossible_out_is_one_line(kernelmap_cli, tmp_path, where):
+    (tmp_path / "afile").write_text("x")
+    out = tmp_path / "afile" / "p" if where == "under_a_file" else tmp_path / ("p" * 300) / "q"
+    done = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(out))
+    assert done.returncode == 2, done.stderr
+    assert "kernelmap: error:" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_the_convolution_takes_its_flags_from_the_users_settings(tmp_path, tree_2_6):
+    """aten::convolution passes the global context's cuDNN flags to at::_convolution; so does the scaffold,
+    on both routes, and never a constant."""
+    import re
+
+    from kernelmap.extend import scaffold
+
+    native = (tree_2_6 / "aten/src/ATen/native/Convolution.cpp").read_text()
+    body = native[native.index("at::Tensor convolution("):]
+    body = body[:body.index("\n}\n")]
+    getters = set(re.findall(r"ctx\.(\w+)\(\)", body))
+    assert {"benchmarkCuDNN", "deterministicCuDNN", "userEnabledCuDNN", "allowTF32CuDNN"} <= getters
+    out = tmp_path / "c"
+    scaffold("aten::convolution", "flagconv", out=out, cuda=True)
+    for rel in ("csrc/flagconv.cpp", "csrc/flagconv_cuda.cpp"):
+        text = (out / rel).read_text()
+        call = text[text.index("at::_convolution("):]
+        call = call[:call.index(";")]
+        for getter in getters:
+            assert f"at::globalContext().{getter}()" in call, (rel, getter)
+        assert not re.search(r"=\*/\s*(true|false)", call), call

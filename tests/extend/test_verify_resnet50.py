@@ -28,12 +28,15 @@ def conv_layers() -> int:
 
 def test_neutral_parameter_gives_identical_outputs(myconv, conv_layers):
     report = verify(RESNET50, OVERRIDE, runs=1, load=[myconv.root], extra_args={"scale": 1.0})
-    assert report.outputs.identical, report.lines()
+    from kernelmap.render.verify import to_text
+
+    text = to_text(report, width=200, color=False)
+    assert report.outputs.identical, text
     assert report.calls_per_run == {"aten::convolution": conv_layers}
     assert report.original_s > 0 and report.override_s > 0
-    text = report.lines()
-    assert f"calls      aten::convolution: {conv_layers} per run routed to the override" in text
-    assert any(line.startswith("outputs") and line.endswith("identical") for line in text)
+    assert report.passed and report.ops[0].error.identical and report.ops[0].sampled > 0
+    assert any(line.startswith("outputs") and line.endswith("identical") for line in text.splitlines())
+    assert text.splitlines()[-1] == "verdict    PASS: every result within tolerance"
 
 
 def test_another_value_changes_the_outputs(myconv, conv_layers):
@@ -59,11 +62,12 @@ def test_the_command_reports_calls_and_differences(myconv, conv_layers, kernelma
     assert library.is_file()
     done = kernelmap_cli("verify", str(RESNET50), "--load", str(library), "--override",
                          "aten::convolution=kernelmap_ext::myconv", "--extra-args", "scale=1.5", "--runs", "1", "--json")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # a scale of 1.5 is far outside tolerance
     report = json.loads(done.stdout)
-    assert report["calls_per_run"] == {"aten::convolution": conv_layers}
-    assert report["overrides"][0]["extra_args"] == {"scale": 1.5}
-    assert not report["outputs"]["identical"]
+    assert report["kernelmap"] == "verify/1" and report["passed"] is False
+    assert report["ops"][0]["calls_per_run"] == conv_layers
+    assert report["ops"][0]["extra_args"] == {"scale": 1.5}
+    assert not report["outputs"]["identical"] and not report["outputs"]["within"]
 
 
 @pytest.mark.parametrize(

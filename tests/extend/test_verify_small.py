@@ -40,10 +40,15 @@ def model_file(tmp_path):
 def test_a_neutral_python_override_changes_nothing(model_file):
     report = verify(model_file, {"aten::convolution": conv_via_aten}, runs=2, backward=True)
     assert report.outputs.identical and report.gradients.identical
+    # forward and backward: ConvolutionBackward0 calls convolution_backward, never the override
     assert report.calls_per_run == {"aten::convolution": 2}
     # input gradient + weight and bias of two convolutions
     assert report.gradients.count == 5
-    assert report.to_json()["calls_per_run"] == {"aten::convolution": 2}
+    assert report.passed
+    (row,) = report.ops
+    assert row.calls_per_run == 2 and row.sampled == 2 and row.backward_reruns == 0
+    assert row.error.identical and row.original_s > 0 and row.override_s > 0
+    assert report.original.backward_s > 0 and report.override.backward_s > 0
 
 
 def test_a_changed_result_is_measured(model_file):
@@ -51,6 +56,9 @@ def test_a_changed_result_is_measured(model_file):
     assert not report.outputs.identical
     assert report.outputs.worst == "output"
     assert report.outputs.max_rel > 0
+    assert not report.passed and not report.outputs.within and report.outputs.outside == "output"
+    (row,) = report.ops
+    assert not row.error.within and row.error.max_rel > 0.4  # each call doubles its result
 
 
 def test_model_fn_names_another_factory(model_file):
@@ -90,3 +98,124 @@ def test_load_takes_only_projects_and_libraries(tmp_path, model_file):
     fake.write_text("not a library")
     with pytest.raises(BadInput, match="cannot load"):
         load_extension(fake)
+
+
+# A model file that defines its own custom operator (torch.library.custom_op,
+# no compiler): a convolution times `scale`.
+CUSTOM = MODEL + '''
+
+@torch.library.custom_op("kernelmap_test::scaled_conv", mutates_args=())
+def scaled_conv(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: list[int],
+                padding: list[int], dilation: list[int], transposed: bool, output_padding: list[int], groups: int,
+                *, scale: float = 1.0) -> torch.Tensor:
+    return torch.ops.aten._convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+                                       groups, False, False, True, True) * scale
+
+
+def checkpointed():
+    """model(), its forward recomputed in the backward (activation checkpointing)."""
+    inner = model()
+    return lambda x: torch.utils.checkpoint.checkpoint(inner, x, use_reentrant=False)
+'''
+
+
+@pytest.fixture(scope="module")
+def custom_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("verify") / "custom.py"
+    path.write_text(CUSTOM)
+    return path
+
+
+def verify_cli(kernelmap_cli, path, *args):
+    return kernelmap_cli("verify", str(path), "--override", "aten::convolution=kernelmap_test::scaled_conv", "--runs", "1", *args)
+
+
+def test_exit_status_0_within_tolerance_and_1_beyond(kernelmap_cli, custom_file):
+    import json
+
+    from kernelmap.extend.compare import VerifyReport
+
+    # a relative change of 1e-4 is outside float32's default rtol (1.3e-6) but within --rtol 1e-3
+    beyond = verify_cli(kernelmap_cli, custom_file, "--extra-args", "scale=1.0001")
+    assert beyond.returncode == 1, beyond.stderr
+    assert "verdict    FAIL: results outside tolerance" in beyond.stdout
+    within = verify_cli(kernelmap_cli, custom_file, "--extra-args", "scale=1.0001", "--rtol", "1e-3", "--atol", "1e-5", "--json")
+    assert within.returncode == 0, within.stderr
+    document = json.loads(within.stdout)
+    assert document["kernelmap"] == "verify/1" and document["passed"] is True
+    report = VerifyReport.from_json(document)
+    assert report.rtol == 1e-3 and report.outputs.within and not report.outputs.identical
+    assert report.to_json() == document
+    # the same numbers against assert_close itself
+    assert 1e-4 > torch.testing._comparison.default_tolerances(torch.empty(1))[0]
+
+
+def test_a_backward_that_reruns_the_original_is_named(custom_file):
+    report = verify(custom_file, {"aten::convolution": "kernelmap_test::scaled_conv"}, runs=1, backward=True,
+                    model_fn="checkpointed")
+    (row,) = report.ops
+    # two convolutions in the forward, run again by the backward's recomputation (which may stop early)
+    assert row.backward_reruns > 0 and row.calls_per_run > 2
+    assert report.passed
+    from kernelmap.render.verify import to_text
+
+    text = to_text(report, width=160, color=False)
+    assert f"aten::convolution: the backward runs it again {row.backward_reruns} time(s) per run" in text
+    assert "backward   original" in text and "forward    original" in text
+
+
+BN_MODEL = '''
+import torch
+
+def model():
+    return torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.BatchNorm2d(4))
+
+def example_input():
+    return torch.randn(1, 2, 6, 6)
+'''
+
+
+def test_an_override_of_an_op_that_does_not_run_warns_with_the_op_that_does(tmp_path, kernelmap_cli):
+    from torch.profiler import ProfilerActivity, profile
+
+    path = tmp_path / "bn.py"
+    path.write_text(BN_MODEL)
+    report = verify(path, {"aten::cudnn_batch_norm": lambda *a: None}, runs=1)
+    (row,) = report.ops
+    assert row.calls_per_run == 0 and row.error is None and not report.passed
+    # what runs instead, read from the profiler over the same model
+    from kernelmap.extend.compare import load_model_file
+
+    factory, example = load_model_file(path)
+    with profile(activities=[ProfilerActivity.CPU]) as prof, torch.no_grad():
+        factory().eval()(example())
+    ran = {e.key: e.count for e in prof.key_averages() if "batch_norm" in e.key and e.key != "aten::cudnn_batch_norm"}
+    assert ran and dict(row.runs_instead) == ran
+    assert row.runs_instead[0][1] == 2  # two batch norms per run
+    done = kernelmap_cli("verify", str(path), "--override", "aten::convolution=kernelmap_test::nothing", "--runs", "1")
+    assert done.returncode == 2 and "unknown name" in done.stderr
+
+
+def test_a_missing_model_file_is_not_blamed_on_the_override(kernelmap_cli, tmp_path):
+    done = kernelmap_cli("verify", str(tmp_path / "missing.py"), "--override", "aten::convolution=kernelmap_ext::absent")
+    assert done.returncode == 2 and "no model file" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise ValueError('my bug')\n")
+    done = kernelmap_cli("verify", str(broken), "--override", "aten::convolution=kernelmap_ext::absent")
+    assert done.returncode == 2 and "fails to load: ValueError: my bug" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, message", [(["--rtol", "-1"], "--rtol must be"), (["--atol", "nan"], "--atol must be")])
+def test_bad_tolerances(kernelmap_cli, model_file, args, message):
+    done = kernelmap_cli("verify", str(model_file), "--override", "aten::convolution=kernelmap_ext::absent", *args)
+    assert done.returncode == 2 and message in done.stderr
+
+
+def test_from_json_refuses_another_document():
+    from kernelmap.extend.compare import VerifyReport
+
+    with pytest.raises(BadInput, match="not a verify/1 document"):
+        VerifyReport.from_json({"kernelmap": "verify/2"})
+    with pytest.raises(BadInput, match="missing or malformed"):
+        VerifyReport.from_json({"kernelmap": "verify/1"})

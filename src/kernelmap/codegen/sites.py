@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from kernelmap.model import Location, OperatorName, Origin, OriginTable, check_document, document
+from kernelmap.model import Answer, Location, OperatorName, Origin, OriginTable, check_document, document
 
 
 class Layer(str, enum.Enum):
@@ -167,7 +167,7 @@ GEN_VERSION = 2
 
 
 @dataclass(frozen=True)
-class GeneratedCode:
+class GeneratedCode(Answer):
     """Everything generated for one operator, per layer."""
 
     op: OperatorName

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import json
 
 import click
 
+from kernelmap.commands.options import output_options
 from kernelmap.extend.project import DEFAULT_NAMESPACE
 
 
@@ -50,28 +50,32 @@ def scaffold(op: str, name: str, namespace: str, cuda: bool, extra: tuple[str, .
 @click.option("--backward", is_flag=True, help="Also run backward and compare the gradients of the input and every parameter.")
 @click.option("--runs", type=int, default=5, show_default=True, help="Timed runs of each; the median is reported.")
 @click.option("--model-fn", default=None, help="Name of the model factory in MODEL_FILE [default: model, or its only public function].")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--rtol", type=float, default=None, help="Relative tolerance [default: torch.testing.assert_close's for each dtype].")
+@click.option("--atol", type=float, default=None, help="Absolute tolerance [default: torch.testing.assert_close's for each dtype].")
+@output_options
 def verify(model_file: str, overrides: tuple[str, ...], key: str, load: tuple[str, ...], extra_args: tuple[str, ...],
-           backward: bool, runs: int, model_fn: str | None, as_json: bool) -> None:
-    """Run a model with and without overrides; report differences, timings and calls routed.
+           backward: bool, runs: int, model_fn: str | None, rtol: float | None, atol: float | None, as_json: bool,
+           width: int | None, html: str | None) -> None:
+    """Run a model with and without overrides; a verdict, a table per overridden operator, timings.
 
     MODEL_FILE defines example_input() and a model factory: model(), or its one
     public function (resnet50 in examples/resnet50.py). The model runs in eval
-    mode with torch.manual_seed(0).
+    mode with torch.manual_seed(0). Exit status 0 when every output (and
+    gradient) is within --rtol/--atol and every override received calls, 1
+    otherwise, 2 for bad input.
 
     \b
     Example:
       kernelmap verify examples/resnet50.py --load myconv \\
-          --override aten::convolution=kernelmap_ext::myconv --extra-args scale=1.0 --runs 3
+          --override aten::convolution=kernelmap_ext::myconv --extra-args scale=1.0 --runs 3 --rtol 1e-5 --atol 1e-6
     """
     from kernelmap.extend.compare import parse_extra_args, parse_override
     from kernelmap.extend.compare import verify as run
+    from kernelmap.commands.options import emit
 
     pairs = dict(parse_override(o) for o in overrides)
     report = run(model_file, pairs, key=key, backward=backward, runs=runs, load=load,
-                 extra_args=parse_extra_args(extra_args), model_fn=model_fn)
-    if as_json:
-        click.echo(json.dumps(report.to_json(), indent=2))
-    else:
-        for line in report.lines():
-            click.echo(line)
+                 extra_args=parse_extra_args(extra_args), model_fn=model_fn, rtol=rtol, atol=atol)
+    emit(report, as_json, width, html)
+    if not report.passed:
+        click.get_current_context().exit(1)

@@ -22,7 +22,7 @@ LAYERS = ("binding", "ops", "autograd", "register", "ufunc", "all")
 @source_option
 @click.option("--regenerate", is_flag=True, help="Generate the files again even if the cache has them.")
 @output_options
-def gen(op: str, layer: str, source: str | None, regenerate: bool, as_json: bool, width: int | None) -> None:
+def gen(op: str, layer: str, source: str | None, regenerate: bool, as_json: bool, width: int | None, html: str | None) -> None:
     """Show the generated code behind operator OP: the code that exists only
     in a PyTorch build directory, regenerated with torchgen and cached.
 
@@ -46,4 +46,4 @@ def gen(op: str, layer: str, source: str | None, regenerate: bool, as_json: bool
         tree = select_tree(source).root
     layers = tuple(Layer) if layer == "all" else (Layer(layer),)
     code = locate(op, layers=layers, tree=tree, progress=True, regenerate=regenerate)
-    emit(code, as_json, width)
+    emit(code, as_json, width, html)

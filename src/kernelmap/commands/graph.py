@@ -19,7 +19,7 @@ from kernelmap.graph.rules import DEFAULT_DEPTH
 @click.option("--all-calls", is_flag=True, help="Also show tensor utility calls and helpers that reach nothing else.")
 @source_option
 @output_options
-def stack(target, device, dtype, requires_grad, depth, all_branches, all_calls, source, as_json, width):
+def stack(target, device, dtype, requires_grad, depth, all_branches, all_calls, source, as_json, width, html):
     """Show what a call of TARGET runs, top-down, down to kernels and vendor calls.
 
     TARGET is a Python name (torch.nn.Conv2d, torch.nn.functional.conv2d,
@@ -35,7 +35,7 @@ def stack(target, device, dtype, requires_grad, depth, all_branches, all_calls, 
 
     depth_check(depth)
     context = graph.open_context(device, requires_grad, all_branches, source, all_calls=all_calls, dtype=dtype)
-    emit(graph.stack(target, context, depth), as_json, width)
+    emit(graph.stack(target, context, depth), as_json, width, html)
 
 
 @click.command()
@@ -43,7 +43,7 @@ def stack(target, device, dtype, requires_grad, depth, all_branches, all_calls, 
 @click.option("--depth", type=int, default=DEFAULT_DEPTH, show_default=True, help="How many levels to climb.")
 @source_option
 @output_options
-def callers(symbol, depth, source, as_json, width):
+def callers(symbol, depth, source, as_json, width, html):
     """Show who calls SYMBOL, up through stubs and the dispatcher to operators and Python.
 
     SYMBOL is a C++ function (raw_cudnn_convolution_forward_out,
@@ -58,7 +58,7 @@ def callers(symbol, depth, source, as_json, width):
 
     depth_check(depth)
     context = graph.open_context(source=source, require_tree=True)
-    emit(graph.callers(symbol, context, depth), as_json, width)
+    emit(graph.callers(symbol, context, depth), as_json, width, html)
 
 
 @click.command()
@@ -67,7 +67,7 @@ def callers(symbol, depth, source, as_json, width):
 @dtype_option
 @source_option
 @output_options
-def explain(op, device, dtype, source, as_json, width):
+def explain(op, device, dtype, source, as_json, width, html):
     """Explain one operator call step by step, with the real code of each step.
 
     Python argument parsing, autograd, the registration wrapper, then the
@@ -83,4 +83,4 @@ def explain(op, device, dtype, source, as_json, width):
     from kernelmap.graph.explain import explain as explain_op
 
     context = graph.open_context(device, source=source, dtype=dtype)
-    emit(explain_op(op, context), as_json, width)
+    emit(explain_op(op, context), as_json, width, html)

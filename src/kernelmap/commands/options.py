@@ -78,7 +78,9 @@ def _width(ctx: click.Context, param: click.Parameter, value: int | None) -> int
 
 
 def output_options(f: Callable) -> Callable:
-    """--json (the answer's document) and --width (text columns)."""
+    """--json (the answer's document), --html FILE (a self-contained report)
+    and --width (text columns)."""
+    f = click.option("--html", "html", type=click.Path(dir_okay=False), default=None, help="Also write the answer as one self-contained HTML file.")(f)
     f = click.option("--width", type=int, default=None, callback=_width, help="Text width in columns (default: the terminal's).")(f)
     f = click.option("--json", "as_json", is_flag=True, help="Print the answer's JSON document (see kernelmap.answers).")(f)
     return f
@@ -90,10 +92,36 @@ def depth_check(value: int) -> int:
     return value
 
 
-def emit(answer: Any, as_json: bool = False, width: int | None = None, **options: Any) -> None:
-    """Write `answer` to standard output: its JSON document, or text at
-    `width` (coloured only on a terminal)."""
+def write_html(answer: Any, path: str) -> None:
+    """The answer's HTML report, written aside and renamed into place, with
+    excerpts read from the registered trees, the generated-code cache and the wheel."""
+    import os
+    import tempfile
+    from pathlib import Path
+
     from kernelmap.render import render
+    from kernelmap.web.files import SourceFiles
+
+    text = render(answer, "html", excerpt=SourceFiles.discover().excerpt)
+    target = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent if str(target.parent) else ".")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except OSError as e:
+        raise BadInput(f"cannot write {path}: {e.strerror}") from None
+    click.echo(f"wrote {path}", err=True)
+
+
+def emit(answer: Any, as_json: bool = False, width: int | None = None, html: str | None = None, **options: Any) -> None:
+    """Write `answer` to standard output: its JSON document, or text at
+    `width` (coloured only on a terminal); with `html`, also its report."""
+    from kernelmap.render import render
+
+    if html is not None:
+        write_html(answer, html)
 
     if as_json:
         text = render(answer, "json")

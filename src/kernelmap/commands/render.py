@@ -18,7 +18,7 @@ from kernelmap.commands.options import emit, output_options
 @click.option("--prune", is_flag=True, help="Drop tensor utility calls and helpers that reach nothing else.")
 @click.option("--min-us", type=float, default=0.0, help="Hide trace nodes shorter than this many microseconds.")
 @output_options
-def render_(document, depth, hide, collapse_branches, prune, min_us, as_json, width):
+def render_(document, depth, hide, collapse_branches, prune, min_us, as_json, width, html):
     """Render a saved answer (any kernelmap --json document) again, as text or JSON.
 
     Call trees (stack, callers, trace) can be reshaped: cut at a depth,
@@ -61,4 +61,4 @@ def render_(document, depth, hide, collapse_branches, prune, min_us, as_json, wi
         answer = reshape(answer)
     elif getattr(answer, "DOCUMENT", "") == "trace" and answer.tree is not None:
         answer = dataclasses.replace(answer, tree=reshape(answer.tree))
-    emit(answer, as_json, width, min_us=min_us)
+    emit(answer, as_json, width, html, min_us=min_us)

@@ -82,7 +82,7 @@ def fetch(commit: str | None, timeout: float) -> None:
 
 @source.command("list")
 @output_options
-def list_(as_json: bool, width: int | None) -> None:
+def list_(as_json: bool, width: int | None, html: str | None) -> None:
     """List the registered trees.
 
     \b
@@ -93,7 +93,7 @@ def list_(as_json: bool, width: int | None) -> None:
     from kernelmap.source import index_path, list_trees
 
     trees = tuple(SourceEntry(t.name, str(t.root), t.version, t.commit, t.kind, index_path(t).exists()) for t in list_trees())
-    emit(SourceList(trees), as_json, width)
+    emit(SourceList(trees), as_json, width, html)
 
 
 @source.command("remove")
@@ -153,7 +153,7 @@ def index(source: str | None, jobs: int | None) -> None:
 @source_option
 @click.option("--limit", default=50, show_default=True, help="At most this many references (0 or more).")
 @output_options
-def find(name: str, source: str | None, limit: int, as_json: bool, width: int | None) -> None:
+def find(name: str, source: str | None, limit: int, as_json: bool, width: int | None, html: str | None) -> None:
     """Print the definitions of NAME and the places that call or register it.
 
     NAME is qualified (at::native::_convolution), bare (cudnn_convolution),
@@ -171,4 +171,4 @@ def find(name: str, source: str | None, limit: int, as_json: bool, width: int | 
     tree = select_tree(source)
     with open_index(tree) as ix:
         found = find_name(ix, name, limit=limit)
-    emit(found, as_json, width)
+    emit(found, as_json, width, html)

@@ -81,8 +81,11 @@ def _print_error(error: BaseException) -> None:
 @click.option("--all-frames", is_flag=True, help="Keep every Python frame (by default frames that ran no operator and module-call wrappers are dropped).")
 @source_option
 @click.option("--export-chrome", type=click.Path(dir_okay=False), help="Write the trace with kernelmap's source links in each event's args (opens in Perfetto).")
+@click.option("--html", "html", type=click.Path(dir_okay=False), default=None, help="Also write the trace as one self-contained HTML report.")
 @click.option("--width", type=int, default=None, callback=_width, help="Output width (default: the terminal's).")
-def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, min_us, top, all_frames, source, export_chrome, width):
+@click.option("--warmup", type=click.IntRange(min=0), default=0, show_default=True, help="Run the target this many times unprofiled first, so the cold first call is not traced.")
+@click.option("--steps", type=click.IntRange(min=1), default=1, show_default=True, help="Profile this many runs of the target (after the warm-up ones).")
+def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, min_us, top, all_frames, source, export_chrome, width, html, warmup, steps):
     """Run Python code under the profiler (or read a trace) and show what ran.
 
     TARGET is a script (run as `python script.py ARGS...`) or
@@ -107,6 +110,7 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
       kernelmap trace train.py --epochs 1 -- --json
       kernelmap trace -c "import torch; torch.nn.Conv2d(3, 8, 3)(torch.randn(1, 3, 32, 32))"
       kernelmap trace mypkg.bench:step --no-tree --top 10
+      kernelmap trace mypkg.bench:step --warmup 2 --steps 3 --no-tree
       kernelmap trace --from trace.json.gz --export-chrome annotated.json
     """
     from kernelmap import trace as tracing
@@ -132,7 +136,9 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
     if args and target is None:
         raise BadInput("arguments are passed to a script; give the script first")
     source_tree = source
-    options = {"keep_frames": all_frames, "source_tree": source_tree}
+    options = {"keep_frames": all_frames, "source_tree": source_tree, "warmup": warmup, "steps": steps}
+    if from_file is not None and (warmup or steps != 1):
+        raise BadInput("--warmup and --steps run code; a trace read --from a file was recorded already")
     if from_file is not None:
         try:
             result = tracing.load(from_file, keep_frames=all_frames, source_tree=source_tree)
@@ -152,6 +158,11 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
         except OSError as e:
             raise BadInput(f"cannot write --export-chrome {export_chrome}: {e.strerror}") from None
     from kernelmap.trace.summary import TraceReport
+
+    if html is not None:
+        from kernelmap.commands.options import write_html
+
+        write_html(TraceReport(result.tree, result.summary()), html)
 
     if as_json:
         emit(TraceReport(result.tree if tree else None, result.summary() if summary else None), True)

@@ -17,7 +17,7 @@ from kernelmap.commands.options import DEVICES, device_option, dtype_option, emi
 @click.option("--static", is_flag=True, help="Answer from the catalog only: never import torch.")
 @source_option
 @output_options
-def where(name, device, dtype, requires_grad, autocast, inference_mode, static, source, as_json, width):
+def where(name, device, dtype, requires_grad, autocast, inference_mode, static, source, as_json, width, html):
     """Show where the operator behind NAME is declared and which kernels run it.
 
     NAME is an operator (conv2d, aten::conv2d, aten::add.Tensor) or a Python
@@ -42,4 +42,4 @@ def where(name, device, dtype, requires_grad, autocast, inference_mode, static, 
         static=static,
         source=source,
     )
-    emit(answer, as_json, width)
+    emit(answer, as_json, width, html)

@@ -1,7 +1,11 @@
-"""`verify`: run a model with and without overrides and compare: the largest
-absolute and relative differences of the outputs (and, with `backward`, of the
-gradients of the input and every parameter), the median time of each, and how
-many calls each override received.
+"""`verify`: run a model with and without overrides and give a verdict: the
+largest absolute and relative differences of the outputs (and, with
+`backward`, of the gradients of the input and every parameter), whether each
+tensor is within tolerance (`torch.testing.assert_close`'s rule and per-dtype
+defaults), the time of each side split into forward and backward, and per
+overridden operator: calls routed, its own error and time on the calls it got,
+whether the backward re-runs the original, and, when it got no calls, the
+operators of its kind that the model does run.
 
 The model file convention: a Python file defining
   - `example_input()` -> a tensor, or a tuple of tensors passed positionally;
@@ -11,9 +15,17 @@ The model file convention: a Python file defining
 Factories are called with no arguments, after `torch.manual_seed(0)`. The model
 runs in eval mode (batch norm uses its running statistics), so runs compare.
 
-Timings are medians over `runs` runs, after one untimed warm-up run of the
-original; the first timed run of each side gives the outputs compared. Relative error is normwise: max |custom - original| / max |original|, per
-tensor, the largest over tensors.
+Note [verify runs]
+One untimed warm-up run of the original; `runs` timed runs of the original
+(forward and backward timed apart); with the overrides installed, one probe
+run under torch.profiler that keeps the arguments and results of the first
+calls of each override and records which operators ran; then `runs` timed
+runs. The probe run's results are the ones compared. After the overrides are
+removed, the kept calls are replayed through the original operator and the
+override alone, which gives each operator's own error and time. Relative error
+is normwise: max |custom - original| / max |original|, per tensor, the largest
+over tensors; the pass/fail rule is assert_close's elementwise
+|custom - original| <= atol + rtol * |original| (NaN where both are NaN).
 """
 
 from __future__ import annotations
@@ -21,11 +33,12 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import inspect
+import re
 import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +46,11 @@ from kernelmap.errors import BadInput
 from kernelmap.extend.build import load_extension
 from kernelmap.extend.overrides import Override, check_override_schema, override, resolve_op
 
-__all__ = ["Difference", "VerifyReport", "verify", "load_model_file", "parse_override", "parse_extra_args"]
+__all__ = ["Difference", "Timing", "OpReport", "VerifyReport", "verify", "load_model_file", "parse_override",
+           "parse_extra_args", "ops_like"]
+
+FORMAT = "verify/1"
+SAMPLES = 16  # calls of each override kept in the probe run for its own error and time
 
 
 @dataclass(frozen=True)
@@ -44,62 +61,144 @@ class Difference:
     max_rel: float
     worst: str  # the tensor with the largest absolute difference: "output[0]", "layer1.0.conv1.weight"
     count: int  # tensors compared
+    within: bool  # every element of every tensor within atol + rtol * |original|
+    outside: str = ""  # the first tensor that is not within tolerance
 
     @property
     def identical(self) -> bool:
         return self.max_abs == 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"max_abs": self.max_abs, "max_rel": self.max_rel, "worst": self.worst, "tensors": self.count, "identical": self.identical}
+        return {"max_abs": _num(self.max_abs), "max_rel": _num(self.max_rel), "worst": self.worst, "tensors": self.count,
+                "identical": self.identical, "within": self.within, "outside": self.outside}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Difference:
+        return cls(float(d["max_abs"]), float(d["max_rel"]), d["worst"], d["tensors"], d["within"], d.get("outside", ""))
+
+
+def _num(x: float) -> float | str:
+    """JSON has no inf or nan: those go as strings float() reads back."""
+    return x if x == x and abs(x) != float("inf") else str(x)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Median seconds per run of one side."""
+
+    forward_s: float
+    backward_s: float | None  # with backward only
+
+    @property
+    def total_s(self) -> float:
+        return self.forward_s + (self.backward_s or 0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"forward_s": self.forward_s, "backward_s": self.backward_s}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Timing:
+        return cls(d["forward_s"], d["backward_s"])
+
+
+@dataclass(frozen=True)
+class OpReport:
+    """One overridden operator in a verify run."""
+
+    op: str  # "aten::convolution"
+    target: str  # "kernelmap_ext::myconv", or a Python qualname
+    key: str
+    extra_args: Mapping[str, Any]
+    calls_per_run: int  # calls routed to the target in one forward (and backward) run
+    backward_reruns: int  # calls of the original operator made during one backward of the overridden run
+    error: Difference | None  # the target against the original on the calls it got (None: no calls)
+    sampled: int  # calls that error and times are measured on
+    original_s: float | None  # median seconds over the sampled calls, the original operator
+    override_s: float | None  # the same calls, the target alone
+    runs_instead: tuple[tuple[str, int], ...] = ()  # with no calls: operators of its kind that ran, calls per run
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "op": self.op, "target": self.target, "key": self.key, "extra_args": dict(self.extra_args),
+            "calls_per_run": self.calls_per_run, "backward_reruns": self.backward_reruns,
+            "error": self.error.to_json() if self.error else None, "sampled": self.sampled,
+            "time_s": {"original": self.original_s, "override": self.override_s},
+            "runs_instead": [{"op": op, "calls_per_run": n} for op, n in self.runs_instead],
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> OpReport:
+        return cls(d["op"], d["target"], d["key"], dict(d["extra_args"]), d["calls_per_run"], d["backward_reruns"],
+                   Difference.from_json(d["error"]) if d["error"] else None, d["sampled"],
+                   d["time_s"]["original"], d["time_s"]["override"],
+                   tuple((r["op"], r["calls_per_run"]) for r in d["runs_instead"]))
 
 
 @dataclass(frozen=True)
 class VerifyReport:
+    """The answer of `verify` (Note [verify runs])."""
+
+    DOCUMENT = "verify"  # the renderer table's key; the document is verify/1
+
     model: str
-    overrides: tuple[Override, ...]
     runs: int
     backward: bool
+    rtol: float | None  # as given; None: assert_close's default for each tensor's dtype
+    atol: float | None
     outputs: Difference
     gradients: Difference | None  # with backward only
-    original_s: float  # median seconds per run (forward, or forward and backward)
-    override_s: float
-    calls_per_run: Mapping[str, int] = field(default_factory=dict)  # "aten::convolution" -> calls in one run
+    original: Timing
+    override: Timing
+    ops: tuple[OpReport, ...]
+
+    @property
+    def passed(self) -> bool:
+        """Within tolerance (the model's results and each override's own), and every override
+        received calls (else nothing of it was verified)."""
+        return (self.outputs.within and (self.gradients is None or self.gradients.within)
+                and all(o.calls_per_run > 0 and o.error is not None and o.error.within for o in self.ops))
+
+    @property
+    def calls_per_run(self) -> dict[str, int]:
+        return {o.op: o.calls_per_run for o in self.ops}
+
+    @property
+    def original_s(self) -> float:
+        return self.original.total_s
+
+    @property
+    def override_s(self) -> float:
+        return self.override.total_s
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "kernelmap": FORMAT,
             "model": self.model,
-            "overrides": [o.to_json() for o in self.overrides],
             "runs": self.runs,
             "backward": self.backward,
+            "rtol": self.rtol,
+            "atol": self.atol,
+            "passed": self.passed,
             "outputs": self.outputs.to_json(),
             "gradients": self.gradients.to_json() if self.gradients else None,
-            "time_s": {"original": self.original_s, "override": self.override_s},
-            "calls_per_run": dict(self.calls_per_run),
+            "time_s": {"original": self.original.to_json(), "override": self.override.to_json()},
+            "ops": [o.to_json() for o in self.ops],
         }
 
-    def lines(self) -> list[str]:
-        """The report as text, one fact a line."""
-
-        def diff(label: str, d: Difference) -> str:
-            verdict = "identical" if d.identical else f"differ (worst: {d.worst})"
-            return f"{label:10s} max abs {d.max_abs:.3e}  max rel {d.max_rel:.3e}  over {d.count} tensor(s): {verdict}"
-
-        out = [f"model      {self.model}"]
-        for o in self.overrides:
-            extra = "".join(f" {k}={v!r}" for k, v in o.extra_args.items())
-            out.append(f"override   {o.op} -> {o.target} for {o.key}{extra}")
-        out.append(diff("outputs", self.outputs))
-        if self.gradients is not None:
-            out.append(diff("gradients", self.gradients))
-        what = "forward+backward" if self.backward else "forward"
-        ratio = self.override_s / self.original_s if self.original_s else float("nan")
-        out.append(
-            f"time       original {self.original_s * 1e3:.2f} ms, override {self.override_s * 1e3:.2f} ms "
-            f"({ratio:.2f}x; median of {self.runs} {what} run(s))"
-        )
-        for op, calls in self.calls_per_run.items():
-            out.append(f"calls      {op}: {calls} per run routed to the override")
-        return out
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> VerifyReport:
+        if not isinstance(d, Mapping) or d.get("kernelmap") != FORMAT:
+            found = d.get("kernelmap") if isinstance(d, Mapping) else type(d).__name__
+            raise BadInput(f"not a {FORMAT} document (its kernelmap field is {found!r})")
+        try:
+            return cls(
+                d["model"], d["runs"], d["backward"], d["rtol"], d["atol"], Difference.from_json(d["outputs"]),
+                Difference.from_json(d["gradients"]) if d["gradients"] else None,
+                Timing.from_json(d["time_s"]["original"]), Timing.from_json(d["time_s"]["override"]),
+                tuple(OpReport.from_json(o) for o in d["ops"]),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise BadInput(f"a {FORMAT} document with a missing or malformed field: {e}") from None
 
 
 def parse_override(text: str) -> tuple[str, str]:
@@ -137,7 +236,11 @@ def load_model_file(path: str | Path, model_fn: str | None = None) -> tuple[Call
         raise BadInput(f"{path} is not a Python file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # the user's file, not an override: say so in one line
+        del sys.modules[name]
+        raise BadInput(f"model file {path} fails to load: {type(e).__name__}: {e}") from None
     example = getattr(module, "example_input", None)
     if not callable(example):
         raise BadInput(f"{path} defines no example_input() (it returns the model's input)")
@@ -172,10 +275,19 @@ def _leaves(value, prefix: str) -> list[tuple[str, Any]]:
     return []
 
 
-def _difference(mine: list[tuple[str, Any]], theirs: list[tuple[str, Any]]) -> Difference:
+def _tolerance(t, rtol: float | None, atol: float | None) -> tuple[float, float]:
+    """assert_close's (rtol, atol) for a tensor: given values, else the default of its dtype."""
+    from torch.testing._comparison import default_tolerances
+
+    d_rtol, d_atol = default_tolerances(t)
+    return (d_rtol if rtol is None else rtol), (d_atol if atol is None else atol)
+
+
+def _difference(mine: list[tuple[str, Any]], theirs: list[tuple[str, Any]], rtol: float | None = None,
+                atol: float | None = None) -> Difference:
     if [n for n, _ in mine] != [n for n, _ in theirs]:
         raise BadInput("the overridden run returned other tensors than the original run")
-    max_abs, max_rel, worst = 0.0, 0.0, ""
+    max_abs, max_rel, worst, outside = 0.0, 0.0, "", ""
     for (name, a), (_, b) in zip(mine, theirs):
         if a is None or b is None or a.shape != b.shape:
             shape_a, shape_b = getattr(a, "shape", None), getattr(b, "shape", None)
@@ -183,17 +295,55 @@ def _difference(mine: list[tuple[str, Any]], theirs: list[tuple[str, Any]]) -> D
                            f"{tuple(shape_b) if shape_b is not None else None} without")
         if a.numel() == 0:
             continue
-        d = (a.double() - b.double()).abs()
-        if d.isnan().any() and not (a.isnan() == b.isnan()).all():
+        a64, b64 = a.detach().cpu().double(), b.detach().cpu().double()
+        d = (a64 - b64).abs()
+        both_nan = a64.isnan() & b64.isnan()
+        if (a64.isnan() != b64.isnan()).any():
             abs_err = float("inf")
         else:
             abs_err = float(d.nan_to_num(0.0).max())
-        scale = float(b.double().abs().nan_to_num(0.0).max())
+        scale = float(b64.abs().nan_to_num(0.0).max())
         rel_err = abs_err / scale if scale > 0 else (0.0 if abs_err == 0 else float("inf"))
         if abs_err > max_abs:
             max_abs, worst = abs_err, name
         max_rel = max(max_rel, rel_err)
-    return Difference(max_abs, max_rel, worst, len(mine))
+        r, t = _tolerance(b, rtol, atol)
+        ok = bool(((d <= t + r * b64.abs()) | both_nan | (a64 == b64)).all())
+        if not ok and not outside:
+            outside = name
+    return Difference(max_abs, max_rel, worst, len(mine), within=not outside, outside=outside)
+
+
+# Words of an operator's name that say which backend or variant it is, not what it computes:
+# cudnn_batch_norm and native_batch_norm are both batch norms.
+_VARIANT_WORDS = {"cudnn", "miopen", "mkldnn", "mps", "native", "legit", "no", "training", "impl", "index", "slow",
+                  "forward", "nnpack", "thnn", "xnnpack", "cpu", "cuda", "out", "default", "functional", "backward"}
+
+
+def ops_like(op: str, ran: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
+    """The operators in `ran` ({"aten::native_batch_norm": 53, ...}) that compute what `op` computes,
+    by the words of their names other than backend and variant words; most calls first."""
+    def words(name: str) -> set[str]:
+        base = name.split("::")[-1].split(".")[0]
+        return {w for w in base.split("_") if w and w not in _VARIANT_WORDS}
+
+    mine = words(op)
+    base = op.split(".")[0]
+    found = [(name, n) for name, n in ran.items() if name.split(".")[0] != base and mine and mine <= words(name)]
+    return tuple(sorted(found, key=lambda x: (-x[1], x[0])))
+
+
+def _profile(run: Callable[[], Any]) -> tuple[Any, dict[str, int]]:
+    """(run's result, calls per aten operator during it), from torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        result = run()
+    counts: dict[str, int] = {}
+    for event in prof.events():
+        if re.match(r"\w+::\w+$", event.name or ""):
+            counts[event.name] = counts.get(event.name, 0) + 1
+    return result, counts
 
 
 def verify(
@@ -206,22 +356,31 @@ def verify(
     load: tuple[str | Path, ...] | list[str | Path] = (),
     extra_args: Mapping[str, Any] | None = None,
     model_fn: str | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
 ) -> VerifyReport:
     """Run the model of `model_file` without, then with, `overrides`
     ({"aten::convolution": "kernelmap_ext::myconv"}) for dispatch key `key`, and
-    compare. `load` lists libraries or scaffolded folders to load first.
-    `extra_args` go to every override whose custom operator takes them."""
+    compare (Note [verify runs]). `load` lists libraries or scaffolded folders
+    to load first. `extra_args` go to every override whose custom operator
+    takes them. `rtol`/`atol` default per dtype as in torch.testing.assert_close."""
     import torch
 
     if runs < 1:
         raise BadInput(f"--runs must be at least 1, not {runs}")
+    for name, value in (("--rtol", rtol), ("--atol", atol)):
+        if value is not None and not (value >= 0 and value != float("inf")):
+            raise BadInput(f"{name} must be a finite number >= 0, not {value}")
     if not overrides:
         raise BadInput("give at least one override: --override aten::convolution=kernelmap_ext::myconv")
+    if not Path(model_file).is_file():  # before the overrides, so a missing file is not blamed on them
+        raise BadInput(f"no model file {model_file}")
     for item in load:
         load_extension(item)
-    # every override is checked (schema, extra arguments) before the model is even built
-    plan = _plan(overrides, dict(extra_args or {}))
+    # the model file may itself define the custom operators; every override is
+    # checked (schema, extra arguments) before the model is built
     factory, example = load_model_file(model_file, model_fn)
+    plan = _plan(overrides, dict(extra_args or {}))
     torch.manual_seed(0)
     model = factory()
     if isinstance(model, torch.nn.Module):
@@ -231,48 +390,105 @@ def verify(
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     params = list(model.named_parameters()) if isinstance(model, torch.nn.Module) else []
 
-    def run_once():
+    def forward():
         if not backward:
             with torch.no_grad():
-                return _leaves(model(*inputs), "output"), []
+                return None, _leaves(model(*inputs), "output")
         for _, p in params:
             p.grad = None
         xs = tuple(x.detach().clone().requires_grad_(x.is_floating_point()) if isinstance(x, torch.Tensor) else x for x in inputs)
-        outs = _leaves(model(*xs), "output")
+        return xs, _leaves(model(*xs), "output")
+
+    def backward_of(xs, outs):
         diffable = [(n, o) for n, o in outs if o.requires_grad]
         gen = torch.Generator().manual_seed(1)
         grads_out = [torch.randn(o.shape, generator=gen, dtype=o.dtype).to(o.device) for _, o in diffable]
         torch.autograd.backward([o for _, o in diffable], grads_out)
         grads = [(f"input[{i}].grad", x.grad) for i, x in enumerate(xs) if isinstance(x, torch.Tensor) and x.grad is not None]
         grads += [(f"{n}.grad", p.grad) for n, p in params if p.grad is not None]
-        return [(n, o.detach()) for n, o in outs], [(n, g.detach().clone()) for n, g in grads]
+        return [(n, g.detach().clone()) for n, g in grads]
 
-    def timed() -> tuple[list, list, float]:
-        results, times = None, []
+    def run_once():
+        xs, outs = forward()
+        grads = backward_of(xs, outs) if backward else []
+        return [(n, o.detach()) for n, o in outs], grads
+
+    def timed() -> Timing:
+        fwd, bwd = [], []
         for _ in range(runs):
             t0 = time.perf_counter()
-            result = run_once()
-            times.append(time.perf_counter() - t0)
-            results = results or result  # the first run's results are the ones compared
-        assert results is not None
-        return results[0], results[1], statistics.median(times)
+            xs, outs = forward()
+            t1 = time.perf_counter()
+            if backward:
+                backward_of(xs, outs)
+                bwd.append(time.perf_counter() - t1)
+            fwd.append(t1 - t0)
+        return Timing(statistics.median(fwd), statistics.median(bwd) if backward else None)
 
-    run_once()  # warm-up, untimed: first-call costs (allocator, thread pool, lazy init) fall on neither side
-    base_out, base_grads, base_s = timed()
+    base_out, base_grads = run_once()  # also the warm-up: first-call costs fall on neither side's timing
+    base_time = timed()
     with contextlib.ExitStack() as stack:
-        active = [stack.enter_context(override(op, target, key=key, extra_args=wanted)) for op, target, wanted in plan]
-        mine_out, mine_grads, mine_s = timed()
-    calls = {o.op: o.calls // runs for o in active}
+        active = [stack.enter_context(override(op, target, key=key, extra_args=wanted, warn_unused=False)) for op, target, wanted in plan]
+        for o in active:
+            o.record = SAMPLES
+        (xs, outs), ran = _profile(forward)
+        reruns: dict[str, int] = {}
+        mine_grads: list = []
+        if backward:
+            mine_grads, ran_backward = _profile(lambda: backward_of(xs, outs))
+            reruns = {o.op: ran_backward.get(o.op.split(".")[0], 0) for o in active}
+        mine_out = [(n, o.detach()) for n, o in outs]
+        probe_calls = {o.op: o.calls for o in active}  # forward and backward, as in every run
+        for o in active:
+            o.record = 0
+            o.calls = 0
+        mine_time = timed()
+    ops = tuple(
+        _op_report(o, target, probe_calls[o.op], reruns.get(o.op, 0), ran, runs, rtol, atol)
+        for o, (_, target, _) in zip(active, plan)
+    )
     return VerifyReport(
         model=str(model_file),
-        overrides=tuple(active),
         runs=runs,
         backward=backward,
-        outputs=_difference(mine_out, base_out),
-        gradients=_difference(mine_grads, base_grads) if backward else None,
-        original_s=base_s,
-        override_s=mine_s,
-        calls_per_run=calls,
+        rtol=rtol,
+        atol=atol,
+        outputs=_difference(mine_out, base_out, rtol, atol),
+        gradients=_difference(mine_grads, base_grads, rtol, atol) if backward else None,
+        original=base_time,
+        override=mine_time,
+        ops=ops,
+    )
+
+
+def _op_report(o: Override, fn: str | Callable, calls: int, reruns: int, ran: Mapping[str, int], runs: int,
+               rtol: float | None, atol: float | None) -> OpReport:
+    """One override's row: its own error and time, replayed on the calls it kept."""
+    original = resolve_op(o.op)
+    if not o.samples:
+        return OpReport(o.op, o.target, o.key, dict(o.extra_args), calls, reruns, None, 0, None, None, ops_like(o.op, ran))
+    target = resolve_op(fn) if isinstance(fn, str) else fn
+    mine, theirs = [], []
+    t_original, t_override = [], []
+    import torch
+
+    with torch.no_grad():
+        for i, (args, kwargs, result) in enumerate(o.samples):
+            theirs += _leaves(original(*args, **kwargs), f"call {i}")
+            mine += _leaves(result, f"call {i}")
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            for args, kwargs, _ in o.samples:
+                original(*args, **kwargs)
+            t1 = time.perf_counter()
+            for args, kwargs, _ in o.samples:
+                target(*args, **kwargs, **o.extra_args)
+            t_original.append(t1 - t0)
+            t_override.append(time.perf_counter() - t1)
+    return OpReport(
+        o.op, o.target, o.key, dict(o.extra_args), calls, reruns,
+        _difference(mine, theirs, rtol, atol), len(o.samples),
+        statistics.median(t_original), statistics.median(t_override),
     )
 
 

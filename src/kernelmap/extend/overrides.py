@@ -137,10 +137,24 @@ class Override:
     key: str  # dispatch key: "CPU", "CUDA", ...
     extra_args: Mapping[str, Any] = field(default_factory=dict)
     calls: int = 0  # calls routed to the target
+    record: int = 0  # keep the arguments and results of up to this many further calls in `samples`
+    samples: list = field(default_factory=list, repr=False)  # (args, kwargs, result), tensors detached and cloned
     _local: threading.local = field(default_factory=threading.local, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"op": self.op, "target": self.target, "key": self.key, "extra_args": dict(self.extra_args), "calls": self.calls}
+
+
+def _detached(value):
+    """`value` with every tensor in it detached and cloned (lists, tuples and dicts walked)."""
+    torch = _torch()
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_detached(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _detached(v) for k, v in value.items()}
+    return value
 
 
 def _dump(qualified: str) -> str:
@@ -155,11 +169,15 @@ def override(
     *,
     key: str = "CPU",
     extra_args: Mapping[str, Any] | None = None,
+    warn_unused: bool = True,
 ) -> Iterator[Override]:
     """Within the block, calls of aten operator `op` that reach dispatch key `key`
     run `fn`: a Python callable taking the operator's arguments, or the name of
     a custom operator (`"mylib::myconv"`) whose schema fits (Note [override
-    schemas]); `extra_args` are passed to it by name on every call."""
+    schemas]); `extra_args` are passed to it by name on every call. A block
+    that ends normally with no call routed warns (`warn_unused`): the code ran
+    other operators, say `aten::native_batch_norm` where `aten::cudnn_batch_norm`
+    was overridden; `kernelmap verify` names them."""
     torch = _torch()
     original = resolve_op(op)
     opname = OperatorName.parse(op)
@@ -196,7 +214,13 @@ def override(
         state.calls += 1
         state._local.inside = True
         try:
-            return target(*args, **kwargs, **extra)
+            keep = len(state.samples) < state.record
+            if keep:  # cloned before the call: an in-place kernel must not change what is kept
+                kept = (_detached(args), _detached(kwargs))
+            result = target(*args, **kwargs, **extra)
+            if keep:
+                state.samples.append((*kept, _detached(result)))
+            return result
         finally:
             state._local.inside = False
 
@@ -208,6 +232,9 @@ def override(
             warnings.simplefilter("ignore", UserWarning)
             lib.impl(unqualified, kernel, key)
         yield state
+        if warn_unused and state.calls == 0:
+            warnings.warn(f"the override of {state.op} for {key} received no calls: the block ran other operators "
+                          f"(kernelmap verify names those of its kind that ran)", UserWarning, stacklevel=3)
     finally:
         lib._destroy()
         after = _dump(qualified)

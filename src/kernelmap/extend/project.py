@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from kernelmap import __version__
 from kernelmap.errors import BadInput
 from kernelmap.extend.errors import OutputExists
 from kernelmap.extend.families import family_of, pointwise_formula, reduction_of
-from kernelmap.extend.schema import CustomOpSpec, Param, check_identifier, custom_op_spec
+from kernelmap.extend.schema import CustomOpSpec, Param, check_identifier, check_namespace, custom_op_spec
 from kernelmap.model import Op
 
 __all__ = ["DEFAULT_NAMESPACE", "MANIFEST", "Scaffold", "scaffold", "render_project"]
@@ -104,8 +106,11 @@ def _differentiable(spec: CustomOpSpec, op: Op) -> tuple[int, ...]:
 
 def _aten_cpp_call(spec: CustomOpSpec, op: Op) -> str:
     if spec.op == "aten::convolution":
+        # the flags aten::convolution passes: the user's torch.backends.cudnn settings, never constants
         return ("at::_convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, "
-                "/*benchmark=*/false, /*deterministic=*/false, /*cudnn_enabled=*/true, /*allow_tf32=*/true)")
+                "/*benchmark=*/at::globalContext().benchmarkCuDNN(), "
+                "/*deterministic=*/at::globalContext().deterministicCuDNN() || at::globalContext().deterministicAlgorithms(), "
+                "/*cudnn_enabled=*/at::globalContext().userEnabledCuDNN(), /*allow_tf32=*/at::globalContext().allowTF32CuDNN())")
     args = [p.name for p in spec.originals]
     base = op.name.name
     if "function" in op.variants:
@@ -189,29 +194,118 @@ def scaffold(
 ) -> Scaffold:
     """Write the extension project for a custom operator `namespace::name` that
     starts as `op` (an operator of the catalog: "aten::relu", "add.Tensor") into
-    `out` (default: ./NAME). Refuses an existing folder unless `force`."""
+    `out` (default: ./NAME). Refuses an existing, non-empty folder unless
+    `force`; see Note [scaffold writes only its own files]."""
     check_identifier(name, "NAME")
-    check_identifier(namespace, "the namespace")
+    check_namespace(namespace)
     if name in sys.stdlib_module_names or importlib.util.find_spec(name) is not None:
         raise BadInput(f"NAME {name!r} is the name of an installed module; the project's package would hide it")
     if isinstance(op, str):
         op = _operator(op)
     root = Path(out) if out is not None else Path(name)
-    if root.exists() and not force:
-        if not root.is_dir() or any(root.iterdir()):
-            raise OutputExists(f"{root} exists; choose another --out or pass --force to overwrite it")
+    try:
+        occupied = root.exists() and (not root.is_dir() or any(root.iterdir()))
+    except OSError as e:
+        raise BadInput(f"cannot read --out {root}: {e.strerror}") from None
+    if occupied and not force:
+        raise OutputExists(f"{root} exists; choose another --out or pass --force to overwrite it")
+    if root.exists() and not root.is_dir():
+        raise BadInput(f"{root} is a file, not a folder")
     spec, family, files = render_project(op, name, namespace=namespace, extra=tuple(extra), cuda=cuda)
-    if root.exists() and force:
-        if not root.is_dir():
-            raise BadInput(f"{root} is a file, not a folder")
-        for stale in (root / "csrc", root / name, root / "tests", root / "build"):
-            if stale.is_dir():
-                shutil.rmtree(stale)
-    root.mkdir(parents=True, exist_ok=True)
-    for rel, text in files.items():
+    rels = tuple(sorted(files)) + (MANIFEST,)
+    result = Scaffold(root, spec, family, tuple(Path(p) for p in rels), cuda)
+    files[MANIFEST] = json.dumps(result.to_json(), indent=2) + "\n"
+    try:
+        if not root.exists():
+            _write_new(root, files)
+        else:
+            _write_over(root, files)
+    except OSError as e:
+        where = f" {e.filename}" if e.filename else ""
+        raise BadInput(f"cannot write the project into {root}:{where}: {e.strerror}") from None
+    return result
+
+
+# Note [scaffold writes only its own files]
+# A project folder holds the user's work beside what scaffold wrote. So a new
+# folder is written whole under a hidden name and renamed into place (an
+# interrupted scaffold leaves nothing at --out); over an existing folder
+# (--force), scaffold replaces only the files its manifest (kernelmap.json)
+# lists from the previous scaffold, refuses any other file in the way, never
+# writes through a symbolic link, and writes each file aside and renames it,
+# the manifest last. A previous scaffold's files that this one no longer
+# writes (another NAME) are removed; nothing else is.
+
+
+def _write_new(root: Path, files: dict[str, str]) -> None:
+    root.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.", suffix=".kernelmap-tmp", dir=root.parent))
+    try:
+        for rel, text in files.items():
+            path = staging / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        os.rename(staging, root)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _previous_files(root: Path) -> set[str]:
+    """The files the previous scaffold into `root` wrote, from its manifest."""
+    manifest = root / MANIFEST
+    if manifest.is_symlink():
+        raise OutputExists(f"{manifest} is a symbolic link; scaffold does not write through links")
+    if not manifest.exists():
+        return set()
+    try:
+        listed = json.loads(manifest.read_text()).get("files")
+    except (OSError, ValueError, AttributeError):
+        listed = None
+    if not isinstance(listed, list) or not all(isinstance(f, str) for f in listed):
+        raise OutputExists(f"{manifest} is not a manifest written by kernelmap scaffold; move it away or choose another --out")
+    return {f for f in listed if _is_inside(f)}
+
+
+def _is_inside(rel: str) -> bool:
+    parts = Path(rel).parts
+    return bool(parts) and not Path(rel).is_absolute() and ".." not in parts
+
+
+def _check_no_link(root: Path, rel: str) -> None:
+    """Refuse `rel` when it, or a folder on the way to it inside `root`, is a symbolic link."""
+    path = root
+    for part in Path(rel).parts:
+        path = path / part
+        if path.is_symlink():
+            raise OutputExists(f"{path} is a symbolic link; scaffold does not write through links (remove it or choose another --out)")
+
+
+def _write_over(root: Path, files: dict[str, str]) -> None:
+    previous = _previous_files(root)
+    for rel in files:  # every refusal comes before the first write
+        _check_no_link(root, rel)
+        path = root / rel
+        if path.exists() and rel not in previous:
+            kind = "folder" if path.is_dir() else "file"
+            raise OutputExists(f"{path} exists and is not a file of a previous scaffold; --force replaces only those "
+                               f"(move this {kind} away or choose another --out)")
+        if path.is_dir():
+            raise OutputExists(f"{path} is a folder where scaffold writes a file")
+    for rel in sorted(previous - set(files)):
+        _check_no_link(root, rel)
+    body = [rel for rel in files if rel != MANIFEST]
+    for rel in body + [MANIFEST]:
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    result = Scaffold(root, spec, family, tuple(Path(p) for p in sorted(files)) + (Path(MANIFEST),), cuda)
-    (root / MANIFEST).write_text(json.dumps(result.to_json(), indent=2) + "\n")
-    return result
+        aside = path.with_name(f".{path.name}.kernelmap-tmp")
+        try:
+            aside.write_text(files[rel])
+            os.replace(aside, path)
+        except BaseException:
+            aside.unlink(missing_ok=True)
+            raise
+    for rel in sorted(previous - set(files)):
+        stale = root / rel
+        if stale.is_file():
+            stale.unlink()

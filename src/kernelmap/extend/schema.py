@@ -26,7 +26,7 @@ from torchgen.model import Argument, BaseTy, BaseType, FunctionSchema, ListType,
 from kernelmap.errors import BadInput
 from kernelmap.extend.errors import NotScaffoldable
 
-__all__ = ["Param", "CustomOpSpec", "custom_op_spec", "parse_extra", "check_identifier", "int_not_symint"]
+__all__ = ["Param", "CustomOpSpec", "custom_op_spec", "parse_extra", "check_identifier", "check_namespace", "int_not_symint"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -39,10 +39,46 @@ _PY_DEFAULTS = {
 }
 
 
+# C++20 keywords and alternative tokens: a name the scaffold writes into C++
+# (a function, a namespace) cannot be one of these and compile.
+CPP_KEYWORDS = frozenset("""
+alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t char32_t class
+compl concept const consteval constexpr constinit const_cast continue co_await co_return co_yield decltype
+default delete do double dynamic_cast else enum explicit export extern false float for friend goto if inline
+int long mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected public register
+reinterpret_cast requires return short signed sizeof static static_assert static_cast struct switch template
+this thread_local throw true try typedef typeid typename union unsigned using virtual void volatile wchar_t
+while xor xor_eq
+""".split())
+
+# Namespaces PyTorch defines itself: a custom operator there would collide with its own.
+RESERVED_NAMESPACES = frozenset({"aten", "prim", "prims", "c10", "at", "torch", "std", "_ops", "_c10d_functional"})
+
+# A name becomes file names such as `bench_NAME.py` and `NAME_kernel.cu`, and
+# build folders append more; well under the 255 bytes a file name may have.
+MAX_NAME = 64
+
+
 def check_identifier(text: str, what: str) -> str:
-    """`text` if it can name a C++ function, a Python module and an operator."""
+    """`text` if it can name a C++ function or namespace, a Python module and an operator."""
     if not _IDENT.fullmatch(text or "") or keyword.iskeyword(text):
         raise BadInput(f"{what} must be an identifier (letters, digits, '_', not starting with a digit): {text!r}")
+    if len(text) > MAX_NAME:
+        raise BadInput(f"{what} is {len(text)} characters long; at most {MAX_NAME}")
+    if text in CPP_KEYWORDS:
+        raise BadInput(f"{what} {text!r} is a C++ keyword; the generated C++ would not compile")
+    # C++ reserves names with a double underscore, or an underscore and a capital, for the implementation;
+    # a dunder like `__init__` would also shadow Python's own module machinery
+    if "__" in text or re.match(r"_[A-Z]", text):
+        raise BadInput(f"{what} {text!r} is reserved in C++ (a double underscore, or '_' then a capital)")
+    return text
+
+
+def check_namespace(text: str) -> str:
+    """`text` if it can be a custom operator's namespace (an identifier PyTorch does not use itself)."""
+    check_identifier(text, "the namespace")
+    if text in RESERVED_NAMESPACES:
+        raise BadInput(f"the namespace {text!r} is PyTorch's own; choose another (default kernelmap_ext)")
     return text
 
 
@@ -233,7 +269,7 @@ def parse_extra(texts: list[str] | tuple[str, ...]) -> tuple[Argument, ...]:
 def custom_op_spec(op: str, op_schema: str, name: str, namespace: str = "kernelmap_ext", extra: tuple[str, ...] = ()) -> CustomOpSpec:
     """The custom operator `namespace::name` whose schema is `op_schema`'s plus `extra`."""
     check_identifier(name, "NAME")
-    check_identifier(namespace, "the namespace")
+    check_namespace(namespace)
     try:
         fs = FunctionSchema.parse(op_schema)
     except Exception as e:

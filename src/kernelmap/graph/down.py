@@ -250,7 +250,29 @@ def _op_children(op: Op, ctx: GraphContext) -> list[Node]:
         note = f"dispatch key {key}" + (f" (via {kernel.key})" if kernel.key != key else "")
         target_parent.append(Node(f"{kernel.key} -> {kernel.symbol}", "note", None, EdgeKind.DISPATCHER, note))
     target_parent.extend(_kernel_nodes(op, kernel, code, ctx))
+    children.extend(_override_nodes(op, ctx))
     return children
+
+
+def _override_nodes(op: Op, ctx: GraphContext) -> list[Node]:
+    """DSL kernels registered over the operator for this device's key
+    (torch._native, read statically from the installed wheel): a dispatch
+    alternative beside ATen's kernel, under its condition."""
+    from kernelmap.dispatch.native import override_nodes, overrides
+
+    key = DEVICE_KEYS[ctx.device]
+    nodes = []
+    for found in overrides(str(op.name), static=True):
+        if found.dispatch_key != key:
+            continue
+        frozen = override_nodes(found)
+        stack_ = [(frozen, None)]
+        while stack_:  # thaw the small subtree into builder nodes (shown, not expanded)
+            c, parent = stack_.pop()
+            thawed = Node(c.name, c.kind, c.location, c.via, c.condition, dict(c.attrs))
+            (parent.children if parent is not None else nodes).append(thawed)
+            stack_.extend((g, thawed) for g in reversed(c.children))
+    return nodes
 
 
 def _registration(code, key: str):

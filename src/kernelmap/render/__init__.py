@@ -31,8 +31,9 @@ _TABLE: dict[tuple[str, str], str | Renderer] = {
     ("gen", "text"): "kernelmap.render.gen:to_text",
     ("trace", "text"): "kernelmap.render.trace:to_text",
     ("sources", "text"): "kernelmap.render.sources:to_text",
+    ("verify", "text"): "kernelmap.render.verify:to_text",
 }
-_GENERIC = {"json": "kernelmap.render.json:render"}
+_GENERIC = {"json": "kernelmap.render.json:render", "html": "kernelmap.render.html:render_answer"}
 
 
 def register(document: str, fmt: str, renderer: str | Renderer) -> None:

@@ -254,10 +254,6 @@ def document_of(answer: Any) -> dict[str, Any]:
         return tree_json.to_json(answer)
     if isinstance(getattr(answer, "tree", None), CallTree) and callable(getattr(answer, "summary", None)):
         return {"kernelmap": "trace/2", "tree": tree_json.to_json(answer.tree), "summary": answer.summary().to_json()}
-    if hasattr(answer, "live") and hasattr(answer, "ops") and hasattr(answer, "query"):
-        from kernelmap.render import where
-
-        return where.to_json(answer)
     to_json = getattr(answer, "to_json", None)
     if callable(to_json):
         document = to_json()
@@ -277,3 +273,8 @@ def repr_html(answer: Any, *, excerpt: Excerpt | None = None) -> str:
         '<iframe sandbox="allow-scripts" style="width:100%;height:640px;border:1px solid #ccc" '
         f'srcdoc="{html_escape.escape(page, quote=True)}"></iframe>'
     )
+
+
+def render_answer(answer: Any, *, excerpt: Excerpt | None = None, title: str | None = None, **_: Any) -> str:
+    """The renderer table's HTML entry: any answer, through its document."""
+    return render(document_of(answer), excerpt=excerpt, title=title)

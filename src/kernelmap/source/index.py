@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelmap.errors import SourceError
-from kernelmap.model import Edge, EdgeKind, Location, Origin, OriginTable, Symbol, check_document, document
+from kernelmap.model import Answer, Edge, EdgeKind, Location, Origin, OriginTable, Symbol, check_document, document
 from kernelmap.source.build import file_record, index_path, read_record
 from kernelmap.source.schema import CALL_KINDS, SCHEMA_VERSION, expected_table_definitions, one_line, table_definitions
 from kernelmap.source.trees import Tree
@@ -488,7 +488,7 @@ FIND_VERSION = 2
 
 
 @dataclass(frozen=True)
-class Findings:
+class Findings(Answer):
     """What `find` knows about one name: where it is defined, and where it is
     called or registered."""
 

@@ -65,6 +65,11 @@ class Trace:
 
         return summarize(self.tree)
 
+    def _repr_html_(self) -> str:
+        from kernelmap.render.html import repr_html
+
+        return repr_html(self)
+
     def export_chrome(self, out: Path | str) -> Path:
         """Write the trace back with kernelmap's facts in each event's args."""
         from kernelmap.trace.chrome import export
@@ -189,44 +194,54 @@ def _from_recording(rec, keep_frames: bool, source_tree: Path | None, how: str) 
     return _temporary(t)
 
 
-def _run(runner: Callable[[], Any], how: str, keep_frames: bool, source_tree: Path | None, raise_on_error: bool) -> Trace:
+def _run(runner: Callable[[], Any], how: str, keep_frames: bool, source_tree: Path | None, raise_on_error: bool,
+         warmup: int = 0, steps: int = 1) -> Trace:
     from kernelmap.trace.record import record
 
-    rec = record(runner)
+    rec = record(runner, warmup=warmup, steps=steps)
+    if warmup or steps != 1:
+        how = f"{how} (after {warmup} warm-up run(s), {steps} profiled)"
     t = _from_recording(rec, keep_frames, source_tree, how)
     if rec.error is not None and raise_on_error:
         raise TracedCodeFailed(t, rec.error) from rec.error
     return t
 
 
-def trace(fn: Callable[..., Any], *args: Any, keep_frames: bool = False, source_tree: Path | None = None, **kwargs: Any) -> Trace:
-    """Run `fn(*args, **kwargs)` under the profiler and return its resolved trace.
+def trace(fn: Callable[..., Any], *args: Any, keep_frames: bool = False, source_tree: Path | None = None,
+          warmup: int = 0, steps: int = 1, **kwargs: Any) -> Trace:
+    """Run `fn(*args, **kwargs)` under the profiler and return its resolved trace;
+    with `warmup`, that many unprofiled calls first (the cold first call is not
+    in the trace), and `steps` profiled calls (a few steps of a training loop).
 
     If `fn` raises (or Ctrl-C stops it), raises TracedCodeFailed carrying the
     partial trace and, as its cause, the original exception.
     """
-    return _run(lambda: fn(*args, **kwargs), getattr(fn, "__qualname__", repr(fn)), keep_frames, source_tree, True)
+    return _run(lambda: fn(*args, **kwargs), getattr(fn, "__qualname__", repr(fn)), keep_frames, source_tree, True, warmup, steps)
 
 
 def run_script(path: str, argv: tuple[str, ...] = (), **options: Any) -> Trace:
-    """Trace `python path argv...`; a failure returns the partial trace with `.error` set."""
+    """Trace `python path argv...`; a failure returns the partial trace with `.error` set.
+    Options: keep_frames, source_tree, warmup (unprofiled runs first), steps (profiled runs)."""
     from kernelmap.trace.record import script_runner
 
-    return _run(script_runner(path, argv), Path(path).name, options.get("keep_frames", False), options.get("source_tree"), False)
+    return _run(script_runner(path, argv), Path(path).name, options.get("keep_frames", False), options.get("source_tree"), False,
+                options.get("warmup", 0), options.get("steps", 1))
 
 
 def run_code(code: str, **options: Any) -> Trace:
     """Trace `python -c code`; a failure returns the partial trace with `.error` set."""
     from kernelmap.trace.record import code_runner
 
-    return _run(code_runner(code), "-c", options.get("keep_frames", False), options.get("source_tree"), False)
+    return _run(code_runner(code), "-c", options.get("keep_frames", False), options.get("source_tree"), False,
+                options.get("warmup", 0), options.get("steps", 1))
 
 
 def run_function(target: str, **options: Any) -> Trace:
     """Trace `module:function()`; a failure returns the partial trace with `.error` set."""
     from kernelmap.trace.record import function_runner
 
-    return _run(function_runner(target), target, options.get("keep_frames", False), options.get("source_tree"), False)
+    return _run(function_runner(target), target, options.get("keep_frames", False), options.get("source_tree"), False,
+                options.get("warmup", 0), options.get("steps", 1))
 
 
 class tracing:

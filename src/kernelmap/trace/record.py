@@ -94,21 +94,38 @@ def _quiet_stderr():
         os.close(devnull)
 
 
-def record(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Recording:
-    """Run `fn(*args, **kwargs)` under the profiler; never raises what `fn` raises."""
+def record(fn: Callable[..., Any], *args: Any, warmup: int = 0, steps: int = 1, **kwargs: Any) -> Recording:
+    """Run `fn(*args, **kwargs)` `warmup` times unprofiled (first-call costs:
+    lazy initialisation, allocator growth, thread pools), then `steps` times
+    under the profiler; never raises what `fn` raises. The result is the last
+    profiled call's."""
+    if not isinstance(warmup, int) or warmup < 0:
+        raise BadInput(f"warmup must be a whole number >= 0, not {warmup!r}")
+    if not isinstance(steps, int) or steps < 1:
+        raise BadInput(f"steps must be a whole number >= 1, not {steps!r}")
     p = Profiling()
-    result, error = None, None
+    result, error = None, _calls(fn, args, kwargs, warmup)[1]
     p.start()
     try:
-        result = fn(*args, **kwargs)
-    except SystemExit as e:
-        if e.code not in (None, 0):
-            error = e
-    except BaseException as e:  # noqa: BLE001 - reported with the partial trace
-        error = e
+        if error is None:  # a warm-up that failed leaves an empty trace and its error
+            result, error = _calls(fn, args, kwargs, steps)
     finally:
         path = p.stop()
     return Recording(path, result, error, p.cuda)
+
+
+def _calls(fn: Callable[..., Any], args: tuple, kwargs: dict, times: int) -> tuple[Any, BaseException | None]:
+    """(the last result, what stopped the calls) of calling `fn` `times` times."""
+    result = None
+    for _ in range(times):
+        try:
+            result = fn(*args, **kwargs)
+        except SystemExit as e:
+            if e.code not in (None, 0):
+                return None, e
+        except BaseException as e:  # noqa: BLE001 - reported with the partial trace
+            return None, e
+    return result, None
 
 
 def script_runner(path: str, argv: tuple[str, ...] = ()) -> Callable[[], Any]:

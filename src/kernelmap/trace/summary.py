@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kernelmap.model import CallNode, CallTree, check_document, document
+from kernelmap.model import Answer, CallNode, CallTree, check_document, document
 
 _HOST_KINDS = ("op", "autograd", "annotation")
 
@@ -348,7 +348,7 @@ TRACE_VERSION = 2
 
 
 @dataclass(frozen=True)
-class TraceReport:
+class TraceReport(Answer):
     """The answer of `kernelmap trace`: the call tree and the summaries (either may be left out)."""
 
     tree: CallTree | None

@@ -12,6 +12,7 @@ answer, which any renderer can show again.
 | gen/2         | kernelmap.codegen.sites.GeneratedCode    | gen                                       |
 | trace/2       | kernelmap.trace.summary.TraceReport      | trace (tree and summary)                  |
 | sources/1     | kernelmap.model.SourceList               | source list                               |
+| scaffold/1    | kernelmap.model.ScaffoldAnswer           | scaffold                                  |
 | verify/1      | kernelmap.extend.compare.VerifyReport    | verify (see its to_json)                  |
 
 A document is a JSON object: `{"kernelmap": "<name>/<version>", ...fields}`.
@@ -55,6 +56,7 @@ ANSWERS: dict[str, tuple[int, str]] = {
     "trace": (2, "kernelmap.trace.summary:TraceReport"),
     "sources": (1, "kernelmap.model:SourceList"),
     "verify": (1, "kernelmap.extend.compare:VerifyReport"),
+    "scaffold": (1, "kernelmap.model:ScaffoldAnswer"),
 }
 
 

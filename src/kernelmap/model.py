@@ -1016,3 +1016,34 @@ class SourceList(Answer):
     def from_json(cls, d: Mapping[str, Any]) -> SourceList:
         d = check_document(d, cls.DOCUMENT, SOURCES_VERSION)
         return cls(tuple(SourceEntry(**t) for t in d.get("trees") or ()))
+
+
+# ---------------------------------------------------------------------------
+# The `scaffold` answer
+# ---------------------------------------------------------------------------
+
+SCAFFOLD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ScaffoldAnswer(Answer):
+    """What `kernelmap scaffold` wrote: the custom operator, what it starts as, the files."""
+
+    root: str  # the project folder
+    custom_op: str  # kernelmap_ext::myadd
+    schema: str
+    op: str  # the operator it starts as
+    family: str  # the reference kernel it starts with
+    files: tuple[str, ...]  # relative to root
+    cuda: bool
+
+    DOCUMENT = "scaffold"
+
+    def to_json(self) -> dict[str, Any]:
+        return document(self.DOCUMENT, SCAFFOLD_VERSION, root=self.root, custom_op=self.custom_op, schema=self.schema, op=self.op,
+                        family=self.family, files=list(self.files), cuda=self.cuda)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ScaffoldAnswer:
+        d = check_document(d, cls.DOCUMENT, SCAFFOLD_VERSION)
+        return cls(d["root"], d["custom_op"], d["schema"], d["op"], d["family"], tuple(d["files"]), bool(d["cuda"]))

@@ -16,6 +16,7 @@ TREE_COMMANDS = [
     ("find", "mul_stub"),
     ("index",),
     ("trace", "-c", "pass"),
+    ("scaffold", "aten::relu", "--name", "myrelu", "--out", "never-written"),
 ]
 
 

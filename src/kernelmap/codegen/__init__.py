@@ -56,6 +56,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from kernelmap.codegen.build import (
+    Reporter,
     CacheDamaged,
     CacheMismatch,
     CodegenSource,
@@ -132,10 +133,12 @@ def open_generated(tree: Path | None = None) -> GeneratedFiles:
         raise CacheDamaged(f"{directory}/index.sqlite is unreadable ({' '.join(str(e).split())[:120]})") from None
 
 
-def generated_files(tree: Path | None = None, *, progress: bool = False, regenerate: bool = False) -> GeneratedFiles:
+def generated_files(tree: Path | None = None, *, progress: Reporter | None = None, regenerate: bool = False) -> GeneratedFiles:
     """The generated files of the installed torch (or `tree`), generating them
-    first if the cache lacks them or holds another version's (a few seconds
-    of torchgen in subprocesses; `progress` shows a bar on stderr)."""
+    first if the cache lacks them or holds another version's (half a minute
+    of torchgen in subprocesses). `progress(step, "start" | "done")` hears of
+    each step while they are generated: the CLI draws a bar with it; the
+    library itself draws nothing."""
     import filelock
 
     source = _source(tree)
@@ -154,46 +157,10 @@ def generated_files(tree: Path | None = None, *, progress: bool = False, regener
                 return open_generated(tree)
             except (NotGenerated, CacheMismatch):
                 pass
-        if isinstance(reason, CacheDamaged) and not progress:  # with progress, the bar's header says it
+        if isinstance(reason, (CacheDamaged, CacheMismatch)):
             warnings.warn(f"regenerating: {reason}", CacheWarning, stacklevel=2)
-        _generate_with_progress(source, directory, progress, reason)
+        generate(source, directory, progress)
     return open_generated(tree)
-
-
-def _generate_with_progress(source: CodegenSource, directory: Path, progress: bool, reason: Exception | None) -> None:
-    if not progress:
-        generate(source, directory)
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    from kernelmap.codegen.build import STEPS
-
-    console = Console(stderr=True)
-    if isinstance(reason, CacheMismatch):
-        console.print(f"[yellow]regenerating:[/] {reason}", highlight=False)
-    labels = dict(STEPS) | {"index": "index the generated files"}
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
-        overall = bar.add_task(f"generating code for {source.describe}", total=len(labels))
-        tasks: dict[str, int] = {}
-
-        def report(step: str, state: str) -> None:
-            if state == "start":
-                tasks[step] = bar.add_task(f"  {labels[step]}", total=1)
-            else:
-                bar.update(tasks[step], completed=1, visible=False)
-                bar.advance(overall)
-
-        manifest = generate(source, directory, report)
-    console.print(f"generated {manifest['files']} files for {source.describe} in {manifest['seconds']} s", highlight=False)
 
 
 def resolve_op(name: str, tree: Path | None = None) -> tuple[Op, Op | None]:
@@ -220,7 +187,7 @@ def locate(
     layers: Iterable[Layer | str] | None = None,
     tree: Path | None = None,
     files: GeneratedFiles | None = None,
-    progress: bool = False,
+    progress: Reporter | None = None,
     regenerate: bool = False,
 ) -> GeneratedCode:
     """Everything generated for operator `name`, limited to `layers` (all by default).

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from kernelmap.commands.options import output_options
+from kernelmap.commands.options import emit, output_options, source_option
 from kernelmap.extend.project import DEFAULT_NAMESPACE
 
 
@@ -18,7 +18,10 @@ from kernelmap.extend.project import DEFAULT_NAMESPACE
 @click.option("--extra", "extra", multiple=True, metavar="ARG", help='Extra keyword-only argument in schema syntax, with a default: "float alpha=1.0". Repeatable.')
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Project folder [default: ./NAME].")
 @click.option("--force", is_flag=True, help="Overwrite an existing output folder.")
-def scaffold(op: str, name: str, namespace: str, cuda: bool, extra: tuple[str, ...], out: str | None, force: bool) -> None:
+@source_option
+@output_options
+def scaffold(op: str, name: str, namespace: str, cuda: bool, extra: tuple[str, ...], out: str | None, force: bool,
+             source: str | None, as_json: bool, width: int | None, html: str | None) -> None:
     """Write a buildable extension project for a custom operator that starts as OP.
 
     The project holds a C++ CPU kernel (a correct reference to edit), an
@@ -32,13 +35,19 @@ def scaffold(op: str, name: str, namespace: str, cuda: bool, extra: tuple[str, .
       cd myadd && python -m pytest tests
     """
     from kernelmap.extend.project import scaffold as run
+    from kernelmap.model import ScaffoldAnswer
 
-    result = run(op, name, out=out, namespace=namespace, extra=extra, cuda=cuda, force=force)
-    click.echo(f"{result.spec.qualified}: {result.spec.schema}")
-    click.echo(f"  starts as {result.spec.op} ({result.family} reference kernel)")
-    for f in result.files:
-        click.echo(f"  {result.root / f}")
-    click.echo(f"next: cd {result.root} && python -m pytest tests")
+    start = op
+    if source is not None:  # the operator as the selected tree declares it
+        from kernelmap.catalog import load_catalog
+        from kernelmap.source import select_tree
+
+        tree = select_tree(source)
+        start = load_catalog(tree=tree.root, origin=tree.origin).resolve(op)[0]
+    result = run(start, name, out=out, namespace=namespace, extra=extra, cuda=cuda, force=force)
+    answer = ScaffoldAnswer(str(result.root), result.spec.qualified, result.spec.schema, str(result.spec.op), result.family,
+                            tuple(str(f) for f in result.files), result.cuda)
+    emit(answer, as_json, width, html)
 
 
 @click.command()

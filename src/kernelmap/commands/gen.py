@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kernelmap.commands.options import emit, output_options, source_option
+from kernelmap.commands.options import codegen_bar, emit, output_options, source_option
 
 LAYERS = ("binding", "ops", "autograd", "register", "ufunc", "all")
 
@@ -45,5 +45,6 @@ def gen(op: str, layer: str, source: str | None, regenerate: bool, as_json: bool
 
         tree = select_tree(source).root
     layers = tuple(Layer) if layer == "all" else (Layer(layer),)
-    code = locate(op, layers=layers, tree=tree, progress=True, regenerate=regenerate)
+    with codegen_bar() as bar:
+        code = locate(op, layers=layers, tree=tree, progress=bar, regenerate=regenerate)
     emit(code, as_json, width, html)

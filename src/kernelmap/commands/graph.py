@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from kernelmap.commands.options import depth_check, device_option, dtype_option, emit, output_options, source_option
+from kernelmap.commands.options import codegen_bar, depth_check, device_option, dtype_option, emit, output_options, source_option
 from kernelmap.graph.rules import DEFAULT_DEPTH
 
 
@@ -34,7 +34,8 @@ def stack(target, device, dtype, requires_grad, depth, all_branches, all_calls, 
     from kernelmap import graph
 
     depth_check(depth)
-    context = graph.open_context(device, requires_grad, all_branches, source, all_calls=all_calls, dtype=dtype)
+    with codegen_bar() as bar:
+        context = graph.open_context(device, requires_grad, all_branches, source, all_calls=all_calls, dtype=dtype, progress=bar)
     emit(graph.stack(target, context, depth), as_json, width, html)
 
 
@@ -57,7 +58,8 @@ def callers(symbol, depth, source, as_json, width, html):
     from kernelmap import graph
 
     depth_check(depth)
-    context = graph.open_context(source=source, require_tree=True)
+    with codegen_bar() as bar:
+        context = graph.open_context(source=source, require_tree=True, progress=bar)
     emit(graph.callers(symbol, context, depth), as_json, width, html)
 
 
@@ -82,5 +84,6 @@ def explain(op, device, dtype, source, as_json, width, html):
     from kernelmap import graph
     from kernelmap.graph.explain import explain as explain_op
 
-    context = graph.open_context(device, source=source, dtype=dtype)
+    with codegen_bar() as bar:
+        context = graph.open_context(device, source=source, dtype=dtype, progress=bar)
     emit(explain_op(op, context), as_json, width, html)

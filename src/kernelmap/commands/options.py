@@ -133,3 +133,42 @@ def emit(answer: Any, as_json: bool = False, width: int | None = None, html: str
             width = terminal_width(None)
         text = render(answer, "text", width=width, color=color, **options)
     click.echo(text, nl=False)
+
+
+class codegen_bar:
+    """A progress bar on stderr (a terminal only) for the first generation of
+    build files: a context manager whose value is the reporter the library
+    calls with (step, "start" | "done"), or None when stderr is no terminal."""
+
+    def __enter__(self):
+        from rich.console import Console
+
+        self._console = Console(stderr=True)
+        if not self._console.is_terminal:
+            self._bar = None
+            return None
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        from kernelmap.codegen.build import STEPS
+
+        labels = dict(STEPS) | {"index": "index the generated files"}
+        self._bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                             TimeElapsedColumn(), console=self._console, transient=True)
+        self._bar.__enter__()
+        tasks: dict[str, int] = {}
+        overall: list[int] = []
+
+        def report(step: str, state: str) -> None:
+            if not overall:
+                overall.append(self._bar.add_task("generating the build files (once per torch version)", total=len(labels)))
+            if state == "start":
+                tasks[step] = self._bar.add_task(f"  {labels.get(step, step)}", total=1)
+            else:
+                self._bar.update(tasks[step], completed=1, visible=False)
+                self._bar.advance(overall[0])
+
+        return report
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)

@@ -12,14 +12,16 @@ and every node's location carries its origin's label.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from kernelmap import env
 from kernelmap.errors import BadInput, KernelmapError
 from kernelmap.graph.rules import DEVICE_KEYS
+
+if TYPE_CHECKING:
+    from kernelmap.codegen.build import Reporter
 
 if TYPE_CHECKING:
     from kernelmap.catalog import Catalog
@@ -30,10 +32,6 @@ NEEDS_TREE = (
     "no source tree: showing the Python, binding, operator and generated layers only "
     "(add one with `kernelmap source add PATH` or `kernelmap source fetch`, then `kernelmap index`)"
 )
-
-# Progress of slow first-use work (regenerating the build files): called with a
-# description when it starts; the CLI passes one that draws on the terminal.
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -61,14 +59,13 @@ def open_context(
     require_tree: bool = False,
     all_calls: bool = False,
     dtype: str = "float32",
-    progress: bool | None = None,
+    progress: Reporter | None = None,
 ) -> GraphContext:
     """Open every producer a graph can use; missing ones become notes.
 
     `source` names a registered tree or a directory: then it must open, or
-    the error is raised (as with `require_tree`). `progress` draws a bar on
-    stderr while build files are generated for the first time (None: when
-    stderr is a terminal)."""
+    the error is raised (as with `require_tree`). `progress` hears of each
+    step while build files are generated for the first time (the CLI draws a bar)."""
     from kernelmap.catalog import load_catalog
 
     if device not in DEVICE_KEYS:
@@ -97,7 +94,7 @@ def open_context(
         from kernelmap.codegen import generated_files
 
         # the first graph of a torch version regenerates its build files (cached)
-        generated = generated_files(progress=sys.stderr.isatty() if progress is None else progress)
+        generated = generated_files(progress=progress)
     except KernelmapError as e:
         notes.append(f"generated code unavailable, showing no bindings or wrappers: {e}")
     return GraphContext(

@@ -32,6 +32,7 @@ _TABLE: dict[tuple[str, str], str | Renderer] = {
     ("trace", "text"): "kernelmap.render.trace:to_text",
     ("sources", "text"): "kernelmap.render.sources:to_text",
     ("verify", "text"): "kernelmap.render.verify:to_text",
+    ("scaffold", "text"): "kernelmap.render.scaffold:to_text",
 }
 _GENERIC = {"json": "kernelmap.render.json:render", "html": "kernelmap.render.html:render_answer"}
 

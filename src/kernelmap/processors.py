@@ -181,3 +181,24 @@ PROCESSORS = {
     "mark_repeats": mark_repeats,
     "cut_recursion": cut_recursion,
 }
+
+
+def compact_layers(tree: CallTree) -> CallTree:
+    """One line per layer of a call: a node whose layer (Note [layers]) is its
+    parent's is spliced out, its children hoisted to the parent, so that each
+    path reads Python -> binding -> operator -> dispatch -> native -> device ->
+    vendor with the first node of each layer. Leaves stay."""
+    order: list[tuple[CallNode, str | None]] = []
+    stack: list[tuple[CallNode, str | None]] = [(tree.root, None)]
+    while stack:
+        n, parent_layer = stack.pop()
+        order.append((n, parent_layer))
+        stack.extend((c, n.kind.layer) for c in n.children)
+    done: dict[int, tuple[CallNode, ...]] = {}  # node -> what it contributes to its parent
+    for n, parent_layer in reversed(order):
+        children = tuple(x for c in n.children for x in done[id(c)])
+        kept = _with(n, children)
+        spliced = parent_layer is not None and n.kind.layer == parent_layer and n.children
+        done[id(n)] = children if spliced else (kept,)
+    (root,) = done[id(tree.root)]
+    return replace(tree, root=root)

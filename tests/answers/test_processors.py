@@ -67,3 +67,16 @@ def test_processors_leave_their_input_alone():
     before = tree.to_json()
     processors.prune_plumbing(processors.collapse_branches(processors.cut_at_depth(tree, 1)))
     assert tree.to_json() == before
+
+
+def test_compact_layers_keeps_one_node_per_layer_on_each_path():
+    vendor = CallNode("cudnnConvolutionForward", NodeKind.VENDOR)
+    k2 = CallNode("raw_conv", NodeKind.KERNEL, children=(vendor,))
+    k1 = CallNode("conv_impl", NodeKind.KERNEL, children=(k2,))
+    op2 = CallNode("aten::_convolution", NodeKind.OPERATOR, children=(k1,))
+    op1 = CallNode("aten::conv2d", NodeKind.OPERATOR, children=(op2,))
+    root = CallNode("torch.nn.Conv2d", NodeKind.MODULE, children=(CallNode("Conv2d.forward", NodeKind.PYTHON, children=(op1,)),))
+    compact = processors.compact_layers(CallTree(root))
+    assert [(d, n.name) for d, n in compact.walk()] == [
+        (0, "torch.nn.Conv2d"), (1, "aten::conv2d"), (2, "conv_impl"), (3, "cudnnConvolutionForward"),
+    ]

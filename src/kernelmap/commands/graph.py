@@ -17,9 +17,10 @@ from kernelmap.graph.rules import DEFAULT_DEPTH
 @click.option("--depth", type=int, default=DEFAULT_DEPTH, show_default=True, help="How many levels to expand.")
 @click.option("--all-branches", is_flag=True, help="Follow branches for other devices too, instead of collapsing them.")
 @click.option("--all-calls", is_flag=True, help="Also show tensor utility calls and helpers that reach nothing else.")
+@click.option("--compact", is_flag=True, help="One line per layer: nodes of their parent's layer are spliced out.")
 @source_option
 @output_options
-def stack(target, device, dtype, requires_grad, depth, all_branches, all_calls, source, as_json, width, html):
+def stack(target, device, dtype, requires_grad, depth, all_branches, all_calls, compact, source, as_json, width, html):
     """Show what a call of TARGET runs, top-down, down to kernels and vendor calls.
 
     TARGET is a Python name (torch.nn.Conv2d, torch.nn.functional.conv2d,
@@ -30,13 +31,19 @@ def stack(target, device, dtype, requires_grad, depth, all_branches, all_calls, 
     Example:
       kernelmap stack torch.nn.Conv2d --device cuda
       kernelmap stack aten::add.Tensor --device cpu --requires-grad --depth 8
+      kernelmap stack torch.nn.Conv2d --device cuda --compact --width 100
     """
     from kernelmap import graph
 
     depth_check(depth)
     with codegen_bar() as bar:
         context = graph.open_context(device, requires_grad, all_branches, source, all_calls=all_calls, dtype=dtype, progress=bar)
-    emit(graph.stack(target, context, depth), as_json, width, html)
+    tree = graph.stack(target, context, depth)
+    if compact:
+        from kernelmap.processors import compact_layers
+
+        tree = compact_layers(tree)
+    emit(tree, as_json, width, html)
 
 
 @click.command()

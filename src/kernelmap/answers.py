@@ -13,6 +13,7 @@ answer, which any renderer can show again.
 | trace/2       | kernelmap.trace.summary.TraceReport      | trace (tree and summary)                  |
 | sources/1     | kernelmap.model.SourceList               | source list                               |
 | scaffold/1    | kernelmap.model.ScaffoldAnswer           | scaffold                                  |
+| compile/1     | kernelmap.compile.model.CompileAnswer    | compile (see kernelmap.compile.model)     |
 | verify/1      | kernelmap.extend.compare.VerifyReport    | verify (see its to_json)                  |
 
 A document is a JSON object: `{"kernelmap": "<name>/<version>", ...fields}`.
@@ -57,6 +58,7 @@ ANSWERS: dict[str, tuple[int, str]] = {
     "sources": (1, "kernelmap.model:SourceList"),
     "verify": (1, "kernelmap.extend.compare:VerifyReport"),
     "scaffold": (1, "kernelmap.model:ScaffoldAnswer"),
+    "compile": (1, "kernelmap.compile.model:CompileAnswer"),
 }
 
 

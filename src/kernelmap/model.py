@@ -575,6 +575,7 @@ FACTS: dict[str, Fact] = {
     "condition_at": Fact("str", "path:line of the condition function that decides whether an override runs"),
     "aten_runs_when": Fact("str", "when ATen's kernel runs instead of the override"),
     "registered": Fact("any", "whether the override is registered in this process (None: not asked)"),
+    "served_by": Fact("str", "the torch._native DSL override that may serve a traced operator instead of ATen's kernel"),
     # markers set by the builders and processors
     "collapsed": Fact("str", "children not shown: a branch for another device or backend"),
     "cycle": Fact("str", "recursion cut: the node is already on the path above"),

@@ -22,3 +22,16 @@ def test_stack_shows_each_override_for_the_device(context):
         assert node.attrs["dispatch_key"] == "CUDA" and node.condition
     cpu = graph.stack("aten::bmm", context("cpu"), depth=4)
     assert not [n for _, n in cpu.walk() if n.kind == "override"]
+
+
+def test_a_traced_gpu_op_with_an_override_is_labelled():
+    """A CUDA trace recorded elsewhere: an operator the installed torch's
+    torch._native overrides on CUDA is labelled with the override."""
+    from kernelmap.trace.resolve import Resolver
+
+    resolver = Resolver(live=False)
+    expected = [o for o in overrides("aten::bmm", static=True) if o.dispatch_key == "CUDA"]
+    facts = resolver._op_facts("aten::bmm", ["float", "float"], "cuda", False)
+    assert expected[0].implementation.name in facts["served_by"]
+    assert "served_by" not in resolver._op_facts("aten::bmm", ["float", "float"], "cpu", False)
+    assert "served_by" not in resolver._op_facts("aten::mm", ["float", "float"], "cuda", False)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
+
+from kernelmap.commands.options import emit, output_options
 
 
 def _print_error(error: BaseException) -> None:
@@ -37,9 +38,8 @@ def _print_error(error: BaseException) -> None:
 @click.option("-c", "--code", help="Run this Python code instead of a script.")
 @click.option("--output-dir", type=click.Path(file_okay=False), help="Keep Inductor's cache and output here (default: a new temporary folder).")
 @click.option("--profile/--no-profile", default=True, show_default=True, help="Time each generated kernel with the profiler.")
-@click.option("--json", "as_json", is_flag=True, help="Print the compile/1 JSON document.")
-@click.option("--width", type=int, help="Output width (default: the terminal's).")
-def compile(target, args, code, output_dir, profile, as_json, width):  # noqa: A001 - the command's name
+@output_options
+def compile(target, args, code, output_dir, profile, as_json, width, html):  # noqa: A001 - the command's name
     """Run code under torch.compile and map each kernel Inductor generated to
     the aten ops it fused, the decompositions behind them, your lines, and
     its place in Inductor's output code; ATen kernels Inductor called
@@ -71,12 +71,7 @@ def compile(target, args, code, output_dir, profile, as_json, width):  # noqa: A
     else:
         answer = compiling.run_script(target, tuple(args), **options)
 
-    if as_json:
-        click.echo(json.dumps(answer.to_json(), indent=2))
-    else:
-        from kernelmap.render.compile import to_text
-
-        click.echo(to_text(answer, width=width, color=None if sys.stdout.isatty() else False), nl=False)
+    emit(answer, as_json, width, html)
     if answer.exception is not None:
         if isinstance(answer.exception, KeyboardInterrupt):
             sys.exit(130)

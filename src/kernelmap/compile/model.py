@@ -3,6 +3,8 @@ one run, and their JSON form (`to_json` / `from_json` round-trip)."""
 
 from __future__ import annotations
 
+from kernelmap.model import Answer
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,7 +157,11 @@ class GraphBreak:
 
 
 @dataclass(frozen=True)
-class CompileAnswer:
+class CompileAnswer(Answer):
+    """The answer of `kernelmap compile`: each graph's generated kernels mapped to ops, lines and time."""
+
+    DOCUMENT = "compile"
+
     workdir: str  # the run's private Inductor cache and debug folder
     torch_version: str
     graphs: tuple[Graph, ...]

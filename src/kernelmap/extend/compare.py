@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernelmap.model import Answer
 from kernelmap.errors import BadInput
 from kernelmap.extend.build import load_extension
 from kernelmap.extend.overrides import Override, check_override_schema, override, resolve_op
@@ -135,7 +136,7 @@ class OpReport:
 
 
 @dataclass(frozen=True)
-class VerifyReport:
+class VerifyReport(Answer):
     """The answer of `verify` (Note [verify runs])."""
 
     DOCUMENT = "verify"  # the renderer table's key; the document is verify/1

@@ -33,6 +33,7 @@ _TABLE: dict[tuple[str, str], str | Renderer] = {
     ("sources", "text"): "kernelmap.render.sources:to_text",
     ("verify", "text"): "kernelmap.render.verify:to_text",
     ("scaffold", "text"): "kernelmap.render.scaffold:to_text",
+    ("compile", "text"): "kernelmap.render.compile:to_text",
 }
 _GENERIC = {"json": "kernelmap.render.json:render", "html": "kernelmap.render.html:render_answer"}
 

@@ -36,7 +36,7 @@ def _kernel_lines(k: GeneratedKernel) -> list[tuple[int, str, str]]:
     return out
 
 
-def to_text(answer: CompileAnswer, width: int | None = None, color: bool | None = None) -> str:
+def to_text(answer: CompileAnswer, width: int | None = None, color: bool | None = None, **_: object) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=width or 120, force_terminal=color if color is not None else False, no_color=color is False, highlight=False, soft_wrap=False)
     generated = [k for k in answer.kernels if k.generated]

@@ -68,6 +68,8 @@ def label(node: CallNode, *, sources: bool = True) -> str:
         parts.append(f"backend {a.get('conv_backend') or a.get('conv_backend_ran')}")
     if a.get("library"):
         parts.append(f"<{a['library']}{', closed' if a.get('closed') else ''}>")
+    if a.get("served_by"):
+        parts.append("(torch._native override may serve it)")
     if a.get("forward_op"):
         parts.append(f"(for {a['forward_op']})")
     if a.get("unknown") and node.kind in ("op", "gpu_kernel"):

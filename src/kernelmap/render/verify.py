@@ -36,7 +36,7 @@ def _diff_line(label: str, d) -> str:
     return f"{label:10s} max abs {d.max_abs:.3e}  max rel {d.max_rel:.3e}  over {d.count} tensor(s){worst}: {verdict}"
 
 
-def to_text(report, width: int | None = None, color: bool | None = None) -> str:
+def to_text(report, width: int | None = None, color: bool | None = None, **_: object) -> str:
     from rich.console import Console
     from rich.table import Table
 

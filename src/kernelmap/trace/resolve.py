@@ -354,7 +354,19 @@ class Resolver:
             vendor = ("MKL", True)  # this build's CPU BLAS, asked in the process that ran the op
         if vendor is not None:
             facts["library"], facts["closed"] = vendor
+        if device != "cpu":  # torch._native registers its DSL kernels for GPU keys only
+            served = self._override(str(op.name), facts.get("dispatch_key"))
+            if served is not None:
+                facts["served_by"] = f"{served.dsl} override {served.implementation.name} when {served.condition.name}(...) holds (torch._native)"
         return facts
+
+    def _override(self, op: str, key: str | None):
+        from kernelmap.dispatch.native import served_by_override
+
+        try:
+            return served_by_override(op, key, static=not self.live)
+        except KernelmapError:
+            return None
 
     def _resolve_device(self, node: Node) -> None:
         ops = []

@@ -120,16 +120,15 @@ def test_answers_give_their_documents(stack_document):
     """What a notebook's `_repr_html_` shows: the same document as `--json`."""
     from kernelmap import api
     from kernelmap.model import CallTree, CallNode
-    from kernelmap.render import where as where_render
     from kernelmap.render.json import to_json
 
     answer = api.where("aten::add.Tensor", static=True)
-    assert html.document_of(answer) == where_render.to_json(answer)
+    assert html.document_of(answer) == answer.to_json()
     tree = CallTree(CallNode("aten::add", "op"))
     assert html.document_of(tree) == to_json(tree)
     assert html.document_of(stack_document) is stack_document
     page = html.repr_html(answer)
     data = embedded(html_lib.unescape(page[page.index('srcdoc="') + 8 : -len('"></iframe>')]))
-    assert data["document"] == json.loads(json.dumps(where_render.to_json(answer)))
+    assert data["document"] == json.loads(json.dumps(answer.to_json()))
     with pytest.raises(BadInput, match="cannot show a object"):
         html.document_of(object())

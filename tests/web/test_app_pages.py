@@ -37,16 +37,14 @@ def test_where_callers_explain_gen_pages(client, context):
     from kernelmap import api, graph
     from kernelmap.codegen import locate
     from kernelmap.graph.explain import explain
-    from kernelmap.render import explain as explain_render
-    from kernelmap.render import where as where_render
     from kernelmap.render.json import to_json
 
     doc = embedded(client.get("/where", params={"name": "aten::add.Tensor"}).text)["document"]
-    assert doc == json.loads(json.dumps(where_render.to_json(api.where("aten::add.Tensor", static=True))))
+    assert doc == json.loads(json.dumps(api.where("aten::add.Tensor", static=True).to_json()))
     doc = embedded(client.get("/callers", params={"symbol": "cudnnConvolutionForward", "depth": "4"}).text)["document"]
     assert doc == json.loads(json.dumps(to_json(graph.callers("cudnnConvolutionForward", context("cpu", require_tree=True), 4))))
     doc = embedded(client.get("/explain", params={"op": "aten::mul.Tensor", "source": TREE_NAME}).text)["document"]
-    assert doc == json.loads(json.dumps(explain_render.to_json(explain("aten::mul.Tensor", context("cpu")))))
+    assert doc == json.loads(json.dumps(explain("aten::mul.Tensor", context("cpu")).to_json()))
     r = client.get("/gen", params={"op": "aten::conv2d", "layer": "binding"})
     data = embedded(r.text)
     assert data["document"]["kernelmap"] == "gen/2"

@@ -62,10 +62,9 @@ def _source(params: Mapping[str, str]) -> str | None:
 
 def where_document(params: Mapping[str, str]) -> dict[str, Any]:
     from kernelmap import api
-    from kernelmap.render import where as render
 
     answer = api.where(params["name"], device=params.get("device") or "cpu", static=params.get("live") != "live")
-    return render.to_json(answer)
+    return answer.to_json()
 
 
 def stack_document(params: Mapping[str, str]) -> dict[str, Any]:
@@ -86,9 +85,8 @@ def callers_document(params: Mapping[str, str]) -> dict[str, Any]:
 
 def explain_document(params: Mapping[str, str]) -> dict[str, Any]:
     from kernelmap.graph.explain import explain
-    from kernelmap.render import explain as render
 
-    return render.to_json(explain(params["op"], _context(params.get("device") or "cpu", _source(params))))
+    return explain(params["op"], _context(params.get("device") or "cpu", _source(params))).to_json()
 
 
 def gen_document(params: Mapping[str, str]) -> dict[str, Any]:

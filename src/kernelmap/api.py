@@ -108,6 +108,8 @@ def _source_steps(op: str, device: str, notes: list[str], source: str | None = N
     for _, node in tree.walk():
         if node.attrs.get("collapsed") or node.location is None or node.kind not in (NodeKind.KERNEL, NodeKind.GENERATED):
             continue
+        if node.attrs.get("symbol_kind") == "structured_meta":
+            continue  # a structured kernel's meta function checks shapes; its impl is the kernel that runs
         if "entry kernel" not in roles:
             roles["entry kernel"] = SourceStep("entry kernel", node.name, node.location, node.condition or "")
         elif "stub kernel" not in roles and node.via is EdgeKind.STUB:

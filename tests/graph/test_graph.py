@@ -224,3 +224,25 @@ def test_where_with_a_device_shows_the_kernels_source(indexed_tree, generated):
     assert "mul_kernel" in path.read_text().splitlines()[stub["location"]["line"] - 1]
     plain = run_kernelmap("where", "torch.mul", "--static", env={"KERNELMAP_SOURCE": TREE_NAME})
     assert "source (" not in plain.stdout  # only with an explicit --device
+
+
+def test_where_names_the_structured_impl_not_meta(context, indexed_tree):
+    """A structured operator's entry kernel on a device is its TORCH_IMPL_FUNC, not the meta function."""
+    from kernelmap import api
+
+    answer = api.where("aten::mm", device="cuda", with_source=True, static=True, source=indexed_tree.name)
+    entry = next(s for s in answer.source if s.role == "entry kernel")
+    assert entry.name.endswith("::impl") and "meta" not in entry.name
+    line = entry.location.disk_path.read_text().splitlines()[entry.location.line - 1]
+    assert "TORCH_IMPL_FUNC(mm_out_cuda)" in line
+
+
+def test_backend_selectors_are_kept(context):
+    """_select_conv_backend decides cuDNN vs the others: it is shown, not pruned as plumbing."""
+    from kernelmap import graph
+
+    tree = graph.stack("aten::_convolution", context("cuda"), depth=3)
+    found = [n for _, n in tree.walk() if n.name.endswith("_select_conv_backend") and n.kind == "kernel"]
+    assert found
+    line = found[0].location.disk_path.read_text().splitlines()[found[0].location.line - 1 : found[0].location.line + 2]
+    assert any("_select_conv_backend" in x for x in line)

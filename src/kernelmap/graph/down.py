@@ -99,12 +99,18 @@ def op_node(op: Op, ctx: GraphContext, via: EdgeKind | None = None, condition: s
     return Node(str(op.name), "op", op.location, via, condition, attrs, payload=op, identity=("op", str(op.name)))
 
 
+# Functions that choose a backend (_select_conv_backend, select_batch_norm_backend...).
+_BACKEND_SELECTOR = re.compile(r"(^|::)_?select_\w*backend$")
+
+
 def cpp_node(definition, ctx: GraphContext, via: EdgeKind | None = None, condition: str | None = None, call_site: Location | None = None) -> Node:
     attrs: dict[str, Any] = {"symbol_kind": definition.symbol.kind}
     if definition.symbol.condition:
         attrs["preprocessor"] = definition.symbol.condition
     if call_site is not None:
         attrs["call_site"] = call_site
+    if _BACKEND_SELECTOR.search(definition.name):
+        attrs["keep"] = True  # where the backend is chosen: what users ask about, never plumbing
     return Node(definition.name, "kernel", definition.location, via, condition, attrs, payload=definition, identity=("cpp", definition.name, str(definition.location)))
 
 

@@ -246,3 +246,16 @@ def test_backend_selectors_are_kept(context):
     assert found
     line = found[0].location.disk_path.read_text().splitlines()[found[0].location.line - 1 : found[0].location.line + 2]
     assert any("_select_conv_backend" in x for x in line)
+
+
+def test_a_host_function_named_like_a_launcher_is_followed(context):
+    """launch_clamp_scalar (cuda/TensorCompare.cu) is a host function: followed down to its gpu_kernel, not a leaf."""
+    from kernelmap import graph
+
+    tree = graph.stack("aten::clamp", context("cuda"), depth=12)
+    nodes = [n for _, n in tree.walk() if n.name.endswith("launch_clamp_scalar")]
+    assert nodes and all(n.kind == "kernel" for n in nodes)
+    expanded = [n for n in nodes if n.children]
+    assert expanded and any(c.kind == "device_loop" and c.name == "gpu_kernel" for c in expanded[0].children)
+    line = expanded[0].location.disk_path.read_text().splitlines()[expanded[0].location.line - 1]
+    assert "launch_clamp_scalar" in line

@@ -444,7 +444,12 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None) -> Node |
     if kind is EdgeKind.STUB:
         return Node(site.name, "stub", site.location, kind, condition, {"call_site": str(site.location)}, payload=site.name, identity=("stub", site.name))
     if kind is EdgeKind.LAUNCH:
-        attrs = {"call_site": str(site.location)}
+        if launch_kind(site.callee) is NodeKind.LAUNCH and ctx.index is not None:
+            # a host function named like a launcher (launch_clamp_scalar) is a call to follow, not a leaf
+            hosts = [d for d in _resolve_direct(site, caller, ctx) if d.symbol.kind != "global_kernel"]
+            if hosts:
+                return cpp_node(hosts[0], ctx, EdgeKind.DIRECT, condition, site.location)
+        attrs = {"call_site": site.location}
         kernels = ctx.index.global_kernels(site.name) if ctx.index else []
         location = kernels[0].location if len(kernels) == 1 else site.location
         return Node(site.callee, launch_kind(site.callee), location, kind, condition, attrs)

@@ -259,3 +259,15 @@ def test_a_host_function_named_like_a_launcher_is_followed(context):
     assert expanded and any(c.kind == "device_loop" and c.name == "gpu_kernel" for c in expanded[0].children)
     line = expanded[0].location.disk_path.read_text().splitlines()[expanded[0].location.line - 1]
     assert "launch_clamp_scalar" in line
+
+
+def test_calls_from_two_branches_with_the_same_condition_stay_apart(context, indexed_tree):
+    """batch_norm_cpu calls batch_norm_cpu_transform_input_template under `if (!train)` twice (mixed type or not): both shown."""
+    from kernelmap import graph
+
+    tree = graph.stack("at::native::batch_norm_cpu", context("cpu", all_calls=True), depth=2)
+    calls = [n for _, n in tree.walk() if n.name.endswith("batch_norm_cpu_transform_input_template") and n.condition == "if (!train)"]
+    lines = sorted({n.attrs["call_site"].line for n in calls})
+    assert len(lines) == 2
+    text = (indexed_tree.root / calls[0].attrs["call_site"].path).read_text().splitlines()
+    assert all("batch_norm_cpu_transform_input_template" in text[line - 1] for line in lines)

@@ -590,10 +590,15 @@ def _inner_loop(name: str, ctx: GraphContext) -> Node:
 
 
 def dedupe(nodes: list[Node]) -> list[Node]:
-    """One node per (kind, name, condition): a kernel calling at::empty twice shows it once."""
+    """One node per (kind, name, condition): a kernel calling at::empty twice
+    shows it once. Direct calls of a definition from different lines stay
+    apart even under the same condition text: they sit in different branches
+    (Normalization.cpp calls batch_norm_cpu_transform_input_template under
+    `if (!train)` in both its mixed-type and its plain branch)."""
     seen, out = set(), []
     for n in nodes:
-        key = (n.kind, n.name, n.condition, str(n.location) if n.kind not in ("op", "stub") else "")
+        site = n.attrs.get("call_site") if n.kind is NodeKind.KERNEL and n.via is EdgeKind.DIRECT else None
+        key = (n.kind, n.name, n.condition, str(n.location) if n.kind not in ("op", "stub") else "", str(site) if site else "")
         if key not in seen:
             seen.add(key)
             out.append(n)

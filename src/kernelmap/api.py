@@ -7,7 +7,6 @@ returns plain model data that any renderer can show.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from kernelmap import env
 from kernelmap.model import EdgeKind, Kernel, LiveAnswer, NodeKind, SourceStep, WhereAnswer
@@ -28,8 +27,9 @@ def where(
     dispatch key, and (unless `static`) what the live dispatcher runs for a call
     on `device`; `with_source` adds, when a source tree is indexed, the entry
     kernel, stub kernel and leaves on `device`. `source` selects a tree (a
-    registered name or a directory): it answers every static layer it holds
-    (Note [graph versions]). Static answers never import torch."""
+    registered name or a directory): its yaml and derivatives answer the
+    operator, its index the source steps; the Python names are resolved with
+    the installed wheel's (Note [graph versions]). Static answers never import torch."""
     from kernelmap.catalog import load_catalog
     from kernelmap.names import resolve_ops
 

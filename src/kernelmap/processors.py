@@ -21,17 +21,22 @@ _WORK_KINDS = frozenset(
 )
 
 
-def _rebuild(tree: CallTree, visit: Callable[[CallNode, tuple[CallNode, ...]], CallNode | None]) -> CallTree:
-    """Post-order rebuild: `visit(node, new_children)` returns the node to keep
-    (or None to drop it). The root is never dropped."""
+def _nodes(tree: CallTree) -> list[CallNode]:
+    """Every node, each after its parent (walked in reverse, children come first)."""
     order: list[CallNode] = []
     stack = [tree.root]
     while stack:
         n = stack.pop()
         order.append(n)
         stack.extend(n.children)
+    return order
+
+
+def _rebuild(tree: CallTree, visit: Callable[[CallNode, tuple[CallNode, ...]], CallNode | None]) -> CallTree:
+    """Post-order rebuild: `visit(node, new_children)` returns the node to keep
+    (or None to drop it). The root is never dropped."""
     done: dict[int, CallNode | None] = {}
-    for n in reversed(order):
+    for n in reversed(_nodes(tree)):
         children = tuple(c for c in (done[id(ch)] for ch in n.children) if c is not None)
         done[id(n)] = visit(n, children)
     root = done[id(tree.root)] or replace(tree.root, children=())
@@ -52,12 +57,7 @@ def prune_plumbing(tree: CallTree) -> CallTree:
     group stays visible."""
     # which identities have a subtree worth keeping (first pass)
     worth: set[str] = set()
-    order: list[CallNode] = []
-    stack = [tree.root]
-    while stack:
-        n = stack.pop()
-        order.append(n)
-        stack.extend(n.children)
+    order = _nodes(tree)
     interesting: dict[int, bool] = {}
     for _ in range(2):  # twice: a repeat is worth keeping when its twin is
         for n in reversed(order):
@@ -71,15 +71,9 @@ def prune_plumbing(tree: CallTree) -> CallTree:
             if interesting[id(n)] and ident:
                 worth.add(ident)
 
-    def keep(parent: CallNode, c: CallNode) -> bool:
-        if c.attrs.get("utility"):
-            return False
-        return parent.kind is NodeKind.ALTERNATIVES or interesting[id(c)] or c.via is not EdgeKind.DIRECT
-
-    done: dict[int, CallNode] = {}
-    for n in reversed(order):  # children before parents
-        done[id(n)] = _with(n, tuple(done[id(c)] for c in n.children if keep(n, c)))
-    return replace(tree, root=done[id(tree.root)])
+    keep = {id(c) for n in order for c in n.children
+            if not c.attrs.get("utility") and (n.kind is NodeKind.ALTERNATIVES or interesting[id(c)] or c.via is not EdgeKind.DIRECT)}
+    return _rebuild(tree, lambda n, children: _with(n, children) if n is tree.root or id(n) in keep else None)
 
 
 def collapse_branches(tree: CallTree) -> CallTree:
@@ -173,14 +167,6 @@ def cut_recursion(tree: CallTree) -> CallTree:
 
     return _rebuild(tree, visit)
 
-
-# name -> processor, for commands that take them as options
-PROCESSORS = {
-    "prune_plumbing": prune_plumbing,
-    "collapse_branches": collapse_branches,
-    "mark_repeats": mark_repeats,
-    "cut_recursion": cut_recursion,
-}
 
 
 def compact_layers(tree: CallTree) -> CallTree:

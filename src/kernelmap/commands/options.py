@@ -71,7 +71,7 @@ def _dtype(ctx: click.Context, param: click.Parameter, value: str) -> str:
 dtype_option = click.option("--dtype", default="float32", show_default=True, callback=_dtype, help="dtype of the call's tensors (a torch dtype name).")
 
 
-def _width(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+def check_width(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
     if value is not None and value < 20:
         raise BadInput(f"--width must be at least 20 columns, not {value}")
     return value
@@ -81,7 +81,7 @@ def output_options(f: Callable) -> Callable:
     """--json (the answer's document), --html FILE (a self-contained report)
     and --width (text columns)."""
     f = click.option("--html", "html", type=click.Path(dir_okay=False), default=None, help="Also write the answer as one self-contained HTML file.")(f)
-    f = click.option("--width", type=int, default=None, callback=_width, help="Text width in columns (default: the terminal's).")(f)
+    f = click.option("--width", type=int, default=None, callback=check_width, help="Text width in columns (default: the terminal's).")(f)
     f = click.option("--json", "as_json", is_flag=True, help="Print the answer's JSON document (see kernelmap.answers).")(f)
     return f
 

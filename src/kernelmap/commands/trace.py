@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from kernelmap.commands.options import _width, emit, source_option
+from kernelmap.commands.options import check_width, emit, source_option
 from kernelmap.errors import BadInput
 
 
@@ -82,7 +82,7 @@ def _print_error(error: BaseException) -> None:
 @source_option
 @click.option("--export-chrome", type=click.Path(dir_okay=False), help="Write the trace with kernelmap's source links in each event's args (opens in Perfetto).")
 @click.option("--html", "html", type=click.Path(dir_okay=False), default=None, help="Also write the trace as one self-contained HTML report.")
-@click.option("--width", type=int, default=None, callback=_width, help="Output width (default: the terminal's).")
+@click.option("--width", type=int, default=None, callback=check_width, help="Output width (default: the terminal's).")
 @click.option("--warmup", type=click.IntRange(min=0), default=0, show_default=True, help="Run the target this many times unprofiled first, so the cold first call is not traced.")
 @click.option("--steps", type=click.IntRange(min=1), default=1, show_default=True, help="Profile this many runs of the target (after the warm-up ones).")
 def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, min_us, top, all_frames, source, export_chrome, width, html, warmup, steps):
@@ -114,7 +114,6 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
       kernelmap trace --from trace.json.gz --export-chrome annotated.json
     """
     from kernelmap import trace as tracing
-    from kernelmap.trace.text import sanitize
 
     _check_options(width, top, min_us, depth, export_chrome)
     from_file = None

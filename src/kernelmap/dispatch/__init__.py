@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kernelmap import env

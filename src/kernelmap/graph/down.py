@@ -12,7 +12,7 @@ from typing import Any
 from kernelmap import env, pysource, vendors
 from kernelmap.errors import BadInput, KernelmapError, UnknownName
 from kernelmap.graph import processors_for
-from kernelmap.graph.context import NEEDS_TREE, GraphContext
+from kernelmap.graph.context import GraphContext
 from kernelmap.graph.grow import Node, grow
 from kernelmap.graph.rules import DEFAULT_DEPTH, DEVICE_KEYS, KERNEL_DIRS, is_utility_op, launch_kind, other_device_reason
 from kernelmap.model import CallTree, EdgeKind, Location, NodeKind, Op

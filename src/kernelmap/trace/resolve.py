@@ -27,7 +27,6 @@ really ran below `_convolution` is reported beside it, so a disagreement
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any

@@ -34,25 +34,29 @@ def where(
     from kernelmap.names import resolve_ops
 
     install = env.torch_install()
-    tree = None
     wheel = load_catalog()
-    catalog = wheel
-    if source is not None:
-        from kernelmap.source import select_tree
+    selected = _selected_tree(source)
+    tree = selected.root if selected is not None else None
+    catalog, python_catalog, python_root = wheel, wheel, install.site_packages
+    if selected is not None:
+        from kernelmap.graph.context import has_python
 
-        selected = select_tree(source)
-        tree = selected.root
         catalog = load_catalog(tree=selected.root, origin=selected.origin)
-    ops = resolve_ops(name, catalog, wheel, install.site_packages)
+        if has_python(selected.root):  # Note [graph versions]: the tree's own Python names
+            python_catalog, python_root = catalog, selected.root
+    ops = resolve_ops(name, catalog, python_catalog, python_root)
     delegate = catalog.delegate(ops[0])
     live = None
     notes: list[str] = []
     if not static:
         from kernelmap import dispatch
 
-        if tree is not None:
-            # the live dispatcher is the installed torch's; the yaml is the tree's
-            notes.append(f"live answers come from torch {install.version}, the operator from {catalog.origin.label}")
+        if selected is not None and selected.commit != install.commit:
+            # the live dispatcher is the installed torch's; everything static is the tree's
+            notes.append(
+                f"version mismatch: the live dispatcher (registrations, dispatch path) is torch {install.version}'s; "
+                f"the operator, its yaml and derivatives come from {catalog.origin.label}"
+            )
         live_catalog = catalog if tree is None else wheel
         qualified = str(ops[0].name)
         path = dispatch.dispatch_path(
@@ -72,6 +76,21 @@ def where(
 
     found = native_overrides(str(ops[0].name), static=static, tree=tree)
     return WhereAnswer(name, ops, install.version, install.commit, delegate, live, tuple(notes), steps, found)
+
+
+def _selected_tree(source: str | None):
+    """The tree `where` answers from: `--source`, else the default selection
+    (the installed commit's tree, KERNELMAP_SOURCE, the only registered tree);
+    None when nothing is selected by default (an explicit --source must open)."""
+    from kernelmap.errors import KernelmapError
+    from kernelmap.source import select_tree
+
+    if source is not None:
+        return select_tree(source)
+    try:
+        return select_tree(None)
+    except KernelmapError:
+        return None
 
 
 def _with_python_sources(op: str, kernels: tuple[Kernel, ...]) -> tuple[Kernel, ...]:

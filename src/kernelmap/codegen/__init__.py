@@ -97,6 +97,7 @@ __all__ = [
     "UfuncKernel",
     "generated_files",
     "locate",
+    "locate_in",
     "open_generated",
     "resolve_op",
 ]
@@ -163,13 +164,14 @@ def generated_files(tree: Path | None = None, *, progress: Reporter | None = Non
     return open_generated(tree)
 
 
-def resolve_op(name: str, tree: Path | None = None) -> tuple[Op, Op | None]:
+def resolve_op(name: str, tree: Path | None = None, catalog=None) -> tuple[Op, Op | None]:
     """The operator `name` (`aten::conv2d`, `conv2d`, `add.out`, `add`) in the
-    catalog, and the operator whose ufunc_inner_loop made its ufunc kernels
-    (itself or its structured delegate), if any. UnknownName / BadInput otherwise."""
+    catalog (`catalog`, else the installed torch's or `tree`'s), and the
+    operator whose ufunc_inner_loop made its ufunc kernels (itself or its
+    structured delegate), if any. UnknownName / BadInput otherwise."""
     from kernelmap.catalog import load_catalog
 
-    catalog = load_catalog(tree=tree)
+    catalog = catalog if catalog is not None else load_catalog(tree=tree)
     op = catalog.resolve(name)[0]
     ufunc_op = None
     if op.ufunc_inner_loop:
@@ -202,6 +204,15 @@ def locate(
     if tree is None:
         code = _note_missing_backends(code)
     return code
+
+
+def locate_in(files: GeneratedFiles, name: str, catalog, layers: Iterable[Layer | str] | None = None) -> GeneratedCode:
+    """Operator `name` of `catalog` in `files`: the generated files of the same
+    version as the catalog (a selected tree's files with the tree's catalog),
+    so that the operator and its generated code never come from two versions."""
+    op, ufunc_op = resolve_op(name, catalog=catalog)
+    wanted = tuple(Layer(layer) for layer in layers) if layers is not None else tuple(Layer)
+    return locate_op(files, op, wanted, ufunc_op)
 
 
 def _note_missing_backends(code: GeneratedCode) -> GeneratedCode:

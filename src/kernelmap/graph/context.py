@@ -4,10 +4,14 @@ files), opened once. Producers that are missing become notes, not errors,
 unless the user asked for them by name.
 
 Note [graph versions]
-A source tree is authoritative for its own operators and C++ (its own yaml,
-read by its own torchgen); the Python and generated layers come from the
-installed torch. When their versions differ, the tree's notes say so once,
-and every node's location carries its origin's label.
+One answer, one version. A selected source tree is authoritative for every
+static layer it holds: its operators (its own yaml, read by its own torchgen),
+its Python (`torch/**/*.py` of the tree, not the wheel's), its generated code
+(regenerated with its own torchgen and tools/, cached per tree) and its C++.
+The installed torch answers only what a tree lacks (a tree without its
+Python files) and what only the live process knows. When anything in an
+answer comes from another version than the tree's, the answer says so in
+one note; when nothing does, it says nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ if TYPE_CHECKING:
     from kernelmap.codegen.build import Reporter
 
 if TYPE_CHECKING:
+    from kernelmap.model import Origin
     from kernelmap.catalog import Catalog
     from kernelmap.codegen import GeneratedFiles
     from kernelmap.source import Index
@@ -49,6 +54,21 @@ class GraphContext:
     site_packages: Path | None = None
     notes: tuple[str, ...] = ()
     dtype: str = "float32"
+    # The Python layer (Note [graph versions]): the selected tree's own .py
+    # files and catalog when it has them, else the installed wheel's.
+    python_root: Path | None = None
+    python_origin: Origin | None = None
+    python_catalog: Catalog | None = None
+    tree_root: Path | None = None  # the selected tree, if any
+
+    @property
+    def entry_catalog(self) -> Catalog:
+        """The catalog whose Python entry points and bindings the graph shows."""
+        return self.python_catalog if self.python_catalog is not None else self.wheel_catalog
+
+    @property
+    def python_dir(self) -> Path | None:
+        return self.python_root if self.python_root is not None else self.site_packages
 
 
 def open_context(
@@ -73,30 +93,59 @@ def open_context(
     install = env.torch_install()
     wheel_catalog = load_catalog()
     notes: list[str] = []
-    catalog, index = wheel_catalog, None
+    catalog, index, tree = wheel_catalog, None, None
     try:
         from kernelmap.source import open_index, select_tree
 
         tree = select_tree(source)
         index = open_index(tree)
         catalog = load_catalog(tree=tree.root, origin=tree.origin)
-        if tree.commit != install.commit:
-            notes.append(
-                f"version mismatch: operators and C++ come from {tree.origin.label} ({tree.version}), "
-                f"Python and generated code from torch {install.version}; each location names its origin"
-            )
     except KernelmapError as e:
         if source is not None or require_tree:
             raise
+        tree = None
         notes.append(f"{NEEDS_TREE} [{e}]")
+    python_root, python_origin, python_catalog = install.site_packages, install.origin, wheel_catalog
+    from_wheel: list[str] = []  # static layers the tree lacks, answered by the installed torch
+    if tree is not None:
+        if has_python(tree.root):
+            python_root, python_origin, python_catalog = tree.root, tree.origin, catalog
+        else:
+            from_wheel.append("the Python layer")
     generated = None
     try:
         from kernelmap.codegen import generated_files
 
-        # the first graph of a torch version regenerates its build files (cached)
-        generated = generated_files(progress=progress)
+        # the first graph of a version (or tree) regenerates its build files
+        # with its own torchgen (cached)
+        generated = generated_files(tree=tree.root if tree is not None else None, progress=progress)
     except KernelmapError as e:
-        notes.append(f"generated code unavailable, showing no bindings or wrappers: {e}")
+        what = f"of {tree.origin.label} " if tree is not None else ""
+        notes.append(f"generated code {what}unavailable, showing no bindings or wrappers: {e}")
+    if tree is not None and from_wheel and tree.commit != install.commit:
+        notes.append(
+            f"version mismatch: {' and '.join(from_wheel)} from torch {install.version}, the rest from "
+            f"{tree.origin.label} ({tree.version}); each location names its origin"
+        )
     return GraphContext(
-        device, requires_grad, all_branches, all_calls, catalog, wheel_catalog, index, generated, install.site_packages, tuple(notes), dtype
+        device,
+        requires_grad,
+        all_branches,
+        all_calls,
+        catalog,
+        wheel_catalog,
+        index,
+        generated,
+        install.site_packages,
+        tuple(notes),
+        dtype,
+        python_root,
+        python_origin,
+        python_catalog,
+        tree.root if tree is not None else None,
     )
+
+
+def has_python(root: Path) -> bool:
+    """Whether a tree holds its own Python package (torch/__init__.py, torch/nn/)."""
+    return (root / "torch/__init__.py").is_file() and (root / "torch/nn/modules").is_dir()

@@ -65,26 +65,27 @@ def _is_op(name: str, ctx: GraphContext) -> bool:
 
 
 def _python_root(name: str, ctx: GraphContext) -> Node:
-    entry_points = ctx.wheel_catalog.entry_points()
+    entry_points = ctx.entry_catalog.entry_points()
     if name in entry_points and not name.startswith("torch.nn.functional."):
         return _builtin_node(name, ctx)
-    definition = pysource.find_def(name, ctx.site_packages)
+    definition = pysource.find_def(name, ctx.python_dir)
     if definition is None:
-        raise UnknownName(name, ctx.wheel_catalog.suggest(name))
+        raise UnknownName(name, ctx.entry_catalog.suggest(name))
     return _python_node(definition, ctx)
 
 
-def _wheel_location(path: Path, line: int, end_line: int | None, ctx: GraphContext) -> Location:
-    install = env.torch_install()
-    rel = path.relative_to(ctx.site_packages).as_posix()
-    return Location(rel, line, end_line, origin=install.origin)
+def _python_location(path: Path, line: int, end_line: int | None, ctx: GraphContext) -> Location:
+    """A line of the Python layer: in the selected tree's own .py files, or the
+    installed wheel's (Note [graph versions])."""
+    rel = path.relative_to(ctx.python_dir).as_posix()
+    return Location(rel, line, end_line, origin=ctx.python_origin or env.torch_install().origin)
 
 
 def _python_node(definition: pysource.PyDef, ctx: GraphContext, condition: str | None = None, line: int | None = None) -> Node:
     import ast
 
     kind = "module" if isinstance(definition.node, ast.ClassDef) else "python"
-    location = _wheel_location(definition.path, definition.line, definition.end_line, ctx)
+    location = _python_location(definition.path, definition.line, definition.end_line, ctx)
     return Node(definition.qualname, kind, location, EdgeKind.PYTHON, condition, payload=definition, identity=("py", definition.qualname))
 
 
@@ -134,11 +135,11 @@ def _expand_down(node: Node, ctx: GraphContext) -> list[Node]:
 def _python_children(definition: pysource.PyDef, ctx: GraphContext) -> list[Node]:
     import ast
 
-    root = ctx.site_packages
+    root = ctx.python_dir
     if isinstance(definition.node, ast.ClassDef):
         forward = pysource.find_def(f"{definition.qualname}.forward", root)
         return [_python_node(forward, ctx)] if forward else []
-    entry_points = ctx.wheel_catalog.entry_points()
+    entry_points = ctx.entry_catalog.entry_points()
     children = []
     owner = definition.qualname.rsplit(".", 1)[0]
     for call in pysource.calls(definition, root):
@@ -169,7 +170,7 @@ def _reaches_torch(definition: pysource.PyDef, root: Path, entry_points: set[str
 
 
 def _builtin_children(name: str, ctx: GraphContext) -> list[Node]:
-    ops = ctx.wheel_catalog.resolve(name)
+    ops = ctx.entry_catalog.resolve(name)
     pairs = [(_tree_op(op, ctx), None) for op in ops]
     if ctx.generated is None:
         return [op_node(op, ctx, EdgeKind.BINDING, cond) for op, cond in pairs]
@@ -192,7 +193,7 @@ def _builtin_children(name: str, ctx: GraphContext) -> list[Node]:
 
 def _tree_op(op: Op, ctx: GraphContext) -> Op:
     """The same operator in the selected tree's catalog, when it has it (Note [graph versions])."""
-    if ctx.catalog is ctx.wheel_catalog:
+    if ctx.catalog is ctx.entry_catalog:
         return op
     try:
         return ctx.catalog.get(str(op.name))
@@ -201,10 +202,12 @@ def _tree_op(op: Op, ctx: GraphContext) -> Op:
 
 
 def _generated(op_name: str, ctx: GraphContext, layers):
-    from kernelmap.codegen import locate
+    """The generated code of an operator of the selected catalog, in the
+    generated files of the same version (Note [graph versions])."""
+    from kernelmap.codegen import locate_in
 
     try:
-        return locate(op_name, layers=layers, files=ctx.generated)
+        return locate_in(ctx.generated, op_name, ctx.catalog, layers)
     except KernelmapError:
         return None
 
@@ -268,7 +271,7 @@ def _override_nodes(op: Op, ctx: GraphContext) -> list[Node]:
 
     key = DEVICE_KEYS[ctx.device]
     nodes = []
-    for found in overrides(str(op.name), static=True):
+    for found in overrides(str(op.name), static=True, tree=ctx.tree_root if ctx.python_catalog is ctx.catalog else None):
         if found.dispatch_key != key:
             continue
         frozen = override_nodes(found)
@@ -542,7 +545,7 @@ def _generated_stub_kernels(stub: str, ctx: GraphContext) -> list[Node]:
 
     base = stub.removesuffix("_stub")
     nodes = []
-    for op in ctx.wheel_catalog.overloads(base):
+    for op in ctx.catalog.overloads(base):
         if not op.ufunc_inner_loop:
             continue
         code = _generated(str(op.name), ctx, (Layer.UFUNC,))

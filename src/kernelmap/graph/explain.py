@@ -73,10 +73,10 @@ def explain(op_name: str, context: GraphContext) -> Explanation:
 
     code = None
     if context.generated is not None:
-        from kernelmap.codegen import locate
+        from kernelmap.codegen import locate_in
 
         try:
-            code = locate(qualified, files=context.generated)
+            code = locate_in(context.generated, qualified, context.catalog)
         except KernelmapError as e:
             notes.append(f"generated code: {e}")
     if code is not None:

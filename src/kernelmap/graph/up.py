@@ -106,7 +106,7 @@ def _parents_of_op(op: Op, ctx: GraphContext) -> list[Node]:
     # Python entry points: leaves
     wheel_op = op
     try:
-        wheel_op = ctx.wheel_catalog.get(str(op.name))
+        wheel_op = ctx.entry_catalog.get(str(op.name))
     except KernelmapError:
         pass
     for name in wheel_op.python_entry_points:

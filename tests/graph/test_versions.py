@@ -1,0 +1,150 @@
+"""One answer, one version (Note [graph versions]): with the real 2.6.0 tree
+selected, `stack`, `callers`, `where` and `explain` take every static layer
+from it (its yaml and derivatives, its own Python files, the files its own
+torchgen regenerates); only live facts carry the installed torch's label, and
+they are announced by exactly one note. Every location is opened and the
+named symbol is looked for on that line."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from kernelmap import env, graph
+from kernelmap.model import NodeKind, OriginKind
+from tests.conftest import run_kernelmap
+from tests.graph.conftest import TREE_NAME, walk
+
+OPS = ("torch.nn.Conv2d", "torch.nn.functional.batch_norm", "torch.add", "torch.mm", "torch.relu", "torch.softmax")
+
+
+def lines_at(location, before: int = 0, after: int = 2) -> str:
+    text = location.disk_path.read_text(errors="replace").splitlines()
+    return "\n".join(text[max(0, location.line - 1 - before) : location.line + after])
+
+
+def check_symbol_on_line(node) -> bool:
+    """Whether the file a node names holds its symbol on that line; True when
+    checked, False when the node is of a kind this reading does not check."""
+    loc = node.location
+    assert loc.disk_path is not None and loc.disk_path.is_file(), (node.name, str(loc))
+    line = lines_at(loc, after=0)
+    short = node.name.rsplit(".", 1)[-1] if node.kind in (NodeKind.PYTHON, NodeKind.MODULE) else node.name.rsplit("::", 1)[-1]
+    if node.kind is NodeKind.MODULE:
+        assert re.match(rf"\s*class {short}\b", line), (node.name, str(loc), line)
+    elif node.kind is NodeKind.PYTHON:
+        assert re.match(rf"\s*def {short}\b", line) or re.match(rf"{short}\s*=", line), (node.name, str(loc), line)
+    elif node.kind is NodeKind.OPERATOR and "call_site" not in node.attrs and loc.path.endswith("native_functions.yaml"):
+        assert line.startswith(f"- func: {node.name.removeprefix('aten::')}("), (node.name, str(loc), line)
+    elif node.kind in (NodeKind.BINDING, NodeKind.WRAPPER):
+        assert short in line, (node.name, str(loc), line)
+    elif node.kind in (NodeKind.KERNEL, NodeKind.GENERATED):
+        if short in ("meta", "impl"):
+            owner = node.name.rsplit("::", 2)[-2].removeprefix("structured_")
+            spelled = re.sub(r"TORCH_(META|IMPL)_FUNC2\((\w+),\s*(\w+)\)", r"\2_\3", lines_at(loc))  # FUNC2(add, Tensor): add_Tensor
+            assert owner in spelled, (node.name, str(loc))
+        else:
+            assert short.split("<")[0] in lines_at(loc), (node.name, str(loc))
+    else:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module", params=OPS)
+def stacked(request, context):
+    device = "cpu" if request.param in ("torch.mm", "torch.softmax") else "cuda"
+    return request.param, graph.stack(request.param, context(device))
+
+
+def test_every_stack_location_is_the_trees_and_holds_its_symbol(stacked, indexed_tree):
+    target, tree = stacked
+    assert not [n for n in tree.notes if "mismatch" in n], tree.notes
+    checked = 0
+    kinds = set()
+    for node, _ in walk(tree):
+        if node.location is None or node.attrs.get("unresolved"):
+            continue
+        origin = node.location.origin
+        assert origin is not None and origin.version == indexed_tree.origin.version, (node.name, origin)
+        if origin.kind is OriginKind.GENERATED:
+            assert origin.label.startswith("generated from tree ") and origin.root is not None
+        if check_symbol_on_line(node):
+            checked += 1
+            kinds.add(node.kind)
+    assert checked >= 5, target
+    assert {NodeKind.OPERATOR, NodeKind.WRAPPER} <= kinds, (target, kinds)
+
+
+def test_conv2d_python_and_generated_lines_are_the_trees(context, indexed_tree):
+    """The issue's example: Conv2d.forward in the tree's conv.py, and
+    THPVariable_conv2d / wrapper_CompositeImplicitAutograd__conv2d in the files
+    the tree's torchgen writes (no shards in 2.6.0's composite registrations)."""
+    tree = graph.stack("torch.nn.Conv2d", context("cuda"))
+    found = {node.name: node for node, _ in walk(tree)}
+    forward = found["torch.nn.modules.conv.Conv2d.forward"]
+    tree_conv = (indexed_tree.root / "torch/nn/modules/conv.py").read_text().splitlines()
+    conv2d_class = next(i for i, t in enumerate(tree_conv) if t.startswith("class Conv2d("))
+    expected = next(i for i, t in enumerate(tree_conv) if i > conv2d_class and t.strip().startswith("def forward(")) + 1
+    assert forward.location.line == expected and forward.location.disk_path.is_relative_to(indexed_tree.root)
+    wheel_conv = (env.torch_install().torch_dir / "nn/modules/conv.py").read_text().splitlines()
+    assert wheel_conv[expected - 1 : expected] != tree_conv[expected - 1 : expected] or len(wheel_conv) != len(tree_conv)
+    binding = found["THPVariable_conv2d"]
+    assert binding.location.disk_path.is_relative_to(context("cuda").generated.root)
+    assert "THPVariable_conv2d" in lines_at(binding.location, after=0)
+    wrapper = found["wrapper_CompositeImplicitAutograd__conv2d"]
+    assert wrapper.location.path == "build/aten/src/ATen/RegisterCompositeImplicitAutograd.cpp"
+    assert "wrapper_CompositeImplicitAutograd__conv2d" in lines_at(wrapper.location, after=0)
+
+
+def test_callers_reach_the_trees_python(context, indexed_tree):
+    tree = graph.callers("at::native::cudnn_convolution", context("cuda"))
+    checked = 0
+    for node, _ in walk(tree):
+        if node.location is not None and node.location.origin is not None:
+            assert node.location.origin.version == indexed_tree.origin.version, (node.name, node.location.origin)
+            checked += check_symbol_on_line(node)
+    assert checked >= 3
+    assert "torch.nn.functional.conv2d" in {node.name for node, _ in walk(tree)}
+
+
+def test_explain_steps_are_the_trees(context, indexed_tree):
+    from kernelmap.graph.explain import explain
+
+    answer = explain("aten::add.Tensor", context("cpu"))
+    located = [s for s in answer.steps if s.location is not None]
+    assert located
+    for step in located:
+        assert step.location.origin.version == indexed_tree.origin.version, (step.title, step.location.origin)
+        assert step.location.disk_path.is_file()
+
+
+def test_where_takes_yaml_and_derivatives_from_the_tree_and_notes_live_facts_once(indexed_tree):
+    yaml = (indexed_tree.root / "aten/src/ATen/native/native_functions.yaml").read_text().splitlines()
+    yaml_line = yaml.index("- func: add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor") + 1
+    derivatives = (indexed_tree.root / "tools/autograd/derivatives.yaml").read_text().splitlines()
+    derivatives_line = derivatives.index("- name: add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor") + 1
+    out = run_kernelmap("where", "aten::add.Tensor", "--source", TREE_NAME, "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    op = doc["operator"]
+    assert (op["location"]["path"], op["location"]["line"]) == ("aten/src/ATen/native/native_functions.yaml", yaml_line)
+    assert op["autograd"]["location"]["line"] == derivatives_line
+    assert sum("version mismatch" in n for n in doc["notes"]) == 1
+    text = run_kernelmap("where", "aten::add.Tensor", "--source", TREE_NAME)
+    assert text.returncode == 0 and (text.stdout + text.stderr).count("version mismatch") == 1
+    assert f"native_functions.yaml:{yaml_line}" in text.stdout and f"derivatives.yaml:{derivatives_line}" in text.stdout
+    static = run_kernelmap("where", "aten::add.Tensor", "--source", TREE_NAME, "--static")
+    assert static.returncode == 0 and "version mismatch" not in static.stdout + static.stderr
+    assert f"native_functions.yaml:{yaml_line}" in static.stdout
+
+
+def test_where_selects_the_default_tree_like_stack(indexed_tree):
+    """KERNELMAP_SOURCE selects the tree for `where` as for `stack`: the yaml
+    line is the tree's without --source."""
+    yaml = (indexed_tree.root / "aten/src/ATen/native/native_functions.yaml").read_text().splitlines()
+    yaml_line = yaml.index("- func: add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor") + 1
+    out = run_kernelmap("where", "aten::add.Tensor", "--static", env={"KERNELMAP_SOURCE": TREE_NAME})
+    assert out.returncode == 0, out.stderr
+    assert f"native_functions.yaml:{yaml_line}" in out.stdout

@@ -88,6 +88,46 @@ def is_generated_path(path: str) -> bool:
     return path.startswith("build/") or "/generated/" in path
 
 
+# Generated files whose template is not named like them (shards and per-key
+# or per-operator files are matched by the rules in `generated_template`).
+_ATEN_TEMPLATES = "aten/src/ATen/templates/"
+_AUTOGRAD_TEMPLATES = "tools/autograd/templates/"
+_REGISTER_OWN_TEMPLATE = ("RegisterSchema", "RegisterBackendSelect", "RegisterFunctionalization", "RegisterCodegenUnboxedKernels")
+
+
+def generated_template(path: str) -> str | None:
+    """The repository path of the torchgen template a generated file is
+    written from: `build/aten/src/ATen/RegisterCPU_0.cpp` ->
+    `aten/src/ATen/templates/RegisterDispatchKey.cpp`,
+    `torch/csrc/autograd/generated/VariableType_3.cpp` ->
+    `tools/autograd/templates/VariableType.cpp`; None for other files."""
+    name = path.rsplit("/", 1)[-1]
+    stem, dot, suffix = name.rpartition(".")
+    if not dot:
+        return None
+    stem = re.sub(r"_\d+$", "", stem)  # shards: Operators_3, VariableType_7
+    if path.startswith("torch/csrc/autograd/generated/"):
+        return f"{_AUTOGRAD_TEMPLATES}{stem}.{suffix}"
+    if not path.startswith("build/aten/src/ATen/"):
+        return None
+    rel = path[len("build/aten/src/ATen/") :]
+    if rel.startswith("ops/"):  # per-operator headers
+        for ending, template in (("_ops", "Operator.h"), ("_native", "NativeFunction.h"), ("_meta", "NativeMetaFunction.h")):
+            if stem.endswith(ending):
+                return _ATEN_TEMPLATES + template
+        if re.search(r"_(cpu|cuda|meta|compositeexplicitautograd|compositeexplicitautogradnonfunctional|compositeimplicitautograd\w*)_dispatch$", stem):
+            return _ATEN_TEMPLATES + "DispatchKeyFunction.h"
+        return _ATEN_TEMPLATES + "Function.h"
+    if rel.startswith("core/"):
+        return _ATEN_TEMPLATES + rel[len("core/") :].rsplit(".", 1)[0] + f".{suffix}" if "_" not in stem else None
+    if stem.startswith("Register") and stem not in _REGISTER_OWN_TEMPLATE:
+        return _ATEN_TEMPLATES + "RegisterDispatchKey.cpp"
+    ufunc = re.match(r"(Ufunc(?:CPU|CUDA|CPUKernel))_\w+$", stem)
+    if ufunc:
+        return f"{_ATEN_TEMPLATES}{ufunc.group(1)}.{suffix}"
+    return f"{_ATEN_TEMPLATES}{stem}.{suffix}"
+
+
 @dataclass(frozen=True)
 class Location:
     """A line range in a file, named by its path in the PyTorch repository (or,
@@ -123,6 +163,19 @@ class Location:
     def disk_path(self) -> Path | None:
         return self.origin.disk_path(self.path) if self.origin else None
 
+    @property
+    def template(self) -> str | None:
+        """For a generated file, the torchgen template it is written from (its repository path)."""
+        return generated_template(self.path) if is_generated_path(self.path) else None
+
+    @property
+    def template_url(self) -> str | None:
+        """The template's pinned link, when the generating version's commit is known."""
+        template, o = self.template, self.origin
+        if template is None or o is None or o.commit is None:
+            return None
+        return f"{PYTORCH_REPO_URL}/blob/{o.commit}/{template}"
+
     def to_json(self, origins: OriginTable | None = None) -> dict[str, Any]:
         """`origin` names the origin: its key in `origins` (the document's origin
         table) when given, else its label. `file` is where the file lies on this
@@ -135,6 +188,7 @@ class Location:
             "origin": (origins.key(self.origin) if origins is not None else self.origin.label) if self.origin else None,
             "url": self.url,
             "file": str(disk) if disk is not None else None,
+            **({"template": self.template, "template_url": self.template_url} if self.template else {}),
         }
 
     @staticmethod

@@ -40,6 +40,7 @@ def test_register_layer_text():
     render(code, [Layer.REGISTER], Console(file=out, width=80, no_color=True, force_terminal=False, highlight=False))
     assert out.getvalue() == (
         "aten::relu  (generated from torch 2.13.0)\n"
+        "files in cache\n"
         "schema  build/aten/src/ATen/RegisterSchema.cpp:7\n"
         '  7   m.def("relu(Tensor self) -> Tensor", tags_0);\n'
         "\n"

@@ -50,6 +50,8 @@ def _registration(reg: Registration, theme: str) -> Iterable[RenderableType]:
 def renderables(code: GeneratedCode, layers: Iterable[Layer], theme: str = "ansi_dark") -> Iterable[RenderableType]:
     layers = tuple(layers)
     yield Text(f"{code.op}  (generated from {code.origin.label.removeprefix('generated from ')})", style="bold underline")
+    if code.origin.root:
+        yield Text(f"files in {code.origin.root}", style="dim")
     if code.schema is not None:
         yield _head("schema", code.schema.location)
         yield _code(code.schema, theme)

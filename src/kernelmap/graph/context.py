@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from kernelmap.model import Origin
     from kernelmap.catalog import Catalog
     from kernelmap.codegen import GeneratedFiles
+    from kernelmap.codegen.headers import HeaderFiles
     from kernelmap.source import Index
 
 NEEDS_TREE = (
@@ -60,6 +61,7 @@ class GraphContext:
     python_origin: Origin | None = None
     python_catalog: Catalog | None = None
     tree_root: Path | None = None  # the selected tree, if any
+    headers: HeaderFiles | None = None  # at::<op> / Tensor::<op>: the tree's regenerated, or the wheel's torch/include
 
     @property
     def entry_catalog(self) -> Catalog:
@@ -122,6 +124,15 @@ def open_context(
     except KernelmapError as e:
         what = f"of {tree.origin.label} " if tree is not None else ""
         notes.append(f"generated code {what}unavailable, showing no bindings or wrappers: {e}")
+    headers = None
+    try:
+        from kernelmap.codegen.headers import generated_headers, wheel_headers
+
+        # a tree's headers are regenerated with its torchgen on first use;
+        # the installed version's are those its wheel ships in torch/include
+        headers = generated_headers(tree.root, progress=progress) if tree is not None else wheel_headers()
+    except KernelmapError as e:
+        notes.append(f"generated headers unavailable, showing no at::/Tensor:: functions: {e}")
     if tree is not None and from_wheel and tree.commit != install.commit:
         notes.append(
             f"version mismatch: {' and '.join(from_wheel)} from torch {install.version}, the rest from "
@@ -143,6 +154,7 @@ def open_context(
         python_origin,
         python_catalog,
         tree.root if tree is not None else None,
+        headers,
     )
 
 

@@ -30,7 +30,30 @@ def stack(target: str, context: GraphContext, depth: int = DEFAULT_DEPTH) -> Cal
     grown = grow(root, lambda node: _expand_down(node, context), depth)
     meta = {"kind": "stack", "target": target, "device": context.device, "dtype": context.dtype, "depth": depth,
             "requires_grad": context.requires_grad, "all_branches": context.all_branches, "all_calls": context.all_calls}
-    return processors_for(context)(CallTree(grown, context.notes, meta))
+    return processors_for(context)(CallTree(grown, context.notes + mismatch_note(grown, context), meta))
+
+
+def mismatch_note(tree, context: GraphContext) -> tuple[str, ...]:
+    """One note when a tree is selected and some node comes from the installed
+    torch instead (its torch._native overrides, what the tree lacks); none
+    otherwise, and none when the context already said so (Note [graph versions])."""
+    if context.tree_root is None or context.index is None or any("version mismatch" in n for n in context.notes):
+        return ()
+    version = context.index.tree.origin.version
+    stack_, kinds = [tree], {}
+    while stack_:
+        node = stack_.pop()
+        stack_.extend(node.children)
+        origin = node.location.origin if node.location is not None else None
+        if origin is not None and origin.version != version:
+            kinds.setdefault(str(node.kind.value), origin.label)
+    if not kinds:
+        return ()
+    labels = sorted(set(kinds.values()))
+    return (
+        f"version mismatch: {', '.join(sorted(kinds))} nodes come from {', '.join(labels)} (what the installed torch registers), "
+        f"the rest from {context.index.tree.origin.label} ({version}); each location names its origin",
+    )
 
 
 def _root_for(target: str, ctx: GraphContext) -> Node:
@@ -121,7 +144,7 @@ def _expand_down(node: Node, ctx: GraphContext) -> list[Node]:
     if node.kind == "builtin":
         return _builtin_children(node.payload, ctx)
     if node.kind == "binding":
-        return [op_node(op, ctx, EdgeKind.BINDING, cond) for op, cond in node.payload]
+        return [_entry_node(op, cond, calls, ctx) for op, cond, calls in node.payload]
     if node.kind == "op":
         return _op_children(node.payload, ctx)
     if node.kind in ("wrapper", "kernel", "stub", "generated"):
@@ -181,7 +204,7 @@ def _builtin_children(name: str, ctx: GraphContext) -> list[Node]:
         code = _generated(str(op.name), ctx, (Layer.BINDING,))
         for b in code.bindings if code else ():
             if name in b.python_names:
-                bindings.setdefault(b.function, (b, []))[1].append((_tree_op(op, ctx), b.signature))
+                bindings.setdefault(b.function, (b, []))[1].append((_tree_op(op, ctx), b.signature, b.calls))
     if not bindings:
         return [op_node(op, ctx, EdgeKind.BINDING, cond) for op, cond in pairs]
     nodes = []
@@ -189,6 +212,34 @@ def _builtin_children(name: str, ctx: GraphContext) -> list[Node]:
         attrs = {"signatures": tuple(binding.signatures), "calls": tuple(binding.calls)}
         nodes.append(Node(function, "binding", binding.definition.location, EdgeKind.BINDING, None, attrs, payload=reached, identity=("binding", function)))
     return nodes
+
+
+def _entry_node(op: Op, condition: str | None, calls: tuple[str, ...], ctx: GraphContext) -> Node:
+    """What a binding's case calls on the way to the dispatcher, as a build
+    compiles it: the inline `at::<op>` (ops/<op>.h) or `Tensor::<op>`
+    (TensorBody.h), then `at::_ops::<op>::call` (Operators_N.cpp), which
+    enters the dispatcher for the operator."""
+    from kernelmap.codegen import Layer
+
+    call = next((c for c in calls if re.fullmatch(r"at::(Tensor::)?\w+", c)), None)
+    function = None
+    if call is not None and ctx.headers is not None:
+        try:
+            function = ctx.headers.function(op, call)
+        except KernelmapError:
+            function = None
+    if function is None:
+        return op_node(op, ctx, EdgeKind.BINDING, condition)
+    header = Node(function.symbol, NodeKind.HEADER, function.location, EdgeKind.BINDING, condition, {"calls": (function.calls,)})
+    code = _generated(str(op.name), ctx, (Layer.OPS,))
+    entry = next((f for f in (code.ops if code else ()) if f.symbol == function.calls), None)
+    if entry is None:
+        header.children = [op_node(op, ctx, EdgeKind.DISPATCHER)]
+        return header
+    ops_entry = Node(entry.symbol, NodeKind.OPS_ENTRY, entry.definition.location, EdgeKind.DIRECT)
+    ops_entry.children = [op_node(op, ctx, EdgeKind.DISPATCHER, "the dispatcher picks the kernel for the tensors' dispatch keys")]
+    header.children = [ops_entry]
+    return header
 
 
 def _tree_op(op: Op, ctx: GraphContext) -> Op:
@@ -236,6 +287,9 @@ def _op_children(op: Op, ctx: GraphContext) -> list[Node]:
             {"key": "Autograd", "backward_node": op.autograd.backward_node, "derivatives": op.autograd.location},
             identity=("autograd", str(op.name)),
         )
+        redispatch = _redispatch_line(wrapper)
+        if redispatch is not None:
+            node.attrs["redispatch"] = redispatch
         node.leaf()  # expanded here, below
         children.append(node)
         parent_list = node.children
@@ -263,6 +317,18 @@ def _op_children(op: Op, ctx: GraphContext) -> list[Node]:
     return children
 
 
+def _redispatch_line(wrapper) -> Location | None:
+    """The line of a VariableType wrapper that redispatches below the autograd
+    keys (`at::redispatch::add(ks & c10::after_autograd_keyset, ...)`)."""
+    if wrapper is None or wrapper.definition is None:
+        return None
+    start = wrapper.definition.location
+    for offset, text in enumerate(wrapper.definition.text.splitlines()):
+        if "at::redispatch::" in text:
+            return Location(start.path, start.line + offset, origin=start.origin)
+    return None
+
+
 def _override_nodes(op: Op, ctx: GraphContext) -> list[Node]:
     """DSL kernels registered over the operator for this device's key
     (torch._native, read statically from the installed wheel): a dispatch
@@ -271,7 +337,10 @@ def _override_nodes(op: Op, ctx: GraphContext) -> list[Node]:
 
     key = DEVICE_KEYS[ctx.device]
     nodes = []
-    for found in overrides(str(op.name), static=True, tree=ctx.tree_root if ctx.python_catalog is ctx.catalog else None):
+    # a tree with its own torch/_native answers; else they are the installed
+    # torch's registrations, labelled so (stack then notes the mix once)
+    tree = ctx.tree_root if ctx.tree_root is not None and (ctx.tree_root / "torch/_native").is_dir() else None
+    for found in overrides(str(op.name), static=True, tree=tree):
         if found.dispatch_key != key:
             continue
         frozen = override_nodes(found)

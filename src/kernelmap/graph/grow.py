@@ -82,8 +82,11 @@ def grow(root: Node, expand: Expand, depth: int) -> CallNode:
                 node.attrs["truncated"] = f"depth {depth} reached"
                 node.children = []
             continue
+        # the inline at::<op> and at::_ops::<op>::call are the one call's way into
+        # the dispatcher, not calls below it: they do not count toward the depth
+        below = level if node.kind in (NodeKind.HEADER, NodeKind.OPS_ENTRY) else level + 1
         for child in node.children:
-            queue.append((child, level + 1, path))
+            queue.append((child, below, path))
     return freeze(root)
 
 

@@ -639,10 +639,40 @@ def _generated_children(payload, ctx: GraphContext) -> list[Node]:
         if other is not ufunc and re.fullmatch(r"\w+", name) and re.search(rf"\b{name}\b", text):
             nodes.append(_ufunc_node(other, siblings, EdgeKind.DIRECT, None))
     for launch in dict.fromkeys(re.findall(r"\b((?:gpu_kernel|cpu_kernel|opmath_gpu_kernel)\w*)\s*\(", text)):
-        nodes.append(Node(launch, launch_kind(launch), ufunc.definition.location, EdgeKind.LAUNCH))
+        defined = loop_definition(launch, ctx)
+        if defined is not None:  # the loop itself, at its line; the generated call is the call site
+            nodes.append(Node(launch, launch_kind(launch), defined, EdgeKind.LAUNCH, None, {"call_site": ufunc.definition.location}))
+        else:
+            nodes.append(Node(launch, launch_kind(launch), ufunc.definition.location, EdgeKind.LAUNCH))
     for loop in dict.fromkeys(re.findall(r"\bufunc::(\w+)\s*\(", text)):
         nodes.append(_inner_loop(loop, ctx))
     return nodes
+
+
+# Where the device loops are defined, in a tree and in the wheel's torch/include.
+LOOP_HEADERS = ("aten/src/ATen/native/cpu/Loops.h", "aten/src/ATen/native/cuda/Loops.cuh", "aten/src/ATen/native/cuda/CUDALoops.cuh")
+
+
+def loop_definition(name: str, ctx: GraphContext) -> Location | None:
+    """The definition of a device loop (`cpu_kernel_vec`, `gpu_kernel`) in the
+    selected tree's loop headers, or with no tree in the installed wheel's
+    torch/include (the installed version's partial tree)."""
+    if ctx.tree_root is not None:
+        root, origin = ctx.tree_root, ctx.index.tree.origin if ctx.index is not None else None
+    else:
+        from kernelmap.codegen.headers import include_origin
+
+        origin = include_origin()
+        root = None
+    pattern = re.compile(rf"^(?:inline\s+|static\s+|C10_HOST_DEVICE\s+)*void\s+{re.escape(name)}\s*\(")
+    for header in LOOP_HEADERS:
+        path = root / header if root is not None else (origin.disk_path(header) if origin else None)
+        if path is None:
+            continue
+        for number, text in enumerate(file_lines(path), 1):
+            if pattern.match(text):
+                return Location(header, number, origin=origin)
+    return None
 
 
 def _inner_loop(name: str, ctx: GraphContext) -> Node:

@@ -40,6 +40,11 @@ def check_symbol_on_line(node) -> bool:
         assert line.startswith(f"- func: {node.name.removeprefix('aten::')}("), (node.name, str(loc), line)
     elif node.kind in (NodeKind.BINDING, NodeKind.WRAPPER):
         assert short in line, (node.name, str(loc), line)
+    elif node.kind is NodeKind.HEADER:
+        assert line.startswith("inline ") and f"{short}(" in line, (node.name, str(loc), line)
+    elif node.kind is NodeKind.OPS_ENTRY:
+        struct, method = node.name.rsplit("::", 2)[-2:]
+        assert f"{struct}::{method}(" in line, (node.name, str(loc), line)
     elif node.kind in (NodeKind.KERNEL, NodeKind.GENERATED):
         if short in ("meta", "impl"):
             owner = node.name.rsplit("::", 2)[-2].removeprefix("structured_")
@@ -74,7 +79,7 @@ def test_every_stack_location_is_the_trees_and_holds_its_symbol(stacked, indexed
             checked += 1
             kinds.add(node.kind)
     assert checked >= 5, target
-    assert {NodeKind.OPERATOR, NodeKind.WRAPPER} <= kinds, (target, kinds)
+    assert {NodeKind.OPERATOR, NodeKind.WRAPPER, NodeKind.BINDING, NodeKind.HEADER, NodeKind.OPS_ENTRY} <= kinds, (target, kinds)
 
 
 def test_conv2d_python_and_generated_lines_are_the_trees(context, indexed_tree):
@@ -109,15 +114,20 @@ def test_callers_reach_the_trees_python(context, indexed_tree):
     assert "torch.nn.functional.conv2d" in {node.name for node, _ in walk(tree)}
 
 
-def test_explain_steps_are_the_trees(context, indexed_tree):
+@pytest.mark.parametrize("op", ["aten::conv2d", "aten::batch_norm", "aten::add.Tensor", "aten::mm", "aten::relu", "aten::_softmax"])
+def test_explain_steps_are_the_trees(op, context, indexed_tree):
     from kernelmap.graph.explain import explain
 
-    answer = explain("aten::add.Tensor", context("cpu"))
+    answer = explain(op, context("cpu"))
     located = [s for s in answer.steps if s.location is not None]
     assert located
     for step in located:
         assert step.location.origin.version == indexed_tree.origin.version, (step.title, step.location.origin)
-        assert step.location.disk_path.is_file()
+        lines = step.location.disk_path.read_text(errors="replace").splitlines()
+        if step.excerpt and step.location.line <= len(lines):  # the excerpt is the file's text from that line
+            first = step.excerpt.splitlines()[0]
+            if not first.startswith("//"):
+                assert first.strip() in lines[step.location.line - 1] or lines[step.location.line - 1].strip() in first, (step.title, str(step.location))
 
 
 def test_where_takes_yaml_and_derivatives_from_the_tree_and_notes_live_facts_once(indexed_tree):

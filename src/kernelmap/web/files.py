@@ -166,6 +166,9 @@ class SourceFiles:
         return Opened(root, path, disk, disk.read_text(errors="replace"))
 
     def open_location(self, location: dict[str, Any]) -> Opened | None:
+        by_file = self._open_file(location)
+        if by_file is not None:
+            return by_file
         root = self.root_for(location)
         if root is None:
             return None
@@ -173,6 +176,25 @@ class SourceFiles:
             return self.open(root.name, str(location["path"]))
         except FileRefused:
             return None
+
+    def _open_file(self, location: dict[str, Any]) -> Opened | None:
+        """A location whose `file` (where it lies on this machine: a tree's
+        generated set, its headers, the wheel's torch/include) is under a root."""
+        file = location.get("file")
+        if not isinstance(file, str) or not file.startswith("/"):
+            return None
+        try:
+            disk = Path(file).resolve(strict=True)
+        except (OSError, RuntimeError):
+            return None
+        for root in self.roots.values():
+            if not disk.is_relative_to(root.directory) or not disk.is_file():
+                continue
+            rel = disk.relative_to(root.directory).as_posix()
+            if (root.allowed and rel.split("/", 1)[0] not in root.allowed) or disk.stat().st_size > MAX_FILE_BYTES:
+                return None
+            return Opened(root, str(location.get("path")), disk, disk.read_text(errors="replace"))
+        return None
 
     # -- excerpts ----------------------------------------------------------
 
@@ -191,9 +213,10 @@ class SourceFiles:
 
     def _cached(self, location: dict[str, Any]) -> list[str] | None:
         root = self.root_for(location)
-        if root is None:
+        if root is None and not location.get("file"):
             return None
-        key = (root.name, str(location.get("path")))
+        # two generated sets (the wheel's, a tree's) share build paths: their files tell them apart
+        key = (root.name if root else "", str(location.get("path")), str(location.get("file") or ""))
         if key not in self._lines:
             opened = self.open_location(location)
             self._lines[key] = opened.text.split("\n") if opened else None

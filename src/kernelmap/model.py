@@ -614,6 +614,7 @@ FACTS: dict[str, Fact] = {
     "key": Fact("str", "the dispatch key a wrapper is registered for"),
     "backward_node": Fact("str", "the autograd node a wrapper records for the backward pass"),
     "derivatives": Fact("location", "the derivatives.yaml entry of the operator"),
+    "declared_at": Fact("location", "where a stub is declared (DECLARE_DISPATCH)"),
     "redispatch": Fact("location", "the line of an autograd wrapper that redispatches below the autograd keys"),
     "header": Fact("str", "the header that holds an inner loop"),
     "utility": Fact("bool", "a tensor utility operator (empty, view, contiguous...) every kernel calls"),

@@ -71,6 +71,10 @@ def test_without_a_tree_headers_and_loops_come_from_the_wheels_include(add_witho
         assert loop.location.disk_path == include / "ATen/native/cpu/Loops.h"
         assert re.match(rf"void {name}\(", line(loop.location))
         assert loop.location.url.endswith(f"/aten/src/ATen/native/cpu/Loops.h#L{loop.location.line}")
+    stub = nodes[("add_stub", NodeKind.STUB)]
+    declared = stub.attrs["declared_at"]
+    assert declared.disk_path == include / "ATen/native/BinaryOps.h"
+    assert re.match(r"DECLARE_DISPATCH\(\w+, add_stub\)", line(declared))
     gpu = [n for n, _ in walk(add_without_tree["cuda"]) if n.kind is NodeKind.DEVICE_LOOP and n.location.path.endswith(".cuh")]
     assert gpu and all(re.match(rf"void {n.name}\(", line(n.location)) for n in gpu)
 

@@ -633,7 +633,9 @@ def _generated_children(payload, ctx: GraphContext) -> list[Node]:
     text = ufunc.definition.text
     nodes = []
     for stub in dict.fromkeys(re.findall(r"\b(\w+_stub)\s*\(", text)):
-        nodes.append(Node(stub, "stub", ufunc.definition.location, EdgeKind.STUB, None, payload=stub, identity=("stub", stub)))
+        declared = stub_declaration(stub, ctx)
+        attrs = {"declared_at": declared} if declared is not None else {}
+        nodes.append(Node(stub, "stub", ufunc.definition.location, EdgeKind.STUB, None, attrs, payload=stub, identity=("stub", stub)))
     for other in siblings:
         name = other.name.rsplit("::", 1)[-1]
         if other is not ufunc and re.fullmatch(r"\w+", name) and re.search(rf"\b{name}\b", text):
@@ -672,6 +674,26 @@ def loop_definition(name: str, ctx: GraphContext) -> Location | None:
         for number, text in enumerate(file_lines(path), 1):
             if pattern.match(text):
                 return Location(header, number, origin=origin)
+    return None
+
+
+def stub_declaration(stub: str, ctx: GraphContext) -> Location | None:
+    """Where `stub` is declared (DECLARE_DISPATCH): in the tree's index, or
+    with no tree in the wheel's torch/include/ATen/native headers."""
+    if ctx.index is not None:
+        found = [d for d in ctx.index.stub_declarations(stub) if d.kind == "declare"]
+        return found[0].location if found else None
+    if ctx.tree_root is not None:
+        return None
+    from kernelmap.codegen.headers import include_origin
+
+    origin = include_origin()
+    native = origin.disk_path("aten/src/ATen/native")
+    pattern = re.compile(rf"^\s*DECLARE_DISPATCH\([^;]*\b{re.escape(stub)}\s*\)")
+    for path in sorted(native.glob("*.h")) if native is not None and native.is_dir() else ():
+        for number, text in enumerate(file_lines(path), 1):
+            if pattern.match(text):
+                return Location(f"aten/src/ATen/native/{path.name}", number, origin=origin)
     return None
 
 

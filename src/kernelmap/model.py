@@ -115,11 +115,16 @@ def generated_template(path: str) -> str | None:
         for ending, template in (("_ops", "Operator.h"), ("_native", "NativeFunction.h"), ("_meta", "NativeMetaFunction.h")):
             if stem.endswith(ending):
                 return _ATEN_TEMPLATES + template
-        if re.search(r"_(cpu|cuda|meta|compositeexplicitautograd|compositeexplicitautogradnonfunctional|compositeimplicitautograd\w*)_dispatch$", stem):
+        if stem.endswith("_dispatch"):  # ops/add_cpu_dispatch.h
             return _ATEN_TEMPLATES + "DispatchKeyFunction.h"
         return _ATEN_TEMPLATES + "Function.h"
     if rel.startswith("core/"):
-        return _ATEN_TEMPLATES + rel[len("core/") :].rsplit(".", 1)[0] + f".{suffix}" if "_" not in stem else None
+        return f"{_ATEN_TEMPLATES}{stem}.{suffix}"
+    if stem == "VmapGeneratedPlumbing":  # written by torchgen/gen_vmap_plumbing.py from code, no template
+        return None
+    per_key = re.fullmatch(r"[A-Z]\w*Functions(_inl)?", stem)
+    if per_key and stem not in ("Functions", "NativeFunctions", "NativeMetaFunctions", "RedispatchFunctions", "UnboxingFunctions"):
+        return f"{_ATEN_TEMPLATES}DispatchKeyFunctions{per_key.group(1) or ''}.h"  # CPUFunctions.h, CPUFunctions_inl.h
     if stem.startswith("Register") and stem not in _REGISTER_OWN_TEMPLATE:
         return _ATEN_TEMPLATES + "RegisterDispatchKey.cpp"
     ufunc = re.match(r"(Ufunc(?:CPU|CUDA|CPUKernel))_\w+$", stem)

@@ -21,8 +21,10 @@ only reproduced by generating exactly as a release build does:
   `--per-operator-headers` (USE_PER_OPERATOR_HEADERS is ON by default in
   CMakeLists.txt, and it changes every #include block), once per
   `--generate headers|sources|declarations_yaml`. kernelmap runs the sources
-  step only: it writes every Register*/Operators/Ufunc file, and the headers
-  step adds ~10,000 per-operator headers that register nothing.
+  step here: it writes every Register*/Operators/Ufunc file. The headers step
+  (about 7,000 files: ops/<op>.h, TensorBody.h, Functions.h) runs apart, on
+  first use, for a source tree only: the installed torch ships its headers in
+  torch/include (see kernelmap.codegen.headers).
 * Backends: `--rocm`, `--mps` and `--xpu` are added only by ROCm, macOS and
   XPU builds (USE_ROCM, USE_MPS, USE_XPU); Linux CPU and CUDA wheels pass none
   of them, and torchgen then writes RegisterCPU_*.cpp, RegisterCUDA_0.cpp,

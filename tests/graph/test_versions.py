@@ -158,3 +158,34 @@ def test_where_selects_the_default_tree_like_stack(indexed_tree):
     out = run_kernelmap("where", "aten::add.Tensor", "--static", env={"KERNELMAP_SOURCE": TREE_NAME})
     assert out.returncode == 0, out.stderr
     assert f"native_functions.yaml:{yaml_line}" in out.stdout
+
+
+def _locations(item):
+    """Every location object in a JSON document part, without recursion."""
+    stack, found = [item], []
+    while stack:
+        x = stack.pop()
+        if isinstance(x, dict):
+            if {"path", "line", "origin"} <= x.keys():
+                found.append(x)
+            stack.extend(x.values())
+        elif isinstance(x, list):
+            stack.extend(x)
+    return found
+
+
+def test_where_json_names_the_tree_for_static_facts_and_the_installed_torch_for_live_ones(indexed_tree):
+    out = run_kernelmap("where", "torch.nn.functional.conv2d", "--device", "cpu", "--source", TREE_NAME, "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    origins = doc["origins"]
+    static = _locations([doc["operator"], doc["also"], doc["structured_delegate"], doc["source"]])
+    live = _locations(doc["live"])
+    assert static and live
+    for loc in static:
+        assert origins[loc["origin"]]["version"] == indexed_tree.origin.version, loc
+        lines = open(loc["file"], errors="replace").read().splitlines()
+        assert loc["line"] <= len(lines), loc
+    for loc in live:
+        assert origins[loc["origin"]]["version"] == env.torch_install().version, loc
+    assert sum("version mismatch" in n for n in doc["notes"]) == 1

@@ -38,7 +38,7 @@ def stack(target, device, dtype, requires_grad, depth, all_branches, all_calls, 
     depth_check(depth)
     with codegen_bar() as bar:
         context = graph.open_context(device, requires_grad, all_branches, source, all_calls=all_calls, dtype=dtype, progress=bar)
-    tree = graph.stack(target, context, depth)
+        tree = graph.stack(target, context, depth)  # a tree's headers are generated on first use, under the bar
     if compact:
         from kernelmap.processors import compact_layers
 

@@ -151,7 +151,7 @@ class codegen_bar:
 
         from kernelmap.codegen.build import STEPS
 
-        labels = dict(STEPS) | {"index": "index the generated files"}
+        labels = dict(STEPS) | {"index": "index the generated files", "headers": "headers: ops/<op>.h, TensorBody.h (once per tree)"}
         self._bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                              TimeElapsedColumn(), console=self._console, transient=True)
         self._bar.__enter__()

@@ -16,6 +16,7 @@ one note; when nothing does, it says nothing.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -61,7 +62,21 @@ class GraphContext:
     python_origin: Origin | None = None
     python_catalog: Catalog | None = None
     tree_root: Path | None = None  # the selected tree, if any
-    headers: HeaderFiles | None = None  # at::<op> / Tensor::<op>: the tree's regenerated, or the wheel's torch/include
+    progress: Reporter | None = None  # hears of generation steps done later (the headers)
+
+    @functools.cached_property
+    def headers(self) -> HeaderFiles | None:
+        """The generated headers of at::<op> / Tensor::<op>: the tree's, regenerated
+        with its torchgen the first time a graph shows them (about 7,000 files),
+        or with no tree the wheel's torch/include. None when they cannot be had
+        (`headers_error` says why)."""
+        from kernelmap.codegen.headers import generated_headers, wheel_headers
+
+        try:
+            return generated_headers(self.tree_root, progress=self.progress) if self.tree_root is not None else wheel_headers()
+        except KernelmapError as e:
+            self.__dict__["headers_error"] = f"generated headers unavailable, showing no at::/Tensor:: functions: {e}"
+            return None
 
     @property
     def entry_catalog(self) -> Catalog:
@@ -124,15 +139,6 @@ def open_context(
     except KernelmapError as e:
         what = f"of {tree.origin.label} " if tree is not None else ""
         notes.append(f"generated code {what}unavailable, showing no bindings or wrappers: {e}")
-    headers = None
-    try:
-        from kernelmap.codegen.headers import generated_headers, wheel_headers
-
-        # a tree's headers are regenerated with its torchgen on first use;
-        # the installed version's are those its wheel ships in torch/include
-        headers = generated_headers(tree.root, progress=progress) if tree is not None else wheel_headers()
-    except KernelmapError as e:
-        notes.append(f"generated headers unavailable, showing no at::/Tensor:: functions: {e}")
     if tree is not None and from_wheel and tree.commit != install.commit:
         notes.append(
             f"version mismatch: {' and '.join(from_wheel)} from torch {install.version}, the rest from "
@@ -154,7 +160,7 @@ def open_context(
         python_origin,
         python_catalog,
         tree.root if tree is not None else None,
-        headers,
+        progress,
     )
 
 

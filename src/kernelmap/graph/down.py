@@ -30,7 +30,8 @@ def stack(target: str, context: GraphContext, depth: int = DEFAULT_DEPTH) -> Cal
     grown = grow(root, lambda node: _expand_down(node, context), depth)
     meta = {"kind": "stack", "target": target, "device": context.device, "dtype": context.dtype, "depth": depth,
             "requires_grad": context.requires_grad, "all_branches": context.all_branches, "all_calls": context.all_calls}
-    return processors_for(context)(CallTree(grown, context.notes + mismatch_note(grown, context), meta))
+    late = (context.__dict__["headers_error"],) if "headers_error" in context.__dict__ else ()
+    return processors_for(context)(CallTree(grown, context.notes + late + mismatch_note(grown, context), meta))
 
 
 def mismatch_note(tree, context: GraphContext) -> tuple[str, ...]:

@@ -176,7 +176,14 @@ def _native_steps(tree: CallTree, context: GraphContext) -> list[Step]:
     if end.kind is not NodeKind.INNER_LOOP and loops:
         steps.append(Step("inner loop", f"{loops[0].name}: the scalar/vectorised operation the loop applies", loops[0].location, _excerpt(loops[0].location, 6)))
     if end.kind in (NodeKind.LAUNCH, NodeKind.DEVICE_LOOP):
-        steps.append(Step("device loop / launch", f"{end.name} runs the per-element loop", end.location, _excerpt(end.location, 3, root=_root_for(end, context))))
+        site = end.attrs.get("call_site")
+        if isinstance(site, Location) and end.location is not None and site != end.location:
+            # the operator's own call of the loop; the loop's definition (Loops.h) is named
+            root = context.generated.root if site.path.startswith("build/") and context.generated is not None else None
+            summary = f"{end.name} runs the per-element loop (defined at {end.location})"
+            steps.append(Step("device loop / launch", summary, site, _excerpt(site, 3, root=root)))
+        else:
+            steps.append(Step("device loop / launch", f"{end.name} runs the per-element loop", end.location, _excerpt(end.location, 3, root=_root_for(end, context))))
     elif end.kind is NodeKind.INNER_LOOP:
         steps.append(Step("inner loop", f"{end.name}: the scalar/vectorised operation itself", end.location, _excerpt(end.location, 6)))
     elif end.kind == "vendor":

@@ -285,17 +285,21 @@ def _ordered(*maps: Iterable[str]) -> list[str]:
 # ---------------------------------------------------------------------------
 
 
-def _kernels(side: _Side) -> tuple[dict[str, Location], set[str]]:
+def _kernels(side: _Side) -> tuple[dict[str, Location], set[str], set[str]]:
     """Qualified name -> definition of every kernel the yaml names for the
     operator (and its delegate), its structured meta/impl functions, and the
     kernels its stubs run, where the tree defines them; and the names the
-    yaml gives (a macro may define some of them, which the index does not see)."""
+    yaml gives, and those of them the index finds no definition of (a macro
+    may define them, or a file the parser could not read)."""
     found: dict[str, Location] = {}
     named = {k.symbol for op in side.ops for k in op.dispatch}
+    unseen: set[str] = set()
     for name in sorted(named):
         defs = side.index.definitions(name)
         if defs:
             found.setdefault(defs[0].name, defs[0].location)
+        else:
+            unseen.add(name)
     for op in side.ops:
         for d in side.index.structured_kernels(op.name.unqualified) + side.index.structured_kernels(_impl_name(op)):
             found.setdefault(d.name, d.location)
@@ -304,7 +308,7 @@ def _kernels(side: _Side) -> tuple[dict[str, Location], set[str]]:
             defs = side.index.definitions(registration.kernel)
             if defs:
                 found.setdefault(defs[0].name, defs[0].location)
-    return found, named
+    return found, named, unseen
 
 
 def _impl_name(op: Op) -> str:
@@ -334,7 +338,7 @@ def similarity(a: Location, b: Location) -> float:
 
 
 def _kernel_changes(old: _Side, new: _Side) -> list[Change]:
-    (a, named_a), (b, named_b) = _kernels(old), _kernels(new)
+    (a, named_a, unseen_a), (b, named_b, unseen_b) = _kernels(old), _kernels(new)
     changes: list[Change] = []
     for name in [n for n in a if n in b]:
         x, y = a[name], b[name]
@@ -368,6 +372,12 @@ def _kernel_changes(old: _Side, new: _Side) -> list[Change]:
             changes.append(Change("kernel", "changed", c, None, str(b[c]), None, b[c], f"{old.tree.name} names it in its yaml but the index finds no plain definition (a macro may define it)"))
         else:
             changes.append(Change("kernel", "added", c, None, str(b[c]), None, b[c]))
+    # named by a yaml, defined nowhere the index sees: said, never dropped
+    for name in sorted((unseen_a | unseen_b) - a.keys() - b.keys()):
+        sides = [t.tree.name for t, unseen in ((old, unseen_a), (new, unseen_b)) if name in unseen]
+        change = "same" if name in named_a and name in named_b else "removed" if name in named_a else "added"
+        changes.append(Change("kernel", change, name, name if name in named_a else None, name if name in named_b else None, None, None,
+                              f"no definition found in the index of {' and '.join(sides)}"))
     return changes
 
 

@@ -5,6 +5,8 @@ tree's own torchgen) and finding the named symbol on that line."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kernelmap.model import NodeKind, OriginKind
@@ -57,7 +59,7 @@ def test_gen_regenerates_with_the_trees_torchgen(both, version, op, python):
     from kernelmap.codegen import Layer, locate
 
     tree, _ = both[version]
-    code = locate(op, tree=tree.root, layers=(Layer.REGISTER, Layer.AUTOGRAD))
+    code = locate(op, tree=tree.root)
     assert code.origin.kind is OriginKind.GENERATED and code.origin.version == tree.version
     _, _, dispatch = yaml_entry(tree.root, op)
     registered = {r.key for r in code.registrations if r.layer is Layer.REGISTER}
@@ -70,6 +72,14 @@ def test_gen_regenerates_with_the_trees_torchgen(both, version, op, python):
         if r.definition is not None:
             assert r.definition.location.origin.version == tree.version
             assert defines(r.definition.location, r.symbol), (r.symbol, line_at(r.definition.location))
+    assert code.ops, f"{op}: no at::_ops entry generated from tree {tree.name}"
+    for f in code.ops:  # at::_ops::<op>::call, where the dispatcher is entered
+        assert re.search(rf"\b{f.symbol.split('::')[-2]}::{f.symbol.split('::')[-1]}\(", line_at(f.definition.location)), f
+    for b in code.bindings:
+        assert defines(b.definition.location, b.function), (b.function, line_at(b.definition.location))
+        assert b.definition.location.origin == code.origin
+    for k in code.ufunc:
+        assert k.definition.text.splitlines()[0] == line_at(k.definition.location)
 
 
 @pytest.mark.parametrize("version", VERSIONS)

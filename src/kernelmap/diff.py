@@ -162,18 +162,25 @@ def diff_op(target: str, before: str, after: str, *, device: str = "cpu", nodes:
         if not (t.root / "torchgen").is_dir():
             raise SourceError(f"tree {t.name} ({t.root}) has no torchgen/: diff reads each tree's yaml with its own torchgen")
     notes: list[str] = []
-    old, new = _side(target, old_tree, device, notes), _side(target, new_tree, device, notes)
-    if old.op is None and new.op is None:
-        from kernelmap.errors import UnknownName
+    old = _side(target, old_tree, device, notes)
+    try:
+        new = _side(target, new_tree, device, notes)
+        try:
+            if old.op is None and new.op is None:
+                from kernelmap.errors import UnknownName
 
-        raise UnknownName(target)
-    changes: list[Change] = []
-    changes += _yaml_changes(old, new)
-    changes += _kernel_changes(old, new)
-    changes += _stub_changes(old, new)
-    changes += _wrapper_changes(old, new)
-    if nodes:
-        changes += _node_changes(old, new)
+                raise UnknownName(target)
+            changes: list[Change] = []
+            changes += _yaml_changes(old, new)
+            changes += _kernel_changes(old, new)
+            changes += _stub_changes(old, new)
+            changes += _wrapper_changes(old, new)
+            if nodes:
+                changes += _node_changes(old, new)
+        finally:
+            new.index.close()
+    finally:
+        old.index.close()
     op = str((new.op or old.op).name)
     return OpDiff(target, op, old_tree.origin, new_tree.origin, device, tuple(changes), tuple(notes))
 
@@ -230,7 +237,6 @@ def _yaml_changes(old: _Side, new: _Side) -> list[Change]:
     changes: list[Change] = []
     a, b = old.op, new.op
     if a is None or b is None:
-        present = a or b
         kind = "added" if a is None else "removed"
         return [Change("yaml", kind, "entry", None if a is None else a.schema, None if b is None else b.schema,
                        None if a is None else a.location, None if b is None else b.location)]

@@ -99,3 +99,24 @@ def test_stack_kernels_are_the_trees(both, version, op, python):
             assert defines(loc, node.name) or _is_structured(loc), (node.name, loc, line_at(loc))
             checked += 1
     assert checked, f"{python}: the stack read no kernel from tree {tree.name}"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("op,python", OPS)
+def test_explain_excerpts_are_the_trees_lines(both, version, op, python):
+    from kernelmap import graph
+    from kernelmap.graph.explain import explain
+
+    tree, source = both[version]
+    answer = explain(f"aten::{op}", graph.open_context("cpu", source=source))
+    from_tree = [s for s in answer.steps if s.location is not None and s.location.origin.kind is OriginKind.TREE]
+    assert from_tree, f"{op}: no step read from tree {tree.name}"
+    for step in from_tree:
+        assert step.location.origin == tree.origin, step
+        lines = step.location.disk_path.read_text(errors="replace").splitlines()
+        for i, text in enumerate(step.excerpt.splitlines()):
+            numbered = re.match(r"(\d+): (.*)", text)  # picked lines ("701: TORCH_CHECK(...") or a run from the location
+            if numbered:
+                assert lines[int(numbered[1]) - 1].strip() == numbered[2].strip(), (step.title, text)
+            else:
+                assert lines[step.location.line - 1 + i].rstrip() == text.rstrip(), (step.title, text)

@@ -29,6 +29,7 @@ demo: install
 
 test: install
 	scripts/fetch-test-tree >/dev/null
+	scripts/fetch-test-tree 1.13 >/dev/null
 	scripts/install-browser
 	$(BIN)/python -m pytest -q
 

@@ -38,6 +38,15 @@ def tree_2_6() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.fixture(scope="session")
+def tree_1_13() -> Path:
+    """The real PyTorch 1.13.1 source tree (Debian's pytorch 1.13.1+dfsg-4)."""
+    out = subprocess.run(
+        [str(ROOT / "scripts/fetch-test-tree"), "1.13"], capture_output=True, text=True, check=True
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
 def run_kernelmap(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run `python -m kernelmap ARGS` in a fresh process, as a user would."""
     full_env = dict(os.environ)

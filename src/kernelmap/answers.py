@@ -14,6 +14,7 @@ answer, which any renderer can show again.
 | sources/1     | kernelmap.model.SourceList               | source list                               |
 | scaffold/1    | kernelmap.model.ScaffoldAnswer           | scaffold                                  |
 | compile/1     | kernelmap.compile.model.CompileAnswer    | compile (see kernelmap.compile.model)     |
+| diff/1        | kernelmap.diff.OpDiff                    | diff                                      |
 | verify/1      | kernelmap.extend.compare.VerifyReport    | verify (see its to_json)                  |
 
 A document is a JSON object: `{"kernelmap": "<name>/<version>", ...fields}`.
@@ -38,6 +39,9 @@ find/2:     {"name", "definitions", "references", "stub_registrations", "library
 gen/2:      {"op", "origin", "layers", "schema", "bindings", "ops", "registrations", "backward", "ufunc", "notes"}
 trace/2:    {"tree": calltree/2 | null, "summary": {"ops", "modules", "files", "notes"} | null}
 sources/1:  {"trees": [{"name", "root", "version", "commit", "kind", "indexed"}]}
+diff/1:     {"query", "op", "device", "from": origin key, "to": origin key, "notes", "origins",
+             "changes": [{"section" (yaml|kernel|stub|wrapper|node), "change" (added|removed|changed|moved|renamed|same),
+             "name", "before", "after", "from": LOCATION | null, "to": LOCATION | null, "detail"}]}
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ ANSWERS: dict[str, tuple[int, str]] = {
     "verify": (1, "kernelmap.extend.compare:VerifyReport"),
     "scaffold": (1, "kernelmap.model:ScaffoldAnswer"),
     "compile": (1, "kernelmap.compile.model:CompileAnswer"),
+    "diff": (1, "kernelmap.diff:OpDiff"),
 }
 
 

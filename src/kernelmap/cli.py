@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "kernel": "kernelmap.commands.kernel:kernel",
     "compile": "kernelmap.commands.compile:compile",
     "explain": "kernelmap.commands.graph:explain",
+    "diff": "kernelmap.commands.diff:diff",
     "scaffold": "kernelmap.commands.extend:scaffold",
     "verify": "kernelmap.commands.extend:verify",
     "render": "kernelmap.commands.render:render_",

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from kernelmap.catalog import Catalog
     from kernelmap.codegen import GeneratedFiles
     from kernelmap.source import Index
+    from kernelmap.source.config import BuildConfig
 
 NEEDS_TREE = (
     "no source tree: showing the Python, binding, operator and generated layers only "
@@ -49,6 +50,7 @@ class GraphContext:
     site_packages: Path | None = None
     notes: tuple[str, ...] = ()
     dtype: str = "float32"
+    build: BuildConfig | None = None  # the release build's macros on `device` (Note [build configuration])
 
 
 def open_context(
@@ -97,6 +99,11 @@ def open_context(
         generated = generated_files(progress=progress)
     except KernelmapError as e:
         notes.append(f"generated code unavailable, showing no bindings or wrappers: {e}")
+    build = None
+    if index is not None:
+        from kernelmap.source.config import build_config
+
+        build = build_config(index.tree.root, device, install.site_packages)
     return GraphContext(
-        device, requires_grad, all_branches, all_calls, catalog, wheel_catalog, index, generated, install.site_packages, tuple(notes), dtype
+        device, requires_grad, all_branches, all_calls, catalog, wheel_catalog, index, generated, install.site_packages, tuple(notes), dtype, build
     )

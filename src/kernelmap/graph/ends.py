@@ -48,3 +48,18 @@ def call_ends(tree: CallTree) -> tuple[End, ...]:
             continue
         stack.extend((c, path + (c,)) for c in reversed(node.children))
     return tuple(sorted(ends, key=lambda e: e.rank))
+
+
+def stub_kernel(tree: CallTree, ends: tuple[End, ...] | None = None) -> CallNode | None:
+    """The kernel a DispatchStub runs on the way to the call's ends: the
+    deepest stub-reached kernel on the path to the best end that passes one
+    (Note [ranking a call's ends]). Not the first stub met breadth first: a
+    convolution's bias add reaches `add_stub` before the convolution's own
+    work, and is not where the inputs go. None when no end's path passes a stub."""
+    from kernelmap.model import EdgeKind
+
+    for end in ends if ends is not None else call_ends(tree):
+        on_path = [n for n in end.path if n.via is EdgeKind.STUB and n.kind in (NodeKind.KERNEL, NodeKind.GENERATED) and n.location is not None]
+        if on_path:
+            return on_path[-1]
+    return None

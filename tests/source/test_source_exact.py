@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelmap.source.extract import Extractor, mask_attributes, read_operator_names
+from kernelmap.source.extract import Extractor, read_operator_names
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +75,8 @@ def test_global_kernel_behind_launch_bounds_is_a_global_kernel(extract, real_tre
 
 
 def test_masking_keeps_every_offset_and_line(real_tree_root):
+    from kernelmap.source.extract import mask_attributes
+
     data = (real_tree_root / "aten/src/ATen/native/cuda/layer_norm_kernel.cu").read_bytes()
     masked = mask_attributes(data)
     assert len(masked) == len(data) and masked.count(b"\n") == data.count(b"\n")

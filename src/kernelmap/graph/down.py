@@ -101,6 +101,8 @@ def op_node(op: Op, ctx: GraphContext, via: EdgeKind | None = None, condition: s
 
 # Functions that choose a backend (_select_conv_backend, select_batch_norm_backend...).
 _BACKEND_SELECTOR = re.compile(r"(^|::)_?select_\w*backend$")
+# The predicates a selector asks (ConvParams::use_cudnn, use_mkldnn, use_nnpack): where the decision is made.
+_BACKEND_PREDICATE = re.compile(r"Params::use_\w+$")
 
 
 def cpp_node(definition, ctx: GraphContext, via: EdgeKind | None = None, condition: str | None = None, call_site: Location | None = None) -> Node:
@@ -109,7 +111,7 @@ def cpp_node(definition, ctx: GraphContext, via: EdgeKind | None = None, conditi
         attrs["preprocessor"] = definition.symbol.condition
     if call_site is not None:
         attrs["call_site"] = call_site
-    if _BACKEND_SELECTOR.search(definition.name):
+    if _BACKEND_SELECTOR.search(definition.name) or _BACKEND_PREDICATE.search(definition.name):
         attrs["keep"] = True  # where the backend is chosen: what users ask about, never plumbing
     return Node(definition.name, "kernel", definition.location, via, condition, attrs, payload=definition, identity=("cpp", definition.name, str(definition.location)))
 
@@ -123,7 +125,7 @@ def _expand_down(node: Node, ctx: GraphContext) -> list[Node]:
         return [op_node(op, ctx, EdgeKind.BINDING, cond) for op, cond in node.payload]
     if node.kind == "op":
         return _op_children(node.payload, ctx)
-    if node.kind in ("wrapper", "kernel", "stub", "generated"):
+    if node.kind in ("wrapper", "kernel", "stub", "generated", "device_loop"):
         return _code_children(node, ctx)
     return []
 
@@ -605,6 +607,10 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None) -> Node |
             hosts = [d for d in _resolve_direct(site, caller, ctx) if d.symbol.kind != "global_kernel"]
             if hosts:
                 return cpp_node(hosts[0], ctx, EdgeKind.DIRECT, condition, site.location)
+        if launch_kind(site.callee) is NodeKind.DEVICE_LOOP and ctx.index is not None:
+            loop = _device_loop(site, caller, ctx, condition)
+            if loop is not None:
+                return loop
         attrs = {"call_site": site.location}
         kernels = ctx.index.global_kernels(site.name) if ctx.index else []
         location = kernels[0].location if len(kernels) == 1 else site.location
@@ -642,6 +648,21 @@ def _one_symbol(definitions) -> bool:
     return len({d.lookup for d in definitions}) == 1
 
 
+def _device_loop(site, caller, ctx: GraphContext, condition: str | None) -> Node | None:
+    """A device loop (`gpu_kernel`, `cpu_kernel_vec`) as a node to follow, at
+    its definition in the loop headers (Loops.cuh, CUDALoops.cuh, cpu/Loops.h),
+    so the kernel templates it launches and the loop it runs appear below it."""
+    found = _resolve_direct(site, caller, ctx)
+    loops = [d for d in found if "Loops" in d.location.path.rsplit("/", 1)[-1]] or found
+    if not loops:
+        return None
+    d = loops[0]
+    attrs: dict[str, Any] = {"call_site": site.location, "symbol_kind": d.symbol.kind}
+    if len(loops) > 1:
+        attrs["candidates"] = len(loops)
+    return Node(site.callee, NodeKind.DEVICE_LOOP, d.location, site.kind, condition, attrs, payload=d, identity=("cpp", d.name, str(d.location)))
+
+
 def _all_distinct_conditions(candidates) -> bool:
     conditions = [d.symbol.condition for d in candidates]
     return all(conditions) and len(set(conditions)) == len(conditions)
@@ -651,6 +672,8 @@ def _resolve_direct(site, caller, ctx: GraphContext) -> list:
     """Definitions a direct call may reach, best first: the caller's own
     namespace and its parents, then the call's file, then the rest."""
     callee = site.callee.lstrip(":")
+    if "::" not in callee and not callee.startswith(".") and _is_local(callee, site, caller, ctx):
+        return []  # `static GemmTunableOp<...> gemm{}; gemm(&params);` calls the object, not at::cuda::blas::gemm
     if callee.startswith("."):
         receiver = receiver_type(site, caller, ctx)
         if receiver is None:
@@ -684,6 +707,13 @@ def _resolve_direct(site, caller, ctx: GraphContext) -> list:
     return found
 
 
+def _is_local(name: str, site, caller, ctx: GraphContext) -> bool:
+    """Whether `name` is declared as a variable in the caller before the call (`T gemm{}`, `auto gemm =`)."""
+    lines = file_lines(ctx.index.tree.root / site.location.path)
+    text = "\n".join(lines[caller.location.line : site.location.line - 1])
+    return bool(re.search(rf"[\w>&*]\s+{re.escape(name)}\s*(?:\{{|=[^=]|;)", text))
+
+
 _NOT_TYPES = frozenset(("auto", "const", "return", "else", "case", "if", "while", "for", "new", "delete", "typename", "struct", "class"))
 
 
@@ -704,7 +734,8 @@ def receiver_type(site, caller, ctx: GraphContext) -> str | None:
         return caller.lookup.rsplit("::", 2)[-2] if caller.lookup.count("::") >= 1 else None
     start = caller.location.line - 1
     text = "\n".join(lines[start : site.location.line])
-    declared = re.compile(rf"([A-Za-z_][\w:]*)\s*(?:<[^;(){{}}]*>)?\s*(?:const\s*)?[&*]*\s*\b{re.escape(variable)}\s*[,)=;({{\[]")
+    template = r"<[^;(){}<>\n]*(?:<[^;(){}<>\n]*>[^;(){}<>\n]*)*>"
+    declared = re.compile(rf"([A-Za-z_][\w:]*)\s*(?:{template})?\s*(?:const\s*)?[&*]*\s*\b{re.escape(variable)}\s*[,)=;({{\[]")
     found = [d.group(1) for d in declared.finditer(text) if d.group(1) not in _NOT_TYPES and not d.group(1).startswith("std::")]
     if not found:
         return None

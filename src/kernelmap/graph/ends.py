@@ -45,7 +45,9 @@ def call_ends(tree: CallTree) -> tuple[End, ...]:
             works = bool(_WORK.search(node.name))
             ends.append(End(node, path, (_KIND_RANK[node.kind], not works, len(path), order)))
             order += 1
-            continue
+            if node.kind is not NodeKind.DEVICE_LOOP:
+                continue  # a device loop is followed into the kernels it launches
+
         stack.extend((c, path + (c,)) for c in reversed(node.children))
     return tuple(sorted(ends, key=lambda e: e.rank))
 
@@ -58,8 +60,16 @@ def stub_kernel(tree: CallTree, ends: tuple[End, ...] | None = None) -> CallNode
     work, and is not where the inputs go. None when no end's path passes a stub."""
     from kernelmap.model import EdgeKind
 
-    for end in ends if ends is not None else call_ends(tree):
-        on_path = [n for n in end.path if n.via is EdgeKind.STUB and n.kind in (NodeKind.KERNEL, NodeKind.GENERATED) and n.location is not None]
+    def reached(n: CallNode) -> bool:
+        return n.via is EdgeKind.STUB and n.kind in (NodeKind.KERNEL, NodeKind.GENERATED) and n.location is not None
+
+    ends = ends if ends is not None else call_ends(tree)
+    if not ends:  # nothing ends the call (a reduction's loop is not modelled): the first stub met
+        return next((n for _, n in tree.walk() if reached(n) and not n.attrs.get("collapsed")), None)
+    for end in ends:
+        if end.rank[:2] != ends[0].rank[:2]:
+            break  # only the ends as good as the best: a bias add's loop is not where a gemm call goes
+        on_path = [n for n in end.path if reached(n)]
         if on_path:
             return on_path[-1]
     return None

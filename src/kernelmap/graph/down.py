@@ -509,8 +509,6 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
             not_compiled(child, site.preproc, ctx)
             children.append(child)
             continue
-        if site.preproc and compiled(site.preproc, ctx) is True:
-            branch = other_device_reason(site.condition, ctx.device)  # the build takes it: the #if says nothing more
         if branch:
             child.attrs["branch"] = branch
             if not ctx.all_branches:

@@ -228,3 +228,14 @@ def test_gpu_kernel_is_followed_into_the_cuda_kernel_templates(context):
         assert n.location.path.endswith("CUDALoops.cuh")
         assert n.name in file_lines(n.location)[n.location.line - 1]
         assert "__global__" in "\n".join(file_lines(n.location)[n.location.line - 3 : n.location.line])
+
+
+def test_cpu_stub_shows_how_the_capability_is_chosen(context):
+    tree = graph.stack("aten::sum.dim_IntList", context("cpu"))
+    stubs = [n for n, _ in walk(tree) if n.kind == "stub" and n.name == "sum_stub" and n.children]
+    assert stubs
+    call = stubs[0].children[0]
+    assert call.name == "at::native::DispatchStub::operator()"
+    assert "operator()" in file_lines(call.location)[call.location.line - 1]
+    choose = call.children[0]
+    assert choose.name.endswith("choose_cpu_impl") and "choose_cpu_impl" in file_lines(choose.location)[choose.location.line - 1]

@@ -758,10 +758,29 @@ def _stub_children(stub: str, ctx: GraphContext) -> list[Node]:
             nodes.append(not_compiled(node, reg.condition or d.symbol.condition, ctx))
     if not nodes and ctx.generated is not None:
         nodes.extend(_generated_stub_kernels(stub, ctx))
+    if key == "CPU" and nodes:
+        nodes[:0] = _stub_machinery(ctx)
     if not nodes:
         reason = f"no {key} registration of {stub} in the tree"
         nodes.append(Node(f"{stub} [{key}]", "unresolved", None, EdgeKind.STUB, None, {"reason": reason}))
     return nodes
+
+
+def _stub_machinery(ctx: GraphContext) -> list[Node]:
+    """How a CPU stub call picks its kernel: `DispatchStub::operator()` asks
+    `DispatchStubImpl::choose_cpu_impl` once for the CPU capability (AVX512,
+    AVX2, DEFAULT); the REGISTER_DISPATCH slot of that capability runs."""
+    found = {name: ctx.index.definitions(name) for name in ("at::native::DispatchStub::operator()", "at::native::DispatchStubImpl::choose_cpu_impl")}
+    call, choose = found["at::native::DispatchStub::operator()"], found["at::native::DispatchStubImpl::choose_cpu_impl"]
+    if not call:
+        return []
+    node = cpp_node(call[0], ctx, EdgeKind.DIRECT, "the stub's call operator").leaf()
+    node.attrs["keep"] = True
+    if choose:
+        child = cpp_node(choose[0], ctx, EdgeKind.DIRECT, "CPU capability chosen on the first call").leaf()
+        child.attrs["keep"] = True
+        node.children = [child]
+    return [node]
 
 
 def _ufunc_node(kernel, siblings, via: EdgeKind, condition: str | None) -> Node:

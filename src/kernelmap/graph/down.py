@@ -437,7 +437,8 @@ def _element_types(definition, ctx: GraphContext) -> tuple[str | None, set[str]]
 def by_dtype(definitions: list, ctx: GraphContext) -> list:
     """The template specialisation or overload of a call that runs for the
     selected dtype: `gemm<float>` of the seven `at::cuda::blas::gemm`, the
-    `cpublas::gemm` whose arrays are all `float*` (Note [dtype first])."""
+    `cpublas::gemm` whose arrays are all `float*`. The `--dtype` given (float32
+    by default) decides; none when no candidate is spelled for it."""
     wanted = set(_DTYPE_TYPES.get(ctx.dtype, ()))
     if not wanted:
         return definitions

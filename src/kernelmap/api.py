@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 from kernelmap import env
-from kernelmap.model import EdgeKind, Kernel, LiveAnswer, NodeKind, SourceStep, WhereAnswer
+from kernelmap.model import Kernel, LiveAnswer, NodeKind, SourceStep, WhereAnswer
 
 
 def where(

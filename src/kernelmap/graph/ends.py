@@ -9,7 +9,10 @@ device code, then the loop machinery, then the inner loop. Among ends of one
 kind, calls that do the work (cudnnConvolutionForward, cudnnBackendExecute, a
 gemm, a *_kernel) come before setup (cudnnSetStream, descriptor builders),
 then the shallower before the deeper, then the first in the tree's order.
-Branches collapsed for another device never count.
+Branches collapsed for another device never count. A device loop is an end
+and is followed too: the kernel templates it launches (CUDALoops.cuh's
+vectorized_elementwise_kernel) are ends below it. A stub's kernel is named on
+the path to the best ends only, never the first stub met.
 """
 
 from __future__ import annotations

@@ -97,59 +97,89 @@ def degenerate(data: bytes, root=None) -> str | None:
 # `std::tuplelayer_norm_cuda`). They are blanked before parsing, byte for
 # byte (same offsets, same lines); names are read from the blanked text, and
 # what they say (`__global__`) from the original.
-_ATTRIBUTE_WORDS = (
-    rb"__global__|__device__|__host__|__forceinline__|__inline__|__noinline__|__restrict__|__shared__|"
-    rb"C10_HOST_DEVICE|C10_DEVICE|C10_HOST|C10_ALWAYS_INLINE|C10_ALWAYS_INLINE_ATTRIBUTE|C10_NOINLINE|C10_RESTRICT|"
-    rb"C10_UNUSED|C10_NODISCARD|C10_API|C10_EXPORT|C10_IMPORT|C10_HIDDEN|TORCH_API|TORCH_PYTHON_API|CAFFE2_API|"
-    rb"TORCH_CUDA_CPP_API|TORCH_CUDA_CU_API|TORCH_HIP_API|TORCH_XPU_API|C10_CUDA_API|AT_CUDA_API|"
-    rb"CUTLASS_DEVICE|CUTLASS_HOST_DEVICE|CUTLASS_GLOBAL|CUTLASS_HOST|"
-    rb"C10_LAUNCH_BOUNDS_0|C10_LAUNCH_BOUNDS_1|C10_LAUNCH_BOUNDS_2|__launch_bounds__|alignas|C10_ALIGNAS|__align__|"
-    rb"C10_DEPRECATED_MESSAGE|C10_DEPRECATED|C10_MAYBE_UNUSED|__ubsan_ignore_\w+__|C10_CLANG_DIAGNOSTIC_\w+"
+_ARGS = rb"(?:\s*\((?:[^()]|\([^()]*\))*\))?"
+# Each group starts with a literal, so the regex engine finds it by a fast
+# substring search; the group only runs on files that hold its prefix.
+_ATTRIBUTE_GROUPS = tuple(
+    (prefix, re.compile(re.escape(prefix) + rb"(?:" + rest + rb")\b" + _ARGS))
+    for prefix, rest in (
+        (b"__", rb"global__|device__|host__|forceinline__|inline__|noinline__|restrict__|shared__|launch_bounds__|align__|ubsan_ignore_\w+__"),
+        (b"C10_", rb"HOST_DEVICE|DEVICE|HOST|ALWAYS_INLINE_ATTRIBUTE|ALWAYS_INLINE|NOINLINE|RESTRICT|UNUSED|NODISCARD|API|EXPORT|IMPORT|HIDDEN|"
+                  rb"CUDA_API|LAUNCH_BOUNDS_[012]|ALIGNAS|DEPRECATED_MESSAGE|DEPRECATED|MAYBE_UNUSED|CLANG_DIAGNOSTIC_\w+"),
+        (b"TORCH_", rb"API|PYTHON_API|CUDA_CPP_API|CUDA_CU_API|HIP_API|XPU_API"),
+        (b"CUTLASS_", rb"HOST_DEVICE|DEVICE|GLOBAL|HOST"),
+        (b"CAFFE2_API", rb""),
+        (b"AT_CUDA_API", rb""),
+        (b"alignas", rb""),
+    )
 )
-_ATTRIBUTE = re.compile(rb"\b(?:" + _ATTRIBUTE_WORDS + rb")\b(?:\s*\((?:[^()]|\([^()]*\))*\))?")
-
 
 # `extern template int f<2>();` (an explicit instantiation declaration) is
 # beyond the grammar and swallows the definitions after it; without `extern`
 # it reads as the instantiation it declares.
-_EXTERN_TEMPLATE = re.compile(rb"\bextern(?=\s+template\b)")
+_EXTERN_TEMPLATE = re.compile(rb"extern(?=\s+template\b)")
 # An `#if` whose only branch ends in a dangling `else` (Indexing.cu: `if (n <
 # 50000) {...} else` under `#if CUDA_VERSION < 11030`, then the `{` after
 # #endif) leaves an if statement the grammar cannot close: the branch is
 # blanked, as a build without it reads.
+_DANGLING_ELSE = re.compile(rb"#[ \t]*if[^\n]*\n(?:(?![ \t]*#)[^\n]*\n){0,40}?[^\n#]*\belse[ \t]*\n[ \t]*#[ \t]*endif\b")
 # Likewise an `#ifdef USE_ROCM` whose only branch opens with `} else if (...) {`
 # (Indexing.cu): it continues an if statement across the directive.
-_SPLIT_BRANCH = re.compile(rb"(?m)^[ \t]*#[ \t]*if[^\n]*\n[ \t]*\}[ \t]*else\b(?:(?![ \t]*#)[^\n]*\n){0,200}?[ \t]*#[ \t]*endif\b")
-_DANGLING_ELSE = re.compile(rb"(?m)^[ \t]*#[ \t]*if[^\n]*\n(?:(?![ \t]*#)[^\n]*\n){0,40}?[^\n#]*\belse[ \t]*\n[ \t]*#[ \t]*endif\b")
-
-
+_SPLIT_BRANCH = re.compile(rb"#[ \t]*if[^\n]*\n[ \t]*\}[ \t]*else\b(?:(?![ \t]*#)[^\n]*\n){0,200}?[ \t]*#[ \t]*endif\b")
 # `kernel<T><<<grid, block, 0, stream>>>(...)`: the launch configuration is no
 # C++ the grammar knows and derails the rest of the file; blanked, the launch
 # reads as a call (the launches themselves are read from the original text).
 _LAUNCH_CONFIG = re.compile(rb"<<<[^;{}]*?>>>")
-
-
 # Two-word builtin types as macro arguments (`SMALL_INDEX(scalar_t, index_t,
 # unsigned int, 1, 1, -2)` in Indexing.cu) are no expression to the grammar:
 # joined into one identifier of the same length, they read as a type name
 # where a type is meant, and as an argument in a macro call.
-_TWO_WORD_TYPE = re.compile(rb"\b(unsigned|signed|long|short)[ ](int|long|char|short)\b")
+_TWO_WORD_TYPES = tuple((word + b" ", re.compile(re.escape(word) + rb" (?=(?:int|long|char|short)\b)")) for word in (b"unsigned", b"signed", b"long", b"short"))
+
+
+def _starts_word(m: re.Match) -> bool:
+    i = m.start()
+    return i == 0 or not (m.string[i - 1 : i].isalnum() or m.string[i - 1 : i] == b"_")
+
+
+_NOT_NEWLINE = re.compile(rb"[^\n]")
+
+
+def _spaces(m: re.Match) -> bytes:
+    """The match as spaces, its newlines kept."""
+    return _NOT_NEWLINE.sub(b" ", m.group(0))
 
 
 def _blank(m: re.Match) -> bytes:
-    return re.sub(rb"[^\n]", b" ", m.group(0))
+    """`_spaces`, only where the match starts a word."""
+    return _spaces(m) if _starts_word(m) else m.group(0)
+
+
+def _blank_line(m: re.Match) -> bytes:
+    """Like `_blank`, for a directive: only where it starts its line."""
+    before = m.string[m.string.rfind(b"\n", 0, m.start()) + 1 : m.start()]
+    return _spaces(m) if not before.strip() else m.group(0)
+
+
+def _join(m: re.Match) -> bytes:
+    return m.group(0)[:-1] + b"_" if _starts_word(m) else m.group(0)
 
 
 def mask_attributes(data: bytes) -> bytes:
     """`data` with attribute macros blanked (Note [masked attributes])."""
-    data = _ATTRIBUTE.sub(_blank, data)
+    for prefix, pattern in _ATTRIBUTE_GROUPS:
+        if prefix in data:
+            data = pattern.sub(_blank, data)
     if b"extern" in data:
         data = _EXTERN_TEMPLATE.sub(_blank, data)
-    if b"else" in data:
-        data = _SPLIT_BRANCH.sub(_blank, _DANGLING_ELSE.sub(_blank, data))
+    if b"else" in data and b"#" in data:
+        data = _SPLIT_BRANCH.sub(_blank_line, _DANGLING_ELSE.sub(_blank_line, data))
     if b"<<<" in data:
-        data = _LAUNCH_CONFIG.sub(_blank, data)
-    return _TWO_WORD_TYPE.sub(rb"\1_\2", data)
+        data = _LAUNCH_CONFIG.sub(_spaces, data)
+    for word, pattern in _TWO_WORD_TYPES:
+        if word in data:
+            data = pattern.sub(_join, data)
+    return data
 
 
 class FileTimeout(Exception):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 from kernelmap import env
-from kernelmap.model import EdgeKind, Kernel, LiveAnswer, NodeKind, SourceStep, WhereAnswer
+from kernelmap.model import Kernel, LiveAnswer, NodeKind, SourceStep, WhereAnswer
 
 
 def where(
@@ -131,10 +131,13 @@ def _source_steps(op: str, device: str, notes: list[str], source: str | None = N
             continue  # a structured kernel's meta function checks shapes; its impl is the kernel that runs
         if "entry kernel" not in roles:
             roles["entry kernel"] = SourceStep("entry kernel", node.name, node.location, node.condition or "")
-        elif "stub kernel" not in roles and node.via is EdgeKind.STUB:
-            roles["stub kernel"] = SourceStep("stub kernel", node.name, node.location, node.condition or "")
+            break
+    ends = graph.call_ends(tree)
+    stub = graph.stub_kernel(tree, ends)  # on the path to the call's ends, not the first stub met
+    if stub is not None:
+        roles["stub kernel"] = SourceStep("stub kernel", stub.name, stub.location, stub.condition or "")
     leaves: dict[str, SourceStep] = {}
-    for end in graph.call_ends(tree):  # Note [ranking a call's ends]
+    for end in ends:  # Note [ranking a call's ends]
         if end.node.name not in leaves and len(leaves) < 3:
             detail = end.node.attrs.get("library") or end.node.condition or ""
             leaves[end.node.name] = SourceStep("leaf", end.node.name, end.node.location, str(detail))

@@ -41,7 +41,7 @@ def processors_for(context: GraphContext) -> Callable[[CallTree], CallTree]:
 
 
 from kernelmap.graph.down import file_lines, stack  # noqa: E402  (down imports processors_for)
-from kernelmap.graph.ends import End, call_ends  # noqa: E402
+from kernelmap.graph.ends import End, call_ends, stub_kernel  # noqa: E402
 from kernelmap.graph.up import callers  # noqa: E402
 
-__all__ = ["DEFAULT_DEPTH", "DEVICE_KEYS", "MAX_NODES", "End", "GraphContext", "call_ends", "callers", "file_lines", "open_context", "processors_for", "stack"]
+__all__ = ["DEFAULT_DEPTH", "DEVICE_KEYS", "MAX_NODES", "End", "GraphContext", "call_ends", "callers", "file_lines", "open_context", "processors_for", "stack", "stub_kernel"]

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from kernelmap.codegen import GeneratedFiles
     from kernelmap.codegen.headers import HeaderFiles
     from kernelmap.source import Index
+    from kernelmap.source.config import BuildConfig
 
 NEEDS_TREE = (
     "no source tree: showing the Python, binding, operator and generated layers only "
@@ -63,6 +64,7 @@ class GraphContext:
     python_catalog: Catalog | None = None
     tree_root: Path | None = None  # the selected tree, if any
     progress: Reporter | None = None  # hears of generation steps done later (the headers)
+    build: BuildConfig | None = None  # the release build's macros on `device` (Note [build configuration])
 
     @functools.cached_property
     def headers(self) -> HeaderFiles | None:
@@ -144,6 +146,11 @@ def open_context(
             f"version mismatch: {' and '.join(from_wheel)} from torch {install.version}, the rest from "
             f"{tree.origin.label} ({tree.version}); each location names its origin"
         )
+    build = None
+    if index is not None:
+        from kernelmap.source.config import build_config
+
+        build = build_config(index.tree.root, device, install.site_packages)
     return GraphContext(
         device,
         requires_grad,
@@ -161,6 +168,7 @@ def open_context(
         python_catalog,
         tree.root if tree is not None else None,
         progress,
+        build,
     )
 
 

@@ -126,6 +126,8 @@ def op_node(op: Op, ctx: GraphContext, via: EdgeKind | None = None, condition: s
 
 # Functions that choose a backend (_select_conv_backend, select_batch_norm_backend...).
 _BACKEND_SELECTOR = re.compile(r"(^|::)_?select_\w*backend$")
+# The predicates a selector asks (ConvParams::use_cudnn, use_mkldnn, use_nnpack): where the decision is made.
+_BACKEND_PREDICATE = re.compile(r"Params::use_\w+$")
 
 
 def cpp_node(definition, ctx: GraphContext, via: EdgeKind | None = None, condition: str | None = None, call_site: Location | None = None) -> Node:
@@ -134,7 +136,7 @@ def cpp_node(definition, ctx: GraphContext, via: EdgeKind | None = None, conditi
         attrs["preprocessor"] = definition.symbol.condition
     if call_site is not None:
         attrs["call_site"] = call_site
-    if _BACKEND_SELECTOR.search(definition.name):
+    if _BACKEND_SELECTOR.search(definition.name) or _BACKEND_PREDICATE.search(definition.name):
         attrs["keep"] = True  # where the backend is chosen: what users ask about, never plumbing
     return Node(definition.name, "kernel", definition.location, via, condition, attrs, payload=definition, identity=("cpp", definition.name, str(definition.location)))
 
@@ -148,7 +150,7 @@ def _expand_down(node: Node, ctx: GraphContext) -> list[Node]:
         return [_entry_node(op, cond, calls, ctx) for op, cond, calls in node.payload]
     if node.kind == "op":
         return _op_children(node.payload, ctx)
-    if node.kind in ("wrapper", "kernel", "stub", "generated"):
+    if node.kind in ("wrapper", "kernel", "stub", "generated", "device_loop"):
         return _code_children(node, ctx)
     return []
 
@@ -389,12 +391,163 @@ def _kernel_nodes(op: Op, kernel, code, ctx: GraphContext) -> list[Node]:
     if ctx.index is None:
         nodes.append(Node(kernel.symbol, "kernel", None, EdgeKind.DISPATCHER, attrs={"unresolved": "needs a source tree"}))
         return nodes
-    definitions = ctx.index.definitions(kernel.symbol)
+    definitions = by_signature(ctx.index.definitions(kernel.symbol), op.schema, ctx)
     if not definitions:
         nodes.append(Node(kernel.symbol, "kernel", None, EdgeKind.DISPATCHER, attrs={"unresolved": f"no definition in {ctx.index.tree.name}"}))
-    for d in definitions:
-        nodes.append(cpp_node(d, ctx, EdgeKind.DISPATCHER, d.symbol.condition and f"#if {d.symbol.condition}"))
+    for d in by_build(definitions, ctx):
+        nodes.append(not_compiled(cpp_node(d, ctx, EdgeKind.DISPATCHER, d.symbol.condition and f"#if {d.symbol.condition}"), d.symbol.condition, ctx))
     return nodes
+
+
+def parameters(definition, ctx: GraphContext) -> list[str] | None:
+    """The parameter declarations of a definition, read from its lines in the
+    tree (None when the declarator cannot be read)."""
+    lines = file_lines(ctx.index.tree.root / definition.location.path)
+    start = definition.location.line - 1
+    text = "\n".join(lines[start : min(len(lines), (definition.location.end_line or start + 1), start + 40)])
+    short = definition.name.rsplit("::", 1)[-1]
+    m = re.search(rf"\b{re.escape(short)}\s*(?:<[^(){{;]*>)?\s*\(", text)
+    if m is None:
+        return None
+    depth, i, params, current = 1, m.end(), [], []
+    while i < len(text) and depth:
+        ch = text[i]
+        if ch in "(<[{":
+            depth += 1
+        elif ch in ")>]}":
+            depth -= 1
+        if depth == 1 and ch == ",":
+            params.append("".join(current).strip())
+            current = []
+        elif depth:
+            current.append(ch)
+        i += 1
+    last = "".join(current).strip()
+    if last and last != "void":
+        params.append(last)
+    return [re.sub(r"//[^\n]*|/\*.*?\*/", "", p, flags=re.S).strip() for p in params]
+
+
+_SCHEMA_ARGS = re.compile(r"\((.*)\)\s*->", re.S)
+
+
+def _schema_arguments(schema: str) -> list[str]:
+    m = _SCHEMA_ARGS.search(schema)
+    if m is None:
+        return []
+    depth, current, out = 0, [], []
+    for ch in m.group(1):
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+    if "".join(current).strip():
+        out.append("".join(current).strip())
+    return [a for a in out if a != "*"]
+
+
+def _signature_distance(params: list[str], schema_args: list[str]) -> int:
+    """How far a C++ parameter list is from an operator schema's arguments: a
+    Dimname where the schema has none (or the reverse) rules a candidate out;
+    then the difference in argument count (TensorOptions stands for the
+    schema's dtype, layout, device and pin_memory)."""
+    cpp_named = sum("Dimname" in p for p in params)
+    schema_named = sum("Dimname" in a for a in schema_args)
+    if cpp_named != schema_named:
+        return 1000
+    count = len(params)
+    if any("TensorOptions" in p for p in params) and sum(a.split()[-1].split("=")[0] in ("dtype", "layout", "device", "pin_memory") for a in schema_args) == 4:
+        count += 3
+    return abs(count - len(schema_args))
+
+
+def by_signature(definitions: list, schema: str | None, ctx: GraphContext) -> list:
+    """The overloads of a kernel name whose parameters fit the operator's schema
+    (C++ overloads share a name: `sort(Tensor, int64_t, bool)` in Sorting.cpp,
+    `sort(Tensor, Dimname, bool)` in NamedTensor.cpp); all of them when none can be told apart."""
+    if len(definitions) < 2 or not schema:
+        return definitions
+    args = _schema_arguments(schema)
+    scored = []
+    for d in definitions:
+        params = parameters(d, ctx)
+        scored.append((_signature_distance(params, args) if params is not None else 500, d))
+    best = min(score for score, _ in scored)
+    return [d for score, d in scored if score == best] if best < 500 else definitions
+
+
+# The C++ element types of a dtype, as ATen spells them (at::Half, c10::Half, Half).
+_DTYPE_TYPES = {
+    "float32": ("float",), "float64": ("double",), "float16": ("Half",), "bfloat16": ("BFloat16",),
+    "complex64": ("complex<float>",), "complex128": ("complex<double>",), "int64": ("int64_t", "long"),
+    "int32": ("int32_t", "int"), "int16": ("int16_t", "short"), "int8": ("int8_t",), "uint8": ("uint8_t",), "bool": ("bool",),
+}
+_POINTER_PARAM = re.compile(r"^(?:const\s+)?([\w:]+(?:<[\w:<> ]*>)?)\s*(?:const\s*)?\*")
+
+
+def _element_types(definition, ctx: GraphContext) -> tuple[str | None, set[str]]:
+    """(the explicit specialisation `gemm<float>`, the element types of its pointer parameters) of a definition."""
+    lines = file_lines(ctx.index.tree.root / definition.location.path)
+    line = lines[definition.location.line - 1] if definition.location.line <= len(lines) else ""
+    short = definition.name.rsplit("::", 1)[-1]
+    m = re.search(rf"\b{re.escape(short)}\s*<\s*([\w:<> ]+?)\s*>\s*\(", line)
+    special = m.group(1).replace(" ", "").rsplit("::", 1)[-1] if m else None
+    if special and "<" in m.group(1):
+        special = re.sub(r"^(?:c10::|at::)", "", m.group(1).replace(" ", ""))
+    pointers = set()
+    for p in parameters(definition, ctx) or ():
+        pm = _POINTER_PARAM.match(p)
+        if pm:
+            pointers.add(re.sub(r"^(?:c10::|at::)", "", pm.group(1).replace(" ", "")))
+    return special, pointers
+
+
+def by_dtype(definitions: list, ctx: GraphContext) -> list:
+    """The template specialisation or overload of a call that runs for the
+    selected dtype: `gemm<float>` of the seven `at::cuda::blas::gemm`, the
+    `cpublas::gemm` whose arrays are all `float*`. The `--dtype` given (float32
+    by default) decides; none when no candidate is spelled for it."""
+    wanted = set(_DTYPE_TYPES.get(ctx.dtype, ()))
+    if not wanted:
+        return definitions
+    special, typed = [], []
+    for d in definitions:
+        spec, pointers = _element_types(d, ctx)
+        if spec is not None and spec in wanted:
+            special.append(d)
+        elif spec is None and pointers and pointers <= wanted:
+            typed.append(d)
+    return special or typed
+
+
+def compiled(condition: str | None, ctx: GraphContext) -> bool | None:
+    """Whether the release build for the device compiles code under the `#if`
+    `condition` (None: undecided, or no build model) (Note [build configuration])."""
+    if not condition:
+        return True
+    return ctx.build.evaluate(condition) if ctx.build is not None else None
+
+
+def by_build(definitions: list, ctx: GraphContext) -> list:
+    """Definitions the build compiles first, then the undecided, then the ones it leaves out."""
+    order = {True: 0, None: 1, False: 2}
+    return sorted(definitions, key=lambda d: order[compiled(d.symbol.condition, ctx)])
+
+
+def not_compiled(node: Node, condition: str | None, ctx: GraphContext) -> Node:
+    """Mark `node` as a branch the device's build leaves out, when its `#if` is false:
+    shown collapsed with its condition, never followed (unless all branches are asked for)."""
+    if condition and compiled(condition, ctx) is False:
+        why = ctx.build.why(condition) if ctx.build is not None else ""
+        node.attrs["branch"] = f"not compiled in a release {ctx.device} build: #if {condition}" + (f" ({why})" if why else "")
+        if not ctx.all_branches:
+            node.leaf().payload = None
+    return node
 
 
 def _structured_functional(op: Op, ctx: GraphContext) -> str | None:
@@ -425,6 +578,10 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
         branch = other_device_reason(site.condition, ctx.device) or other_device_reason(site.preproc, ctx.device)
         child = _site_node(site, definition, ctx, condition)
         if child is None:
+            continue
+        if site.preproc and compiled(site.preproc, ctx) is False:
+            not_compiled(child, site.preproc, ctx)
+            children.append(child)
             continue
         if branch:
             child.attrs["branch"] = branch
@@ -522,6 +679,10 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None) -> Node |
             hosts = [d for d in _resolve_direct(site, caller, ctx) if d.symbol.kind != "global_kernel"]
             if hosts:
                 return cpp_node(hosts[0], ctx, EdgeKind.DIRECT, condition, site.location)
+        if launch_kind(site.callee) is NodeKind.DEVICE_LOOP and ctx.index is not None:
+            loop = _device_loop(site, caller, ctx, condition)
+            if loop is not None:
+                return loop
         attrs = {"call_site": site.location}
         kernels = ctx.index.global_kernels(site.name) if ctx.index else []
         location = kernels[0].location if len(kernels) == 1 else site.location
@@ -532,17 +693,46 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None) -> Node |
     candidates = _resolve_direct(site, caller, ctx)
     if not candidates:
         return None
-    if len(candidates) == 1 or _all_distinct_conditions(candidates):
-        if len(candidates) == 1:
-            return cpp_node(candidates[0], ctx, kind, condition, site.location)
+    if len(candidates) > 1:
+        typed = by_dtype(candidates, ctx)
+        if len(typed) == 1:
+            node = cpp_node(typed[0], ctx, kind, condition, site.location)
+            node.attrs["dtype_case"] = f"{ctx.dtype}: the {_DTYPE_TYPES[ctx.dtype][0]} overload of {len(candidates)}"
+            return node
+    if len(candidates) == 1:
+        return cpp_node(candidates[0], ctx, kind, condition, site.location)
+    built = [d for d in candidates if compiled(d.symbol.condition, ctx) is not False]
+    if _all_distinct_conditions(candidates) or (built and len(built) < len(candidates) and _one_symbol(built)):
         group = Node(site.callee, "alternatives", site.location, kind, condition, {"reason": "defined once per preprocessor condition; a build compiles one"})
-        group.children = [cpp_node(d, ctx, kind, f"#if {d.symbol.condition}" if d.symbol.condition else None) for d in candidates]
+        group.children = [
+            not_compiled(cpp_node(d, ctx, kind, f"#if {d.symbol.condition}" if d.symbol.condition else None, site.location), d.symbol.condition, ctx)
+            for d in by_build(candidates, ctx)
+        ]
         return group
     group = Node(site.callee, "ambiguous", site.location, kind, condition, {"candidates": len(candidates), "reason": "several definitions match; ranked by namespace and file"})
     group.children = [cpp_node(d, ctx, kind) for d in candidates[:10]]
     for child in group.children:
         child.leaf()  # shown, not expanded: the call is ambiguous
     return group
+
+
+def _one_symbol(definitions) -> bool:
+    return len({d.lookup for d in definitions}) == 1
+
+
+def _device_loop(site, caller, ctx: GraphContext, condition: str | None) -> Node | None:
+    """A device loop (`gpu_kernel`, `cpu_kernel_vec`) as a node to follow, at
+    its definition in the loop headers (Loops.cuh, CUDALoops.cuh, cpu/Loops.h),
+    so the kernel templates it launches and the loop it runs appear below it."""
+    found = _resolve_direct(site, caller, ctx)
+    loops = [d for d in found if "Loops" in d.location.path.rsplit("/", 1)[-1]] or found
+    if not loops:
+        return None
+    d = loops[0]
+    attrs: dict[str, Any] = {"call_site": site.location, "symbol_kind": d.symbol.kind}
+    if len(loops) > 1:
+        attrs["candidates"] = len(loops)
+    return Node(site.callee, NodeKind.DEVICE_LOOP, d.location, site.kind, condition, attrs, payload=d, identity=("cpp", d.name, str(d.location)))
 
 
 def _all_distinct_conditions(candidates) -> bool:
@@ -554,7 +744,14 @@ def _resolve_direct(site, caller, ctx: GraphContext) -> list:
     """Definitions a direct call may reach, best first: the caller's own
     namespace and its parents, then the call's file, then the rest."""
     callee = site.callee.lstrip(":")
-    if callee.startswith(".") or callee.startswith("std::") or len(site.name) < 3:
+    if "::" not in callee and not callee.startswith(".") and _is_local(callee, site, caller, ctx):
+        return []  # `static GemmTunableOp<...> gemm{}; gemm(&params);` calls the object, not at::cuda::blas::gemm
+    if callee.startswith("."):
+        receiver = receiver_type(site, caller, ctx)
+        if receiver is None:
+            return []
+        callee = f"{receiver}::{callee[1:]}"
+    if callee.startswith("std::") or len(site.name) < 3:
         return []
     found = [d for d in ctx.index.definitions(callee) if d.location.path.startswith(KERNEL_DIRS)]
     if not found:
@@ -582,6 +779,42 @@ def _resolve_direct(site, caller, ctx: GraphContext) -> list:
     return found
 
 
+def _is_local(name: str, site, caller, ctx: GraphContext) -> bool:
+    """Whether `name` is declared as a variable in the caller before the call (`T gemm{}`, `auto gemm =`)."""
+    lines = file_lines(ctx.index.tree.root / site.location.path)
+    text = "\n".join(lines[caller.location.line : site.location.line - 1])
+    return bool(re.search(rf"[\w>&*]\s+{re.escape(name)}\s*(?:\{{|=[^=]|;)", text))
+
+
+_NOT_TYPES = frozenset(("auto", "const", "return", "else", "case", "if", "while", "for", "new", "delete", "typename", "struct", "class"))
+
+
+def receiver_type(site, caller, ctx: GraphContext) -> str | None:
+    """The class of the object a member call is made on, from its declaration
+    in the calling definition (`const ConvParams<T>& params` in the parameters,
+    `ConvParams<T> params;` in the body): `params.use_cudnn(...)` calls
+    `ConvParams::use_cudnn`. None when the receiver's type is not written out."""
+    lines = file_lines(ctx.index.tree.root / site.location.path)
+    if site.location.line > len(lines):
+        return None
+    method = re.escape(site.callee.lstrip("."))
+    m = re.search(rf"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*{method}\s*(?:<[^()]*>)?\s*\(", lines[site.location.line - 1])
+    if m is None:
+        return None
+    variable = m.group(1)
+    if variable == "this":
+        return caller.lookup.rsplit("::", 2)[-2] if caller.lookup.count("::") >= 1 else None
+    start = caller.location.line - 1
+    text = "\n".join(lines[start : site.location.line])
+    template = r"<[^;(){}<>\n]*(?:<[^;(){}<>\n]*>[^;(){}<>\n]*)*>"
+    declared = re.compile(rf"([A-Za-z_][\w:]*)\s*(?:{template})?\s*(?:const\s*)?[&*]*\s*\b{re.escape(variable)}\s*[,)=;({{\[]")
+    found = [d.group(1) for d in declared.finditer(text) if d.group(1) not in _NOT_TYPES and not d.group(1).startswith("std::")]
+    if not found:
+        return None
+    name = found[-1]
+    return name if name[:1].isupper() or "::" in name else None
+
+
 def _stub_children(stub: str, ctx: GraphContext) -> list[Node]:
     key = DEVICE_KEYS[ctx.device]
     nodes = []
@@ -595,13 +828,33 @@ def _stub_children(stub: str, ctx: GraphContext) -> list[Node]:
         if not local:
             nodes.append(Node(reg.kernel, "kernel", reg.location, EdgeKind.STUB, condition, {"unresolved": "kernel definition not found"}))
         for d in local[:3]:
-            nodes.append(cpp_node(d, ctx, EdgeKind.STUB, condition))
+            node = cpp_node(d, ctx, EdgeKind.STUB, condition)
+            nodes.append(not_compiled(node, reg.condition or d.symbol.condition, ctx))
     if not nodes and ctx.generated is not None:
         nodes.extend(_generated_stub_kernels(stub, ctx))
+    if key == "CPU" and nodes:
+        nodes[:0] = _stub_machinery(ctx)
     if not nodes:
         reason = f"no {key} registration of {stub} in the tree"
         nodes.append(Node(f"{stub} [{key}]", "unresolved", None, EdgeKind.STUB, None, {"reason": reason}))
     return nodes
+
+
+def _stub_machinery(ctx: GraphContext) -> list[Node]:
+    """How a CPU stub call picks its kernel: `DispatchStub::operator()` asks
+    `DispatchStubImpl::choose_cpu_impl` once for the CPU capability (AVX512,
+    AVX2, DEFAULT); the REGISTER_DISPATCH slot of that capability runs."""
+    found = {name: ctx.index.definitions(name) for name in ("at::native::DispatchStub::operator()", "at::native::DispatchStubImpl::choose_cpu_impl")}
+    call, choose = found["at::native::DispatchStub::operator()"], found["at::native::DispatchStubImpl::choose_cpu_impl"]
+    if not call:
+        return []
+    node = cpp_node(call[0], ctx, EdgeKind.DIRECT, "the stub's call operator").leaf()
+    node.attrs["keep"] = True
+    if choose:
+        child = cpp_node(choose[0], ctx, EdgeKind.DIRECT, "CPU capability chosen on the first call").leaf()
+        child.attrs["keep"] = True
+        node.children = [child]
+    return [node]
 
 
 def _ufunc_node(kernel, siblings, via: EdgeKind, condition: str | None) -> Node:

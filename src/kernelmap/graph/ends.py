@@ -9,7 +9,10 @@ device code, then the loop machinery, then the inner loop. Among ends of one
 kind, calls that do the work (cudnnConvolutionForward, cudnnBackendExecute, a
 gemm, a *_kernel) come before setup (cudnnSetStream, descriptor builders),
 then the shallower before the deeper, then the first in the tree's order.
-Branches collapsed for another device never count.
+Branches collapsed for another device never count. A device loop is an end
+and is followed too: the kernel templates it launches (CUDALoops.cuh's
+vectorized_elementwise_kernel) are ends below it. A stub's kernel is named on
+the path to the best ends only, never the first stub met.
 """
 
 from __future__ import annotations
@@ -45,6 +48,31 @@ def call_ends(tree: CallTree) -> tuple[End, ...]:
             works = bool(_WORK.search(node.name))
             ends.append(End(node, path, (_KIND_RANK[node.kind], not works, len(path), order)))
             order += 1
-            continue
+            if node.kind is not NodeKind.DEVICE_LOOP:
+                continue  # a device loop is followed into the kernels it launches
+
         stack.extend((c, path + (c,)) for c in reversed(node.children))
     return tuple(sorted(ends, key=lambda e: e.rank))
+
+
+def stub_kernel(tree: CallTree, ends: tuple[End, ...] | None = None) -> CallNode | None:
+    """The kernel a DispatchStub runs on the way to the call's ends: the
+    deepest stub-reached kernel on the path to the best end that passes one
+    (Note [ranking a call's ends]). Not the first stub met breadth first: a
+    convolution's bias add reaches `add_stub` before the convolution's own
+    work, and is not where the inputs go. None when no end's path passes a stub."""
+    from kernelmap.model import EdgeKind
+
+    def reached(n: CallNode) -> bool:
+        return n.via is EdgeKind.STUB and n.kind in (NodeKind.KERNEL, NodeKind.GENERATED) and n.location is not None
+
+    ends = ends if ends is not None else call_ends(tree)
+    if not ends:  # nothing ends the call (a reduction's loop is not modelled): the first stub met
+        return next((n for _, n in tree.walk() if reached(n) and not n.attrs.get("collapsed")), None)
+    for end in ends:
+        if end.rank[:2] != ends[0].rank[:2]:
+            break  # only the ends as good as the best: a bias add's loop is not where a gemm call goes
+        on_path = [n for n in end.path if reached(n)]
+        if on_path:
+            return on_path[-1]
+    return None

@@ -8,8 +8,11 @@ followed only when the backend belongs to the selected device; the others are
 marked (`branch`) and left unexpanded unless all branches are asked for, and
 the `collapse_branches` processor shows them collapsed. Definitions that exist
 several times under different preprocessor conditions (cuDNN v7 and v8,
-placeholders without cuDNN) are all shown, each under its condition: a build
-picks one, the tree holds all.
+placeholders without cuDNN) are all shown, each under its condition; the one
+the device's release build compiles (Note [build configuration] in
+kernelmap.source.config) is followed, the ones it leaves out are marked as a
+branch "not compiled in a release <device> build: #if ..." and shown
+collapsed. Conditions the build model cannot decide keep every alternative.
 """
 
 from __future__ import annotations

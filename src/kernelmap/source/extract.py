@@ -89,6 +89,99 @@ def degenerate(data: bytes, root=None) -> str | None:
     return None
 
 
+# Note [masked attributes]
+# Attribute-like macros and CUDA qualifiers read to the grammar as types or
+# declarators (`C10_LAUNCH_BOUNDS_1(256) __global__ void k(`, `struct
+# alignas(16) v`, `C10_HOST_DEVICE inline T f(`): a whole file can parse
+# askew after one (layer_norm_kernel.cu's `layer_norm_cuda` was indexed as
+# `std::tuplelayer_norm_cuda`). They are blanked before parsing, byte for
+# byte (same offsets, same lines); names are read from the blanked text, and
+# what they say (`__global__`) from the original.
+_ARGS = rb"(?:\s*\((?:[^()]|\([^()]*\))*\))?"
+# Each group starts with a literal, so the regex engine finds it by a fast
+# substring search; the group only runs on files that hold its prefix.
+_ATTRIBUTE_GROUPS = tuple(
+    (prefix, re.compile(re.escape(prefix) + rb"(?:" + rest + rb")\b" + _ARGS))
+    for prefix, rest in (
+        (b"__", rb"global__|device__|host__|forceinline__|inline__|noinline__|restrict__|shared__|launch_bounds__|align__|ubsan_ignore_\w+__"),
+        (b"C10_", rb"HOST_DEVICE|DEVICE|HOST|ALWAYS_INLINE_ATTRIBUTE|ALWAYS_INLINE|NOINLINE|RESTRICT|UNUSED|NODISCARD|API|EXPORT|IMPORT|HIDDEN|"
+                  rb"CUDA_API|LAUNCH_BOUNDS_[012]|ALIGNAS|DEPRECATED_MESSAGE|DEPRECATED|MAYBE_UNUSED|CLANG_DIAGNOSTIC_\w+"),
+        (b"TORCH_", rb"API|PYTHON_API|CUDA_CPP_API|CUDA_CU_API|HIP_API|XPU_API"),
+        (b"CUTLASS_", rb"HOST_DEVICE|DEVICE|GLOBAL|HOST"),
+        (b"CAFFE2_API", rb""),
+        (b"AT_CUDA_API", rb""),
+        (b"alignas", rb""),
+    )
+)
+
+# `extern template int f<2>();` (an explicit instantiation declaration) is
+# beyond the grammar and swallows the definitions after it; without `extern`
+# it reads as the instantiation it declares.
+_EXTERN_TEMPLATE = re.compile(rb"extern(?=\s+template\b)")
+# An `#if` whose only branch ends in a dangling `else` (Indexing.cu: `if (n <
+# 50000) {...} else` under `#if CUDA_VERSION < 11030`, then the `{` after
+# #endif) leaves an if statement the grammar cannot close: the branch is
+# blanked, as a build without it reads.
+_DANGLING_ELSE = re.compile(rb"#[ \t]*if[^\n]*\n(?:(?![ \t]*#)[^\n]*\n){0,40}?[^\n#]*\belse[ \t]*\n[ \t]*#[ \t]*endif\b")
+# Likewise an `#ifdef USE_ROCM` whose only branch opens with `} else if (...) {`
+# (Indexing.cu): it continues an if statement across the directive.
+_SPLIT_BRANCH = re.compile(rb"#[ \t]*if[^\n]*\n[ \t]*\}[ \t]*else\b(?:(?![ \t]*#)[^\n]*\n){0,200}?[ \t]*#[ \t]*endif\b")
+# `kernel<T><<<grid, block, 0, stream>>>(...)`: the launch configuration is no
+# C++ the grammar knows and derails the rest of the file; blanked, the launch
+# reads as a call (the launches themselves are read from the original text).
+_LAUNCH_CONFIG = re.compile(rb"<<<[^;{}]*?>>>")
+# Two-word builtin types as macro arguments (`SMALL_INDEX(scalar_t, index_t,
+# unsigned int, 1, 1, -2)` in Indexing.cu) are no expression to the grammar:
+# joined into one identifier of the same length, they read as a type name
+# where a type is meant, and as an argument in a macro call.
+_TWO_WORD_TYPES = tuple((word + b" ", re.compile(re.escape(word) + rb" (?=(?:int|long|char|short)\b)")) for word in (b"unsigned", b"signed", b"long", b"short"))
+
+
+def _starts_word(m: re.Match) -> bool:
+    i = m.start()
+    return i == 0 or not (m.string[i - 1 : i].isalnum() or m.string[i - 1 : i] == b"_")
+
+
+_NOT_NEWLINE = re.compile(rb"[^\n]")
+
+
+def _spaces(m: re.Match) -> bytes:
+    """The match as spaces, its newlines kept."""
+    return _NOT_NEWLINE.sub(b" ", m.group(0))
+
+
+def _blank(m: re.Match) -> bytes:
+    """`_spaces`, only where the match starts a word."""
+    return _spaces(m) if _starts_word(m) else m.group(0)
+
+
+def _blank_line(m: re.Match) -> bytes:
+    """Like `_blank`, for a directive: only where it starts its line."""
+    before = m.string[m.string.rfind(b"\n", 0, m.start()) + 1 : m.start()]
+    return _spaces(m) if not before.strip() else m.group(0)
+
+
+def _join(m: re.Match) -> bytes:
+    return m.group(0)[:-1] + b"_" if _starts_word(m) else m.group(0)
+
+
+def mask_attributes(data: bytes) -> bytes:
+    """`data` with attribute macros blanked (Note [masked attributes])."""
+    for prefix, pattern in _ATTRIBUTE_GROUPS:
+        if prefix in data:
+            data = pattern.sub(_blank, data)
+    if b"extern" in data:
+        data = _EXTERN_TEMPLATE.sub(_blank, data)
+    if b"else" in data and b"#" in data:
+        data = _SPLIT_BRANCH.sub(_blank_line, _DANGLING_ELSE.sub(_blank_line, data))
+    if b"<<<" in data:
+        data = _LAUNCH_CONFIG.sub(_spaces, data)
+    for word, pattern in _TWO_WORD_TYPES:
+        if word in data:
+            data = pattern.sub(_join, data)
+    return data
+
+
 class FileTimeout(Exception):
     """Raised inside the extraction of a file that ran past its time budget."""
 _COND_MAX = 120  # longer case/if conditions are cut: they are for reading, not evaluation
@@ -350,6 +443,7 @@ class Extractor:
         # progress callback there crashes tree-sitter 0.26.1.)
         deadline = time.monotonic() + self.budget if self.budget > 0 else float("inf")
         past = lambda *state: time.monotonic() > deadline  # noqa: E731
+        original, data = data, mask_attributes(data)
         tree = self.parser.parse(lambda offset, point: data[offset : offset + 65536], progress_callback=past)
         if tree is None or past():
             raise FileTimeout()
@@ -402,7 +496,7 @@ class Extractor:
             pp = _preproc_of(stack, at)
             if kind == 0:
                 i, node, info = payload
-                definitions[i] = self._definition(node, info, [r for r in stack if r[1] > at], pp, data)
+                definitions[i] = self._definition(node, info, [r for r in stack if r[1] > at], pp, original, data)
                 continue
             what, cap = payload
             def_index, cond, lib = _context_of(stack, at)
@@ -418,15 +512,19 @@ class Extractor:
                 self._registration(path, cap, def_index, lib, pp, registrations, stubs)
         # Launches written `kernel<<<grid, block>>>(...)`: the grammar has no such
         # syntax (it reads shifts and comparisons), so they are found in the body text.
+        launches = set()
         for i, (node, _) in enumerate(defs_raw):
             body = node.child_by_field_name("body")
-            chunk = data[body.start_byte : body.end_byte]
+            chunk = original[body.start_byte : body.end_byte]
             if b"<<<" not in chunk:
                 continue
             for m in _TRIPLE_CHEVRON.finditer(chunk):
                 name = _strip_templates(m.group(1).decode("utf-8", "replace"))
                 line = body.start_point[0] + 1 + chunk.count(b"\n", 0, m.start())
                 calls.append(Call(i, name, name.rsplit("::", 1)[-1], "launch", None, None, line, None, definitions[i].condition))
+                launches.add((line, name.rsplit("::", 1)[-1]))
+        if launches:  # the blanked launch read as a call of the kernel: it is the launch
+            calls = [c for c in calls if c.kind == "launch" or (c.line, c.short) not in launches]
         return FileFacts(path, len(data), sha1, len(error_nodes), None, tuple(definitions), tuple(calls), tuple(registrations), tuple(stubs))
 
     # -- regions ----------------------------------------------------------
@@ -504,7 +602,7 @@ class Extractor:
             return ("library", (text, ns, key))
         return ("name", _strip_templates(text))
 
-    def _definition(self, node, info, stack, pp, data: bytes) -> Definition:
+    def _definition(self, node, info, stack, pp, data: bytes, masked: bytes) -> Definition:
         scopes = [payload for (_, _, tag, payload) in stack if tag in ("scope", "class")]
         in_class = bool(stack) and any(tag == "class" for (_, _, tag, _) in stack)
         op = None
@@ -518,7 +616,10 @@ class Extractor:
         else:
             name = "::".join([*scopes, info[1]]) if scopes else info[1]
             kind = "method" if in_class or ("::" in info[1] and not info[1].startswith(("at::", "c10::", "torch::"))) else "function"
-            head = data[node.start_byte : node.child_by_field_name("declarator").start_byte]
+            start = node.start_byte
+            while start > 0 and masked[start - 1] in b" \t\r\n":  # back over blanked attributes
+                start -= 1
+            head = data[start : node.child_by_field_name("declarator").start_byte]
             if b"__global__" in head:
                 kind = "global_kernel"
         name = name.replace("::::", "::")
@@ -551,7 +652,12 @@ class Extractor:
                 return None
             callee = "." + short
             member = True
-        elif t in ("identifier", "qualified_identifier", "template_function", "scoped_identifier"):
+            receiver = _constructed_type(callee_node.child_by_field_name("argument"))
+            if receiver is not None:
+                # `DimMask().flip()`: a method of a temporary of a class, never a Tensor's operator
+                callee = f"{receiver}::{short}"
+                return callee, short, "direct", None, None
+        elif t in ("identifier", "qualified_identifier", "template_function", "scoped_identifier", "template_type"):
             callee = _strip_templates(callee_node.text.decode("utf-8", "replace"))
             short = callee.rsplit("::", 1)[-1]
             member = False
@@ -610,7 +716,9 @@ class Extractor:
         elif args:
             device, capability = _register_key(macro, path, args)
             kernel = None if macro.endswith("NO_CPU_DISPATCH") or len(args) < 2 else _kernel_name(args[-1])
-            registrations.append(Registration(def_index, "register_dispatch", args[0], kernel, device, capability, line, pp))
+            # `REGISTER_DISPATCH(cpublas::gemm_stub, ...)`: the stub is declared (and called) by its own name
+            stub = args[0].rsplit("::", 1)[-1]
+            registrations.append(Registration(def_index, "register_dispatch", stub, kernel, device, capability, line, pp))
 
 
 _STRAY_CLOSE = re.compile(rb"^(\s*}\s*;?\s*(//[^\n]*)?)+$")
@@ -647,6 +755,21 @@ def _recover_namespaces(error_nodes, regions) -> None:
             cur = inner[-1]
             names.append(_namespace_name(cur))
         regions.append((sib.end_byte, err.end_byte, "scope", "::".join(names)))
+
+
+def _constructed_type(node) -> str | None:
+    """The class of a temporary built in place (`DimMask()`, `at::cuda::OptionalCUDAGuard(d)`), else None."""
+    if node is None or node.type != "call_expression":
+        return None
+    function = node.child_by_field_name("function")
+    if function is None or function.type not in ("identifier", "qualified_identifier", "template_function"):
+        return None
+    name = _strip_templates(function.text.decode("utf-8", "replace"))
+    short = name.rsplit("::", 1)[-1]
+    # a class name: CamelCase, not a macro, not a Tensor-returning factory
+    if short[:1].isupper() and any(c.islower() for c in short) and short not in ("Tensor", "TensorBase", "Scalar"):
+        return name
+    return None
 
 
 def _kernel_name(text: str) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import re
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: masked attributes, qualified stub registrations, calls on temporaries
 
 # Call kinds as stored; their order is part of the schema.
 CALL_KINDS = ("direct", "dispatcher", "stub", "launch", "vendor")

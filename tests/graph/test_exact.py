@@ -1,0 +1,241 @@
+"""An exact call graph on the real 2.6.0 tree (issue 16): the build's `#if`
+alternative, the overload the schema names, the template specialisation of
+the dtype, the receiver's method, no bitset taken for an operator, and
+where's stub kernel on the path the call takes. Ground truth is read from the
+tree's files, never copied from output."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from kernelmap import api, graph
+from tests.graph.conftest import TREE_NAME, paths_to, walk
+
+
+def file_lines(location) -> list[str]:
+    return location.disk_path.read_text(encoding="utf-8", errors="replace").splitlines()
+
+
+def enclosing_if(location) -> str | None:
+    """The condition the innermost open `#if` above `location` puts on it, as
+    written (`#if X`), or `#else of #if X` when it lies in the #else branch."""
+    depth, in_else = 0, False
+    for text in reversed(file_lines(location)[: location.line - 1]):
+        s = text.strip()
+        if s.startswith("#endif"):
+            depth += 1
+        elif s.startswith("#else") and depth == 0:
+            in_else = True
+        elif s.startswith(("#if", "#ifdef", "#ifndef")):
+            if depth == 0:
+                return f"#else of {s}" if in_else else s
+            depth -= 1
+    return None
+
+
+def taken(guard: str, macro: str) -> bool:
+    """`#if MACRO()` or `#else of #if !MACRO()`: the branch compiled when MACRO is 1."""
+    negated = guard.replace(" ", "").startswith(("#if!", "#elseof#if!"))
+    return macro in guard and negated == guard.startswith("#else")
+
+
+def signature(location, name: str) -> str:
+    """The parameter text of the definition at `location`, read from the file."""
+    text = "\n".join(file_lines(location)[location.line - 1 : location.line + 12])
+    start = re.search(rf"\b{re.escape(name)}\s*\(", text).end()
+    depth, i = 1, start
+    while depth:
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        i += 1
+    return text[start : i - 1]
+
+
+def steps(op: str, device: str, dtype: str = "float32"):
+    answer = api.where(op, device=device, dtype=dtype, with_source=True, static=True, source=TREE_NAME)
+    return {s.role: s for s in answer.source if s.role != "leaf"}, [s for s in answer.source if s.role == "leaf"]
+
+
+# -- cause 2: the build configuration ---------------------------------------
+
+
+def test_build_configuration_is_read_from_the_trees_cmake(indexed_tree):
+    from kernelmap.source.config import build_config
+
+    root = Path(indexed_tree.root)
+    cmake = (root / "CMakeLists.txt").read_text()
+    cudnn = re.search(r'cmake_dependent_option\(USE_CUDNN "[^"]*" (\w+) "(\w+)" (\w+)\)', cmake)
+    assert cudnn and cudnn.group(2) == "USE_CUDA"
+    assert "@AT_CUDNN_ENABLED@" in (root / "aten/src/ATen/cuda/CUDAConfig.h.in").read_text()
+    cuda, cpu = build_config(root, "cuda"), build_config(root, "cpu")
+    assert cuda.value("AT_CUDNN_ENABLED") == (cudnn.group(1) == "ON")
+    assert cpu.value("AT_CUDNN_ENABLED") == (cudnn.group(3) == "ON")
+    assert cuda.evaluate("!AT_CUDNN_ENABLED()") is False and cpu.evaluate("!AT_CUDNN_ENABLED()") is True
+    assert cuda.evaluate("defined(USE_ROCM)") is False and build_config(root, "rocm").evaluate("defined(USE_ROCM)") is True
+    assert cpu.evaluate("C10_MOBILE") is False
+    assert cuda.evaluate("CUDA_VERSION >= 12000") is None  # a macro the model does not know: undecided
+    assert "CMakeLists.txt" in cuda.why("AT_CUDNN_ENABLED()")
+
+
+def test_installed_torch_config_decides_its_own_device(indexed_tree):
+    from kernelmap import env
+    from kernelmap.source.config import build_config, installed_device
+
+    install = env.torch_install()
+    device = installed_device(install.site_packages)
+    header = (install.site_packages / "torch/include/ATen/Config.h").read_text()
+    mkldnn = int(re.search(r"#define AT_MKLDNN_ENABLED\(\) (\d)", header).group(1))
+    config = build_config(Path(indexed_tree.root), device, install.site_packages)
+    assert config.value("AT_MKLDNN_ENABLED") == mkldnn
+    assert "installed torch" in config.sources["AT_MKLDNN_ENABLED"]
+
+
+@pytest.mark.parametrize(
+    "op, device, macro",
+    [("aten::cudnn_convolution", "cuda", "AT_CUDNN_ENABLED"), ("aten::cudnn_batch_norm", "cuda", "AT_CUDNN_ENABLED"),
+     ("aten::mkldnn_convolution", "cpu", "AT_MKLDNN_ENABLED")],
+)
+def test_where_names_the_kernel_the_build_compiles_not_the_placeholder(context, op, device, macro):
+    roles, _ = steps(op, device)
+    entry = roles["entry kernel"]
+    guard = enclosing_if(entry.location)
+    assert guard is not None and taken(guard, macro), (entry, guard)
+    assert entry.name.rsplit("::", 1)[-1] in file_lines(entry.location)[entry.location.line - 1]
+    # the placeholder is still in the tree, collapsed with its condition
+    tree = graph.stack(op, context(device))
+    placeholders = [n for n, _ in walk(tree) if n.kind == "kernel" and n.location and n.name == entry.name
+                    and enclosing_if(n.location) and not taken(enclosing_if(n.location), macro)]
+    assert placeholders and all("not compiled" in (n.attrs.get("collapsed") or n.attrs.get("branch") or "") for n in placeholders)
+    assert all(f"!{macro}" in n.attrs.get("collapsed", n.attrs.get("branch", "")) for n in placeholders)
+
+
+# -- cause 3: overloads by signature ----------------------------------------
+
+
+@pytest.mark.parametrize("op, name", [("aten::sort", "sort"), ("aten::transpose.int", "transpose")])
+def test_where_chooses_the_overload_the_schema_names(context, op, name):
+    roles, _ = steps(op, "cpu")
+    entry = roles["entry kernel"]
+    assert "Dimname" not in signature(entry.location, name)
+    # the Dimname overload exists in the tree under the same name
+    ix = context("cpu").index
+    named = [d for d in ix.definitions(f"at::native::{name}") if "Dimname" in signature(d.location, name)]
+    assert named and all(d.location != entry.location for d in named)
+
+
+# -- cause 5: template specialisations per dtype -----------------------------
+
+
+@pytest.mark.parametrize("dtype, spelled", [("float32", "float"), ("bfloat16", "at::BFloat16")])
+def test_template_gemm_resolved_by_dtype_reaches_cublas_under_mm(context, dtype, spelled):
+    tree = graph.stack("aten::mm", context("cuda", dtype=dtype))
+    gemms = [n for n, _ in walk(tree) if n.name == "at::cuda::blas::gemm" and n.kind == "kernel"]
+    assert gemms, "at::cuda::blas::gemm<scalar_t> not resolved"
+    for n in gemms:
+        assert f"gemm<{spelled}>(" in file_lines(n.location)[n.location.line - 1]
+        assert "gemm<scalar_t>(" in file_lines(n.attrs["call_site"])[n.attrs["call_site"].line - 1]  # not the local `gemm(&params)`
+    below = paths_to(tree, lambda n: n.kind == "vendor" and n.attrs.get("library") in ("cuBLAS", "cuBLASLt") and "gemm" in n.name.lower())
+    assert any(any(p.name == "at::cuda::blas::gemm" for p in path) for path in below)
+
+
+def test_cpublas_gemm_overload_by_dtype_reaches_blas_on_cpu(context):
+    tree = graph.stack("aten::mm", context("cpu"))
+    gemms = [n for n, _ in walk(tree) if n.name == "at::native::cpublas::gemm" and n.kind == "kernel"]
+    assert gemms
+    for n in gemms:
+        params = signature(n.location, "gemm")
+        assert "float *c" in params or "float* c" in params, params
+        assert not re.search(r"double|Half|BFloat16|complex|int64_t \*", params)
+    assert not [n for n, _ in walk(tree) if n.kind == "ambiguous" and n.name.endswith("cpublas::gemm")]
+
+
+# -- cause 8: member calls on typed receivers --------------------------------
+
+
+def test_method_calls_on_conv_params_are_followed(context):
+    tree = graph.stack("at::native::_select_conv_backend", context("cuda"), depth=2)
+    found = [n for n, _ in walk(tree) if n.name.endswith("ConvParams::use_cudnn")]
+    assert found
+    sites = []
+    for n in found:
+        assert re.search(r"\buse_cudnn\s*\(", file_lines(n.location)[n.location.line - 1])
+        site = n.attrs["call_site"]
+        sites.append(file_lines(site)[site.line - 1])
+        assert re.search(r"\buse_cudnn\s*\(", sites[-1])
+    assert any(re.search(r"\bparams\.use_cudnn\s*\(", text) for text in sites)
+    # the struct holding it is ConvParams, as the file says
+    assert "ConvParams" in "\n".join(file_lines(found[0].location)[: found[0].location.line])
+
+
+# -- cause 9: a bitset's flip is no aten::flip -------------------------------
+
+
+def test_sum_does_not_reach_flip(context):
+    tree = graph.stack("aten::sum.dim_IntList", context("cpu"))
+    assert not [n for n, _ in walk(tree) if n.name == "aten::flip"]
+    roles, _ = steps("aten::sum.dim_IntList", "cpu")
+    stub = roles["stub kernel"]
+    assert "flip" not in stub.name
+    # the kernel sum_stub registers on CPU, as the tree's REGISTER_DISPATCH says
+    short = stub.name.rsplit("::", 1)[-1]
+    registered = [line for line in file_lines(stub.location) if re.search(rf"REGISTER_\w*DISPATCH\(\s*sum_stub\s*,\s*&?{short}\b", line)]
+    assert registered
+
+
+# -- cause 14: the stub kernel on the path to the call's ends ----------------
+
+
+def test_where_conv2d_cpu_names_no_bias_add_as_its_stub_kernel(context):
+    roles, leaves = steps("aten::conv2d", "cpu")
+    stub = roles.get("stub kernel")
+    assert stub is None or "add" not in stub.name.rsplit("::", 1)[-1], stub
+    # add's stub is in the tree (the bias add), just not where the convolution goes
+    tree = graph.stack("aten::conv2d", context("cpu"))
+    assert [n for n, _ in walk(tree) if n.kind == "stub" and n.name == "add_stub"] or stub is None
+
+
+def test_where_add_cpu_still_names_its_stub_kernel(context):
+    roles, _ = steps("aten::add.Tensor", "cpu")
+    stub = roles["stub kernel"]
+    assert "add_kernel" in stub.name
+    assert "add_kernel" in file_lines(stub.location)[stub.location.line - 1]
+
+
+def test_where_mm_cpu_names_no_elementwise_stub_for_a_gemm(context):
+    """mm on CPU ends in BLAS through cpublas::gemm, no stub: mul_stub of an
+    `if (beta != 1)` scaling is not its stub kernel."""
+    roles, leaves = steps("aten::mm", "cpu")
+    assert "stub kernel" not in roles or "mul" not in roles["stub kernel"].name
+    assert leaves and leaves[0].name in file_lines(leaves[0].location)[leaves[0].location.line - 1]
+
+
+# -- cause 7: device loops as nodes ------------------------------------------
+
+
+def test_gpu_kernel_is_followed_into_the_cuda_kernel_templates(context):
+    tree = graph.stack("aten::mul.Tensor", context("cuda"))
+    loops = [n for n, _ in walk(tree) if n.kind == "device_loop" and n.name == "gpu_kernel" and n.children]
+    assert loops
+    for n in loops:
+        assert re.search(r"\bgpu_kernel\s*\(", file_lines(n.location)[n.location.line - 1])
+        assert n.location.path.endswith("Loops.cuh")
+    wanted = {"vectorized_elementwise_kernel", "unrolled_elementwise_kernel", "elementwise_kernel"}
+    launches = [n for n, _ in walk(tree) if n.kind == "launch" and n.name in wanted]
+    assert {n.name for n in launches} == wanted
+    for n in launches:  # each at its __global__ template in CUDALoops.cuh
+        assert n.location.path.endswith("CUDALoops.cuh")
+        assert n.name in file_lines(n.location)[n.location.line - 1]
+        assert "__global__" in "\n".join(file_lines(n.location)[n.location.line - 3 : n.location.line])
+
+
+def test_cpu_stub_shows_how_the_capability_is_chosen(context):
+    tree = graph.stack("aten::sum.dim_IntList", context("cpu"))
+    stubs = [n for n, _ in walk(tree) if n.kind == "stub" and n.name == "sum_stub" and n.children]
+    assert stubs
+    call = stubs[0].children[0]
+    assert call.name == "at::native::DispatchStub::operator()"
+    assert "operator()" in file_lines(call.location)[call.location.line - 1]
+    choose = call.children[0]
+    assert choose.name.endswith("choose_cpu_impl") and "choose_cpu_impl" in file_lines(choose.location)[choose.location.line - 1]

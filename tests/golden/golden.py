@@ -88,7 +88,9 @@ def load(path: Path = CHAINS) -> tuple[tuple[Chain, ...], tuple[Landmarks, ...]]
 
 
 def node_short(name: str) -> str:
-    return short_name(name.split("(")[0] if not name.endswith("operator()") else name)
+    """A node's function name; a node may carry arguments or a launch's `<<<...>>>` after it."""
+    name = name.replace("(anonymous namespace)::", "")
+    return short_name(name if name.endswith("operator()") else name.split("(")[0].split("<<<")[0])
 
 
 def answers(node, step: Step) -> bool:

@@ -62,3 +62,24 @@ def test_a_wrong_line_is_caught(tree_2_6):
     assert _holds(_line(tree_2_6, step), step.symbol)
     shifted = type(step)(step.symbol, step.file, step.line + 1, step.how)
     assert not _holds(_line(tree_2_6, shifted), shifted.symbol)
+
+
+def test_grading_counts_steps_in_order_along_one_path():
+    """The grader on a tiny tree: two steps on one path, a third only on a sibling path."""
+    from kernelmap.model import CallNode, CallTree, Location, NodeKind
+    from tests.golden.golden import grade
+
+    chain = next(c for c in CHAINS if c.id == "conv2d-cuda-cudnn-v8")
+    s0, s1, s2 = chain.steps[:3]
+
+    def node(step, *children, end=5):
+        return CallNode(step.symbol, NodeKind.KERNEL, Location(step.file, step.line, step.line + end), children=children)
+
+    off_path = node(s2)
+    tree = CallTree(CallNode("aten::conv2d", NodeKind.OPERATOR, children=(node(s0, node(s1)), off_path)))
+    g = grade(chain, tree)
+    assert g.present[:3] == (True, True, True) and not any(g.present[3:])
+    assert g.in_order == 2 and g.first_missing == s2
+    # a node of the right name at another line answers nothing
+    moved = CallNode(s0.symbol, NodeKind.KERNEL, Location(s0.file, s0.line + 100))
+    assert grade(chain, CallTree(moved)).present[0] is False

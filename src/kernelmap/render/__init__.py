@@ -34,6 +34,7 @@ _TABLE: dict[tuple[str, str], str | Renderer] = {
     ("verify", "text"): "kernelmap.render.verify:to_text",
     ("scaffold", "text"): "kernelmap.render.scaffold:to_text",
     ("compile", "text"): "kernelmap.render.compile:to_text",
+    ("path", "text"): "kernelmap.render.path:to_text",
 }
 _GENERIC = {"json": "kernelmap.render.json:render", "html": "kernelmap.render.html:render_answer"}
 

@@ -41,7 +41,11 @@ def to_text(answer: Any, width: int | None = None, **_: Any) -> str:
             site = step.attrs.get("call_site")
             if not where and site is not None:
                 where = f"called at {site}"
-            out.append(_cut(f"{i:>3}. {step.name}" + (f"  {where}" if where else ""), width))
+            head = f"{i:>3}. {step.name}"
+            if where and len(head) + 2 + len(where) > width:  # a location is never cut: it goes on a line of its own
+                out.extend((head, f"       {where}"))
+            else:
+                out.append(head + (f"  {where}" if where else ""))
             kind = step.kind.value
             if step.attrs.get("library"):
                 kind += f" <{step.attrs['library']}{', closed' if step.attrs.get('closed') else ''}>"

@@ -35,9 +35,9 @@ def main() -> None:
     tree = subprocess.run([str(ROOT / "scripts/fetch-test-tree")], capture_output=True, text=True, check=True).stdout.strip()
     with tempfile.TemporaryDirectory() as scratch:
         cache = str(args.cache or scratch)
-        env = {**os.environ, "KERNELMAP_CACHE_DIR": cache}
+        env = {**os.environ, "KERNELMAP_CACHE_DIR": cache, "KERNELMAP_SOURCE": "debian-2.6.0"}
         km = [sys.executable, "-m", "kernelmap"]
-        subprocess.run(km + ["source", "add", tree], check=False, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # kept from an earlier run
+        subprocess.run(km + ["source", "add", tree, "--name", "debian-2.6.0"], check=False, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # kept from an earlier run
         subprocess.run(km + ["index"], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         subprocess.run(km + ["gen", "aten::conv2d"], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         stack = km + ["stack", "aten::conv2d", "--device", "cuda"]

@@ -202,7 +202,7 @@ class _KernelTable:
     lookups ask the catalog (a scan each); a tree that asks for many reads the
     catalog once instead."""
 
-    ASK = 24  # lookups answered one by one before the whole table is read
+    ASK = 64  # lookups answered one by one before the whole table is read
 
     def __init__(self, catalog):
         self.catalog = catalog
@@ -344,10 +344,13 @@ def _identifiers(path: Path) -> frozenset[str]:
         return frozenset()
 
 
-@functools.lru_cache(maxsize=128)
-def _calls_in(path: Path, module: str, root: Path) -> dict[str, tuple[tuple[pysource.PyDef, pysource.PyCall], ...]]:
-    """What the functions and methods of one file call: called name (absolute,
-    `self.<method>`, and the public name of a builtin) -> (caller, call)."""
+@functools.lru_cache(maxsize=512)
+def _calls_in(path: Path, module: str, root: Path, word: str) -> dict[str, tuple[tuple[pysource.PyDef, pysource.PyCall], ...]]:
+    """What the functions and methods of one file whose text holds `word`
+    call: called name (absolute, `self.<method>`, and the public name of a
+    builtin) -> (caller, call). Only those are read: a large module
+    (torch.nn.functional) has hundreds of functions."""
+    lines = file_lines(path)
     found: dict[str, dict[str, tuple[pysource.PyDef, pysource.PyCall]]] = {}
     for node in pysource._parse(path).body:
         if isinstance(node, (ast.FunctionDef, ast.Assign)):
@@ -359,6 +362,8 @@ def _calls_in(path: Path, module: str, root: Path) -> dict[str, tuple[tuple[pyso
         else:
             continue
         for definition in definitions:
+            if not re.search(rf"\b{re.escape(word)}\b", "\n".join(lines[definition.line - 1 : definition.end_line])):
+                continue
             for call in pysource.calls(definition, root):
                 for name in {call.target, pysource.builtin_name(call.target)} - {None}:
                     found.setdefault(name, {}).setdefault(definition.qualname, (definition, call))
@@ -386,7 +391,7 @@ def _python_callers(target: str, ctx: GraphContext) -> list[Node]:
             continue  # a method is called through `self.` in its own class
         if short not in _identifiers(path):
             continue
-        for definition, call in _calls_in(path, module, root).get(called, ()):
+        for definition, call in _calls_in(path, module, root, short).get(called, ()):
             if definition.qualname == target or (is_method and not definition.qualname.startswith(f"{owner}.")):
                 continue
             node = _python_node(definition, ctx, call.condition)

@@ -76,6 +76,8 @@ def _check_known(target: str, ctx: GraphContext) -> None:
     """A target no producer knows is a mistake (exit 2), not a missing route (exit 1)."""
     if target.startswith(("torch.", "F.", "nn.", "Tensor.")):
         return  # Python names are resolved as the route is grown
+    if ctx.index is not None and not target.startswith("aten::") and (ctx.index.definitions(target) or ctx.index.callers_of(target)):
+        return  # a C++ symbol or a vendor call (asked first: the catalog's refusal looks for close names)
     try:
         ctx.catalog.resolve(target)
         return
@@ -83,8 +85,6 @@ def _check_known(target: str, ctx: GraphContext) -> None:
         pass
     if ctx.index is None:
         raise UnknownName(target, ())
-    if ctx.index.definitions(target) or ctx.index.callers_of(target):
-        return
     short = target.rsplit("::", 1)[-1]
     raise UnknownName(target, tuple(ctx.index.search(short, limit=5)) if len(short) >= 3 else ())
 

@@ -226,7 +226,20 @@ class _KernelTable:
 _TABLES: dict[int, _KernelTable] = {}
 
 
+@functools.lru_cache(maxsize=4)
+def _yaml_words(path: Path) -> frozenset[str] | None:
+    try:
+        return frozenset(re.findall(r"\w+", path.read_text(encoding="utf-8")))
+    except OSError:
+        return None
+
+
 def _ops_with_kernel(catalog, symbol: str) -> tuple[Op, ...]:
+    # a kernel is named in native_functions.yaml: most helpers are not, and need no catalog scan
+    yaml = catalog.origin.disk_path("aten/src/ATen/native/native_functions.yaml") if catalog.origin is not None else None
+    words = _yaml_words(yaml) if yaml is not None else None
+    if words is not None and symbol.rsplit("::", 1)[-1] not in words:
+        return ()
     table = _TABLES.get(id(catalog))
     if table is None or table.catalog is not catalog:
         table = _TABLES[id(catalog)] = _KernelTable(catalog)

@@ -76,6 +76,11 @@ def test_callers_of_the_cuda_launcher(context):
     assert "at::native::gpu_kernel_impl_nocast" in names
     assert len(names) > 3
     check_lines(tree)
+    # a CUDA kernel is registered by its own file, never by a CPU file's kernel of the same name (elu_kernel)
+    for path in paths_to(tree, lambda n: n.kind is NodeKind.STUB):
+        kernel, stub = path[-2], path[-1]
+        if kernel.kind is NodeKind.KERNEL and kernel.location is not None and "/cuda/" in kernel.location.path:
+            assert stub.location.path == kernel.location.path or "/cuda/" in stub.location.path, (kernel.name, str(stub.location))
 
 
 def test_callers_of_the_cpu_loop_reach_operators(context):

@@ -124,6 +124,11 @@ def _registered_stubs(definition, ctx: GraphContext) -> list[Node]:
     short = definition.lookup.rsplit("::", 1)[-1]
     nodes: dict[str, Node] = {}
     for reg in ctx.index.stubs_of_kernel(short):
+        # a registration names the kernel its own file sees: another file's elu_kernel is another kernel
+        if reg.location.path != definition.location.path and any(
+            d.name.rsplit("::", 1)[-1] == short for d in ctx.index.definitions_in(reg.location.path)
+        ):
+            continue
         condition = f"REGISTER_DISPATCH for {reg.device}"
         nodes.setdefault(reg.stub, Node(reg.stub, "stub", reg.location, EdgeKind.STUB, condition, payload=reg.stub, identity=("stub", reg.stub)))
     location = definition.location

@@ -107,18 +107,31 @@ def test_add_reaches_the_vectorized_loop_on_cpu(context):
     assert answer.routes
 
 
-@pytest.mark.xfail(reason="cause 5: at::cuda::blas::gemm<scalar_t> has 7 candidates and stays an unexpanded ambiguous call", strict=False)
+@pytest.mark.xfail(reason="cause 5: the index records no call in an explicit specialisation such as gemm<float> "
+                          "(`gemm_internal<float>(CUDABLAS_GEMM_ARGS(float))`), so the float32 route stops at gemm<float>", strict=False)
 def test_mm_reaches_cublas_on_cuda(context):
     answer = path("torch.mm", "cublasSgemm", context("cuda"))
     golden = chain("mm-cuda-cublas")
     assert answer.routes and golden_in_order(answer.routes[0], golden) == len(golden.steps)
 
 
-@pytest.mark.xfail(reason="cause 5: the cpublas::gemm overloads make the call ambiguous, hiding sgemm_", strict=False)
 def test_mm_reaches_blas_on_cpu(context):
+    """cpublas::gemm is overloaded per dtype: `stack` leaves the call ambiguous; a
+    route follows the candidates, and only the float overload calls sgemm_."""
     answer = path("torch.mm", "sgemm_", context("cpu"))
     golden = chain("mm-cpu-blas")
-    assert answer.routes and golden_in_order(answer.routes[0], golden) == len(golden.steps)
+    best = answer.routes[0]
+    assert golden_in_order(best, golden) == len(golden.steps)
+    assert any(s.condition and s.condition.startswith("one of") for s in best.steps), "the ambiguity is said"
+    check_lines(best)
+
+
+def test_an_ambiguous_template_call_follows_the_dtypes_specialisation(context):
+    """at::cuda::blas::gemm<scalar_t> for float32 is gemm<float>, not gemm<c10::complex<float>>."""
+    answer = path("aten::mm", "at::cuda::blas::gemm", context("cuda"), limit=50)
+    followed = [r.steps[-1] for r in answer.routes if r.steps[-1].condition == "the specialisation for float32"]
+    assert [str(s.location) for s in followed] == ["aten/src/ATen/cuda/CUDABlas.cpp:1157"]
+    assert "gemm<float>" in line_of(followed[0])
 
 
 def test_routes_stay_on_the_device(context):

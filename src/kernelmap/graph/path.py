@@ -47,7 +47,7 @@ def path(source: str, target: str, context: GraphContext, depth: int = PATH_DEPT
         raise BadInput(f"not a target: {target!r} (a C++ symbol, a vendor call, an operator or a Python name)")
     root = down._root_for(source, context)  # unknown sources raise here, exit 2
     _check_known(wanted, context)
-    tree = grow(root, lambda node: down._expand_down(node, context), depth)
+    tree = grow(root, lambda node: _follow_candidates(down._expand_down(node, context), context), depth)
     routes, cut, nodes = _routes(tree, lambda n: _is_target(n, wanted))
     unique = {tuple((n.name, str(n.location), n.condition) for n in r): r for r in reversed(routes)}  # the first of equals wins
     routes = sorted(reversed(list(unique.values())), key=len)  # Note [route order]: stable, so tree order breaks ties
@@ -57,6 +57,48 @@ def path(source: str, target: str, context: GraphContext, depth: int = PATH_DEPT
         notes.append(f"the search reached a limit ({cut}); a route may lie beyond it (try a larger --depth)")
     searched = {"nodes": nodes, "depth": depth, "cut": cut, "routes": len(routes), "more": max(0, len(routes) - limit)}
     return PathAnswer(source, wanted, context.device, shown, tuple(notes), searched)
+
+
+# The C++ type of a dtype, as a template specialisation spells it: `gemm<float>`.
+_CPP_TYPES = {"float32": "float", "float64": "double", "float16": "at::Half", "bfloat16": "at::BFloat16",
+              "complex64": "c10::complex<float>", "complex128": "c10::complex<double>", "int32": "int32_t", "int64": "int64_t"}
+
+
+def _follow_candidates(children: list, ctx: GraphContext) -> list:
+    """A call several definitions could answer (`at::cuda::blas::gemm<scalar_t>`:
+    one specialisation per dtype) is shown unexpanded by `stack`; a route may go
+    through them, so here they are followed, under a condition that says the call
+    was ambiguous. Where some candidates are the specialisation for the call's
+    dtype (`gemm<float>` for float32), only those are followed."""
+    from kernelmap.graph.down import file_lines
+
+    cpp_type = _CPP_TYPES.get(ctx.dtype)
+    for child in children:
+        if child.kind is not NodeKind.AMBIGUOUS:
+            continue
+        candidates = [c for c in child.children if c.payload is not None and c.kind is NodeKind.KERNEL and c.identity is None]
+        if cpp_type and ctx.index is not None:
+            def spelled(c) -> bool:
+                lines = file_lines(ctx.index.tree.root / c.location.path)
+                short = c.name.rsplit("::", 1)[-1]
+                spelling = re.compile(rf"\b{re.escape(short)}\s*<\s*{re.escape(cpp_type)}\s*>")  # gemm<float>, not gemm<c10::complex<float>>
+                return c.location.line <= len(lines) and spelling.search(lines[c.location.line - 1]) is not None
+
+            typed = [c for c in candidates if spelled(c)]
+            if typed:
+                for c in typed:
+                    c.condition = f"the specialisation for {ctx.dtype}"
+                candidates, condition = typed, None
+            else:
+                condition = f"one of {len(child.children)} definitions the call may mean"
+        else:
+            condition = f"one of {len(child.children)} definitions the call may mean"
+        for candidate in candidates:
+            candidate.identity = ("cpp", candidate.name, str(candidate.location))
+            candidate.attrs["identity"] = ":".join(candidate.identity)
+            if condition:
+                candidate.condition = condition
+    return children
 
 
 def _step(node: CallNode) -> CallNode:

@@ -128,9 +128,19 @@ def test_mm_reaches_blas_on_cpu(context):
 
 def test_an_ambiguous_template_call_follows_the_dtypes_specialisation(context):
     """at::cuda::blas::gemm<scalar_t> for float32 is gemm<float>, not gemm<c10::complex<float>>."""
-    answer = path("aten::mm", "at::cuda::blas::gemm", context("cuda"), limit=50)
-    followed = [r.steps[-1] for r in answer.routes if r.steps[-1].condition == "the specialisation for float32"]
-    assert [str(s.location) for s in followed] == ["aten/src/ATen/cuda/CUDABlas.cpp:1157"]
+    from kernelmap.graph import down
+    from kernelmap.graph.grow import grow
+    from kernelmap.graph.path import _follow_candidates
+
+    ctx = context("cuda")
+    tree = grow(down._root_for("aten::mm", ctx), lambda n: _follow_candidates(down._expand_down(n, ctx), ctx), 12)
+    followed, stack = [], [tree]
+    while stack:
+        node = stack.pop()
+        if node.name == "at::cuda::blas::gemm" and node.condition == "the specialisation for float32":
+            followed.append(node)
+        stack.extend(node.children)
+    assert [str(n.location) for n in followed] == ["aten/src/ATen/cuda/CUDABlas.cpp:1157"]
     assert "gemm<float>" in line_of(followed[0])
 
 

@@ -47,8 +47,12 @@ def path(source: str, target: str, context: GraphContext, depth: int = PATH_DEPT
         raise BadInput(f"not a target: {target!r} (a C++ symbol, a vendor call, an operator or a Python name)")
     root = down._root_for(source, context)  # unknown sources raise here, exit 2
     _check_known(wanted, context)
-    tree = grow(root, lambda node: _follow_candidates(down._expand_down(node, context), context), depth)
+    tree = grow(root, lambda node: down._expand_down(node, context), depth)
     routes, cut, nodes = _routes(tree, lambda n: _is_target(n, wanted))
+    if not routes:  # then through the candidates of ambiguous calls too (a larger graph: only when needed)
+        root = down._root_for(source, context)
+        tree = grow(root, lambda node: _follow_candidates(down._expand_down(node, context), context), depth)
+        routes, cut, nodes = _routes(tree, lambda n: _is_target(n, wanted))
     unique = {tuple((n.name, str(n.location), n.condition) for n in r): r for r in reversed(routes)}  # the first of equals wins
     routes = sorted(reversed(list(unique.values())), key=len)  # Note [route order]: stable, so tree order breaks ties
     shown = tuple(Route(tuple(_step(n) for n in r if n.kind not in _GROUPS)) for r in routes[:limit])

@@ -11,6 +11,7 @@ answer, which any renderer can show again.
 | find/2        | kernelmap.source.index.Findings          | find                                      |
 | gen/2         | kernelmap.codegen.sites.GeneratedCode    | gen                                       |
 | trace/2       | kernelmap.trace.summary.TraceReport      | trace (tree and summary)                  |
+| path/1        | kernelmap.model.PathAnswer               | path                                      |
 | sources/1     | kernelmap.model.SourceList               | source list                               |
 | scaffold/1    | kernelmap.model.ScaffoldAnswer           | scaffold                                  |
 | compile/1     | kernelmap.compile.model.CompileAnswer    | compile (see kernelmap.compile.model)     |
@@ -38,6 +39,8 @@ find/2:     {"name", "definitions", "references", "stub_registrations", "library
              "stub_declarations", "more_references"}
 gen/2:      {"op", "origin", "layers", "schema", "bindings", "ops", "registrations", "backward", "ufunc", "notes"}
 trace/2:    {"tree": calltree/2 | null, "summary": {"ops", "modules", "files", "notes"} | null}
+path/1:     {"source", "target", "device", "notes", "searched": {"nodes", "depth", "cut", "routes", "more"},
+             "origins", "routes": [{"conditions": [str], "steps": [NODE without "children"]}]}
 sources/1:  {"trees": [{"name", "root", "version", "commit", "kind", "indexed"}]}
 diff/1:     {"query", "op", "device", "from": origin key, "to": origin key, "notes", "origins",
              "changes": [{"section" (yaml|kernel|stub|wrapper|node), "change" (added|removed|changed|moved|renamed|same),
@@ -59,6 +62,7 @@ ANSWERS: dict[str, tuple[int, str]] = {
     "find": (2, "kernelmap.source.index:Findings"),
     "gen": (2, "kernelmap.codegen.sites:GeneratedCode"),
     "trace": (2, "kernelmap.trace.summary:TraceReport"),
+    "path": (1, "kernelmap.model:PathAnswer"),
     "sources": (1, "kernelmap.model:SourceList"),
     "verify": (1, "kernelmap.extend.compare:VerifyReport"),
     "scaffold": (1, "kernelmap.model:ScaffoldAnswer"),

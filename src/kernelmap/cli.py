@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "gen": "kernelmap.commands.gen:gen",
     "stack": "kernelmap.commands.graph:stack",
     "callers": "kernelmap.commands.graph:callers",
+    "path": "kernelmap.commands.path:path",
     "trace": "kernelmap.commands.trace:trace",
     "kernel": "kernelmap.commands.kernel:kernel",
     "compile": "kernelmap.commands.compile:compile",

@@ -54,7 +54,9 @@ def prune_plumbing(tree: CallTree) -> CallTree:
     subtrees that reach no operator, stub, loop, launch or vendor call: helpers
     that only compute shapes or check arguments. A node marked "expanded above"
     is kept when its expanded twin is; every variant of an `alternatives`
-    group stays visible."""
+    group stays visible. A node whose children a limit cut (`truncated`) is
+    kept with its mark: what lies below it is unknown, not plumbing, and a
+    chain must never vanish silently."""
     # which identities have a subtree worth keeping (first pass)
     worth: set[str] = set()
     order = _nodes(tree)
@@ -65,6 +67,7 @@ def prune_plumbing(tree: CallTree) -> CallTree:
             interesting[id(n)] = (
                 (n.kind in _WORK_KINDS and not n.attrs.get("utility"))
                 or bool(n.attrs.get("keep"))
+                or bool(n.attrs.get("truncated"))
                 or (bool(n.attrs.get("repeat")) and ident in worth)
                 or any(interesting[id(c)] for c in n.children)
             )
@@ -74,6 +77,32 @@ def prune_plumbing(tree: CallTree) -> CallTree:
     keep = {id(c) for n in order for c in n.children
             if not c.attrs.get("utility") and (n.kind is NodeKind.ALTERNATIVES or interesting[id(c)] or c.via is not EdgeKind.DIRECT)}
     return _rebuild(tree, lambda n, children: _with(n, children) if n is tree.root or id(n) in keep else None)
+
+
+def drop_inner_autograd(tree: CallTree) -> CallTree:
+    """Splice out autograd wrappers that never run: below an operator whose
+    autograd wrapper ran, its kernel calls other operators with autograd already
+    handled (the wrapper excludes the Autograd keys below it), so their
+    VariableType wrappers are skipped. Their children are hoisted to the
+    operator. Only composite-implicit operators, which have no wrapper of their
+    own, pass autograd on to the operators they call."""
+    order: list[tuple[CallNode, bool]] = []  # node, whether an autograd wrapper is above it
+    stack: list[tuple[CallNode, bool]] = [(tree.root, False)]
+    while stack:
+        n, above = stack.pop()
+        order.append((n, above))
+        here = above or _is_autograd_wrapper(n)
+        stack.extend((c, here) for c in n.children)
+    done: dict[int, tuple[CallNode, ...]] = {}  # node -> what it contributes to its parent
+    for n, above in reversed(order):
+        children = tuple(x for c in n.children for x in done[id(c)])
+        done[id(n)] = children if (above and _is_autograd_wrapper(n)) else (_with(n, children),)
+    (root,) = done[id(tree.root)]
+    return replace(tree, root=root)
+
+
+def _is_autograd_wrapper(n: CallNode) -> bool:
+    return n.kind is NodeKind.WRAPPER and n.via is EdgeKind.AUTOGRAD
 
 
 def collapse_branches(tree: CallTree) -> CallTree:

@@ -80,3 +80,29 @@ def test_compact_layers_keeps_one_node_per_layer_on_each_path():
     assert [(d, n.name) for d, n in compact.walk()] == [
         (0, "torch.nn.Conv2d"), (1, "aten::conv2d"), (2, "conv_impl"), (3, "cudnnConvolutionForward"),
     ]
+
+
+def test_prune_plumbing_keeps_a_depth_cut_chain_with_its_mark():
+    """A helper whose children a limit cut is unknown below, not plumbing: it stays, marked."""
+    cut = CallNode("cudnn_convolution_forward_out", NodeKind.KERNEL, via=EdgeKind.DIRECT,
+                   attrs={"identity": "cpp:fwd", "truncated": "depth 24 reached"})
+    root = CallNode("cudnn_convolution", NodeKind.KERNEL, children=(cut, CallNode("check", NodeKind.KERNEL, via=EdgeKind.DIRECT)))
+    pruned = processors.prune_plumbing(CallTree(root))
+    (kept,) = pruned.root.children
+    assert kept.name == "cudnn_convolution_forward_out" and kept.attrs["truncated"] == "depth 24 reached"
+
+
+def test_drop_inner_autograd_splices_wrappers_that_never_run():
+    def op(name, *children):
+        return CallNode(name, NodeKind.OPERATOR, via=EdgeKind.DISPATCHER, children=children)
+
+    def autograd(name, *children):
+        return CallNode(name, NodeKind.WRAPPER, via=EdgeKind.AUTOGRAD, children=children)
+
+    kernel = CallNode("at::native::_convolution", NodeKind.KERNEL, children=(op("aten::cudnn_convolution", autograd("VariableType::cudnn_convolution",
+                      CallNode("wrapper_CUDA__cudnn_convolution", NodeKind.WRAPPER, via=EdgeKind.DISPATCHER))),))
+    outer = op("aten::convolution", autograd("VariableType::convolution", op("aten::_convolution", autograd("VariableType::_convolution", kernel))))
+    tree = CallTree(op("aten::conv2d", outer))  # conv2d is composite implicit: no wrapper of its own
+    names = [n for _, n in _names(processors.drop_inner_autograd(tree))]
+    assert names == ["aten::conv2d", "aten::convolution", "VariableType::convolution", "aten::_convolution", "at::native::_convolution",
+                     "aten::cudnn_convolution", "wrapper_CUDA__cudnn_convolution"]

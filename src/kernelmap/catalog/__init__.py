@@ -23,6 +23,7 @@ import difflib
 import json
 import re
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -294,4 +295,30 @@ def load_catalog(tree: Path | None = None, origin: Origin | None = None) -> Cata
         if missing or not (tree / "torchgen").is_dir():
             raise SourceError(f"{tree} is not a PyTorch source tree (missing {', '.join(missing) or 'torchgen/'})")
         origin = origin or tree_origin(tree)
-    return Catalog(open_catalog_db(files, env.cache_dir()), origin)
+    # one process asks for the same catalog many times (a call graph locates every
+    # operator's generated code): reuse the open one while its inputs and the
+    # cached databases are unchanged, per thread (a connection stays in its thread)
+    cache = env.cache_dir()
+    key = (_stamp(files.native_yaml, files.tags_yaml, files.derivatives_yaml, files.functional_py), str(files.torchgen_root), origin,
+           str(cache), _stamp(*sorted((cache / "catalog").glob("*.sqlite"))), threading.get_ident())
+    found = _OPENED.get(key)
+    if found is None:
+        found = _OPENED[key] = Catalog(open_catalog_db(files, cache), origin)
+    return found
+
+
+_OPENED: dict[tuple, Catalog] = {}
+
+
+def _stamp(*paths: Path | None) -> tuple:
+    """What tells a file apart from an edited one, cheaply: path, size, mtime."""
+    out = []
+    for p in paths:
+        if p is None:
+            continue
+        try:
+            st = p.stat()
+            out.append((str(p), st.st_size, st.st_mtime_ns))
+        except OSError:
+            out.append((str(p), None, None))
+    return tuple(out)

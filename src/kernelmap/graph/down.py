@@ -757,7 +757,9 @@ def _resolve_direct(site, caller, ctx: GraphContext) -> list:
     if not found:
         return []
     caller_ns = caller.lookup.rsplit("::", 1)[0] if "::" in caller.lookup else ""
-    exact = [d for d in found if d.lookup == callee]
+    # a qualified call names its definition; an unqualified one is looked up from the caller's namespace first
+    # (build_opgraph's getConvDescriptor is its own file's, not the global one of quantized/cudnn/Conv.cpp)
+    exact = [d for d in found if d.lookup == callee] if "::" in callee else []
     if exact:
         found = exact
     else:

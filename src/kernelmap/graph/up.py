@@ -1,16 +1,32 @@
 """Bottom-up: from a C++ function or a vendor API up through direct calls,
-callbacks, stubs and the dispatcher to operators and their Python entry points."""
+launches, callbacks, stubs and the dispatcher to operators, their generated
+registration wrappers, the Python bindings, and the Python code that calls
+them, up to the `nn.Module` whose forward does.
+
+Note [callers of Python]
+A builtin (`torch.conv2d`) is called from Python source; the callers are
+looked for, by reading source and never importing it, in the modules a model
+calls operators from: `torch.nn.functional` and `torch.nn.modules.*` of the
+installed wheel. A file is parsed only when its text names the callee. A
+module's `forward` is called by the module itself (`Conv2d(...)(x)`), so its
+parent is the class.
+"""
 
 from __future__ import annotations
 
+import ast
+import functools
 import re
+from pathlib import Path
 
+from kernelmap import pysource
 from kernelmap.errors import BadInput, KernelmapError, UnknownName
-from kernelmap.graph.down import cpp_node, dedupe, op_node, referrers, vendor_node
 from kernelmap.graph.context import NEEDS_TREE, GraphContext
+from kernelmap.graph.down import cpp_node, dedupe, file_lines, op_node, vendor_node
 from kernelmap.graph.grow import Node, grow
 from kernelmap.graph.rules import DEFAULT_DEPTH, KERNEL_DIRS
-from kernelmap.model import CallTree, EdgeKind, NodeKind, Op
+from kernelmap.model import CallTree, EdgeKind, Location, NodeKind, Op
+
 
 def callers(symbol: str, context: GraphContext, depth: int = DEFAULT_DEPTH) -> CallTree:
     """The reverse tree from a C++ symbol or vendor API up through direct calls,
@@ -55,8 +71,16 @@ def _expand_up(node: Node, ctx: GraphContext) -> list[Node]:
         return _parents_of_definition(node.payload, ctx)
     if node.kind == "stub":
         return _caller_nodes(index.callers_of(node.payload), ctx)
+    if node.kind == "wrapper" and isinstance(node.payload, Op):
+        return [op_node(node.payload, ctx, EdgeKind.DISPATCHER, f"registered for {node.attrs.get('key')}")]
     if node.kind == "op":
         return _parents_of_op(node.payload, ctx)
+    if node.kind == "binding":
+        return [Node(name, NodeKind.BUILTIN, None, EdgeKind.BINDING, None, payload=name, identity=("builtin", name)) for name in node.payload]
+    if node.kind == "builtin":
+        return _python_callers(node.payload, ctx)
+    if node.kind == "python" and isinstance(node.payload, pysource.PyDef):
+        return _python_callers(node.payload.qualname, ctx)
     return []
 
 
@@ -68,11 +92,77 @@ def _caller_nodes(sites, ctx: GraphContext) -> list[Node]:
         if site.caller is None or not site.location.path.startswith(KERNEL_DIRS) or "/tests/" in site.location.path:
             continue
         definition = ctx.index.definition_at(site.location.path, site.location.line)
-        if definition is None or definition.name in seen:
+        # one node per calling definition; overloads (the cpublas::gemm of each dtype) are definitions of their own
+        if definition is None or (definition.name, definition.location) in seen:
             continue
-        seen.add(definition.name)
+        seen.add((definition.name, definition.location))
         condition = " ".join(c for c in (site.condition, f"#if {site.preproc}" if site.preproc else None) if c) or None
         nodes.append(cpp_node(definition, ctx, site.kind, condition, site.location))
+    return nodes
+
+
+# `REGISTER_DISPATCH(cpublas::gemm_stub, &cpublas::cpublas_gemm_impl)` and the per-capability
+# forms (REGISTER_AVX512_DISPATCH, REGISTER_CUDA_DISPATCH, ALSO_REGISTER_AVX512_DISPATCH...)
+_REGISTRATION = re.compile(r"\b((?:ALSO_)?REGISTER_\w*DISPATCH)\s*\(\s*((?:\w+::)*\w+)\s*,\s*&?\s*(?:\w+::)*(\w+)\s*\)")
+
+
+@functools.lru_cache(maxsize=256)
+def _registrations_in(path: Path) -> dict[str, tuple[tuple[int, str, str], ...]]:
+    """kernel name -> (line, stub, macro) of each REGISTER_*DISPATCH line of one file."""
+    found: dict[str, list[tuple[int, str, str]]] = {}
+    for number, text in enumerate(file_lines(path), 1):
+        if "DISPATCH" in text:
+            for m in _REGISTRATION.finditer(text):
+                found.setdefault(m.group(3), []).append((number, m.group(2).rsplit("::", 1)[-1], m.group(1)))
+    return {k: tuple(v) for k, v in found.items()}
+
+
+def _registered_stubs(definition, ctx: GraphContext) -> list[Node]:
+    """The stubs `definition` is registered to: from the index, and from its
+    own file's REGISTER_*DISPATCH lines (a qualified stub or kernel name, as
+    cpu/BlasKernel.cpp writes it, may escape the index)."""
+    short = definition.lookup.rsplit("::", 1)[-1]
+    nodes: dict[str, Node] = {}
+    for reg in ctx.index.stubs_of_kernel(short):
+        # a registration names the kernel its own file sees: another file's elu_kernel is another kernel
+        if reg.location.path != definition.location.path and any(
+            d.name.rsplit("::", 1)[-1] == short for d in ctx.index.definitions_in(reg.location.path)
+        ):
+            continue
+        condition = f"REGISTER_DISPATCH for {reg.device}"
+        nodes.setdefault(reg.stub, Node(reg.stub, "stub", reg.location, EdgeKind.STUB, condition, payload=reg.stub, identity=("stub", reg.stub)))
+    location = definition.location
+    for number, stub, macro in _registrations_in(ctx.index.tree.root / location.path).get(short, ()):
+        site = Location(location.path, number, origin=location.origin)
+        nodes.setdefault(stub, Node(stub, "stub", site, EdgeKind.STUB, macro, payload=stub, identity=("stub", stub)))
+    return list(nodes.values())
+
+
+@functools.lru_cache(maxsize=256)
+def _argument_names(path: Path) -> dict[str, tuple[int, ...]]:
+    """name -> the lines where it is passed as an argument, for one file (see down._callbacks)."""
+    from kernelmap.graph.down import _ANY_ARGUMENT_NAME
+
+    found: dict[str, dict[int, None]] = {}
+    for number, text in enumerate(file_lines(path), 1):
+        for m in _ANY_ARGUMENT_NAME.finditer(text):
+            found.setdefault(m.group(1), {})[number] = None
+    return {k: tuple(v) for k, v in found.items()}
+
+
+def _referrers(definition, ctx: GraphContext) -> list[Node]:
+    """Definitions of the same file that pass `definition` as an argument
+    (down.referrers, from a per-file table: a bottom-up tree asks for many)."""
+    location = definition.location
+    short = definition.name.rsplit("::", 1)[-1]
+    nodes = []
+    for number in _argument_names(ctx.index.tree.root / location.path).get(short, ()):
+        if location.line <= number <= (location.end_line or location.line):
+            continue
+        referrer = ctx.index.definition_at(location.path, number)
+        if referrer is not None and referrer.name != definition.name:
+            site = Location(location.path, number, origin=location.origin)
+            nodes.append(cpp_node(referrer, ctx, EdgeKind.DIRECT, "passes it as a function argument", site))
     return nodes
 
 
@@ -80,19 +170,119 @@ def _parents_of_definition(definition, ctx: GraphContext) -> list[Node]:
     index = ctx.index
     nodes: list[Node] = []
     short = definition.lookup.rsplit("::", 1)[-1]
-    # 1. the operators whose yaml names this kernel, or whose structured kernel it is
+    # 1. the operators whose yaml names this kernel, or whose structured kernel it is,
+    #    each through the generated wrapper registered for its dispatch key
     symbol = definition.lookup if definition.lookup.startswith("at::") else f"at::native::{short}"
-    ops = list(ctx.catalog.ops_with_kernel(symbol))
+    ops = list(_ops_with_kernel(ctx.catalog, symbol))
     if definition.op and definition.symbol.kind == "structured_impl":
-        ops += [op for op in ctx.catalog.ops_with_kernel(f"at::native::{definition.op}") if op not in ops]
-    nodes.extend(op_node(op, ctx, EdgeKind.DISPATCHER, f"kernel of {k.key}") for op in ops for k in op.dispatch if k.symbol in (symbol, f"at::native::{definition.op}"))
+        ops += [op for op in _ops_with_kernel(ctx.catalog, f"at::native::{definition.op}") if op not in ops]
+    for op in ops:
+        keys = [k.key for k in op.dispatch if k.symbol in (symbol, f"at::native::{definition.op}")]
+        nodes.extend(_wrapper_nodes(op, keys, ctx))
     # 2. stubs it is registered to
-    for reg in index.stubs_of_kernel(short):
-        nodes.append(Node(reg.stub, "stub", reg.location, EdgeKind.STUB, f"REGISTER_DISPATCH for {reg.device}", payload=reg.stub, identity=("stub", reg.stub)))
-    # 3. direct callers, and functions that pass it on as a callback
-    nodes.extend(_caller_nodes([s for s in index.callers_of(definition.lookup) if s.kind is EdgeKind.DIRECT], ctx))
-    nodes.extend(referrers(definition, ctx))
+    nodes.extend(_registered_stubs(definition, ctx))
+    # 3. direct callers and launchers (a host function named launch_*, a device
+    #    loop such as cpu_kernel_vec, a __global__ kernel's <<<...>>>), and
+    #    functions that pass it on as a callback
+    sites = [s for s in index.callers_of(definition.lookup) if s.kind in (EdgeKind.DIRECT, EdgeKind.LAUNCH) and _resolves_to(s, definition, ctx)]
+    nodes.extend(_caller_nodes(sites, ctx))
+    nodes.extend(_referrers(definition, ctx))
     return dedupe(nodes)
+
+
+def _resolves_to(site, definition, ctx: GraphContext) -> bool:
+    """Whether a call site found by name reaches `definition`, resolved the way
+    the top-down graph resolves it (namespace-aware): a call of `gemm` in
+    CUDABlas.cpp is at::cuda::blas::gemm's caller, not cpublas::gemm's."""
+    from kernelmap.graph.down import _resolve_direct
+
+    caller = ctx.index.definition_at(site.location.path, site.location.line)
+    if caller is None:
+        return False
+    return any(d.name == definition.name and d.location == definition.location for d in _resolve_direct(site, caller, ctx))
+
+
+class _KernelTable:
+    """Operators by the kernel symbols their yaml names, for one catalog. A few
+    lookups ask the catalog (a scan each); a tree that asks for many reads the
+    catalog once instead."""
+
+    ASK = 64  # lookups answered one by one before the whole table is read
+
+    def __init__(self, catalog):
+        self.catalog = catalog
+        self.asked = 0
+        self.table: dict[str, list[Op]] | None = None
+
+    def ops(self, symbol: str) -> tuple[Op, ...]:
+        if self.table is None and self.asked >= self.ASK:
+            self.table = {}
+            for op in self.catalog:
+                for k in op.dispatch:
+                    found = self.table.setdefault(k.symbol, [])
+                    if op not in found:
+                        found.append(op)
+        if self.table is not None:
+            return tuple(self.table.get(symbol, ()))
+        self.asked += 1
+        return self.catalog.ops_with_kernel(symbol)
+
+
+_TABLES: dict[int, _KernelTable] = {}
+
+
+@functools.lru_cache(maxsize=4)
+def _yaml_words(path: Path) -> frozenset[str] | None:
+    try:
+        return frozenset(re.findall(r"\w+", path.read_text(encoding="utf-8")))
+    except OSError:
+        return None
+
+
+def _ops_with_kernel(catalog, symbol: str) -> tuple[Op, ...]:
+    # a kernel is named in native_functions.yaml: most helpers are not, and need no catalog scan
+    yaml = catalog.origin.disk_path("aten/src/ATen/native/native_functions.yaml") if catalog.origin is not None else None
+    words = _yaml_words(yaml) if yaml is not None else None
+    if words is not None and symbol.rsplit("::", 1)[-1] not in words:
+        return ()
+    table = _TABLES.get(id(catalog))
+    if table is None or table.catalog is not catalog:
+        table = _TABLES[id(catalog)] = _KernelTable(catalog)
+    return table.ops(symbol)
+
+
+def _code(op: Op, ctx: GraphContext):
+    """The generated registration wrappers and bindings of `op`, located once per operator."""
+    from kernelmap.codegen import Layer
+    from kernelmap.graph.down import _generated
+
+    key = (id(ctx.generated), str(op.name))
+    if key not in _CODE:
+        _CODE[key] = _generated(str(op.name), ctx, (Layer.REGISTER, Layer.BINDING))
+    return _CODE[key]
+
+
+_CODE: dict[tuple[int, str], object] = {}
+
+
+def _wrapper_nodes(op: Op, keys: list[str], ctx: GraphContext) -> list[Node]:
+    """The generated `Register<Key>` wrappers that call the kernel for `keys`,
+    each leading up to its operator; the operator itself where no generated
+    files are at hand."""
+    if ctx.generated is None:
+        return [op_node(op, ctx, EdgeKind.DISPATCHER, f"kernel of {key}") for key in keys]
+    code = _code(op, ctx)
+    nodes = []
+    for key in dict.fromkeys(keys):
+        found = [r for r in (code.registrations if code else ()) if r.key == key and r.definition is not None]
+        if not found:
+            nodes.append(op_node(op, ctx, EdgeKind.DISPATCHER, f"kernel of {key}"))
+            continue
+        for r in found:
+            attrs = {"key": key, "registered_at": str(r.block)}
+            nodes.append(Node(r.symbol, NodeKind.WRAPPER, r.definition.location, EdgeKind.DISPATCHER, f"kernel of {key}", attrs, payload=op,
+                              identity=("wrapper", r.symbol)))
+    return nodes
 
 
 def _parents_of_op(op: Op, ctx: GraphContext) -> list[Node]:
@@ -103,15 +293,29 @@ def _parents_of_op(op: Op, ctx: GraphContext) -> list[Node]:
             nodes.append(op_node(other, ctx, EdgeKind.DISPATCHER, "structured delegate"))
     # dispatcher calls in C++
     nodes.extend(_caller_nodes(_dispatcher_sites(op, ctx), ctx))
-    # Python entry points: leaves
+    # the generated Python bindings that call it, then their Python names (Note [graph versions]: the wheel's)
     wheel_op = op
     try:
         wheel_op = ctx.entry_catalog.get(str(op.name))
     except KernelmapError:
         pass
-    for name in wheel_op.python_entry_points:
-        nodes.append(Node(name, NodeKind.BUILTIN, None, EdgeKind.BINDING, None))
+    nodes.extend(_binding_nodes(wheel_op, ctx))
     return dedupe(nodes)
+
+
+def _binding_nodes(op: Op, ctx: GraphContext) -> list[Node]:
+    bindings = ()
+    if ctx.generated is not None:
+        code = _code(op, ctx)
+        bindings = code.bindings if code else ()
+    if not bindings:
+        return [Node(name, NodeKind.BUILTIN, None, EdgeKind.BINDING, None, payload=name, identity=("builtin", name)) for name in op.python_entry_points]
+    nodes = []
+    for b in bindings:
+        attrs = {"signatures": tuple(b.signatures)}
+        nodes.append(Node(b.function, NodeKind.BINDING, b.definition.location, EdgeKind.BINDING, b.signature, attrs,
+                          payload=tuple(b.python_names), identity=("binding", b.function, str(op.name))))
+    return nodes
 
 
 def _dispatcher_sites(op: Op, ctx: GraphContext) -> list:
@@ -129,3 +333,86 @@ def _dispatcher_sites(op: Op, ctx: GraphContext) -> list:
                 continue
             sites.append(site)
     return sites
+
+
+# -- Python (Note [callers of Python]) ------------------------------------------
+
+_PYTHON_SCOPE = ("torch/nn/functional.py", "torch/nn/modules")
+
+
+@functools.lru_cache(maxsize=8)
+def _python_files(root: Path) -> tuple[tuple[Path, str], ...]:
+    """(file, module) of the modules a model calls operators from."""
+    found = []
+    for entry in _PYTHON_SCOPE:
+        path = root / entry
+        files = [path] if path.is_file() else sorted(path.glob("*.py")) if path.is_dir() else []
+        for f in files:
+            module = f.relative_to(root).with_suffix("").as_posix().replace("/", ".").removesuffix(".__init__")
+            found.append((f, module))
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=64)
+def _identifiers(path: Path) -> frozenset[str]:
+    """Every word of one file: whether it can name a callee at all, before it is parsed."""
+    try:
+        return frozenset(re.findall(r"\w+", path.read_text(encoding="utf-8")))
+    except OSError:
+        return frozenset()
+
+
+@functools.lru_cache(maxsize=512)
+def _calls_in(path: Path, module: str, root: Path, word: str) -> dict[str, tuple[tuple[pysource.PyDef, pysource.PyCall], ...]]:
+    """What the functions and methods of one file whose text holds `word`
+    call: called name (absolute, `self.<method>`, and the public name of a
+    builtin) -> (caller, call). Only those are read: a large module
+    (torch.nn.functional) has hundreds of functions."""
+    lines = file_lines(path)
+    found: dict[str, dict[str, tuple[pysource.PyDef, pysource.PyCall]]] = {}
+    for node in pysource._parse(path).body:
+        if isinstance(node, (ast.FunctionDef, ast.Assign)):
+            names = [node.name] if isinstance(node, ast.FunctionDef) else [t.id for t in node.targets if isinstance(t, ast.Name)]
+            definitions = [pysource.PyDef(f"{module}.{n}", module, path, node.lineno, node.end_lineno or node.lineno, node) for n in names]
+        elif isinstance(node, ast.ClassDef):
+            definitions = [pysource.PyDef(f"{module}.{node.name}.{item.name}", module, path, item.lineno, item.end_lineno or item.lineno, item)
+                           for item in node.body if isinstance(item, ast.FunctionDef)]
+        else:
+            continue
+        for definition in definitions:
+            if not re.search(rf"\b{re.escape(word)}\b", "\n".join(lines[definition.line - 1 : definition.end_line])):
+                continue
+            for call in pysource.calls(definition, root):
+                for name in {call.target, pysource.builtin_name(call.target)} - {None}:
+                    found.setdefault(name, {}).setdefault(definition.qualname, (definition, call))
+    return {k: tuple(v.values()) for k, v in found.items()}
+
+
+def _python_callers(target: str, ctx: GraphContext) -> list[Node]:
+    """Python functions and methods that call `target` (a builtin, a function,
+    or a method through `self.`), and for a module's `forward`, the module."""
+    from kernelmap.graph.down import _python_node
+
+    root = ctx.site_packages
+    if root is None:
+        return []
+    nodes: list[Node] = []
+    owner, _, method = target.rpartition(".")
+    owner_def = pysource.find_def(owner, root) if owner.startswith("torch.nn.modules.") else None
+    is_method = owner_def is not None and isinstance(owner_def.node, ast.ClassDef)
+    if is_method and method == "forward":
+        nodes.append(_python_node(owner_def, ctx, "the module's __call__ runs forward"))
+    short = target.rsplit(".", 1)[-1]
+    called = f"self.{method}" if is_method else target
+    for path, module in _python_files(root):
+        if is_method and module != owner_def.module:
+            continue  # a method is called through `self.` in its own class
+        if short not in _identifiers(path):
+            continue
+        for definition, call in _calls_in(path, module, root, short).get(called, ()):
+            if definition.qualname == target or (is_method and not definition.qualname.startswith(f"{owner}.")):
+                continue
+            node = _python_node(definition, ctx, call.condition)
+            node.attrs["call_site"] = Location(path.relative_to(root).as_posix(), call.line, origin=node.location.origin if node.location else None)
+            nodes.append(node)
+    return nodes

@@ -35,6 +35,7 @@ _TABLE: dict[tuple[str, str], str | Renderer] = {
     ("scaffold", "text"): "kernelmap.render.scaffold:to_text",
     ("compile", "text"): "kernelmap.render.compile:to_text",
     ("diff", "text"): "kernelmap.render.diff:to_text",
+    ("path", "text"): "kernelmap.render.path:to_text",
 }
 _GENERIC = {"json": "kernelmap.render.json:render", "html": "kernelmap.render.html:render_answer"}
 

@@ -845,7 +845,10 @@ def _stub_children(stub: str, ctx: GraphContext) -> list[Node]:
 def _stub_machinery(ctx: GraphContext) -> list[Node]:
     """How a CPU stub call picks its kernel: `DispatchStub::operator()` asks
     `DispatchStubImpl::choose_cpu_impl` once for the CPU capability (AVX512,
-    AVX2, DEFAULT); the REGISTER_DISPATCH slot of that capability runs."""
+    AVX2, DEFAULT); the REGISTER_DISPATCH slot of that capability runs.
+    Needs an indexed tree (DispatchStub.cpp is not in the wheel)."""
+    if ctx.index is None:
+        return []
     found = {name: ctx.index.definitions(name) for name in ("at::native::DispatchStub::operator()", "at::native::DispatchStubImpl::choose_cpu_impl")}
     call, choose = found["at::native::DispatchStub::operator()"], found["at::native::DispatchStubImpl::choose_cpu_impl"]
     if not call:

@@ -393,7 +393,7 @@ def _python_callers(target: str, ctx: GraphContext) -> list[Node]:
     or a method through `self.`), and for a module's `forward`, the module."""
     from kernelmap.graph.down import _python_node
 
-    root = ctx.site_packages
+    root = ctx.python_dir  # the tree's own .py files when it has them (Note [graph versions])
     if root is None:
         return []
     nodes: list[Node] = []

@@ -625,7 +625,12 @@ class Extractor:
         name = name.replace("::::", "::")
         lookup = "::".join(p for p in name.split("::") if p != "(anonymous namespace)")
         short = name.rsplit("::", 1)[-1]
-        return Definition(name, lookup, short, kind, node.start_point[0] + 1, node.end_point[0] + 1, pp, op)
+        # The line is the declarator's, where the name is written: a return type
+        # spread over lines before it (`inline std::enable_if_t<...>\nmkldnn_gemm(`)
+        # must not move the location off the name.
+        declarator = node.child_by_field_name("declarator")
+        line = (declarator if declarator is not None else node).start_point[0] + 1
+        return Definition(name, lookup, short, kind, line, node.end_point[0] + 1, pp, op)
 
     # -- calls and registrations -----------------------------------------
 

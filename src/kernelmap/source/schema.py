@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import re
 
-SCHEMA_VERSION = 2  # 2: masked attributes, qualified stub registrations, calls on temporaries
+SCHEMA_VERSION = 3  # 2: masked attributes, qualified stub registrations, calls on temporaries; 3: a definition's line is its name's
 
 # Call kinds as stored; their order is part of the schema.
 CALL_KINDS = ("direct", "dispatcher", "stub", "launch", "vendor")

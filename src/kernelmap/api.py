@@ -9,6 +9,7 @@ from __future__ import annotations
 
 
 from kernelmap import env
+from kernelmap.errors import UnknownName
 from kernelmap.model import Kernel, LiveAnswer, NodeKind, SourceStep, WhereAnswer
 
 
@@ -44,10 +45,19 @@ def where(
         catalog = load_catalog(tree=selected.root, origin=selected.origin)
         if has_python(selected.root):  # Note [graph versions]: the tree's own Python names
             python_catalog, python_root = catalog, selected.root
-    ops = resolve_ops(name, catalog, python_catalog, python_root)
+    notes: list[str] = []
+    try:
+        ops = resolve_ops(name, catalog, python_catalog, python_root)
+    except UnknownName:
+        if selected is None or source is not None:
+            raise
+        # A tree chosen by default lacks the name (an operator newer than it):
+        # the installed torch answers, and says so once.
+        ops = resolve_ops(name, wheel, wheel, install.site_packages)
+        notes.append(f"{name} is not in {catalog.origin.label}, the default tree; answered from the installed torch {install.version}")
+        catalog, selected, tree = wheel, None, None
     delegate = catalog.delegate(ops[0])
     live = None
-    notes: list[str] = []
     if not static:
         from kernelmap import dispatch
 

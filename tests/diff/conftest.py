@@ -80,4 +80,4 @@ def defines(location, name: str, span: int = 1) -> bool:
     short = re.sub(r"<.*", "", name).rsplit("::", 1)[-1]
     lines = location.disk_path.read_text(errors="replace").splitlines()
     text = " ".join(lines[location.line - 1 : location.line - 1 + span])
-    return re.search(rf"\b{re.escape(short)}\b", text) is not None
+    return re.search(rf"(?<!\w){re.escape(short)}(?!\w)", text) is not None  # operator() ends in no word character

@@ -15,6 +15,8 @@ answer, which any renderer can show again.
 | scaffold/1    | kernelmap.model.ScaffoldAnswer           | scaffold                                  |
 | compile/1     | kernelmap.compile.model.CompileAnswer    | compile (see kernelmap.compile.model)     |
 | verify/1      | kernelmap.extend.compare.VerifyReport    | verify (see its to_json)                  |
+| kernel/1      | kernelmap.kernels.resolve.KernelAnswer   | kernel (one GPU kernel name)              |
+| ranks/1       | kernelmap.trace.ranks.RanksSummary       | trace --from of several ranks             |
 
 A document is a JSON object: `{"kernelmap": "<name>/<version>", ...fields}`.
 Documents that carry locations have an `origins` table (key -> kind,
@@ -38,6 +40,13 @@ find/2:     {"name", "definitions", "references", "stub_registrations", "library
 gen/2:      {"op", "origin", "layers", "schema", "bindings", "ops", "registrations", "backward", "ufunc", "notes"}
 trace/2:    {"tree": calltree/2 | null, "summary": {"ops", "modules", "files", "notes"} | null}
 sources/1:  {"trees": [{"name", "root", "version", "commit", "kind", "indexed"}]}
+kernel/1:   {"name", "demangled", "symbol", "truncated", "library", "closed", "repository",
+             "kernel": SITE | null, "functor": SITE | null, "launches": [SITE], "tree"},
+             SITE = {"role", "symbol", "location": "path:line" | null, "caller"}
+ranks/1:    {"ranks": [{"rank", "file", "gpu_us", "source_us", "library_us", "collective_us"}],
+             "merged_ops": [{"name", "calls", "total_us", "device_us"}],
+             "collectives": [{"name", "index", "us": {rank: us}, "slowest"}],
+             "differences": [{"name", "device_us": {rank: us}, "spread_us"}]}
 """
 
 from __future__ import annotations
@@ -59,6 +68,8 @@ ANSWERS: dict[str, tuple[int, str]] = {
     "verify": (1, "kernelmap.extend.compare:VerifyReport"),
     "scaffold": (1, "kernelmap.model:ScaffoldAnswer"),
     "compile": (1, "kernelmap.compile.model:CompileAnswer"),
+    "kernel": (1, "kernelmap.kernels.resolve:KernelAnswer"),
+    "ranks": (1, "kernelmap.trace.ranks:RanksSummary"),
 }
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from kernelmap.errors import BadInput
 from kernelmap import vendors
@@ -78,7 +78,9 @@ class Site:
 
 @dataclass(frozen=True)
 class KernelAnswer:
-    """What one GPU kernel name is, and where its code is."""
+    """What one GPU kernel name is, and where its code is (the kernel/1 answer)."""
+
+    DOCUMENT: ClassVar[str] = "kernel"  # the renderer table's key
 
     name: str  # as given
     demangled: str

@@ -34,6 +34,8 @@ _TABLE: dict[tuple[str, str], str | Renderer] = {
     ("verify", "text"): "kernelmap.render.verify:to_text",
     ("scaffold", "text"): "kernelmap.render.scaffold:to_text",
     ("compile", "text"): "kernelmap.render.compile:to_text",
+    ("kernel", "text"): "kernelmap.render.kernels:kernel_to_text",
+    ("ranks", "text"): "kernelmap.render.kernels:ranks_to_text",
 }
 _GENERIC = {"json": "kernelmap.render.json:render", "html": "kernelmap.render.html:render_answer"}
 

@@ -148,6 +148,7 @@ class Resolver:
     _shared: dict[tuple, dict[str, Any]] = field(default_factory=dict)
     _errors: Counter = field(default_factory=Counter)
     _kernel_resolver: Any = None
+    _native_texts: list[str] | None = None
 
     def _kernels(self):
         """The kernel-name resolver on the same tree as the kernel sources."""
@@ -398,10 +399,34 @@ class Resolver:
     def _override(self, op: str, key: str | None):
         from kernelmap.dispatch.native import served_by_override
 
+        base = op.split("::", 1)[-1].split(".", 1)[0]
+        texts = self._override_texts()
+        if texts is not None and not any(f'"{base}' in text for text in texts):
+            return None  # no override file names it: what static_overrides would find too, without parsing
         try:
             return served_by_override(op, key, static=not self.live)
         except KernelmapError:
             return None
+
+    def _override_texts(self) -> list[str] | None:
+        """The texts of the wheel's torch/_native/ops files that register
+        overrides, read once per trace; None when they cannot be read."""
+        if self._native_texts == ["?"]:
+            return None
+        if self._native_texts is None:
+            from kernelmap import env
+
+            texts: list[str] = []
+            try:
+                ops_dir = env.torch_install().torch_dir / "_native" / "ops"
+                for path in sorted(ops_dir.rglob("*.py")) if ops_dir.is_dir() else ():
+                    text = path.read_text(encoding="utf-8", errors="replace")
+                    if "register_op_override" in text:
+                        texts.append(text)
+            except (KernelmapError, OSError):
+                texts = ["?"]  # unreadable: served_by_override decides for every operator
+            self._native_texts = texts
+        return None if self._native_texts == ["?"] else self._native_texts
 
     def _resolve_device(self, node: Node) -> None:
         ops = []

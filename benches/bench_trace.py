@@ -9,8 +9,13 @@
    correlation ids and ac2g flows): seconds and peak memory, measured in a
    fresh process each, for the streaming reader alone and for the whole
    import (tree, resolution, summary).
+3. Scale (issue 18), each generated on the fly into a temporary folder:
+   a synthetic trace of one million events (goal: at least 50 MB/s end to
+   end, read + tree + resolution + summary, and at most 300 MB peak); a
+   small .json.gz holding one 400 MB string; a 2 GB trace, summarised under a
+   memory limit (the limit it needs is reported).
 
-    python benches/bench_trace.py [--size-mb 100] [--repeat 5] [--skip-model] [--skip-import]
+    python benches/bench_trace.py [--size-mb 100] [--repeat 5] [--skip-model] [--skip-import] [--scale]
 """
 
 from __future__ import annotations
@@ -101,9 +106,11 @@ _KERNELS = [
 ]
 
 
-def synthesise(path: Path, size_mb: int) -> int:
-    """Write a Kineto-format trace of about `size_mb` MB; returns its event count."""
-    target = size_mb * 1024 * 1024
+def synthesise(path: Path, size_mb: float | None = None, events: int | None = None) -> int:
+    """Write a Kineto-format trace of about `size_mb` MB, or of about `events`
+    events (whole steps of 2,386 events); returns its event count."""
+    target = size_mb * 1024 * 1024 if size_mb is not None else float("inf")
+    wanted = events if events is not None else float("inf")
     n = 0
     ts = 1_000_000.0
     gpu_ts = ts
@@ -123,7 +130,7 @@ def synthesise(path: Path, size_mb: int) -> int:
 
         emit({"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "thread 1 (python)"}})
         step = 0
-        while f.tell() < target:
+        while f.tell() < target and n < wanted:
             step_start = ts
             emit({"ph": "X", "cat": "python_function", "name": "train.py(40): step", "pid": 1, "tid": 1, "ts": ts, "dur": 53 * 5 * 60.0, "args": {"Python id": step}})
             for layer in range(53):
@@ -196,13 +203,107 @@ def bench_import(size_mb: int) -> dict:
         return results
 
 
+# ---------------------------------------------------------------------------
+# 3. Scale: a million events, one 400 MB string, 2 GB
+# ---------------------------------------------------------------------------
+
+_SCALE_CHILD = r"""
+import json, resource, sys, time
+t_process = time.perf_counter()
+from pathlib import Path
+path, limit_mb = Path(sys.argv[1]), int(sys.argv[2])
+if limit_mb:
+    resource.setrlimit(resource.RLIMIT_AS, (limit_mb << 20, limit_mb << 20))
+from kernelmap.trace import load
+t_imported = time.perf_counter()
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t = time.perf_counter()
+tr = load(path)
+s = tr.summary()
+s.to_text()
+elapsed = time.perf_counter() - t
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"seconds": elapsed, "process_s": time.perf_counter() - t_process, "import_s": t_imported - t_process,
+                  "peak_rss_mb": peak / 1024, "baseline_rss_mb": base / 1024, "ops": len(s.ops)}))
+"""
+
+
+def _scale_run(path: Path, limit_mb: int = 0) -> dict:
+    out = subprocess.run([sys.executable, "-c", _SCALE_CHILD, str(path), str(limit_mb)], capture_output=True, text=True)
+    if out.returncode != 0:
+        tail = (out.stderr.strip().splitlines() or ["?"])[-1]
+        return {"failed": tail[:200]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _one_big_string(path: Path, size_mb: int) -> None:
+    """A .json.gz whose one kernel event has a name of `size_mb` MB (the file itself stays small)."""
+    import gzip
+
+    with gzip.open(path, "wt", compresslevel=6) as f:
+        f.write('{"schemaVersion": 1, "traceEvents": [\n')
+        f.write(json.dumps({"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 0, "dur": 10}) + ",\n")
+        f.write('{"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": 5, "dur": 2, "name": "')
+        chunk = "k" * (1 << 20)
+        for _ in range(size_mb):
+            f.write(chunk)
+        f.write('"}\n]}\n')
+
+
+def bench_scale(two_gb: bool, limit_mb: int) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "million.json"
+        events = synthesise(path, events=1_000_000)
+        mb = path.stat().st_size / 1e6
+        r = _scale_run(path)
+        print(f"1. {events:,} events, {mb:.0f} MB")
+        if "failed" in r:
+            print(f"   failed: {r['failed']}")
+        else:
+            print(f"   read + tree + resolve + summary  {r['seconds']:7.2f} s = {mb / r['seconds']:6.1f} MB/s  (goal >= 50 MB/s: "
+                  f"{mb / r['seconds'] / 50:.2f}x of it)")
+            print(f"   whole process                    {r['process_s']:7.2f} s   (imports {r['import_s']:.2f} s)")
+            print(f"   peak RSS                         {r['peak_rss_mb']:7.0f} MB  (before the load {r['baseline_rss_mb']:.0f} MB; "
+                  f"goal <= 300 MB: {r['peak_rss_mb'] / 300:.2f}x of it)")
+        path.unlink()
+
+        path = Path(d) / "string.json.gz"
+        _one_big_string(path, 400)
+        r = _scale_run(path)
+        print(f"2. one 400 MB string in a {path.stat().st_size / 1e3:.0f} KB .json.gz")
+        if "failed" in r:
+            print(f"   failed: {r['failed']}")
+        else:
+            print(f"   load + summary                   {r['seconds']:7.2f} s   peak RSS {r['peak_rss_mb']:.0f} MB "
+                  f"({r['peak_rss_mb'] / 400:.2f}x the string)")
+        path.unlink()
+
+        if two_gb:
+            path = Path(d) / "two-gb.json"
+            t = time.perf_counter()
+            events = synthesise(path, size_mb=2048)
+            mb = path.stat().st_size / 1e6
+            print(f"3. {mb:.0f} MB, {events:,} events (written in {time.perf_counter() - t:.0f} s), address space limited to {limit_mb} MB")
+            r = _scale_run(path, limit_mb)
+            if "failed" in r:
+                print(f"   failed under the limit: {r['failed']}")
+            else:
+                print(f"   read + tree + resolve + summary  {r['seconds']:7.2f} s = {mb / r['seconds']:6.1f} MB/s   peak RSS {r['peak_rss_mb']:.0f} MB")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size-mb", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--skip-model", action="store_true")
     ap.add_argument("--skip-import", action="store_true")
+    ap.add_argument("--scale", action="store_true", help="the scale benches (a million events, a 400 MB string)")
+    ap.add_argument("--two-gb", action="store_true", help="with --scale, also a 2 GB trace (needs 2 GB of disk)")
+    ap.add_argument("--limit-mb", type=int, default=8192, help="address-space limit of the 2 GB run")
     args = ap.parse_args()
+    if args.scale:
+        bench_scale(args.two_gb, args.limit_mb)
+        return
     if not args.skip_model:
         m = bench_model(args.repeat)
         print("ResNet-50 forward, batch 1, CPU (median of %d)" % args.repeat)

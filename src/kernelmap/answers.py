@@ -17,6 +17,8 @@ answer, which any renderer can show again.
 | compile/1     | kernelmap.compile.model.CompileAnswer    | compile (see kernelmap.compile.model)     |
 | diff/1        | kernelmap.diff.OpDiff                    | diff                                      |
 | verify/1      | kernelmap.extend.compare.VerifyReport    | verify (see its to_json)                  |
+| kernel/1      | kernelmap.kernels.resolve.KernelAnswer   | kernel (one GPU kernel name)              |
+| ranks/1       | kernelmap.trace.ranks.RanksSummary       | trace --from of several ranks             |
 
 A document is a JSON object: `{"kernelmap": "<name>/<version>", ...fields}`.
 Documents that carry locations have an `origins` table (key -> kind,
@@ -45,6 +47,13 @@ sources/1:  {"trees": [{"name", "root", "version", "commit", "kind", "indexed"}]
 diff/1:     {"query", "op", "device", "from": origin key, "to": origin key, "notes", "origins",
              "changes": [{"section" (yaml|kernel|stub|wrapper|node), "change" (added|removed|changed|moved|renamed|same),
              "name", "before", "after", "from": LOCATION | null, "to": LOCATION | null, "detail"}]}
+kernel/1:   {"name", "demangled", "symbol", "truncated", "library", "closed", "repository",
+             "kernel": SITE | null, "functor": SITE | null, "launches": [SITE], "tree"},
+             SITE = {"role", "symbol", "location": "path:line" | null, "caller"}
+ranks/1:    {"ranks": [{"rank", "file", "gpu_us", "source_us", "library_us", "collective_us"}],
+             "merged_ops": [{"name", "calls", "total_us", "device_us"}],
+             "collectives": [{"name", "index", "us": {rank: us}, "slowest"}],
+             "differences": [{"name", "device_us": {rank: us}, "spread_us"}]}
 """
 
 from __future__ import annotations
@@ -68,6 +77,8 @@ ANSWERS: dict[str, tuple[int, str]] = {
     "scaffold": (1, "kernelmap.model:ScaffoldAnswer"),
     "compile": (1, "kernelmap.compile.model:CompileAnswer"),
     "diff": (1, "kernelmap.diff:OpDiff"),
+    "kernel": (1, "kernelmap.kernels.resolve:KernelAnswer"),
+    "ranks": (1, "kernelmap.trace.ranks:RanksSummary"),
 }
 
 

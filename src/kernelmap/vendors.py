@@ -153,9 +153,17 @@ LIBRARIES: tuple[Library, ...] = (
         ops=((_re(r"^aten::(miopen_|_miopen)"), None),),
     ),
     Library("rocBLAS", closed=False, repository="https://github.com/ROCm/rocBLAS", ids=("rocblas",), calls=_re(r"^rocblas_"), kernels=_re(r"^(void )?rocblas_|\brocblas_")),
+    # On ROCm, at::cuda::blas::gemm goes through hipBLAS to rocBLAS, or to hipBLASLt when
+    # torch.backends.cuda.preferred_blas_library() says so (the default on recent Instinct GPUs);
+    # a trace does not record which, so an operator names both until its kernels tell (Note [ROCm traces]).
+    Library("rocBLAS/hipBLASLt", closed=False, repository="https://github.com/ROCm/rocBLAS", ids=("rocblas-hipblaslt",),
+            ops=((_re(_GEMM_OPS), "rocm"),), launched_from=("at::cuda::blas::gemm", "at::cuda::blas::bgemm", "at::cuda::blas::gemm_and_bias")),
+    Library("rocFFT/hipFFT", closed=False, repository="https://github.com/ROCm/rocFFT", ids=("rocfft", "hipfft"),
+            calls=_re(r"^(rocfft_|hipfft[A-Z])"), ops=((_re(r"^aten::(_fft_)"), "rocm"),)),
     Library("hipBLAS", closed=False, repository="https://github.com/ROCm/hipBLAS", ids=("hipblas",), calls=_re(r"^hipblas(Lt)?[A-Z]")),
     Library("hipSPARSE", closed=False, repository="https://github.com/ROCm/hipSPARSE", ids=("hipsparse",), calls=_re(r"^hipsparse[A-Z]")),
-    Library("rocSOLVER", closed=False, repository="https://github.com/ROCm/rocSOLVER", ids=("rocsolver",), calls=_re(r"^(rocsolver_|hipsolver[A-Z])")),
+    Library("rocSOLVER", closed=False, repository="https://github.com/ROCm/rocSOLVER", ids=("rocsolver",), calls=_re(r"^(rocsolver_|hipsolver[A-Z])"),
+            ops=((_re(r"^aten::(linalg_|_linalg_|cholesky|lu_|_lu_|triangular_solve|geqrf|ormqr|orgqr|_linalg_svd|_linalg_eigh)"), "rocm"),)),
     Library(
         "oneDNN",
         closed=False,
@@ -221,17 +229,29 @@ def of_conv_backend(backend: str | None) -> Library | None:
     return library(_CONV_BACKENDS.get(backend or ""))
 
 
-def of_op(op: str, device: str, conv_backend: str | None = None) -> Library | None:
+# Note [ROCm traces]
+# A ROCm build of PyTorch keeps the `cuda` device and ATen's CUDA code (hipified),
+# but its GEMMs, FFTs and solvers go to ROCm's libraries, not NVIDIA's. So the
+# rows of operators are keyed by platform: "cuda" rows for NVIDIA, "rocm" rows
+# for AMD, asked with `platform="rocm"` when the trace came from a ROCm build
+# (kernelmap.trace.resolve.platform_of). Convolutions are decided by the backend
+# that ran (Miopen) either way.
+
+PLATFORMS = ("cuda", "rocm")
+
+
+def of_op(op: str, device: str, conv_backend: str | None = None, platform: str = "cuda") -> Library | None:
     """The library an operator's own kernel hands its work to on `device`
-    (`aten::addmm` on cuda: cuBLAS). For convolutions, the backend chosen
-    (`_select_conv_backend`) decides."""
+    (`aten::addmm` on cuda: cuBLAS; on a ROCm build: rocBLAS/hipBLASLt). For
+    convolutions, the backend chosen (`_select_conv_backend`) decides."""
     if conv_backend is not None and op in _CONV_OPS:
         found = of_conv_backend(conv_backend)
         if found is not None:
             return found
+    key = "rocm" if platform == "rocm" and device == "cuda" else device
     for lib in LIBRARIES:
         for pattern, only in lib.ops:
-            if (only is None or only == device) and pattern.match(op):
+            if (only is None or only == key) and pattern.match(op):
                 return lib
     return None
 

@@ -57,3 +57,28 @@ def test_a_folder_is_its_traces_and_a_fifo_is_refused(tmp_path):
     os.mkfifo(fifo)
     r = run_kernelmap("trace", "--from", str(fifo))
     assert r.returncode == 2 and r.stderr == f"kernelmap: error: --from {fifo} is not a regular file\n"
+
+
+def test_ranks_and_kernel_answers_are_documents_that_load_back(tmp_path):
+    """ranks/1 and kernel/1 are in the answer table: each document loads back
+    into an equal answer, renders the same text, and `render FILE` shows it."""
+    from kernelmap import answers
+    from kernelmap.kernels import KernelResolver
+    from kernelmap.render import render
+    from kernelmap.trace import load
+    from kernelmap.trace.ranks import summarize_ranks
+
+    summary = summarize_ranks([RANK0, RANK1], load)
+    doc = summary.to_json()
+    again = answers.load(doc)
+    assert again.to_json() == doc
+    assert render(again, "text", width=140) == render(summary, "text", width=140)
+    assert "Collectives matched across ranks" in render(again, "text", width=140)
+    kernel = KernelResolver().resolve("ncclKernel_AllReduce_RING_LL_Sum_float")
+    loaded = answers.load(kernel.to_json())
+    assert loaded == kernel and "NCCL (open)" in render(loaded, "text")
+    saved = tmp_path / "ranks.json"
+    saved.write_text(json.dumps(doc))
+    r = run_kernelmap("render", str(saved), "--width", "140")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == render(summary, "text", width=140)

@@ -27,12 +27,14 @@ def _linear_twice() -> CallTree:
 
 
 def test_summary_text_exact():
-    assert summarize(_linear_twice()).to_text(width=110) == (
+    """Every table names file:line: the operator's source, each operator's line in
+    its source file, the kernel's source."""
+    assert summarize(_linear_twice()).to_text(width=150) == (
         "Operators (2; top 2 by total time)\n"
-        "operator      calls  self ms  total ms  dev ms  dispatch key               kernel                      library          most comm…\n"
-        "------------  -----  -------  --------  ------  -------------------------  --------------------------  ---------------  ----------\n"
-        "aten::linear      2    0.040     0.120   0.060  CompositeImplicitAutograd  at::native::linear          cuBLAS (closed)  [8, 16], …\n"
-        "aten::addmm       2    0.080     0.080   0.060  CUDA                       at::native::addmm_out_cuda  cuBLAS (closed)  [10], [8,…\n"
+        "operator      calls  self ms  total ms  dev ms  dispatch key               kernel                      source                                  library          most comm…\n"
+        "------------  -----  -------  --------  ------  -------------------------  --------------------------  --------------------------------------  ---------------  ----------\n"
+        "aten::linear      2    0.040     0.120   0.060  CompositeImplicitAutograd  at::native::linear          aten/src/ATen/native/Linear.cpp:73      cuBLAS (closed)  [8, 16], …\n"
+        "aten::addmm       2    0.080     0.080   0.060  CUDA                       at::native::addmm_out_cuda  aten/src/ATen/native/cuda/Blas.cpp:400  cuBLAS (closed)  [10], [8,…\n"
         "\n"
         "Modules (1; time includes nested modules)\n"
         "module  calls  total ms  dev ms  operators called directly\n"
@@ -42,8 +44,8 @@ def test_summary_text_exact():
         "Source files (2; kernel sources, else the registration that serves the op)\n"
         "file                                calls  self ms  dev ms  operators / kernels\n"
         "----------------------------------  -----  -------  ------  -------------------\n"
-        "aten/src/ATen/native/cuda/Blas.cpp      2    0.080       -  aten::addmm\n"
-        "aten/src/ATen/native/Linear.cpp         2    0.040       -  aten::linear\n"
+        "aten/src/ATen/native/cuda/Blas.cpp      2    0.080       -  aten::addmm:400\n"
+        "aten/src/ATen/native/Linear.cpp         2    0.040       -  aten::linear:73\n"
         "\n"
         "Kernels of each operator (functor or kernel source, else library)\n"
         "operator     source  kernel\n"
@@ -52,6 +54,14 @@ def test_summary_text_exact():
         "\n"
         "GPU time 0.060 ms: 0.0% with a source location, 100.0% in a named library, 0.0% unresolved\n"
     )
+
+
+def test_a_long_location_keeps_its_file_and_line():
+    from kernelmap.trace.summary import _table
+
+    text = _table("t", ("source", "x"), [("aten/src/ATen/native/cuda/very/deep/Blas.cpp:400", "y")], 60, limits={0: 20},
+                  left_cut={0})
+    assert "…y/deep/Blas.cpp:400  y" in text
 
 
 def test_summary_json_rows():

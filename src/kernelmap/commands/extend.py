@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 
 from kernelmap.commands.options import emit, output_options, source_option
-from kernelmap.extend.project import DEFAULT_NAMESPACE
+from kernelmap.extend.project import DEFAULT_NAMESPACE, KERNELS
 
 
 @click.command()
@@ -18,10 +18,13 @@ from kernelmap.extend.project import DEFAULT_NAMESPACE
 @click.option("--extra", "extra", multiple=True, metavar="ARG", help='Extra keyword-only argument in schema syntax, with a default: "float alpha=1.0". Repeatable.')
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Project folder [default: ./NAME].")
 @click.option("--force", is_flag=True, help="Overwrite an existing output folder.")
+@click.option("--kernel", type=click.Choice(KERNELS), default="aten", show_default=True,
+              help="Convolutions: 'aten' calls ATen (plus a CUDA epilogue); 'direct' writes a direct convolution loop "
+                   "and a tiled CUDA kernel.")
 @source_option
 @output_options
 def scaffold(op: str, name: str, namespace: str, cuda: bool, extra: tuple[str, ...], out: str | None, force: bool,
-             source: str | None, as_json: bool, width: int | None, html: str | None) -> None:
+             kernel: str, source: str | None, as_json: bool, width: int | None, html: str | None) -> None:
     """Write a buildable extension project for a custom operator that starts as OP.
 
     The project holds a C++ CPU kernel (a correct reference to edit), an
@@ -44,7 +47,7 @@ def scaffold(op: str, name: str, namespace: str, cuda: bool, extra: tuple[str, .
 
         tree = select_tree(source)
         start = load_catalog(tree=tree.root, origin=tree.origin).resolve(op)[0]
-    result = run(start, name, out=out, namespace=namespace, extra=extra, cuda=cuda, force=force)
+    result = run(start, name, out=out, namespace=namespace, extra=extra, cuda=cuda, force=force, kernel=kernel)
     answer = ScaffoldAnswer(str(result.root), result.spec.qualified, result.spec.schema, str(result.spec.op), result.family,
                             tuple(str(f) for f in result.files), result.cuda)
     emit(answer, as_json, width, html)

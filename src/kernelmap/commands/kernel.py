@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from kernelmap.commands.options import source_option
+from kernelmap.commands.options import emit, output_options, source_option
 
 
 @click.command()
 @click.argument("name")
 @source_option
-@click.option("--json", "as_json", is_flag=True, help="Print the kernel/1 document.")
-def kernel(name, source, as_json):
+@output_options
+def kernel(name, source, as_json, width, html):
     """What a GPU kernel is and where its code is, from its name as a profiler,
     Nsight or a trace prints it (mangled or demangled, possibly cut short).
 
@@ -34,9 +32,6 @@ def kernel(name, source, as_json):
 
     resolver, reason = open_resolver(source)
     answer = resolver.resolve(name)
-    if as_json:
-        click.echo(json.dumps(answer.to_json(), indent=2))
-        return
-    click.echo(sanitize(answer.to_text()), nl=False)
-    if reason:
+    emit(answer, as_json, width, html)
+    if reason and not as_json:
         click.echo(f"no source locations: {sanitize(reason)}", err=True)

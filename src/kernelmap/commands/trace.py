@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -47,14 +46,10 @@ def _check_trace_file(path: Path) -> None:
 def _several_ranks(files, source_tree, all_frames, as_json, top, width) -> None:
     from kernelmap import trace as tracing
     from kernelmap.trace.ranks import summarize_ranks
-    from kernelmap.trace.text import sanitize
 
     result = summarize_ranks(files, lambda p: tracing.load(p, keep_frames=all_frames, source_tree=source_tree))
-    if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2))
-    else:
-        columns = width or max(120, shutil.get_terminal_size((120, 24)).columns)
-        click.echo(sanitize(result.to_text(top=top, width=columns)), nl=False)
+    columns = width or max(120, shutil.get_terminal_size((120, 24)).columns)
+    emit(result, as_json, columns, top=top)
 
 
 def _print_error(error: BaseException) -> None:

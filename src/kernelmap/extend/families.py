@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from kernelmap.extend.schema import CustomOpSpec
 
-__all__ = ["Pointwise", "POINTWISE", "Reduction", "REDUCTIONS", "family_of", "pointwise_formula", "reduction_of"]
+__all__ = ["Backend", "BACKEND_OPS", "BATCH_NORM_MUTATED", "Pointwise", "POINTWISE", "Reduction", "REDUCTIONS",
+           "family_of", "pointwise_formula", "reduction_of"]
 
 
 @dataclass(frozen=True)
@@ -123,8 +124,85 @@ def reduction_of(spec: CustomOpSpec) -> Reduction | None:
                      has_dtype="dtype" in params, has_keepdim="keepdim" in params)
 
 
+# Note [backend-specific operators]
+# On a GPU the operators that run are often a library's own: eval-mode batch
+# norm is aten::cudnn_batch_norm, a convolution aten::cudnn_convolution (or
+# miopen_* on ROCm). They have kernels for CUDA only, so a reference that calls
+# them cannot run on a CPU, and an override of them whose kernel calls them
+# calls itself. Their scaffold computes the same results with portable ATen
+# operators that never reach the library again: batch norm through
+# native_batch_norm (its CUDA kernel is ATen's own, not cuDNN's), convolution
+# through at::_convolution with cudnn_enabled=false (which also turns MIOpen
+# off: `use_miopen` reads the same flag), taking benchmark, deterministic and
+# allow_tf32 from the call itself. The Python reference the tests, the fake
+# kernel and the backward use is built the same way.
+
+@dataclass(frozen=True)
+class Backend:
+    """A library-specific operator and its portable equivalent."""
+
+    library: str  # "cuDNN", "MIOpen"
+    family: str  # the family whose reference loop computes it
+    portable: str  # the portable operator its reference computes with
+    cpp: str  # C++: the original's results from its own argument names, through portable operators only
+    python: str  # Python: the same, over `torch.ops.aten`
+    canonical: str  # C++: the family's reference arguments (input, weight, bias, ...) from the original's names
+    returns: str  # C++: the original's results from the family reference's `r`
+
+
+_BN_CANONICAL = "input, weight, bias, running_mean, running_var, training, exponential_average_factor, epsilon"
+_BN_PORTABLE_CPP = f"at::native_batch_norm({_BN_CANONICAL})"
+_BN_PORTABLE_PY = f"torch.ops.aten.native_batch_norm.default({_BN_CANONICAL})"
+_RESERVE_CPP = "at::empty({0}, input.options().dtype(at::kByte))"  # cuDNN's reserve space; nothing to keep
+_RESERVE_PY = "input.new_empty((0,), dtype=torch.uint8)"
+
+
+def _conv(transposed: bool, bias: bool, tf32: bool) -> tuple[str, str, str]:
+    """(cpp, python, canonical) of a cuDNN/MIOpen convolution as at::_convolution with cuDNN and MIOpen off."""
+    b_cpp, b_py = ("bias", "bias") if bias else ("::std::optional<at::Tensor>()", "None")
+    op_cpp = "output_padding" if transposed else "std::vector<int64_t>(stride.size(), 0)"
+    op_py = "output_padding" if transposed else "[0] * len(stride)"
+    t = "true" if transposed else "false"
+    tf32_cpp, tf32_py = ("allow_tf32", "allow_tf32") if tf32 else ("at::globalContext().allowTF32CuDNN()", "torch.backends.cudnn.allow_tf32")
+    cpp = (f"at::_convolution(self, weight, {b_cpp}, stride, padding, dilation, {t}, {op_cpp}, groups, benchmark, "
+           f"deterministic, /*cudnn_enabled=*/false, {tf32_cpp})")
+    py = (f"torch.ops.aten._convolution.default(self, weight, {b_py}, stride, padding, dilation, {t == 'true'}, {op_py}, "
+          f"groups, benchmark, deterministic, False, {tf32_py})")
+    canonical = f"self, weight, {b_cpp}, stride, padding, dilation, {t}, {op_cpp}, groups"
+    return cpp, py, canonical
+
+
+def _conv_backend(library: str, transposed: bool, bias: bool, tf32: bool) -> Backend:
+    cpp, py, canonical = _conv(transposed, bias, tf32)
+    return Backend(library, "convolution", "aten::_convolution", cpp, py, canonical, "r")
+
+
+BACKEND_OPS: dict[str, Backend] = {
+    "aten::cudnn_batch_norm": Backend(
+        "cuDNN", "batch_norm", "aten::native_batch_norm",
+        f"[&] {{ auto r = {_BN_PORTABLE_CPP}; return ::std::make_tuple(std::get<0>(r), std::get<1>(r), std::get<2>(r), "
+        f"{_RESERVE_CPP}); }}()",
+        f"(*{_BN_PORTABLE_PY}, {_RESERVE_PY})",
+        _BN_CANONICAL,
+        f"::std::make_tuple(std::get<0>(r), std::get<1>(r), std::get<2>(r), {_RESERVE_CPP})"),
+    "aten::miopen_batch_norm": Backend("MIOpen", "batch_norm", "aten::native_batch_norm", _BN_PORTABLE_CPP,
+                                       _BN_PORTABLE_PY, _BN_CANONICAL, "r"),
+    "aten::cudnn_convolution": _conv_backend("cuDNN", False, False, True),
+    "aten::cudnn_convolution_transpose": _conv_backend("cuDNN", True, False, True),
+    "aten::miopen_convolution": _conv_backend("MIOpen", False, True, False),
+    "aten::miopen_depthwise_convolution": _conv_backend("MIOpen", False, True, False),
+    "aten::miopen_convolution_transpose": _conv_backend("MIOpen", True, True, False),
+}
+
+# Batch norm writes its running statistics when training (Note [mutated arguments]).
+BATCH_NORM_MUTATED = {"running_mean": "a!", "running_var": "b!"}
+BATCH_NORM_OPS = ("aten::native_batch_norm", "aten::cudnn_batch_norm", "aten::miopen_batch_norm")
+
+
 def family_of(spec: CustomOpSpec, tags: tuple[str, ...] = ()) -> str:
     """"pointwise", "reduction", "convolution", "batch_norm" or "aten" (Note [reference kernels])."""
+    if spec.op in BACKEND_OPS:
+        return BACKEND_OPS[spec.op].family
     if _pointwise(spec, tags) is not None:
         return "pointwise"
     if reduction_of(spec) is not None:

@@ -23,11 +23,16 @@ import jinja2
 from kernelmap import __version__
 from kernelmap.errors import BadInput
 from kernelmap.extend.errors import OutputExists
-from kernelmap.extend.families import family_of, pointwise_formula, reduction_of
+from kernelmap.extend.families import BACKEND_OPS, BATCH_NORM_MUTATED, BATCH_NORM_OPS, family_of, pointwise_formula, reduction_of
 from kernelmap.extend.schema import CustomOpSpec, Param, check_identifier, check_namespace, custom_op_spec
 from kernelmap.model import Op
 
-__all__ = ["DEFAULT_NAMESPACE", "MANIFEST", "Scaffold", "scaffold", "render_project"]
+__all__ = ["DEFAULT_NAMESPACE", "KERNELS", "MANIFEST", "Scaffold", "scaffold", "render_project"]
+
+# What the convolution family's kernels compute: "aten", the call into ATen that the
+# original makes (plus an elementwise CUDA epilogue), or "direct", a direct
+# convolution loop on the CPU and a tiled CUDA kernel.
+KERNELS = ("aten", "direct")
 
 DEFAULT_NAMESPACE = "kernelmap_ext"
 MANIFEST = "kernelmap.json"  # written into every project; `verify --load DIR` reads it
@@ -36,6 +41,7 @@ _FAMILY_NOTES = {
     "pointwise": "broadcast, promote, one loop over the elements",
     "reduction": "move the reduced dimensions last, then one loop per output element",
     "convolution": "the call into ATen that aten::convolution makes, `at::_convolution`",
+    "convolution/direct": "a direct convolution loop (groups, stride, padding, dilation), and a tiled CUDA kernel",
     "batch_norm": "a loop over channels: statistics, then normalisation",
     "aten": "a call into ATen's own operator",
 }
@@ -101,10 +107,13 @@ def _differentiable(spec: CustomOpSpec, op: Op) -> tuple[int, ...]:
     if op.autograd is None:
         return ()
     names = {name.strip() for f in op.autograd.formulas for name in f.inputs}
-    return tuple(i for i, p in enumerate(spec.positional) if p.name in names)
+    # an argument the kernel writes (running statistics) is state, not an input to differentiate
+    return tuple(i for i, p in enumerate(spec.positional) if p.name in names and not p.is_mutated)
 
 
 def _aten_cpp_call(spec: CustomOpSpec, op: Op) -> str:
+    if spec.op in BACKEND_OPS:  # Note [backend-specific operators]
+        return BACKEND_OPS[spec.op].cpp
     if spec.op == "aten::convolution":
         # the flags aten::convolution passes: the user's torch.backends.cudnn settings, never constants
         return ("at::_convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, "
@@ -136,15 +145,38 @@ def _operator(name: str) -> Op:
         raise BadInput(f"{name} is not an operator with a schema; it reaches {names}: scaffold one of those") from None
 
 
-def render_project(op: Op, name: str, *, namespace: str = DEFAULT_NAMESPACE, extra: tuple[str, ...] = (), cuda: bool = False) -> tuple[CustomOpSpec, str, dict[str, str]]:
+_CANONICAL = {  # the family reference's arguments, for the operators the family starts from
+    "batch_norm": ("input, weight, bias, running_mean, running_var, training, momentum, eps", "r"),
+    "convolution": ("input, weight, bias, stride, padding, dilation, transposed, output_padding, groups", "r"),
+}
+
+
+def render_project(op: Op, name: str, *, namespace: str = DEFAULT_NAMESPACE, extra: tuple[str, ...] = (), cuda: bool = False,
+                   kernel: str = "aten") -> tuple[CustomOpSpec, str, dict[str, str]]:
     """(spec, family, {relative path: text}) of the project for `op`; writes nothing."""
-    spec = custom_op_spec(str(op.name), op.schema, name, namespace, extra)
+    opname = str(op.name)
+    mutated = BATCH_NORM_MUTATED if opname in BATCH_NORM_OPS else None  # Note [mutated arguments]
+    spec = custom_op_spec(opname, op.schema, name, namespace, extra, extra_mutated=mutated)
     family = family_of(spec, op.tags)
+    if kernel not in KERNELS:
+        raise BadInput(f"--kernel is one of {', '.join(KERNELS)}, not {kernel!r}")
+    if kernel == "direct" and family != "convolution":
+        raise BadInput(f"--kernel direct is written for convolutions; {opname} is scaffolded as {family}")
+    backend = BACKEND_OPS.get(opname)
+    canonical, canonical_returns = (backend.canonical, backend.returns) if backend else _CANONICAL.get(family, ("", ""))
     pw = pointwise_formula(spec) if family == "pointwise" else None
     context = {
         "s": spec,
         "family": family,
-        "family_note": _FAMILY_NOTES[family],
+        "family_note": _FAMILY_NOTES["convolution/direct" if kernel == "direct" else family],
+        "kernel": kernel,
+        "backend": backend,
+        "canonical": canonical,
+        "canonical_returns": canonical_returns,
+        # arguments the kernel writes: the autograd kernel is then registered by hand
+        "mutated": [p for p in spec.params if p.is_mutated],
+        "original_signature": ", ".join(p.py_param for p in spec.originals if not p.kwarg_only)
+        + ("" if not any(p.kwarg_only for p in spec.originals) else ", *, " + ", ".join(p.py_param for p in spec.originals if p.kwarg_only)),
         "pw": pw,
         "red": reduction_of(spec) if family == "reduction" else None,
         "cuda": cuda,
@@ -157,7 +189,7 @@ def render_project(op: Op, name: str, *, namespace: str = DEFAULT_NAMESPACE, ext
         "example_value": _example_value,
         "differentiable": _differentiable(spec, op),
         # the reference kernel's results are contiguous; ATen's may keep the input's layout
-        "contiguous_results": family in ("pointwise", "reduction", "batch_norm"),
+        "contiguous_results": family in ("pointwise", "reduction", "batch_norm") or kernel == "direct",
     }
     outputs = {
         f"csrc/{name}.cpp": "csrc/kernel.cpp.j2",
@@ -191,6 +223,7 @@ def scaffold(
     extra: tuple[str, ...] | list[str] = (),
     cuda: bool = False,
     force: bool = False,
+    kernel: str = "aten",
 ) -> Scaffold:
     """Write the extension project for a custom operator `namespace::name` that
     starts as `op` (an operator of the catalog: "aten::relu", "add.Tensor") into
@@ -211,7 +244,7 @@ def scaffold(
         raise OutputExists(f"{root} exists; choose another --out or pass --force to overwrite it")
     if root.exists() and not root.is_dir():
         raise BadInput(f"{root} is a file, not a folder")
-    spec, family, files = render_project(op, name, namespace=namespace, extra=tuple(extra), cuda=cuda)
+    spec, family, files = render_project(op, name, namespace=namespace, extra=tuple(extra), cuda=cuda, kernel=kernel)
     rels = tuple(sorted(files)) + (MANIFEST,)
     result = Scaffold(root, spec, family, tuple(Path(p) for p in rels), cuda)
     files[MANIFEST] = json.dumps(result.to_json(), indent=2) + "\n"

@@ -92,6 +92,7 @@ class Param:
     default: str | None  # schema spelling of the default, if any
     kwarg_only: bool
     extra: bool  # added by the user; not an argument of the original operator
+    annotation: str | None = None  # alias annotation: "a!" for an argument the kernel writes (Note [mutated arguments])
 
     @property
     def is_tensor(self) -> bool:
@@ -108,8 +109,20 @@ class Param:
         return _PY_DEFAULTS.get(self.default, self.default)
 
     @property
+    def is_mutated(self) -> bool:
+        return self.annotation is not None and self.annotation.endswith("!")
+
+    @property
+    def schema_type(self) -> str:
+        """The type as a schema spells it, with its annotation: `Tensor(a!)?`."""
+        if self.annotation is None:
+            return self.type
+        base, optional = (self.type[:-1], "?") if self.type.endswith("?") else (self.type, "")
+        return f"{base}({self.annotation}){optional}"
+
+    @property
     def schema_text(self) -> str:
-        return f"{self.type} {self.name}" + (f"={self.default}" if self.default is not None else "")
+        return f"{self.schema_type} {self.name}" + (f"={self.default}" if self.default is not None else "")
 
     @property
     def py_param(self) -> str:
@@ -215,7 +228,7 @@ def int_not_symint(t: Type) -> Type:
     return t
 
 
-def _param(arg: Argument, kwarg_only: bool, extra: bool) -> Param:
+def _param(arg: Argument, kwarg_only: bool, extra: bool, annotation: str | None = None) -> Param:
     typ = int_not_symint(arg.type)
     plain = Argument(arg.name, typ, arg.default, None)
     return Param(
@@ -225,7 +238,20 @@ def _param(arg: Argument, kwarg_only: bool, extra: bool) -> Param:
         default=arg.default,
         kwarg_only=kwarg_only,
         extra=extra,
+        annotation=annotation or (str(arg.annotation) if arg.annotation is not None else None),
     )
+
+
+# Note [mutated arguments]
+# A custom operator's schema keeps the alias annotations of the original's
+# arguments (`Tensor(a!) running_mean` in _native_batch_norm_legit): the
+# dispatcher, functionalization, torch.compile and opcheck's schema test all
+# trust them. Some originals write an argument their schema does not mark:
+# native_batch_norm, cudnn_batch_norm and miopen_batch_norm update
+# running_mean and running_var in place when training, yet their yaml (2.6 and
+# 2.13) declares both as plain `Tensor?` (ATen's functionalization special-cases
+# batch norm instead). The custom operator is not special-cased anywhere, so
+# `extra_mutated` adds the annotations its kernel needs to tell the truth.
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -266,8 +292,11 @@ def parse_extra(texts: list[str] | tuple[str, ...]) -> tuple[Argument, ...]:
     return tuple(out)
 
 
-def custom_op_spec(op: str, op_schema: str, name: str, namespace: str = "kernelmap_ext", extra: tuple[str, ...] = ()) -> CustomOpSpec:
-    """The custom operator `namespace::name` whose schema is `op_schema`'s plus `extra`."""
+def custom_op_spec(op: str, op_schema: str, name: str, namespace: str = "kernelmap_ext", extra: tuple[str, ...] = (),
+                   extra_mutated: dict[str, str] | None = None) -> CustomOpSpec:
+    """The custom operator `namespace::name` whose schema is `op_schema`'s plus
+    `extra`, with the original's alias annotations and `extra_mutated`
+    ({argument: "a!"}) added (Note [mutated arguments])."""
     check_identifier(name, "NAME")
     check_namespace(namespace)
     try:
@@ -275,12 +304,14 @@ def custom_op_spec(op: str, op_schema: str, name: str, namespace: str = "kernelm
     except Exception as e:
         raise BadInput(f"{op}: its schema does not parse: {op_schema!r}: {e}") from None
     kind = fs.kind()
-    if kind is not SchemaKind.functional or fs.is_mutable or any(r.annotation is not None for r in fs.returns):
+    # functional, or mutating some arguments without returning them (SchemaKind.mutable); never in-place, out= or views
+    if kind not in (SchemaKind.functional, SchemaKind.mutable) or any(r.annotation is not None for r in fs.returns):
         what = {SchemaKind.inplace: "is in-place", SchemaKind.out: "writes an out= argument"}.get(kind, "mutates or returns a view of its input")
         raise NotScaffoldable(f"{op} {what}; scaffold starts from functional operators (e.g. the one without '_' or '.out')")
     args = fs.arguments
-    params = [_param(a, False, False) for a in args.flat_positional]
-    params += [_param(a, True, False) for a in args.flat_kwarg_only]
+    mutated = dict(extra_mutated or {})
+    params = [_param(a, False, False, mutated.get(a.name)) for a in args.flat_positional]
+    params += [_param(a, True, False, mutated.get(a.name)) for a in args.flat_kwarg_only]
     taken = {p.name for p in params}
     for a in parse_extra(extra):
         if a.name in taken:

@@ -15,10 +15,11 @@ location printed is a line of the file holding the name.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from kernelmap.errors import BadInput
 from kernelmap import vendors
@@ -26,6 +27,7 @@ from kernelmap.kernels.names import LAMBDA, Arg, lambda_owner, parse, unqualifie
 from kernelmap.model import Location
 
 VERSION = 1
+MAX_NAME = 1 << 16  # characters of a kernel name the resolver reads
 
 # Template arguments that are launcher plumbing, not the op: skipped (their
 # own arguments are still searched).
@@ -78,7 +80,9 @@ class Site:
 
 @dataclass(frozen=True)
 class KernelAnswer:
-    """What one GPU kernel name is, and where its code is."""
+    """What one GPU kernel name is, and where its code is (the kernel/1 answer)."""
+
+    DOCUMENT: ClassVar[str] = "kernel"  # the renderer table's key
 
     name: str  # as given
     demangled: str
@@ -159,7 +163,12 @@ class KernelResolver:
     def _resolve(self, name: str) -> KernelAnswer:
         if not name.strip():
             raise BadInput("empty kernel name")
-        k = parse(name)
+        # The longest real kernel names (deeply nested templates) run to a few KB; a longer one is read
+        # from its first MAX_NAME characters, as a name cut short, so that a hostile trace (one 400 MB
+        # name) costs a bounded parse, not minutes of pattern matching.
+        k = parse(name[:MAX_NAME])
+        if len(name) > MAX_NAME:
+            k = dataclasses.replace(k, truncated=True)
         # An ATen launcher instantiated with another library's lambda is still ATen's launcher.
         lib = None if k.symbol.startswith("at::") else vendors.of_kernel(k.text)
         symbol = unqualified_symbol(k.symbol) or k.text

@@ -36,6 +36,8 @@ _TABLE: dict[tuple[str, str], str | Renderer] = {
     ("compile", "text"): "kernelmap.render.compile:to_text",
     ("diff", "text"): "kernelmap.render.diff:to_text",
     ("path", "text"): "kernelmap.render.path:to_text",
+    ("kernel", "text"): "kernelmap.render.kernels:kernel_to_text",
+    ("ranks", "text"): "kernelmap.render.kernels:ranks_to_text",
 }
 _GENERIC = {"json": "kernelmap.render.json:render", "html": "kernelmap.render.html:render_answer"}
 

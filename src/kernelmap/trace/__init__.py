@@ -144,7 +144,9 @@ def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None
             from kernelmap.errors import SourceError
 
             raise SourceError(reason)  # a tree asked for by name must open: the same error as every command's --source
-        resolver = Resolver(live=live, source_index=index, source_reason=reason)
+        from kernelmap.trace.resolve import platform_of
+
+        resolver = Resolver(live=live, source_index=index, source_reason=reason, platform=platform_of(header.fields, root))
         notes.extend(resolver.resolve(root))
     m: dict[str, Any] = {
         "file": path.name,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from kernelmap.errors import BadInput
 
@@ -58,6 +58,10 @@ class OpSpread:
 
 @dataclass(frozen=True)
 class RanksSummary:
+    """Several ranks of one run: per rank, merged, collectives matched (the ranks/1 answer)."""
+
+    DOCUMENT: ClassVar[str] = "ranks"  # the renderer table's key
+
     ranks: tuple[RankRow, ...]
     merged_ops: tuple[tuple[str, int, float, float], ...]  # (operator, calls, total us, device us) over all ranks
     collectives: tuple[Collective, ...]
@@ -71,6 +75,18 @@ class RanksSummary:
             "collectives": [{"name": c.name, "index": c.index, "us": {str(r): round(u, 3) for r, u in c.us}, "slowest": c.slowest} for c in self.collectives],
             "differences": [{"name": o.name, "device_us": {str(r): round(u, 3) for r, u in o.device_us}, "spread_us": round(o.spread_us, 3)} for o in self.differences],
         }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RanksSummary:
+        if not isinstance(d, dict) or d.get("kernelmap") != f"ranks/{VERSION}":
+            raise BadInput(f"not a ranks/{VERSION} document: {d.get('kernelmap') if isinstance(d, dict) else d!r}")
+        by_rank = lambda m: tuple((int(r), float(u)) for r, u in m.items())  # noqa: E731
+        return cls(
+            tuple(RankRow(**r) for r in d["ranks"]),
+            tuple((o["name"], o["calls"], o["total_us"], o["device_us"]) for o in d["merged_ops"]),
+            tuple(Collective(c["name"], c["index"], by_rank(c["us"])) for c in d["collectives"]),
+            tuple(OpSpread(o["name"], by_rank(o["device_us"])) for o in d["differences"]),
+        )
 
     def to_text(self, top: int = 25, width: int = 120) -> str:
         from kernelmap.trace.summary import _ms, _table

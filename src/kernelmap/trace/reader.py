@@ -74,11 +74,13 @@ class _Buffer:
     def fail(self, what: str, pos: int | None = None) -> TraceFormatError:
         return TraceFormatError(self.path, self.offset(pos), what)
 
-    def more(self) -> bool:
-        """Read another chunk; False at end of file."""
+    def more(self, grow: bool = False) -> bool:
+        """Read another chunk; False at end of file. With `grow`, read at least
+        as much again as the text not yet consumed: a value longer than a chunk
+        (a 400 MB string) is then decoded O(log n) times, not once per chunk."""
         if self.eof:
             return False
-        data = self.stream.read(CHUNK)
+        data = self.stream.read(max(CHUNK, len(self.text) - self.pos) if grow else CHUNK)
         if self.pos > 0:  # drop what has been consumed
             self.base += len(self.text[: self.pos].encode("utf-8"))
             self.text = self.text[self.pos :]
@@ -106,9 +108,9 @@ class _Buffer:
             if not self._read_more():
                 return ""
 
-    def _read_more(self) -> bool:
+    def _read_more(self, grow: bool = False) -> bool:
         try:
-            return self.more()
+            return self.more(grow)
         except (OSError, EOFError) as e:
             raise self.fail(f"unreadable data ({e})") from None
 
@@ -131,8 +133,8 @@ class _Buffer:
             except RecursionError:
                 raise self.fail(f"{what} is nested too deeply") from None
             except json.JSONDecodeError as e:
-                if not self.eof and self._read_more():
-                    continue  # the value may run past the buffer: retry with more text
+                if not self.eof and self._read_more(grow=True):
+                    continue  # the value may run past the buffer: retry with (geometrically) more text
                 # At the end of the file, a value cut short is a truncated file:
                 # an unterminated string runs to the end, other errors sit at it.
                 if e.msg.startswith("Unterminated string") or e.pos >= len(self.text.rstrip()):

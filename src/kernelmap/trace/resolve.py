@@ -27,6 +27,7 @@ really ran below `_convolution` is reported beside it, so a disagreement
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,10 +61,31 @@ _NON_TENSOR = {"Scalar", "ScalarList", "TensorList", "GenericList", "", "None", 
 CONV_BACKEND_OPS = vendors.CONV_BACKEND_OPS
 
 
-def op_vendor(name: str, device: str, conv_backend: str | None = None) -> tuple[str, bool] | None:
+def op_vendor(name: str, device: str, conv_backend: str | None = None, platform: str = "cuda") -> tuple[str, bool] | None:
     """The external library an operator's own kernel calls, and whether its code is closed."""
-    lib = vendors.of_op(name, device, conv_backend)
+    lib = vendors.of_op(name, device, conv_backend, platform)
     return (lib.name, lib.closed) if lib is not None else None
+
+
+_AMD_DEVICE = re.compile(r"\b(AMD|Radeon|Instinct)\b|\bgfx\d", re.I)
+
+
+def platform_of(header: dict[str, Any], root: Node | None = None) -> str:
+    """"rocm" for a trace recorded by a ROCm build (Note [ROCm traces] in
+    kernelmap.vendors), else "cuda": roctracer's own field, an AMD device in
+    deviceProperties, or HIP runtime calls."""
+    if "roctracer_version" in header:
+        return "rocm"
+    devices = header.get("deviceProperties")
+    if isinstance(devices, list):
+        for d in devices:
+            if isinstance(d, dict) and ("gcnArchName" in d or _AMD_DEVICE.search(str(d.get("name", "")))):
+                return "rocm"
+    if root is not None:
+        for n in walk([root]):
+            if n.kind == "runtime" and n.name.startswith("hip"):
+                return "rocm"
+    return "cuda"
 
 
 def schema_arg_types(schema: str) -> list[str]:
@@ -116,6 +138,7 @@ class Resolver:
 
     catalog: Any = None  # kernelmap.catalog.Catalog, loaded on first use
     live: bool = False  # recorded in this process: conv backends can be asked again
+    platform: str = "cuda"  # "rocm" for a trace of a ROCm build (Note [ROCm traces] in kernelmap.vendors)
     source_index: Any = None  # an object with `locate(symbol) -> Location | None`, or None
     source_reason: str | None = None  # why kernel sources are not linked
     unknown_ops: Counter = field(default_factory=Counter)
@@ -125,6 +148,7 @@ class Resolver:
     _shared: dict[tuple, dict[str, Any]] = field(default_factory=dict)
     _errors: Counter = field(default_factory=Counter)
     _kernel_resolver: Any = None
+    _native_texts: list[str] | None = None
 
     def _kernels(self):
         """The kernel-name resolver on the same tree as the kernel sources."""
@@ -267,6 +291,8 @@ class Resolver:
                 self._resolve_op(node, can_ask_conv)
             elif node.kind in ("gpu_kernel", "gpu_memcpy", "gpu_memset"):
                 self._resolve_device(node)
+        if self.platform == "rocm":
+            self._refine_rocm_blas(nodes)
         if self.unknown_ops:
             names = ", ".join(sorted(self.unknown_ops)[:8])
             notes.append(
@@ -278,6 +304,17 @@ class Resolver:
         elif self.source_index is not None:
             notes.append(_version_note(self.source_index))
         return notes
+
+    def _refine_rocm_blas(self, nodes: list[Node]) -> None:
+        """A GEMM operator of a ROCm trace is labelled rocBLAS/hipBLASLt; when the
+        kernels it launched name exactly one of the two, it is that one."""
+        for node in nodes:
+            shared = node.shared or {}
+            if node.kind != "op" or node.attrs.get("library", shared.get("library")) != "rocBLAS/hipBLASLt":
+                continue
+            below = {k.attrs.get("library") for k in walk([node]) if k.kind == "gpu_kernel"} & {"rocBLAS", "hipBLASLt"}
+            if len(below) == 1:
+                node.attrs["library"] = below.pop()
 
     def _mark_devices(self, root: Node) -> None:
         # Post-order: an op launched device work if it or a descendant did.
@@ -328,7 +365,7 @@ class Resolver:
                 backend = self.conv_backend(node, device)
                 if backend:
                     a["conv_backend"] = backend
-            vendor = op_vendor(node.name, device, backend or observed)
+            vendor = op_vendor(node.name, device, backend or observed, self.platform)
             if vendor is not None:
                 a["library"], a["closed"] = vendor
 
@@ -348,7 +385,7 @@ class Resolver:
         facts["_location"] = op.location
         facts["op_kind"] = op.kind.value
         facts.update(self.dispatch_facts(op, device, dtype, requires_grad))
-        vendor = op_vendor(name, device)
+        vendor = op_vendor(name, device, platform=self.platform)
         if vendor is not None and vendor[0] == "BLAS" and self.live and _has_mkl():
             vendor = ("MKL", True)  # this build's CPU BLAS, asked in the process that ran the op
         if vendor is not None:
@@ -362,10 +399,34 @@ class Resolver:
     def _override(self, op: str, key: str | None):
         from kernelmap.dispatch.native import served_by_override
 
+        base = op.split("::", 1)[-1].split(".", 1)[0]
+        texts = self._override_texts()
+        if texts is not None and not any(f'"{base}' in text for text in texts):
+            return None  # no override file names it: what static_overrides would find too, without parsing
         try:
             return served_by_override(op, key, static=not self.live)
         except KernelmapError:
             return None
+
+    def _override_texts(self) -> list[str] | None:
+        """The texts of the wheel's torch/_native/ops files that register
+        overrides, read once per trace; None when they cannot be read."""
+        if self._native_texts == ["?"]:
+            return None
+        if self._native_texts is None:
+            from kernelmap import env
+
+            texts: list[str] = []
+            try:
+                ops_dir = env.torch_install().torch_dir / "_native" / "ops"
+                for path in sorted(ops_dir.rglob("*.py")) if ops_dir.is_dir() else ():
+                    text = path.read_text(encoding="utf-8", errors="replace")
+                    if "register_op_override" in text:
+                        texts.append(text)
+            except (KernelmapError, OSError):
+                texts = ["?"]  # unreadable: served_by_override decides for every operator
+            self._native_texts = texts
+        return None if self._native_texts == ["?"] else self._native_texts
 
     def _resolve_device(self, node: Node) -> None:
         ops = []

@@ -63,19 +63,27 @@ class GroupRow:
     total_us: float = 0.0
     device_us: float = 0.0
     ops: Counter = field(default_factory=Counter)
+    lines: dict = field(default_factory=dict)  # operator or kernel -> its line in this file (source files only)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        d = {
             "name": self.name,
             "calls": self.calls,
             "total_us": round(self.total_us, 3),
             "device_us": round(self.device_us, 3),
             "ops": dict(self.ops.most_common(10)),
         }
+        if self.lines:
+            d["lines"] = {k: self.lines[k] for k in d["ops"] if k in self.lines}
+        return d
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> GroupRow:
-        return GroupRow(d["name"], d["calls"], d["total_us"], d["device_us"], Counter(d.get("ops") or {}))
+        return GroupRow(d["name"], d["calls"], d["total_us"], d["device_us"], Counter(d.get("ops") or {}), dict(d.get("lines") or {}))
+
+    def op_cells(self) -> str:
+        """"aten::addmm:400, ...": each operator with its line in this file, where known."""
+        return ", ".join(f"{k}:{self.lines[k]}" if k in self.lines else k for k in self.ops.keys())
 
 
 @dataclass
@@ -147,7 +155,7 @@ class Summary:
         out = []
         out.append(_table(
             f"Operators ({len(self.ops)}; top {min(top, len(self.ops))} by total time)",
-            ("operator", "calls", "self ms", "total ms", "dev ms", "dispatch key", "kernel", "library", "most common input shapes"),
+            ("operator", "calls", "self ms", "total ms", "dev ms", "dispatch key", "kernel", "source", "library", "most common input shapes"),
             [
                 (
                     r.name + (" ?" if r.unknown else ""),
@@ -157,13 +165,15 @@ class Summary:
                     _ms(r.device_us) if r.device_us else "-",
                     r.dispatch_key or "-",
                     r.kernel or "-",
+                    r.source or "-",
                     (r.library + (" (closed)" if r.closed else "")) if r.library else "-",
                     r.shapes.most_common(1)[0][0] if r.shapes else "-",
                 )
                 for r in self.ops[:top]
             ],
             width,
-            limits={0: 30, 5: 25, 6: 36, 7: 16},
+            limits={0: 30, 5: 25, 6: 36, 7: 44, 8: 16},
+            left_cut={7},
         ))
         out.append(_table(
             f"Modules ({len(self.modules)}; time includes nested modules)",
@@ -174,14 +184,15 @@ class Summary:
         out.append(_table(
             f"Source files ({len(self.files)}; kernel sources, else the registration that serves the op)",
             ("file", "calls", "self ms", "dev ms", "operators / kernels"),
-            [(r.name, str(r.calls), _ms(r.total_us), _ms(r.device_us) if r.device_us else "-", ", ".join(r.ops.keys())) for r in self.files[:top]],
+            [(r.name, str(r.calls), _ms(r.total_us), _ms(r.device_us) if r.device_us else "-", r.op_cells()) for r in self.files[:top]],
             width,
             limits={0: 60},
+            left_cut={0},
         ))
         kernel_rows = [(r.name, k, r.kernel_sources.get(k) or "-") for r in self.ops[:top] for k in r.kernels]
         if kernel_rows:
             out.append(_table("Kernels of each operator (functor or kernel source, else library)", ("operator", "source", "kernel"),
-                              [(op, src, k) for op, k, src in kernel_rows], width, limits={0: 30, 1: 60}))
+                              [(op, src, k) for op, k, src in kernel_rows], width, limits={0: 30, 1: 60}, left_cut={1}))
         gpu = self.gpu.to_text(top, width)
         if gpu:
             out.append(gpu)
@@ -195,7 +206,10 @@ def _ms(us: float) -> str:
     return f"{us / 1000:.3f}"
 
 
-def _table(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]], width: int, limits: dict[int, int] | None = None) -> str:
+def _table(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]], width: int, limits: dict[int, int] | None = None,
+           left_cut: set[int] | frozenset[int] = frozenset()) -> str:
+    """A fixed-width table; a long cell ends in "…", or, in the `left_cut`
+    columns (file:line), starts with it, so that the file name and line stay."""
     cols = list(zip(header, *rows)) if rows else [(h,) for h in header]
     widths = [max(len(c) for c in col) for col in cols]
     for i, limit in (limits or {}).items():
@@ -208,7 +222,8 @@ def _table(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]], wid
     def line(cells):
         parts = []
         for i, (c, w) in enumerate(zip(cells, widths)):
-            c = c if len(c) <= w else c[: w - 1] + "…"
+            if len(c) > w:
+                c = "…" + c[len(c) - w + 1:] if i in left_cut else c[: w - 1] + "…"
             parts.append(c.rjust(w) if i in numeric else c.ljust(w))
         return "  ".join(parts).rstrip()
 
@@ -287,6 +302,9 @@ def summarize(tree: CallTree) -> Summary:
                 f.calls += 1
                 f.total_us += _self_us(n)
                 f.ops[n.name] += 1
+                line = (src or a.get("registered_at") or "").rsplit(":", 1)[-1]
+                if line.isdigit():
+                    f.lines.setdefault(n.name, int(line))
         elif n.kind == "module":
             mtype = n.name.rsplit("_", 1)[0]
             g = modules.setdefault(mtype, GroupRow(mtype))
@@ -309,6 +327,9 @@ def summarize(tree: CallTree) -> Summary:
             f.calls += 1
             f.device_us += dur
             f.ops[n.attrs.get("kernel") or n.name] += 1
+            line = str(n.attrs.get("source") or "").rsplit(":", 1)[-1]
+            if line.isdigit():
+                f.lines.setdefault(n.attrs.get("kernel") or n.name, int(line))
     return Summary(
         ops=sorted(ops.values(), key=lambda r: (-r.total_us, r.name)),
         modules=sorted(modules.values(), key=lambda r: (-r.total_us, r.name)),

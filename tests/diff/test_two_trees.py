@@ -50,7 +50,7 @@ def test_where_reads_the_selected_tree(both, version, op, python):
 
 
 def _is_structured(location) -> bool:
-    return any(m in line_at(location) for m in ("TORCH_IMPL_FUNC", "TORCH_META_FUNC"))
+    return re.search(r"\bTORCH_(PRECOMPUTE_)?(META|IMPL)_FUNC", line_at(location)) is not None
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -120,3 +120,33 @@ def test_explain_excerpts_are_the_trees_lines(both, version, op, python):
                 assert lines[int(numbered[1]) - 1].strip() == numbered[2].strip(), (step.title, text)
             else:
                 assert lines[step.location.line - 1 + i].rstrip() == text.rstrip(), (step.title, text)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("op,python", OPS)
+def test_callers_are_the_trees(both, version, op, python):
+    """Bottom-up from the kernel `where` names: every location is the selected
+    tree's (its sources, or code regenerated with its torchgen), and each
+    definition read from the tree holds its name on that line."""
+    from kernelmap import api, graph
+
+    tree, source = both[version]
+    answer = api.where(f"aten::{op}", device="cpu", static=True, with_source=True, source=source)
+    kernels = [s for s in answer.source if s.location is not None and s.location.origin.kind is OriginKind.TREE]
+    assert kernels, f"{op}: where read no kernel from tree {tree.name}"
+    call = graph.callers(kernels[0].name, graph.open_context("cpu", source=source))
+    checked, ops = 0, 0
+    for _, node in call.walk():
+        loc = node.location
+        ops += node.kind is NodeKind.OPERATOR
+        if loc is None or loc.origin is None:
+            continue
+        if loc.origin.kind is OriginKind.TREE:
+            assert loc.origin == tree.origin, node
+            if node.kind is NodeKind.KERNEL:
+                assert defines(loc, node.name, span=3) or _is_structured(loc), (node.name, loc, line_at(loc))
+            checked += 1
+        elif loc.origin.kind is OriginKind.GENERATED:
+            assert loc.origin.version == tree.version, node
+    assert checked, f"{op}: callers read nothing from tree {tree.name}"
+    assert ops, f"{op}: callers of {kernels[0].name} reach no operator"

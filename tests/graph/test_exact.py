@@ -310,3 +310,19 @@ def test_index_select_is_followed_to_its_kernel(context):
     assert re.search(r"\bindex_select\s*\(", call_line(calls[0]))
     impls = [n for n, _ in walk(tree) if n.name == "at::native::index_select_out_cuda"]
     assert impls and re.search(r"\bindex_select_out_cuda\s*\(", file_lines(impls[0].location)[impls[0].location.line - 1])
+
+
+# -- a call the parser read as a declaration is no definition -----------------
+
+
+def test_call_statement_does_not_shadow_the_definition(context):
+    """ReduceMomentKernel.cu calls `gpu_reduce_kernel<...>(iter, ops, typename
+    ops_t::acc_t{});`, which the index holds as a declaration; mean_kernel_impl
+    still reaches Reduce.cuh's gpu_reduce_kernel and its launch."""
+    tree = graph.stack("at::native::mean_kernel_impl", context("cuda"), depth=4)
+    reached = [n for n, _ in walk(tree) if n.name == "at::native::gpu_reduce_kernel"]
+    assert reached
+    for n in reached:
+        line = file_lines(n.location)[n.location.line - 1]
+        assert re.search(r"\bgpu_reduce_kernel\s*\(", line) and not line.rstrip().endswith(";"), line
+    assert [n for n, _ in walk(tree) if n.name == "at::native::launch_reduce_kernel"]

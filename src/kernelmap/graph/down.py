@@ -805,6 +805,8 @@ def _resolve_direct(site, caller, ctx: GraphContext) -> list:
     found = [d for d in ctx.index.definitions(callee) if d.location.path.startswith(KERNEL_DIRS)]
     if not found:
         return []
+    bodies = [d for d in found if not _is_statement(d, ctx)]
+    found = bodies or found
     caller_ns = caller.lookup.rsplit("::", 1)[0] if "::" in caller.lookup else ""
     # a qualified call names its definition; an unqualified one is looked up from the caller's namespace first
     # (build_opgraph's getConvDescriptor is its own file's, not the global one of quantized/cudnn/Conv.cpp)
@@ -828,6 +830,18 @@ def _resolve_direct(site, caller, ctx: GraphContext) -> list:
         if all(d.lookup == same_file[0].lookup for d in same_file):
             return same_file
     return found
+
+
+def _is_statement(definition, ctx: GraphContext) -> bool:
+    """A "definition" that is one line ending in `;`: a call the parser read as
+    a declaration (`gpu_reduce_kernel<scalar_t, out_t, 2>(iter, ops, typename
+    ops_t::acc_t{});` in ReduceMomentKernel.cu), never the function's body."""
+    location = definition.location
+    if location.end_line not in (None, location.line):
+        return False
+    lines = file_lines(ctx.index.tree.root / location.path)
+    text = lines[location.line - 1].strip() if location.line <= len(lines) else ""
+    return text.endswith(");") and not text.startswith(("#", "//"))
 
 
 def _is_local(name: str, site, caller, ctx: GraphContext) -> bool:

@@ -239,3 +239,90 @@ def test_cpu_stub_shows_how_the_capability_is_chosen(context):
     assert "operator()" in file_lines(call.location)[call.location.line - 1]
     choose = call.children[0]
     assert choose.name.endswith("choose_cpu_impl") and "choose_cpu_impl" in file_lines(choose.location)[choose.location.line - 1]
+
+
+# -- device tests in conditions ------------------------------------------------
+
+
+def call_line(node) -> str:
+    site = node.attrs.get("call_site") or node.location
+    return file_lines(site)[site.line - 1]
+
+
+def test_else_of_another_devices_test_is_the_path_this_device_takes(context):
+    """`if (input_.is_cuda() && half) ... else ...`: the else is every other device's path."""
+    tree = graph.stack("at::native::softmax", context("cpu"), depth=3)
+    calls = [n for n, _ in walk(tree) if n.name == "aten::_softmax"]
+    guarded = [n for n in calls if n.condition and "is_cuda()" in n.condition and "&&" in n.condition]
+    assert guarded
+    for n in guarded:
+        assert re.search(r"\b_softmax\s*\(", call_line(n)), call_line(n)
+        assert n.condition.startswith("else of ") != bool(n.attrs.get("branch")), n.condition
+    followed = [n for n in guarded if n.condition.startswith("else of ")]
+    assert followed and followed[0].children  # expanded on the CPU
+
+
+def test_a_test_for_the_cpu_is_another_devices_branch_on_cuda(context):
+    """structured_mean_out::impl sums and divides `if (self.device().is_cpu())`;
+    on CUDA the mean goes to mean_stub's kernel instead."""
+    roles, _ = steps("aten::mean.dim", "cuda")
+    stub = roles["stub kernel"]
+    short = stub.name.rsplit("::", 1)[-1]
+    assert [line for line in file_lines(stub.location) if re.search(rf"REGISTER_\w*DISPATCH\(\s*mean_stub\s*,\s*&?{short}\b", line)]
+    cpu_tree = graph.stack("aten::mean.dim", context("cpu"), depth=4)
+    cuda_tree = graph.stack("aten::mean.dim", context("cuda"), depth=4)
+    for tree, is_branch in ((cpu_tree, False), (cuda_tree, True)):
+        under = [n for n, _ in walk(tree) if n.condition and "is_cpu()" in n.condition and n.kind == "op"]
+        assert under
+        for n in under:
+            assert "is_cpu()" in "\n".join(file_lines(n.attrs.get("call_site") or n.location)[: (n.attrs.get("call_site") or n.location).line])
+            assert bool(n.attrs.get("branch")) == (is_branch and not n.condition.startswith("else of ")), (n.name, n.condition)
+
+
+# -- overloads by the call's argument count -----------------------------------
+
+
+def test_call_reaches_the_overload_its_arguments_fit(context):
+    """`at::sort(self, false, dim, descending)` passes four arguments: the
+    schema of aten::sort takes three, aten::sort.stable's four."""
+    tree = graph.stack("at::native::sort", context("cpu"), depth=3)
+    calls = [n for n, _ in walk(tree) if n.kind == "op" and n.name.startswith("aten::sort")]
+    assert calls
+    ctx = context("cpu")
+    for n in calls:
+        line = call_line(n)
+        args = re.search(r"\bat::sort\s*\((.*)\)", line).group(1)
+        count = args.count(",") + 1
+        schema = ctx.catalog.resolve(n.name)[0].schema
+        params = [a for a in re.search(r"\((.*)\)\s*->", schema).group(1).split(",") if a.strip() != "*"]
+        assert len(params) == count, (line, schema)
+        assert sum("=" not in a for a in params) <= count
+    assert any(n.name == "aten::sort.stable" and n.children for n in calls)
+
+
+# -- kernels named after `index` are work, not plumbing -----------------------
+
+
+def test_index_select_is_followed_to_its_kernel(context):
+    tree = graph.stack("aten::embedding", context("cuda"))
+    calls = [n for n, _ in walk(tree) if n.name == "aten::index_select"]
+    assert calls and not calls[0].attrs.get("utility")
+    assert re.search(r"\bindex_select\s*\(", call_line(calls[0]))
+    impls = [n for n, _ in walk(tree) if n.name == "at::native::index_select_out_cuda"]
+    assert impls and re.search(r"\bindex_select_out_cuda\s*\(", file_lines(impls[0].location)[impls[0].location.line - 1])
+
+
+# -- a call the parser read as a declaration is no definition -----------------
+
+
+def test_call_statement_does_not_shadow_the_definition(context):
+    """ReduceMomentKernel.cu calls `gpu_reduce_kernel<...>(iter, ops, typename
+    ops_t::acc_t{});`, which the index holds as a declaration; mean_kernel_impl
+    still reaches Reduce.cuh's gpu_reduce_kernel and its launch."""
+    tree = graph.stack("at::native::mean_kernel_impl", context("cuda"), depth=4)
+    reached = [n for n, _ in walk(tree) if n.name == "at::native::gpu_reduce_kernel"]
+    assert reached
+    for n in reached:
+        line = file_lines(n.location)[n.location.line - 1]
+        assert re.search(r"\bgpu_reduce_kernel\s*\(", line) and not line.rstrip().endswith(";"), line
+    assert [n for n, _ in walk(tree) if n.name == "at::native::launch_reduce_kernel"]

@@ -665,6 +665,7 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None) -> Node |
             op = ctx.catalog.resolve(site.op)[0]
         except KernelmapError:
             return Node(site.callee, "op", site.location, kind, condition, {"unresolved": f"{site.op} is not in the catalog"})
+        op = by_argument_count(op, site, ctx)
         node = op_node(op, ctx, kind, condition, site.location)
         if is_utility_op(op.name.name, op.is_view):
             node.attrs["utility"] = True
@@ -716,6 +717,54 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None) -> Node |
     return group
 
 
+def call_argument_count(site, ctx: GraphContext) -> int | None:
+    """How many arguments a call site passes, read from its lines in the tree
+    (None when the call cannot be read there)."""
+    if ctx.index is None:
+        return None
+    lines = file_lines(ctx.index.tree.root / site.location.path)
+    start = site.location.line - 1
+    text = "\n".join(lines[start : start + 12])
+    m = re.search(rf"\b{re.escape(site.name)}\s*(?:<[^(){{;]*>)?\s*\(", text)
+    if m is None:
+        return None
+    depth, count, empty = 1, 0, True
+    for ch in text[m.end() :]:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                return 0 if empty else count + 1
+        elif ch == "," and depth == 1:
+            count += 1
+        if not ch.isspace() and depth >= 1:
+            empty = False
+    return None
+
+
+def _accepts(op: Op, count: int) -> bool:
+    arguments = _schema_arguments(op.schema)
+    required = sum("=" not in a for a in arguments)
+    return required <= count <= len(arguments)
+
+
+def by_argument_count(op: Op, site, ctx: GraphContext) -> Op:
+    """The overload a C++ call reaches: `at::sort(self, false, dim, descending)`
+    passes four arguments, which `sort(Tensor self, int dim=-1, bool
+    descending=False)` cannot take and `sort.stable` can. The resolved operator
+    stays when it accepts the count or no other overload of its name does."""
+    count = call_argument_count(site, ctx)
+    if count is not None and site.callee.startswith("."):
+        count += 1  # `self.sort(...)`: the tensor is the first argument
+    if count is None or _accepts(op, count):
+        return op
+    for other in ctx.catalog.overloads(op.name.name.rstrip("_")):
+        if other.name.name == op.name.name and other.is_out == op.is_out and other.is_inplace == op.is_inplace and _accepts(other, count):
+            return other
+    return op
+
+
 def _one_symbol(definitions) -> bool:
     return len({d.lookup for d in definitions}) == 1
 
@@ -756,6 +805,8 @@ def _resolve_direct(site, caller, ctx: GraphContext) -> list:
     found = [d for d in ctx.index.definitions(callee) if d.location.path.startswith(KERNEL_DIRS)]
     if not found:
         return []
+    bodies = [d for d in found if not _is_statement(d, ctx)]
+    found = bodies or found
     caller_ns = caller.lookup.rsplit("::", 1)[0] if "::" in caller.lookup else ""
     # a qualified call names its definition; an unqualified one is looked up from the caller's namespace first
     # (build_opgraph's getConvDescriptor is its own file's, not the global one of quantized/cudnn/Conv.cpp)
@@ -779,6 +830,18 @@ def _resolve_direct(site, caller, ctx: GraphContext) -> list:
         if all(d.lookup == same_file[0].lookup for d in same_file):
             return same_file
     return found
+
+
+def _is_statement(definition, ctx: GraphContext) -> bool:
+    """A "definition" that is one line ending in `;`: a call the parser read as
+    a declaration (`gpu_reduce_kernel<scalar_t, out_t, 2>(iter, ops, typename
+    ops_t::acc_t{});` in ReduceMomentKernel.cu), never the function's body."""
+    location = definition.location
+    if location.end_line not in (None, location.line):
+        return False
+    lines = file_lines(ctx.index.tree.root / location.path)
+    text = lines[location.line - 1].strip() if location.line <= len(lines) else ""
+    return text.endswith(");") and not text.startswith(("#", "//"))
 
 
 def _is_local(name: str, site, caller, ctx: GraphContext) -> bool:

@@ -34,6 +34,11 @@ _OTHER_DEVICE_WORDS = {
     "meta": ("cudnn", "miopen", "cuda", "mkldnn", "onednn", "xnnpack", "nnpack", "mps", "hip", "xpu"),
 }
 
+# Tests that a tensor is on the selected device (`self.device().is_cpu()`): the
+# branch they guard belongs to it, their else to the other devices.
+_OWN_DEVICE_TESTS = {"cpu": "is_cpu", "cuda": "is_cuda", "mps": "is_mps", "meta": "is_meta"}
+_OTHER_DEVICE_TESTS = tuple(_OWN_DEVICE_TESTS.values())
+
 # Tensor layouts other than dense strided have backends of their own.
 _OTHER_BACKEND_WORDS = ("is_quantized", "is_sparse", "is_nested", "is_mkldnn", "is_vulkan", "is_metal")
 
@@ -42,10 +47,12 @@ DEVICE_KEYS = {device: key for device, key in _DISPATCH_DEVICE_KEYS.items() if d
 
 # Operators that every kernel calls to shape, allocate or inspect tensors. They
 # are shown where they are called but not expanded (give one as TARGET to see it).
+# `index` is the indexing operator itself, not the kernels named after it
+# (index_select, index_add gather and scatter data: work, not plumbing).
 _UTILITY_OPS = re.compile(
     r"(empty|new_empty|is_|_is_|size|stride|sym_|numel|dim|resize|contiguous|clone|copy|to|_to_copy|fill|zero_|"
     r"zeros|ones|full|select|unsqueeze|squeeze|view|reshape|expand|permute|transpose|t|narrow|slice|as_strided|"
-    r"detach|resolve_conj|resolve_neg|alias|item|_local_scalar_dense|set_|conj|_conj|real|imag|index|split|chunk|"
+    r"detach|resolve_conj|resolve_neg|alias|item|_local_scalar_dense|set_|conj|_conj|real|imag|index(?!_)|split|chunk|"
     r"unbind|cat|stack|flatten|unflatten|movedim|squeeze_|unsqueeze_|result_type|can_cast|promote_types|"
     r"scalar_tensor|lift|_has_compatible_shallow_copy_type|_unsafe_view|_reshape_alias|diagonal)(_|\b|$)"
 )
@@ -78,10 +85,30 @@ def other_device_reason(condition: str | None, device: str) -> str | None:
     text = condition.lower()
     if re.search(r"!\s*\w*(enabled|available)", text):  # `#if !AT_CUDNN_ENABLED()`: the library-absent variant
         return None
-    words = _OTHER_DEVICE_WORDS[device] + _OTHER_BACKEND_WORDS
-    if any(w in text for w in words):
+    own = _OWN_DEVICE_TESTS[device]
+    words = _OTHER_DEVICE_WORDS[device] + _OTHER_BACKEND_WORDS + tuple(t for t in _OTHER_DEVICE_TESTS if t != own)
+    other = _mentions(text, words)
+    mine = _mentions(text, (own,))
+    single = "&&" not in text and "||" not in text
+    if text.startswith("else of "):
+        # the else of `if (x.is_cuda() && ...)` is the path every other device takes;
+        # the else of `if (!x.is_cuda())` or of `if (x.is_cpu())` on the CPU is another device's
+        if single and ((other == {True} ) or mine == {False}):
+            return f"a branch for another device or backend than {device}"
+        return None
+    if False in other or (single and mine == {True}):
         return f"a branch for another device or backend than {device}"
     return None
+
+
+def _mentions(text: str, words) -> set[bool]:
+    """For each mention of one of `words` in a condition: whether the name it is
+    part of is negated (`!x.is_cuda()`: True; `use_cudnn(...)`: False)."""
+    found = set()
+    for m in re.finditer("|".join(words), text):
+        atom = re.search(r"(!?)\s*[\w.:>\-]*$", text[: m.start()])  # the name the word is part of, and its `!`
+        found.add(bool(atom and atom.group(1)))
+    return found
 
 
 def is_utility_op(name: str, is_view: bool) -> bool:

@@ -26,13 +26,11 @@ from kernelmap.errors import BadInput, KernelmapError
 from kernelmap.graph.rules import DEVICE_KEYS
 
 if TYPE_CHECKING:
-    from kernelmap.codegen.build import Reporter
-
-if TYPE_CHECKING:
-    from kernelmap.model import Origin
     from kernelmap.catalog import Catalog
     from kernelmap.codegen import GeneratedFiles
+    from kernelmap.codegen.build import Reporter
     from kernelmap.codegen.headers import HeaderFiles
+    from kernelmap.model import Origin
     from kernelmap.source import Index
     from kernelmap.source.config import BuildConfig
 

@@ -28,28 +28,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from timing import option, tree_root
+
 REPO = Path(__file__).resolve().parents[1]
 CTAGS = "/usr/bin/ctags"
 
-
-def _option(name: str) -> Path | None:
-    if name in sys.argv:
-        i = sys.argv.index(name)
-        value = Path(sys.argv[i + 1])
-        del sys.argv[i : i + 2]
-        return value
-    return None
-
-
-COUNTS = _option("--counts")
-BASELINE = _option("--baseline")
-
-
-def tree_root() -> Path:
-    if len(sys.argv) > 1:
-        return Path(sys.argv[1])
-    out = subprocess.run([str(REPO / "scripts/fetch-test-tree")], capture_output=True, text=True, check=True)
-    return Path(out.stdout.strip().splitlines()[-1])
+COUNTS = option("--counts")
+BASELINE = option("--baseline")
 
 
 def copy_tree(src: Path, dst: Path) -> None:

@@ -19,29 +19,14 @@ import sys
 import time
 from pathlib import Path
 
+from timing import option, tree_root
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 CTAGS = "/usr/bin/ctags"
 DIRS = ("aten/src/ATen/native", "aten/src/ATen/cuda", "aten/src/ATen/cudnn")
 
-
-def _option(name: str) -> Path | None:
-    if name in sys.argv:
-        i = sys.argv.index(name)
-        value = Path(sys.argv[i + 1])
-        del sys.argv[i : i + 2]
-        return value
-    return None
-
-
-MISSES = _option("--misses")
-
-
-def tree_root() -> Path:
-    if len(sys.argv) > 1:
-        return Path(sys.argv[1])
-    out = subprocess.run([str(REPO / "scripts/fetch-test-tree")], capture_output=True, text=True, check=True)
-    return Path(out.stdout.strip().splitlines()[-1])
+MISSES = option("--misses")
 
 
 def kernel_files(root: Path) -> list[str]:

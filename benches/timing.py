@@ -6,7 +6,9 @@ from __future__ import annotations
 import resource
 import statistics
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 
 def wall(cmd: list[str], runs: int, env: dict[str, str] | None = None) -> tuple[float, float]:
@@ -21,3 +23,22 @@ def wall(cmd: list[str], runs: int, env: dict[str, str] | None = None) -> tuple[
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     return statistics.median(walls), statistics.median(cpus)
+
+
+def option(name: str) -> Path | None:
+    """Take `NAME PATH` out of the command line; None when absent."""
+    if name in sys.argv:
+        i = sys.argv.index(name)
+        value = Path(sys.argv[i + 1])
+        del sys.argv[i : i + 2]
+        return value
+    return None
+
+
+def tree_root() -> Path:
+    """The tree given as the first argument, else the 2.6.0 test tree (fetched once)."""
+    if len(sys.argv) > 1:
+        return Path(sys.argv[1])
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([str(repo / "scripts/fetch-test-tree")], capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip().splitlines()[-1])

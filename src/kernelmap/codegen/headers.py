@@ -23,7 +23,6 @@ are otherwise identical (see `compare_headers`).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -34,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelmap import env
-from kernelmap.codegen.build import CodegenSource, Reporter, cache_root, installed_source, tree_source
+from kernelmap.codegen.build import CodegenSource, Reporter, _swap_into_place, cache_root, installed_source, tree_source
 from kernelmap.errors import KernelmapError, TorchgenError
 from kernelmap.model import Location, Op, Origin, OriginKind
 
@@ -184,13 +183,7 @@ def _generate(source: CodegenSource, target: Path, progress: Reporter | None) ->
         sizes = {p.relative_to(aten).as_posix(): p.stat().st_size for p in aten.rglob("*") if p.is_file()}
         manifest = {"fingerprint": _fingerprint(source), "label": source.describe, "files": len(sizes), "seconds": round(time.perf_counter() - started, 2), "sizes": sizes}
         (tmp / "manifest.json").write_text(json.dumps(manifest))
-        if target.exists():
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
-            os.replace(target, old)
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
+        _swap_into_place(tmp, target)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

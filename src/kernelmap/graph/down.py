@@ -525,6 +525,86 @@ def by_dtype(definitions: list, ctx: GraphContext) -> list:
     return special or typed
 
 
+def declaration_head(definition, ctx: GraphContext) -> str:
+    """The text of a definition's declaration up to its name: the template
+    header and return type written on the lines before it (a few at most)."""
+    lines = file_lines(ctx.index.tree.root / definition.location.path)
+    line = definition.location.line
+    text = "\n".join(lines[max(0, line - 8) : line])
+    short = re.escape(definition.name.rsplit("::", 1)[-1])
+    m = None
+    for m in re.finditer(rf"\b{short}\s*(?:<[^(){{;]*>)?\s*\(", text):
+        pass
+    text = text[: m.start()] if m is not None else text
+    cut = max(text.rfind(";"), text.rfind("}"), text.rfind("{"))
+    return text[cut + 1 :]
+
+
+def is_template(definition, ctx: GraphContext) -> bool:
+    """Whether a definition is a function template over a type (`template <typename scalar_t>`)."""
+    return re.search(r"\btemplate\s*<[^;{}]*\b(?:typename|class)\b", declaration_head(definition, ctx)) is not None
+
+
+# `std::enable_if_t<COND, ...>` conditions on the element type that a dtype decides
+# (Note [enable_if overloads]): the opmath type of Half and BFloat16 is float.
+_ENABLE_IF = re.compile(r"enable_if(?:_t)?\s*<\s*(!?)\s*(?:std::)?(is_same_v\s*<\s*(\w+)\s*,\s*(?:at::)?opmath_type\s*<\s*\3\s*>\s*>|(?:c10::|at::)?is_reduced_floating_point_v\s*<\s*\w+\s*>)")
+_REDUCED_DTYPES = ("float16", "bfloat16")
+
+
+def by_enable_if(definitions: list, ctx: GraphContext) -> list:
+    """Note [enable_if overloads]: template overloads of one name told apart by
+    `std::enable_if_t` on the element type (batch_norm_cpu_contiguous_impl,
+    LayerNormKernelImplInternal, _vec_softmax_lastdim: one for float and
+    double, one for the reduced floating types Half and BFloat16). The one the
+    selected dtype enables is the one called; all of them when a condition is
+    not one of these."""
+    reduced = ctx.dtype in _REDUCED_DTYPES
+    enabled = []
+    for d in definitions:
+        m = _ENABLE_IF.search(declaration_head(d, ctx))
+        if m is None:
+            return definitions
+        holds = (not reduced) if m.group(2).startswith("is_same") else reduced
+        if holds != bool(m.group(1)):
+            enabled.append(d)
+    return enabled or definitions
+
+
+# A dtype dispatch in a kernel's body: `AT_DISPATCH_FLOATING_TYPES(...)`, `AT_DISPATCH_V2(...)`,
+# a file's own wrapper of one (`_AT_DISPATCH_GEMM_TYPES`).
+_DTYPE_DISPATCH = re.compile(r"\b\w*AT_DISPATCH\w*\s*\(")
+
+
+@functools.lru_cache(maxsize=4096)
+def _dtype_cases(path: Path, start: int, end: int) -> tuple[tuple[int, int], ...]:
+    """The line spans of the dtype dispatches between lines `start` and `end` of a file."""
+    lines = file_lines(path)
+    text = "\n".join(lines[start - 1 : end])
+    spans = []
+    for m in _DTYPE_DISPATCH.finditer(text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        spans.append((start + text.count("\n", 0, m.start()), start + text.count("\n", 0, i)))
+    return tuple(spans)
+
+
+def dtype_work(site, caller, caller_node: Node, callee, ctx: GraphContext) -> str | None:
+    """Why a direct call is the kernel's per-dtype work, kept though it reaches
+    no loop, launch or vendor call (cat_serial_kernel_impl<scalar_t> copies with
+    its own loops): it is made in an AT_DISPATCH case of the caller, or it is a
+    template over the element type called from such work. None otherwise."""
+    location = caller.location
+    line = site.location.line
+    for first, last in _dtype_cases(ctx.index.tree.root / location.path, location.line, location.end_line or location.line):
+        if first <= line <= last:
+            return f"called in the dtype dispatch at line {first}"
+    if caller_node.attrs.get("dtype_work") and callee is not None and is_template(callee, ctx):
+        return "a template over the element type, called by per-dtype work"
+    return None
+
+
 def compiled(condition: str | None, ctx: GraphContext) -> bool | None:
     """Whether the release build for the device compiles code under the `#if`
     `condition` (None: undecided, or no build model) (Note [build configuration])."""
@@ -587,6 +667,11 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
             child.attrs["branch"] = branch
             if not ctx.all_branches:
                 child.leaf().payload = None
+        elif site.kind is EdgeKind.DIRECT and child.kind in (NodeKind.KERNEL, NodeKind.ALTERNATIVES, NodeKind.AMBIGUOUS):
+            work = dtype_work(site, definition, node, child.payload if child.kind is NodeKind.KERNEL else None, ctx)
+            if work is not None:
+                child.attrs["dtype_work"] = work
+                child.attrs["keep"] = True
         children.append(child)
     for target, site in _callbacks(definition, ctx):
         children.append(cpp_node(target, ctx, EdgeKind.DIRECT, "passed as a function argument", site))
@@ -694,6 +779,8 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None) -> Node |
     candidates = _resolve_direct(site, caller, ctx)
     if not candidates:
         return None
+    if len(candidates) > 1:
+        candidates = by_enable_if(candidates, ctx)
     if len(candidates) > 1:
         typed = by_dtype(candidates, ctx)
         if len(typed) == 1:

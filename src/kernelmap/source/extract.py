@@ -315,7 +315,9 @@ _OPS_CALL = re.compile(r"^at::_ops::(\w+)::(call|redispatch)$")
 _AT_FUNC = re.compile(r"^at::(?:redispatch::)?(\w+)$")
 _TEMPLATE_ARGS = re.compile(r"<[^<>]*>")
 _SPACE = re.compile(r"\s+")
-_TRIPLE_CHEVRON = re.compile(rb"([A-Za-z_][\w:]*)\s*(?:<[^;{}<>]*(?:<[^;{}<>]*>[^;{}<>]*)*>)?\s*<<<")
+# A launch written in a function-local `#define` (Indexing.cu's SMALL_INDEX and
+# LARGE_INDEX) continues its lines with `\`: a continuation is blank space here.
+_TRIPLE_CHEVRON = re.compile(rb"([A-Za-z_][\w:]*)[\s\\]*(?:<[^;{}<>]*(?:<[^;{}<>]*>[^;{}<>]*)*>)?[\s\\]*<<<")
 
 
 def _strip_templates(text: str) -> str:

@@ -590,13 +590,12 @@ def _dtype_cases(path: Path, start: int, end: int) -> tuple[tuple[int, int], ...
     return tuple(spans)
 
 
-def dtype_work(site, caller, caller_node: Node, callee, ctx: GraphContext) -> str | None:
+def dtype_work(line: int, caller, caller_node: Node, callee, ctx: GraphContext) -> str | None:
     """Why a direct call is the kernel's per-dtype work, kept though it reaches
     no loop, launch or vendor call (cat_serial_kernel_impl<scalar_t> copies with
     its own loops): it is made in an AT_DISPATCH case of the caller, or it is a
     template over the element type called from such work. None otherwise."""
     location = caller.location
-    line = site.location.line
     for first, last in _dtype_cases(ctx.index.tree.root / location.path, location.line, location.end_line or location.line):
         if first <= line <= last:
             return f"called in the dtype dispatch at line {first}"
@@ -668,13 +667,18 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
             if not ctx.all_branches:
                 child.leaf().payload = None
         elif site.kind is EdgeKind.DIRECT and child.kind in (NodeKind.KERNEL, NodeKind.ALTERNATIVES, NodeKind.AMBIGUOUS):
-            work = dtype_work(site, definition, node, child.payload if child.kind is NodeKind.KERNEL else None, ctx)
+            work = dtype_work(site.location.line, definition, node, child.payload if child.kind is NodeKind.KERNEL else None, ctx)
             if work is not None:
                 child.attrs["dtype_work"] = work
                 child.attrs["keep"] = True
         children.append(child)
     for target, site in _callbacks(definition, ctx):
-        children.append(cpp_node(target, ctx, EdgeKind.DIRECT, "passed as a function argument", site))
+        child = cpp_node(target, ctx, EdgeKind.DIRECT, "passed as a function argument", site)
+        work = dtype_work(site.line, definition, node, target, ctx)
+        if work is not None:
+            child.attrs["dtype_work"] = work
+            child.attrs["keep"] = True
+        children.append(child)
     return dedupe(children)
 
 

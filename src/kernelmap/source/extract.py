@@ -488,6 +488,8 @@ class Extractor:
         for cap in by_file["registrations"]:
             site = cap.get("site") or cap.get("library.call")
             points.append((site[0].start_byte, 1, ("reg", cap)))
+        if error_nodes and b"DISPATCH" in original:
+            points.extend(_lost_registrations(by_file["registrations"], original))
 
         definitions: list[Definition] = [None] * len(defs_raw)  # type: ignore[list-item]
         calls: list[Call] = []
@@ -510,6 +512,11 @@ class Extractor:
                 cond = label
             if what == "call":
                 self._call(cap, def_index, cond, pp, calls, data)
+            elif what == "lost":
+                macro, args, line = cap
+                device, capability = _register_key(macro, path, args)
+                kernel = None if macro.endswith("NO_CPU_DISPATCH") or len(args) < 2 else _kernel_name(args[-1])
+                registrations.append(Registration(-1, "register_dispatch", args[0].rsplit("::", 1)[-1], kernel, device, capability, line, pp))
             else:
                 self._registration(path, cap, def_index, lib, pp, registrations, stubs)
         # Launches written `kernel<<<grid, block>>>(...)`: the grammar has no such
@@ -726,6 +733,27 @@ class Extractor:
             # `REGISTER_DISPATCH(cpublas::gemm_stub, ...)`: the stub is declared (and called) by its own name
             stub = args[0].rsplit("::", 1)[-1]
             registrations.append(Registration(def_index, "register_dispatch", stub, kernel, device, capability, line, pp))
+
+
+# A stub registration written at the start of a line, as every file writes them.
+_REGISTER_LINE = re.compile(rb"^[ \t]*((?:ALSO_)?REGISTER_[A-Z0-9_]*DISPATCH)[ \t]*\(([^()]*(?:\([^()]*\)[^()]*)*)\)", re.M)
+
+
+def _lost_registrations(captured, original: bytes) -> list[tuple[int, int, tuple]]:
+    """Note [lost registrations]: REGISTER_DISPATCH lines that an error region
+    swallowed (FlashAttentionKernel.cpp's `ALSO_REGISTER_AVX512_DISPATCH`
+    after `} // anonymous namespace` parses as part of a broken expression),
+    read from the text: sweep points (byte, 1, ("lost", (macro, args, line)))."""
+    seen = {cap["site"][0].start_byte for cap in captured if "site" in cap}
+    lost = []
+    for m in _REGISTER_LINE.finditer(original):
+        if m.start(1) in seen or original[max(0, m.start() - 3) : m.start()].rstrip(b"\r\n").endswith(b"\\"):
+            continue  # captured already, or a line of a macro's definition
+        args = [_SPACE.sub("", a.decode("utf-8", "replace")) for a in m.group(2).split(b",")]
+        if args and args[0]:
+            line = original.count(b"\n", 0, m.start(1)) + 1
+            lost.append((m.start(1), 1, ("lost", (m.group(1).decode(), args, line))))
+    return lost
 
 
 _STRAY_CLOSE = re.compile(rb"^(\s*}\s*;?\s*(//[^\n]*)?)+$")

@@ -784,7 +784,7 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None) -> Node |
     if not candidates:
         return None
     if len(candidates) > 1:
-        candidates = by_enable_if(candidates, ctx)
+        candidates = by_arity(by_enable_if(candidates, ctx), site, ctx)
     if len(candidates) > 1:
         typed = by_dtype(candidates, ctx)
         if len(typed) == 1:
@@ -854,6 +854,27 @@ def by_argument_count(op: Op, site, ctx: GraphContext) -> Op:
         if other.name.name == op.name.name and other.is_out == op.is_out and other.is_inplace == op.is_inplace and _accepts(other, count):
             return other
     return op
+
+
+def by_arity(definitions: list, site, ctx: GraphContext) -> list:
+    """The overloads of a direct call that take as many arguments as it passes
+    (`cudnn_convolution_backward_input(input.sizes(), grad_output, ...)` with ten
+    arguments is ConvShared.cpp's Tensor overload, not the one that takes a
+    CheckedFrom first); all of them when the count cannot be read or none fits."""
+    if len(definitions) < 2:
+        return definitions
+    count = call_argument_count(site, ctx)
+    if count is None:
+        return definitions
+    fitting = []
+    for d in definitions:
+        params = parameters(d, ctx)
+        if params is None:
+            return definitions
+        required = sum("=" not in p for p in params if p != "...")
+        if required <= count and (count <= len(params) or any(p.endswith("...") for p in params)):
+            fitting.append(d)
+    return fitting or definitions
 
 
 def _one_symbol(definitions) -> bool:

@@ -590,18 +590,31 @@ def _dtype_cases(path: Path, start: int, end: int) -> tuple[tuple[int, int], ...
     return tuple(spans)
 
 
-def dtype_work(line: int, caller, caller_node: Node, callee, ctx: GraphContext) -> str | None:
+def dtype_work(line: int, callee_name: str, caller, caller_node: Node, callee, ctx: GraphContext) -> str | None:
     """Why a direct call is the kernel's per-dtype work, kept though it reaches
     no loop, launch or vendor call (cat_serial_kernel_impl<scalar_t> copies with
-    its own loops): it is made in an AT_DISPATCH case of the caller, or it is a
-    template over the element type called from such work. None otherwise."""
+    its own loops): a template over the element type (or a call spelling
+    template arguments, `vec_host_softmax_lastdim<scalar_t, false>::apply`)
+    made in an AT_DISPATCH case of the caller, or called from such work.
+    None otherwise."""
     location = caller.location
+    per_dtype = (callee is not None and is_template(callee, ctx)) or _templated_call(line, callee_name, location, ctx)
+    if not per_dtype:
+        return None  # a helper called in the case (getCurrentDeviceProperties) is plumbing like any other
     for first, last in _dtype_cases(ctx.index.tree.root / location.path, location.line, location.end_line or location.line):
         if first <= line <= last:
             return f"called in the dtype dispatch at line {first}"
-    if caller_node.attrs.get("dtype_work") and callee is not None and is_template(callee, ctx):
+    if caller_node.attrs.get("dtype_work"):
         return "a template over the element type, called by per-dtype work"
     return None
+
+
+def _templated_call(line: int, name: str, location: Location, ctx: GraphContext) -> bool:
+    """Whether the call of `name` on `line` spells template arguments (`f<scalar_t>(`, `S<scalar_t>::f(`)."""
+    lines = file_lines(ctx.index.tree.root / location.path)
+    text = lines[line - 1] if line <= len(lines) else ""
+    short = re.escape(name.rsplit("::", 1)[-1].lstrip("."))
+    return re.search(rf"\b{short}\s*<|>\s*::\s*{short}\s*\(", text) is not None
 
 
 def compiled(condition: str | None, ctx: GraphContext) -> bool | None:
@@ -667,14 +680,14 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
             if not ctx.all_branches:
                 child.leaf().payload = None
         elif site.kind is EdgeKind.DIRECT and child.kind in (NodeKind.KERNEL, NodeKind.ALTERNATIVES, NodeKind.AMBIGUOUS):
-            work = dtype_work(site.location.line, definition, node, child.payload if child.kind is NodeKind.KERNEL else None, ctx)
+            work = dtype_work(site.location.line, site.callee, definition, node, child.payload if child.kind is NodeKind.KERNEL else None, ctx)
             if work is not None:
                 child.attrs["dtype_work"] = work
                 child.attrs["keep"] = True
         children.append(child)
     for target, site in _callbacks(definition, ctx):
         child = cpp_node(target, ctx, EdgeKind.DIRECT, "passed as a function argument", site)
-        work = dtype_work(site.line, definition, node, target, ctx)
+        work = dtype_work(site.line, target.name, definition, node, target, ctx)
         if work is not None:
             child.attrs["dtype_work"] = work
             child.attrs["keep"] = True

@@ -598,13 +598,15 @@ def dtype_work(line: int, callee_name: str, caller, caller_node: Node, callee, c
     made in an AT_DISPATCH case of the caller, or called from such work.
     None otherwise."""
     location = caller.location
+    if callee is not None and not callee.location.path.startswith("aten/src/ATen/native/"):
+        return None  # ATen's utilities (getTensorInfo<scalar_t, ...> of ATen/cuda/detail) are plumbing
     per_dtype = (callee is not None and is_template(callee, ctx)) or _templated_call(line, callee_name, location, ctx)
     if not per_dtype:
         return None  # a helper called in the case (getCurrentDeviceProperties) is plumbing like any other
     for first, last in _dtype_cases(ctx.index.tree.root / location.path, location.line, location.end_line or location.line):
         if first <= line <= last:
             return f"called in the dtype dispatch at line {first}"
-    if caller_node.attrs.get("dtype_work"):
+    if caller_node.attrs.get("dtype_work") and callee is not None and callee.location.path == location.path:
         return "a template over the element type, called by per-dtype work"
     return None
 
@@ -696,7 +698,7 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
 
 
 # A function named as an argument: `split_batch_dim_to_32bit_out(..., raw_cudnn_convolution_forward_out_32bit)`.
-_ARGUMENT_NAME = r"(?:^|[(,])\s*&?\s*(?:[\w:]*::)?({name})\s*(?=[,)])"
+_ARGUMENT_NAME = r"(?:^|[(,])\s*&?\s*((?:[\w:]*::)?)({name})\s*(?=[,)])"
 
 
 _ANY_ARGUMENT_NAME = re.compile(_ARGUMENT_NAME.format(name=r"\w+"))
@@ -715,7 +717,10 @@ def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
     made through a function pointer, which no call site shows."""
     location = definition.location
     lines = file_lines(ctx.index.tree.root / location.path)
-    in_file = {d.name.rsplit("::", 1)[-1]: d for d in ctx.index.definitions_in(location.path) if d.name != definition.name}
+    in_file: dict[str, list] = {}
+    for d in ctx.index.definitions_in(location.path):
+        if d.name != definition.name:
+            in_file.setdefault(d.name.rsplit("::", 1)[-1], []).append(d)
     if not in_file:
         return []
     body = lines[location.line - 1 : location.end_line or location.line]
@@ -724,8 +729,10 @@ def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
     found = []
     for number in range(location.line + 1, (location.end_line or location.line) + 1):  # not the signature
         for m in _ANY_ARGUMENT_NAME.finditer(lines[number - 1] if number <= len(lines) else ""):
-            name = m.group(1)
-            target = in_file.get(name)
+            qualifier, name = m.group(1), m.group(2)
+            # `RUN_K(INDEX_T, DIM, sbtopk::launch)`: the qualifier tells sbtopk::launch from mbtopk::launch
+            named = [d for d in in_file.get(name, ()) if f"::{d.lookup}".endswith(f"::{qualifier}{name}")]
+            target = named[0] if named else None
             # a parameter or local variable that shares a function's name (`min`) is no callback
             if target is None or re.search(rf"\b{name}\b", head) or re.search(rf"\b{name}\s*=[^=]|[\w>&*]\s+{name}\s*[;=({{]", text):
                 continue
@@ -787,7 +794,7 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None) -> Node |
             if loop is not None:
                 return loop
         attrs = {"call_site": site.location}
-        kernels = ctx.index.global_kernels(site.name) if ctx.index else []
+        kernels = _nearest(ctx.index.global_kernels(site.name), site.callee, caller) if ctx.index else []
         location = kernels[0].location if len(kernels) == 1 else site.location
         return Node(site.callee, launch_kind(site.callee), location, kind, condition, attrs)
     if kind is EdgeKind.VENDOR:
@@ -955,6 +962,24 @@ def _resolve_direct(site, caller, ctx: GraphContext) -> list:
         if all(d.lookup == same_file[0].lookup for d in same_file):
             return same_file
     return found
+
+
+def _nearest(definitions: list, callee: str, caller) -> list:
+    """The definitions a name written in `caller` means: a qualified name's
+    own, else the ones of the caller's namespace or the nearest enclosing one
+    (`gatherTopK<<<...>>>` in sbtopk::launch is sbtopk::gatherTopK, not mbtopk's)."""
+    if len(definitions) < 2:
+        return definitions
+    callee = callee.lstrip(":")
+    if "::" in callee:
+        exact = [d for d in definitions if f"::{d.lookup}".endswith(f"::{callee}")]
+        return exact or definitions
+    ns = caller.lookup.rsplit("::", 1)[0] if "::" in caller.lookup else ""
+    while True:
+        scoped = [d for d in definitions if d.lookup == (f"{ns}::{callee}" if ns else callee)]
+        if scoped or not ns:
+            return scoped or definitions
+        ns = ns.rsplit("::", 1)[0] if "::" in ns else ""
 
 
 def _is_statement(definition, ctx: GraphContext) -> bool:

@@ -56,7 +56,8 @@ _LINALG_OPS = r"^aten::(linalg_|_linalg_|cholesky|lu_|_lu_|triangular_solve|geqr
 # (cuBLASLt calls before cuBLAS's; flash attention's and CUTLASS's kernel
 # names before the generic gemm names of cuBLAS).
 LIBRARIES: tuple[Library, ...] = (
-    Library("CUDA runtime", closed=True, ids=("cudart",), kernels=_re(r"^(Memcpy|Memset)")),
+    # its memory copies are where a copy between host and device does its work (cuda/Copy.cu's cudaMemcpyAsync)
+    Library("CUDA runtime", closed=True, ids=("cudart",), calls=_re(r"^cudaMemcpy\w*$"), kernels=_re(r"^(Memcpy|Memset)")),
     Library("HIP runtime", closed=False, repository="https://github.com/ROCm/clr", ids=("hip",), kernels=_re(r"^hipMemcpy|^hipMemset|^__amd_rocclr_")),
     Library(
         "cuDNN",

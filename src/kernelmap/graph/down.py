@@ -660,7 +660,7 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
     if node.kind == "generated":
         return _generated_children(node.payload, ctx)
     if node.kind == "stub":
-        return _stub_children(node.payload, ctx)
+        return _stub_children(node.payload, ctx, node.location)
     if ctx.index is None or node.payload is None:
         return []
     definition = node.payload
@@ -1030,12 +1030,14 @@ def receiver_type(site, caller, ctx: GraphContext) -> str | None:
     return name if name[:1].isupper() or "::" in name else None
 
 
-def _stub_children(stub: str, ctx: GraphContext) -> list[Node]:
+def _stub_children(stub: str, ctx: GraphContext, call_site: Location | None = None) -> list[Node]:
     key = DEVICE_KEYS[ctx.device]
     nodes = []
     registrations = ctx.index.stub_registrations(stub) if ctx.index else []
     for reg in registrations:
         if reg.device != key or not reg.kernel:
+            continue
+        if call_site is not None and not _same_stub(stub, call_site, reg, ctx):
             continue
         definitions = ctx.index.definitions(reg.kernel)
         local = [d for d in definitions if d.location.path == reg.location.path] or definitions
@@ -1053,6 +1055,28 @@ def _stub_children(stub: str, ctx: GraphContext) -> list[Node]:
         reason = f"no {key} registration of {stub} in the tree"
         nodes.append(Node(f"{stub} [{key}]", "unresolved", None, EdgeKind.STUB, None, {"reason": reason}))
     return nodes
+
+
+def _stub_qualifier(path: str, line: int, stub: str, ctx: GraphContext) -> str | None:
+    """The namespace written before `stub` on a line (`cpublas::copy_stub` -> "cpublas"); None when unqualified."""
+    lines = file_lines(ctx.index.tree.root / path)
+    text = lines[line - 1] if 0 < line <= len(lines) else ""
+    m = re.search(rf"((?:\w+::)+){re.escape(stub)}\b", text)
+    return m.group(1).rstrip(":").removeprefix("at::native").strip(":") or None if m else None
+
+
+def _same_stub(stub: str, call_site: Location, reg, ctx: GraphContext) -> bool:
+    """Whether a registration is of the stub a call names: stubs of one name
+    live in several namespaces (Copy.cpp's `copy_stub` is at::native's;
+    BlasKernel.cpp registers `cpublas::copy_stub`). A registration written
+    with a namespace matches a call in that namespace or written with it."""
+    written = _stub_qualifier(reg.location.path, reg.location.line, stub, ctx)
+    if written is None:
+        return True
+    if _stub_qualifier(call_site.path, call_site.line, stub, ctx) == written:
+        return True
+    caller = ctx.index.definition_at(call_site.path, call_site.line)
+    return caller is not None and f"::{written}::" in f"::{caller.lookup}"
 
 
 def _stub_machinery(ctx: GraphContext) -> list[Node]:

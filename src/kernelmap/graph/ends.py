@@ -12,7 +12,10 @@ then the shallower before the deeper, then the first in the tree's order.
 Branches collapsed for another device never count. A device loop is an end
 and is followed too: the kernel templates it launches (CUDALoops.cuh's
 vectorized_elementwise_kernel) are ends below it. A stub's kernel is named on
-the path to the best ends only, never the first stub met.
+the path to the best ends only, never the first stub met: the first stub
+called on the way to the best end (a choice like _fused_sdp_choice_stub, or a
+fast path called before the general loop), else the deepest stub the path
+passes.
 """
 
 from __future__ import annotations
@@ -67,6 +70,10 @@ def stub_kernel(tree: CallTree, ends: tuple[End, ...] | None = None) -> CallNode
         return n.via is EdgeKind.STUB and n.kind in (NodeKind.KERNEL, NodeKind.GENERATED) and n.location is not None
 
     ends = ends if ends is not None else call_ends(tree)
+    if ends:
+        earlier = _earlier_stub_call(ends[0].path, reached)
+        if earlier is not None:
+            return earlier
     if not ends:  # nothing ends the call (a reduction's loop is not modelled): the first stub met
         return next((n for _, n in tree.walk() if reached(n) and not n.attrs.get("collapsed")), None)
     for end in ends:
@@ -76,3 +83,34 @@ def stub_kernel(tree: CallTree, ends: tuple[End, ...] | None = None) -> CallNode
         if on_path:
             return on_path[-1]
     return None
+
+
+def _earlier_stub_call(path: tuple[CallNode, ...], reached) -> CallNode | None:
+    """The kernel of a stub called, on the way to the best end, before the path
+    goes on (Note [ranking a call's ends]): scaled_dot_product_attention calls
+    _fused_sdp_choice_stub before the attention it chose; a kernel's fast path
+    (cat_serial_stub for small inputs, batch_norm_cpu_stub for contiguous ones)
+    is called, and returns, before its general loop. In call order, skipping
+    branches collapsed for another device."""
+    for parent, child in zip(path, path[1:]):
+        for sibling in parent.children:
+            if sibling is child:
+                break
+            if sibling.kind is not NodeKind.STUB or sibling.attrs.get("collapsed") or sibling.attrs.get("branch"):
+                continue
+            if _exclusive(sibling.condition, child.condition):
+                continue  # another case of the same switch, or the other arm of the same if: never both
+            kernel = next((c for c in sibling.children if reached(c) and not c.attrs.get("collapsed") and not c.attrs.get("branch")), None)
+            if kernel is not None:
+                return kernel
+    return None
+
+
+def _exclusive(first: str | None, second: str | None) -> bool:
+    """Whether two call conditions can never hold on one call: two `case` labels
+    (of one switch, in a kernel's body), or an `if` and its `else`."""
+    if not first or not second:
+        return False
+    if first.startswith(("case ", "default")) and second.startswith(("case ", "default")):
+        return True
+    return first.removeprefix("else of ") == second.removeprefix("else of ") and first != second

@@ -698,7 +698,7 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
 
 
 # A function named as an argument: `split_batch_dim_to_32bit_out(..., raw_cudnn_convolution_forward_out_32bit)`.
-_ARGUMENT_NAME = r"(?:^|[(,])\s*&?\s*((?:[\w:]*::)?)({name})\s*(?=[,)])"
+_ARGUMENT_NAME = r"(?:^|[(,])\s*&?\s*(?P<qualifier>(?:[\w:]*::)?)(?P<name>{name})\s*(?=[,)])"
 
 
 _ANY_ARGUMENT_NAME = re.compile(_ARGUMENT_NAME.format(name=r"\w+"))
@@ -729,7 +729,7 @@ def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
     found = []
     for number in range(location.line + 1, (location.end_line or location.line) + 1):  # not the signature
         for m in _ANY_ARGUMENT_NAME.finditer(lines[number - 1] if number <= len(lines) else ""):
-            qualifier, name = m.group(1), m.group(2)
+            qualifier, name = m.group("qualifier"), m.group("name")
             # `RUN_K(INDEX_T, DIM, sbtopk::launch)`: the qualifier tells sbtopk::launch from mbtopk::launch
             named = [d for d in in_file.get(name, ()) if f"::{d.lookup}".endswith(f"::{qualifier}{name}")]
             target = named[0] if named else None

@@ -146,7 +146,7 @@ def _argument_names(path: Path) -> dict[str, tuple[int, ...]]:
     found: dict[str, dict[int, None]] = {}
     for number, text in enumerate(file_lines(path), 1):
         for m in _ANY_ARGUMENT_NAME.finditer(text):
-            found.setdefault(m.group(1), {})[number] = None
+            found.setdefault(m.group("name"), {})[number] = None
     return {k: tuple(v) for k, v in found.items()}
 
 

@@ -8,7 +8,11 @@ Closed or external vendor code is where a call really ends, then a launch of
 device code, then the loop machinery, then the inner loop. Among ends of one
 kind, calls that do the work (cudnnConvolutionForward, cudnnBackendExecute, a
 gemm, a *_kernel) come before setup (cudnnSetStream, descriptor builders),
-then the shallower before the deeper, then the first in the tree's order.
+then the ones reached through fewer `else` arms (the case a kernel tests for
+first), then the first in the tree's order: the order in which a kernel's
+body tests its alternatives (switch cases, if/else). Not the shallower first:
+the dispatcher adds levels (operator, wrapper, kernel), so a route through it
+(conv2d's oneDNN forward) would lose to any direct call beside it.
 Branches collapsed for another device never count. A device loop is an end
 and is followed too: the kernel templates it launches (CUDALoops.cuh's
 vectorized_elementwise_kernel) are ends below it. A stub's kernel is named on
@@ -35,7 +39,7 @@ class End:
 
     node: CallNode
     path: tuple[CallNode, ...]
-    rank: tuple[int, bool, int, int]
+    rank: tuple[int, bool, int, int]  # kind, not work, else arms taken, tree order
 
 
 def call_ends(tree: CallTree) -> tuple[End, ...]:
@@ -49,7 +53,8 @@ def call_ends(tree: CallTree) -> tuple[End, ...]:
             continue
         if node.kind in _KIND_RANK:
             works = bool(_WORK.search(node.name))
-            ends.append(End(node, path, (_KIND_RANK[node.kind], not works, len(path), order)))
+            elses = sum(1 for n in path if (n.condition or "").startswith("else of "))
+            ends.append(End(node, path, (_KIND_RANK[node.kind], not works, elses, order)))
             order += 1
             if node.kind is not NodeKind.DEVICE_LOOP:
                 continue  # a device loop is followed into the kernels it launches
@@ -70,19 +75,15 @@ def stub_kernel(tree: CallTree, ends: tuple[End, ...] | None = None) -> CallNode
         return n.via is EdgeKind.STUB and n.kind in (NodeKind.KERNEL, NodeKind.GENERATED) and n.location is not None
 
     ends = ends if ends is not None else call_ends(tree)
-    if ends:
-        earlier = _earlier_stub_call(ends[0].path, reached)
-        if earlier is not None:
-            return earlier
     if not ends:  # nothing ends the call (a reduction's loop is not modelled): the first stub met
         return next((n for _, n in tree.walk() if reached(n) and not n.attrs.get("collapsed")), None)
-    for end in ends:
-        if end.rank[:2] != ends[0].rank[:2]:
-            break  # only the ends as good as the best: a bias add's loop is not where a gemm call goes
-        on_path = [n for n in end.path if reached(n)]
-        if on_path:
-            return on_path[-1]
-    return None
+    earlier = _earlier_stub_call(ends[0].path, reached)
+    if earlier is not None:
+        return earlier
+    # the best end only: conv2d's oneDNN forward reaches ideep through the dispatcher, and
+    # the transposed convolution's stub, as good an end, is not on the way the call goes
+    on_path = [n for n in ends[0].path if reached(n)]
+    return on_path[-1] if on_path else None
 
 
 def _earlier_stub_call(path: tuple[CallNode, ...], reached) -> CallNode | None:

@@ -184,10 +184,29 @@ def test_where_names_the_fast_path_stub_called_before_the_general_loop(context, 
     assert stub.location.line == line_matching(tree_2_6, path, r"^void cat_serial_kernel\(")
 
 
+def test_where_follows_the_dispatcher_route_the_backend_switch_tests_first(context, tree_2_6):
+    """_convolution's switch tests ConvBackend::Mkldnn before MkldnnTranspose; the
+    forward reaches ideep through at::mkldnn_convolution (the dispatcher's levels
+    make it deeper than the transposed convolution's stub), and passes no stub."""
+    path = "aten/src/ATen/native/mkldnn/Conv.cpp"
+    answer = api.where("aten::conv2d", device="cpu", with_source=True, static=True, source=TREE_NAME)
+    assert not [s for s in answer.source if s.role == "stub kernel"]
+    leaf = next(s for s in answer.source if s.role == "leaf")
+    assert leaf.name == "ideep::convolution_forward::compute_v3" and leaf.location.path == path
+    assert "ideep::convolution_forward::compute_v3(" in lines(tree_2_6, path)[leaf.location.line - 1]
+
+
+def test_where_names_cudnn_backward_where_the_switch_tests_it_first(context, tree_2_6):
+    path = "aten/src/ATen/native/cudnn/ConvShared.cpp"
+    stub = where_stub("aten::convolution_backward", "cuda")
+    assert stub is not None and stub.name.endswith("::cudnn_convolution_backward")
+    assert stub.location.line == line_matching(tree_2_6, path, r"cudnn_convolution_backward\($")
+
+
 def test_golden_set_is_met_at_the_level_reached(context):
     """The whole golden set, graded as benches/bench_accuracy.py grades it: at
-    least 98% of the steps in order, and `where` exact for at least 93% of the
-    entry and stub kernels (the level reached; the bench lists the rest)."""
+    least 98% of the steps in order, and `where` exact for at least 96% of the
+    entry and stub kernels (the level reached: 95 of 98; the bench lists the rest)."""
     from tests.golden.golden import answers, grade, load
 
     chains, landmarks = load()
@@ -206,4 +225,4 @@ def test_golden_set_is_met_at_the_level_reached(context):
                 exact += found is None
             elif found is not None and found.location is not None:
                 exact += answers(type("N", (), {"name": found.name, "location": found.location, "attrs": {}}), step)
-    assert exact / (2 * len(landmarks)) >= 0.93, f"where exact for {exact}/{2 * len(landmarks)}"
+    assert exact / (2 * len(landmarks)) >= 0.96, f"where exact for {exact}/{2 * len(landmarks)}"

@@ -113,7 +113,7 @@ class Node:
     dur: float = 0.0  # µs
     cat: str = ""
     args: dict[str, Any] = field(default_factory=dict)
-    children: list[Node] = field(default_factory=list)
+    children: list[Node] | tuple = ()  # a list once it has any: most nodes are leaves
     attrs: dict[str, Any] = field(default_factory=dict)
     location: Location | None = None
     index: int = -1  # position of the event in the trace file, for export
@@ -392,8 +392,11 @@ def nest(nodes: list[Node]) -> list[Node]:
         ):
             stack.pop()
         if stack:
-            node.parent = stack[-1]
-            stack[-1].children.append(node)
+            parent = node.parent = stack[-1]
+            if parent.children:
+                parent.children.append(node)
+            else:
+                parent.children = [node]
         else:
             top.append(node)
         stack.append(node)
@@ -437,7 +440,10 @@ def attach_device(c: Collected, hosts: Iterable[Node]) -> list[Node]:
             continue
         dev.attrs["linked_by"] = how
         dev.parent = launch
-        launch.children.append(dev)
+        if launch.children:
+            launch.children.append(dev)
+        else:
+            launch.children = [dev]
     return orphans
 
 
@@ -459,6 +465,8 @@ def simplify(roots: list[Node], keep_frames: bool = False) -> list[Node]:
     for n in reversed(order):
         work = n.kind not in ("python", "module", "builtin") or any(has_work[id(ch)] for ch in n.children)
         has_work[id(n)] = work
+        if not n.children:
+            continue
         new_children: list[Node] = []
         for ch in n.children:
             if not keep_frames and not has_work[id(ch)]:
@@ -471,7 +479,7 @@ def simplify(roots: list[Node], keep_frames: bool = False) -> list[Node]:
                 new_children.extend(ch.children)
                 continue
             new_children.append(ch)
-        n.children = new_children
+        n.children = new_children or ()
     kept = []
     for r in roots:
         if not keep_frames and not has_work[id(r)]:
@@ -522,12 +530,12 @@ def build(c: Collected, keep_frames: bool = False) -> tuple[Node, list[str]]:
         for n in top:
             n.parent = thread
         thread.parent = root
-        root.children.append(thread)
+        root.children = [*root.children, thread]
     if orphans:
         notes.append(f"{len(orphans)} device events could not be joined to a launch (no correlation id or flow)")
         unlinked = Node("device events without a launch", "thread", children=orphans)
         unlinked.parent = root
-        root.children.append(unlinked)
+        root.children = [*root.children, unlinked]
     _link_backward(root)
     if root.children:
         root.ts = min(t.ts for t in root.children if t.children)
@@ -579,8 +587,8 @@ def freeze(root: Node) -> CallNode:
         frozen = _call_node(n.name, n.kind, n.location, tuple(done.pop(id(ch)) for ch in n.children), attrs, checked)
         for ch in n.children:
             ch.parent = None
-        n.children = []
-        n.args = {}
+        n.children = ()
+        n.args = _NO_ARGS
         n.shared = None
         done[id(n)] = frozen
     assert frozen is not None

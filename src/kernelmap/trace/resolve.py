@@ -310,11 +310,10 @@ class Resolver:
     def _mark_devices(self, root: Node) -> None:
         # Post-order: an op launched device work if it or a descendant did.
         order = list(walk([root]))
-        launched: dict[int, bool] = {}
+        launched: set[int] = set()  # ids of the nodes that launched device work
         for n in reversed(order):
-            launched[id(n)] = n.kind in ("runtime", "gpu_kernel", "gpu_memcpy", "gpu_memset") or any(
-                launched[id(c)] for c in n.children
-            )
+            if n.kind in ("runtime", "gpu_kernel", "gpu_memcpy", "gpu_memset") or any(id(c) in launched for c in n.children):
+                launched.add(id(n))
         for n in order:
             if n.kind != "op":
                 continue
@@ -325,7 +324,7 @@ class Resolver:
                     inside_cuda = True
                     break
                 p = p.parent
-            n.attrs["device"] = "cuda" if launched[id(n)] or inside_cuda else "cpu"
+            n.attrs["device"] = "cuda" if id(n) in launched or inside_cuda else "cpu"
 
     def _resolve_op(self, node: Node, can_ask_conv: bool) -> None:
         a = node.attrs

@@ -251,21 +251,24 @@ def summarize(tree: CallTree) -> Summary:
         nodes.append(n)
         if n.children:
             stack.extend(reversed(n.children))
+    # Device time below each node, and the closed library a call ends in,
+    # itself or anywhere below it (a conv2d whose cudnn_convolution runs cuDNN
+    # kernels ends in cuDNN): post-order, kept only where there is some.
     device: dict[int, float] = {}
-    # The closed library a call ends in, itself or anywhere below it (a conv2d
-    # whose cudnn_convolution runs cuDNN kernels ends in cuDNN).
-    closed_below: dict[int, str | None] = {}
+    closed_below: dict[int, str] = {}
     for n in reversed(nodes):
         a = n.attrs
         own = a.get("duration_us", 0.0) if n.kind in _DEVICE_KINDS else 0.0
         lib = a.get("library") if a.get("closed") and a.get("library") != "CUDA runtime" else None
         children = n.children
         if children:
-            own += sum([device[id(c)] for c in children])
+            own += sum([device.get(id(c), 0.0) for c in children])
             if not lib:
-                lib = next((closed_below[id(c)] for c in children if closed_below[id(c)]), None)
-        device[id(n)] = own
-        closed_below[id(n)] = lib
+                lib = next((closed_below[id(c)] for c in children if id(c) in closed_below), None)
+        if own:
+            device[id(n)] = own
+        if lib:
+            closed_below[id(n)] = lib
 
     ops: dict[str, OpRow] = {}
     modules: dict[str, GroupRow] = {}
@@ -285,7 +288,7 @@ def summarize(tree: CallTree) -> Summary:
             row.calls += 1
             row.total_us += dur
             row.self_us += _self_us(n)
-            row.device_us += device[id(n)]
+            row.device_us += device.get(id(n), 0.0)
             shapes = a.get("input_shapes")
             try:
                 shape = shape_texts[shapes]
@@ -308,9 +311,10 @@ def summarize(tree: CallTree) -> Summary:
                 where = k.attrs.get("source") or k.attrs.get("library")
                 if where:
                     row.kernel_sources[k.name] = where
-            if closed_below[id(n)]:
+            below = closed_below.get(id(n))
+            if below:
                 row.closed = True
-                row.library = row.library or closed_below[id(n)]
+                row.library = row.library or below
             src = a.get("source")
             key = src.rsplit(":", 1)[0] if src else None
             if key is None and a.get("registered_at"):
@@ -329,7 +333,7 @@ def summarize(tree: CallTree) -> Summary:
             g = modules.setdefault(mtype, GroupRow(mtype))
             g.calls += 1
             g.total_us += dur
-            g.device_us += device[id(n)]
+            g.device_us += device.get(id(n), 0.0)
             for c in _ops_directly_below(n):
                 g.ops[c] += 1
         if n.kind in ("gpu_kernel", "gpu_memcpy", "gpu_memset"):

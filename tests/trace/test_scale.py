@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
 GPU_TRACE = DATA / "hta-trace_diff-control-control.json.gz"
@@ -41,6 +43,17 @@ def write_trace(path: Path, steps: int, tid: int = 1) -> int:
     return n
 
 
+# The peak resident size of the child's own address space (VmHWM): getrusage's
+# ru_maxrss would carry the parent's (pytest's) peak across fork and exec.
+_PEAK = r"""
+def peak_kb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+"""
+needs_proc = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")
+
+
 def run_child(code: str, *args: str, env: dict | None = None) -> dict:
     """Run `code` in a fresh interpreter; it prints one JSON line."""
     environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]), **(env or {})}
@@ -49,37 +62,39 @@ def run_child(code: str, *args: str, env: dict | None = None) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-_READ = r"""
-import json, resource, sys
+_READ = _PEAK + r"""
+import json, sys
 from kernelmap.trace.reader import read_events
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+base = peak_kb()
 n = sum(1 for _ in read_events(sys.argv[1]))
-print(json.dumps({"events": n, "added_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base}))
+print(json.dumps({"events": n, "added_kb": peak_kb() - base}))
 """
 
 
+@needs_proc
 def test_reader_memory_does_not_grow_with_the_events(tmp_path):
     small, large = tmp_path / "small.json", tmp_path / "large.json"
     write_trace(small, 2_000)
     n = write_trace(large, 40_000)  # 200,000 events, about 40 MB
     a, b = run_child(_READ, str(small)), run_child(_READ, str(large))
-    assert b["events"] == n
+    assert b["events"] == n and a["added_kb"] > 0
     # A window (about one chunk of text and its records) at a time: 20 times
     # the events may not cost more than a few windows more.
     assert b["added_kb"] - a["added_kb"] < 24 * 1024, (a, b)
 
 
-_RANKS = r"""
-import json, resource, sys
+_RANKS = _PEAK + r"""
+import json, sys
 from pathlib import Path
 from kernelmap.trace import load
 from kernelmap.trace.ranks import summarize_ranks
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+base = peak_kb()
 s = summarize_ranks([Path(p) for p in sys.argv[1:]], lambda p: load(p, resolve=False))
-print(json.dumps({"ranks": len(s.ranks), "added_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base}))
+print(json.dumps({"ranks": len(s.ranks), "added_kb": peak_kb() - base}))
 """
 
 
+@needs_proc
 def test_several_ranks_cost_one_ranks_tree(tmp_path):
     paths = []
     for rank in range(4):
@@ -88,7 +103,7 @@ def test_several_ranks_cost_one_ranks_tree(tmp_path):
         paths.append(str(p))
     one = run_child(_RANKS, paths[0])
     four = run_child(_RANKS, *paths)
-    assert four["ranks"] == 4
+    assert four["ranks"] == 4 and one["added_kb"] > 8 * 1024  # a tree of 30,000 events was built
     # Each rank's tree is dropped before the next is read: four ranks cost
     # one tree plus what is kept per rank, far less than four trees.
     assert four["added_kb"] < 1.6 * one["added_kb"], (one, four)

@@ -150,6 +150,7 @@ class Resolver:
     _errors: Counter = field(default_factory=Counter)
     _kernel_resolver: Any = None
     _native_texts: list[str] | None = None
+    _device_facts: dict[tuple, dict[str, Any]] = field(default_factory=dict)
 
     def _kernels(self):
         """The kernel-name resolver on the same tree as the kernel sources."""
@@ -433,16 +434,12 @@ class Resolver:
             self._native_texts = texts
         return None if self._native_texts == ["?"] else self._native_texts
 
-    def _resolve_device(self, node: Node) -> None:
-        ops = []
-        p = node.parent
-        while p is not None:
-            if p.kind == "op":
-                ops.append(p.name)
-            p = p.parent
+    def _kernel_facts(self, name: str, ops: list[str]) -> dict[str, Any]:
+        """A device event's facts from its name and the operators above it, innermost first."""
+        attrs: dict[str, Any] = {}
         if ops:
-            node.attrs["launched_by"] = ops[0]
-        answer = self._kernels().resolve(node.name)
+            attrs["launched_by"] = ops[0]
+        answer = self._kernels().resolve(name)
         lib = answer.library
         if lib is not None and lib != "ATen":
             # The same xmma/CUTLASS kernels ship inside cuDNN and cuBLAS: the launching operators decide.
@@ -450,22 +447,36 @@ class Resolver:
             if by_ops is not None:
                 lib = by_ops.name
         if lib:
-            node.attrs["library"] = lib
-            node.attrs["closed"] = answer.closed if lib == answer.library else vendors.library(lib).closed
+            attrs["library"] = lib
+            attrs["closed"] = answer.closed if lib == answer.library else vendors.library(lib).closed
         else:
-            node.attrs["unknown"] = "kernel family not recognised"
+            attrs["unknown"] = "kernel family not recognised"
         if answer.library == "ATen":
             if answer.kernel is not None:
-                node.attrs["kernel"] = answer.kernel.symbol
+                attrs["kernel"] = answer.kernel.symbol
             if answer.functor is not None:
-                node.attrs["functor"] = answer.functor.symbol
+                attrs["functor"] = answer.functor.symbol
             if answer.functor is not None and answer.functor.location is not None:
-                node.attrs["source"] = str(answer.functor.location)
-                node.attrs["source_file"] = answer.functor.location.path
+                attrs["source"] = str(answer.functor.location)
+                attrs["source_file"] = answer.functor.location.path
             if answer.kernel is not None and answer.kernel.location is not None:
-                node.attrs["launcher"] = str(answer.kernel.location)
-                node.attrs.setdefault("source", str(answer.kernel.location))
-                node.attrs.setdefault("source_file", answer.kernel.location.path)
+                attrs["launcher"] = str(answer.kernel.location)
+                attrs.setdefault("source", str(answer.kernel.location))
+                attrs.setdefault("source_file", answer.kernel.location.path)
+        return attrs
+
+    def _resolve_device(self, node: Node) -> None:
+        ops = []
+        p = node.parent
+        while p is not None:
+            if p.kind == "op":
+                ops.append(p.name)
+            p = p.parent
+        key = (node.name, tuple(ops))
+        facts = self._device_facts.get(key)
+        if facts is None:  # once per kernel name and chain of launching operators
+            facts = self._device_facts[key] = self._kernel_facts(node.name, ops)
+        node.attrs.update(facts)
         for k in ("device", "stream", "grid", "block", "correlation"):
             if k in node.args:
                 node.attrs[k if k != "device" else "gpu"] = node.args[k]

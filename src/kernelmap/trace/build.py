@@ -341,9 +341,15 @@ def collect(events: Iterable[Any], python_origin=None) -> Collected:
                             args[key] = v
                 for k in shaped:
                     v = args.get(k)
-                    if isinstance(v, list):  # repeated shapes and types are stored once
-                        tv = tuple(tuple(x) if isinstance(x, list) else x for x in v)
-                        args[k] = shapes.setdefault(tv, tv)
+                    if v is None:
+                        continue
+                    if type(v) is list:  # from a dict event; the reader's records hold tuples already
+                        v = tuple(tuple(x) if isinstance(x, list) else x for x in v)
+                    if type(v) is tuple:  # repeated shapes and types are stored once
+                        try:
+                            args[k] = shapes.setdefault(v, v)
+                        except TypeError:  # a list two levels down: kept as it is
+                            args[k] = v
             described = seen.get((name, cat))
             if described is None:  # once per distinct name: kind, display name, location
                 kind = classify(name, cat)

@@ -256,6 +256,7 @@ def _events(buf: _Buffer, decode) -> Iterator[dict]:
 # gives the same errors, byte offsets included, as `read_trace`.
 
 _Id = int | str | None
+_Item = tuple[Any, ...] | int | float | str | bool | None  # an element of a shape list: a list one level down is a tuple too
 
 
 class Args(msgspec.Struct, gc=False, rename={
@@ -268,10 +269,11 @@ class Args(msgspec.Struct, gc=False, rename={
     external_id: _Id = None
     device: _Id = None
     stream: _Id = None
-    grid: Any = None
-    block: Any = None
-    input_dims: Any = None
-    input_type: Any = None
+    # Arrays of shapes and types are decoded as tuples (hashable: the builder stores each once).
+    grid: tuple[_Item, ...] | None = None
+    block: tuple[_Item, ...] | None = None
+    input_dims: tuple[_Item, ...] | None = None
+    input_type: tuple[_Item, ...] | None = None
     input_strides: Any = None
     concrete_inputs: Any = None
     sequence_number: Any = None

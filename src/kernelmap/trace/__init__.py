@@ -120,7 +120,7 @@ def load(
 
 def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None, live: bool, meta: dict[str, Any] | None) -> Trace:
     from kernelmap.trace import build
-    from kernelmap.trace.reader import TraceHeader, read_trace
+    from kernelmap.trace.reader import TraceHeader, read_events
 
     header = TraceHeader()
     origin = None
@@ -131,7 +131,7 @@ def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None
     except KernelmapError:
         pass
     try:
-        collected = build.collect(read_trace(path, header), python_origin=origin)
+        collected = build.collect(read_events(path, header), python_origin=origin)
     except ValueError as e:
         raise TraceFormatError(path.name, 0, f"unusable event: {e}") from None
     root, notes = build.build(collected, keep_frames=keep_frames)

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelmap.model import CallNode, CallTree, Location
+from kernelmap.model import FACT_NAMES, CallNode, CallTree, Location, NodeKind
 
 HOST_CATEGORIES = {"python_function": 0, "user_annotation": 1, "cpu_op": 2, "cuda_runtime": 3, "cuda_driver": 3}
 DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
@@ -87,6 +87,18 @@ class Attrs(Mapping):
     def __len__(self) -> int:
         return sum(1 for _ in self)
 
+    # Fast paths of Mapping's generic methods: the summary reads every node's facts.
+    def get(self, key: str, default: Any = None) -> Any:
+        own = self.own
+        if key in own:
+            return own[key]
+        if key[:1] != "_":
+            return self.shared.get(key, default)
+        return default
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.own or (isinstance(key, str) and key[:1] != "_" and key in self.shared)
+
     def __repr__(self) -> str:
         return repr(dict(self))
 
@@ -101,7 +113,7 @@ class Node:
     dur: float = 0.0  # µs
     cat: str = ""
     args: dict[str, Any] = field(default_factory=dict)
-    children: list[Node] = field(default_factory=list)
+    children: list[Node] | tuple = ()  # a list once it has any: most nodes are leaves
     attrs: dict[str, Any] = field(default_factory=dict)
     location: Location | None = None
     index: int = -1  # position of the event in the trace file, for export
@@ -231,64 +243,148 @@ def _checked(e: dict) -> tuple[str, float, float]:
     return name, ts, dur
 
 
-def collect(events: Iterable[dict], python_origin=None) -> Collected:
-    """One streaming pass: keep the events the tree needs, as small nodes."""
+_RELEVANT = frozenset(HOST_CATEGORIES) | DEVICE_CATEGORIES
+_KEPT_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {}  # category -> (Args attribute, arg name) kept
+
+
+def _kept_fields(cat: str) -> tuple[tuple[str, str], ...]:
+    from kernelmap.trace.reader import ARG_FIELDS
+
+    by_key = {v: k for k, v in ARG_FIELDS.items()}
+    return tuple((by_key[k], k) for k in _KEPT_ARGS.get(cat, ()))
+
+
+def _loose(raw: dict, index: int):
+    """An event whose fields did not fit the reader's `Event` record, checked
+    here as a dict: a malformed event the tree needs is refused with what is
+    wrong; one it does not need is skipped."""
+    from kernelmap.trace.reader import Args, Event
+
+    ph = raw.get("ph")
+    if ph == "X":
+        cat = raw.get("cat", "")
+        if not isinstance(cat, str) or cat not in _RELEVANT:
+            return None
+        try:
+            name, ts, dur = _checked(raw)
+        except (KeyError, TypeError, ValueError, OverflowError) as err:
+            raise ValueError(f"event #{index} ({str(raw.get('name', '?'))[:80]!r}) lacks a usable name/ts/dur: {err}") from None
+        a = raw.get("args") or {}
+        args = Args(**{attr: a[key] for attr, key in _kept_fields(cat) + tuple((attr, key) for attr, key in _conv_fields() if name in _CONV_OPS) if key in a})
+        return Event("X", cat, name, raw.get("pid"), raw.get("tid"), ts, dur, None, args)
+    if ph in ("s", "f") and raw.get("cat") == "ac2g":
+        try:
+            fid, pid, tid = _id(raw.get("id")), _id(raw.get("pid")), _id(raw.get("tid"))
+            fts = _finite(raw.get("ts", 0.0), "ts")
+        except (TypeError, ValueError, OverflowError) as err:
+            raise ValueError(f"flow event #{index} is unusable: {err}") from None
+        return Event(ph, "ac2g", None, pid, tid, fts, None, fid, None)
+    if ph == "M" and raw.get("name") in ("thread_name", "process_name"):
+        try:
+            pid, tid = _id(raw.get("pid")), _id(raw.get("tid"))
+        except TypeError:
+            return None  # a name for a thread no event can name
+        a = raw.get("args")
+        return Event("M", None, raw["name"], pid, tid, args=Args(name=a.get("name", "") if isinstance(a, dict) else ""))
+    return None
+
+
+def _conv_fields() -> tuple[tuple[str, str], ...]:
+    return (("input_strides", "Input Strides"), ("concrete_inputs", "Concrete Inputs"))
+
+
+def collect(events: Iterable[Any], python_origin=None) -> Collected:
+    """One streaming pass: keep the events the tree needs, as small nodes.
+    `events` are the reader's `Event` / `Loose` records (`read_events`), or dicts."""
+    from kernelmap.trace.reader import Loose
+
     c = Collected()
     intern: dict[str, str] = {}
     shapes: dict[tuple, tuple] = {}
     seen: dict[tuple[str, str], tuple[str, str, Location | None]] = {}
+    kept = {cat: _kept_fields(cat) for cat in _RELEVANT}
+    conv = _conv_fields()
+    shaped = ("Input Dims", "Input type", "grid", "block")
+    threads = c.threads
     for index, e in enumerate(events):
         c.events += 1
-        ph = e.get("ph")
-        if ph == "X":
-            cat = e.get("cat", "")
-            if cat not in HOST_CATEGORIES and cat not in DEVICE_CATEGORIES:
+        t = type(e)
+        if t is Loose or t is dict:
+            e = _loose(e.raw if t is Loose else e, index)
+            if e is None:
                 c.skipped += 1
                 continue
-            try:
-                name, ts, dur = _checked(e)
-            except (KeyError, TypeError, ValueError, OverflowError) as err:
-                raise ValueError(f"event #{index} ({str(e.get('name', '?'))[:80]!r}) lacks a usable name/ts/dur: {err}") from None
+        ph = e.ph
+        if ph == "X":
+            cat = e.cat
+            if cat not in _RELEVANT:
+                c.skipped += 1
+                continue
+            name, ts, dur = e.name, e.ts, e.dur
+            if type(name) is not str or ts is None or (dur is not None and dur < 0):
+                what = "name is not a string" if type(name) is not str else "ts is missing" if ts is None else f"negative duration {dur}"
+                raise ValueError(f"event #{index} ({str(name if name is not None else '?')[:80]!r}) lacks a usable name/ts/dur: {what}")
+            if dur is None:
+                dur = 0.0
             name = intern.setdefault(name, name)
-            raw = e.get("args") or {}
-            args = {k: raw[k] for k in _KEPT_ARGS.get(cat, ()) if k in raw}
-            if name in _CONV_OPS:
-                args.update((k, raw[k]) for k in _CONV_ARGS if k in raw)
-            for k in ("Input Dims", "Input type", "grid", "block"):
-                v = args.get(k)
-                if isinstance(v, list):  # repeated shapes and types are stored once
-                    t = tuple(tuple(x) if isinstance(x, list) else x for x in v)
-                    args[k] = shapes.setdefault(t, t)
+            a = e.args
+            args: dict[str, Any] = {}
+            if a is not None:
+                for attr, key in kept[cat]:
+                    v = getattr(a, attr)
+                    if v is not None:
+                        args[key] = v
+                if name in _CONV_OPS:
+                    for attr, key in conv:
+                        v = getattr(a, attr)
+                        if v is not None:
+                            args[key] = v
+                for k in shaped:
+                    v = args.get(k)
+                    if v is None:
+                        continue
+                    if type(v) is list:  # from a dict event; the reader's records hold tuples already
+                        v = tuple(tuple(x) if isinstance(x, list) else x for x in v)
+                    if type(v) is tuple:  # repeated shapes and types are stored once
+                        try:
+                            args[k] = shapes.setdefault(v, v)
+                        except TypeError:  # a list two levels down: kept as it is
+                            args[k] = v
             described = seen.get((name, cat))
             if described is None:  # once per distinct name: kind, display name, location
                 kind = classify(name, cat)
                 location = _python_location(name, python_origin) if kind == "python" else None
                 described = seen[(name, cat)] = (kind, display_name(name, kind), location)
             kind, display, location = described
-            node = Node(display, kind, ts, dur, cat, args, index=index, location=location)
+            node = Node(display, kind, ts, dur, cat, args or _NO_ARGS, index=index, location=location)
             if kind in ("python", "module", "builtin"):
                 node.attrs["frame"] = name
             if cat in DEVICE_CATEGORIES:
-                node.attrs["pid"], node.attrs["tid"] = e.get("pid"), e.get("tid")
+                node.attrs["pid"], node.attrs["tid"] = e.pid, e.tid
                 c.device.append(node)
             else:
-                c.threads.setdefault((e.get("pid"), e.get("tid")), []).append(node)
-        elif ph in ("s", "f") and e.get("cat") == "ac2g":
+                key = (e.pid, e.tid)
+                lst = threads.get(key)
+                if lst is None:
+                    lst = threads[key] = []
+                lst.append(node)
+        elif (ph == "s" or ph == "f") and e.cat == "ac2g":
+            fid = e.id
+            if fid is not None and not isinstance(fid, (int, str)):
+                raise ValueError(f"flow event #{index} is unusable: an id is a {type(fid).__name__}, not an int or a string")
             target = c.flow_starts if ph == "s" else c.flow_ends
-            try:
-                fid, pid, tid = _id(e.get("id")), _id(e.get("pid")), _id(e.get("tid"))
-                fts = _finite(e.get("ts", 0.0), "ts")
-            except (TypeError, ValueError, OverflowError) as err:
-                raise ValueError(f"flow event #{index} is unusable: {err}") from None
-            target[fid] = (pid, tid, fts)
+            target[fid] = (e.pid, e.tid, e.ts if e.ts is not None else 0.0)
         elif ph == "M":
-            if e.get("name") == "thread_name":
-                c.thread_names[(e.get("pid"), e.get("tid"))] = (e.get("args") or {}).get("name", "")
-            elif e.get("name") == "process_name":
-                c.process_names[e.get("pid")] = (e.get("args") or {}).get("name", "")
+            if e.name == "thread_name":
+                c.thread_names[(e.pid, e.tid)] = e.args.name if e.args is not None and e.args.name is not None else ""
+            elif e.name == "process_name":
+                c.process_names[e.pid] = e.args.name if e.args is not None and e.args.name is not None else ""
         else:
             c.skipped += 1
     return c
+
+
+_NO_ARGS: dict[str, Any] = {}  # shared by events with no kept args: never written to
 
 
 def nest(nodes: list[Node]) -> list[Node]:
@@ -302,8 +398,11 @@ def nest(nodes: list[Node]) -> list[Node]:
         ):
             stack.pop()
         if stack:
-            node.parent = stack[-1]
-            stack[-1].children.append(node)
+            parent = node.parent = stack[-1]
+            if parent.children:
+                parent.children.append(node)
+            else:
+                parent.children = [node]
         else:
             top.append(node)
         stack.append(node)
@@ -347,7 +446,10 @@ def attach_device(c: Collected, hosts: Iterable[Node]) -> list[Node]:
             continue
         dev.attrs["linked_by"] = how
         dev.parent = launch
-        launch.children.append(dev)
+        if launch.children:
+            launch.children.append(dev)
+        else:
+            launch.children = [dev]
     return orphans
 
 
@@ -369,6 +471,8 @@ def simplify(roots: list[Node], keep_frames: bool = False) -> list[Node]:
     for n in reversed(order):
         work = n.kind not in ("python", "module", "builtin") or any(has_work[id(ch)] for ch in n.children)
         has_work[id(n)] = work
+        if not n.children:
+            continue
         new_children: list[Node] = []
         for ch in n.children:
             if not keep_frames and not has_work[id(ch)]:
@@ -381,7 +485,7 @@ def simplify(roots: list[Node], keep_frames: bool = False) -> list[Node]:
                 new_children.extend(ch.children)
                 continue
             new_children.append(ch)
-        n.children = new_children
+        n.children = new_children or ()
     kept = []
     for r in roots:
         if not keep_frames and not has_work[id(r)]:
@@ -432,12 +536,12 @@ def build(c: Collected, keep_frames: bool = False) -> tuple[Node, list[str]]:
         for n in top:
             n.parent = thread
         thread.parent = root
-        root.children.append(thread)
+        root.children = [*root.children, thread]
     if orphans:
         notes.append(f"{len(orphans)} device events could not be joined to a launch (no correlation id or flow)")
         unlinked = Node("device events without a launch", "thread", children=orphans)
         unlinked.parent = root
-        root.children.append(unlinked)
+        root.children = [*root.children, unlinked]
     _link_backward(root)
     if root.children:
         root.ts = min(t.ts for t in root.children if t.children)
@@ -474,6 +578,7 @@ def freeze(root: Node) -> CallNode:
         stack.extend(n.children)
     done: dict[int, CallNode] = {}
     frozen = None
+    checked: set = set()
     while order:
         n = order.pop()
         attrs: Mapping[str, Any] = n.attrs
@@ -485,22 +590,48 @@ def freeze(root: Node) -> CallNode:
             n.attrs["event"] = n.index
         if n.shared is not None:
             attrs = Attrs(n.attrs, n.shared)
-        frozen = CallNode(
-            name=n.name,
-            kind=n.kind,
-            location=n.location,
-            via=None,
-            children=tuple(done.pop(id(ch)) for ch in n.children),
-            attrs=attrs,
-        )
+        frozen = _call_node(n.name, n.kind, n.location, tuple(done.pop(id(ch)) for ch in n.children), attrs, checked)
         for ch in n.children:
             ch.parent = None
-        n.children = []
-        n.args = {}
+        n.children = ()
+        n.args = _NO_ARGS
         n.shared = None
         done[id(n)] = frozen
     assert frozen is not None
     return frozen
+
+
+_KINDS = {k.value: k for k in NodeKind}
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _call_node(name: str, kind: str, location, children: tuple, attrs: Mapping[str, Any], checked: set) -> CallNode:
+    """CallNode(name, kind, location, None, None, children, attrs), its facts
+    checked against model.FACTS once per distinct set of keys (and once per
+    shared dict) instead of once per node: a trace has millions of nodes
+    and a few dozen shapes of facts."""
+    own = attrs.own if isinstance(attrs, Attrs) else attrs
+    key = tuple(own)
+    if key not in checked:
+        undeclared = own.keys() - FACT_NAMES
+        if undeclared:
+            raise ValueError(f"{name}: undeclared node facts {sorted(undeclared)}; every fact is declared in model.FACTS")
+        checked.add(key)
+    if isinstance(attrs, Attrs) and id(attrs.shared) not in checked:
+        undeclared = {k for k in attrs.shared if k[:1] != "_"} - FACT_NAMES
+        if undeclared:
+            raise ValueError(f"{name}: undeclared node facts {sorted(undeclared)}; every fact is declared in model.FACTS")
+        checked.add(id(attrs.shared))  # shared dicts live as long as the tree: their ids are not reused
+    node = _new(CallNode)
+    _set(node, "name", name)
+    _set(node, "kind", _KINDS[kind])
+    _set(node, "location", location)
+    _set(node, "via", None)
+    _set(node, "condition", None)
+    _set(node, "children", children)
+    _set(node, "attrs", attrs)
+    return node
 
 
 def to_tree(root: Node, notes: list[str], meta: dict[str, Any]) -> CallTree:

@@ -7,6 +7,10 @@ decoder (`json.JSONDecoder.raw_decode`) from a sliding text buffer, so memory
 is bounded by the largest single event plus one chunk, not by the file.
 `.json.gz` files are decompressed as they are read.
 
+`read_events` is the fast form the tree builder uses: it decodes a whole
+window of events at once with msgspec into small typed records that keep
+only the fields kernelmap uses (Note [fast event windows]).
+
 Errors name the byte offset (in the uncompressed text) where reading stopped:
 a truncated file, a malformed event, or a file that is no trace at all.
 """
@@ -20,6 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
+
+import msgspec
 
 from kernelmap.errors import KernelmapError
 
@@ -65,6 +71,7 @@ class _Buffer:
         self.text = ""
         self.pos = 0
         self.base = 0  # byte offset of text[0]
+        self.dropped = 0  # characters consumed and dropped before text[0]
         self.eof = False
 
     def offset(self, pos: int | None = None) -> int:
@@ -83,6 +90,7 @@ class _Buffer:
         data = self.stream.read(max(CHUNK, len(self.text) - self.pos) if grow else CHUNK)
         if self.pos > 0:  # drop what has been consumed
             self.base += len(self.text[: self.pos].encode("utf-8"))
+            self.dropped += self.pos
             self.text = self.text[self.pos :]
             self.pos = 0
         try:
@@ -155,6 +163,17 @@ def read_trace(path: Path | str, header: TraceHeader | None = None) -> Iterator[
     passed (those after `traceEvents` only once the events are exhausted).
     A bare JSON array of events (the older Chrome format) is accepted too.
     """
+    return _read(path, header, _events)
+
+
+def read_events(path: Path | str, header: TraceHeader | None = None) -> Iterator[Event | Loose]:
+    """The events of the trace at `path` as `Event` records (or, for an event
+    whose fields have unexpected types, `Loose` over its dict), in file order;
+    the same errors as `read_trace`."""
+    return _read(path, header, _fast_events)
+
+
+def _read(path: Path | str, header: TraceHeader | None, events) -> Iterator[Any]:
     path = Path(path)
     header = header if header is not None else TraceHeader()
     name = path.name
@@ -168,7 +187,7 @@ def read_trace(path: Path | str, header: TraceHeader | None = None) -> Iterator[
         first = buf.skip_ws()
         if first == "[":
             buf.pos += 1
-            yield from _events(buf, decode)
+            yield from events(buf, decode)
             return
         if first != "{":
             raise buf.fail(f"not a Chrome trace: expected '{{' or '[', found {_describe(first)}")
@@ -185,7 +204,7 @@ def read_trace(path: Path | str, header: TraceHeader | None = None) -> Iterator[
                 if key == "traceEvents":
                     buf.expect("[", "the traceEvents array")
                     seen_events = True
-                    yield from _events(buf, decode)
+                    yield from events(buf, decode)
                 else:
                     header.fields[key] = buf.value(decode, f"the value of {key!r}")
                 c = buf.skip_ws()
@@ -221,3 +240,134 @@ def _events(buf: _Buffer, decode) -> Iterator[dict]:
             return
         else:
             raise buf.fail(f"expected ',' or ']' between events, found {_describe(c)}")
+
+
+# Note [fast event windows]
+# Decoding one event at a time costs a Python round trip per event, and a
+# dict per event holding every arg. Instead, a window of the text (about a
+# chunk) is cut after the last '}' that is followed by ',' or ']' and decoded
+# at once as "[" + window + "]" into `Event` records: msgspec skips the
+# fields kernelmap does not use without building them. A cut inside a
+# string or a nested object cannot decode (JSON is read left to right, so
+# the window's text ends inside that string or object); a window that does
+# decode therefore ends on an event boundary. Any failure (a bad cut, a
+# malformed event, a field of an unexpected type, a value longer than the
+# window) sends that window through the one-event-at-a-time path, which
+# gives the same errors, byte offsets included, as `read_trace`.
+
+_Id = int | str | None
+_Item = tuple[Any, ...] | int | float | str | bool | None  # an element of a shape list: a list one level down is a tuple too
+
+
+class Args(msgspec.Struct, gc=False, rename={
+    "external_id": "External id", "input_dims": "Input Dims", "input_type": "Input type", "input_strides": "Input Strides",
+    "concrete_inputs": "Concrete Inputs", "sequence_number": "Sequence number", "fwd_thread_id": "Fwd thread id",
+}):
+    """The args kernelmap reads (build._KEPT_ARGS, _CONV_ARGS, thread names)."""
+
+    correlation: _Id = None
+    external_id: _Id = None
+    device: _Id = None
+    stream: _Id = None
+    # Arrays of shapes and types are decoded as tuples (hashable: the builder stores each once).
+    grid: tuple[_Item, ...] | None = None
+    block: tuple[_Item, ...] | None = None
+    input_dims: tuple[_Item, ...] | None = None
+    input_type: tuple[_Item, ...] | None = None
+    input_strides: Any = None
+    concrete_inputs: Any = None
+    sequence_number: Any = None
+    fwd_thread_id: Any = None
+    name: Any = None
+
+
+ARG_FIELDS = {name: Args.__struct_encode_fields__[i] for i, name in enumerate(Args.__struct_fields__)}  # attribute -> JSON key
+
+
+class Event(msgspec.Struct, gc=False):
+    """One trace event, the fields kernelmap reads, their types checked."""
+
+    ph: str | None = None
+    cat: str | None = None
+    name: Any = None
+    pid: _Id = None
+    tid: _Id = None
+    ts: float | None = None
+    dur: float | None = None
+    id: Any = None
+    args: Args | None = None
+
+
+class Loose:
+    """An event whose fields did not fit `Event`: its dict, checked by the builder."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: dict):
+        self.raw = raw
+
+
+_WINDOW = msgspec.json.Decoder(list[Event])
+_MAX_CUTS = 16  # '}' tried per window before it goes the slow way
+
+
+def _fast_events(buf: _Buffer, decode) -> Iterator[Event | Loose]:
+    """The elements of an array whose '[' has been consumed, through its ']',
+    a window at a time (Note [fast event windows])."""
+    if buf.skip_ws() == "]":
+        buf.pos += 1
+        return
+    while True:
+        if not buf.eof and len(buf.text) - buf.pos < CHUNK:
+            buf._read_more()
+        text, pos = buf.text, buf.pos
+        cut = _cut(text, pos)
+        batch = None
+        if cut > pos:
+            try:
+                batch = _WINDOW.decode("[" + text[pos : cut + 1] + "]")
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                batch = None
+        if batch is not None:
+            yield from batch
+            buf.pos = cut + 1
+        else:
+            # The slow way, through the end of the window (or one event when none was cut).
+            end = buf.dropped + max(cut, pos)
+            while True:
+                start = buf.pos
+                event = buf.value(decode, "an event")
+                if not isinstance(event, dict):
+                    raise buf.fail("malformed event: events are JSON objects", start)
+                try:
+                    yield msgspec.convert(event, Event)
+                except (msgspec.ValidationError, RecursionError):
+                    yield Loose(event)
+                if buf.dropped + buf.pos >= end or buf.skip_ws() != ",":
+                    break
+                buf.pos += 1
+                buf.skip_ws()
+        c = buf.skip_ws()
+        if c == ",":
+            buf.pos += 1
+        elif c == "]":
+            buf.pos += 1
+            return
+        else:
+            raise buf.fail(f"expected ',' or ']' between events, found {_describe(c)}")
+
+
+def _cut(text: str, pos: int) -> int:
+    """The last '}' after `pos` followed (after blanks) by ',' or ']', or -1."""
+    n = len(text)
+    j = text.rfind("}", pos)
+    for _ in range(_MAX_CUTS):
+        if j < 0:
+            return -1
+        k = j + 1
+        while k < n and text[k] in _WS:
+            k += 1
+        if k < n and text[k] in ",]":
+            return j
+        j = text.rfind("}", pos, j)
+    return -1

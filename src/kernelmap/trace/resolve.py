@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,6 +150,7 @@ class Resolver:
     _errors: Counter = field(default_factory=Counter)
     _kernel_resolver: Any = None
     _native_texts: list[str] | None = None
+    _device_facts: dict[tuple, dict[str, Any]] = field(default_factory=dict)
 
     def _kernels(self):
         """The kernel-name resolver on the same tree as the kernel sources."""
@@ -192,34 +194,22 @@ class Resolver:
         key = (str(op.name), device, dtype, requires_grad)
         if key in self._dispatch:
             return self._dispatch[key]
-        from kernelmap.dispatch import dispatch_path
-
-        facts: dict[str, Any] = {}
-        try:
-            path = dispatch_path(str(op.name), device=device, dtype=dtype, requires_grad=requires_grad, catalog=self._catalog())
-        except KernelmapError as e:
-            facts["dispatch_error"] = str(e)
-            self._dispatch[key] = facts
-            return facts
-        steps = list(path.steps)
-        facts["dispatch_keys"] = [s.key for s in steps]
-        answer = steps[-1] if steps else None
-        if answer is not None:
-            facts["dispatch_key"] = answer.key
-            if answer.tag == "math kernel":
-                facts["dispatch_key"] = "CompositeImplicitAutograd"
-            elif answer.tag == "default backend kernel":
-                facts["dispatch_key"] = "CompositeExplicitAutograd"
-            kernel = answer.kernel
-            if kernel is not None:
-                facts["kernel"] = kernel.symbol or None
-                if kernel.location is not None:
-                    facts["registered_at"] = str(kernel.location)
-                structured = op.kind.value in ("structured", "structured out", "ufunc")
-                generated = kernel.symbol.startswith("at::native::ufunc_")
-                facts.update(self.kernel_source(kernel.symbol, structured, generated))
-        if path.note:
-            facts["dispatch_note"] = path.note
+        # Note [dispatch facts cache]
+        cache = None if self.live else _DispatchCache.opened()
+        asked = cache.get(key) if cache is not None else None
+        if asked is None:
+            asked = _ask_dispatcher(str(op.name), device, dtype, requires_grad, self._catalog())
+            if cache is not None:
+                cache.put(key, asked)
+        facts = {k: v for k, v in asked.items() if k not in ("symbol",)}
+        if "symbol" in asked:
+            symbol = asked["symbol"]
+            structured = op.kind.value in ("structured", "structured out", "ufunc")
+            generated = symbol.startswith("at::native::ufunc_")
+            note = facts.pop("dispatch_note", None)
+            facts.update(self.kernel_source(symbol, structured, generated))
+            if note is not None:
+                facts["dispatch_note"] = note
         self._dispatch[key] = facts
         return facts
 
@@ -293,6 +283,8 @@ class Resolver:
                 self._resolve_device(node)
         if self.platform == "rocm":
             self._refine_rocm_blas(nodes)
+        if not self.live and _DispatchCache._open is not None:
+            _DispatchCache._open.save()
         if self.unknown_ops:
             names = ", ".join(sorted(self.unknown_ops)[:8])
             notes.append(
@@ -319,11 +311,10 @@ class Resolver:
     def _mark_devices(self, root: Node) -> None:
         # Post-order: an op launched device work if it or a descendant did.
         order = list(walk([root]))
-        launched: dict[int, bool] = {}
+        launched: set[int] = set()  # ids of the nodes that launched device work
         for n in reversed(order):
-            launched[id(n)] = n.kind in ("runtime", "gpu_kernel", "gpu_memcpy", "gpu_memset") or any(
-                launched[id(c)] for c in n.children
-            )
+            if n.kind in ("runtime", "gpu_kernel", "gpu_memcpy", "gpu_memset") or any(id(c) in launched for c in n.children):
+                launched.add(id(n))
         for n in order:
             if n.kind != "op":
                 continue
@@ -334,7 +325,7 @@ class Resolver:
                     inside_cuda = True
                     break
                 p = p.parent
-            n.attrs["device"] = "cuda" if launched[id(n)] or inside_cuda else "cpu"
+            n.attrs["device"] = "cuda" if id(n) in launched or inside_cuda else "cpu"
 
     def _resolve_op(self, node: Node, can_ask_conv: bool) -> None:
         a = node.attrs
@@ -391,10 +382,25 @@ class Resolver:
         if vendor is not None:
             facts["library"], facts["closed"] = vendor
         if device != "cpu":  # torch._native registers its DSL kernels for GPU keys only
-            served = self._override(str(op.name), facts.get("dispatch_key"))
+            served = self._served_by(str(op.name), facts.get("dispatch_key"))
             if served is not None:
-                facts["served_by"] = f"{served.dsl} override {served.implementation.name} when {served.condition.name}(...) holds (torch._native)"
+                facts["served_by"] = served
         return facts
+
+    def _served_by(self, op: str, key: str | None) -> str | None:
+        """The torch._native override that serves `op` at `key`, in words
+        (read statically once per torch install: Note [dispatch facts cache])."""
+        cache = None if self.live else _DispatchCache.opened()
+        cached = cache.get(("override", op, key)) if cache is not None else None
+        if cached is not None:
+            return cached.get("served_by")
+        served = self._override(op, key)
+        text = None
+        if served is not None:
+            text = f"{served.dsl} override {served.implementation.name} when {served.condition.name}(...) holds (torch._native)"
+        if cache is not None:
+            cache.put(("override", op, key), {"served_by": text} if text else {})
+        return text
 
     def _override(self, op: str, key: str | None):
         from kernelmap.dispatch.native import served_by_override
@@ -428,16 +434,12 @@ class Resolver:
             self._native_texts = texts
         return None if self._native_texts == ["?"] else self._native_texts
 
-    def _resolve_device(self, node: Node) -> None:
-        ops = []
-        p = node.parent
-        while p is not None:
-            if p.kind == "op":
-                ops.append(p.name)
-            p = p.parent
+    def _kernel_facts(self, name: str, ops: list[str]) -> dict[str, Any]:
+        """A device event's facts from its name and the operators above it, innermost first."""
+        attrs: dict[str, Any] = {}
         if ops:
-            node.attrs["launched_by"] = ops[0]
-        answer = self._kernels().resolve(node.name)
+            attrs["launched_by"] = ops[0]
+        answer = self._kernels().resolve(name)
         lib = answer.library
         if lib is not None and lib != "ATen":
             # The same xmma/CUTLASS kernels ship inside cuDNN and cuBLAS: the launching operators decide.
@@ -445,25 +447,164 @@ class Resolver:
             if by_ops is not None:
                 lib = by_ops.name
         if lib:
-            node.attrs["library"] = lib
-            node.attrs["closed"] = answer.closed if lib == answer.library else vendors.library(lib).closed
+            attrs["library"] = lib
+            attrs["closed"] = answer.closed if lib == answer.library else vendors.library(lib).closed
         else:
-            node.attrs["unknown"] = "kernel family not recognised"
+            attrs["unknown"] = "kernel family not recognised"
         if answer.library == "ATen":
             if answer.kernel is not None:
-                node.attrs["kernel"] = answer.kernel.symbol
+                attrs["kernel"] = answer.kernel.symbol
             if answer.functor is not None:
-                node.attrs["functor"] = answer.functor.symbol
+                attrs["functor"] = answer.functor.symbol
             if answer.functor is not None and answer.functor.location is not None:
-                node.attrs["source"] = str(answer.functor.location)
-                node.attrs["source_file"] = answer.functor.location.path
+                attrs["source"] = str(answer.functor.location)
+                attrs["source_file"] = answer.functor.location.path
             if answer.kernel is not None and answer.kernel.location is not None:
-                node.attrs["launcher"] = str(answer.kernel.location)
-                node.attrs.setdefault("source", str(answer.kernel.location))
-                node.attrs.setdefault("source_file", answer.kernel.location.path)
+                attrs["launcher"] = str(answer.kernel.location)
+                attrs.setdefault("source", str(answer.kernel.location))
+                attrs.setdefault("source_file", answer.kernel.location.path)
+        return attrs
+
+    def _resolve_device(self, node: Node) -> None:
+        ops = []
+        p = node.parent
+        while p is not None:
+            if p.kind == "op":
+                ops.append(p.name)
+            p = p.parent
+        key = (node.name, tuple(ops))
+        facts = self._device_facts.get(key)
+        if facts is None:  # once per kernel name and chain of launching operators
+            facts = self._device_facts[key] = self._kernel_facts(node.name, ops)
+        node.attrs.update(facts)
         for k in ("device", "stream", "grid", "block", "correlation"):
             if k in node.args:
                 node.attrs[k if k != "device" else "gpu"] = node.args[k]
+
+
+def _ask_dispatcher(op: str, device: str, dtype: str, requires_grad: bool, catalog) -> dict[str, Any]:
+    """What the live dispatcher answers for one call: its keys, the key that
+    answered, its kernel and registration (JSON-able: it is cached on disk)."""
+    from kernelmap.dispatch import dispatch_path
+
+    facts: dict[str, Any] = {}
+    try:
+        path = dispatch_path(op, device=device, dtype=dtype, requires_grad=requires_grad, catalog=catalog)
+    except KernelmapError as e:
+        return {"dispatch_error": str(e)}
+    steps = list(path.steps)
+    facts["dispatch_keys"] = [s.key for s in steps]
+    answer = steps[-1] if steps else None
+    if answer is not None:
+        facts["dispatch_key"] = answer.key
+        if answer.tag == "math kernel":
+            facts["dispatch_key"] = "CompositeImplicitAutograd"
+        elif answer.tag == "default backend kernel":
+            facts["dispatch_key"] = "CompositeExplicitAutograd"
+        kernel = answer.kernel
+        if kernel is not None:
+            facts["kernel"] = kernel.symbol or None
+            if kernel.location is not None:
+                facts["registered_at"] = str(kernel.location)
+            facts["symbol"] = kernel.symbol
+    if path.note:
+        facts["dispatch_note"] = path.note
+    return facts
+
+
+# Note [dispatch facts cache]
+# A trace read from a file is resolved against the installed torch's live
+# dispatcher, which costs importing torch (seconds, and most of the memory
+# of a small trace). What the dispatcher answers for (op, device, dtype,
+# grad mode) depends only on the installed torch and kernelmap: it is
+# cached on disk per torch install (version, commit, and the size and mtime
+# of its version file and libraries), so later traces import torch only for
+# calls never asked before. A trace recorded in this process asks the live
+# dispatcher itself (extensions loaded there may have registered kernels).
+# A cache that cannot be read or has the wrong shape is ignored and rewritten.
+
+_CACHE_VERSION = 1
+
+
+class _DispatchCache:
+    _open: _DispatchCache | None = None
+    _failed = False
+
+    def __init__(self, path, stamp: str, entries: dict[str, Any]):
+        self.path = path
+        self.stamp = stamp
+        self.entries = entries
+        self.dirty = False
+
+    @classmethod
+    def opened(cls) -> _DispatchCache | None:
+        if cls._failed:
+            return None
+        try:
+            stamp, path = _cache_stamp()
+        except (KernelmapError, OSError):
+            cls._failed = True
+            return None
+        if cls._open is not None and cls._open.stamp == stamp:
+            return cls._open
+        import json
+
+        entries: dict[str, Any] = {}
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(data, dict) and data.get("version") == _CACHE_VERSION and data.get("stamp") == stamp and isinstance(data.get("entries"), dict):
+                entries = {k: v for k, v in data["entries"].items() if isinstance(v, dict)}
+        except (OSError, ValueError):
+            pass
+        cls._open = cls(path, stamp, entries)
+        return cls._open
+
+    @staticmethod
+    def _key(key: tuple) -> str:
+        return "|".join(map(str, key))
+
+    def get(self, key: tuple) -> dict[str, Any] | None:
+        found = self.entries.get(self._key(key))
+        if found is None or not all(isinstance(k, str) for k in found):
+            return None
+        return dict(found)
+
+    def put(self, key: tuple, facts: dict[str, Any]) -> None:
+        self.entries[self._key(key)] = facts
+        self.dirty = True
+
+    def save(self) -> None:
+        if not self.dirty:
+            return
+        import json
+        import os
+
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"version": _CACHE_VERSION, "stamp": self.stamp, "entries": self.entries}), encoding="utf-8")
+            os.replace(tmp, self.path)
+            self.dirty = False
+        except OSError:
+            pass  # an unwritable cache: the next trace asks the dispatcher again
+
+
+def _cache_stamp():
+    import hashlib
+
+    from kernelmap import __version__, env
+
+    install = env.torch_install()
+    parts = [__version__, install.version, str(install.commit), str(install.site_packages)]
+    lib = install.torch_dir / "lib"
+    import kernelmap.dispatch as dispatch  # its readings of the dumps and of torch._native are part of the answer
+
+    here = Path(dispatch.__file__).parent
+    for p in [here / "__init__.py", here / "native.py", install.torch_dir / "version.py", *sorted(lib.glob("libtorch*")), *sorted(install.torch_dir.glob("_C*"))]:
+        st = p.stat()
+        parts.append(f"{p.name}:{st.st_size}:{st.st_mtime_ns}")
+    stamp = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
+    return stamp, env.cache_dir() / "trace" / f"dispatch-{install.version}-{stamp}.json"
 
 
 def _has_mkl() -> bool:

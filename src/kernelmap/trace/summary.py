@@ -238,33 +238,49 @@ def _shape_text(shapes: Any) -> str:
     return ", ".join(str(list(s)) for s in shapes if isinstance(s, (list, tuple)) and s)
 
 
+_DEVICE_KINDS = frozenset({"gpu_kernel", "gpu_memcpy", "gpu_memset"})
+
+
 def summarize(tree: CallTree) -> Summary:
     """Aggregate the resolved tree (explicit-stack walks, no recursion)."""
-    nodes = [n for _, n in tree.walk()]
-    # Device time below each node, computed post-order.
-    device: dict[int, float] = {}
-    order: list[CallNode] = []
+    # Pre-order (children in order), then device time below each node post-order.
+    nodes: list[CallNode] = []
     stack = [tree.root]
     while stack:
         n = stack.pop()
-        order.append(n)
-        stack.extend(n.children)
-    # The closed library a call ends in, itself or anywhere below it (a conv2d
-    # whose cudnn_convolution runs cuDNN kernels ends in cuDNN).
-    closed_below: dict[int, str | None] = {}
-    for n in reversed(order):
-        own = n.attrs.get("duration_us", 0.0) if n.kind in ("gpu_kernel", "gpu_memcpy", "gpu_memset") else 0.0
-        device[id(n)] = own + sum(device[id(c)] for c in n.children)
-        lib = n.attrs.get("library") if n.attrs.get("closed") and n.attrs.get("library") != "CUDA runtime" else None
-        closed_below[id(n)] = lib or next((closed_below[id(c)] for c in n.children if closed_below[id(c)]), None)
+        nodes.append(n)
+        if n.children:
+            stack.extend(reversed(n.children))
+    # Device time below each node, and the closed library a call ends in,
+    # itself or anywhere below it (a conv2d whose cudnn_convolution runs cuDNN
+    # kernels ends in cuDNN): post-order, kept only where there is some.
+    device: dict[int, float] = {}
+    closed_below: dict[int, str] = {}
+    for n in reversed(nodes):
+        a = n.attrs
+        own = a.get("duration_us", 0.0) if n.kind in _DEVICE_KINDS else 0.0
+        lib = a.get("library") if a.get("closed") and a.get("library") != "CUDA runtime" else None
+        children = n.children
+        if children:
+            own += sum([device.get(id(c), 0.0) for c in children])
+            if not lib:
+                lib = next((closed_below[id(c)] for c in children if id(c) in closed_below), None)
+        if own:
+            device[id(n)] = own
+        if lib:
+            closed_below[id(n)] = lib
 
     ops: dict[str, OpRow] = {}
     modules: dict[str, GroupRow] = {}
     files: dict[str, GroupRow] = defaultdict(lambda: GroupRow(""))
     gpu = GpuTime()
+    shape_texts: dict[Any, str] = {}
     for n in nodes:
+        kind = n.kind
+        if kind not in _SUMMED_KINDS:
+            continue
         dur = float(n.attrs.get("duration_us", 0.0))
-        if n.kind in ("op", "autograd"):
+        if kind == "op" or kind == "autograd":
             row = ops.get(n.name)
             if row is None:
                 row = ops[n.name] = OpRow(n.name)
@@ -272,8 +288,14 @@ def summarize(tree: CallTree) -> Summary:
             row.calls += 1
             row.total_us += dur
             row.self_us += _self_us(n)
-            row.device_us += device[id(n)]
-            shape = _shape_text(a.get("input_shapes"))
+            row.device_us += device.get(id(n), 0.0)
+            shapes = a.get("input_shapes")
+            try:
+                shape = shape_texts[shapes]
+            except KeyError:
+                shape = shape_texts[shapes] = _shape_text(shapes)
+            except TypeError:  # unhashable (a tree read back from JSON)
+                shape = _shape_text(shapes)
             if shape:
                 row.shapes[shape] += 1
             row.op = row.op or a.get("op")
@@ -289,9 +311,10 @@ def summarize(tree: CallTree) -> Summary:
                 where = k.attrs.get("source") or k.attrs.get("library")
                 if where:
                     row.kernel_sources[k.name] = where
-            if closed_below[id(n)]:
+            below = closed_below.get(id(n))
+            if below:
                 row.closed = True
-                row.library = row.library or closed_below[id(n)]
+                row.library = row.library or below
             src = a.get("source")
             key = src.rsplit(":", 1)[0] if src else None
             if key is None and a.get("registered_at"):
@@ -310,7 +333,7 @@ def summarize(tree: CallTree) -> Summary:
             g = modules.setdefault(mtype, GroupRow(mtype))
             g.calls += 1
             g.total_us += dur
-            g.device_us += device[id(n)]
+            g.device_us += device.get(id(n), 0.0)
             for c in _ops_directly_below(n):
                 g.ops[c] += 1
         if n.kind in ("gpu_kernel", "gpu_memcpy", "gpu_memset"):
@@ -337,6 +360,9 @@ def summarize(tree: CallTree) -> Summary:
         notes=tree.notes,
         gpu=gpu,
     )
+
+
+_SUMMED_KINDS = frozenset({"op", "autograd", "module", "gpu_kernel", "gpu_memcpy", "gpu_memset"})
 
 
 def _self_us(n: CallNode) -> float:

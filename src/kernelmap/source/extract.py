@@ -58,6 +58,11 @@ MAX_FILE_BYTES = 4 * 1024 * 1024  # larger files are generated tables, not code 
 # second; hostile nesting (100k namespaces, 1 MB of `template<`) takes tens of
 # seconds and would hold a build's lock meanwhile.
 MAX_FILE_SECONDS = 10.0
+# Files up to this size are parsed from bytes with no deadline inside the
+# parse (Note [bytes-backed tree]): tree-sitter's error recovery keeps a
+# bounded number of stack versions, so a parse is linear in the input, and the
+# most hostile inputs found (`a<a<a<...`) cost about 8 us a byte: 2 s here.
+UNTIMED_PARSE_BYTES = 256 * 1024
 
 
 # tree-sitter's query engine is not interruptible and grows much faster than
@@ -444,15 +449,22 @@ class Extractor:
         deadline = time.monotonic() + self.budget if self.budget > 0 else float("inf")
         past = lambda *state: time.monotonic() > deadline  # noqa: E731
         original, data = data, mask_attributes(data)
-        tree = self.parser.parse(lambda offset, point: data[offset : offset + 65536], progress_callback=past)
-        if tree is None or past():
+        # Note [bytes-backed tree]: only a parse from a callback can be given a
+        # deadline, but a tree parsed from a callback reads every node's text
+        # (and every `#match?` of the queries) through that callback again,
+        # 100x slower than from bytes. Small files are parsed from bytes
+        # (UNTIMED_PARSE_BYTES); larger ones from a callback under the deadline,
+        # then again from the bytes with the finished tree as old tree (no
+        # edits): every subtree is reused, the same tree at a quarter of a parse.
+        if len(data) <= UNTIMED_PARSE_BYTES:
+            tree = self.parser.parse(data)
+        else:
+            tree = self.parser.parse(lambda offset, point: data[offset : offset + 65536], progress_callback=past)
+            if tree is None or past():
+                raise FileTimeout()
+            tree = self.parser.parse(data, old_tree=tree)
+        if past():
             raise FileTimeout()
-        # Note [bytes-backed tree]: a tree parsed from a callback reads every
-        # node's text (and every `#match?` of the queries) through that
-        # callback again, 100x slower than from bytes. Parsed again from the
-        # bytes with the finished tree as its old tree (no edits), every
-        # subtree is reused: the same tree, at a fraction of a parse's cost.
-        tree = self.parser.parse(data, old_tree=tree)
         root = tree.root_node
         why = degenerate(b"", root)
         if why:
@@ -488,7 +500,8 @@ class Extractor:
         # (start byte, kind, payload): kind 0 = definition, 1 = call or registration
         points: list[tuple[int, int, object]] = [(n.start_byte, 0, (i, n, info)) for i, (n, info) in enumerate(defs_raw)]
         for cap in by_file["calls"]:
-            points.append((cap["call"][0].start_byte, 1, ("call", cap)))
+            if self._known_callee(cap["callee"][0]) is not None:  # Note [calls kept]: the rest never reach the sweep
+                points.append((cap["call"][0].start_byte, 1, ("call", cap)))
         for cap in by_file["registrations"]:
             site = cap.get("site") or cap.get("library.call")
             points.append((site[0].start_byte, 1, ("reg", cap)))
@@ -641,15 +654,19 @@ class Extractor:
     # -- calls and registrations -----------------------------------------
 
     def _call(self, cap, def_index, cond, pp, calls, data: bytes) -> None:
-        callee_node = cap["callee"][0]
-        key = (callee_node.type, callee_node.text)
-        known = self._callees.get(key, False)
-        if known is False:
-            known = self._callees[key] = self._callee(callee_node)
+        known = self._known_callee(cap["callee"][0])
         if known is None:
             return
         callee, short, kind, lib, op = known
         calls.append(Call(def_index, callee, short, kind, lib, op, cap["call"][0].start_point[0] + 1, cond, pp))
+
+    def _known_callee(self, callee_node) -> tuple | None:
+        """`_callee`, remembered by the callee's spelling."""
+        key = (callee_node.type, callee_node.text)
+        known = self._callees.get(key, False)
+        if known is False:
+            known = self._callees[key] = self._callee(callee_node)
+        return known
 
     def _callee(self, callee_node) -> tuple | None:
         """(callee, short, kind, library, op) of a call's function node; None when no name is called."""

@@ -176,12 +176,12 @@ def scan(tree: Tree) -> list[tuple[str, int, int]]:
 # Workers
 # ---------------------------------------------------------------------------
 
-_worker: tuple[Path, extract.Extractor] | None = None
+_worker: tuple[Path, extract.Extractor, str] | None = None  # (root, extractor, the root's real path)
 
 
 def _init_worker(root: str, ops: OperatorNames) -> None:
     global _worker
-    _worker = (Path(root), extract.Extractor(ops))
+    _worker = (Path(root), extract.Extractor(ops), os.path.realpath(root))
 
 
 def _init_pool_worker(root: str, ops: OperatorNames) -> None:
@@ -195,15 +195,16 @@ def _skipped(path: str, why: str) -> FileFacts:
     return FileFacts(path, 0, "", 0, why, (), (), (), ())
 
 
-def read_source(root: Path, path: str) -> bytes | str:
+def read_source(root: Path, path: str, real_root: str | None = None) -> bytes | str:
     """The bytes of `root/path`, or why they are not read: a file that is gone
     or unreadable since the scan, no longer a regular file (a FIFO would block
     the build while it holds the lock), a symlink out of the tree, or larger
-    than the size budget."""
+    than the size budget. `real_root` is the root's real path, if known."""
     full = os.path.join(root, path)
     try:
         real = os.path.realpath(full)
-        if os.path.commonpath([real, os.path.realpath(root)]) != os.path.realpath(root):
+        real_root = real_root or os.path.realpath(root)
+        if not real.startswith(real_root.rstrip(os.sep) + os.sep):
             return "a symlink out of the tree"
         # O_NONBLOCK: opening a FIFO with no writer returns at once; fstat then refuses it.
         fd = os.open(full, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -225,8 +226,8 @@ def read_source(root: Path, path: str) -> bytes | str:
 
 def _extract_one(path: str) -> FileFacts:
     assert _worker is not None
-    root, ex = _worker
-    data = read_source(root, path)
+    root, ex, real_root = _worker
+    data = read_source(root, path, real_root)
     if isinstance(data, str):  # recorded, not fatal
         return _skipped(path, data)
     return ex.extract(path, data)

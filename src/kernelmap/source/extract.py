@@ -419,7 +419,7 @@ class Extractor:
         for name, text in zip(QUERY_FILES, texts):
             self.pattern_file += [name] * tree_sitter.Query(self.language, text).pattern_count
         self.query = tree_sitter.Query(self.language, "\n".join(texts))
-        self._callees: dict[tuple[str, bytes], tuple | None] = {}
+        self._callees: dict[tuple[int, bytes], tuple | None] = {}
 
     def extract(self, path: str, data: bytes) -> FileFacts:
         """Facts of one file; `path` is repository-relative (it decides stub devices)."""
@@ -500,11 +500,12 @@ class Extractor:
         # (start byte, kind, payload): kind 0 = definition, 1 = call or registration
         points: list[tuple[int, int, object]] = [(n.start_byte, 0, (i, n, info)) for i, (n, info) in enumerate(defs_raw)]
         for cap in by_file["calls"]:
-            if self._known_callee(cap["callee"][0]) is not None:  # Note [calls kept]: the rest never reach the sweep
-                points.append((cap["call"][0].start_byte, 1, ("call", cap)))
+            known = self._known_callee(cap["callee"][0])
+            if known is not None:  # Note [calls kept]: the rest never reach the sweep
+                points.append((cap["call"][0].start_byte, 1, ("call", cap, known)))
         for cap in by_file["registrations"]:
             site = cap.get("site") or cap.get("library.call")
-            points.append((site[0].start_byte, 1, ("reg", cap)))
+            points.append((site[0].start_byte, 1, ("reg", cap, None)))
 
         definitions: list[Definition] = [None] * len(defs_raw)  # type: ignore[list-item]
         calls: list[Call] = []
@@ -517,7 +518,7 @@ class Extractor:
                 i, node, info = payload
                 definitions[i] = self._definition(node, info, [r for r in stack if r[1] > at], pp, original, data)
                 continue
-            what, cap = payload
+            what, cap, known = payload
             def_index, cond, lib = _context_of(stack, at)
             if cond is not None:
                 key = (cond[0], cond[1].start_byte)
@@ -526,7 +527,7 @@ class Extractor:
                     label = labels[key] = _condition_label(*cond)
                 cond = label
             if what == "call":
-                self._call(cap, def_index, cond, pp, calls, data)
+                self._call(cap, known, def_index, cond, pp, calls)
             else:
                 self._registration(path, cap, def_index, lib, pp, registrations, stubs)
         # Launches written `kernel<<<grid, block>>>(...)`: the grammar has no such
@@ -653,16 +654,13 @@ class Extractor:
 
     # -- calls and registrations -----------------------------------------
 
-    def _call(self, cap, def_index, cond, pp, calls, data: bytes) -> None:
-        known = self._known_callee(cap["callee"][0])
-        if known is None:
-            return
+    def _call(self, cap, known, def_index, cond, pp, calls) -> None:
         callee, short, kind, lib, op = known
         calls.append(Call(def_index, callee, short, kind, lib, op, cap["call"][0].start_point[0] + 1, cond, pp))
 
     def _known_callee(self, callee_node) -> tuple | None:
         """`_callee`, remembered by the callee's spelling."""
-        key = (callee_node.type, callee_node.text)
+        key = (callee_node.kind_id, callee_node.text)
         known = self._callees.get(key, False)
         if known is False:
             known = self._callees[key] = self._callee(callee_node)

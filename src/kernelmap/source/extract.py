@@ -599,6 +599,9 @@ class Extractor:
         """("name", text) | ("structured", macro, args) | ("library", (macro, ns, key))."""
         while node is not None and node.type in _UNWRAP:
             node = node.child_by_field_name("declarator") or (node.named_children[-1] if node.named_children else None)
+        if node is not None and node.type in ("operator_cast", "qualified_identifier"):
+            cast = _conversion_operator(node)
+            return ("name", cast) if cast else None
         if node is None or node.type != "function_declarator":
             return None
         inner = node.child_by_field_name("declarator")
@@ -645,6 +648,9 @@ class Extractor:
         name = name.replace("::::", "::")
         lookup = "::".join(p for p in name.split("::") if p != "(anonymous namespace)")
         short = name.rsplit("::", 1)[-1]
+        cast = name.find("operator ")  # a conversion operator's type may hold `::` (`operator const std::string&`)
+        if cast >= 0 and name[cast - 2 : cast] in ("", "::"):
+            short = name[cast:]
         # The line is the declarator's, where the name is written: a return type
         # spread over lines before it (`inline std::enable_if_t<...>\nmkldnn_gemm(`)
         # must not move the location off the name.
@@ -781,6 +787,28 @@ def _recover_namespaces(error_nodes, regions) -> None:
             cur = inner[-1]
             names.append(_namespace_name(cur))
         regions.append((sib.end_byte, err.end_byte, "scope", "::".join(names)))
+
+
+def _conversion_operator(node) -> str | None:
+    """The name of a conversion operator's declarator (`operator bool`,
+    `A::operator const std::string&`: no parameter list, and the type's
+    spelling kept as written), else None."""
+    top = node
+    while node.type == "qualified_identifier":
+        node = node.child_by_field_name("name")
+        if node is None:
+            return None
+    if node.type != "operator_cast":
+        return None
+    fn = node.child_by_field_name("declarator")
+    while fn is not None and fn.type != "abstract_function_declarator":
+        fn = fn.child_by_field_name("declarator") or (fn.named_children[-1] if fn.named_children else None)
+    params = fn.child_by_field_name("parameters") if fn is not None else None
+    if params is None:
+        return None
+    text = top.text
+    scope = _strip_templates(text[: node.start_byte - top.start_byte].decode("utf-8", "replace"))
+    return scope + _SPACE.sub(" ", text[node.start_byte - top.start_byte : params.start_byte - top.start_byte].decode("utf-8", "replace")).strip()
 
 
 def _constructed_type(node) -> str | None:

@@ -142,6 +142,92 @@ _LAUNCH_CONFIG = re.compile(rb"<<<[^;{}]*?>>>")
 _TWO_WORD_TYPES = tuple((word + b" ", re.compile(re.escape(word) + rb" (?=(?:int|long|char|short)\b)")) for word in (b"unsigned", b"signed", b"long", b"short"))
 
 
+# A braced default argument (`ArrayRef<Scalar> scalarList = {}`) makes the
+# grammar read the whole function as a declaration of a variable: the braces
+# read as `0`, same length.
+_BRACED_DEFAULT = re.compile(rb"=[ \t]*\{[^{}()\n;]*\}(?=\s*[,)])")
+# A check macro needs no `;` (TORCH_CHECK expands to an if statement), and one
+# left without before a `}` derails the function: the macro's name gives its
+# last letter to a `;` after the call (same length, same lines).
+_CHECK_MACROS = (b"TORCH_CHECK", b"TORCH_INTERNAL_ASSERT", b"TORCH_WARN", b"AT_ASSERT", b"AT_ERROR")
+_CLOSE_BEFORE_BRACE = re.compile(rb"\)(?=\s*\})")
+_NAME_BEFORE = re.compile(rb"([A-Za-z_]\w*)[ \t]*$")
+
+
+def _terminate_checks(data: bytes) -> bytes:
+    """A `;` after each check macro's call that has none before a `}`."""
+    out = None
+    for m in _CLOSE_BEFORE_BRACE.finditer(data):
+        depth, i = 0, m.start()
+        while i >= 0:  # back to the matching parenthesis
+            c = data[i]
+            depth += (c == 41) - (c == 40)
+            if depth == 0:
+                break
+            i -= 1
+        name = _NAME_BEFORE.search(data, max(0, i - 80), i) if i > 0 else None
+        if name is None or not name.group(1).startswith(_CHECK_MACROS):
+            continue
+        if out is None:
+            out = bytearray(data)
+        # the name gives its last letter to the `;`: same length, same lines
+        out[name.end(1) - 1 : m.end()] = data[name.end(1) : m.end()] + b";"
+    return bytes(out) if out is not None else data
+
+
+# Macros the file defines itself: object-like ones whose every definition is
+# empty or attributes only (`#define DEVICE_INLINE __device__
+# C10_ALWAYS_INLINE`) are attributes too; function-like ones whose expansion
+# holds no parenthesis (so neither a function nor a call: `_PS256_CONST(Name,
+# Val)` declares a constant array) are blanked where they stand as statements
+# at file scope.
+_DEFINE = re.compile(rb"#[ \t]*define[ \t]+([A-Za-z_]\w*)(\([^()\n]*\))?((?:[^\n\\]|\\.)*)", re.S)
+
+
+def _local_macros(original: bytes, masked: bytes) -> bytes:
+    """`masked` with the uses of the file's own attribute-like and
+    parenthesis-free macros blanked (see _DEFINE)."""
+    attribute: dict[bytes, bool] = {}
+    statement: dict[bytes, bool] = {}
+    for m in _DEFINE.finditer(original):
+        if original[original.rfind(b"\n", 0, m.start()) + 1 : m.start()].strip():
+            continue  # not a directive
+        name = m.group(1)
+        if m.group(2) is None:
+            attribute[name] = attribute.get(name, True) and not masked[m.start(3) : m.end(3)].strip()
+        else:
+            body = m.group(3)
+            statement[name] = statement.get(name, True) and bool(body.strip()) and b"(" not in body
+    for name, blank in attribute.items():
+        if blank and name not in statement and name in masked:
+            masked = re.compile(re.escape(name) + rb"\b").sub(_blank_outside_directive, masked)
+    for name, blank in statement.items():
+        if blank and name not in attribute and name in masked:
+            masked = re.compile(re.escape(name) + rb"[ \t]*\([^;{}()]*\)[ \t]*;").sub(_blank_at_line_start, masked)
+    return masked
+
+
+def _blank_at_line_start(m: re.Match) -> bytes:
+    i = m.start()
+    return _spaces(m) if i == 0 or m.string[i - 1 : i] == b"\n" else m.group(0)
+
+
+def _blank_outside_directive(m: re.Match) -> bytes:
+    """`_blank`, except in a directive (continued lines included)."""
+    text = m.string
+    start = text.rfind(b"\n", 0, m.start()) + 1
+    while start > 1 and text[start - 2 : start - 1] == b"\\":
+        start = text.rfind(b"\n", 0, start - 1) + 1
+    return m.group(0) if text[start : m.start()].lstrip().startswith(b"#") else _blank(m)
+
+
+def _zero_braces(m: re.Match) -> bytes:
+    text = m.group(0)
+    i = text.index(b"{")
+    return text[:i] + b"0" + b" " * (len(text) - i - 1)
+
+
+
 def _starts_word(m: re.Match) -> bool:
     i = m.start()
     return i == 0 or not (m.string[i - 1 : i].isalnum() or m.string[i - 1 : i] == b"_")
@@ -172,6 +258,7 @@ def _join(m: re.Match) -> bytes:
 
 def mask_attributes(data: bytes) -> bytes:
     """`data` with attribute macros blanked (Note [masked attributes])."""
+    original = data
     for prefix, pattern in _ATTRIBUTE_GROUPS:
         if prefix in data:
             data = pattern.sub(_blank, data)
@@ -184,6 +271,12 @@ def mask_attributes(data: bytes) -> bytes:
     for word, pattern in _TWO_WORD_TYPES:
         if word in data:
             data = pattern.sub(_join, data)
+    if b"{}" in data or b"= {" in data:
+        data = _BRACED_DEFAULT.sub(_zero_braces, data)
+    if b"TORCH_" in data or b"AT_" in data:
+        data = _terminate_checks(data)
+    if b"define" in data:
+        data = _local_macros(original, data)
     return data
 
 
@@ -483,6 +576,8 @@ class Extractor:
         defs_raw = []
         for cap in by_file["definitions"]:
             node = cap["definition"][0]
+            if node.type == "declaration" and _body(node) is None:
+                continue
             info = self._declarator(cap["declarator"][0])
             if info is None:
                 continue
@@ -492,7 +587,7 @@ class Extractor:
             defs_raw.append((node, info))
         defs_raw.sort(key=lambda d: d[0].start_byte)
         for i, (node, _) in enumerate(defs_raw):
-            body = node.child_by_field_name("body")
+            body = _body(node)
             regions.append((body.start_byte, body.end_byte, "def", i))
         for start, end, payload in libraries:
             regions.append((start, end, "lib", payload))
@@ -534,7 +629,7 @@ class Extractor:
         # syntax (it reads shifts and comparisons), so they are found in the body text.
         launches = set()
         for i, (node, _) in enumerate(defs_raw):
-            body = node.child_by_field_name("body")
+            body = _body(node)
             chunk = original[body.start_byte : body.end_byte]
             if b"<<<" not in chunk:
                 continue
@@ -787,6 +882,20 @@ def _recover_namespaces(error_nodes, regions) -> None:
             cur = inner[-1]
             names.append(_namespace_name(cur))
         regions.append((sib.end_byte, err.end_byte, "scope", "::".join(names)))
+
+
+def _body(definition):
+    """A definition's body: its compound statement, or the `{}` of a function
+    the grammar reads as brace-initialised (definitions.scm), only where that
+    declaration declares nothing else and parsed cleanly (error recovery can
+    read a constructor's initializer list so); else None."""
+    if definition.type != "declaration":
+        return definition.child_by_field_name("body")
+    declarators = definition.children_by_field_name("declarator")
+    if len(declarators) != 1 or definition.has_error:
+        return None
+    value = declarators[0].child_by_field_name("value")
+    return value if value is not None and value.type == "initializer_list" and value.named_child_count == 0 else None
 
 
 def _conversion_operator(node) -> str | None:

@@ -131,6 +131,33 @@ _DANGLING_ELSE = re.compile(rb"#[ \t]*if[^\n]*\n(?:(?![ \t]*#)[^\n]*\n){0,40}?[^
 # Likewise an `#ifdef USE_ROCM` whose only branch opens with `} else if (...) {`
 # (Indexing.cu): it continues an if statement across the directive.
 _SPLIT_BRANCH = re.compile(rb"#[ \t]*if[^\n]*\n[ \t]*\}[ \t]*else\b(?:(?![ \t]*#)[^\n]*\n){0,200}?[ \t]*#[ \t]*endif\b")
+# `#ifdef A` / `if (w == 8) {` / `#else` / `if (w == 16) {` / `#endif`: two
+# one-line alternatives each opening the block that follows, which the grammar
+# reads as two unclosed blocks: the first alternative is kept, without the
+# directives, as a build with A reads.
+_ALTERNATIVE_OPENINGS = re.compile(rb"#[ \t]*if[^\n]*\n([^\n#]*\{[ \t]*\n)[ \t]*#[ \t]*else[ \t]*(?://[^\n]*)?\n[^\n#]*\{[ \t]*\n[ \t]*#[ \t]*endif\b[^\n]*")
+
+
+def _first_alternative(m: re.Match) -> bytes:
+    if not _starts_line(m):
+        return m.group(0)
+    blank = _spaces(m)
+    return blank[: m.start(1) - m.start()] + m.group(1) + blank[m.end(1) - m.start() :]
+
+
+def _starts_line(m: re.Match) -> bool:
+    return not m.string[m.string.rfind(b"\n", 0, m.start()) + 1 : m.start()].strip()
+
+
+# An explicit specialisation of a call operator, `void operator()<float,
+# float>(float& c)`, is beyond the grammar: its template arguments are blanked
+# (not in a call, `f.template operator()<T>(x)`, which the grammar reads).
+_CALL_OPERATOR_ARGS = re.compile(rb"(?<=operator\(\))[ \t]*<[^<>;{}()]*(?:<[^<>;{}()]*>[^<>;{}()]*)*>(?=\s*\()")
+
+
+def _blank_specialisation(m: re.Match) -> bytes:
+    before = m.string[max(0, m.start() - 40) : m.start() - len(b"operator()")].rstrip()
+    return m.group(0) if before.endswith((b".", b"->", b"template")) else _spaces(m)
 # `kernel<T><<<grid, block, 0, stream>>>(...)`: the launch configuration is no
 # C++ the grammar knows and derails the rest of the file; blanked, the launch
 # reads as a call (the launches themselves are read from the original text).
@@ -189,15 +216,25 @@ def _local_macros(original: bytes, masked: bytes) -> bytes:
     parenthesis-free macros blanked (see _DEFINE)."""
     attribute: dict[bytes, bool] = {}
     statement: dict[bytes, bool] = {}
+    restore = []
     for m in _DEFINE.finditer(original):
         if original[original.rfind(b"\n", 0, m.start()) + 1 : m.start()].strip():
             continue  # not a directive
         name = m.group(1)
         if m.group(2) is None:
-            attribute[name] = attribute.get(name, True) and not masked[m.start(3) : m.end(3)].strip()
+            blank = not masked[m.start(3) : m.end(3)].strip()
+            attribute[name] = attribute.get(name, True) and blank
+            if blank and m.group(3).strip():
+                # A definition left with blanks only would take the next line as its value.
+                restore.append((m.start(3), m.end(3)))
         else:
             body = m.group(3)
             statement[name] = statement.get(name, True) and bool(body.strip()) and b"(" not in body
+    if restore:
+        out = bytearray(masked)
+        for start, end in restore:
+            out[start:end] = original[start:end]
+        masked = bytes(out)
     for name, blank in attribute.items():
         if blank and name not in statement and name in masked:
             masked = re.compile(re.escape(name) + rb"\b").sub(_blank_outside_directive, masked)
@@ -266,6 +303,10 @@ def mask_attributes(data: bytes) -> bytes:
         data = _EXTERN_TEMPLATE.sub(_blank, data)
     if b"else" in data and b"#" in data:
         data = _SPLIT_BRANCH.sub(_blank_line, _DANGLING_ELSE.sub(_blank_line, data))
+    if b"else" in data and b"#" in data:
+        data = _ALTERNATIVE_OPENINGS.sub(_first_alternative, data)
+    if b"operator()<" in data or b"operator() <" in data:
+        data = _CALL_OPERATOR_ARGS.sub(_blank_specialisation, data)
     if b"<<<" in data:
         data = _LAUNCH_CONFIG.sub(_spaces, data)
     for word, pattern in _TWO_WORD_TYPES:

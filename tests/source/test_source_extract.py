@@ -313,3 +313,22 @@ void run(F f) { f.template operator()<int>(1); }
     spin = [d for d in f.definitions if d.short == "spin"]
     assert spin and "defined(FLAG)" in spin[0].condition
     assert {(c.callee, c.line) for c in f.calls} >= {("_mm_pause", 7), ("ok", 8)}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b")}" * 300_000,  # a `)` before a `}` for every check-macro look-back
+        b"".join(b"#define A%d\n" % i for i in range(20_000)) + b"".join(b"A%d void f%d() {}\n" % (i, i) for i in range(20_000)),
+        b"".join(b"#define F%d(x) int x\n" % i for i in range(20_000)) + b"".join(b"F%d(y);\n" % i for i in range(20_000)),
+    ],
+)
+def test_masking_stays_linear_on_hostile_text(text):
+    import time
+
+    from kernelmap.source.extract import mask_attributes
+
+    started = time.process_time()
+    masked = mask_attributes(text)
+    assert time.process_time() - started < 1.0
+    assert len(masked) == len(text) and masked.count(b"\n") == text.count(b"\n")

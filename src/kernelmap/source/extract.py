@@ -186,13 +186,14 @@ def _terminate_checks(data: bytes) -> bytes:
     out = None
     for m in _CLOSE_BEFORE_BRACE.finditer(data):
         depth, i = 0, m.start()
-        while i >= 0:  # back to the matching parenthesis
+        stop = max(-1, i - 4096)  # a check's arguments are short; bounded for hostile input
+        while i > stop:  # back to the matching parenthesis
             c = data[i]
             depth += (c == 41) - (c == 40)
             if depth == 0:
                 break
             i -= 1
-        name = _NAME_BEFORE.search(data, max(0, i - 80), i) if i > 0 else None
+        name = _NAME_BEFORE.search(data, max(0, i - 80), i) if i > stop and i > 0 else None
         if name is None or not name.group(1).startswith(_CHECK_MACROS):
             continue
         if out is None:
@@ -208,6 +209,7 @@ def _terminate_checks(data: bytes) -> bytes:
 # holds no parenthesis (so neither a function nor a call: `_PS256_CONST(Name,
 # Val)` declares a constant array) are blanked where they stand as statements
 # at file scope.
+_MAX_LOCAL_MACROS = 256  # real files have a few; thousands (generated, hostile) would cost seconds a file
 _DEFINE = re.compile(rb"#[ \t]*define[ \t]+([A-Za-z_]\w*)(\([^()\n]*\))?((?:[^\n\\]|\\.)*)", re.S)
 
 
@@ -235,12 +237,14 @@ def _local_macros(original: bytes, masked: bytes) -> bytes:
         for start, end in restore:
             out[start:end] = original[start:end]
         masked = bytes(out)
-    for name, blank in attribute.items():
-        if blank and name not in statement and name in masked:
-            masked = re.compile(re.escape(name) + rb"\b").sub(_blank_outside_directive, masked)
-    for name, blank in statement.items():
-        if blank and name not in attribute and name in masked:
-            masked = re.compile(re.escape(name) + rb"[ \t]*\([^;{}()]*\)[ \t]*;").sub(_blank_at_line_start, masked)
+    if len(attribute) + len(statement) > _MAX_LOCAL_MACROS:
+        return masked
+    names = [re.escape(n) for n, blank in attribute.items() if blank and n not in statement and n in masked]
+    if names:
+        masked = re.compile(rb"(?:" + b"|".join(names) + rb")\b").sub(_blank_outside_directive, masked)
+    names = [re.escape(n) for n, blank in statement.items() if blank and n not in attribute and n in masked]
+    if names:
+        masked = re.compile(rb"(?:" + b"|".join(names) + rb")[ \t]*\([^;{}()]*\)[ \t]*;").sub(_blank_at_line_start, masked)
     return masked
 
 

@@ -673,7 +673,7 @@ class Extractor:
         # Launches written `kernel<<<grid, block>>>(...)`: the grammar has no such
         # syntax (it reads shifts and comparisons), so they are found in the body text.
         launches = set()
-        for i, (node, _) in enumerate(defs_raw):
+        for i, (node, _) in enumerate(defs_raw if b"<<<" in original else ()):
             body = _body(node)
             chunk = original[body.start_byte : body.end_byte]
             if b"<<<" not in chunk:

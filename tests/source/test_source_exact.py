@@ -52,6 +52,20 @@ def defined_at(root: Path, path: str, name: str) -> list[int]:
         ("aten/src/ATen/native/cuda/Indexing.cu", "index_select_out_cuda", "at::native::index_select_out_cuda"),
         # `extern template int f<2>();` swallowed the definition after it
         ("aten/src/ATen/native/quantized/cudnn/Conv.cpp", "getConvDescriptor", "getConvDescriptor"),
+        # a braced default argument (`ArrayRef<Scalar> scalarList = {}`) made the function a declaration
+        ("aten/src/ATen/native/ForeachUtils.h", "check_fast_path_restrictions", "at::native::check_fast_path_restrictions"),
+        # a check macro with no `;` before the closing brace
+        ("aten/src/ATen/native/Copy.cpp", "_propagate_xla_data", "at::native::_propagate_xla_data"),
+        ("aten/src/ATen/native/quantized/TensorFactories.cpp", "empty_strided_unknown_quantized",
+         "at::native::empty_strided_unknown_quantized"),
+        # `void collapseDims() {};` read as a brace-initialised declaration
+        ("aten/src/ATen/native/cuda/RNN.cu", "collapseDims", "at::native::collapseDims"),
+        # the file's own `#define DEVICE_INLINE __device__ C10_ALWAYS_INLINE`
+        ("aten/src/ATen/native/nested/cuda/NestedTensorTransformerFunctions.cu", "div_round_up", "at::native::div_round_up"),
+        # `#ifdef A` / `if (w == 8) {` / `#else` / `if (w == 16) {` / `#endif` made the whole file one error
+        ("aten/src/ATen/native/quantized/cpu/kernels/QuantizedOpKernels.cpp", "do_avg_pool_on_AVX_n", "at::native::do_avg_pool_on_AVX_n"),
+        # file-scope `_PS256_CONST(1, 1.0f);` of the file's own parenthesis-free macro
+        ("aten/src/ATen/native/cpu/avx_mathfun.h", "log256_ps", "log256_ps"),
     ],
 )
 def test_definitions_after_parse_failures_keep_name_namespace_and_line(extract, real_tree_root, path, name, qualified):
@@ -112,3 +126,28 @@ def test_method_of_a_temporary_is_not_an_operator(extract, real_tree_root):
     # a Tensor's flip is still the operator
     other = [c for c in extract("aten/src/ATen/native/TensorTransformations.cpp").calls if c.kind == "dispatcher"]
     assert other
+
+
+@pytest.mark.parametrize(
+    "path, short, qualified",
+    [
+        ("aten/src/ATen/cuda/CUDAEvent.h", "operator cudaEvent_t", "at::cuda::CUDAEvent::operator cudaEvent_t"),
+        ("aten/src/ATen/native/vulkan/api/StringUtil.h", "operator const std::string&",
+         "at::native::vulkan::api::detail::CompileTimeEmptyString::operator const std::string&"),
+    ],
+)
+def test_conversion_operators_are_definitions(extract, real_tree_root, path, short, qualified):
+    text = lines(real_tree_root, path)
+    want = [i + 1 for i, line in enumerate(text) if re.search(rf"^\s*{re.escape(short)}\(\)", line)]
+    assert want
+    got = [d for d in extract(path).definitions if d.short == short]
+    assert [d.line for d in got] == want and {d.lookup for d in got} == {qualified}
+
+
+def test_explicit_specialisations_of_the_call_operator(extract, real_tree_root):
+    path = "aten/src/ATen/native/hip/ck_gemm_template.h"
+    text = lines(real_tree_root, path)
+    want = [i + 1 for i, line in enumerate(text) if "void operator()<" in line]
+    assert len(want) == 3
+    got = [d.line for d in extract(path).definitions if d.short == "operator()"]
+    assert set(want) <= set(got)

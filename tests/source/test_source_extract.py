@@ -246,3 +246,89 @@ def test_bad_bytes(ex):
     assert nul.skipped == "binary (NUL bytes)" and nul.definitions == ()
     big = ex.extract("aten/src/ATen/Big.cpp", b"int x;\n" * (MAX_FILE_BYTES // 7 + 1))
     assert big.skipped is not None and "larger than" in big.skipped
+
+
+def test_conversion_operators_keep_their_type_in_the_name(ex):
+    f = facts(ex, "namespace at { struct A { operator bool() const { return 1; } explicit operator int*() { return 0; } };\n"
+                  "template <typename T> B<T>::operator const std::string &() const { return s; } }")
+    assert [(d.name, d.short, d.kind) for d in f.definitions] == [
+        ("at::A::operator bool", "operator bool", "method"),
+        ("at::A::operator int*", "operator int*", "method"),
+        ("at::B::operator const std::string &", "operator const std::string &", "method"),
+    ]
+
+
+def test_grammar_failures_that_lost_definitions(ex):
+    """Each snippet made the grammar drop the definition after it; masking keeps
+    every line (the definitions' lines are checked)."""
+    f = facts(
+        ex,
+        """#define DEVICE_INLINE __device__ C10_ALWAYS_INLINE
+#define CONSTANT(Name, Val) static const float c_##Name[2] = { Val, Val }
+#define CALL_OF(x) helper(x)
+CONSTANT(1  , 1.0f);
+namespace at {
+
+DEVICE_INLINE int div_up(int a, int b) { return (a + b - 1) / b; }
+void empty() {};
+bool fast(ArrayRef<TensorList> lists, ArrayRef<Scalar> scalars = {}, bool promote = false) { return g(lists); }
+void check_only() {
+  TORCH_CHECK(false, "not supported (yet)")
+}
+void pool(int w) {
+#ifdef CPU_CAPABILITY_AVX2
+  if (w == 8) {
+#else
+  if (w == 16) {
+#endif
+    kernel(w);
+  }
+}
+}
+""",
+    )
+    assert f.errors == 0
+    assert [(d.name, d.line) for d in f.definitions] == [
+        ("at::div_up", 7), ("at::empty", 8), ("at::fast", 9), ("at::check_only", 10), ("at::pool", 13)]
+    assert {(c.callee, c.line, c.condition) for c in f.calls} == {("g", 9, None), ("kernel", 19, "if (w == 8)")}
+
+
+def test_masking_leaves_calls_in_check_macros_and_directives_alone(ex):
+    f = facts(
+        ex,
+        """#define FLAG
+#define _mm_pause()
+namespace at {
+#if defined(X) && \\
+    defined(FLAG)
+void spin() {
+  _mm_pause();
+  TORCH_CHECK(ok(), "x")
+}
+#endif
+void run(F f) { f.template operator()<int>(1); }
+}
+""",
+    )
+    spin = [d for d in f.definitions if d.short == "spin"]
+    assert spin and "defined(FLAG)" in spin[0].condition
+    assert {(c.callee, c.line) for c in f.calls} >= {("_mm_pause", 7), ("ok", 8)}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b")}" * 300_000,  # a `)` before a `}` for every check-macro look-back
+        b"".join(b"#define A%d\n" % i for i in range(20_000)) + b"".join(b"A%d void f%d() {}\n" % (i, i) for i in range(20_000)),
+        b"".join(b"#define F%d(x) int x\n" % i for i in range(20_000)) + b"".join(b"F%d(y);\n" % i for i in range(20_000)),
+    ],
+)
+def test_masking_stays_linear_on_hostile_text(text):
+    import time
+
+    from kernelmap.source.extract import mask_attributes
+
+    started = time.process_time()
+    masked = mask_attributes(text)
+    assert time.process_time() - started < 1.0
+    assert len(masked) == len(text) and masked.count(b"\n") == text.count(b"\n")

@@ -176,12 +176,12 @@ def scan(tree: Tree) -> list[tuple[str, int, int]]:
 # Workers
 # ---------------------------------------------------------------------------
 
-_worker: tuple[Path, extract.Extractor] | None = None
+_worker: tuple[Path, extract.Extractor, str] | None = None  # (root, extractor, the root's real path)
 
 
 def _init_worker(root: str, ops: OperatorNames) -> None:
     global _worker
-    _worker = (Path(root), extract.Extractor(ops))
+    _worker = (Path(root), extract.Extractor(ops), os.path.realpath(root))
 
 
 def _init_pool_worker(root: str, ops: OperatorNames) -> None:
@@ -195,15 +195,16 @@ def _skipped(path: str, why: str) -> FileFacts:
     return FileFacts(path, 0, "", 0, why, (), (), (), ())
 
 
-def read_source(root: Path, path: str) -> bytes | str:
+def read_source(root: Path, path: str, real_root: str | None = None) -> bytes | str:
     """The bytes of `root/path`, or why they are not read: a file that is gone
     or unreadable since the scan, no longer a regular file (a FIFO would block
     the build while it holds the lock), a symlink out of the tree, or larger
-    than the size budget."""
+    than the size budget. `real_root` is the root's real path, if known."""
     full = os.path.join(root, path)
     try:
         real = os.path.realpath(full)
-        if os.path.commonpath([real, os.path.realpath(root)]) != os.path.realpath(root):
+        real_root = real_root or os.path.realpath(root)
+        if not real.startswith(real_root.rstrip(os.sep) + os.sep):
             return "a symlink out of the tree"
         # O_NONBLOCK: opening a FIFO with no writer returns at once; fstat then refuses it.
         fd = os.open(full, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -223,10 +224,17 @@ def read_source(root: Path, path: str) -> bytes | str:
         os.close(fd)
 
 
+def _extract_one_plain(path: str) -> FileFacts:
+    """`_extract_one` with its facts as plain tuples: a named tuple is
+    unpickled by a Python call, and the main process unpickles every fact."""
+    facts = _extract_one(path)
+    return facts._replace(**{f: tuple(map(tuple, getattr(facts, f))) for f in ("definitions", "calls", "registrations", "stubs")})
+
+
 def _extract_one(path: str) -> FileFacts:
     assert _worker is not None
-    root, ex = _worker
-    data = read_source(root, path)
+    root, ex, real_root = _worker
+    data = read_source(root, path, real_root)
     if isinstance(data, str):  # recorded, not fatal
         return _skipped(path, data)
     return ex.extract(path, data)
@@ -242,7 +250,7 @@ def _extract_all(tree: Tree, ops: OperatorNames, paths: list[str], jobs: int, si
     # Large files first so one slow file does not finish last on its own.
     ordered = sorted(paths, key=lambda p: -sizes.get(p, 0))
     with ctx.Pool(jobs, initializer=_init_pool_worker, initargs=(str(tree.root), ops)) as pool:
-        yield from pool.imap_unordered(_extract_one, ordered, chunksize=8)
+        yield from pool.imap_unordered(_extract_one_plain, ordered, chunksize=8)
 
 
 # ---------------------------------------------------------------------------
@@ -323,18 +331,18 @@ class _Writer:
             "INSERT INTO symbols(id, file_id, name_id, lookup_id, short_id, kind, line, end_line, cond_id, op_id)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
-                (sid, file_id, s(d.name), self.name(d.lookup), s(d.short), d.kind, d.line, d.end_line, s(d.condition), s(d.op))
-                for sid, d in zip(symbol_ids, facts.definitions)
+                (sid, file_id, s(name), self.name(lookup), s(short), kind, line, end_line, s(condition), s(op))
+                for sid, (name, lookup, short, kind, line, end_line, condition, op) in zip(symbol_ids, facts.definitions)
             ],
         )
         callees = self.callees
         rows = []
-        for c in facts.calls:
-            pair = callees.get(c.callee)
+        for definition, callee, short, kind, library, op, line, condition, preproc in facts.calls:  # extract.Call
+            pair = callees.get(callee)
             if pair is None:
-                pair = callees[c.callee] = (s(c.callee), s(c.short))
-            rows.append((symbol_ids[c.definition] if c.definition >= 0 else None, file_id, pair[0], pair[1],
-                         CALL_KIND_CODE[c.kind], s(c.library), s(c.op), c.line, s(c.condition), s(c.preproc)))
+                pair = callees[callee] = (s(callee), s(short))
+            rows.append((symbol_ids[definition] if definition >= 0 else None, file_id, pair[0], pair[1],
+                         CALL_KIND_CODE[kind], s(library), s(op), line, s(condition), s(preproc)))
         db.executemany(
             "INSERT INTO calls(symbol_id, file_id, callee_id, short_id, kind, lib_id, op_id, line, cond_id, pp_id)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -344,14 +352,14 @@ class _Writer:
             "INSERT INTO registrations(file_id, symbol_id, kind, name_id, target_id, key_id, detail_id, line, pp_id)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
-                (file_id, symbol_ids[r.definition] if r.definition >= 0 else None, r.kind, s(r.name), s(r.target),
-                 s(r.key), s(r.detail), r.line, s(r.preproc))
-                for r in facts.registrations
+                (file_id, symbol_ids[definition] if definition >= 0 else None, kind, s(name), s(target),
+                 s(key), s(detail), line, s(preproc))
+                for definition, kind, name, target, key, detail, line, preproc in facts.registrations  # extract.Registration
             ],
         )
         db.executemany(
             "INSERT INTO stubs(file_id, kind, name_id, detail_id, line, pp_id) VALUES (?, ?, ?, ?, ?, ?)",
-            [(file_id, st.kind, s(st.name), s(st.detail), st.line, s(st.preproc)) for st in facts.stubs],
+            [(file_id, kind, s(name), s(detail), line, s(preproc)) for kind, name, detail, line, preproc in facts.stubs],  # extract.StubDecl
         )
         self.flush()
         return file_id

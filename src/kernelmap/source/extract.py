@@ -58,6 +58,11 @@ MAX_FILE_BYTES = 4 * 1024 * 1024  # larger files are generated tables, not code 
 # second; hostile nesting (100k namespaces, 1 MB of `template<`) takes tens of
 # seconds and would hold a build's lock meanwhile.
 MAX_FILE_SECONDS = 10.0
+# Files up to this size are parsed from bytes with no deadline inside the
+# parse (Note [bytes-backed tree]): tree-sitter's error recovery keeps a
+# bounded number of stack versions, so a parse is linear in the input, and the
+# most hostile inputs found (`a<a<a<...`) cost about 8 us a byte: 2 s here.
+UNTIMED_PARSE_BYTES = 256 * 1024
 
 
 # tree-sitter's query engine is not interruptible and grows much faster than
@@ -126,6 +131,33 @@ _DANGLING_ELSE = re.compile(rb"#[ \t]*if[^\n]*\n(?:(?![ \t]*#)[^\n]*\n){0,40}?[^
 # Likewise an `#ifdef USE_ROCM` whose only branch opens with `} else if (...) {`
 # (Indexing.cu): it continues an if statement across the directive.
 _SPLIT_BRANCH = re.compile(rb"#[ \t]*if[^\n]*\n[ \t]*\}[ \t]*else\b(?:(?![ \t]*#)[^\n]*\n){0,200}?[ \t]*#[ \t]*endif\b")
+# `#ifdef A` / `if (w == 8) {` / `#else` / `if (w == 16) {` / `#endif`: two
+# one-line alternatives each opening the block that follows, which the grammar
+# reads as two unclosed blocks: the first alternative is kept, without the
+# directives, as a build with A reads.
+_ALTERNATIVE_OPENINGS = re.compile(rb"#[ \t]*if[^\n]*\n([^\n#]*\{[ \t]*\n)[ \t]*#[ \t]*else[ \t]*(?://[^\n]*)?\n[^\n#]*\{[ \t]*\n[ \t]*#[ \t]*endif\b[^\n]*")
+
+
+def _first_alternative(m: re.Match) -> bytes:
+    if not _starts_line(m):
+        return m.group(0)
+    blank = _spaces(m)
+    return blank[: m.start(1) - m.start()] + m.group(1) + blank[m.end(1) - m.start() :]
+
+
+def _starts_line(m: re.Match) -> bool:
+    return not m.string[m.string.rfind(b"\n", 0, m.start()) + 1 : m.start()].strip()
+
+
+# An explicit specialisation of a call operator, `void operator()<float,
+# float>(float& c)`, is beyond the grammar: its template arguments are blanked
+# (not in a call, `f.template operator()<T>(x)`, which the grammar reads).
+_CALL_OPERATOR_ARGS = re.compile(rb"(?<=operator\(\))[ \t]*<[^<>;{}()]*(?:<[^<>;{}()]*>[^<>;{}()]*)*>(?=\s*\()")
+
+
+def _blank_specialisation(m: re.Match) -> bytes:
+    before = m.string[max(0, m.start() - 40) : m.start() - len(b"operator()")].rstrip()
+    return m.group(0) if before.endswith((b".", b"->", b"template")) else _spaces(m)
 # `kernel<T><<<grid, block, 0, stream>>>(...)`: the launch configuration is no
 # C++ the grammar knows and derails the rest of the file; blanked, the launch
 # reads as a call (the launches themselves are read from the original text).
@@ -135,6 +167,106 @@ _LAUNCH_CONFIG = re.compile(rb"<<<[^;{}]*?>>>")
 # joined into one identifier of the same length, they read as a type name
 # where a type is meant, and as an argument in a macro call.
 _TWO_WORD_TYPES = tuple((word + b" ", re.compile(re.escape(word) + rb" (?=(?:int|long|char|short)\b)")) for word in (b"unsigned", b"signed", b"long", b"short"))
+
+
+# A braced default argument (`ArrayRef<Scalar> scalarList = {}`) makes the
+# grammar read the whole function as a declaration of a variable: the braces
+# read as `0`, same length.
+_BRACED_DEFAULT = re.compile(rb"=[ \t]*\{[^{}()\n;]*\}(?=\s*[,)])")
+# A check macro needs no `;` (TORCH_CHECK expands to an if statement), and one
+# left without before a `}` derails the function: the macro's name gives its
+# last letter to a `;` after the call (same length, same lines).
+_CHECK_MACROS = (b"TORCH_CHECK", b"TORCH_INTERNAL_ASSERT", b"TORCH_WARN", b"AT_ASSERT", b"AT_ERROR")
+_CLOSE_BEFORE_BRACE = re.compile(rb"\)(?=\s*\})")
+_NAME_BEFORE = re.compile(rb"([A-Za-z_]\w*)[ \t]*$")
+
+
+def _terminate_checks(data: bytes) -> bytes:
+    """A `;` after each check macro's call that has none before a `}`."""
+    out = None
+    for m in _CLOSE_BEFORE_BRACE.finditer(data):
+        depth, i = 0, m.start()
+        stop = max(-1, i - 4096)  # a check's arguments are short; bounded for hostile input
+        while i > stop:  # back to the matching parenthesis
+            c = data[i]
+            depth += (c == 41) - (c == 40)
+            if depth == 0:
+                break
+            i -= 1
+        name = _NAME_BEFORE.search(data, max(0, i - 80), i) if i > stop and i > 0 else None
+        if name is None or not name.group(1).startswith(_CHECK_MACROS):
+            continue
+        if out is None:
+            out = bytearray(data)
+        # the name gives its last letter to the `;`: same length, same lines
+        out[name.end(1) - 1 : m.end()] = data[name.end(1) : m.end()] + b";"
+    return bytes(out) if out is not None else data
+
+
+# Macros the file defines itself: object-like ones whose every definition is
+# empty or attributes only (`#define DEVICE_INLINE __device__
+# C10_ALWAYS_INLINE`) are attributes too; function-like ones whose expansion
+# holds no parenthesis (so neither a function nor a call: `_PS256_CONST(Name,
+# Val)` declares a constant array) are blanked where they stand as statements
+# at file scope.
+_MAX_LOCAL_MACROS = 256  # real files have a few; thousands (generated, hostile) would cost seconds a file
+_DEFINE = re.compile(rb"#[ \t]*define[ \t]+([A-Za-z_]\w*)(\([^()\n]*\))?((?:[^\n\\]|\\.)*)", re.S)
+
+
+def _local_macros(original: bytes, masked: bytes) -> bytes:
+    """`masked` with the uses of the file's own attribute-like and
+    parenthesis-free macros blanked (see _DEFINE)."""
+    attribute: dict[bytes, bool] = {}
+    statement: dict[bytes, bool] = {}
+    restore = []
+    for m in _DEFINE.finditer(original):
+        if original[original.rfind(b"\n", 0, m.start()) + 1 : m.start()].strip():
+            continue  # not a directive
+        name = m.group(1)
+        if m.group(2) is None:
+            blank = not masked[m.start(3) : m.end(3)].strip()
+            attribute[name] = attribute.get(name, True) and blank
+            if blank and m.group(3).strip():
+                # A definition left with blanks only would take the next line as its value.
+                restore.append((m.start(3), m.end(3)))
+        else:
+            body = m.group(3)
+            statement[name] = statement.get(name, True) and bool(body.strip()) and b"(" not in body
+    if restore:
+        out = bytearray(masked)
+        for start, end in restore:
+            out[start:end] = original[start:end]
+        masked = bytes(out)
+    if len(attribute) + len(statement) > _MAX_LOCAL_MACROS:
+        return masked
+    names = [re.escape(n) for n, blank in attribute.items() if blank and n not in statement and n in masked]
+    if names:
+        masked = re.compile(rb"(?:" + b"|".join(names) + rb")\b").sub(_blank_outside_directive, masked)
+    names = [re.escape(n) for n, blank in statement.items() if blank and n not in attribute and n in masked]
+    if names:
+        masked = re.compile(rb"(?:" + b"|".join(names) + rb")[ \t]*\([^;{}()]*\)[ \t]*;").sub(_blank_at_line_start, masked)
+    return masked
+
+
+def _blank_at_line_start(m: re.Match) -> bytes:
+    i = m.start()
+    return _spaces(m) if i == 0 or m.string[i - 1 : i] == b"\n" else m.group(0)
+
+
+def _blank_outside_directive(m: re.Match) -> bytes:
+    """`_blank`, except in a directive (continued lines included)."""
+    text = m.string
+    start = text.rfind(b"\n", 0, m.start()) + 1
+    while start > 1 and text[start - 2 : start - 1] == b"\\":
+        start = text.rfind(b"\n", 0, start - 1) + 1
+    return m.group(0) if text[start : m.start()].lstrip().startswith(b"#") else _blank(m)
+
+
+def _zero_braces(m: re.Match) -> bytes:
+    text = m.group(0)
+    i = text.index(b"{")
+    return text[:i] + b"0" + b" " * (len(text) - i - 1)
+
 
 
 def _starts_word(m: re.Match) -> bool:
@@ -167,6 +299,7 @@ def _join(m: re.Match) -> bytes:
 
 def mask_attributes(data: bytes) -> bytes:
     """`data` with attribute macros blanked (Note [masked attributes])."""
+    original = data
     for prefix, pattern in _ATTRIBUTE_GROUPS:
         if prefix in data:
             data = pattern.sub(_blank, data)
@@ -174,11 +307,21 @@ def mask_attributes(data: bytes) -> bytes:
         data = _EXTERN_TEMPLATE.sub(_blank, data)
     if b"else" in data and b"#" in data:
         data = _SPLIT_BRANCH.sub(_blank_line, _DANGLING_ELSE.sub(_blank_line, data))
+    if b"else" in data and b"#" in data:
+        data = _ALTERNATIVE_OPENINGS.sub(_first_alternative, data)
+    if b"operator()<" in data or b"operator() <" in data:
+        data = _CALL_OPERATOR_ARGS.sub(_blank_specialisation, data)
     if b"<<<" in data:
         data = _LAUNCH_CONFIG.sub(_spaces, data)
     for word, pattern in _TWO_WORD_TYPES:
         if word in data:
             data = pattern.sub(_join, data)
+    if b"{}" in data or b"= {" in data:
+        data = _BRACED_DEFAULT.sub(_zero_braces, data)
+    if b"TORCH_" in data or b"AT_" in data:
+        data = _terminate_checks(data)
+    if b"define" in data:
+        data = _local_macros(original, data)
     return data
 
 
@@ -416,7 +559,7 @@ class Extractor:
         for name, text in zip(QUERY_FILES, texts):
             self.pattern_file += [name] * tree_sitter.Query(self.language, text).pattern_count
         self.query = tree_sitter.Query(self.language, "\n".join(texts))
-        self._callees: dict[tuple[str, bytes], tuple | None] = {}
+        self._callees: dict[tuple[int, bytes], tuple | None] = {}
 
     def extract(self, path: str, data: bytes) -> FileFacts:
         """Facts of one file; `path` is repository-relative (it decides stub devices)."""
@@ -446,8 +589,21 @@ class Extractor:
         deadline = time.monotonic() + self.budget if self.budget > 0 else float("inf")
         past = lambda *state: time.monotonic() > deadline  # noqa: E731
         original, data = data, mask_attributes(data)
-        tree = self.parser.parse(lambda offset, point: data[offset : offset + 65536], progress_callback=past)
-        if tree is None or past():
+        # Note [bytes-backed tree]: only a parse from a callback can be given a
+        # deadline, but a tree parsed from a callback reads every node's text
+        # (and every `#match?` of the queries) through that callback again,
+        # 100x slower than from bytes. Small files are parsed from bytes
+        # (UNTIMED_PARSE_BYTES); larger ones from a callback under the deadline,
+        # then again from the bytes with the finished tree as old tree (no
+        # edits): every subtree is reused, the same tree at a quarter of a parse.
+        if len(data) <= UNTIMED_PARSE_BYTES:
+            tree = self.parser.parse(data)
+        else:
+            tree = self.parser.parse(lambda offset, point: data[offset : offset + 65536], progress_callback=past)
+            if tree is None or past():
+                raise FileTimeout()
+            tree = self.parser.parse(data, old_tree=tree)
+        if past():
             raise FileTimeout()
         root = tree.root_node
         why = degenerate(b"", root)
@@ -467,6 +623,8 @@ class Extractor:
         defs_raw = []
         for cap in by_file["definitions"]:
             node = cap["definition"][0]
+            if node.type == "declaration" and _body(node) is None:
+                continue
             info = self._declarator(cap["declarator"][0])
             if info is None:
                 continue
@@ -476,7 +634,7 @@ class Extractor:
             defs_raw.append((node, info))
         defs_raw.sort(key=lambda d: d[0].start_byte)
         for i, (node, _) in enumerate(defs_raw):
-            body = node.child_by_field_name("body")
+            body = _body(node)
             regions.append((body.start_byte, body.end_byte, "def", i))
         for start, end, payload in libraries:
             regions.append((start, end, "lib", payload))
@@ -484,10 +642,12 @@ class Extractor:
         # (start byte, kind, payload): kind 0 = definition, 1 = call or registration
         points: list[tuple[int, int, object]] = [(n.start_byte, 0, (i, n, info)) for i, (n, info) in enumerate(defs_raw)]
         for cap in by_file["calls"]:
-            points.append((cap["call"][0].start_byte, 1, ("call", cap)))
+            known = self._known_callee(cap["callee"][0])
+            if known is not None:  # Note [calls kept]: the rest never reach the sweep
+                points.append((cap["call"][0].start_byte, 1, ("call", cap, known)))
         for cap in by_file["registrations"]:
             site = cap.get("site") or cap.get("library.call")
-            points.append((site[0].start_byte, 1, ("reg", cap)))
+            points.append((site[0].start_byte, 1, ("reg", cap, None)))
         if error_nodes and b"DISPATCH" in original:
             points.extend(_lost_registrations(by_file["registrations"], original))
 
@@ -502,7 +662,7 @@ class Extractor:
                 i, node, info = payload
                 definitions[i] = self._definition(node, info, [r for r in stack if r[1] > at], pp, original, data)
                 continue
-            what, cap = payload
+            what, cap, known = payload
             def_index, cond, lib = _context_of(stack, at)
             if cond is not None:
                 key = (cond[0], cond[1].start_byte)
@@ -511,7 +671,7 @@ class Extractor:
                     label = labels[key] = _condition_label(*cond)
                 cond = label
             if what == "call":
-                self._call(cap, def_index, cond, pp, calls, data)
+                self._call(cap, known, def_index, cond, pp, calls)
             elif what == "lost":
                 macro, args, line = cap
                 device, capability = _register_key(macro, path, args)
@@ -522,8 +682,8 @@ class Extractor:
         # Launches written `kernel<<<grid, block>>>(...)`: the grammar has no such
         # syntax (it reads shifts and comparisons), so they are found in the body text.
         launches = set()
-        for i, (node, _) in enumerate(defs_raw):
-            body = node.child_by_field_name("body")
+        for i, (node, _) in enumerate(defs_raw if b"<<<" in original else ()):
+            body = _body(node)
             chunk = original[body.start_byte : body.end_byte]
             if b"<<<" not in chunk:
                 continue
@@ -588,6 +748,9 @@ class Extractor:
         """("name", text) | ("structured", macro, args) | ("library", (macro, ns, key))."""
         while node is not None and node.type in _UNWRAP:
             node = node.child_by_field_name("declarator") or (node.named_children[-1] if node.named_children else None)
+        if node is not None and node.type in ("operator_cast", "qualified_identifier"):
+            cast = _conversion_operator(node)
+            return ("name", cast) if cast else None
         if node is None or node.type != "function_declarator":
             return None
         inner = node.child_by_field_name("declarator")
@@ -634,6 +797,9 @@ class Extractor:
         name = name.replace("::::", "::")
         lookup = "::".join(p for p in name.split("::") if p != "(anonymous namespace)")
         short = name.rsplit("::", 1)[-1]
+        cast = name.find("operator ")  # a conversion operator's type may hold `::` (`operator const std::string&`)
+        if cast >= 0 and name[cast - 2 : cast] in ("", "::"):
+            short = name[cast:]
         # The line is the declarator's, where the name is written: a return type
         # spread over lines before it (`inline std::enable_if_t<...>\nmkldnn_gemm(`)
         # must not move the location off the name.
@@ -643,16 +809,17 @@ class Extractor:
 
     # -- calls and registrations -----------------------------------------
 
-    def _call(self, cap, def_index, cond, pp, calls, data: bytes) -> None:
-        callee_node = cap["callee"][0]
-        key = (callee_node.type, callee_node.text)
+    def _call(self, cap, known, def_index, cond, pp, calls) -> None:
+        callee, short, kind, lib, op = known
+        calls.append(Call(def_index, callee, short, kind, lib, op, cap["call"][0].start_point[0] + 1, cond, pp))
+
+    def _known_callee(self, callee_node) -> tuple | None:
+        """`_callee`, remembered by the callee's spelling."""
+        key = (callee_node.kind_id, callee_node.text)
         known = self._callees.get(key, False)
         if known is False:
             known = self._callees[key] = self._callee(callee_node)
-        if known is None:
-            return
-        callee, short, kind, lib, op = known
-        calls.append(Call(def_index, callee, short, kind, lib, op, cap["call"][0].start_point[0] + 1, cond, pp))
+        return known
 
     def _callee(self, callee_node) -> tuple | None:
         """(callee, short, kind, library, op) of a call's function node; None when no name is called."""
@@ -743,7 +910,7 @@ def _lost_registrations(captured, original: bytes) -> list[tuple[int, int, tuple
     """Note [lost registrations]: REGISTER_DISPATCH lines that an error region
     swallowed (FlashAttentionKernel.cpp's `ALSO_REGISTER_AVX512_DISPATCH`
     after `} // anonymous namespace` parses as part of a broken expression),
-    read from the text: sweep points (byte, 1, ("lost", (macro, args, line)))."""
+    read from the text: sweep points (byte, 1, ("lost", (macro, args, line), None))."""
     seen = {cap["site"][0].start_byte for cap in captured if "site" in cap}
     lost = []
     for m in _REGISTER_LINE.finditer(original):
@@ -752,7 +919,7 @@ def _lost_registrations(captured, original: bytes) -> list[tuple[int, int, tuple
         args = [_SPACE.sub("", a.decode("utf-8", "replace")) for a in m.group(2).split(b",")]
         if args and args[0]:
             line = original.count(b"\n", 0, m.start(1)) + 1
-            lost.append((m.start(1), 1, ("lost", (m.group(1).decode(), args, line))))
+            lost.append((m.start(1), 1, ("lost", (m.group(1).decode(), args, line), None)))
     return lost
 
 
@@ -790,6 +957,42 @@ def _recover_namespaces(error_nodes, regions) -> None:
             cur = inner[-1]
             names.append(_namespace_name(cur))
         regions.append((sib.end_byte, err.end_byte, "scope", "::".join(names)))
+
+
+def _body(definition):
+    """A definition's body: its compound statement, or the `{}` of a function
+    the grammar reads as brace-initialised (definitions.scm), only where that
+    declaration declares nothing else and parsed cleanly (error recovery can
+    read a constructor's initializer list so); else None."""
+    if definition.type != "declaration":
+        return definition.child_by_field_name("body")
+    declarators = definition.children_by_field_name("declarator")
+    if len(declarators) != 1 or definition.has_error:
+        return None
+    value = declarators[0].child_by_field_name("value")
+    return value if value is not None and value.type == "initializer_list" and value.named_child_count == 0 else None
+
+
+def _conversion_operator(node) -> str | None:
+    """The name of a conversion operator's declarator (`operator bool`,
+    `A::operator const std::string&`: no parameter list, and the type's
+    spelling kept as written), else None."""
+    top = node
+    while node.type == "qualified_identifier":
+        node = node.child_by_field_name("name")
+        if node is None:
+            return None
+    if node.type != "operator_cast":
+        return None
+    fn = node.child_by_field_name("declarator")
+    while fn is not None and fn.type != "abstract_function_declarator":
+        fn = fn.child_by_field_name("declarator") or (fn.named_children[-1] if fn.named_children else None)
+    params = fn.child_by_field_name("parameters") if fn is not None else None
+    if params is None:
+        return None
+    text = top.text
+    scope = _strip_templates(text[: node.start_byte - top.start_byte].decode("utf-8", "replace"))
+    return scope + _SPACE.sub(" ", text[node.start_byte - top.start_byte : params.start_byte - top.start_byte].decode("utf-8", "replace")).strip()
 
 
 def _constructed_type(node) -> str | None:

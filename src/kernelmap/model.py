@@ -631,6 +631,7 @@ FACTS: dict[str, Fact] = {
     "closed": Fact("bool", "the library's source is closed"),
     "repository": Fact("str", "where an open library's source lives"),
     "dtype_case": Fact("str", "the AT_DISPATCH case taken for the selected dtype"),
+    "loop": Fact("str", "the node's part in a device loop: iteration, threads, loop object, vectorized or scalar inner loop"),
     # DSL overrides (torch._native)
     "dsl": Fact("str", "the DSL an override is written in: triton, cutedsl, nvmath"),
     "condition_at": Fact("str", "path:line of the condition function that decides whether an override runs"),

@@ -13,6 +13,7 @@ from kernelmap import env, pysource, vendors
 from kernelmap.errors import BadInput, KernelmapError, UnknownName
 from kernelmap.graph import processors_for
 from kernelmap.graph.context import GraphContext
+from kernelmap.graph import dtypes, loops
 from kernelmap.graph.grow import Node, grow
 from kernelmap.graph.rules import DEFAULT_DEPTH, DEVICE_KEYS, KERNEL_DIRS, is_utility_op, launch_kind, other_device_reason
 from kernelmap.model import CallTree, EdgeKind, Location, NodeKind, Op
@@ -142,6 +143,8 @@ def cpp_node(definition, ctx: GraphContext, via: EdgeKind | None = None, conditi
 
 
 def _expand_down(node: Node, ctx: GraphContext) -> list[Node]:
+    if isinstance(node.payload, loops.LoopStep):  # Note [device loop machinery]
+        return loops.step_children(node, ctx)
     if node.kind in ("module", "python"):
         return _python_children(node.payload, ctx)
     if node.kind == "builtin":
@@ -576,6 +579,7 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
         if site.preproc:
             condition = f"{condition}  #if {site.preproc}" if condition else f"#if {site.preproc}"
         branch = other_device_reason(site.condition, ctx.device) or other_device_reason(site.preproc, ctx.device)
+        branch = branch or dtypes.other_dtype_reason(site.condition, ctx.dtype)
         child = _site_node(site, definition, ctx, condition)
         if child is None:
             continue
@@ -590,6 +594,8 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
         children.append(child)
     for target, site in _callbacks(definition, ctx):
         children.append(cpp_node(target, ctx, EdgeKind.DIRECT, "passed as a function argument", site))
+    if node.kind is NodeKind.DEVICE_LOOP:
+        children.extend(loops.iteration_nodes(definition, ctx))
     return dedupe(children)
 
 
@@ -962,12 +968,7 @@ def _generated_children(payload, ctx: GraphContext) -> list[Node]:
         name = other.name.rsplit("::", 1)[-1]
         if other is not ufunc and re.fullmatch(r"\w+", name) and re.search(rf"\b{name}\b", text):
             nodes.append(_ufunc_node(other, siblings, EdgeKind.DIRECT, None))
-    for launch in dict.fromkeys(re.findall(r"\b((?:gpu_kernel|cpu_kernel|opmath_gpu_kernel)\w*)\s*\(", text)):
-        defined = loop_definition(launch, ctx)
-        if defined is not None:  # the loop itself, at its line; the generated call is the call site
-            nodes.append(Node(launch, launch_kind(launch), defined, EdgeKind.LAUNCH, None, {"call_site": ufunc.definition.location}))
-        else:
-            nodes.append(Node(launch, launch_kind(launch), ufunc.definition.location, EdgeKind.LAUNCH))
+    nodes.extend(loops.generated_loops(ufunc, ctx))
     for loop in dict.fromkeys(re.findall(r"\bufunc::(\w+)\s*\(", text)):
         nodes.append(_inner_loop(loop, ctx))
     return nodes

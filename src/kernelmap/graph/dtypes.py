@@ -28,6 +28,8 @@ SCALAR_TYPES = {
 }
 _ALIASES = {"float": "float32", "double": "float64", "half": "float16", "cfloat": "complex64", "cdouble": "complex128",
             "chalf": "complex32", "long": "int64", "int": "int32", "short": "int16"}
+# The type ATen computes a reduced-precision dtype in (at::opmath_type).
+OPMATH = {"float16": "float", "bfloat16": "float"}
 _FLOATING = {"Float", "Double", "Half", "BFloat16"}
 _REDUCED = {"Half", "BFloat16"}
 _COMPLEX = {"ComplexFloat", "ComplexDouble", "ComplexHalf"}
@@ -55,7 +57,7 @@ def scalar_type(dtype: str | None) -> str | None:
 
 
 def _atom(text: str, scalar: str) -> bool | None:
-    text = text.strip()
+    text = re.sub(r"/\*.*?\*/", "", text).strip()
     negated = False
     while text.startswith("!"):
         negated, text = not negated, text[1:].strip()
@@ -135,6 +137,14 @@ def evaluate_conjunction(text: str, scalar: str) -> bool | None:
     if False in values:
         return False
     return True if all(v is True for v in values) else None
+
+
+def checks_dtype(condition: str | None) -> bool:
+    """Whether a condition tests the call's dtype somewhere (decided or not)."""
+    if not condition:
+        return False
+    text = re.sub(r"^(else of )?if\s*\(|\)$", "", condition.strip())
+    return any(_atom(atom.replace("||", ""), "Float") is not None for part in _split(text, "||") for atom in _split(part, "&&"))
 
 
 def other_dtype_reason(condition: str | None, dtype: str | None) -> str | None:

@@ -8,7 +8,9 @@ Closed or external vendor code is where a call really ends, then a launch of
 device code, then the loop machinery, then the inner loop. Among ends of one
 kind, calls that do the work (cudnnConvolutionForward, cudnnBackendExecute, a
 gemm, a *_kernel) come before setup (cudnnSetStream, descriptor builders),
-then the shallower before the deeper, then the first in the tree's order.
+then the shallower before the deeper, then the first in the tree's order;
+the launches below one device loop count as deep as the loop, so the order
+the loop headers write them in decides (the vectorized kernel first).
 Branches collapsed for another device never count. A device loop is an end
 and is followed too: the kernel templates it launches (CUDALoops.cuh's
 vectorized_elementwise_kernel) are ends below it. A stub's kernel is named on
@@ -39,19 +41,23 @@ def call_ends(tree: CallTree) -> tuple[End, ...]:
     """Every end of the call in `tree`, best first (Note [ranking a call's ends])."""
     ends: list[End] = []
     order = 0
-    stack: list[tuple[CallNode, tuple[CallNode, ...]]] = [(tree.root, (tree.root,))]
+    # (node, path, depth of the outermost device loop on the path: 0 when none)
+    stack: list[tuple[CallNode, tuple[CallNode, ...], int]] = [(tree.root, (tree.root,), 0)]
     while stack:
-        node, path = stack.pop()
+        node, path, loop_depth = stack.pop()
         if node.attrs.get("collapsed") or node.attrs.get("branch"):
             continue
         if node.kind in _KIND_RANK:
             works = bool(_WORK.search(node.name))
-            ends.append(End(node, path, (_KIND_RANK[node.kind], not works, len(path), order)))
+            # inside a device loop's machinery, every launch is as deep as the loop: the
+            # source's own order decides (CUDALoops.cuh writes the vectorized fast path first)
+            depth = loop_depth + 1 if loop_depth else len(path)
+            ends.append(End(node, path, (_KIND_RANK[node.kind], not works, depth, order)))
             order += 1
             if node.kind is not NodeKind.DEVICE_LOOP:
                 continue  # a device loop is followed into the kernels it launches
-
-        stack.extend((c, path + (c,)) for c in reversed(node.children))
+            loop_depth = loop_depth or len(path)
+        stack.extend((c, path + (c,), loop_depth) for c in reversed(node.children))
     return tuple(sorted(ends, key=lambda e: e.rank))
 
 

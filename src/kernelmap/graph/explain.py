@@ -165,31 +165,176 @@ def _native_steps(tree: CallTree, context: GraphContext) -> list[Step]:
     stub_nodes = [n for n in path if n.kind == "stub"]
     for stub in stub_nodes[:1]:
         steps.append(Step("stub", f"{stub.name} dispatches on the device type (and CPU capability) to a registered kernel", stub.location, _excerpt(stub.location, 1, root=_root_for(stub, context))))
-    dtype = _dtype_step(kernels, context)
+    end = path[-1]
+    # the kernel's own call of the loop machinery: the first device loop on the path (gpu_kernel,
+    # not the kernel template it launches)
+    end = next((n for n in path if n.kind is NodeKind.DEVICE_LOOP), end)
+    dtype = _dtype_step(kernels, end, context)
     if dtype is not None:
         steps.append(dtype)
-    conditions = [n.condition for n in path if n.condition and ("case " in n.condition or "#if" in n.condition)]
+    conditions = [n.condition for n in path if n.condition and ("case " in n.condition or "#if" in n.condition or _tests_dtype(n.condition, context))]
     if conditions:
         steps.append(Step("branch taken", "; ".join(dict.fromkeys(conditions))))
-    end = path[-1]
-    loops = [n for n in near if n.kind is NodeKind.INNER_LOOP and n.location is not None]
-    if end.kind is not NodeKind.INNER_LOOP and loops:
-        steps.append(Step("inner loop", f"{loops[0].name}: the scalar/vectorised operation the loop applies", loops[0].location, _excerpt(loops[0].location, 6)))
+    loops = [n for n in near if n.kind is NodeKind.INNER_LOOP and n.location is not None and not n.attrs.get("branch")]
     if end.kind in (NodeKind.LAUNCH, NodeKind.DEVICE_LOOP):
         site = end.attrs.get("call_site")
         if isinstance(site, Location) and end.location is not None and site != end.location:
             # the operator's own call of the loop; the loop's definition (Loops.h) is named
-            root = context.generated.root if site.path.startswith("build/") and context.generated is not None else None
             summary = f"{end.name} runs the per-element loop (defined at {end.location})"
-            steps.append(Step("device loop / launch", summary, site, _excerpt(site, 3, root=root)))
+            steps.append(Step("device loop / launch", summary, site, _excerpt(site, 3, root=_root(site, context))))
         else:
             steps.append(Step("device loop / launch", f"{end.name} runs the per-element loop", end.location, _excerpt(end.location, 3, root=_root_for(end, context))))
+        steps.extend(_machinery_steps(end, context))
+        steps.extend(_operation_steps(end, loops, context))
     elif end.kind is NodeKind.INNER_LOOP:
         steps.append(Step("inner loop", f"{end.name}: the scalar/vectorised operation itself", end.location, _excerpt(end.location, 6)))
     elif end.kind == "vendor":
+        if loops:
+            steps.append(Step("inner loop", f"{loops[0].name}: the scalar/vectorised operation the loop applies", loops[0].location, _excerpt(loops[0].location, 6)))
         closed = "closed source" if end.attrs.get("closed") else "open source"
         steps.append(Step("vendor call", f"{end.name} ({end.attrs.get('library')}, {closed}): the work leaves PyTorch here", end.location, _excerpt(end.location, 3)))
     return steps
+
+
+# Files whose definitions are the device loop machinery (Note [device loop machinery]).
+_MACHINERY = ("aten/src/ATen/native/cpu/Loops.h", "aten/src/ATen/native/cuda/Loops.cuh", "aten/src/ATen/native/cuda/CUDALoops.cuh",
+              "aten/src/ATen/TensorIterator.cpp", "aten/src/ATen/TensorIterator.h", "aten/src/ATen/TensorIteratorInternal.h", "aten/src/ATen/Parallel-inl.h")
+_ROLE_TITLES = {"iteration": "TensorIterator iteration", "threads": "threads", "loop object": "loop object", "vectorized inner loop": "vectorized inner loop",
+                "scalar inner loop": "scalar inner loop"}
+
+
+def _tests_dtype(condition: str, context: GraphContext) -> bool:
+    from kernelmap.graph import dtypes
+
+    return dtypes.checks_dtype(condition)
+
+
+def _machinery_steps(end: CallNode, context: GraphContext) -> list[Step]:
+    """The device loop's machinery below it, in the tree's order, each at the
+    line that calls it (Note [device loop machinery]): TensorIterator's
+    for_each, the loop object, vectorized_loop / basic_loop on the CPU; the
+    launchers and the kernel templates they launch (CUDALoops.cuh) on CUDA."""
+    steps: list[Step] = []
+    seen: set[str] = {end.name}  # a recursive call of the loop itself (gpu_kernel splitting for 32-bit indexing) is no new step
+    for node, _ in _walk(end):
+        if node is end or node.attrs.get("branch") or node.attrs.get("collapsed"):
+            continue
+        if node.location is None or not node.location.path.startswith(_MACHINERY) or node.name in seen:
+            continue
+        seen.add(node.name)
+        role = node.attrs.get("loop")
+        title = _ROLE_TITLES.get(role) or ("kernel launch" if node.kind is NodeKind.LAUNCH else "device loop")
+        site = node.attrs.get("call_site")
+        where = site if isinstance(site, Location) else node.location
+        when = f" [{node.condition}]" if node.condition else ""
+        summary = f"{node.name} (defined at {node.location}){when}"
+        steps.append(Step(title, summary, where, _excerpt(where, 1, root=_root(where, context))))
+    return steps
+
+
+_VECTOR_OPERATORS = {"*": "operator*", "+": "operator+", "-": "operator-", "/": "operator/"}
+
+
+def _operation_steps(end: CallNode, loops: list[CallNode], context: GraphContext) -> list[Step]:
+    """The per-element operation the device loop is given at its call (the
+    scalar and the Vectorized lambdas), with scalar_t for the dtype, and the
+    specialisation of Vectorized<scalar_t> that the vectorized lambda runs
+    (Note [dtype branches])."""
+    from kernelmap.graph import dtypes
+
+    site = end.attrs.get("call_site")
+    if not isinstance(site, Location) or end.kind is not NodeKind.DEVICE_LOOP:
+        return []
+    lines = _lines_of(site, context)
+    call = _call_text(lines, site.line)
+    if not call:
+        return []
+    name = dtypes.canonical(context.dtype)
+    cpp = dtypes.SCALAR_TYPES[name][1] if name else None
+    typed = f" (scalar_t = {cpp} for {name})" if cpp else ""
+    steps = [Step("per-element operation", f"the lambdas {end.name} applies{typed}", Location(site.path, site.line, site.line + call.count("\n"), site.origin), call)]
+    for loop in loops[:1]:
+        steps.append(Step("inner loop", f"{loop.name}: the scalar/vectorised operation the lambdas call", loop.location, _excerpt(loop.location, 6)))
+    vectorized = next((part for part in re.split(r"\[[=&]\]", call) if "Vectorized<" in part), None)
+    if vectorized is None or cpp is None or context.index is None:
+        return steps
+    via = ""
+    if "Vectorized<opmath_t>" in vectorized and name in dtypes.OPMATH:
+        # binary_op_scalar & co. convert Vectorized<scalar_t> to Vectorized<opmath_t> and back
+        cpp, via = dtypes.OPMATH[name], f"the lambda computes in Vectorized<opmath_t> (opmath_t = {dtypes.OPMATH[name]} for {name}); "
+    special = _vectorized_specialisation(vectorized, cpp, context, via)
+    if special is not None:
+        steps.append(special)
+    return steps
+
+
+def _call_text(lines, line: int) -> str:
+    """The text of the call that starts at `line`, up to its closing parenthesis."""
+    out, depth, started = [], 0, False
+    for text in lines[line - 1 : line + 30]:
+        out.append(text)
+        for ch in text:
+            if ch == "(":
+                depth, started = depth + 1, True
+            elif ch == ")":
+                depth -= 1
+        if started and depth <= 0:
+            break
+    return "\n".join(out)
+
+
+def _vectorized_specialisation(lambda_text: str, cpp: str, context: GraphContext, via: str = "") -> Step | None:
+    """Where `Vectorized<cpp>` spells the operation the vectorized lambda runs:
+    `ufunc::add` -> its Vectorized overload's `vec::fmadd` -> `Vectorized<float>
+    inline fmadd(` in vec256/vec256_float.h (the AVX2 build; AVX512's in vec512)."""
+    root = context.index.tree.root
+    operation = None
+    m = re.search(r"\bufunc::(\w+)\s*\(", lambda_text)
+    if m is not None:
+        header = f"aten/src/ATen/native/ufunc/{m.group(1)}.h"
+        text = _file_lines(root / header)
+        start = next((i for i, t in enumerate(text) if re.search(rf"Vectorized<T>\s+{m.group(1)}\s*\(", t)), None)
+        if start is not None:
+            body = "\n".join(text[start : start + 6])
+            inner = re.search(r"\bvec::(\w+)\s*\(", body)
+            operation = inner.group(1) if inner else None
+            via += f"ufunc::{m.group(1)} (Vectorized overload, {header}:{start + 1}) calls vec::{operation}; " if operation else ""
+    if operation is None:
+        body = lambda_text[lambda_text.find("{") :]
+        inner = re.search(r"\bvec::(\w+)\s*\(", body)
+        op = re.search(r"\w\s*([*+/-])\s*\w", body)
+        operation = inner.group(1) if inner else (_VECTOR_OPERATORS[op.group(1)] if op else None)
+    if operation is None:
+        return None
+    pattern = re.compile(rf"Vectorized<{re.escape(cpp)}>\s+inline\s+{re.escape(operation)}\s*\(")
+    found = {}
+    for width in ("vec256", "vec512"):
+        for path in sorted((root / "aten/src/ATen/cpu/vec" / width).glob("*.h")):
+            for number, text in enumerate(_file_lines(path), 1):
+                if pattern.search(text):
+                    found.setdefault(width, Location(path.relative_to(root).as_posix(), number, origin=context.index.tree.origin))
+                    break
+            if width in found:
+                break
+    if not found:
+        return None
+    location = found.get("vec256") or found["vec512"]
+    others = f"; the AVX512 build's: {found['vec512']}" if "vec256" in found and "vec512" in found else ""
+    summary = f"{via}Vectorized<{cpp}>'s {operation} for the AVX2 build (CPU_CAPABILITY=AVX2){others}"
+    return Step("template specialisation", summary, location, _excerpt(location, 6))
+
+
+def _lines_of(location: Location, context: GraphContext):
+    root = _root(location, context)
+    path = root / location.path if root is not None else location.disk_path
+    return _file_lines(path) if path is not None else ()
+
+
+def _root(location: Location | None, context: GraphContext):
+    """Generated files live in the codegen cache, not in the tree."""
+    if location is not None and location.path.startswith("build/") and context.generated is not None:
+        return context.generated.root
+    return None
 
 
 def _walk(root: CallNode):
@@ -207,7 +352,45 @@ def _root_for(node: CallNode, context: GraphContext):
     return None
 
 
-def _dtype_step(kernels: list[CallNode], context: GraphContext) -> Step | None:
+_DISPATCH = re.compile(r"\b(_?AT_DISPATCH_\w+)\s*\(\s*[^,]+,\s*\"(\w+)\"")
+
+
+def _dtype_step(kernels: list[CallNode], end: CallNode, context: GraphContext) -> Step | None:
+    """The AT_DISPATCH case that runs for the selected dtype: the generated
+    kernel's AT_DISPATCH_CASE the device loop is called from, or the dispatch
+    macro of the kernel that encloses the device loop's call (the last one
+    above the call: mul_kernel's `_AT_DISPATCH_MUL_TYPES` for float32, not
+    its reduced-float or Bool branches) (Note [dtype branches])."""
+    from kernelmap.graph import dtypes
+
+    name = dtypes.canonical(context.dtype)
+    scalar, cpp = dtypes.SCALAR_TYPES[name] if name else (None, None)
+    site = end.attrs.get("call_site")
+    case = end.attrs.get("dtype_case")
+    if isinstance(site, Location) and case:
+        lines = _lines_of(site, context)
+        first = next((n for n in range(site.line, 0, -1) if "AT_DISPATCH_CASE(" in lines[n - 1]), site.line)
+        location = Location(site.path, first, site.line, site.origin)
+        summary = f"AT_DISPATCH_SWITCH in {_caller_name(kernels, site)}: the {scalar} case runs for {name} (scalar_t = {cpp})"
+        return Step("dtype switch", summary, location, "\n".join(lines[first - 1 : site.line]))
+    if isinstance(site, Location) and site.path.startswith("aten/"):
+        lines = _lines_of(site, context)
+        owner = next((k for k in reversed(kernels) if k.location.path == site.path and k.location.line <= site.line <= (k.location.end_line or site.line)), None)
+        start = owner.location.line if owner is not None else max(1, site.line - 40)
+        for number in range(site.line, start - 1, -1):
+            m = _DISPATCH.search(lines[number - 1]) if number <= len(lines) else None
+            if m is not None:
+                runs = f": the {scalar} case runs for {name} (scalar_t = {cpp})" if scalar else ""
+                return Step("dtype switch", f"{m.group(1)} (\"{m.group(2)}\") in {owner.name if owner else site.path}{runs}",
+                            Location(site.path, number, origin=site.origin), "\n".join(lines[number - 1 : number + 1]))
+    return _first_dispatch_step(kernels, context)
+
+
+def _caller_name(kernels: list[CallNode], site: Location) -> str:
+    return next((k.name for k in reversed(kernels) if k.location.path == site.path), site.path)
+
+
+def _first_dispatch_step(kernels: list[CallNode], context: GraphContext) -> Step | None:
     from kernelmap.source import Definition
 
     for node in kernels:

@@ -16,6 +16,7 @@ below do not read leaves the branch as it was.
 
 from __future__ import annotations
 
+import functools
 import re
 
 # torch dtype name -> (ScalarType, C++ element type as ATen spells it)
@@ -147,9 +148,12 @@ def checks_dtype(condition: str | None) -> bool:
     return any(_atom(atom.replace("||", ""), "Float") is not None for part in _split(text, "||") for atom in _split(part, "&&"))
 
 
+@functools.lru_cache(maxsize=4096)
 def other_dtype_reason(condition: str | None, dtype: str | None) -> str | None:
     """Why a branch under `condition` is not taken for `dtype`; None when it may be."""
-    if not condition or evaluate(condition, dtype) is not False:
+    if not condition or ("dtype" not in condition and "scalar_type" not in condition):
+        return None  # most conditions test no dtype: answered without parsing them
+    if evaluate(condition, dtype) is not False:
         return None
     return f"a branch for another dtype than {canonical(dtype)}"
 

@@ -140,10 +140,37 @@ def test_add_reaches_the_vectorized_loop_on_cpu(context, tree_2_6):
             site = step.attrs["call_site"]
             assert (site.path, site.line) == (site_file, site_line), (name, site, site_line)
         at = found + 1
+    # below the vectorized loop, the inner loop the Vectorized lambda calls: ufunc::add's Vectorized overload
+    below = path("torch.add", "ufunc::add", context("cpu"))
+    add_h = "aten/src/ATen/native/ufunc/add.h"
+    overload = _line(tree_2_6, add_h, r"Vectorized<T>\s+add\s*\(")
+    through_loop = [r for r in below.routes if any(s.name.endswith("::vectorized_loop") for s in r.steps)]
+    assert through_loop and (through_loop[0].steps[-1].location.path, through_loop[0].steps[-1].location.line) == (add_h, overload)
     # the generated kernel calls cpu_kernel_vec for float32 from its Float case, at that line
     loop = next(s for s in steps if s.name == "cpu_kernel_vec")
     assert "ScalarType::Float" in loop.condition
     assert "cpu_kernel_vec(" in line_of(CallNode(loop.name, loop.kind, loop.attrs["call_site"]))
+
+
+def test_add_reaches_the_vectorized_kernel_template_on_cuda(context, tree_2_6):
+    """The generated add_kernel's gpu_kernel is followed through CUDALoops.cuh
+    to the kernel template a profiler names, each launcher at its definition."""
+    answer = path("torch.add", "vectorized_elementwise_kernel", context("cuda"))
+    steps = list(answer.routes[0].steps)
+    loops_cuh, cuda_loops = "aten/src/ATen/native/cuda/Loops.cuh", "aten/src/ATen/native/cuda/CUDALoops.cuh"
+    expected = [
+        ("gpu_kernel", loops_cuh, _line(tree_2_6, loops_cuh, r"^void gpu_kernel\(")),
+        ("gpu_kernel_impl", cuda_loops, _line(tree_2_6, cuda_loops, r"^void gpu_kernel_impl\(")),
+        ("gpu_kernel_impl_nocast", cuda_loops, _line(tree_2_6, cuda_loops, r"^void gpu_kernel_impl_nocast\(")),
+        ("launch_vectorized_kernel", cuda_loops, _line(tree_2_6, cuda_loops, r"^static inline void launch_vectorized_kernel\(")),
+        ("vectorized_elementwise_kernel", cuda_loops, _line(tree_2_6, cuda_loops, r"__global__ void vectorized_elementwise_kernel\(")),
+    ]
+    at = 0
+    for name, file, line in expected:
+        found = next(i for i in range(at, len(steps)) if steps[i].name.rsplit("::", 1)[-1] == name)
+        assert (steps[found].location.path, steps[found].location.line) == (file, line), (name, steps[found].location)
+        at = found + 1
+    assert "ScalarType::Float" in next(s for s in steps if s.name == "gpu_kernel").condition
 
 
 def test_mm_reaches_cublas_on_cuda(context):

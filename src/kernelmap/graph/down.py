@@ -595,7 +595,7 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
     for target, site in _callbacks(definition, ctx):
         children.append(cpp_node(target, ctx, EdgeKind.DIRECT, "passed as a function argument", site))
     if node.kind is NodeKind.DEVICE_LOOP:
-        children.extend(loops.iteration_nodes(definition, ctx))
+        children.extend(loops.iteration_nodes(node, definition, ctx))
     return dedupe(children)
 
 

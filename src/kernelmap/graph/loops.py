@@ -53,7 +53,7 @@ class LoopStep:
 
     definition: Any
     loop_object: Any = None  # a Definition (VectorizedLoop2d::operator()), or a Lambda
-    lambda_of: Any = None  # for a 1-d lambda: the device loop whose lambda it is
+    operations: tuple = ()  # (inner loop name, vectorized?, line of its lambda) the device loop was given
 
 
 @dataclass(frozen=True)
@@ -65,13 +65,17 @@ class Lambda:
     end_line: int
 
 
-def iteration_nodes(definition, ctx: GraphContext) -> list[Node]:
+def iteration_nodes(node: Node, definition, ctx: GraphContext) -> list[Node]:
     """The TensorIterator iteration a CPU device loop's definition starts:
     `iter.for_each(...)` / `iter.serial_for_each(...)`, each carrying the loop
-    object it passes (Note [device loop machinery])."""
+    object it passes and the inner loops the device loop's call gives it
+    (Note [device loop machinery])."""
     if ctx.index is None or not definition.location.path.endswith("cpu/Loops.h"):
         return []
     from kernelmap.graph.down import file_lines
+
+    site = node.attrs.get("call_site")
+    operations = _operations(site, ctx) if isinstance(site, Location) else ()
 
     lines = file_lines(ctx.index.tree.root / definition.location.path)
     nodes = []
@@ -90,14 +94,58 @@ def iteration_nodes(definition, ctx: GraphContext) -> list[Node]:
         if target is None:
             continue
         attrs = {"call_site": site.location, "loop": "iteration", "keep": True, "symbol_kind": target.symbol.kind}
-        nodes.append(_step_node(target, loop_object, EdgeKind.DIRECT, site.condition, attrs))
+        nodes.append(_step_node(target, loop_object, operations, site.condition, attrs))
     return nodes
 
 
-def _step_node(target, loop_object, via: EdgeKind, condition: str | None, attrs: dict) -> Node:
-    key = _object_key(loop_object)
-    return Node(target.name, NodeKind.KERNEL, target.location, via, condition, attrs, payload=LoopStep(target, loop_object),
+def _step_node(target, loop_object, operations: tuple, condition: str | None, attrs: dict) -> Node:
+    key = _object_key(loop_object) + "".join(f"|{name}@{line}" for name, _, line in operations)
+    return Node(target.name, NodeKind.KERNEL, target.location, EdgeKind.DIRECT, condition, attrs, payload=LoopStep(target, loop_object, operations),
                 identity=("loop", target.name, str(target.location), key))
+
+
+def _file(location: Location, ctx: GraphContext) -> tuple[str, ...]:
+    from kernelmap.graph.down import file_lines
+
+    if location.path.startswith("build/") and ctx.generated is not None:
+        return file_lines(ctx.generated.root / location.path)
+    return file_lines(ctx.index.tree.root / location.path)
+
+
+def _operations(site: Location, ctx: GraphContext) -> tuple:
+    """The inner loops (`ufunc::add`) the lambdas of a device loop's call use:
+    (name, whether the lambda takes Vectorized<scalar_t>, the lambda's line)."""
+    lines = _file(site, ctx)
+    found, depth, started = [], 0, False
+    for number in range(site.line, min(len(lines), site.line + 30) + 1):
+        text = lines[number - 1]
+        for part in re.split(r"\[[=&]\]", text)[1:]:
+            for name in re.findall(r"\bufunc::(\w+)\s*\(", part):
+                found.append((name, "Vectorized<" in part, f"{site.path.rsplit('/', 1)[-1]}:{number}"))
+        depth += text.count("(") - text.count(")")
+        started = started or "(" in text
+        if started and depth <= 0:
+            break
+    return tuple(dict.fromkeys(found))
+
+
+def _inner_loops(operations: tuple, vectorized: bool, ctx: GraphContext) -> list[Node]:
+    """The inner loop a loop of Loops.h applies: the Vectorized overload of
+    `ufunc::add` under vectorized_loop, the scalar one under basic_loop."""
+    from kernelmap.graph.down import file_lines
+
+    nodes = []
+    for name, is_vectorized, line in operations:
+        if is_vectorized != vectorized:
+            continue
+        for d in ctx.index.definitions(f"at::native::ufunc::{name}"):
+            text = file_lines(ctx.index.tree.root / d.location.path)[d.location.line - 1]
+            if ("Vectorized<" in text) == vectorized:
+                role = "vop: the Vectorized lambda" if vectorized else "op: the scalar lambda"
+                attrs = {"header": d.location.path}
+                nodes.append(Node(d.name, NodeKind.INNER_LOOP, d.location, EdgeKind.DIRECT, f"{role} the device loop was given ({line})", attrs))
+                break
+    return nodes
 
 
 def _object_key(loop_object) -> str:
@@ -141,7 +189,7 @@ def step_children(node: Node, ctx: GraphContext) -> list[Node]:
     calls the type-erased `loop` (Note [device loop machinery])."""
     step: LoopStep = node.payload
     if isinstance(step.definition, Lambda):
-        return _lambda_children(step.definition, ctx)
+        return _lambda_children(step, ctx)
     definition = step.definition
     nodes: list[Node] = []
     parameters = _loop_parameters(definition, ctx)
@@ -152,7 +200,7 @@ def step_children(node: Node, ctx: GraphContext) -> list[Node]:
     for site in sites:
         condition = site.condition
         if site in object_site:
-            nodes.append(_object_node(step.loop_object, site, condition))
+            nodes.append(_object_node(step.loop_object, site, condition, step.operations))
             continue
         if site.callee in parameters:
             continue
@@ -168,14 +216,16 @@ def step_children(node: Node, ctx: GraphContext) -> list[Node]:
             nodes.append(Node(target.name, NodeKind.KERNEL, target.location, EdgeKind.DIRECT, condition, attrs))
         elif short in _ROLES:
             attrs["loop"] = _ROLES[short]
-            nodes.append(Node(target.name, NodeKind.KERNEL, target.location, EdgeKind.DIRECT, condition, attrs))
+            loop = Node(target.name, NodeKind.KERNEL, target.location, EdgeKind.DIRECT, condition, attrs)
+            loop.children = _inner_loops(step.operations, short == "vectorized_loop", ctx)
+            nodes.append(loop)
         else:
             attrs["loop"] = "iteration"
-            nodes.append(_step_node(target, step.loop_object, EdgeKind.DIRECT, condition, attrs))
+            nodes.append(_step_node(target, step.loop_object, step.operations, condition, attrs))
     return nodes
 
 
-def _object_node(loop_object, site, condition: str | None) -> Node:
+def _object_node(loop_object, site, condition: str | None, operations: tuple) -> Node:
     """The loop object, called through the type-erased `loop2d_t` at `site`."""
     why = "called through loop2d_t (c10::function_ref): the loop object the device loop passed"
     condition = f"{condition}; {why}" if condition else why
@@ -183,14 +233,16 @@ def _object_node(loop_object, site, condition: str | None) -> Node:
     if isinstance(loop_object, Lambda):
         owner = loop_object.owner.name.rsplit("::", 1)[-1]
         return Node(f"lambda in {owner}", NodeKind.KERNEL, loop_object.location, EdgeKind.DIRECT, condition, attrs,
-                    payload=LoopStep(loop_object), identity=("loop", "lambda", str(loop_object.location)))
+                    payload=LoopStep(loop_object, None, operations), identity=("loop", "lambda", str(loop_object.location)))
     attrs["symbol_kind"] = loop_object.symbol.kind
+    key = "".join(f"|{name}@{line}" for name, _, line in operations)
     return Node(loop_object.name, NodeKind.KERNEL, loop_object.location, EdgeKind.DIRECT, condition, attrs,
-                payload=LoopStep(loop_object), identity=("loop", loop_object.name, str(loop_object.location), ""))
+                payload=LoopStep(loop_object, None, operations), identity=("loop", loop_object.name, str(loop_object.location), key))
 
 
-def _lambda_children(lam: Lambda, ctx: GraphContext) -> list[Node]:
+def _lambda_children(step: LoopStep, ctx: GraphContext) -> list[Node]:
     """The loops a device loop's own lambda calls (cpu_kernel's basic_loop)."""
+    lam = step.definition
     nodes = []
     for site in ctx.index.calls_from(lam.owner):
         if not (lam.location.line <= site.location.line <= lam.end_line) or site.callee.startswith("."):
@@ -201,7 +253,9 @@ def _lambda_children(lam: Lambda, ctx: GraphContext) -> list[Node]:
         target = _resolve(site.callee, lam.owner, ctx)
         if target is not None:
             attrs = {"call_site": site.location, "keep": True, "loop": _ROLES[short], "symbol_kind": target.symbol.kind}
-            nodes.append(Node(target.name, NodeKind.KERNEL, target.location, EdgeKind.DIRECT, site.condition, attrs))
+            loop = Node(target.name, NodeKind.KERNEL, target.location, EdgeKind.DIRECT, site.condition, attrs)
+            loop.children = _inner_loops(step.operations, short == "vectorized_loop", ctx)
+            nodes.append(loop)
     return nodes
 
 

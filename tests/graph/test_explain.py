@@ -116,6 +116,11 @@ def test_add_cpu_dtype_picks_its_case_specialisation_and_loop(context, tree_2_6)
         assert inner.location.path.endswith("cpu/Loops.h")
         assert inner.location.line == _first(loops, r"vectorized_loop\(data\.data\(\), size0, 0, op, vop\)")
         assert f"Loops.h:{_first(loops, r'^vectorized_loop[(]')}" in inner.summary
+        stub = steps["stub"]  # at the generated impl's line that calls the stub
+        assert re.match(r"\s*add_stub\(device_type\(\)", _lines(stub.location)[stub.location.line - 1])
+        capability = steps["CPU capability"]  # REGISTER_DISPATCH leaves the AVX512 slot empty: AVX2's kernel runs there too
+        assert "!AVX512" in _lines(capability.location)[capability.location.line - 1] and "nullptr" in capability.summary
+        assert "an AVX512 CPU runs too" in special.summary
         iteration = next(s for s in result.steps if s.title == "TensorIterator iteration")  # the first: for_each
         assert "for_each" in iteration.summary and "iter.for_each(make_vectorized_loop2d(" in _lines(iteration.location)[iteration.location.line - 1]
         assert "VectorizedLoop2d::operator()" in steps["loop object"].summary

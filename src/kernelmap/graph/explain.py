@@ -165,6 +165,9 @@ def _native_steps(tree: CallTree, context: GraphContext) -> list[Step]:
     stub_nodes = [n for n in path if n.kind == "stub"]
     for stub in stub_nodes[:1]:
         steps.append(Step("stub", f"{stub.name} dispatches on the device type (and CPU capability) to a registered kernel", stub.location, _excerpt(stub.location, 1, root=_root_for(stub, context))))
+    capability = _capability_step(stub_nodes[:1], context)
+    if capability is not None:
+        steps.append(capability)
     end = path[-1]
     # the kernel's own call of the loop machinery: the first device loop on the path (gpu_kernel,
     # not the kernel template it launches)
@@ -185,7 +188,8 @@ def _native_steps(tree: CallTree, context: GraphContext) -> list[Step]:
         else:
             steps.append(Step("device loop / launch", f"{end.name} runs the per-element loop", end.location, _excerpt(end.location, 3, root=_root_for(end, context))))
         steps.extend(_machinery_steps(end, context))
-        steps.extend(_operation_steps(end, loops, context))
+        avx512 = None if capability is None else "AVX512 slot:" in capability.summary
+        steps.extend(_operation_steps(end, loops, context, avx512))
     elif end.kind is NodeKind.INNER_LOOP:
         steps.append(Step("inner loop", f"{end.name}: the scalar/vectorised operation itself", end.location, _excerpt(end.location, 6)))
     elif end.kind == "vendor":
@@ -235,7 +239,24 @@ def _machinery_steps(end: CallNode, context: GraphContext) -> list[Step]:
 _VECTOR_OPERATORS = {"*": "operator*", "+": "operator+", "-": "operator-", "/": "operator/"}
 
 
-def _operation_steps(end: CallNode, loops: list[CallNode], context: GraphContext) -> list[Step]:
+def _capability_step(stubs: list[CallNode], context: GraphContext) -> Step | None:
+    """Which CPU capability's kernel a stub runs: choose_cpu_impl, at the line
+    that falls back to AVX2 when the kernel left the AVX512 slot empty."""
+    for stub in stubs:
+        choose = next((c for n in stub.children for c in n.children if c.name.endswith("::choose_cpu_impl")), None)
+        if choose is None or choose.location is None or not choose.condition or "AVX512" not in choose.condition:
+            continue
+        location = choose.location
+        lines = _file_lines(location.disk_path) if location.disk_path is not None else ()
+        end = location.end_line or location.line + 60
+        fallback = next((n for n in range(location.line, min(end, len(lines)) + 1) if "!AVX512" in lines[n - 1]), None)
+        if fallback is not None and "nullptr" in choose.condition:
+            location = Location(location.path, fallback, fallback + 3, location.origin)
+        return Step("CPU capability", f"{choose.name}: {choose.condition}", location, _excerpt(location, 4))
+    return None
+
+
+def _operation_steps(end: CallNode, loops: list[CallNode], context: GraphContext, avx512: bool | None = None) -> list[Step]:
     """The per-element operation the device loop is given at its call (the
     scalar and the Vectorized lambdas), with scalar_t for the dtype, and the
     specialisation of Vectorized<scalar_t> that the vectorized lambda runs
@@ -262,7 +283,7 @@ def _operation_steps(end: CallNode, loops: list[CallNode], context: GraphContext
     if "Vectorized<opmath_t>" in vectorized and name in dtypes.OPMATH:
         # binary_op_scalar & co. convert Vectorized<scalar_t> to Vectorized<opmath_t> and back
         cpp, via = dtypes.OPMATH[name], f"the lambda computes in Vectorized<opmath_t> (opmath_t = {dtypes.OPMATH[name]} for {name}); "
-    special = _vectorized_specialisation(vectorized, cpp, context, via)
+    special = _vectorized_specialisation(vectorized, cpp, context, via, avx512)
     if special is not None:
         steps.append(special)
     return steps
@@ -283,7 +304,7 @@ def _call_text(lines, line: int) -> str:
     return "\n".join(out)
 
 
-def _vectorized_specialisation(lambda_text: str, cpp: str, context: GraphContext, via: str = "") -> Step | None:
+def _vectorized_specialisation(lambda_text: str, cpp: str, context: GraphContext, via: str = "", avx512: bool | None = None) -> Step | None:
     """Where `Vectorized<cpp>` spells the operation the vectorized lambda runs:
     `ufunc::add` -> its Vectorized overload's `vec::fmadd` -> `Vectorized<float>
     inline fmadd(` in vec256/vec256_float.h (the AVX2 build; AVX512's in vec512)."""
@@ -319,8 +340,13 @@ def _vectorized_specialisation(lambda_text: str, cpp: str, context: GraphContext
     if not found:
         return None
     location = found.get("vec256") or found["vec512"]
-    others = f"; the AVX512 build's: {found['vec512']}" if "vec256" in found and "vec512" in found else ""
-    summary = f"{via}Vectorized<{cpp}>'s {operation} for the AVX2 build (CPU_CAPABILITY=AVX2){others}"
+    if avx512 is False:
+        others = ", which an AVX512 CPU runs too (its AVX512 slot is empty)"
+    elif "vec512" in found:
+        others = f"; an AVX512 CPU runs the AVX512 build's: {found['vec512']}" if avx512 else f"; the AVX512 build's: {found['vec512']}"
+    else:
+        others = ""
+    summary = f"{via}Vectorized<{cpp}>'s {operation} in the AVX2 build (CPU_CAPABILITY=AVX2){others}"
     return Step("template specialisation", summary, location, _excerpt(location, 6))
 
 

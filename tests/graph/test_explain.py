@@ -171,3 +171,20 @@ def test_add_cuda_steps_reach_the_kernel_templates(context, tree_2_6):
         assert f"(defined at aten/src/ATen/native/cuda/CUDALoops.cuh:{defined})" in step.summary
     steps = by_title(result)
     assert "Float case" in steps["dtype switch"].summary
+
+
+def test_the_dtype_switch_is_the_macro_around_the_loop_and_says_whether_it_has_the_case(context, tree_2_6):
+    """The dispatch macro is the one whose lambda holds the call on the way to
+    the device loop, read at its line; a macro without the dtype's case says so."""
+    compare = (tree_2_6 / "aten/src/ATen/native/cpu/TensorCompareKernel.cpp").read_text().splitlines()
+    relu = by_title(explain("aten::relu", context("cpu")))["dtype switch"]
+    assert relu.location.path.endswith("cpu/TensorCompareKernel.cpp")
+    assert relu.location.line == _first(compare, r'AT_DISPATCH\w+\(.*"clamp_min_scalar_cpu"')
+    assert "the Float case runs for float32" in relu.summary
+    gelu_source = (tree_2_6 / "aten/src/ATen/native/cuda/ActivationGeluKernel.cu").read_text().splitlines()
+    macro = _first(gelu_source, r"AT_DISPATCH_FLOATING_TYPES_AND2\(")
+    assert "BFloat16" in gelu_source[macro - 1] + gelu_source[macro]
+    as_bf16 = by_title(explain("aten::gelu", context("cuda", dtype="bfloat16")))["dtype switch"]
+    as_long = by_title(explain("aten::gelu", context("cuda", dtype="int64")))["dtype switch"]
+    assert as_bf16.location.line == as_long.location.line == macro
+    assert "the BFloat16 case runs" in as_bf16.summary and "no Long case" in as_long.summary

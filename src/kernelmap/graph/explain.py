@@ -47,7 +47,8 @@ def _matching_lines(location: Location | None, pattern: re.Pattern, limit: int =
     text = _file_lines(location.disk_path)
     end = location.end_line or location.line
     found = []
-    for number in range(location.line, min(end, len(text)) + 1):
+    first = location.line + 1 if pattern is _ITERATION else location.line  # `TensorIteratorBase& iter` in the signature says nothing
+    for number in range(first, min(end, len(text)) + 1):
         if pattern.search(text[number - 1]):
             found.append((number, text[number - 1].strip()))
             if len(found) >= limit:
@@ -137,7 +138,8 @@ def _main_path(tree: CallTree) -> list[CallNode]:
 def _native_steps(tree: CallTree, context: GraphContext) -> list[Step]:
     steps: list[Step] = []
     path = _main_path(tree)
-    kernels = [n for n in path if n.kind in ("kernel", "generated") and n.location is not None]
+    first_loop = next((i for i, n in enumerate(path) if n.kind is NodeKind.DEVICE_LOOP), len(path))
+    kernels = [n for n in path[:first_loop] if n.kind in ("kernel", "generated") and n.location is not None]  # not the loop machinery
     ops = [n.name for n in path if n.kind == "op"]
     if len(ops) > 1:
         steps.append(Step("decomposition", " -> ".join(ops) + ": each arrow is a call through the dispatcher"))
@@ -378,7 +380,9 @@ def _root_for(node: CallNode, context: GraphContext):
     return None
 
 
-_DISPATCH = re.compile(r"\b(_?AT_DISPATCH_\w+)\s*\(\s*[^,]+,\s*\"(\w+)\"")
+# a dtype dispatch macro and its name: the first string literal among its arguments
+# (`AT_DISPATCH_ALL_TYPES_AND2(kBFloat16, kHalf, iter.common_dtype(), "clamp_min_scalar_cpu", ...)`)
+_DISPATCH = re.compile(r"\b(_?AT_DISPATCH_\w+)\s*\((?:[^\"();]|\([^();]*\))*?\"(\w+)\"")
 
 
 def _dtype_step(kernels: list[CallNode], end: CallNode, context: GraphContext) -> Step | None:
@@ -399,17 +403,57 @@ def _dtype_step(kernels: list[CallNode], end: CallNode, context: GraphContext) -
         location = Location(site.path, first, site.line, site.origin)
         summary = f"AT_DISPATCH_SWITCH in {_caller_name(kernels, site)}: the {scalar} case runs for {name} (scalar_t = {cpp})"
         return Step("dtype switch", summary, location, "\n".join(lines[first - 1 : site.line]))
-    if isinstance(site, Location) and site.path.startswith("aten/"):
-        lines = _lines_of(site, context)
-        owner = next((k for k in reversed(kernels) if k.location.path == site.path and k.location.line <= site.line <= (k.location.end_line or site.line)), None)
-        start = owner.location.line if owner is not None else max(1, site.line - 40)
-        for number in range(site.line, start - 1, -1):
-            m = _DISPATCH.search(lines[number - 1]) if number <= len(lines) else None
-            if m is not None:
-                runs = f": the {scalar} case runs for {name} (scalar_t = {cpp})" if scalar else ""
-                return Step("dtype switch", f"{m.group(1)} (\"{m.group(2)}\") in {owner.name if owner else site.path}{runs}",
-                            Location(site.path, number, origin=site.origin), "\n".join(lines[number - 1 : number + 1]))
+    # the macro whose lambda holds the call on the way to the loop: for each kernel on the path,
+    # from the loop upwards, its lines above its call of the next step (mul_kernel_cuda's
+    # AT_DISPATCH around opmath_symmetric_gpu_kernel_with_scalars<scalar_t>, which calls gpu_kernel)
+    chain = [*kernels, end]
+    for caller, callee in reversed(list(zip(chain, chain[1:]))):
+        call = callee.attrs.get("call_site")
+        if not isinstance(call, Location) or caller.location is None or call.path != caller.location.path or not call.path.startswith("aten/"):
+            continue
+        lines = _lines_of(call, context)
+        for number in range(min(call.line, len(lines)), caller.location.line - 1, -1):
+            text = " ".join(lines[number - 1 : number + 2])  # a macro's arguments may go on over the next lines
+            m = _DISPATCH.search(text) if "AT_DISPATCH" in lines[number - 1] else None
+            if m is None:
+                continue
+            covered = _covers(m.group(1), text[: m.end()], scalar) if scalar else None
+            if covered is True:
+                runs = f": the {scalar} case runs for {name} (scalar_t = {cpp})"
+            elif covered is False:
+                runs = f": it has no {scalar} case (a {name} call fails here)"
+            else:
+                runs = f": scalar_t = {cpp} for {name}" if scalar else ""
+            return Step("dtype switch", f"{m.group(1)} (\"{m.group(2)}\") in {caller.name}{runs}",
+                        Location(call.path, number, origin=call.origin), "\n".join(lines[number - 1 : number + 1]))
     return _first_dispatch_step(kernels, context)
+
+
+def _covers(macro: str, line: str, scalar: str) -> bool | None:
+    """Whether an AT_DISPATCH_* macro has a case for `scalar`, from its name and
+    the extra types it lists (`AT_DISPATCH_FLOATING_TYPES_AND2(kHalf, kBFloat16, ...)`);
+    None for macros it cannot read (AT_DISPATCH_V2, a kernel's own wrappers)."""
+    if macro.startswith("_") or "V2" in macro or not macro.startswith("AT_DISPATCH_"):
+        return None
+    if re.search(rf"\b(?:k|ScalarType::){scalar}\b", line):
+        return True
+    groups = macro.removeprefix("AT_DISPATCH_")
+    floating = {"Float", "Double"}
+    integral = {"Byte", "Char", "Short", "Int", "Long"}
+    if groups.startswith("REDUCED_FLOATING_TYPES"):
+        return scalar in {"Half", "BFloat16"}
+    included = set()
+    if groups.startswith("ALL_TYPES"):
+        included |= floating | integral
+    if groups.startswith(("FLOATING_TYPES", "FLOATING_AND_COMPLEX_TYPES")):
+        included |= floating
+    if groups.startswith("INTEGRAL_TYPES"):
+        included |= integral
+    if "COMPLEX" in groups:
+        included |= {"ComplexFloat", "ComplexDouble"}
+    if not included:
+        return None
+    return scalar in included
 
 
 def _caller_name(kernels: list[CallNode], site: Location) -> str:

@@ -63,6 +63,12 @@ class Lambda:
     owner: Any  # the device loop's Definition
     location: Location  # the line of the `for_each(` call that holds it
     end_line: int
+    text: str = "lambda"  # its introducer and parameters as written: `[&](char** data, ...)`
+
+    @property
+    def name(self) -> str:
+        """Named as the line spells it, inside its device loop: `...::cpu_kernel::[&](char** data, ...)`."""
+        return f"{self.owner.name}::{self.text}"
 
 
 def iteration_nodes(node: Node, definition, ctx: GraphContext) -> list[Node]:
@@ -89,7 +95,8 @@ def iteration_nodes(node: Node, definition, ctx: GraphContext) -> list[Node]:
             loop_object, overload = _made_object(made.group(1), definition, ctx), "loop2d_t"
         else:
             end = definition.location.end_line or site.location.line
-            loop_object, overload = Lambda(definition, site.location, end), "loop1d_t"
+            spelled = re.search(r"\[[=&]?\]\s*\([^)]*\)", text)
+            loop_object, overload = Lambda(definition, site.location, end, spelled.group(0) if spelled else "lambda"), "loop1d_t"
         target = _overload(f"at::TensorIteratorBase::{method}", overload, ctx)
         if target is None:
             continue
@@ -231,8 +238,7 @@ def _object_node(loop_object, site, condition: str | None, operations: tuple) ->
     condition = f"{condition}; {why}" if condition else why
     attrs: dict[str, Any] = {"call_site": site.location, "loop": "loop object", "keep": True}
     if isinstance(loop_object, Lambda):
-        owner = loop_object.owner.name.rsplit("::", 1)[-1]
-        return Node(f"lambda in {owner}", NodeKind.KERNEL, loop_object.location, EdgeKind.DIRECT, condition, attrs,
+        return Node(loop_object.name, NodeKind.KERNEL, loop_object.location, EdgeKind.DIRECT, condition, attrs,
                     payload=LoopStep(loop_object, None, operations), identity=("loop", "lambda", str(loop_object.location)))
     attrs["symbol_kind"] = loop_object.symbol.kind
     key = "".join(f"|{name}@{line}" for name, _, line in operations)

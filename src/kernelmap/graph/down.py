@@ -13,7 +13,6 @@ from kernelmap import env, pysource, vendors
 from kernelmap.errors import BadInput, KernelmapError, UnknownName
 from kernelmap.graph import processors_for
 from kernelmap.graph.context import GraphContext
-from kernelmap.graph import dtypes, loops
 from kernelmap.graph.grow import Node, grow
 from kernelmap.graph.rules import DEFAULT_DEPTH, DEVICE_KEYS, KERNEL_DIRS, is_utility_op, launch_kind, other_device_reason
 from kernelmap.model import CallTree, EdgeKind, Location, NodeKind, Op
@@ -143,6 +142,8 @@ def cpp_node(definition, ctx: GraphContext, via: EdgeKind | None = None, conditi
 
 
 def _expand_down(node: Node, ctx: GraphContext) -> list[Node]:
+    from kernelmap.graph import loops  # here, not at the top: `callers` never needs it
+
     if isinstance(node.payload, loops.LoopStep):  # Note [device loop machinery]
         return loops.step_children(node, ctx)
     if node.kind in ("module", "python"):
@@ -572,6 +573,8 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
         return _stub_children(node.payload, ctx)
     if ctx.index is None or node.payload is None:
         return []
+    from kernelmap.graph import dtypes, loops
+
     definition = node.payload
     children = []
     for site in ctx.index.calls_from(definition):
@@ -991,6 +994,8 @@ def _generated_children(payload, ctx: GraphContext) -> list[Node]:
         name = other.name.rsplit("::", 1)[-1]
         if other is not ufunc and re.fullmatch(r"\w+", name) and re.search(rf"\b{name}\b", text):
             nodes.append(_ufunc_node(other, siblings, EdgeKind.DIRECT, None))
+    from kernelmap.graph import loops
+
     nodes.extend(loops.generated_loops(ufunc, ctx))
     for loop in dict.fromkeys(re.findall(r"\bufunc::(\w+)\s*\(", text)):
         nodes.append(_inner_loop(loop, ctx))

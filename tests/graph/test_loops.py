@@ -54,3 +54,37 @@ def test_mul_follows_the_branch_of_its_dtype(context, tree_2_6):
     assert "branch" in float32[reduced].attrs and "branch" not in bf16[reduced].attrs
     followed = [line for line, n in float32.items() if "branch" not in n.attrs]
     assert len(followed) == 1 and "_AT_DISPATCH_MUL_TYPES" in source[followed[0] - 2]
+
+
+def test_a_one_dimensional_lambda_goes_through_the_loop1d_overload(context, tree_2_6):
+    """cpu_serial_kernel passes a 1-d lambda: serial_for_each's loop1d_t
+    overload (TensorIterator.h) wraps it and calls the loop2d_t one
+    (TensorIterator.cpp); the lambda, called through loop2d_t, runs basic_loop."""
+    loops_h = (tree_2_6 / "aten/src/ATen/native/cpu/Loops.h").read_text().splitlines()
+    header = (tree_2_6 / "aten/src/ATen/TensorIterator.h").read_text().splitlines()
+    source = (tree_2_6 / "aten/src/ATen/TensorIterator.cpp").read_text().splitlines()
+    start = next(n for n, t in enumerate(loops_h, 1) if re.match(r"void cpu_serial_kernel\(", t))
+    lambda_line = next(n for n, t in enumerate(loops_h, 1) if n > start and "iter.serial_for_each([&](char** data" in t)
+    expected = [
+        ("aten/src/ATen/TensorIterator.h", next(n for n, t in enumerate(header, 1) if re.search(r"void serial_for_each\(loop1d_t loop", t))),
+        ("aten/src/ATen/TensorIterator.cpp", next(n for n, t in enumerate(source, 1) if t.startswith("void TensorIteratorBase::serial_for_each(loop2d_t"))),
+        ("aten/src/ATen/TensorIteratorInternal.h", None),
+        ("aten/src/ATen/native/cpu/Loops.h", lambda_line),
+        ("aten/src/ATen/native/cpu/Loops.h", next(n for n, t in enumerate(loops_h, 1) if t.startswith("basic_loop("))),
+    ]
+    tree = graph.stack("cpu_serial_kernel", context("cpu"))
+    root = next(c for c in tree.root.children if c.location.line == start)
+    node, found = root, []
+    while node.children:
+        node = node.children[0]
+        found.append((node.location.path, node.location.line))
+    assert [f for f, _ in found] == [f for f, _ in expected]
+    assert all(line is None or (f, line) in found for f, line in expected), found
+    assert node_name(root, 4).endswith("cpu_serial_kernel::[&](char** data, const int64_t* strides, int64_t n)")
+
+
+def node_name(root, depth):
+    node = root
+    for _ in range(depth):
+        node = node.children[0]
+    return node.name

@@ -597,8 +597,7 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
         children.append(child)
     for target, site in _callbacks(definition, ctx):
         children.append(cpp_node(target, ctx, EdgeKind.DIRECT, "passed as a function argument", site))
-    if node.kind is NodeKind.DEVICE_LOOP:
-        children.extend(loops.iteration_nodes(node, definition, ctx))
+    children.extend(loops.iteration_nodes(node, definition, ctx))  # a CPU device loop's, called or asked for
     return dedupe(children)
 
 

@@ -188,3 +188,24 @@ def test_the_dtype_switch_is_the_macro_around_the_loop_and_says_whether_it_has_t
     as_long = by_title(explain("aten::gelu", context("cuda", dtype="int64")))["dtype switch"]
     assert as_bf16.location.line == as_long.location.line == macro
     assert "the BFloat16 case runs" in as_bf16.summary and "no Long case" in as_long.summary
+
+
+def test_the_cuda_add_ends_at_the_kernel_a_real_trace_records_for_float_add(context):
+    """Below one device loop the launches rank in the order CUDALoops.cuh
+    writes them, so add's best end is the vectorized kernel, the template a
+    real trace (tests/trace/data, MIT-licensed HTA test data) records most for
+    `CUDAFunctor_add<float>`."""
+    import gzip
+    import json
+    from collections import Counter
+    from pathlib import Path
+
+    trace = Path(__file__).resolve().parents[1] / "trace" / "data" / "hta-trace_diff-control-control.json.gz"
+    with gzip.open(trace) as f:
+        events = json.load(f)["traceEvents"]
+    launchers = Counter(m.group(1) for e in events if e.get("cat") == "kernel" and "CUDAFunctor_add<float>" in e.get("name", "")
+                        for m in [re.match(r"void at::native::(\w+)<", e["name"])] if m)
+    recorded = launchers.most_common(1)[0][0]
+    ends = graph.call_ends(graph.stack("aten::add.Tensor", context("cuda")))
+    assert ends[0].node.name == recorded == "vectorized_elementwise_kernel"
+    assert ends[0].node.location.path.endswith("cuda/CUDALoops.cuh")

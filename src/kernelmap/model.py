@@ -632,6 +632,7 @@ FACTS: dict[str, Fact] = {
     "repository": Fact("str", "where an open library's source lives"),
     "dtype_case": Fact("str", "the AT_DISPATCH case taken for the selected dtype"),
     "dtype_work": Fact("str", "why a direct call is the kernel's per-dtype work (made in an AT_DISPATCH case, or a template below one): never pruned"),
+    "loop": Fact("str", "the node's part in a device loop: iteration, threads, loop object, vectorized or scalar inner loop"),
     # DSL overrides (torch._native)
     "dsl": Fact("str", "the DSL an override is written in: triton, cutedsl, nvmath"),
     "condition_at": Fact("str", "path:line of the condition function that decides whether an override runs"),

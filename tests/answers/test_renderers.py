@@ -54,7 +54,7 @@ def test_find_text():
 def test_explain_text():
     answer = Explanation("aten::add.Tensor", "cpu", (Step("stub", "add_stub dispatches", Location("a.cpp", 3, None, TREE), "add_stub(kCPU, iter);"),), ("a note",))
     assert render(answer, "text", width=80, color=False) == (
-        "note: a note\naten::add.Tensor on cpu\n\n1. stub  add_stub dispatches\n   a.cpp:3\n   add_stub(kCPU, iter);\n"
+        "note: a note\naten::add.Tensor on cpu, float32\n\n1. stub  add_stub dispatches\n   a.cpp:3\n   add_stub(kCPU, iter);\n"
     )
 
 

@@ -101,10 +101,76 @@ def test_add_reaches_its_inner_loop_on_cpu(context):
     assert any(s.kind is NodeKind.STUB and s.name == "add_stub" for s in best.steps)
 
 
-@pytest.mark.xfail(reason="cause 7: cpu_kernel_vec is a leaf; VectorizedLoop2d and vectorized_loop (the vectorized inner loop) are not expanded yet", strict=False)
-def test_add_reaches_the_vectorized_loop_on_cpu(context):
+def _line(tree, relative, pattern, after=0):
+    """The first line of a tree file (after line `after`) that matches `pattern`."""
+    import re
+
+    lines = (tree / relative).read_text().splitlines()
+    return next(n for n, text in enumerate(lines, 1) if n > after and re.search(pattern, text))
+
+
+def test_add_reaches_the_vectorized_loop_on_cpu(context, tree_2_6):
+    """Cause 7: the device loop is followed through the TensorIterator
+    machinery to the vectorized inner loop, each step at its definition and
+    reached from the line that calls it, as the tree's files say."""
     answer = path("torch.add", "vectorized_loop", context("cpu"))
-    assert answer.routes
+    best = answer.routes[0]
+    loops, iterator, internal = "aten/src/ATen/native/cpu/Loops.h", "aten/src/ATen/TensorIterator.cpp", "aten/src/ATen/TensorIteratorInternal.h"
+    vec_def = _line(tree_2_6, loops, r"^void cpu_kernel_vec\(")
+    for_each = _line(tree_2_6, iterator, r"^void TensorIteratorBase::for_each\(loop2d_t")
+    serial = _line(tree_2_6, iterator, r"^void TensorIteratorBase::serial_for_each\(loop2d_t")
+    internal_def = _line(tree_2_6, internal, r"^inline void serial_for_each\(")
+    operator = _line(tree_2_6, loops, r"void operator\(\)\(char\*\* base", after=_line(tree_2_6, loops, r"^struct VectorizedLoop2d"))
+    vectorized = _line(tree_2_6, loops, r"^vectorized_loop\(")
+    expected = [  # (name ends with, definition file, definition line, call site file, call site line)
+        ("cpu_kernel_vec", loops, vec_def, None, None),
+        ("TensorIteratorBase::for_each", iterator, for_each, loops, _line(tree_2_6, loops, r"iter\.for_each\(make_vectorized_loop2d\(", after=vec_def)),
+        ("TensorIteratorBase::serial_for_each", iterator, serial, iterator, _line(tree_2_6, iterator, r"serial_for_each\(loop, \{0, numel\}\)", after=for_each)),
+        ("internal::serial_for_each", internal, internal_def, iterator, _line(tree_2_6, iterator, r"at::internal::serial_for_each\(", after=serial)),
+        ("VectorizedLoop2d::operator()", loops, operator, internal, _line(tree_2_6, internal, r"loop\(ptrs\.data\(\), strides\.data\(\), step\[0\], step\[1\]\)", after=internal_def)),
+        ("vectorized_loop", loops, vectorized, loops, _line(tree_2_6, loops, r"vectorized_loop\(data\.data\(\), size0, 0, op, vop\)", after=operator)),
+    ]
+    steps = list(best.steps)
+    at = 0
+    for name, file, line, site_file, site_line in expected:
+        found = next(i for i in range(at, len(steps)) if steps[i].name.endswith(name) and steps[i].location.path == file)
+        step = steps[found]
+        assert step.location.line == line, (name, step.location, line)
+        if site_file is not None:
+            site = step.attrs["call_site"]
+            assert (site.path, site.line) == (site_file, site_line), (name, site, site_line)
+        at = found + 1
+    # below the vectorized loop, the inner loop the Vectorized lambda calls: ufunc::add's Vectorized overload
+    below = path("torch.add", "ufunc::add", context("cpu"))
+    add_h = "aten/src/ATen/native/ufunc/add.h"
+    overload = _line(tree_2_6, add_h, r"Vectorized<T>\s+add\s*\(")
+    through_loop = [r for r in below.routes if any(s.name.endswith("::vectorized_loop") for s in r.steps)]
+    assert through_loop and (through_loop[0].steps[-1].location.path, through_loop[0].steps[-1].location.line) == (add_h, overload)
+    # the generated kernel calls cpu_kernel_vec for float32 from its Float case, at that line
+    loop = next(s for s in steps if s.name == "cpu_kernel_vec")
+    assert "ScalarType::Float" in loop.condition
+    assert "cpu_kernel_vec(" in line_of(CallNode(loop.name, loop.kind, loop.attrs["call_site"]))
+
+
+def test_add_reaches_the_vectorized_kernel_template_on_cuda(context, tree_2_6):
+    """The generated add_kernel's gpu_kernel is followed through CUDALoops.cuh
+    to the kernel template a profiler names, each launcher at its definition."""
+    answer = path("torch.add", "vectorized_elementwise_kernel", context("cuda"))
+    steps = list(answer.routes[0].steps)
+    loops_cuh, cuda_loops = "aten/src/ATen/native/cuda/Loops.cuh", "aten/src/ATen/native/cuda/CUDALoops.cuh"
+    expected = [
+        ("gpu_kernel", loops_cuh, _line(tree_2_6, loops_cuh, r"^void gpu_kernel\(")),
+        ("gpu_kernel_impl", cuda_loops, _line(tree_2_6, cuda_loops, r"^void gpu_kernel_impl\(")),
+        ("gpu_kernel_impl_nocast", cuda_loops, _line(tree_2_6, cuda_loops, r"^void gpu_kernel_impl_nocast\(")),
+        ("launch_vectorized_kernel", cuda_loops, _line(tree_2_6, cuda_loops, r"^static inline void launch_vectorized_kernel\(")),
+        ("vectorized_elementwise_kernel", cuda_loops, _line(tree_2_6, cuda_loops, r"__global__ void vectorized_elementwise_kernel\(")),
+    ]
+    at = 0
+    for name, file, line in expected:
+        found = next(i for i in range(at, len(steps)) if steps[i].name.rsplit("::", 1)[-1] == name)
+        assert (steps[found].location.path, steps[found].location.line) == (file, line), (name, steps[found].location)
+        at = found + 1
+    assert "ScalarType::Float" in next(s for s in steps if s.name == "gpu_kernel").condition
 
 
 def test_mm_reaches_cublas_on_cuda(context):

@@ -142,6 +142,10 @@ def cpp_node(definition, ctx: GraphContext, via: EdgeKind | None = None, conditi
 
 
 def _expand_down(node: Node, ctx: GraphContext) -> list[Node]:
+    from kernelmap.graph import loops  # here, not at the top: `callers` never needs it
+
+    if isinstance(node.payload, loops.LoopStep):  # Note [device loop machinery]
+        return loops.step_children(node, ctx)
     if node.kind in ("module", "python"):
         return _python_children(node.payload, ctx)
     if node.kind == "builtin":
@@ -663,6 +667,8 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
         return _stub_children(node.payload, ctx, node.location)
     if ctx.index is None or node.payload is None:
         return []
+    from kernelmap.graph import dtypes, loops
+
     definition = node.payload
     children = []
     for site in ctx.index.calls_from(definition):
@@ -670,6 +676,7 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
         if site.preproc:
             condition = f"{condition}  #if {site.preproc}" if condition else f"#if {site.preproc}"
         branch = other_device_reason(site.condition, ctx.device) or other_device_reason(site.preproc, ctx.device)
+        branch = branch or dtypes.other_dtype_reason(site.condition, ctx.dtype)
         child = _site_node(site, definition, ctx, condition)
         if child is None:
             continue
@@ -694,6 +701,7 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
             child.attrs["dtype_work"] = work
             child.attrs["keep"] = True
         children.append(child)
+    children.extend(loops.iteration_nodes(node, definition, ctx))  # a CPU device loop's, called or asked for
     return dedupe(children)
 
 
@@ -1050,7 +1058,7 @@ def _stub_children(stub: str, ctx: GraphContext, call_site: Location | None = No
     if not nodes and ctx.generated is not None:
         nodes.extend(_generated_stub_kernels(stub, ctx))
     if key == "CPU" and nodes:
-        nodes[:0] = _stub_machinery(ctx)
+        nodes[:0] = _stub_machinery(ctx, _avx512_slot(registrations, nodes, ctx))
     if not nodes:
         reason = f"no {key} registration of {stub} in the tree"
         nodes.append(Node(f"{stub} [{key}]", "unresolved", None, EdgeKind.STUB, None, {"reason": reason}))
@@ -1079,11 +1087,26 @@ def _same_stub(stub: str, call_site: Location, reg, ctx: GraphContext) -> bool:
     return caller is not None and f"::{written}::" in f"::{caller.lookup}"
 
 
-def _stub_machinery(ctx: GraphContext) -> list[Node]:
+def _avx512_slot(registrations, nodes: list[Node], ctx: GraphContext) -> bool | None:
+    """Whether a CPU stub's kernel fills the AVX512 slot: `REGISTER_DISPATCH` in
+    a native/cpu file compiled for AVX512 registers nullptr there (DispatchStub.h),
+    `ALSO_REGISTER_AVX512_DISPATCH` registers the kernel. None when unread."""
+    texts = [file_lines(ctx.index.tree.root / r.location.path)[r.location.line - 1] for r in registrations
+             if r.device == "CPU" and ctx.index is not None and r.location.line <= len(file_lines(ctx.index.tree.root / r.location.path))]
+    texts += [u.definition.text for n in nodes if n.kind is NodeKind.GENERATED and n.payload for u in n.payload[1]]
+    if any("ALSO_REGISTER_AVX512_DISPATCH" in t for t in texts):
+        return True
+    if any(re.search(r"\bREGISTER_DISPATCH\s*\(", t) for t in texts):
+        return False
+    return None
+
+
+def _stub_machinery(ctx: GraphContext, avx512: bool | None = None) -> list[Node]:
     """How a CPU stub call picks its kernel: `DispatchStub::operator()` asks
     `DispatchStubImpl::choose_cpu_impl` once for the CPU capability (AVX512,
-    AVX2, DEFAULT); the REGISTER_DISPATCH slot of that capability runs.
-    Needs an indexed tree (DispatchStub.cpp is not in the wheel)."""
+    AVX2, DEFAULT); the REGISTER_DISPATCH slot of that capability runs, and
+    an empty AVX512 slot falls back to AVX2's (`avx512`: whether the kernel
+    fills it). Needs an indexed tree (DispatchStub.cpp is not in the wheel)."""
     if ctx.index is None:
         return []
     found = {name: ctx.index.definitions(name) for name in ("at::native::DispatchStub::operator()", "at::native::DispatchStubImpl::choose_cpu_impl")}
@@ -1093,7 +1116,12 @@ def _stub_machinery(ctx: GraphContext) -> list[Node]:
     node = cpp_node(call[0], ctx, EdgeKind.DIRECT, "the stub's call operator").leaf()
     node.attrs["keep"] = True
     if choose:
-        child = cpp_node(choose[0], ctx, EdgeKind.DIRECT, "CPU capability chosen on the first call").leaf()
+        why = "CPU capability chosen on the first call"
+        if avx512 is False:
+            why += "; REGISTER_DISPATCH leaves the AVX512 slot nullptr, so an AVX512 CPU runs the AVX2 kernel"
+        elif avx512:
+            why += "; ALSO_REGISTER_AVX512_DISPATCH fills the AVX512 slot: an AVX512 CPU runs the AVX512 kernel"
+        child = cpp_node(choose[0], ctx, EdgeKind.DIRECT, why).leaf()
         child.attrs["keep"] = True
         node.children = [child]
     return [node]
@@ -1131,17 +1159,17 @@ def _generated_children(payload, ctx: GraphContext) -> list[Node]:
     for stub in dict.fromkeys(re.findall(r"\b(\w+_stub)\s*\(", text)):
         declared = stub_declaration(stub, ctx)
         attrs = {"declared_at": declared} if declared is not None else {}
-        nodes.append(Node(stub, "stub", ufunc.definition.location, EdgeKind.STUB, None, attrs, payload=stub, identity=("stub", stub)))
+        start = ufunc.definition.location  # the stub's call, at its line of the generated impl
+        offset = next((i for i, t in enumerate(text.splitlines()) if re.search(rf"\b{stub}\s*\(", t)), 0)
+        location = Location(start.path, start.line + offset, origin=start.origin)
+        nodes.append(Node(stub, "stub", location, EdgeKind.STUB, None, attrs, payload=stub, identity=("stub", stub)))
     for other in siblings:
         name = other.name.rsplit("::", 1)[-1]
         if other is not ufunc and re.fullmatch(r"\w+", name) and re.search(rf"\b{name}\b", text):
             nodes.append(_ufunc_node(other, siblings, EdgeKind.DIRECT, None))
-    for launch in dict.fromkeys(re.findall(r"\b((?:gpu_kernel|cpu_kernel|opmath_gpu_kernel)\w*)\s*\(", text)):
-        defined = loop_definition(launch, ctx)
-        if defined is not None:  # the loop itself, at its line; the generated call is the call site
-            nodes.append(Node(launch, launch_kind(launch), defined, EdgeKind.LAUNCH, None, {"call_site": ufunc.definition.location}))
-        else:
-            nodes.append(Node(launch, launch_kind(launch), ufunc.definition.location, EdgeKind.LAUNCH))
+    from kernelmap.graph import loops
+
+    nodes.extend(loops.generated_loops(ufunc, ctx))
     for loop in dict.fromkeys(re.findall(r"\bufunc::(\w+)\s*\(", text)):
         nodes.append(_inner_loop(loop, ctx))
     return nodes

@@ -12,7 +12,9 @@ then the ones reached through fewer `else` arms (the case a kernel tests for
 first), then the first in the tree's order: the order in which a kernel's
 body tests its alternatives (switch cases, if/else). Not the shallower first:
 the dispatcher adds levels (operator, wrapper, kernel), so a route through it
-(conv2d's oneDNN forward) would lose to any direct call beside it.
+(conv2d's oneDNN forward) would lose to any direct call beside it. Below a
+device loop the same holds: CUDALoops.cuh tests for the contiguous case first,
+so the vectorized kernel comes before the unrolled and legacy ones.
 Branches collapsed for another device never count. A device loop is an end
 and is followed too: the kernel templates it launches (CUDALoops.cuh's
 vectorized_elementwise_kernel) are ends below it. A stub's kernel is named on
@@ -58,7 +60,6 @@ def call_ends(tree: CallTree) -> tuple[End, ...]:
             order += 1
             if node.kind is not NodeKind.DEVICE_LOOP:
                 continue  # a device loop is followed into the kernels it launches
-
         stack.extend((c, path + (c,)) for c in reversed(node.children))
     return tuple(sorted(ends, key=lambda e: e.rank))
 

@@ -47,7 +47,8 @@ def _matching_lines(location: Location | None, pattern: re.Pattern, limit: int =
     text = _file_lines(location.disk_path)
     end = location.end_line or location.line
     found = []
-    for number in range(location.line, min(end, len(text)) + 1):
+    first = location.line + 1 if pattern is _ITERATION else location.line  # `TensorIteratorBase& iter` in the signature says nothing
+    for number in range(first, min(end, len(text)) + 1):
         if pattern.search(text[number - 1]):
             found.append((number, text[number - 1].strip()))
             if len(found) >= limit:
@@ -137,7 +138,8 @@ def _main_path(tree: CallTree) -> list[CallNode]:
 def _native_steps(tree: CallTree, context: GraphContext) -> list[Step]:
     steps: list[Step] = []
     path = _main_path(tree)
-    kernels = [n for n in path if n.kind in ("kernel", "generated") and n.location is not None]
+    first_loop = next((i for i, n in enumerate(path) if n.kind is NodeKind.DEVICE_LOOP), len(path))
+    kernels = [n for n in path[:first_loop] if n.kind in ("kernel", "generated") and n.location is not None]  # not the loop machinery
     ops = [n.name for n in path if n.kind == "op"]
     if len(ops) > 1:
         steps.append(Step("decomposition", " -> ".join(ops) + ": each arrow is a call through the dispatcher"))
@@ -165,31 +167,202 @@ def _native_steps(tree: CallTree, context: GraphContext) -> list[Step]:
     stub_nodes = [n for n in path if n.kind == "stub"]
     for stub in stub_nodes[:1]:
         steps.append(Step("stub", f"{stub.name} dispatches on the device type (and CPU capability) to a registered kernel", stub.location, _excerpt(stub.location, 1, root=_root_for(stub, context))))
-    dtype = _dtype_step(kernels, context)
+    capability = _capability_step(stub_nodes[:1], context)
+    if capability is not None:
+        steps.append(capability)
+    end = path[-1]
+    # the kernel's own call of the loop machinery: the first device loop on the path (gpu_kernel,
+    # not the kernel template it launches)
+    end = next((n for n in path if n.kind is NodeKind.DEVICE_LOOP), end)
+    dtype = _dtype_step(kernels, end, context)
     if dtype is not None:
         steps.append(dtype)
-    conditions = [n.condition for n in path if n.condition and ("case " in n.condition or "#if" in n.condition)]
+    conditions = [n.condition for n in path if n.condition and ("case " in n.condition or "#if" in n.condition or _tests_dtype(n.condition, context))]
     if conditions:
         steps.append(Step("branch taken", "; ".join(dict.fromkeys(conditions))))
-    end = path[-1]
-    loops = [n for n in near if n.kind is NodeKind.INNER_LOOP and n.location is not None]
-    if end.kind is not NodeKind.INNER_LOOP and loops:
-        steps.append(Step("inner loop", f"{loops[0].name}: the scalar/vectorised operation the loop applies", loops[0].location, _excerpt(loops[0].location, 6)))
+    loops = [n for n in near if n.kind is NodeKind.INNER_LOOP and n.location is not None and not n.attrs.get("branch")]
     if end.kind in (NodeKind.LAUNCH, NodeKind.DEVICE_LOOP):
         site = end.attrs.get("call_site")
         if isinstance(site, Location) and end.location is not None and site != end.location:
             # the operator's own call of the loop; the loop's definition (Loops.h) is named
-            root = context.generated.root if site.path.startswith("build/") and context.generated is not None else None
             summary = f"{end.name} runs the per-element loop (defined at {end.location})"
-            steps.append(Step("device loop / launch", summary, site, _excerpt(site, 3, root=root)))
+            steps.append(Step("device loop / launch", summary, site, _excerpt(site, 3, root=_root(site, context))))
         else:
             steps.append(Step("device loop / launch", f"{end.name} runs the per-element loop", end.location, _excerpt(end.location, 3, root=_root_for(end, context))))
+        steps.extend(_machinery_steps(end, context))
+        avx512 = None if capability is None else "AVX512 slot:" in capability.summary
+        steps.extend(_operation_steps(end, loops, context, avx512))
     elif end.kind is NodeKind.INNER_LOOP:
         steps.append(Step("inner loop", f"{end.name}: the scalar/vectorised operation itself", end.location, _excerpt(end.location, 6)))
     elif end.kind == "vendor":
+        if loops:
+            steps.append(Step("inner loop", f"{loops[0].name}: the scalar/vectorised operation the loop applies", loops[0].location, _excerpt(loops[0].location, 6)))
         closed = "closed source" if end.attrs.get("closed") else "open source"
         steps.append(Step("vendor call", f"{end.name} ({end.attrs.get('library')}, {closed}): the work leaves PyTorch here", end.location, _excerpt(end.location, 3)))
     return steps
+
+
+# Files whose definitions are the device loop machinery (Note [device loop machinery]).
+_MACHINERY = ("aten/src/ATen/native/cpu/Loops.h", "aten/src/ATen/native/cuda/Loops.cuh", "aten/src/ATen/native/cuda/CUDALoops.cuh",
+              "aten/src/ATen/TensorIterator.cpp", "aten/src/ATen/TensorIterator.h", "aten/src/ATen/TensorIteratorInternal.h", "aten/src/ATen/Parallel-inl.h")
+_ROLE_TITLES = {"iteration": "TensorIterator iteration", "threads": "threads", "loop object": "loop object", "vectorized inner loop": "vectorized inner loop",
+                "scalar inner loop": "scalar inner loop"}
+
+
+def _tests_dtype(condition: str, context: GraphContext) -> bool:
+    from kernelmap.graph import dtypes
+
+    return dtypes.checks_dtype(condition)
+
+
+def _machinery_steps(end: CallNode, context: GraphContext) -> list[Step]:
+    """The device loop's machinery below it, in the tree's order, each at the
+    line that calls it (Note [device loop machinery]): TensorIterator's
+    for_each, the loop object, vectorized_loop / basic_loop on the CPU; the
+    launchers and the kernel templates they launch (CUDALoops.cuh) on CUDA."""
+    steps: list[Step] = []
+    seen: set[str] = {end.name}  # a recursive call of the loop itself (gpu_kernel splitting for 32-bit indexing) is no new step
+    for node, _ in _walk(end):
+        if node is end or node.attrs.get("branch") or node.attrs.get("collapsed"):
+            continue
+        if node.location is None or not node.location.path.startswith(_MACHINERY) or node.name in seen:
+            continue
+        seen.add(node.name)
+        role = node.attrs.get("loop")
+        title = _ROLE_TITLES.get(role) or ("kernel launch" if node.kind is NodeKind.LAUNCH else "device loop")
+        site = node.attrs.get("call_site")
+        where = site if isinstance(site, Location) else node.location
+        when = f" [{node.condition}]" if node.condition else ""
+        summary = f"{node.name} (defined at {node.location}){when}"
+        steps.append(Step(title, summary, where, _excerpt(where, 1, root=_root(where, context))))
+    return steps
+
+
+_VECTOR_OPERATORS = {"*": "operator*", "+": "operator+", "-": "operator-", "/": "operator/"}
+
+
+def _capability_step(stubs: list[CallNode], context: GraphContext) -> Step | None:
+    """Which CPU capability's kernel a stub runs: choose_cpu_impl, at the line
+    that falls back to AVX2 when the kernel left the AVX512 slot empty."""
+    for stub in stubs:
+        choose = next((c for n in stub.children for c in n.children if c.name.endswith("::choose_cpu_impl")), None)
+        if choose is None or choose.location is None or not choose.condition or "AVX512" not in choose.condition:
+            continue
+        location = choose.location
+        lines = _file_lines(location.disk_path) if location.disk_path is not None else ()
+        end = location.end_line or location.line + 60
+        fallback = next((n for n in range(location.line, min(end, len(lines)) + 1) if "!AVX512" in lines[n - 1]), None)
+        if fallback is not None and "nullptr" in choose.condition:
+            location = Location(location.path, fallback, fallback + 3, location.origin)
+        return Step("CPU capability", f"{choose.name}: {choose.condition}", location, _excerpt(location, 4))
+    return None
+
+
+def _operation_steps(end: CallNode, loops: list[CallNode], context: GraphContext, avx512: bool | None = None) -> list[Step]:
+    """The per-element operation the device loop is given at its call (the
+    scalar and the Vectorized lambdas), with scalar_t for the dtype, and the
+    specialisation of Vectorized<scalar_t> that the vectorized lambda runs
+    (Note [dtype branches])."""
+    from kernelmap.graph import dtypes
+
+    site = end.attrs.get("call_site")
+    if not isinstance(site, Location) or end.kind is not NodeKind.DEVICE_LOOP:
+        return []
+    lines = _lines_of(site, context)
+    call = _call_text(lines, site.line)
+    if not call:
+        return []
+    name = dtypes.canonical(context.dtype)
+    cpp = dtypes.SCALAR_TYPES[name][1] if name else None
+    typed = f" (scalar_t = {cpp} for {name})" if cpp else ""
+    steps = [Step("per-element operation", f"the lambdas {end.name} applies{typed}", Location(site.path, site.line, site.line + call.count("\n"), site.origin), call)]
+    for loop in loops[:1]:
+        steps.append(Step("inner loop", f"{loop.name}: the scalar/vectorised operation the lambdas call", loop.location, _excerpt(loop.location, 6)))
+    vectorized = next((part for part in re.split(r"\[[=&]\]", call) if "Vectorized<" in part), None)
+    if vectorized is None or cpp is None or context.index is None:
+        return steps
+    via = ""
+    if "Vectorized<opmath_t>" in vectorized and name in dtypes.OPMATH:
+        # binary_op_scalar & co. convert Vectorized<scalar_t> to Vectorized<opmath_t> and back
+        cpp, via = dtypes.OPMATH[name], f"the lambda computes in Vectorized<opmath_t> (opmath_t = {dtypes.OPMATH[name]} for {name}); "
+    special = _vectorized_specialisation(vectorized, cpp, context, via, avx512)
+    if special is not None:
+        steps.append(special)
+    return steps
+
+
+def _call_text(lines, line: int) -> str:
+    """The text of the call that starts at `line`, up to its closing parenthesis."""
+    out, depth, started = [], 0, False
+    for text in lines[line - 1 : line + 30]:
+        out.append(text)
+        for ch in text:
+            if ch == "(":
+                depth, started = depth + 1, True
+            elif ch == ")":
+                depth -= 1
+        if started and depth <= 0:
+            break
+    return "\n".join(out)
+
+
+def _vectorized_specialisation(lambda_text: str, cpp: str, context: GraphContext, via: str = "", avx512: bool | None = None) -> Step | None:
+    """Where `Vectorized<cpp>` spells the operation the vectorized lambda runs:
+    `ufunc::add` -> its Vectorized overload's `vec::fmadd` -> `Vectorized<float>
+    inline fmadd(` in vec256/vec256_float.h (the AVX2 build; AVX512's in vec512)."""
+    root = context.index.tree.root
+    operation = None
+    m = re.search(r"\bufunc::(\w+)\s*\(", lambda_text)
+    if m is not None:
+        header = f"aten/src/ATen/native/ufunc/{m.group(1)}.h"
+        text = _file_lines(root / header)
+        start = next((i for i, t in enumerate(text) if re.search(rf"Vectorized<T>\s+{m.group(1)}\s*\(", t)), None)
+        if start is not None:
+            body = "\n".join(text[start : start + 6])
+            inner = re.search(r"\bvec::(\w+)\s*\(", body)
+            operation = inner.group(1) if inner else None
+            via += f"ufunc::{m.group(1)} (Vectorized overload, {header}:{start + 1}) calls vec::{operation}; " if operation else ""
+    if operation is None:
+        body = lambda_text[lambda_text.find("{") :]
+        inner = re.search(r"\bvec::(\w+)\s*\(", body)
+        op = re.search(r"\w\s*([*+/-])\s*\w", body)
+        operation = inner.group(1) if inner else (_VECTOR_OPERATORS[op.group(1)] if op else None)
+    if operation is None:
+        return None
+    pattern = re.compile(rf"Vectorized<{re.escape(cpp)}>\s+inline\s+{re.escape(operation)}\s*\(")
+    found = {}
+    for width in ("vec256", "vec512"):
+        for path in sorted((root / "aten/src/ATen/cpu/vec" / width).glob("*.h")):
+            for number, text in enumerate(_file_lines(path), 1):
+                if pattern.search(text):
+                    found.setdefault(width, Location(path.relative_to(root).as_posix(), number, origin=context.index.tree.origin))
+                    break
+            if width in found:
+                break
+    if not found:
+        return None
+    location = found.get("vec256") or found["vec512"]
+    if avx512 is False:
+        others = ", which an AVX512 CPU runs too (its AVX512 slot is empty)"
+    elif "vec512" in found:
+        others = f"; an AVX512 CPU runs the AVX512 build's: {found['vec512']}" if avx512 else f"; the AVX512 build's: {found['vec512']}"
+    else:
+        others = ""
+    summary = f"{via}Vectorized<{cpp}>'s {operation} in the AVX2 build (CPU_CAPABILITY=AVX2){others}"
+    return Step("template specialisation", summary, location, _excerpt(location, 6))
+
+
+def _lines_of(location: Location, context: GraphContext):
+    root = _root(location, context)
+    path = root / location.path if root is not None else location.disk_path
+    return _file_lines(path) if path is not None else ()
+
+
+def _root(location: Location | None, context: GraphContext):
+    """Generated files live in the codegen cache, not in the tree."""
+    if location is not None and location.path.startswith("build/") and context.generated is not None:
+        return context.generated.root
+    return None
 
 
 def _walk(root: CallNode):
@@ -207,7 +380,87 @@ def _root_for(node: CallNode, context: GraphContext):
     return None
 
 
-def _dtype_step(kernels: list[CallNode], context: GraphContext) -> Step | None:
+# a dtype dispatch macro and its name: the first string literal among its arguments
+# (`AT_DISPATCH_ALL_TYPES_AND2(kBFloat16, kHalf, iter.common_dtype(), "clamp_min_scalar_cpu", ...)`)
+_DISPATCH = re.compile(r"\b(_?AT_DISPATCH_\w+)\s*\((?:[^\"();]|\([^();]*\))*?\"(\w+)\"")
+
+
+def _dtype_step(kernels: list[CallNode], end: CallNode, context: GraphContext) -> Step | None:
+    """The AT_DISPATCH case that runs for the selected dtype: the generated
+    kernel's AT_DISPATCH_CASE the device loop is called from, or the dispatch
+    macro of the kernel that encloses the device loop's call (the last one
+    above the call: mul_kernel's `_AT_DISPATCH_MUL_TYPES` for float32, not
+    its reduced-float or Bool branches) (Note [dtype branches])."""
+    from kernelmap.graph import dtypes
+
+    name = dtypes.canonical(context.dtype)
+    scalar, cpp = dtypes.SCALAR_TYPES[name] if name else (None, None)
+    site = end.attrs.get("call_site")
+    case = end.attrs.get("dtype_case")
+    if isinstance(site, Location) and case:
+        lines = _lines_of(site, context)
+        first = next((n for n in range(site.line, 0, -1) if "AT_DISPATCH_CASE(" in lines[n - 1]), site.line)
+        location = Location(site.path, first, site.line, site.origin)
+        summary = f"AT_DISPATCH_SWITCH in {_caller_name(kernels, site)}: the {scalar} case runs for {name} (scalar_t = {cpp})"
+        return Step("dtype switch", summary, location, "\n".join(lines[first - 1 : site.line]))
+    # the macro whose lambda holds the call on the way to the loop: for each kernel on the path,
+    # from the loop upwards, its lines above its call of the next step (mul_kernel_cuda's
+    # AT_DISPATCH around opmath_symmetric_gpu_kernel_with_scalars<scalar_t>, which calls gpu_kernel)
+    chain = [*kernels, end]
+    for caller, callee in reversed(list(zip(chain, chain[1:]))):
+        call = callee.attrs.get("call_site")
+        if not isinstance(call, Location) or caller.location is None or call.path != caller.location.path or not call.path.startswith("aten/"):
+            continue
+        lines = _lines_of(call, context)
+        for number in range(min(call.line, len(lines)), caller.location.line - 1, -1):
+            text = " ".join(lines[number - 1 : number + 2])  # a macro's arguments may go on over the next lines
+            m = _DISPATCH.search(text) if "AT_DISPATCH" in lines[number - 1] else None
+            if m is None:
+                continue
+            covered = _covers(m.group(1), text[: m.end()], scalar) if scalar else None
+            if covered is True:
+                runs = f": the {scalar} case runs for {name} (scalar_t = {cpp})"
+            elif covered is False:
+                runs = f": it has no {scalar} case (a {name} call fails here)"
+            else:
+                runs = f": scalar_t = {cpp} for {name}" if scalar else ""
+            return Step("dtype switch", f"{m.group(1)} (\"{m.group(2)}\") in {caller.name}{runs}",
+                        Location(call.path, number, origin=call.origin), "\n".join(lines[number - 1 : number + 1]))
+    return _first_dispatch_step(kernels, context)
+
+
+def _covers(macro: str, line: str, scalar: str) -> bool | None:
+    """Whether an AT_DISPATCH_* macro has a case for `scalar`, from its name and
+    the extra types it lists (`AT_DISPATCH_FLOATING_TYPES_AND2(kHalf, kBFloat16, ...)`);
+    None for macros it cannot read (AT_DISPATCH_V2, a kernel's own wrappers)."""
+    if macro.startswith("_") or "V2" in macro or not macro.startswith("AT_DISPATCH_"):
+        return None
+    if re.search(rf"\b(?:k|ScalarType::){scalar}\b", line):
+        return True
+    groups = macro.removeprefix("AT_DISPATCH_")
+    floating = {"Float", "Double"}
+    integral = {"Byte", "Char", "Short", "Int", "Long"}
+    if groups.startswith("REDUCED_FLOATING_TYPES"):
+        return scalar in {"Half", "BFloat16"}
+    included = set()
+    if groups.startswith("ALL_TYPES"):
+        included |= floating | integral
+    if groups.startswith(("FLOATING_TYPES", "FLOATING_AND_COMPLEX_TYPES")):
+        included |= floating
+    if groups.startswith("INTEGRAL_TYPES"):
+        included |= integral
+    if "COMPLEX" in groups:
+        included |= {"ComplexFloat", "ComplexDouble"}
+    if not included:
+        return None
+    return scalar in included
+
+
+def _caller_name(kernels: list[CallNode], site: Location) -> str:
+    return next((k.name for k in reversed(kernels) if k.location.path == site.path), site.path)
+
+
+def _first_dispatch_step(kernels: list[CallNode], context: GraphContext) -> Step | None:
     from kernelmap.source import Definition
 
     for node in kernels:

@@ -20,7 +20,7 @@ def to_text(result, width: int | None = None, color: bool | None = None, **_: ob
                       color_system="auto" if color else None, highlight=False, emoji=False)
     for note in result.notes:
         console.print(Text(f"note: {note}", style="yellow"))
-    console.print(Text(f"{result.op} on {result.device}", style="bold green"))
+    console.print(Text(f"{result.op} on {result.device}, {result.dtype}", style="bold green"))
     for n, step in enumerate(result.steps, 1):
         console.print()
         head = Text.assemble((f"{n}. {step.title}", "bold"), "  ", step.summary)

@@ -1,0 +1,176 @@
+"""The selected dtype in the source's own spelling: the `ScalarType` a
+`--dtype` names, its C++ element type, and whether a branch that tests the
+call's dtype (`if (dtype == ScalarType::Bool)`, `at::isReducedFloatingType(dtype)`,
+`AT_DISPATCH_CASE(at::ScalarType::Float, ...)`) is taken for it.
+
+Note [dtype branches]
+A kernel often switches on its dtype before the AT_DISPATCH macro
+(BinaryOpsKernel.cpp's mul_kernel: Bool, ComplexHalf, a reduced floating
+type with a CPU scalar, then the rest). A branch whose condition is false
+for the selected dtype is marked like a branch for another device (Note
+[branches]): shown collapsed, never followed. Only conditions that test
+the dtype alone decide: `a && is_reduced(dtype)` is false when the dtype
+is not reduced, and undecided (followed) when it is; anything the tests
+below do not read leaves the branch as it was.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+# torch dtype name -> (ScalarType, C++ element type as ATen spells it)
+SCALAR_TYPES = {
+    "float32": ("Float", "float"), "float64": ("Double", "double"), "float16": ("Half", "Half"),
+    "bfloat16": ("BFloat16", "BFloat16"), "complex64": ("ComplexFloat", "c10::complex<float>"),
+    "complex128": ("ComplexDouble", "c10::complex<double>"), "complex32": ("ComplexHalf", "c10::complex<Half>"),
+    "int64": ("Long", "int64_t"), "int32": ("Int", "int32_t"), "int16": ("Short", "int16_t"), "int8": ("Char", "int8_t"),
+    "uint8": ("Byte", "uint8_t"), "bool": ("Bool", "bool"),
+}
+_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "cfloat": "complex64", "cdouble": "complex128",
+            "chalf": "complex32", "long": "int64", "int": "int32", "short": "int16"}
+# The type ATen computes a reduced-precision dtype in (at::opmath_type).
+OPMATH = {"float16": "float", "bfloat16": "float"}
+_FLOATING = {"Float", "Double", "Half", "BFloat16"}
+_REDUCED = {"Half", "BFloat16"}
+_COMPLEX = {"ComplexFloat", "ComplexDouble", "ComplexHalf"}
+_INTEGRAL = {"Long", "Int", "Short", "Char", "Byte"}
+
+# A dtype-valued expression of a kernel: `dtype`, `common_dtype`, `iter.dtype()`, `self.scalar_type()`.
+_DTYPE_EXPR = r"[\w.>\-]*(?:dtype|scalar_type)\w*(?:\(\))?"
+_COMPARE = re.compile(rf"^({_DTYPE_EXPR})\s*(==|!=)\s*(?:(?:at|c10)::)?(?:ScalarType::|k)(\w+)$")
+_PREDICATE = re.compile(rf"^(?:(?:at|c10)::)?is(ReducedFloating|Floating|Complex|Integral)Type\(\s*({_DTYPE_EXPR})\s*(?:,\s*(\w+)\s*)?\)$")
+
+
+def canonical(dtype: str | None) -> str | None:
+    """`float` -> `float32`; None when the name is not one this module knows."""
+    if not dtype:
+        return None
+    name = dtype.removeprefix("torch.")
+    name = _ALIASES.get(name, name)
+    return name if name in SCALAR_TYPES else None
+
+
+def scalar_type(dtype: str | None) -> str | None:
+    """The ScalarType of a dtype name: `float32` -> `Float`."""
+    name = canonical(dtype)
+    return SCALAR_TYPES[name][0] if name else None
+
+
+def _atom(text: str, scalar: str) -> bool | None:
+    text = re.sub(r"/\*.*?\*/", "", text).strip()
+    negated = False
+    while text.startswith("!"):
+        negated, text = not negated, text[1:].strip()
+    while text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]):
+        text = text[1:-1].strip()
+    value: bool | None = None
+    m = _COMPARE.match(text)
+    if m:
+        value = (m.group(3) == scalar) == (m.group(2) == "==")
+    m = _PREDICATE.match(text) if value is None else None
+    if m:
+        kind = m.group(1)
+        if kind == "ReducedFloating":
+            value = scalar in _REDUCED
+        elif kind == "Floating":
+            value = scalar in _FLOATING
+        elif kind == "Complex":
+            value = scalar in _COMPLEX
+        else:
+            value = scalar in _INTEGRAL or (scalar == "Bool" and m.group(3) in ("true", "True", "includeBool"))
+    if value is None:
+        return None
+    return not value if negated else value
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def _split(text: str, operator: str) -> list[str]:
+    parts, depth, current, i = [], 0, [], 0
+    while i < len(text):
+        ch = text[i]
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0 and text.startswith(operator, i):
+            parts.append("".join(current))
+            current, i = [], i + len(operator)
+            continue
+        current.append(ch)
+        i += 1
+    parts.append("".join(current))
+    return parts
+
+
+def evaluate(condition: str, dtype: str | None) -> bool | None:
+    """Whether the `if (...)` / `else of if (...)` condition holds for `dtype`
+    (None: undecided, Note [dtype branches])."""
+    scalar = scalar_type(dtype)
+    if scalar is None or not condition:
+        return None
+    text = condition.strip()
+    negate = text.startswith("else of ")
+    text = text.removeprefix("else of ").strip()
+    m = re.fullmatch(r"if\s*\((.*)\)", text, re.S)
+    if m is None:
+        return None
+    body = m.group(1)
+    if "||" in body:
+        values = [evaluate_conjunction(part, scalar) for part in _split(body, "||")]
+        value = True if True in values else (False if all(v is False for v in values) else None)
+    else:
+        value = evaluate_conjunction(body, scalar)
+    if value is None:
+        return None
+    return not value if negate else value
+
+
+def evaluate_conjunction(text: str, scalar: str) -> bool | None:
+    values = [_atom(part, scalar) for part in _split(text, "&&")]
+    if False in values:
+        return False
+    return True if all(v is True for v in values) else None
+
+
+def checks_dtype(condition: str | None) -> bool:
+    """Whether a condition tests the call's dtype somewhere (decided or not)."""
+    if not condition:
+        return False
+    text = re.sub(r"^(else of )?if\s*\(|\)$", "", condition.strip())
+    return any(_atom(atom.replace("||", ""), "Float") is not None for part in _split(text, "||") for atom in _split(part, "&&"))
+
+
+@functools.lru_cache(maxsize=4096)
+def other_dtype_reason(condition: str | None, dtype: str | None) -> str | None:
+    """Why a branch under `condition` is not taken for `dtype`; None when it may be."""
+    if not condition or ("dtype" not in condition and "scalar_type" not in condition):
+        return None  # most conditions test no dtype: answered without parsing them
+    if evaluate(condition, dtype) is not False:
+        return None
+    return f"a branch for another dtype than {canonical(dtype)}"
+
+
+# AT_DISPATCH_CASE(at::ScalarType::Float, ...) of a generated ufunc kernel
+_CASE = re.compile(r"AT_DISPATCH_CASE\(\s*(?:at::|c10::)?ScalarType::(\w+)")
+
+
+def dispatch_case(lines: list[str], dtype: str | None) -> tuple[int, int] | None:
+    """(first, last) 0-based line indices of the AT_DISPATCH_CASE block for
+    `dtype` in a generated kernel's lines; None when it has no such case."""
+    scalar = scalar_type(dtype)
+    if scalar is None:
+        return None
+    starts = [(i, m.group(1)) for i, text in enumerate(lines) for m in [_CASE.search(text)] if m]
+    for n, (i, name) in enumerate(starts):
+        if name == scalar:
+            end = starts[n + 1][0] - 1 if n + 1 < len(starts) else len(lines) - 1
+            return i, end
+    return None

@@ -1,0 +1,341 @@
+"""The device loop machinery as nodes: what a CPU device loop
+(`cpu_kernel_vec`, `cpu_kernel`) runs between the kernel's call and the
+per-element operation, read from the selected tree's TensorIterator and loop
+headers; and the loop a generated ufunc kernel calls for the selected dtype.
+
+Note [device loop machinery]
+`cpu_kernel_vec(iter, op, vop)` (native/cpu/Loops.h) calls
+`iter.for_each(make_vectorized_loop2d(op, vop), grain_size)`:
+`TensorIteratorBase::for_each` (TensorIterator.cpp) runs the range serially
+or splits it with `at::parallel_for`; `serial_for_each` hands each tile to
+`at::internal::serial_for_each` (TensorIteratorInternal.h), which calls the
+loop object through a type-erased `loop2d_t` (a `c10::function_ref`). No call
+site names the object's `operator()`: it is the type the device loop passed,
+the return type of `make_vectorized_loop2d` (`VectorizedLoop2d`), whose
+`operator()` runs `vectorized_loop` on contiguous rows (the vectorized inner
+loop, calling `vop` on `Vectorized<scalar_t>`) and `basic_loop` otherwise.
+A 1-d lambda (`cpu_kernel`) goes through the `loop1d_t` overload of
+`for_each` in TensorIterator.h, which wraps it (`loop_2d_from_1d`); the
+lambda itself is then the loop object, and its body calls `basic_loop`.
+The CUDA launchers are ordinary calls in Loops.cuh / CUDALoops.cuh
+(`gpu_kernel` -> `gpu_kernel_impl` -> `launch_vectorized_kernel` ->
+`vectorized_elementwise_kernel<<<...>>>`) and are followed as such.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from kernelmap.graph.context import GraphContext
+from kernelmap.graph.grow import Node
+from kernelmap.model import EdgeKind, Location, NodeKind
+
+# Where the iteration machinery lives (besides the loop headers of down.LOOP_HEADERS).
+MACHINERY_FILES = (
+    "aten/src/ATen/TensorIterator.cpp",
+    "aten/src/ATen/TensorIterator.h",
+    "aten/src/ATen/TensorIteratorInternal.h",
+    "aten/src/ATen/native/cpu/Loops.h",
+)
+# The calls of the machinery that are steps of the loop: iteration, threads, the loops themselves.
+_STEP_NAMES = re.compile(r"^(for_each|serial_for_each|parallel_for|\w*_loop|\w*_loop2d)$")
+# What each loop of Loops.h is, for the reader (and for explain).
+_ROLES = {"vectorized_loop": "vectorized inner loop", "basic_loop": "scalar inner loop"}
+_ITERATION = (".for_each", ".serial_for_each")
+
+
+@dataclass(frozen=True)
+class LoopStep:
+    """A definition of the machinery, and the loop object the type-erased
+    `loop(...)` calls below it reach (Note [device loop machinery])."""
+
+    definition: Any
+    loop_object: Any = None  # a Definition (VectorizedLoop2d::operator()), or a Lambda
+    operations: tuple = ()  # (inner loop name, vectorized?, line of its lambda) the device loop was given
+
+
+@dataclass(frozen=True)
+class Lambda:
+    """The lambda a device loop passes to `for_each` (cpu_kernel's)."""
+
+    owner: Any  # the device loop's Definition
+    location: Location  # the line of the `for_each(` call that holds it
+    end_line: int
+    text: str = "lambda"  # its introducer and parameters as written: `[&](char** data, ...)`
+
+    @property
+    def name(self) -> str:
+        """Named as the line spells it, inside its device loop: `...::cpu_kernel::[&](char** data, ...)`."""
+        return f"{self.owner.name}::{self.text}"
+
+
+def iteration_nodes(node: Node, definition, ctx: GraphContext) -> list[Node]:
+    """The TensorIterator iteration a CPU device loop's definition starts:
+    `iter.for_each(...)` / `iter.serial_for_each(...)`, each carrying the loop
+    object it passes and the inner loops the device loop's call gives it
+    (Note [device loop machinery])."""
+    if ctx.index is None or not definition.location.path.endswith("cpu/Loops.h"):
+        return []
+    from kernelmap.graph.down import file_lines
+
+    site = node.attrs.get("call_site")
+    operations = _operations(site, ctx) if isinstance(site, Location) else ()
+
+    lines = file_lines(ctx.index.tree.root / definition.location.path)
+    nodes = []
+    for site in ctx.index.calls_from(definition):
+        if site.callee not in _ITERATION:
+            continue
+        text = lines[site.location.line - 1] if site.location.line <= len(lines) else ""
+        method = site.callee[1:]
+        made = re.search(rf"\.{method}\s*\(\s*(make_\w+)\s*\(", text)
+        if made is not None:
+            loop_object, overload = _made_object(made.group(1), definition, ctx), "loop2d_t"
+        else:
+            end = definition.location.end_line or site.location.line
+            spelled = re.search(r"\[[=&]?\]\s*\([^)]*\)", text)
+            loop_object, overload = Lambda(definition, site.location, end, spelled.group(0) if spelled else "lambda"), "loop1d_t"
+        target = _overload(f"at::TensorIteratorBase::{method}", overload, ctx)
+        if target is None:
+            continue
+        attrs = {"call_site": site.location, "loop": "iteration", "keep": True, "symbol_kind": target.symbol.kind}
+        nodes.append(_step_node(target, loop_object, operations, site.condition, attrs))
+    return nodes
+
+
+def _step_node(target, loop_object, operations: tuple, condition: str | None, attrs: dict) -> Node:
+    key = _object_key(loop_object) + "".join(f"|{name}@{line}" for name, _, line in operations)
+    return Node(target.name, NodeKind.KERNEL, target.location, EdgeKind.DIRECT, condition, attrs, payload=LoopStep(target, loop_object, operations),
+                identity=("loop", target.name, str(target.location), key))
+
+
+def _file(location: Location, ctx: GraphContext) -> tuple[str, ...]:
+    from kernelmap.graph.down import file_lines
+
+    if location.path.startswith("build/") and ctx.generated is not None:
+        return file_lines(ctx.generated.root / location.path)
+    return file_lines(ctx.index.tree.root / location.path)
+
+
+def _operations(site: Location, ctx: GraphContext) -> tuple:
+    """The inner loops (`ufunc::add`) the lambdas of a device loop's call use:
+    (name, whether the lambda takes Vectorized<scalar_t>, the lambda's line)."""
+    lines = _file(site, ctx)
+    found, depth, started = [], 0, False
+    for number in range(site.line, min(len(lines), site.line + 30) + 1):
+        text = lines[number - 1]
+        for part in re.split(r"\[[=&]\]", text)[1:]:
+            for name in re.findall(r"\bufunc::(\w+)\s*\(", part):
+                found.append((name, "Vectorized<" in part, f"{site.path.rsplit('/', 1)[-1]}:{number}"))
+        depth += text.count("(") - text.count(")")
+        started = started or "(" in text
+        if started and depth <= 0:
+            break
+    return tuple(dict.fromkeys(found))
+
+
+def _inner_loops(operations: tuple, vectorized: bool, ctx: GraphContext) -> list[Node]:
+    """The inner loop a loop of Loops.h applies: the Vectorized overload of
+    `ufunc::add` under vectorized_loop, the scalar one under basic_loop."""
+    from kernelmap.graph.down import file_lines
+
+    nodes = []
+    for name, is_vectorized, line in operations:
+        if is_vectorized != vectorized:
+            continue
+        for d in ctx.index.definitions(f"at::native::ufunc::{name}"):
+            text = file_lines(ctx.index.tree.root / d.location.path)[d.location.line - 1]
+            if ("Vectorized<" in text) == vectorized:
+                role = "vop: the Vectorized lambda" if vectorized else "op: the scalar lambda"
+                attrs = {"header": d.location.path}
+                nodes.append(Node(d.name, NodeKind.INNER_LOOP, d.location, EdgeKind.DIRECT, f"{role} the device loop was given ({line})", attrs))
+                break
+    return nodes
+
+
+def _object_key(loop_object) -> str:
+    if isinstance(loop_object, Lambda):
+        return f"lambda@{loop_object.location}"
+    return str(loop_object.location) if loop_object is not None else ""
+
+
+def _made_object(maker: str, caller, ctx: GraphContext):
+    """The `operator()` of the type `make_vectorized_loop2d` returns, read from its definition."""
+    from kernelmap.graph.down import file_lines
+
+    found = [d for d in ctx.index.definitions(maker) if d.location.path == caller.location.path] or ctx.index.definitions(maker)
+    if not found:
+        return None
+    d = found[0]
+    lines = file_lines(ctx.index.tree.root / d.location.path)
+    head = " ".join(lines[max(0, d.location.line - 2) : d.location.line + 1])
+    m = re.search(rf"\b(\w+)\s*(?:<[^;{{}}<>]*>)?\s+{re.escape(maker)}\s*\(", head)
+    if m is None:
+        return None
+    calls = [c for c in ctx.index.definitions(f"{m.group(1)}::operator()") if c.location.path == d.location.path]
+    return calls[0] if calls else None
+
+
+def _overload(name: str, loop_type: str, ctx: GraphContext):
+    """The overload of a TensorIteratorBase method that takes `loop_type` (loop2d_t or loop1d_t)."""
+    from kernelmap.graph.down import parameters
+
+    found = ctx.index.definitions(name)
+    for d in found:
+        params = parameters(d, ctx) or []
+        if params and loop_type in params[0]:
+            return d
+    return found[0] if found else None
+
+
+def step_children(node: Node, ctx: GraphContext) -> list[Node]:
+    """The steps below one machinery definition: its calls of other machinery
+    (serial_for_each, parallel_for, the loops), and the loop object where it
+    calls the type-erased `loop` (Note [device loop machinery])."""
+    step: LoopStep = node.payload
+    if isinstance(step.definition, Lambda):
+        return _lambda_children(step, ctx)
+    definition = step.definition
+    nodes: list[Node] = []
+    parameters = _loop_parameters(definition, ctx)
+    sites = ctx.index.calls_from(definition)
+    # the type-erased loop is called once per case (1-d from the start, 1-d from an offset, n-d tiles):
+    # the last call, the general n-d one, stands for them
+    object_site = [s for s in sites if s.callee in parameters][-1:] if step.loop_object is not None else []
+    for site in sites:
+        condition = site.condition
+        if site in object_site:
+            nodes.append(_object_node(step.loop_object, site, condition, step.operations))
+            continue
+        if site.callee in parameters:
+            continue
+        if site.callee.startswith(".") or not _STEP_NAMES.match(site.name):
+            continue
+        target = _resolve(site.callee, definition, ctx)
+        if target is None:
+            continue
+        attrs: dict[str, Any] = {"call_site": site.location, "keep": True, "symbol_kind": target.symbol.kind}
+        short = target.name.rsplit("::", 1)[-1]
+        if short == "parallel_for":
+            attrs["loop"] = "threads"
+            nodes.append(Node(target.name, NodeKind.KERNEL, target.location, EdgeKind.DIRECT, condition, attrs))
+        elif short in _ROLES:
+            attrs["loop"] = _ROLES[short]
+            loop = Node(target.name, NodeKind.KERNEL, target.location, EdgeKind.DIRECT, condition, attrs)
+            loop.children = _inner_loops(step.operations, short == "vectorized_loop", ctx)
+            nodes.append(loop)
+        else:
+            attrs["loop"] = "iteration"
+            nodes.append(_step_node(target, step.loop_object, step.operations, condition, attrs))
+    return nodes
+
+
+def _object_node(loop_object, site, condition: str | None, operations: tuple) -> Node:
+    """The loop object, called through the type-erased `loop2d_t` at `site`."""
+    why = "called through loop2d_t (c10::function_ref): the loop object the device loop passed"
+    condition = f"{condition}; {why}" if condition else why
+    attrs: dict[str, Any] = {"call_site": site.location, "loop": "loop object", "keep": True}
+    if isinstance(loop_object, Lambda):
+        return Node(loop_object.name, NodeKind.KERNEL, loop_object.location, EdgeKind.DIRECT, condition, attrs,
+                    payload=LoopStep(loop_object, None, operations), identity=("loop", "lambda", str(loop_object.location)))
+    attrs["symbol_kind"] = loop_object.symbol.kind
+    key = "".join(f"|{name}@{line}" for name, _, line in operations)
+    return Node(loop_object.name, NodeKind.KERNEL, loop_object.location, EdgeKind.DIRECT, condition, attrs,
+                payload=LoopStep(loop_object, None, operations), identity=("loop", loop_object.name, str(loop_object.location), key))
+
+
+def _lambda_children(step: LoopStep, ctx: GraphContext) -> list[Node]:
+    """The loops a device loop's own lambda calls (cpu_kernel's basic_loop)."""
+    lam = step.definition
+    nodes = []
+    for site in ctx.index.calls_from(lam.owner):
+        if not (lam.location.line <= site.location.line <= lam.end_line) or site.callee.startswith("."):
+            continue
+        short = site.name
+        if short not in _ROLES:
+            continue
+        target = _resolve(site.callee, lam.owner, ctx)
+        if target is not None:
+            attrs = {"call_site": site.location, "keep": True, "loop": _ROLES[short], "symbol_kind": target.symbol.kind}
+            loop = Node(target.name, NodeKind.KERNEL, target.location, EdgeKind.DIRECT, site.condition, attrs)
+            loop.children = _inner_loops(step.operations, short == "vectorized_loop", ctx)
+            nodes.append(loop)
+    return nodes
+
+
+def _loop_parameters(definition, ctx: GraphContext) -> set[str]:
+    """Names of a definition's parameters that hold a loop (`loop2d_t loop`)."""
+    from kernelmap.graph.down import parameters
+
+    names = set()
+    for p in parameters(definition, ctx) or ():
+        m = re.search(r"\bloop[12]d_t\b.*?\b(\w+)\s*$", p)
+        if m:
+            names.add(m.group(1))
+    return names
+
+
+def _resolve(callee: str, caller, ctx: GraphContext):
+    """A machinery call's definition: looked up from the caller's class and
+    namespaces outwards, in the machinery files, never the caller itself."""
+    callee = callee.lstrip(":")
+    found = [d for d in ctx.index.definitions(callee) if d.location.path.startswith(MACHINERY_FILES) or d.location.path.endswith("Parallel-inl.h")]
+    found = [d for d in found if d.location != caller.location] or found
+    if not found:
+        return None
+    scope = caller.lookup.rsplit("::", 1)[0] if "::" in caller.lookup else ""
+    while True:
+        qualified = f"{scope}::{callee}" if scope else callee
+        exact = [d for d in found if d.lookup == qualified or d.name == qualified]
+        if exact:
+            found = exact
+            break
+        if not scope:
+            break
+        scope = scope.rsplit("::", 1)[0] if "::" in scope else ""
+    same_file = [d for d in found if d.location.path == caller.location.path]
+    return (same_file or found)[0]
+
+
+_GENERATED_LOOP = re.compile(r"\b((?:gpu_kernel|cpu_kernel|opmath_gpu_kernel)\w*)\s*\(")
+
+
+def generated_loops(ufunc, ctx: GraphContext) -> list[Node]:
+    """The device loops a generated ufunc kernel calls: for the selected dtype
+    only those of its AT_DISPATCH_CASE, each at the line that calls it (Note
+    [dtype branches]); all of them, at the kernel's line, when it has no case
+    for the dtype. Each loop is its definition in the loop headers, followed
+    below (Note [device loop machinery])."""
+    from kernelmap.graph import dtypes
+    from kernelmap.graph.down import LOOP_HEADERS, loop_definition
+    from kernelmap.graph.rules import launch_kind
+
+    start = ufunc.definition.location
+    lines = ufunc.definition.text.splitlines()
+    case = dtypes.dispatch_case(lines, ctx.dtype)
+    span = range(case[0], case[1] + 1) if case else range(len(lines))
+    found: dict[str, int] = {}
+    for i in span:
+        for m in _GENERATED_LOOP.finditer(lines[i]):
+            found[m.group(1)] = i  # the last call of the case: the tensor-tensor one of a CUDA case
+    condition = f"AT_DISPATCH_CASE(at::ScalarType::{dtypes.scalar_type(ctx.dtype)})" if case else None
+    nodes = []
+    for name, i in found.items():
+        site = Location(start.path, start.line + i, origin=start.origin) if case else start
+        attrs: dict[str, Any] = {"call_site": site}
+        if case:
+            attrs["dtype_case"] = f"{dtypes.canonical(ctx.dtype)}: {condition} at line {start.line + case[0]}"
+        defined = [d for d in ctx.index.definitions(name) if d.location.path in LOOP_HEADERS] if ctx.index is not None else []
+        if defined:
+            d = defined[0]
+            attrs["symbol_kind"] = d.symbol.kind
+            nodes.append(Node(name, launch_kind(name), d.location, EdgeKind.LAUNCH, condition, attrs, payload=d, identity=("cpp", d.name, str(d.location))))
+            continue
+        location = loop_definition(name, ctx)
+        if location is not None:  # the loop itself, at its line; the generated call is the call site
+            nodes.append(Node(name, launch_kind(name), location, EdgeKind.LAUNCH, condition, attrs))
+        else:
+            nodes.append(Node(name, launch_kind(name), site, EdgeKind.LAUNCH, condition))
+    return nodes

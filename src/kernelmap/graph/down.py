@@ -803,6 +803,12 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None) -> Node |
     candidates = _resolve_direct(site, caller, ctx)
     if not candidates:
         return None
+    if _is_utility_kernel(site.name, candidates, ctx):
+        # `copy_(nt, t)` in Shape.cu calls at::native::copy_ itself: the same tensor
+        # plumbing as `nt.copy_(t)` through the dispatcher, shown and not expanded
+        node = cpp_node(candidates[0], ctx, kind, condition, site.location)
+        node.attrs["utility"] = True
+        return node if ctx.all_calls else node.leaf()
     if len(candidates) > 1:
         candidates = by_arity(by_enable_if(candidates, ctx), site, ctx)
     if len(candidates) > 1:
@@ -826,6 +832,11 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None) -> Node |
     for child in group.children:
         child.leaf()  # shown, not expanded: the call is ambiguous
     return group
+
+
+def _is_utility_kernel(name: str, candidates: list, ctx: GraphContext) -> bool:
+    """Whether a direct call is of the native kernel of a utility operator (copy_, fill_, zero_)."""
+    return is_utility_op(name, False) and all(d.lookup.startswith("at::native::") for d in candidates) and _is_op(name, ctx)
 
 
 def call_argument_count(site, ctx: GraphContext) -> int | None:

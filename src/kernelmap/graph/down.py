@@ -600,15 +600,18 @@ def dtype_work(line: int, callee_name: str, caller, caller_node: Node, callee, c
     location = caller.location
     if callee is not None and not callee.location.path.startswith("aten/src/ATen/native/"):
         return None  # ATen's utilities (getTensorInfo<scalar_t, ...> of ATen/cuda/detail) are plumbing
-    per_dtype = (callee is not None and is_template(callee, ctx)) or _templated_call(line, callee_name, location, ctx)
-    if not per_dtype:
-        return None  # a helper called in the case (getCurrentDeviceProperties) is plumbing like any other
+    why = None
     for first, last in _dtype_cases(ctx.index.tree.root / location.path, location.line, location.end_line or location.line):
         if first <= line <= last:
-            return f"called in the dtype dispatch at line {first}"
-    if caller_node.attrs.get("dtype_work") and callee is not None and callee.location.path == location.path:
-        return "a template over the element type, called by per-dtype work"
-    return None
+            why = f"called in the dtype dispatch at line {first}"
+            break
+    if why is None and caller_node.attrs.get("dtype_work") and callee is not None and callee.location.path == location.path:
+        why = "a template over the element type, called by per-dtype work"
+    if why is None:
+        return None
+    if (callee is not None and is_template(callee, ctx)) or _templated_call(line, callee_name, location, ctx):
+        return why
+    return None  # a helper called in the case (getCurrentDeviceProperties) is plumbing like any other
 
 
 def _templated_call(line: int, name: str, location: Location, ctx: GraphContext) -> bool:
@@ -836,7 +839,9 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None) -> Node |
 
 def _is_utility_kernel(name: str, candidates: list, ctx: GraphContext) -> bool:
     """Whether a direct call is of the native kernel of a utility operator (copy_, fill_, zero_)."""
-    return is_utility_op(name, False) and all(d.lookup.startswith("at::native::") for d in candidates) and _is_op(name, ctx)
+    if not is_utility_op(name, False) or not all(d.lookup.startswith("at::native::") for d in candidates):
+        return False
+    return any(op.name.name == name for op in ctx.catalog.overloads(name.rstrip("_")))
 
 
 def call_argument_count(site, ctx: GraphContext) -> int | None:

@@ -561,6 +561,9 @@ def by_enable_if(definitions: list, ctx: GraphContext) -> list:
     reduced = ctx.dtype in _REDUCED_DTYPES
     enabled = []
     for d in definitions:
+        lines = file_lines(ctx.index.tree.root / d.location.path)
+        if not any("enable_if" in text for text in lines[max(0, d.location.line - 8) : d.location.line]):
+            return definitions  # the common case, answered without parsing the declaration
         m = _ENABLE_IF.search(declaration_head(d, ctx))
         if m is None:
             return definitions
@@ -841,7 +844,7 @@ def _is_utility_kernel(name: str, candidates: list, ctx: GraphContext) -> bool:
     """Whether a direct call is of the native kernel of a utility operator (copy_, fill_, zero_)."""
     if not is_utility_op(name, False) or not all(d.lookup.startswith("at::native::") for d in candidates):
         return False
-    return any(op.name.name == name for op in ctx.catalog.overloads(name.rstrip("_")))
+    return bool(ctx.catalog.overloads(name))  # an operator of that name (`copy_` is aten::copy_)
 
 
 def call_argument_count(site, ctx: GraphContext) -> int | None:
@@ -1036,7 +1039,9 @@ def receiver_type(site, caller, ctx: GraphContext) -> str | None:
     if variable == "this":
         return caller.lookup.rsplit("::", 2)[-2] if caller.lookup.count("::") >= 1 else None
     start = caller.location.line - 1
-    text = "\n".join(lines[start : site.location.line])
+    word = re.compile(rf"\b{re.escape(variable)}\b")
+    # only the lines that name the variable (with the line before: a type may end a line), not the whole body
+    text = "\n".join(f"{lines[i - 1] if i > start else ''}\n{lines[i]}" for i in range(start, site.location.line) if variable in lines[i] and word.search(lines[i]))
     template = r"<[^;(){}<>\n]*(?:<[^;(){}<>\n]*>[^;(){}<>\n]*)*>"
     declared = re.compile(rf"([A-Za-z_][\w:]*)\s*(?:{template})?\s*(?:const\s*)?[&*]*\s*\b{re.escape(variable)}\s*[,)=;({{\[]")
     found = [d.group(1) for d in declared.finditer(text) if d.group(1) not in _NOT_TYPES and not d.group(1).startswith("std::")]

@@ -203,10 +203,22 @@ def test_where_names_cudnn_backward_where_the_switch_tests_it_first(context, tre
     assert stub.location.line == line_matching(tree_2_6, path, r"cudnn_convolution_backward\($")
 
 
+def test_a_direct_call_of_a_utility_kernel_is_plumbing(context, tree_2_6):
+    """structured_cat_out_cuda's fallback calls `copy_(nt, t)`, at::native::copy_
+    itself: marked as plumbing (expanded only when all calls are asked for), so `where aten::cat --device cuda`
+    names no copy kernel as the stub kernel of the concatenation."""
+    path = "aten/src/ATen/native/cuda/Shape.cu"
+    line = line_matching(tree_2_6, path, r"^\s*copy_\(nt, t\);")
+    tree = graph.stack("aten::cat", context("cuda", all_calls=True))
+    copies = [n for n in nodes(tree, "copy_", NodeKind.KERNEL) if n.attrs.get("call_site") is not None and n.attrs["call_site"].line == line]
+    assert copies and copies[0].attrs.get("utility")
+    assert where_stub("aten::cat", "cuda") is None
+
+
 def test_golden_set_is_met_at_the_level_reached(context):
     """The whole golden set, graded as benches/bench_accuracy.py grades it: at
-    least 98% of the steps in order, and `where` exact for at least 96% of the
-    entry and stub kernels (the level reached: 95 of 98; the bench lists the rest)."""
+    least 98% of the steps in order, and `where` exact for at least 97% of the
+    entry and stub kernels (the level reached: 96 of 98; the bench lists the rest)."""
     from tests.golden.golden import answers, grade, load
 
     chains, landmarks = load()
@@ -225,4 +237,4 @@ def test_golden_set_is_met_at_the_level_reached(context):
                 exact += found is None
             elif found is not None and found.location is not None:
                 exact += answers(type("N", (), {"name": found.name, "location": found.location, "attrs": {}}), step)
-    assert exact / (2 * len(landmarks)) >= 0.96, f"where exact for {exact}/{2 * len(landmarks)}"
+    assert exact / (2 * len(landmarks)) >= 0.97, f"where exact for {exact}/{2 * len(landmarks)}"

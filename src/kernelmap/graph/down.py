@@ -565,6 +565,9 @@ def by_enable_if(definitions: list, ctx: GraphContext) -> list:
     reduced = ctx.dtype in _REDUCED_DTYPES
     enabled = []
     for d in definitions:
+        lines = file_lines(ctx.index.tree.root / d.location.path)
+        if not any("enable_if" in text for text in lines[max(0, d.location.line - 8) : d.location.line]):
+            return definitions  # the common case, answered without parsing the declaration
         m = _ENABLE_IF.search(declaration_head(d, ctx))
         if m is None:
             return definitions
@@ -604,15 +607,18 @@ def dtype_work(line: int, callee_name: str, caller, caller_node: Node, callee, c
     location = caller.location
     if callee is not None and not callee.location.path.startswith("aten/src/ATen/native/"):
         return None  # ATen's utilities (getTensorInfo<scalar_t, ...> of ATen/cuda/detail) are plumbing
-    per_dtype = (callee is not None and is_template(callee, ctx)) or _templated_call(line, callee_name, location, ctx)
-    if not per_dtype:
-        return None  # a helper called in the case (getCurrentDeviceProperties) is plumbing like any other
+    why = None
     for first, last in _dtype_cases(ctx.index.tree.root / location.path, location.line, location.end_line or location.line):
         if first <= line <= last:
-            return f"called in the dtype dispatch at line {first}"
-    if caller_node.attrs.get("dtype_work") and callee is not None and callee.location.path == location.path:
-        return "a template over the element type, called by per-dtype work"
-    return None
+            why = f"called in the dtype dispatch at line {first}"
+            break
+    if why is None and caller_node.attrs.get("dtype_work") and callee is not None and callee.location.path == location.path:
+        why = "a template over the element type, called by per-dtype work"
+    if why is None:
+        return None
+    if (callee is not None and is_template(callee, ctx)) or _templated_call(line, callee_name, location, ctx):
+        return why
+    return None  # a helper called in the case (getCurrentDeviceProperties) is plumbing like any other
 
 
 def _templated_call(line: int, name: str, location: Location, ctx: GraphContext) -> bool:
@@ -811,6 +817,12 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None) -> Node |
     candidates = _resolve_direct(site, caller, ctx)
     if not candidates:
         return None
+    if _is_utility_kernel(site.name, candidates, ctx):
+        # `copy_(nt, t)` in Shape.cu calls at::native::copy_ itself: the same tensor
+        # plumbing as `nt.copy_(t)` through the dispatcher, shown and not expanded
+        node = cpp_node(candidates[0], ctx, kind, condition, site.location)
+        node.attrs["utility"] = True
+        return node if ctx.all_calls else node.leaf()
     if len(candidates) > 1:
         candidates = by_arity(by_enable_if(candidates, ctx), site, ctx)
     if len(candidates) > 1:
@@ -834,6 +846,13 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None) -> Node |
     for child in group.children:
         child.leaf()  # shown, not expanded: the call is ambiguous
     return group
+
+
+def _is_utility_kernel(name: str, candidates: list, ctx: GraphContext) -> bool:
+    """Whether a direct call is of the native kernel of a utility operator (copy_, fill_, zero_)."""
+    if not is_utility_op(name, False) or not all(d.lookup.startswith("at::native::") for d in candidates):
+        return False
+    return bool(ctx.catalog.overloads(name))  # an operator of that name (`copy_` is aten::copy_)
 
 
 def call_argument_count(site, ctx: GraphContext) -> int | None:
@@ -1028,7 +1047,9 @@ def receiver_type(site, caller, ctx: GraphContext) -> str | None:
     if variable == "this":
         return caller.lookup.rsplit("::", 2)[-2] if caller.lookup.count("::") >= 1 else None
     start = caller.location.line - 1
-    text = "\n".join(lines[start : site.location.line])
+    word = re.compile(rf"\b{re.escape(variable)}\b")
+    # only the lines that name the variable (with the line before: a type may end a line), not the whole body
+    text = "\n".join(f"{lines[i - 1] if i > start else ''}\n{lines[i]}" for i in range(start, site.location.line) if variable in lines[i] and word.search(lines[i]))
     template = r"<[^;(){}<>\n]*(?:<[^;(){}<>\n]*>[^;(){}<>\n]*)*>"
     declared = re.compile(rf"([A-Za-z_][\w:]*)\s*(?:{template})?\s*(?:const\s*)?[&*]*\s*\b{re.escape(variable)}\s*[,)=;({{\[]")
     found = [d.group(1) for d in declared.finditer(text) if d.group(1) not in _NOT_TYPES and not d.group(1).startswith("std::")]

@@ -227,19 +227,30 @@ def _events(buf: _Buffer, decode) -> Iterator[dict]:
         buf.pos += 1
         return
     while True:
-        start = buf.pos
-        event = buf.value(decode, "an event")
-        if not isinstance(event, dict):
-            raise buf.fail("malformed event: events are JSON objects", start)
-        yield event
-        c = buf.skip_ws()
-        if c == ",":
-            buf.pos += 1
-        elif c == "]":
-            buf.pos += 1
+        yield _one_event(buf, decode)
+        if _array_ends(buf):
             return
-        else:
-            raise buf.fail(f"expected ',' or ']' between events, found {_describe(c)}")
+
+
+def _one_event(buf: _Buffer, decode) -> dict:
+    """The event at the buffer's position, decoded one value at a time."""
+    start = buf.pos
+    event = buf.value(decode, "an event")
+    if not isinstance(event, dict):
+        raise buf.fail("malformed event: events are JSON objects", start)
+    return event
+
+
+def _array_ends(buf: _Buffer) -> bool:
+    """After an event: consume the ',' (False) or the closing ']' (True)."""
+    c = buf.skip_ws()
+    if c == ",":
+        buf.pos += 1
+        return False
+    if c == "]":
+        buf.pos += 1
+        return True
+    raise buf.fail(f"expected ',' or ']' between events, found {_describe(c)}")
 
 
 # Note [fast event windows]
@@ -335,10 +346,7 @@ def _fast_events(buf: _Buffer, decode) -> Iterator[Event | Loose]:
             # The slow way, through the end of the window (or one event when none was cut).
             end = buf.dropped + max(cut, pos)
             while True:
-                start = buf.pos
-                event = buf.value(decode, "an event")
-                if not isinstance(event, dict):
-                    raise buf.fail("malformed event: events are JSON objects", start)
+                event = _one_event(buf, decode)
                 try:
                     yield msgspec.convert(event, Event)
                 except (msgspec.ValidationError, RecursionError):
@@ -347,14 +355,8 @@ def _fast_events(buf: _Buffer, decode) -> Iterator[Event | Loose]:
                     break
                 buf.pos += 1
                 buf.skip_ws()
-        c = buf.skip_ws()
-        if c == ",":
-            buf.pos += 1
-        elif c == "]":
-            buf.pos += 1
+        if _array_ends(buf):
             return
-        else:
-            raise buf.fail(f"expected ',' or ']' between events, found {_describe(c)}")
 
 
 def _cut(text: str, pos: int) -> int:

@@ -34,6 +34,8 @@ DAMAGES = {
     "manifest fingerprint a string": lambda d: (d / "manifest.json").write_text(json.dumps({"fingerprint": "x"})),
     "manifest without sizes": lambda d: (d / "manifest.json").write_text(
         json.dumps({k: v for k, v in json.loads((d / "manifest.json").read_text()).items() if k != "sizes"})),
+    "manifest counting no files": lambda d: (d / "manifest.json").write_text(
+        json.dumps({**json.loads((d / "manifest.json").read_text()), "files": 0})),
     "truncated generated file": _truncate_a_register_file,
     "missing generated file": lambda d: next((d / "torch/csrc/autograd/generated").glob("python_torch_functions_*.cpp")).unlink(),
 }
@@ -68,3 +70,16 @@ def test_a_damaged_cache_is_detected_and_regenerated_with_one_warning(generated,
     code = locate("add.Tensor", layers=[Layer.REGISTER], files=files)
     cpu = [r for r in code.registrations if r.key == "CPU"]
     assert cpu and all(r.impl.text.strip() and r.definition.text.strip() for r in cpu)
+
+
+def test_a_generation_that_writes_no_sources_is_an_error_and_leaves_no_cache(tmp_path, monkeypatch):
+    from kernelmap.codegen import build
+    from kernelmap.errors import TorchgenError
+
+    monkeypatch.setenv("KERNELMAP_CACHE_DIR", str(tmp_path / "cache"))
+    source = installed_source()
+    directory = cache_root() / source.slug
+    monkeypatch.setattr(build, "_run_steps", lambda source, out, report: None)  # torchgen wrote nothing
+    with pytest.raises(TorchgenError, match="wrote no C"):
+        build.generate(source, directory)
+    assert not directory.exists() and not list(directory.parent.iterdir())

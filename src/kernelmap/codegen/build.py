@@ -142,6 +142,9 @@ def check_manifest(directory: Path, source: CodegenSource) -> dict:
     if diffs:
         who = f"torch {str(found.get('version'))[:40]}" + (f" (commit {str(found.get('commit'))[:12]})" if found.get("commit") else "")
         raise CacheMismatch(f"{directory} was filled by {who}, not by {source.describe}: {'; '.join(diffs)}")
+    count = manifest.get("files")
+    if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+        raise CacheDamaged(f"the manifest.json of {directory} records {str(count)[:40]} generated files")
     verify_files(directory, manifest)
     return manifest
 
@@ -194,6 +197,8 @@ def generate(source: CodegenSource, target: Path, report: Reporter | None = None
         started = time.perf_counter()
         _run_steps(source, tmp, report or (lambda step, state: None))
         files = _finish_tree(tmp)
+        if not files:  # never cache an empty generation: every later answer would miss its layer
+            raise TorchgenError(f"torchgen wrote no C++ sources for {source.describe}")
         if report:
             report("index", "start")
         fingerprint = source.fingerprint()

@@ -76,7 +76,22 @@ def prune_plumbing(tree: CallTree) -> CallTree:
 
     keep = {id(c) for n in order for c in n.children
             if not c.attrs.get("utility") and (n.kind is NodeKind.ALTERNATIVES or interesting[id(c)] or c.via is not EdgeKind.DIRECT)}
-    return _rebuild(tree, lambda n, children: _with(n, children) if n is tree.root or id(n) in keep else None)
+    pruned = _rebuild(tree, lambda n, children: _with(n, children) if n is tree.root or id(n) in keep else None)
+    return _unmark_empty_repeats(pruned)
+
+
+def _unmark_empty_repeats(tree: CallTree) -> CallTree:
+    """A node kept for itself (a backend check, per-dtype work) whose children
+    were all plumbing has nothing below it any more: its repeats are then no
+    longer "expanded above" (there is nothing to jump to), only the same call."""
+    expanded = {n.attrs.get("identity") for n in _nodes(tree) if n.children and not n.attrs.get("repeat")}
+
+    def visit(n: CallNode, children: tuple[CallNode, ...]) -> CallNode:
+        if n.attrs.get("repeat") and n.attrs.get("identity") not in expanded:
+            return replace(n, children=children, attrs={k: v for k, v in n.attrs.items() if k != "repeat"})
+        return _with(n, children)
+
+    return _rebuild(tree, visit)
 
 
 def drop_inner_autograd(tree: CallTree) -> CallTree:

@@ -92,6 +92,24 @@ def test_prune_plumbing_keeps_a_depth_cut_chain_with_its_mark():
     assert kept.name == "cudnn_convolution_forward_out" and kept.attrs["truncated"] == "depth 24 reached"
 
 
+def test_prune_plumbing_unmarks_the_repeats_of_a_node_left_with_no_children():
+    """A kept node (a backend check) whose children were all plumbing: its repeat
+    must not say "expanded above" when nothing is expanded anywhere."""
+    def check(**facts):
+        helper = CallNode("shape_helper", NodeKind.KERNEL, via=EdgeKind.DIRECT, attrs={"identity": "cpp:shape_helper"})
+        return CallNode("use_cudnn", NodeKind.KERNEL, via=EdgeKind.DIRECT, children=() if facts else (helper,),
+                        attrs={"identity": "cpp:use_cudnn", "keep": True, **facts})
+
+    vendor = CallNode("cudnnConvolutionForward", NodeKind.VENDOR, via=EdgeKind.VENDOR)
+    work = CallNode("raw_conv", NodeKind.KERNEL, via=EdgeKind.DIRECT, children=(vendor,), attrs={"identity": "cpp:raw_conv"})
+    again = CallNode("raw_conv", NodeKind.KERNEL, via=EdgeKind.DIRECT, attrs={"identity": "cpp:raw_conv", "repeat": "expanded above"})
+    root = CallNode("select_backend", NodeKind.KERNEL, children=(check(), check(repeat="expanded above"), work, again))
+    pruned = processors.prune_plumbing(CallTree(root))
+    first, second, kept_work, kept_again = pruned.root.children
+    assert first.name == second.name == "use_cudnn" and first.children == () and "repeat" not in second.attrs
+    assert kept_work.children and kept_again.attrs["repeat"] == "expanded above"  # a real twin keeps its mark
+
+
 def test_drop_inner_autograd_splices_wrappers_that_never_run():
     def op(name, *children):
         return CallNode(name, NodeKind.OPERATOR, via=EdgeKind.DISPATCHER, children=children)

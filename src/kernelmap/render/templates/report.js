@@ -115,7 +115,10 @@
       }
     }
   }
+  // The same key the repeats were marked by (the `identity` fact), else name and place.
   TreeView.prototype.identity = function (n) {
+    var id = (n.facts || n.attrs || {}).identity;
+    if (typeof id === "string") return id;
     return n.name + "@" + (n.location ? n.location.path + ":" + n.location.line : "");
   };
   TreeView.prototype.label = function (n) {
@@ -153,10 +156,15 @@
     bar.appendChild(this.kindSel);
     bar.appendChild(this.devSel);
     bar.appendChild(this.vendorSel);
+    // A filter is applied 150 ms after its last change; a button pressed meanwhile
+    // applies it first, so the pending filter cannot undo what the button did.
+    var timer = null;
+    function settle() { if (timer !== null) { clearTimeout(timer); timer = null; self.applyFilter(); } }
+    function refilter() { clearTimeout(timer); timer = setTimeout(function () { timer = null; self.applyFilter(); }, 150); }
     var expand = el("button", null, "expand all");
-    expand.onclick = function () { self.expandAll(); };
+    expand.onclick = function () { settle(); self.expandAll(); };
     var collapse = el("button", null, "collapse");
-    collapse.onclick = function () { self.reset(); };
+    collapse.onclick = function () { settle(); self.reset(); };
     bar.appendChild(expand);
     bar.appendChild(collapse);
     bar.appendChild(this.count);
@@ -164,8 +172,6 @@
     this.body = el("div", "tree");
     this.body.setAttribute("data-testid", "tree");
     box.appendChild(this.body);
-    var timer = null;
-    function refilter() { clearTimeout(timer); timer = setTimeout(function () { self.applyFilter(); }, 150); }
     this.search.addEventListener("input", refilter);
     [this.kindSel, this.devSel, this.vendorSel].forEach(function (s) { s.addEventListener("change", refilter); });
     this.reset();

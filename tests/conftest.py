@@ -56,6 +56,15 @@ def run_kernelmap(*args: str, env: dict | None = None, cwd: Path | None = None) 
     )
 
 
+def default_sigint() -> None:
+    """`preexec_fn` for a child that a test interrupts with SIGINT: a shell's
+    background job starts with SIGINT ignored, and a child inherits that, so
+    the test would not reach it when the suite itself runs in the background."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture
 def kernelmap_cli():
     return run_kernelmap

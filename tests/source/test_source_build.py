@@ -17,6 +17,7 @@ import pytest
 from kernelmap.errors import SourceError
 from kernelmap.source import add_tree, build_index, index_path, open_index
 from kernelmap.source.extract import MAX_FILE_BYTES
+from tests.conftest import default_sigint
 
 from .conftest import make_tree
 
@@ -158,7 +159,7 @@ def run_index(tree, cache):
     env = {**os.environ, "KERNELMAP_CACHE_DIR": str(cache)}
     return subprocess.Popen(
         [sys.executable, "-m", "kernelmap", "index", "--source", tree.name, "--jobs", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=default_sigint,
     )
 
 

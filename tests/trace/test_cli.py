@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 
-from tests.conftest import run_kernelmap
+from tests.conftest import default_sigint, run_kernelmap
 
 
 def test_code_that_raises_shows_the_partial_tree_then_the_exception():
@@ -32,7 +32,7 @@ def test_ctrl_c_stops_the_run_and_shows_what_ran():
     code = "import time, torch\ntorch.ones(3).sub_(1)\nprint('ready', flush=True)\ntime.sleep(60)"
     p = subprocess.Popen(
         [sys.executable, "-m", "kernelmap", "trace", "-c", code, "--no-summary", "--width", "200"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ), preexec_fn=default_sigint,
     )
     assert p.stdout.readline().strip() == "ready"
     p.send_signal(signal.SIGINT)

@@ -748,7 +748,8 @@ def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
             named = [d for d in in_file.get(name, ()) if f"::{d.lookup}".endswith(f"::{qualifier}{name}")]
             target = named[0] if named else None
             # a parameter or local variable that shares a function's name (`min`) is no callback
-            if target is None or re.search(rf"\b{name}\b", head) or re.search(rf"\b{name}\s*=[^=]|[\w>&*]\s+{name}\s*[;=({{]", text):
+            # (a plain substring test first: every pattern below names `name`, and compiling one per name is dear)
+            if target is None or (name in head and re.search(rf"\b{name}\b", head)) or re.search(rf"\b{name}\s*=[^=]|[\w>&*]\s+{name}\s*[;=({{]", text):
                 continue
             found.append((target, Location(location.path, number, origin=location.origin)))
     return found
@@ -863,6 +864,8 @@ def call_argument_count(site, ctx: GraphContext) -> int | None:
     lines = file_lines(ctx.index.tree.root / site.location.path)
     start = site.location.line - 1
     text = "\n".join(lines[start : start + 12])
+    if site.name not in text:  # the pattern names it: a substring test spares compiling one pattern per name
+        return None
     m = re.search(rf"\b{re.escape(site.name)}\s*(?:<[^(){{;]*>)?\s*\(", text)
     if m is None:
         return None
@@ -1025,6 +1028,8 @@ def _is_local(name: str, site, caller, ctx: GraphContext) -> bool:
     """Whether `name` is declared as a variable in the caller before the call (`T gemm{}`, `auto gemm =`)."""
     lines = file_lines(ctx.index.tree.root / site.location.path)
     text = "\n".join(lines[caller.location.line : site.location.line - 1])
+    if name not in text:  # the pattern names it: a substring test spares compiling one pattern per name
+        return False
     return bool(re.search(rf"[\w>&*]\s+{re.escape(name)}\s*(?:\{{|=[^=]|;)", text))
 
 
@@ -1038,6 +1043,8 @@ def receiver_type(site, caller, ctx: GraphContext) -> str | None:
     `ConvParams::use_cudnn`. None when the receiver's type is not written out."""
     lines = file_lines(ctx.index.tree.root / site.location.path)
     if site.location.line > len(lines):
+        return None
+    if site.callee.lstrip(".") not in lines[site.location.line - 1]:  # the pattern below names it
         return None
     method = re.escape(site.callee.lstrip("."))
     m = re.search(rf"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*{method}\s*(?:<[^()]*>)?\s*\(", lines[site.location.line - 1])

@@ -1028,12 +1028,30 @@ def _is_local(name: str, site, caller, ctx: GraphContext) -> bool:
     """Whether `name` is declared as a variable in the caller before the call (`T gemm{}`, `auto gemm =`)."""
     lines = file_lines(ctx.index.tree.root / site.location.path)
     text = "\n".join(lines[caller.location.line : site.location.line - 1])
-    if name not in text:  # the pattern names it: a substring test spares compiling one pattern per name
-        return False
-    return bool(re.search(rf"[\w>&*]\s+{re.escape(name)}\s*(?:\{{|=[^=]|;)", text))
+    # `[\w>&*]\s+NAME\s*(?:\{|=[^=]|;)` read at each place the name is written,
+    # with patterns that do not name it: compiling one pattern per name is dear.
+    if not name or name[0].isspace():
+        return bool(re.search(rf"[\w>&*]\s+{re.escape(name)}\s*(?:\{{|=[^=]|;)", text))
+    q = text.find(name)
+    while q != -1:
+        j = q
+        while j > 0 and text[j - 1].isspace():  # str.isspace is what \s matches
+            j -= 1
+        if j < q and j > 0 and _DECLARATOR_END.match(text, j - 1) and _LOCAL_TAIL.match(text, q + len(name)):
+            return True
+        q = text.find(name, q + 1)
+    return False
+
+
+_DECLARATOR_END = re.compile(r"[\w>&*]")
+_LOCAL_TAIL = re.compile(r"\s*(?:\{|=[^=]|;)")
 
 
 _NOT_TYPES = frozenset(("auto", "const", "return", "else", "case", "if", "while", "for", "new", "delete", "typename", "struct", "class"))
+
+
+_RECEIVER = re.compile(r"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*")
+_CALL_TAIL = re.compile(r"\s*(?:<[^()]*>)?\s*\(")
 
 
 def receiver_type(site, caller, ctx: GraphContext) -> str | None:
@@ -1044,13 +1062,23 @@ def receiver_type(site, caller, ctx: GraphContext) -> str | None:
     lines = file_lines(ctx.index.tree.root / site.location.path)
     if site.location.line > len(lines):
         return None
-    if site.callee.lstrip(".") not in lines[site.location.line - 1]:  # the pattern below names it
+    line, method = lines[site.location.line - 1], site.callee.lstrip(".")
+    if method not in line:
         return None
-    method = re.escape(site.callee.lstrip("."))
-    m = re.search(rf"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*{method}\s*(?:<[^()]*>)?\s*\(", lines[site.location.line - 1])
-    if m is None:
+    # `\b(\w+)\s*(?:\.|->)\s*METHOD\s*(?:<[^()]*>)?\s*\(`, leftmost, read without
+    # compiling a pattern per method: the receiver and its `.`/`->` have one end
+    # each, so the method is looked for right there, then what follows it
+    variable = None
+    if method[:1].isspace():
+        m = re.search(rf"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*{re.escape(method)}\s*(?:<[^()]*>)?\s*\(", line)
+        variable = m.group(1) if m else None
+    else:
+        for m in _RECEIVER.finditer(line):
+            if line.startswith(method, m.end()) and _CALL_TAIL.match(line, m.end() + len(method)):
+                variable = m.group(1)
+                break
+    if variable is None:
         return None
-    variable = m.group(1)
     if variable == "this":
         return caller.lookup.rsplit("::", 2)[-2] if caller.lookup.count("::") >= 1 else None
     start = caller.location.line - 1

@@ -1054,6 +1054,25 @@ _RECEIVER = re.compile(r"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*")
 _CALL_TAIL = re.compile(r"\s*(?:<[^()]*>)?\s*\(")
 
 
+_PIECE_ENDS = ";(){}"
+
+
+def _statement_pieces(text: str, variable: str) -> list[tuple[int, int]]:
+    """(begin, end) of the stretches of `text` between two of `;(){}` (the
+    closing one included) that hold `variable`: a declaration's pattern holds
+    none of them but as its last character, so its matches in `text` are its
+    matches in these stretches, and no other stretch has one."""
+    pieces = []
+    q = text.find(variable)
+    while q != -1:
+        begin = max(text.rfind(c, 0, q) for c in _PIECE_ENDS) + 1
+        ends = [e for e in (text.find(c, q) for c in _PIECE_ENDS) if e != -1]
+        end = min(ends) + 1 if ends else len(text)
+        pieces.append((begin, end))
+        q = text.find(variable, end)
+    return pieces
+
+
 def receiver_type(site, caller, ctx: GraphContext) -> str | None:
     """The class of the object a member call is made on, from its declaration
     in the calling definition (`const ConvParams<T>& params` in the parameters,
@@ -1087,7 +1106,8 @@ def receiver_type(site, caller, ctx: GraphContext) -> str | None:
     text = "\n".join(f"{lines[i - 1] if i > start else ''}\n{lines[i]}" for i in range(start, site.location.line) if variable in lines[i] and word.search(lines[i]))
     template = r"<[^;(){}<>\n]*(?:<[^;(){}<>\n]*>[^;(){}<>\n]*)*>"
     declared = re.compile(rf"([A-Za-z_][\w:]*)\s*(?:{template})?\s*(?:const\s*)?[&*]*\s*\b{re.escape(variable)}\s*[,)=;({{\[]")
-    found = [d.group(1) for d in declared.finditer(text) if d.group(1) not in _NOT_TYPES and not d.group(1).startswith("std::")]
+    matches = (d for begin, end in _statement_pieces(text, variable) for d in declared.finditer(text, begin, end))
+    found = [d.group(1) for d in matches if d.group(1) not in _NOT_TYPES and not d.group(1).startswith("std::")]
     if not found:
         return None
     name = found[-1]

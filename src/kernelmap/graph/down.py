@@ -726,15 +726,22 @@ def file_lines(path: Path) -> tuple[str, ...]:
         return ()
 
 
+@functools.lru_cache(maxsize=64)
+def _by_short_name(index, path: str) -> dict[str, list]:
+    """The definitions of one file, by unqualified name, in the file's order."""
+    by_short: dict[str, list] = {}
+    for d in index.definitions_in(path):
+        by_short.setdefault(d.name.rsplit("::", 1)[-1], []).append(d)
+    return by_short
+
+
 def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
     """Functions of the same file that `definition` passes as arguments: calls
     made through a function pointer, which no call site shows."""
     location = definition.location
     lines = file_lines(ctx.index.tree.root / location.path)
-    in_file: dict[str, list] = {}
-    for d in ctx.index.definitions_in(location.path):
-        if d.name != definition.name:
-            in_file.setdefault(d.name.rsplit("::", 1)[-1], []).append(d)
+    by_short = _by_short_name(ctx.index, location.path)
+    in_file = {short: kept for short, ds in by_short.items() if (kept := [d for d in ds if d.name != definition.name])}
     if not in_file:
         return []
     body = lines[location.line - 1 : location.end_line or location.line]
@@ -742,7 +749,10 @@ def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
     text = "\n".join(body)
     found = []
     for number in range(location.line + 1, (location.end_line or location.line) + 1):  # not the signature
-        for m in _ANY_ARGUMENT_NAME.finditer(lines[number - 1] if number <= len(lines) else ""):
+        line = lines[number - 1] if number <= len(lines) else ""
+        if "," not in line and ")" not in line:  # an argument is followed by one of them
+            continue
+        for m in _ANY_ARGUMENT_NAME.finditer(line):
             qualifier, name = m.group("qualifier"), m.group("name")
             # `RUN_K(INDEX_T, DIM, sbtopk::launch)`: the qualifier tells sbtopk::launch from mbtopk::launch
             named = [d for d in in_file.get(name, ()) if f"::{d.lookup}".endswith(f"::{qualifier}{name}")]

@@ -403,6 +403,29 @@ def _kernel_nodes(op: Op, kernel, code, ctx: GraphContext) -> list[Node]:
     return nodes
 
 
+_OPEN_TAIL = re.compile(r"\s*(?:<[^(){;]*>)?\s*\(")
+_WORD_CHAR = re.compile(r"\w")
+
+
+def _call_open(text: str, name: str) -> int | None:
+    """Where the arguments begin after the first `name(` or `name<...>(` of
+    `text` (`\bNAME\s*(?:<[^(){;]*>)?\s*\(`), read at each place the name is
+    written with fixed patterns: compiling one pattern per name is dear."""
+    if not name:
+        m = re.search(r"\b\s*(?:<[^(){;]*>)?\s*\(", text)
+        return m.end() if m else None
+    word_first = bool(_WORD_CHAR.match(name))
+    q = text.find(name)
+    while q != -1:
+        word_before = q > 0 and bool(_WORD_CHAR.match(text, q - 1))
+        if word_before != word_first:  # \b
+            m = _OPEN_TAIL.match(text, q + len(name))
+            if m:
+                return m.end()
+        q = text.find(name, q + 1)
+    return None
+
+
 def parameters(definition, ctx: GraphContext) -> list[str] | None:
     """The parameter declarations of a definition, read from its lines in the
     tree (None when the declarator cannot be read)."""
@@ -410,10 +433,10 @@ def parameters(definition, ctx: GraphContext) -> list[str] | None:
     start = definition.location.line - 1
     text = "\n".join(lines[start : min(len(lines), (definition.location.end_line or start + 1), start + 40)])
     short = definition.name.rsplit("::", 1)[-1]
-    m = re.search(rf"\b{re.escape(short)}\s*(?:<[^(){{;]*>)?\s*\(", text)
-    if m is None:
+    opened = _call_open(text, short)
+    if opened is None:
         return None
-    depth, i, params, current = 1, m.end(), [], []
+    depth, i, params, current = 1, opened, [], []
     while i < len(text) and depth:
         ch = text[i]
         if ch in "(<[{":
@@ -874,13 +897,11 @@ def call_argument_count(site, ctx: GraphContext) -> int | None:
     lines = file_lines(ctx.index.tree.root / site.location.path)
     start = site.location.line - 1
     text = "\n".join(lines[start : start + 12])
-    if site.name not in text:  # the pattern names it: a substring test spares compiling one pattern per name
-        return None
-    m = re.search(rf"\b{re.escape(site.name)}\s*(?:<[^(){{;]*>)?\s*\(", text)
-    if m is None:
+    opened = _call_open(text, site.name)
+    if opened is None:
         return None
     depth, count, empty = 1, 0, True
-    for ch in text[m.end() :]:
+    for ch in text[opened:]:
         if ch in "([{":
             depth += 1
         elif ch in ")]}":

@@ -408,7 +408,7 @@ _WORD_CHAR = re.compile(r"\w")
 
 
 def _call_open(text: str, name: str) -> int | None:
-    """Where the arguments begin after the first `name(` or `name<...>(` of
+    r"""Where the arguments begin after the first `name(` or `name<...>(` of
     `text` (`\bNAME\s*(?:<[^(){;]*>)?\s*\(`), read at each place the name is
     written with fixed patterns: compiling one pattern per name is dear."""
     if not name:

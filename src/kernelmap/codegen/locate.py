@@ -87,7 +87,7 @@ def _definition_end_from(lines, start: int, stop: int) -> int:
 
 
 class _Lines(Sequence):
-    """The lines of a text as `text.split("\n")` gives them, each split only
+    r"""The lines of a text as `text.split("\n")` gives them, each split only
     when asked for: a generated file is megabytes, of which a question reads
     a few definitions. Newlines are counted per block once, to find a line."""
 

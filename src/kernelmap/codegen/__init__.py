@@ -142,8 +142,6 @@ def generated_files(tree: Path | None = None, *, progress: Reporter | None = Non
     of torchgen in subprocesses). `progress(step, "start" | "done")` hears of
     each step while they are generated: the CLI draws a bar with it; the
     library itself draws nothing."""
-    import filelock
-
     source = _source(tree)
     directory = cache_root() / source.slug
     if not regenerate:
@@ -153,6 +151,8 @@ def generated_files(tree: Path | None = None, *, progress: Reporter | None = Non
             reason = e
     else:
         reason = None
+    import filelock  # only to generate: a warm cache is read without it
+
     directory.parent.mkdir(parents=True, exist_ok=True)
     with filelock.FileLock(str(directory.parent / f".{source.slug}.lock")):
         if not regenerate:  # another process may have generated it meanwhile

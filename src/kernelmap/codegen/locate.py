@@ -9,9 +9,10 @@ are read from the files, and a definition's end is found by matching braces.
 
 from __future__ import annotations
 
+import bisect
 import re
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from kernelmap.codegen.sites import (
@@ -57,7 +58,25 @@ def definition_end(lines: list[str], start: int, limit: int = 20000) -> int:
     where its braces balance again (string literals and // comments ignored)."""
     depth = 0
     opened = False
-    for index in range(start - 1, min(len(lines), start - 1 + limit)):
+    index, stop = start - 1, min(len(lines), start - 1 + limit)
+    if index < 0:  # from the last line on, as a list counts from its end
+        return _definition_end_from(lines, start, stop)
+    while index < stop:
+        for line in lines[index : min(stop, index + 256)]:  # a slice at a time: `lines` may split its text lazily
+            text = _STRING.sub('""', line).split("//", 1)[0]
+            opens, closes = text.count("{"), text.count("}")
+            depth += opens - closes
+            opened = opened or opens > 0
+            if opened and depth <= 0:
+                return index + 1
+            index += 1
+    return start
+
+
+def _definition_end_from(lines, start: int, stop: int) -> int:
+    depth = 0
+    opened = False
+    for index in range(start - 1, stop):
         text = _STRING.sub('""', lines[index]).split("//", 1)[0]
         opens, closes = text.count("{"), text.count("}")
         depth += opens - closes
@@ -65,6 +84,57 @@ def definition_end(lines: list[str], start: int, limit: int = 20000) -> int:
         if opened and depth <= 0:
             return index + 1
     return start
+
+
+class _Lines(Sequence):
+    r"""The lines of a text as `text.split("\n")` gives them, each split only
+    when asked for: a generated file is megabytes, of which a question reads
+    a few definitions. Newlines are counted per block once, to find a line."""
+
+    _BLOCK = 1 << 12
+
+    def __init__(self, text: str):
+        self._text = text
+        before = [0]  # newlines before each block's first character
+        for k in range(0, len(text), self._BLOCK):
+            before.append(before[-1] + text.count("\n", k, k + self._BLOCK))
+        self._before = before
+        self._len = before[-1] + 1
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _start(self, n: int) -> int:
+        """Where 0-based line `n` begins (one past the text's end for n == len)."""
+        if n <= 0:
+            return 0
+        if n >= self._len:
+            return len(self._text) + 1
+        k = bisect.bisect_left(self._before, n) - 1  # the n-th newline is in block k
+        pos, seen = k * self._BLOCK, self._before[k]
+        while True:
+            pos = self._text.index("\n", pos)
+            seen += 1
+            if seen == n:
+                return pos + 1
+            pos += 1
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            first, stop, step = i.indices(self._len)
+            if step != 1:
+                return [self[j] for j in range(first, stop, step)]
+            if first >= stop:
+                return []
+            return self._text[self._start(first) : self._start(stop) - 1].split("\n")
+        if i < 0:
+            i += self._len
+        if not 0 <= i < self._len:
+            raise IndexError("line index out of range")
+        return self._text[self._start(i) : self._start(i + 1) - 1]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._text.split("\n"))
 
 
 class GeneratedFiles:
@@ -75,15 +145,16 @@ class GeneratedFiles:
         self.manifest = manifest
         self.origin = origin  # kind GENERATED, root = the cache directory
         self.db = sqlite3.connect(f"file:{root / 'index.sqlite'}?mode=ro", uri=True)
-        self._lines: dict[str, list[str]] = {}
+        self._lines: dict[str, Sequence[str]] = {}
 
     def __repr__(self) -> str:
         return f"GeneratedFiles({self.origin.label!r}, {str(self.root)!r})"
 
-    def lines(self, path: str) -> list[str]:
-        """The lines of a generated file, by its build path."""
+    def lines(self, path: str) -> Sequence[str]:
+        """The lines of a generated file, by its build path (a sequence that
+        splits them as they are asked for)."""
         if path not in self._lines:
-            self._lines[path] = (self.root / path).read_text(errors="replace").split("\n")
+            self._lines[path] = _Lines((self.root / path).read_text(errors="replace"))
         return self._lines[path]
 
     def excerpt(self, path: str, line: int, end_line: int | None = None) -> Excerpt:

@@ -403,6 +403,29 @@ def _kernel_nodes(op: Op, kernel, code, ctx: GraphContext) -> list[Node]:
     return nodes
 
 
+_OPEN_TAIL = re.compile(r"\s*(?:<[^(){;]*>)?\s*\(")
+_WORD_CHAR = re.compile(r"\w")
+
+
+def _call_open(text: str, name: str) -> int | None:
+    r"""Where the arguments begin after the first `name(` or `name<...>(` of
+    `text` (`\bNAME\s*(?:<[^(){;]*>)?\s*\(`), read at each place the name is
+    written with fixed patterns: compiling one pattern per name is dear."""
+    if not name:
+        m = re.search(r"\b\s*(?:<[^(){;]*>)?\s*\(", text)
+        return m.end() if m else None
+    word_first = bool(_WORD_CHAR.match(name))
+    q = text.find(name)
+    while q != -1:
+        word_before = q > 0 and bool(_WORD_CHAR.match(text, q - 1))
+        if word_before != word_first:  # \b
+            m = _OPEN_TAIL.match(text, q + len(name))
+            if m:
+                return m.end()
+        q = text.find(name, q + 1)
+    return None
+
+
 def parameters(definition, ctx: GraphContext) -> list[str] | None:
     """The parameter declarations of a definition, read from its lines in the
     tree (None when the declarator cannot be read)."""
@@ -410,10 +433,10 @@ def parameters(definition, ctx: GraphContext) -> list[str] | None:
     start = definition.location.line - 1
     text = "\n".join(lines[start : min(len(lines), (definition.location.end_line or start + 1), start + 40)])
     short = definition.name.rsplit("::", 1)[-1]
-    m = re.search(rf"\b{re.escape(short)}\s*(?:<[^(){{;]*>)?\s*\(", text)
-    if m is None:
+    opened = _call_open(text, short)
+    if opened is None:
         return None
-    depth, i, params, current = 1, m.end(), [], []
+    depth, i, params, current = 1, opened, [], []
     while i < len(text) and depth:
         ch = text[i]
         if ch in "(<[{":
@@ -726,15 +749,22 @@ def file_lines(path: Path) -> tuple[str, ...]:
         return ()
 
 
+@functools.lru_cache(maxsize=64)
+def _by_short_name(index, path: str) -> dict[str, list]:
+    """The definitions of one file, by unqualified name, in the file's order."""
+    by_short: dict[str, list] = {}
+    for d in index.definitions_in(path):
+        by_short.setdefault(d.name.rsplit("::", 1)[-1], []).append(d)
+    return by_short
+
+
 def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
     """Functions of the same file that `definition` passes as arguments: calls
     made through a function pointer, which no call site shows."""
     location = definition.location
     lines = file_lines(ctx.index.tree.root / location.path)
-    in_file: dict[str, list] = {}
-    for d in ctx.index.definitions_in(location.path):
-        if d.name != definition.name:
-            in_file.setdefault(d.name.rsplit("::", 1)[-1], []).append(d)
+    by_short = _by_short_name(ctx.index, location.path)
+    in_file = {short: kept for short, ds in by_short.items() if (kept := [d for d in ds if d.name != definition.name])}
     if not in_file:
         return []
     body = lines[location.line - 1 : location.end_line or location.line]
@@ -742,13 +772,17 @@ def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
     text = "\n".join(body)
     found = []
     for number in range(location.line + 1, (location.end_line or location.line) + 1):  # not the signature
-        for m in _ANY_ARGUMENT_NAME.finditer(lines[number - 1] if number <= len(lines) else ""):
+        line = lines[number - 1] if number <= len(lines) else ""
+        if "," not in line and ")" not in line:  # an argument is followed by one of them
+            continue
+        for m in _ANY_ARGUMENT_NAME.finditer(line):
             qualifier, name = m.group("qualifier"), m.group("name")
             # `RUN_K(INDEX_T, DIM, sbtopk::launch)`: the qualifier tells sbtopk::launch from mbtopk::launch
             named = [d for d in in_file.get(name, ()) if f"::{d.lookup}".endswith(f"::{qualifier}{name}")]
             target = named[0] if named else None
             # a parameter or local variable that shares a function's name (`min`) is no callback
-            if target is None or re.search(rf"\b{name}\b", head) or re.search(rf"\b{name}\s*=[^=]|[\w>&*]\s+{name}\s*[;=({{]", text):
+            # (a plain substring test first: every pattern below names `name`, and compiling one per name is dear)
+            if target is None or (name in head and re.search(rf"\b{name}\b", head)) or re.search(rf"\b{name}\s*=[^=]|[\w>&*]\s+{name}\s*[;=({{]", text):
                 continue
             found.append((target, Location(location.path, number, origin=location.origin)))
     return found
@@ -863,11 +897,11 @@ def call_argument_count(site, ctx: GraphContext) -> int | None:
     lines = file_lines(ctx.index.tree.root / site.location.path)
     start = site.location.line - 1
     text = "\n".join(lines[start : start + 12])
-    m = re.search(rf"\b{re.escape(site.name)}\s*(?:<[^(){{;]*>)?\s*\(", text)
-    if m is None:
+    opened = _call_open(text, site.name)
+    if opened is None:
         return None
     depth, count, empty = 1, 0, True
-    for ch in text[m.end() :]:
+    for ch in text[opened:]:
         if ch in "([{":
             depth += 1
         elif ch in ")]}":
@@ -1025,10 +1059,49 @@ def _is_local(name: str, site, caller, ctx: GraphContext) -> bool:
     """Whether `name` is declared as a variable in the caller before the call (`T gemm{}`, `auto gemm =`)."""
     lines = file_lines(ctx.index.tree.root / site.location.path)
     text = "\n".join(lines[caller.location.line : site.location.line - 1])
-    return bool(re.search(rf"[\w>&*]\s+{re.escape(name)}\s*(?:\{{|=[^=]|;)", text))
+    # `[\w>&*]\s+NAME\s*(?:\{|=[^=]|;)` read at each place the name is written,
+    # with patterns that do not name it: compiling one pattern per name is dear.
+    if not name or name[0].isspace():
+        return bool(re.search(rf"[\w>&*]\s+{re.escape(name)}\s*(?:\{{|=[^=]|;)", text))
+    q = text.find(name)
+    while q != -1:
+        j = q
+        while j > 0 and text[j - 1].isspace():  # str.isspace is what \s matches
+            j -= 1
+        if j < q and j > 0 and _DECLARATOR_END.match(text, j - 1) and _LOCAL_TAIL.match(text, q + len(name)):
+            return True
+        q = text.find(name, q + 1)
+    return False
+
+
+_DECLARATOR_END = re.compile(r"[\w>&*]")
+_LOCAL_TAIL = re.compile(r"\s*(?:\{|=[^=]|;)")
 
 
 _NOT_TYPES = frozenset(("auto", "const", "return", "else", "case", "if", "while", "for", "new", "delete", "typename", "struct", "class"))
+
+
+_RECEIVER = re.compile(r"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*")
+_CALL_TAIL = re.compile(r"\s*(?:<[^()]*>)?\s*\(")
+
+
+_PIECE_ENDS = ";(){}"
+
+
+def _statement_pieces(text: str, variable: str) -> list[tuple[int, int]]:
+    """(begin, end) of the stretches of `text` between two of `;(){}` (the
+    closing one included) that hold `variable`: a declaration's pattern holds
+    none of them but as its last character, so its matches in `text` are its
+    matches in these stretches, and no other stretch has one."""
+    pieces = []
+    q = text.find(variable)
+    while q != -1:
+        begin = max(text.rfind(c, 0, q) for c in _PIECE_ENDS) + 1
+        ends = [e for e in (text.find(c, q) for c in _PIECE_ENDS) if e != -1]
+        end = min(ends) + 1 if ends else len(text)
+        pieces.append((begin, end))
+        q = text.find(variable, end)
+    return pieces
 
 
 def receiver_type(site, caller, ctx: GraphContext) -> str | None:
@@ -1039,11 +1112,23 @@ def receiver_type(site, caller, ctx: GraphContext) -> str | None:
     lines = file_lines(ctx.index.tree.root / site.location.path)
     if site.location.line > len(lines):
         return None
-    method = re.escape(site.callee.lstrip("."))
-    m = re.search(rf"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*{method}\s*(?:<[^()]*>)?\s*\(", lines[site.location.line - 1])
-    if m is None:
+    line, method = lines[site.location.line - 1], site.callee.lstrip(".")
+    if method not in line:
         return None
-    variable = m.group(1)
+    # `\b(\w+)\s*(?:\.|->)\s*METHOD\s*(?:<[^()]*>)?\s*\(`, leftmost, read without
+    # compiling a pattern per method: the receiver and its `.`/`->` have one end
+    # each, so the method is looked for right there, then what follows it
+    variable = None
+    if method[:1].isspace():
+        m = re.search(rf"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*{re.escape(method)}\s*(?:<[^()]*>)?\s*\(", line)
+        variable = m.group(1) if m else None
+    else:
+        for m in _RECEIVER.finditer(line):
+            if line.startswith(method, m.end()) and _CALL_TAIL.match(line, m.end() + len(method)):
+                variable = m.group(1)
+                break
+    if variable is None:
+        return None
     if variable == "this":
         return caller.lookup.rsplit("::", 2)[-2] if caller.lookup.count("::") >= 1 else None
     start = caller.location.line - 1
@@ -1052,7 +1137,8 @@ def receiver_type(site, caller, ctx: GraphContext) -> str | None:
     text = "\n".join(f"{lines[i - 1] if i > start else ''}\n{lines[i]}" for i in range(start, site.location.line) if variable in lines[i] and word.search(lines[i]))
     template = r"<[^;(){}<>\n]*(?:<[^;(){}<>\n]*>[^;(){}<>\n]*)*>"
     declared = re.compile(rf"([A-Za-z_][\w:]*)\s*(?:{template})?\s*(?:const\s*)?[&*]*\s*\b{re.escape(variable)}\s*[,)=;({{\[]")
-    found = [d.group(1) for d in declared.finditer(text) if d.group(1) not in _NOT_TYPES and not d.group(1).startswith("std::")]
+    matches = (d for begin, end in _statement_pieces(text, variable) for d in declared.finditer(text, begin, end))
+    found = [d.group(1) for d in matches if d.group(1) not in _NOT_TYPES and not d.group(1).startswith("std::")]
     if not found:
         return None
     name = found[-1]

@@ -14,7 +14,6 @@ Nothing here imports torch: the installed torch's commit comes from
 from __future__ import annotations
 
 from kernelmap.source.build import IndexBusy, IndexReport, build_index, index_path
-from kernelmap.source.fetch import FetchError, fetch_tree
 from kernelmap.source.index import (
     CallSite,
     Definition,
@@ -30,6 +29,17 @@ from kernelmap.source.index import (
     open_index,
 )
 from kernelmap.source.trees import NotATree, Tree, UnknownTree, add_tree, get_tree, inspect_tree, list_trees, remove_tree, select_tree
+
+
+def __getattr__(name: str):
+    # Fetching (urllib, http, ssl) is imported only when asked for: a question
+    # put to an indexed tree never fetches one.
+    if name in ("FetchError", "fetch_tree"):
+        import importlib
+
+        return getattr(importlib.import_module("kernelmap.source.fetch"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CallSite",

@@ -208,6 +208,11 @@ class Index:
         self.path = path
         self.origin: Origin = tree.origin
         self._strings: dict[int, str] = {}
+        # The database is opened read-only and never changes under an open
+        # Index, so answers to repeated look-ups are kept for its lifetime.
+        self._ids: dict[str, int | None] = {}
+        self._found: dict[tuple[str, tuple], tuple[Definition, ...]] = {}
+        self._by_row: dict[int, Definition] = {}
 
     def close(self) -> None:
         self._db.close()
@@ -233,8 +238,11 @@ class Index:
         return s
 
     def _id(self, text: str) -> int | None:
+        if text in self._ids:
+            return self._ids[text]
         row = self._db.execute("SELECT id FROM strings WHERE text = ?", (text,)).fetchone()
-        return row[0] if row else None
+        i = self._ids[text] = row[0] if row else None
+        return i
 
     def _loc(self, path: str, line: int, end_line: int | None = None) -> Location:
         return Location(path, line, end_line, self.origin)
@@ -242,16 +250,23 @@ class Index:
     _SYMBOL_COLUMNS = "s.id, f.path, s.name_id, s.lookup_id, s.kind, s.line, s.end_line, s.cond_id, s.op_id"
 
     def _definitions(self, where: str, args: tuple) -> list[Definition]:
-        rows = self._db.execute(
-            f"SELECT {self._SYMBOL_COLUMNS} FROM symbols s JOIN files f ON f.id = s.file_id WHERE {where} ORDER BY f.path, s.line",
-            args,
-        ).fetchall()
-        return [self._definition(r) for r in rows]
+        key = (where, args)
+        found = self._found.get(key)
+        if found is None:
+            rows = self._db.execute(
+                f"SELECT {self._SYMBOL_COLUMNS} FROM symbols s JOIN files f ON f.id = s.file_id WHERE {where} ORDER BY f.path, s.line",
+                args,
+            ).fetchall()
+            found = self._found[key] = tuple(self._definition(r) for r in rows)
+        return list(found)
 
     def _definition(self, r) -> Definition:
         sid, path, name_id, lookup_id, kind, line, end_line, cond_id, op_id = r
-        sym = Symbol(self._text(name_id), self._loc(path, line, end_line), kind, self._text(cond_id))
-        return Definition(sym, self._text(lookup_id), self._text(op_id), sid)
+        d = self._by_row.get(sid)
+        if d is None:
+            sym = Symbol(self._text(name_id), self._loc(path, line, end_line), kind, self._text(cond_id))
+            d = self._by_row[sid] = Definition(sym, self._text(lookup_id), self._text(op_id), sid)
+        return d
 
     # -- definitions -------------------------------------------------------
 

@@ -12,17 +12,15 @@ from pathlib import Path
 
 import pytest
 
-TREE_2_6 = "debian-2.6.0"
+from tests.graph.conftest import TREE_NAME as TREE_2_6, indexed_tree  # noqa: F401 - the graph tests' indexed 2.6.0 tree
+
 YAML = "aten/src/ATen/native/native_functions.yaml"
 
 
 @pytest.fixture(scope="session")
-def new_tree(tree_2_6, session_cache):
-    from kernelmap.source import add_tree, build_index
-
-    tree = add_tree(tree_2_6, TREE_2_6)
-    build_index(tree, jobs=min(2, os.cpu_count() or 1))
-    return tree
+def new_tree(indexed_tree):
+    """The 2.6.0 tree, registered and indexed as the graph tests do it."""
+    return indexed_tree
 
 
 @pytest.fixture(scope="session")

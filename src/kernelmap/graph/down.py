@@ -749,6 +749,17 @@ def file_lines(path: Path) -> tuple[str, ...]:
         return ()
 
 
+def location_lines(location: Location, ctx: GraphContext) -> tuple[str, ...]:
+    """The lines of the file `location` names: a generated file's from the
+    codegen cache, any other from the root of its origin (the selected tree)."""
+    if location.path.startswith("build/") and ctx.generated is not None:
+        return file_lines(ctx.generated.root / location.path)
+    path = location.disk_path
+    if path is None and ctx.index is not None:
+        path = ctx.index.tree.root / location.path
+    return file_lines(path) if path is not None else ()
+
+
 @functools.lru_cache(maxsize=64)
 def _by_short_name(index, path: str) -> dict[str, list]:
     """The definitions of one file, by unqualified name, in the file's order."""

@@ -17,6 +17,7 @@ import re
 from kernelmap.errors import KernelmapError
 from kernelmap.graph import DEVICE_KEYS, GraphContext, call_ends, stack
 from kernelmap.graph import file_lines as _file_lines
+from kernelmap.graph.down import location_lines
 from kernelmap.model import CallNode, CallTree, Explanation, Location, NodeKind, Step
 
 EXCERPT_LINES = 14
@@ -149,7 +150,7 @@ def _native_steps(tree: CallTree, context: GraphContext) -> list[Step]:
         steps.append(Step("output allocation (structured meta)", f"{m.name} checks shapes and dtypes and sets the output", m.location, _excerpt(m.location)))
     if kernels:
         entry = kernels[0]
-        steps.append(Step("native kernel", entry.name, entry.location, _excerpt(entry.location, root=_root_for(entry, context))))
+        steps.append(Step("native kernel", entry.name, entry.location, _excerpt(entry.location, root=_root(entry.location, context))))
     for node in kernels:
         for title, summary, pattern in (
             ("checks", "argument checks", _CHECKS),
@@ -166,7 +167,7 @@ def _native_steps(tree: CallTree, context: GraphContext) -> list[Step]:
                 steps.append(step)
     stub_nodes = [n for n in path if n.kind == "stub"]
     for stub in stub_nodes[:1]:
-        steps.append(Step("stub", f"{stub.name} dispatches on the device type (and CPU capability) to a registered kernel", stub.location, _excerpt(stub.location, 1, root=_root_for(stub, context))))
+        steps.append(Step("stub", f"{stub.name} dispatches on the device type (and CPU capability) to a registered kernel", stub.location, _excerpt(stub.location, 1, root=_root(stub.location, context))))
     capability = _capability_step(stub_nodes[:1], context)
     if capability is not None:
         steps.append(capability)
@@ -188,7 +189,7 @@ def _native_steps(tree: CallTree, context: GraphContext) -> list[Step]:
             summary = f"{end.name} runs the per-element loop (defined at {end.location})"
             steps.append(Step("device loop / launch", summary, site, _excerpt(site, 3, root=_root(site, context))))
         else:
-            steps.append(Step("device loop / launch", f"{end.name} runs the per-element loop", end.location, _excerpt(end.location, 3, root=_root_for(end, context))))
+            steps.append(Step("device loop / launch", f"{end.name} runs the per-element loop", end.location, _excerpt(end.location, 3, root=_root(end.location, context))))
         steps.extend(_machinery_steps(end, context))
         avx512 = None if capability is None else "AVX512 slot:" in capability.summary
         steps.extend(_operation_steps(end, loops, context, avx512))
@@ -268,7 +269,7 @@ def _operation_steps(end: CallNode, loops: list[CallNode], context: GraphContext
     site = end.attrs.get("call_site")
     if not isinstance(site, Location) or end.kind is not NodeKind.DEVICE_LOOP:
         return []
-    lines = _lines_of(site, context)
+    lines = location_lines(site, context)
     call = _call_text(lines, site.line)
     if not call:
         return []
@@ -352,12 +353,6 @@ def _vectorized_specialisation(lambda_text: str, cpp: str, context: GraphContext
     return Step("template specialisation", summary, location, _excerpt(location, 6))
 
 
-def _lines_of(location: Location, context: GraphContext):
-    root = _root(location, context)
-    path = root / location.path if root is not None else location.disk_path
-    return _file_lines(path) if path is not None else ()
-
-
 def _root(location: Location | None, context: GraphContext):
     """Generated files live in the codegen cache, not in the tree."""
     if location is not None and location.path.startswith("build/") and context.generated is not None:
@@ -371,13 +366,6 @@ def _walk(root: CallNode):
         node, depth = stack_.pop()
         yield node, depth
         stack_.extend((c, depth + 1) for c in reversed(node.children))
-
-
-def _root_for(node: CallNode, context: GraphContext):
-    """Generated files live in the codegen cache, not in the tree."""
-    if node.location is not None and node.location.path.startswith("build/") and context.generated is not None:
-        return context.generated.root
-    return None
 
 
 # a dtype dispatch macro and its name: the first string literal among its arguments
@@ -398,7 +386,7 @@ def _dtype_step(kernels: list[CallNode], end: CallNode, context: GraphContext) -
     site = end.attrs.get("call_site")
     case = end.attrs.get("dtype_case")
     if isinstance(site, Location) and case:
-        lines = _lines_of(site, context)
+        lines = location_lines(site, context)
         first = next((n for n in range(site.line, 0, -1) if "AT_DISPATCH_CASE(" in lines[n - 1]), site.line)
         location = Location(site.path, first, site.line, site.origin)
         summary = f"AT_DISPATCH_SWITCH in {_caller_name(kernels, site)}: the {scalar} case runs for {name} (scalar_t = {cpp})"
@@ -411,7 +399,7 @@ def _dtype_step(kernels: list[CallNode], end: CallNode, context: GraphContext) -
         call = callee.attrs.get("call_site")
         if not isinstance(call, Location) or caller.location is None or call.path != caller.location.path or not call.path.startswith("aten/"):
             continue
-        lines = _lines_of(call, context)
+        lines = location_lines(call, context)
         for number in range(min(call.line, len(lines)), caller.location.line - 1, -1):
             text = " ".join(lines[number - 1 : number + 2])  # a macro's arguments may go on over the next lines
             m = _DISPATCH.search(text) if "AT_DISPATCH" in lines[number - 1] else None
@@ -465,7 +453,7 @@ def _first_dispatch_step(kernels: list[CallNode], context: GraphContext) -> Step
 
     for node in kernels:
         if node.kind == "generated":
-            text = _excerpt(node.location, 400, root=_root_for(node, context))
+            text = _excerpt(node.location, 400, root=_root(node.location, context))
             cases = re.findall(r"AT_DISPATCH_CASE\(at::ScalarType::(\w+)", text)
             if cases:
                 return Step("dtype switch", f"AT_DISPATCH_SWITCH in {node.name} over {', '.join(cases)}", node.location, _head(text, 6), "cpp")

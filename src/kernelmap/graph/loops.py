@@ -111,18 +111,12 @@ def _step_node(target, loop_object, operations: tuple, condition: str | None, at
                 identity=("loop", target.name, str(target.location), key))
 
 
-def _file(location: Location, ctx: GraphContext) -> tuple[str, ...]:
-    from kernelmap.graph.down import file_lines
-
-    if location.path.startswith("build/") and ctx.generated is not None:
-        return file_lines(ctx.generated.root / location.path)
-    return file_lines(ctx.index.tree.root / location.path)
-
-
 def _operations(site: Location, ctx: GraphContext) -> tuple:
     """The inner loops (`ufunc::add`) the lambdas of a device loop's call use:
     (name, whether the lambda takes Vectorized<scalar_t>, the lambda's line)."""
-    lines = _file(site, ctx)
+    from kernelmap.graph.down import location_lines
+
+    lines = location_lines(site, ctx)
     found, depth, started = [], 0, False
     for number in range(site.line, min(len(lines), site.line + 30) + 1):
         text = lines[number - 1]

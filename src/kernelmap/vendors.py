@@ -58,6 +58,8 @@ _LINALG_OPS = r"^aten::(linalg_|_linalg_|cholesky|lu_|_lu_|triangular_solve|geqr
 LIBRARIES: tuple[Library, ...] = (
     # its memory copies are where a copy between host and device does its work (cuda/Copy.cu's cudaMemcpyAsync)
     Library("CUDA runtime", closed=True, ids=("cudart",), calls=_re(r"^cudaMemcpy\w*$"), kernels=_re(r"^(Memcpy|Memset)")),
+    # libc's block copies are where a kernel's fast path does its work (index_select's rows, cat's dim-0 inputs)
+    Library("C library", closed=False, repository="https://sourceware.org/git/glibc.git", ids=("libc",), calls=_re(r"^(std::)?(memcpy|memmove)$")),
     Library("HIP runtime", closed=False, repository="https://github.com/ROCm/clr", ids=("hip",), kernels=_re(r"^hipMemcpy|^hipMemset|^__amd_rocclr_")),
     Library(
         "cuDNN",

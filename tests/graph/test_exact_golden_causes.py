@@ -4,8 +4,9 @@ REGISTER_DISPATCH lines an error region swallowed, a kernel's per-dtype work
 kept though it runs its own loops, `std::enable_if` overloads chosen by the
 dtype, overloads chosen by the call's argument count, functions passed as
 qualified macro arguments, kernels launched by their namespace's name, host-
-device copies as CUDA runtime calls, stubs of one name in two namespaces, and
-where's stub kernel on the way the call goes. Ground truth is read from the
+device copies as CUDA runtime calls, stubs of one name in two namespaces,
+where's stub kernel on the way the call goes, and index_select's named lambda
+and memcpy of small rows. Ground truth is read from the
 tree's files, never copied from output; the last test grades the whole golden
 set at the level reached."""
 
@@ -203,6 +204,46 @@ def test_where_names_cudnn_backward_where_the_switch_tests_it_first(context, tre
     assert stub.location.line == line_matching(tree_2_6, path, r"cudnn_convolution_backward\($")
 
 
+ADVANCED_INDEXING = "aten/src/ATen/native/TensorAdvancedIndexing.cpp"
+
+
+def test_index_select_of_small_rows_copies_with_memcpy_and_calls_no_stub(context, tree_2_6):
+    """index_select_out_cpu_ binds `outer_loop` (which calls copy_stub) and calls
+    it when a slice holds at least the grain size; smaller rows (an embedding's)
+    are copied with memcpy. The stub call takes the condition of outer_loop's
+    call (Note [named lambdas]), that arm ranks after the memcpy for inputs
+    below the grain size (Note [ranking a call's ends]), and memcpy is a C
+    library call at its line."""
+    body = line_matching(tree_2_6, ADVANCED_INDEXING, r"^Tensor & index_select_out_cpu_\(")
+    use = line_matching(tree_2_6, ADVANCED_INDEXING, r"^\s*outer_loop\(0, numel\);", body)
+    arm = lines(tree_2_6, ADVANCED_INDEXING)[use - 2].strip()  # `if (slice_size >= grain_size) {`
+    assert arm.startswith("if (") and arm.endswith("{")
+    stub_line = line_matching(tree_2_6, ADVANCED_INDEXING, r"^\s*copy_stub\(", body)
+    facts = extract(tree_2_6, ADVANCED_INDEXING)
+    call = next(c for c in facts.calls if c.line == stub_line and c.short == "copy_stub")
+    assert call.condition == arm.removesuffix("{").strip()
+    memcpy_line = line_matching(tree_2_6, ADVANCED_INDEXING, r"^\s*memcpy\(result_data, self_data", body)
+    for op in ("aten::index_select", "aten::embedding"):
+        answer = api.where(op, device="cpu", with_source=True, static=True, source=TREE_NAME)
+        assert not [s for s in answer.source if s.role == "stub kernel"], op
+        leaf = next(s for s in answer.source if s.role == "leaf")
+        assert (leaf.name, leaf.location.path, leaf.location.line) == ("memcpy", ADVANCED_INDEXING, memcpy_line), op
+        assert leaf.detail == "C library"
+
+
+def test_arms_for_inputs_of_the_grain_size_and_more():
+    from kernelmap.graph.ends import for_larger_inputs
+
+    assert for_larger_inputs("if (slice_size >= grain_size)")
+    assert for_larger_inputs("if (numel > at::internal::GRAIN_SIZE && contiguous)")
+    assert for_larger_inputs("else of if (numel < grain_size || at::get_num_threads() == 1)")
+    assert not for_larger_inputs("else of if (slice_size >= grain_size)")
+    assert not for_larger_inputs("if (numel < grain_size || at::get_num_threads() == 1)")
+    assert not for_larger_inputs("if (numel >= grain_size || at::get_num_threads() == 1)")  # either may hold
+    assert not for_larger_inputs("else of if (numel < grain_size && contiguous)")
+    assert not for_larger_inputs("if (self.dim() > 1)") and not for_larger_inputs(None)
+
+
 def test_a_direct_call_of_a_utility_kernel_is_plumbing(context, tree_2_6):
     """structured_cat_out_cuda's fallback calls `copy_(nt, t)`, at::native::copy_
     itself: marked as plumbing (expanded only when all calls are asked for), so `where aten::cat --device cuda`
@@ -217,8 +258,8 @@ def test_a_direct_call_of_a_utility_kernel_is_plumbing(context, tree_2_6):
 
 def test_golden_set_is_met_at_the_level_reached(context):
     """The whole golden set, graded as benches/bench_accuracy.py grades it: at
-    least 98% of the steps in order, and `where` exact for at least 97% of the
-    entry and stub kernels (the level reached: 96 of 98; the bench lists the rest)."""
+    least 98% of the steps in order, and `where` exact for at least 98% of the
+    entry and stub kernels."""
     from tests.golden.golden import answers, grade, load
 
     chains, landmarks = load()
@@ -237,4 +278,4 @@ def test_golden_set_is_met_at_the_level_reached(context):
                 exact += found is None
             elif found is not None and found.location is not None:
                 exact += answers(type("N", (), {"name": found.name, "location": found.location, "attrs": {}}), step)
-    assert exact / (2 * len(landmarks)) >= 0.97, f"where exact for {exact}/{2 * len(landmarks)}"
+    assert exact / (2 * len(landmarks)) >= 0.98, f"where exact for {exact}/{2 * len(landmarks)}"

@@ -163,6 +163,44 @@ Tensor f(const Tensor& t, ConvBackend backend) {
     assert {c.definition for c in f.calls if c.callee != "add_stub"} == {1}
 
 
+def test_calls_in_a_named_lambda_take_the_condition_of_its_first_call(ex):
+    """Note [named lambdas]: index_select's shape. `outer_loop`'s body runs where
+    `outer_loop(...)` is called, not where the lambda is written; a lambda only
+    passed on keeps the condition around it; a case/if inside the body wins."""
+    f = facts(
+        ex,
+        """
+namespace at { namespace native {
+void f(const Tensor& t, int64_t n, int64_t slice, int64_t grain) {
+  if (t.dim() > 1) {
+    auto outer_loop = [&](int64_t start, int64_t end) {
+      copy_stub(kCPU, iter, false);
+      if (t.is_neg()) { neg_helper(t); }
+    };
+    auto passed = [&](int64_t start, int64_t end) { passed_helper(t); };
+    if (slice >= grain) {
+      outer_loop(0, n);
+    } else {
+      at::parallel_for(0, n, grain / slice, outer_loop);
+      at::parallel_for(0, n, grain / slice, passed);
+      std::memcpy(dst, src, slice);
+      std::move(t);
+    }
+  }
+}
+}}
+""",
+    )
+    calls = {c.callee: c for c in f.calls}
+    assert calls["copy_stub"].condition == "if (slice >= grain)"
+    assert calls["neg_helper"].condition == "if (t.is_neg())"
+    assert calls["passed_helper"].condition == "if (t.dim() > 1)"
+    assert calls["at::parallel_for"].condition == "else of if (slice >= grain)"
+    # the C library's block copy is a vendor call even spelled std::; other std:: calls are not kept
+    assert calls["std::memcpy"].kind == "vendor" and calls["std::memcpy"].library == "libc"
+    assert "std::move" not in calls
+
+
 def test_registrations_and_stub_declarations(ex):
     text = """
 namespace at { namespace native {

@@ -4,8 +4,15 @@ loop), ranked once for every answer that names them (`where`'s leaves,
 `explain`'s main path).
 
 Note [ranking a call's ends]
-Closed or external vendor code is where a call really ends, then a launch of
-device code, then the loop machinery, then the inner loop. Among ends of one
+The inputs come first: answers are for inputs smaller than the grain size
+(at::internal::GRAIN_SIZE, 32768 elements), the case TensorIterator's
+for_each tests first and the one a row of index_select or embedding falls in,
+so an end reached only through an arm for larger inputs (index_select's
+`slice_size >= grain_size`, for_each's parallel_for) ranks after every end
+reached without one. Then closed or external vendor code is where a call
+really ends, then a launch of device code, then the loop machinery, then the
+inner loop, with the C library's block copies (index_select's memcpy of a
+row) as inner loops: they are the loop that copies, not a library's work. Among ends of one
 kind, calls that do the work (cudnnConvolutionForward, cudnnBackendExecute, a
 gemm, a *_kernel) come before setup (cudnnSetStream, descriptor builders),
 then the ones reached through fewer `else` arms (the case a kernel tests for
@@ -29,9 +36,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kernelmap import vendors
 from kernelmap.model import CallNode, CallTree, NodeKind
 
 _KIND_RANK = {NodeKind.VENDOR: 0, NodeKind.LAUNCH: 1, NodeKind.DEVICE_LOOP: 2, NodeKind.INNER_LOOP: 3}
+_BLOCK_COPIES = vendors.library("libc")
+# `numel < grain_size`, `slice_size >= at::internal::GRAIN_SIZE`: a test of the input's size
+_GRAIN_TEST = re.compile(r"\w\s*(>=|>|<=|<)\s*(?:at::)?(?:internal::)?(?:GRAIN_SIZE|grain_size)\b")
 _WORK = re.compile(r"(Execute|Forward|Backward|gemm|Gemm|compute|_kernel$|kernel_vec$|kernel$)")
 
 
@@ -41,7 +52,7 @@ class End:
 
     node: CallNode
     path: tuple[CallNode, ...]
-    rank: tuple[int, bool, int, int]  # kind, not work, else arms taken, tree order
+    rank: tuple[int, int, bool, int, int]  # arms for larger inputs, kind, not work, else arms taken, tree order
 
 
 def call_ends(tree: CallTree) -> tuple[End, ...]:
@@ -56,12 +67,29 @@ def call_ends(tree: CallTree) -> tuple[End, ...]:
         if node.kind in _KIND_RANK:
             works = bool(_WORK.search(node.name))
             elses = sum(1 for n in path if (n.condition or "").startswith("else of "))
-            ends.append(End(node, path, (_KIND_RANK[node.kind], not works, elses, order)))
+            larger = sum(1 for n in path if for_larger_inputs(n.condition))
+            kind = _KIND_RANK[NodeKind.INNER_LOOP] if _BLOCK_COPIES and node.attrs.get("library") == _BLOCK_COPIES.name else _KIND_RANK[node.kind]
+            ends.append(End(node, path, (larger, kind, not works, elses, order)))
             order += 1
             if node.kind is not NodeKind.DEVICE_LOOP:
                 continue  # a device loop is followed into the kernels it launches
         stack.extend((c, path + (c,)) for c in reversed(node.children))
     return tuple(sorted(ends, key=lambda e: e.rank))
+
+
+def for_larger_inputs(condition: str | None) -> bool:
+    """Whether an arm runs only for inputs of at least the grain size
+    (Note [ranking a call's ends]): `if (x >= grain_size && ...)`, or the
+    `else` of `if (x < grain_size || ...)`."""
+    if not condition or "grain" not in condition.lower():
+        return False
+    otherwise = condition.startswith("else of ")
+    tests = [m.group(1) for m in _GRAIN_TEST.finditer(condition)]
+    if not tests:
+        return False
+    if otherwise:
+        return "&&" not in condition and all(t in ("<", "<=") for t in tests)
+    return "||" not in condition and any(t in (">", ">=") for t in tests)
 
 
 def stub_kernel(tree: CallTree, ends: tuple[End, ...] | None = None) -> CallNode | None:
@@ -100,6 +128,8 @@ def _earlier_stub_call(path: tuple[CallNode, ...], reached) -> CallNode | None:
                 break
             if sibling.kind is not NodeKind.STUB or sibling.attrs.get("collapsed") or sibling.attrs.get("branch"):
                 continue
+            if for_larger_inputs(sibling.condition) and not for_larger_inputs(child.condition):
+                continue  # an arm for larger inputs than the path's
             if _exclusive(sibling.condition, child.condition):
                 continue  # another case of the same switch, or the other arm of the same if: never both
             kernel = next((c for c in sibling.children if reached(c) and not c.attrs.get("collapsed") and not c.attrs.get("branch")), None)

@@ -31,6 +31,14 @@ cannot know: the extractor records such calls as direct and `store` promotes
 them once the tree's stubs are known, except where the file itself defines a
 function of that name (the CPU padding kernel's local `add_stub` helper
 shadows the real `add_stub`).
+
+Note [named lambdas]
+A kernel often binds a lambda to a name and calls it in one arm only:
+index_select's `outer_loop`, which calls `copy_stub`, runs when a slice holds
+at least the grain size, and a memcpy loop runs otherwise. A call in such a
+body takes the condition of the name's first call in the same definition,
+not the condition around the lambda's definition, unless a case/if of the
+body itself conditions it.
 """
 
 from __future__ import annotations
@@ -656,6 +664,7 @@ class Extractor:
         registrations: list[Registration] = []
         stubs: list[StubDecl] = []
         labels: dict[tuple[str, int], str] = {}
+        in_lambdas: list[tuple[int, int, str]] = []  # (call, definition, lambda name): Note [named lambdas]
         for at, kind, payload, stack in _sweep(regions, points):
             pp = _preproc_of(stack, at)
             if kind == 0:
@@ -663,7 +672,7 @@ class Extractor:
                 definitions[i] = self._definition(node, info, [r for r in stack if r[1] > at], pp, original, data)
                 continue
             what, cap, known = payload
-            def_index, cond, lib = _context_of(stack, at)
+            def_index, cond, lib, lam = _context_of(stack, at)
             if cond is not None:
                 key = (cond[0], cond[1].start_byte)
                 label = labels.get(key)
@@ -671,6 +680,8 @@ class Extractor:
                     label = labels[key] = _condition_label(*cond)
                 cond = label
             if what == "call":
+                if lam is not None:
+                    in_lambdas.append((len(calls), def_index, lam))
                 self._call(cap, known, def_index, cond, pp, calls)
             elif what == "lost":
                 macro, args, line = cap
@@ -679,6 +690,8 @@ class Extractor:
                 registrations.append(Registration(-1, "register_dispatch", args[0].rsplit("::", 1)[-1], kernel, device, capability, line, pp))
             else:
                 self._registration(path, cap, def_index, lib, pp, registrations, stubs)
+        if in_lambdas:
+            _lambda_conditions(calls, in_lambdas)
         # Launches written `kernel<<<grid, block>>>(...)`: the grammar has no such
         # syntax (it reads shifts and comparisons), so they are found in the body text.
         launches = set()
@@ -713,6 +726,9 @@ class Extractor:
             elif "case" in cap:
                 case = cap["case"][0]
                 regions.append((case.start_byte, case.end_byte, "cond", ("case", case)))
+            elif "lambda.body" in cap:
+                body = cap["lambda.body"][0]
+                regions.append((body.start_byte, body.end_byte, "lambda", cap["lambda.name"][0].text.decode("utf-8", "replace")))
             elif "if.then" in cap:
                 # Labels are written only for the regions a call is found in.
                 then = cap["if.then"][0]
@@ -844,7 +860,7 @@ class Extractor:
             member = False
         else:
             return None  # calls of lambdas, of call results, of parenthesised expressions
-        if not short or callee in _SKIPPED_FUNCTIONS or callee.startswith("std::"):
+        if not short or callee in _SKIPPED_FUNCTIONS or (callee.startswith("std::") and vendors.of_call(callee) is None):
             return None
         kind, lib, op = classify_call(callee, member, self.ops)
         if kind == "direct" and not member and not any(c.islower() for c in short):
@@ -1045,21 +1061,40 @@ def _preproc_of(stack, at: int) -> str | None:
     return " && ".join(conds) if conds else None
 
 
-def _context_of(stack, at: int) -> tuple[int, str | None, tuple | None]:
-    """(innermost definition, innermost case/if label inside it, TORCH_LIBRARY block)."""
+def _context_of(stack, at: int) -> tuple[int, tuple | None, tuple | None, str | None]:
+    """(innermost definition, innermost case/if inside it, TORCH_LIBRARY block,
+    the named lambda whose body holds `at` with no case/if between them)."""
     cond = None
     def_index = -1
     lib = None
+    lam = None
     for _, end, tag, payload in reversed(stack):
         if end <= at:
             continue
         if tag == "cond" and cond is None and def_index == -1:
             cond = payload
+        elif tag == "lambda" and cond is None and lam is None and def_index == -1:
+            lam = payload
         elif tag == "def" and def_index == -1:
             def_index = payload
         elif tag == "lib" and lib is None:
             lib = payload
-    return def_index, cond, lib
+    return def_index, cond, lib, lam
+
+
+def _lambda_conditions(calls: list[Call], in_lambdas: list[tuple[int, int, str]]) -> None:
+    """Note [named lambdas]: a call in the body of `auto loop = [&](...) {...};`,
+    under no case/if of the body, runs where `loop(...)` is first called in
+    the same definition, so it takes that call's condition. A lambda only
+    passed on (`parallel_for(0, n, grain, loop)`) keeps the condition around
+    its definition."""
+    first_use: dict[tuple[int, str], str | None] = {}
+    for c in calls:
+        if c.kind == "direct" and c.callee == c.short:
+            first_use.setdefault((c.definition, c.short), c.condition)
+    for i, definition, name in in_lambdas:
+        if (definition, name) in first_use:
+            calls[i] = calls[i]._replace(condition=first_use[(definition, name)])
 
 
 def _sweep(regions, points):

@@ -1,6 +1,7 @@
 ; Scopes that qualify a definition's name, and the regions that condition a
 ; call: namespaces (named, nested `a::b`, anonymous), classes and structs with
-; a body, switch cases and if branches.
+; a body, switch cases and if branches, and lambdas bound to a local name
+; (their body runs where the name is called: Note [named lambdas]).
 
 (namespace_definition body: (declaration_list) @namespace.body) @namespace
 
@@ -14,3 +15,8 @@
   condition: (condition_clause) @if.condition
   consequence: (_) @if.then
   alternative: (else_clause)? @if.else)
+
+(declaration
+  declarator: (init_declarator
+    declarator: (identifier) @lambda.name
+    value: (lambda_expression body: (compound_statement) @lambda.body)))

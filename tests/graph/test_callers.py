@@ -90,3 +90,21 @@ def test_callers_of_the_cpu_loop_reach_operators(context):
     assert any(n.kind is NodeKind.STUB for n, _ in walk(tree))
     assert paths_to(tree, lambda n: n.kind is NodeKind.OPERATOR), kernels
     check_lines(tree)
+
+
+def test_the_root_of_a_cpp_symbol_is_its_definition_at_its_line(context):
+    """`callers cpublas_gemm_impl` starts at the one definition, not a bare name;
+    a symbol defined once per preprocessor branch (cudnn_convolution: ConvShared.cpp
+    and the placeholder) lists each definition with its `#if`, callers below each."""
+    tree = graph.callers("cpublas_gemm_impl", context("cpu"), depth=2)
+    root = tree.root
+    assert root.kind is NodeKind.KERNEL and root.location is not None and root.name.endswith("::cpublas_gemm_impl")
+    assert check_lines(tree) >= 2
+    assert root.children and root.children[0].kind is NodeKind.STUB
+
+    tree = graph.callers("cudnn_convolution", context("cuda"), depth=3)
+    definitions = [n for n in tree.root.children if n.kind is NodeKind.KERNEL]
+    assert tree.root.location is None and len(definitions) == len(tree.root.children) >= 2
+    assert {n.condition for n in definitions} == {"#if AT_CUDNN_ENABLED()", "#if !AT_CUDNN_ENABLED()"}
+    assert all(n.location is not None and n.children for n in definitions)
+    check_lines(tree)

@@ -40,7 +40,10 @@ def callers(symbol: str, context: GraphContext, depth: int = DEFAULT_DEPTH) -> C
         raise KernelmapError(f"`callers` reads C++ source: {NEEDS_TREE}")
     definitions = context.index.definitions(text)
     sites = context.index.callers_of(text)
-    if definitions:
+    if len(definitions) == 1:  # the definition itself, at its line
+        root = cpp_node(definitions[0], context)
+        root.identity = ("callers-root", text)
+    elif definitions:
         root = Node(text, "symbol", None, attrs={"definitions": len(definitions)}, identity=("callers-root", text))
         root.payload = ("definitions", definitions)
     elif sites:
@@ -63,10 +66,9 @@ def _expand_up(node: Node, ctx: GraphContext) -> list[Node]:
         what, items = node.payload
         if what == "sites":
             return _caller_nodes(items, ctx)
-        nodes = []
-        for d in items:
-            nodes.extend(_parents_of_definition(d, ctx))
-        return nodes
+        # one child per definition, at its line and with its preprocessor condition, their callers
+        # below: `callers` answers for no one device, so no build's alternative is left out
+        return [cpp_node(d, ctx, None, f"#if {d.symbol.condition}" if d.symbol.condition else None) for d in items]
     if node.kind == "kernel" and node.payload is not None:
         return _parents_of_definition(node.payload, ctx)
     if node.kind == "stub":

@@ -189,3 +189,14 @@ def test_where_json_names_the_tree_for_static_facts_and_the_installed_torch_for_
     for loc in live:
         assert origins[loc["origin"]]["version"] == env.torch_install().version, loc
     assert sum("version mismatch" in n for n in doc["notes"]) == 1
+
+
+def test_generated_locations_name_the_registered_tree(context, indexed_tree):
+    """The files a tree's torchgen regenerates are labelled with the tree's
+    registered name, as its own files are, not with its directory's name."""
+    assert indexed_tree.name != indexed_tree.root.name  # the fixture registers the tree under another name
+    tree = graph.stack("aten::index_select", context("cpu"))
+    generated = [n.location.origin for n, _ in walk(tree) if n.location is not None and n.location.origin is not None
+                 and n.location.origin.kind is OriginKind.GENERATED]
+    assert generated
+    assert {o.label for o in generated} == {f"generated from {indexed_tree.origin.label}"}

@@ -259,11 +259,14 @@ def _ranked(ops) -> tuple[Op, ...]:
 
 
 def tree_origin(root: Path) -> Origin:
-    """The origin of a source tree: its version.txt and, with a .git, its HEAD
+    """The origin of a source tree: the registered tree at `root` (labelled
+    with its registered name), else its version.txt and, with a .git, its HEAD
     (read as the source registry reads them; imported late, it is heavy)."""
-    from kernelmap.source.trees import inspect_tree
+    from kernelmap.source.trees import inspect_tree, list_trees
 
-    return inspect_tree(root).origin
+    resolved = Path(root).resolve()
+    registered = next((t for t in list_trees() if t.root == resolved), None)
+    return (registered or inspect_tree(root)).origin
 
 
 def load_catalog(tree: Path | None = None, origin: Origin | None = None) -> Catalog:

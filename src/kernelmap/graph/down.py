@@ -799,22 +799,6 @@ def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
     return found
 
 
-def referrers(definition, ctx: GraphContext) -> list[Node]:
-    """Definitions of the same file that pass `definition` as an argument (see `_callbacks`)."""
-    location = definition.location
-    short = definition.name.rsplit("::", 1)[-1]
-    pattern = re.compile(_ARGUMENT_NAME.format(name=re.escape(short)))
-    nodes = []
-    for number, text in enumerate(file_lines(ctx.index.tree.root / location.path), 1):
-        if location.line <= number <= (location.end_line or location.line) or not pattern.search(text):
-            continue
-        referrer = ctx.index.definition_at(location.path, number)
-        if referrer is not None and referrer.name != definition.name:
-            site = Location(location.path, number, origin=location.origin)
-            nodes.append(cpp_node(referrer, ctx, EdgeKind.DIRECT, "passes it as a function argument", site))
-    return nodes
-
-
 def vendor_node(callee: str, library_id: str | None, location: Location | None, via: EdgeKind | None, condition: str | None) -> Node:
     """A call into a library outside ATen, named and marked open or closed by the vendor table."""
     library = vendors.library(library_id)

@@ -153,8 +153,9 @@ def _argument_names(path: Path) -> dict[str, tuple[int, ...]]:
 
 
 def _referrers(definition, ctx: GraphContext) -> list[Node]:
-    """Definitions of the same file that pass `definition` as an argument
-    (down.referrers, from a per-file table: a bottom-up tree asks for many)."""
+    """Definitions of the same file that pass `definition` as an argument (a
+    kernel handed to a helper as a function pointer, see down._callbacks), read
+    from a per-file table: a bottom-up tree asks for many."""
     location = definition.location
     short = definition.name.rsplit("::", 1)[-1]
     nodes = []

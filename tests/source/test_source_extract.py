@@ -201,6 +201,63 @@ void f(const Tensor& t, int64_t n, int64_t slice, int64_t grain) {
     assert "std::move" not in calls
 
 
+def test_directives_inside_lists_and_alternative_function_heads(ex):
+    """cudnn/RNN.cpp's shapes: a parameter under `#ifndef` in a list, two ends of
+    one expression, two argument lists closing one call, and two function heads
+    over several lines sharing one body. None leaves an error region, the
+    namespace holds every later definition, and both heads are definitions."""
+    f = facts(
+        ex,
+        """
+namespace at { namespace native {
+int64_t get_num_weights(
+    cudnnHandle_t handle,
+#ifndef V8
+    const TensorDescriptor& x_desc,
+#endif
+    cudnnDataType_t datatype) {
+  auto n =
+#ifndef V8
+      count_v7(handle, x_desc);
+#else
+      count_v8(handle);
+#endif
+  auto [p, q] = get_parameters(
+#ifndef V8
+      handle, x_desc, n);
+#else
+      handle, n);
+#endif
+  return n;
+}
+struct Params {
+#ifndef V8
+  void set(
+      int64_t mode,
+      int64_t hidden){
+#else
+  void set(
+      int64_t mode,
+      bool packed,
+      int64_t hidden) {
+#endif
+    set_mode(mode);
+  }
+};
+Tensor after(const Tensor& t) { return t; }
+}}
+""",
+    )
+    assert f.errors == 0
+    defs = defs_by_name(f)
+    assert "at::native::after" in defs and "at::native::get_num_weights" in defs
+    sets = sorted(d.line for d in f.definitions if d.name == "at::native::Params::set")
+    assert len(sets) == 2  # each head at its own line; the body is the second's
+    calls = {c.callee: c for c in f.calls}
+    assert {"count_v7", "count_v8", "get_parameters", "set_mode"} <= set(calls)  # both whole statements are read
+    assert calls["set_mode"].definition == next(i for i, d in enumerate(f.definitions) if d.line == sets[1])
+
+
 def test_registrations_and_stub_declarations(ex):
     text = """
 namespace at { namespace native {

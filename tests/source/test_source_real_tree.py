@@ -197,3 +197,19 @@ def test_lookups_by_place_and_by_kernel(real_index, real_tree):
         assert d.kernel is None  # `{at::Tag::pt2_compliant_tag}` is no kernel
     assert {d.op for d in defs} >= {"add", "add.out"}
     assert all(r.namespace == "quantized" for r in real_index.library_impls("quantized::add"))
+
+
+def test_cudnn_rnn_keeps_its_namespaces_past_directives_in_lists(real_index, real_tree):
+    """cudnn/RNN.cpp puts `#ifndef USE_CUDNN_RNN_V8_API` inside parameter and
+    argument lists and between two heads of one function: every definition of
+    the file is still in at::, and _cudnn_rnn is at the line that names it."""
+    path = "aten/src/ATen/native/cudnn/RNN.cpp"
+    lines = (real_tree.root / path).read_text(errors="replace").splitlines()
+    defined = [d for d in real_index.definitions("_cudnn_rnn") if d.location.path == path]
+    expected = {n for n, text in enumerate(lines, 1) if re.match(r"^std::tuple<.*> _cudnn_rnn\(", text)}
+    assert len(expected) == 2  # the placeholder (#if !AT_CUDNN_ENABLED()) and the kernel
+    assert {d.location.line for d in defined} == expected
+    assert all(d.name == "at::native::_cudnn_rnn" for d in defined)
+    everything = real_index.definitions_in(path)
+    assert len(everything) > 50
+    assert [d.name for d in everything if not d.name.startswith("at::")] == []

@@ -144,6 +144,58 @@ _SPLIT_BRANCH = re.compile(rb"#[ \t]*if[^\n]*\n[ \t]*\}[ \t]*else\b(?:(?![ \t]*#
 # reads as two unclosed blocks: the first alternative is kept, without the
 # directives, as a build with A reads.
 _ALTERNATIVE_OPENINGS = re.compile(rb"#[ \t]*if[^\n]*\n([^\n#]*\{[ \t]*\n)[ \t]*#[ \t]*else[ \t]*(?://[^\n]*)?\n[^\n#]*\{[ \t]*\n[ \t]*#[ \t]*endif\b[^\n]*")
+# Likewise two function heads over several lines each, then one body
+# (cudnn/RNN.cpp's two `void set(...) {`, FlashAttentionKernel.cpp's two
+# `_scale_attn_mask_fusion_kernel` for GCC 11 on SVE and the rest): both are
+# kept, the first closed by a `}` where `#else` was, so each is a definition at
+# its own line and the body is the second's.
+_ALTERNATIVE_HEADS = re.compile(
+    rb"#[ \t]*if[^\n]*\n((?:(?![ \t]*#)[^\n{};]*\n){1,30}[^\n#{};]*\{[ \t]*\n)([ \t]*#[ \t]*else[^\n]*\n)"
+    rb"((?:(?![ \t]*#)[^\n{};]*\n){1,30}[^\n#{};]*\{[ \t]*\n)[ \t]*#[ \t]*endif\b[^\n]*"
+)
+
+
+def _both_heads(m: re.Match) -> bytes:
+    if not _starts_line(m):
+        return m.group(0)
+    out = bytearray(_spaces(m))
+    for group in (1, 3):
+        out[m.start(group) - m.start() : m.end(group) - m.start()] = m.group(group)
+    out[m.group(0).index(b"#", m.start(2) - m.start())] = ord("}")
+    return bytes(out)
+
+# Directives inside a parameter or argument list (cudnn/RNN.cpp: `const
+# RNNDescriptor& rnn_desc,` / `#ifndef USE_CUDNN_RNN_V8_API` / `const
+# TensorDescriptor& x_desc,` / `#endif` / `cudnnDataType_t datatype) {`) are
+# beyond the grammar, which then loses the namespaces and classes around
+# every later definition of the file; so are alternative ends of one
+# expression (`auto num_weights =` / `#ifndef ...` / `get_num_weights(handle,
+# rnn_desc, x_desc, t);` / `#else` / `get_num_weights(handle, rnn_desc, t);` /
+# `#endif`). The directives are blanked; the branches are both kept where
+# each is whole items or statements (balanced, ending in `,` or `;`: both
+# builds' calls are read), else the first is kept, as a build with its
+# condition reads. Only where a list or an expression goes on across the
+# directive (the line before ends with `,`, `(` or `=`) and the branches open
+# or close no block.
+_LIST_BRANCH = re.compile(
+    rb"(?<=[,(=])[ \t]*\n([ \t]*#[ \t]*if[^\n]*\n)((?:(?![ \t]*#)[^\n{}]*\n){1,20})"
+    rb"([ \t]*#[ \t]*else[^\n]*\n(?:(?![ \t]*#)[^\n{}]*\n){1,20})?([ \t]*#[ \t]*endif[^\n]*)"
+)
+
+
+def _list_branch(m: re.Match) -> bytes:
+    blank = bytearray(_spaces(m))
+    kept = [2]
+    if m.group(3) is not None:
+        first, other = m.group(2), m.group(3).split(b"\n", 1)[1]
+        if all(b.count(b"(") == b.count(b")") and b.rstrip()[-1:] in (b",", b";") for b in (first, other)):
+            kept.append(3)  # two whole items or statements: both read, as either build reads one
+    for group in kept:
+        blank[m.start(group) - m.start() : m.end(group) - m.start()] = m.group(group)
+    if len(kept) == 2:  # the `#else` line itself stays blank
+        else_line = m.group(3).split(b"\n", 1)[0]
+        blank[m.start(3) - m.start() : m.start(3) - m.start() + len(else_line)] = _NOT_NEWLINE.sub(b" ", else_line)
+    return bytes(blank)
 
 
 def _first_alternative(m: re.Match) -> bytes:
@@ -317,6 +369,10 @@ def mask_attributes(data: bytes) -> bytes:
         data = _SPLIT_BRANCH.sub(_blank_line, _DANGLING_ELSE.sub(_blank_line, data))
     if b"else" in data and b"#" in data:
         data = _ALTERNATIVE_OPENINGS.sub(_first_alternative, data)
+    if b"else" in data and b"#" in data:
+        data = _ALTERNATIVE_HEADS.sub(_both_heads, data)
+    if b"#" in data:
+        data = _LIST_BRANCH.sub(_list_branch, data)
     if b"operator()<" in data or b"operator() <" in data:
         data = _CALL_OPERATOR_ARGS.sub(_blank_specialisation, data)
     if b"<<<" in data:

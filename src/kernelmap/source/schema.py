@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import re
 
-SCHEMA_VERSION = 5  # 2: masked attributes, qualified stub registrations, calls on temporaries; 3: a definition's line is its name's; 4: launches written in function-local #define macros, lost REGISTER_DISPATCH lines, cudaMemcpy* as CUDA runtime calls; 5: calls in named lambdas take their first call's condition, memcpy/memmove as C library calls
+SCHEMA_VERSION = 5  # 2: masked attributes, qualified stub registrations, calls on temporaries; 3: a definition's line is its name's; 4: launches written in function-local #define macros, lost REGISTER_DISPATCH lines, cudaMemcpy* as CUDA runtime calls; 5: calls in named lambdas take their first call's condition, memcpy/memmove as C library calls, directives inside lists and between function heads masked
 
 # Call kinds as stored; their order is part of the schema.
 CALL_KINDS = ("direct", "dispatcher", "stub", "launch", "vendor")

@@ -209,3 +209,49 @@ def test_the_cuda_add_ends_at_the_kernel_a_real_trace_records_for_float_add(cont
     ends = graph.call_ends(graph.stack("aten::add.Tensor", context("cuda")))
     assert ends[0].node.name == recorded == "vectorized_elementwise_kernel"
     assert ends[0].node.location.path.endswith("cuda/CUDALoops.cuh")
+
+
+def _line(tree_root, path: str, pattern: str, start: int = 1) -> int:
+    """The first line at or after `start` matching `pattern`, read from the file."""
+    for number, text in enumerate((tree_root / path).read_text(errors="replace").splitlines(), 1):
+        if number >= start and re.search(pattern, text):
+            return number
+    raise AssertionError(f"{path}: nothing matches {pattern!r}")
+
+
+def test_a_cpu_reduction_is_explained_down_to_the_work_its_stub_kernel_calls(context, tree_2_6):
+    """sum's CPU kernel hands its work to cascade_sum, no loop machinery: explain
+    follows the stub to sum_kernel_impl, names the AT_DISPATCH with a float
+    case (not the integral one sum_kernel_impl tests first) and the call of
+    cascade_sum, each at its line."""
+    steps = by_title(explain("aten::sum.dim_IntList", context("cpu")))
+    ops, kernel = "aten/src/ATen/native/ReduceOps.cpp", "aten/src/ATen/native/cpu/SumKernel.cpp"
+    assert steps["native kernel"].location.line == _line(tree_2_6, ops, r"^TORCH_IMPL_FUNC\(sum_out\)")
+    assert steps["stub"].location.line == _line(tree_2_6, ops, r"^\s*sum_stub\(", steps["native kernel"].location.line)
+    body = _line(tree_2_6, kernel, r"^void sum_kernel_impl\(")
+    integral = _line(tree_2_6, kernel, r"AT_DISPATCH_INTEGRAL_TYPES", body)
+    floating = _line(tree_2_6, kernel, r"AT_DISPATCH_FLOATING_AND_COMPLEX_TYPES", body)
+    assert integral < floating  # the case float32 takes is not the first macro of the kernel
+    dtype = steps["dtype switch"]
+    assert (dtype.location.path, dtype.location.line) == (kernel, floating) and "Float case runs" in dtype.summary
+    work = steps["kernel work"]
+    assert (work.location.path, work.location.line) == (kernel, _line(tree_2_6, kernel, r"^\s*cascade_sum<", floating))
+
+
+def test_a_cuda_reduction_shows_its_machinery_and_the_branch_float32_takes(context, tree_2_6):
+    """mean_kernel_cuda tests a Half and a BFloat16 input with a float output
+    first: for float32 (every tensor float) both are false, so the AT_DISPATCH
+    in the last else runs; then Reduce.cuh's gpu_reduce_kernel and
+    launch_reduce_kernel, and the reduce_kernel launch."""
+    result = explain("aten::mean.dim", context("cuda"))
+    steps = by_title(result)
+    assert "dtype(1) == kHalf" not in steps["branch taken"].summary.replace("else of ", "ELSE")
+    assert all(part.startswith("else of ") for part in steps["branch taken"].summary.split("; ") if "dtype(1)" in part)
+    moment, reduce = "aten/src/ATen/native/cuda/ReduceMomentKernel.cu", "aten/src/ATen/native/cuda/Reduce.cuh"
+    machinery = [s for s in result.steps if s.title == "reduction machinery"]
+    assert [(s.location.path, s.location.line) for s in machinery] == [
+        (moment, _line(tree_2_6, moment, r"^\s*gpu_reduce_kernel<", _line(tree_2_6, moment, r"^void mean_kernel_impl\("))),
+        (reduce, _line(tree_2_6, reduce, r"^\s*launch_reduce_kernel<")),
+    ]
+    launch = steps["device loop / launch"]
+    assert (launch.location.path, launch.location.line) == (reduce, _line(tree_2_6, reduce, r"^\s*reduce_kernel<.*<<<"))

@@ -11,7 +11,10 @@ for the selected dtype is marked like a branch for another device (Note
 [branches]): shown collapsed, never followed. Only conditions that test
 the dtype alone decide: `a && is_reduced(dtype)` is false when the dtype
 is not reduced, and undecided (followed) when it is; anything the tests
-below do not read leaves the branch as it was.
+below do not read leaves the branch as it was. Every tensor of the call is
+taken to be of the selected dtype: mean_kernel_cuda's `iter.dtype(1) ==
+kHalf && iter.dtype() == kFloat` (a Half input, a float output) is false for
+float32.
 """
 
 from __future__ import annotations
@@ -36,8 +39,9 @@ _REDUCED = {"Half", "BFloat16"}
 _COMPLEX = {"ComplexFloat", "ComplexDouble", "ComplexHalf"}
 _INTEGRAL = {"Long", "Int", "Short", "Char", "Byte"}
 
-# A dtype-valued expression of a kernel: `dtype`, `common_dtype`, `iter.dtype()`, `self.scalar_type()`.
-_DTYPE_EXPR = r"[\w.>\-]*(?:dtype|scalar_type)\w*(?:\(\))?"
+# A dtype-valued expression of a kernel: `dtype`, `common_dtype`, `iter.dtype()`, `self.scalar_type()`,
+# an operand's `iter.dtype(1)`: every tensor of the call is taken to be of the selected dtype.
+_DTYPE_EXPR = r"[\w.>\-]*(?:dtype|scalar_type)\w*(?:\(\d?\))?"
 _COMPARE = re.compile(rf"^({_DTYPE_EXPR})\s*(==|!=)\s*(?:(?:at|c10)::)?(?:ScalarType::|k)(\w+)$")
 _PREDICATE = re.compile(rf"^(?:(?:at|c10)::)?is(ReducedFloating|Floating|Complex|Integral)Type\(\s*({_DTYPE_EXPR})\s*(?:,\s*(\w+)\s*)?\)$")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from kernelmap.errors import KernelmapError
-from kernelmap.graph import DEVICE_KEYS, GraphContext, call_ends, stack
+from kernelmap.graph import DEVICE_KEYS, GraphContext, call_ends, stack, stub_kernel
 from kernelmap.graph import file_lines as _file_lines
 from kernelmap.graph.down import location_lines
 from kernelmap.model import CallNode, CallTree, Explanation, Location, NodeKind, Step
@@ -131,9 +131,25 @@ def _head(text: str, lines: int = EXCERPT_LINES) -> str:
 
 
 def _main_path(tree: CallTree) -> list[CallNode]:
-    """The path from the root to the call's best end (Note [ranking a call's ends])."""
+    """The path from the root to the call's best end (Note [ranking a call's
+    ends]); when nothing ends the call (a CPU reduction hands its work to
+    Reduce.h's loops, not to loop machinery modelled as an end), the path to
+    the kernel its stub runs."""
     ends = call_ends(tree)
-    return list(ends[0].path) if ends else [tree.root]
+    if ends:
+        return list(ends[0].path)
+    kernel = stub_kernel(tree, ends)
+    return _path_to(tree.root, kernel) if kernel is not None else [tree.root]
+
+
+def _path_to(root: CallNode, target: CallNode) -> list[CallNode]:
+    stack: list[tuple[CallNode, tuple[CallNode, ...]]] = [(root, (root,))]
+    while stack:
+        node, path = stack.pop()
+        if node is target:
+            return list(path)
+        stack.extend((c, path + (c,)) for c in reversed(node.children))
+    return [root]
 
 
 def _native_steps(tree: CallTree, context: GraphContext) -> list[Step]:
@@ -182,6 +198,11 @@ def _native_steps(tree: CallTree, context: GraphContext) -> list[Step]:
     if conditions:
         steps.append(Step("branch taken", "; ".join(dict.fromkeys(conditions))))
     loops = [n for n in near if n.kind is NodeKind.INNER_LOOP and n.location is not None and not n.attrs.get("branch")]
+    for node in path:  # a reduction's machinery on the way (Reduce.cuh's gpu_reduce_kernel, launch_reduce_kernel)
+        if node is not end and node.location is not None and node.location.path in _REDUCTION:
+            site = node.attrs.get("call_site")
+            where = site if isinstance(site, Location) else node.location
+            steps.append(Step("reduction machinery", f"{node.name} (defined at {node.location})", where, _excerpt(where, 1, root=_root(where, context))))
     if end.kind in (NodeKind.LAUNCH, NodeKind.DEVICE_LOOP):
         site = end.attrs.get("call_site")
         if isinstance(site, Location) and end.location is not None and site != end.location:
@@ -193,6 +214,15 @@ def _native_steps(tree: CallTree, context: GraphContext) -> list[Step]:
         steps.extend(_machinery_steps(end, context))
         avx512 = None if capability is None else "AVX512 slot:" in capability.summary
         steps.extend(_operation_steps(end, loops, context, avx512))
+    elif end.kind in (NodeKind.KERNEL, NodeKind.GENERATED) and len(path) > 1:
+        # no end below (a CPU reduction): what the stub's kernel calls to do the work, at each call line
+        for callee in [c for c in end.children if c.kind in (NodeKind.KERNEL, NodeKind.GENERATED) and c.location is not None
+                       and not c.attrs.get("collapsed") and not c.attrs.get("branch")][:3]:
+            site = callee.attrs.get("call_site")
+            where = site if isinstance(site, Location) else callee.location
+            when = f" [{callee.condition}]" if callee.condition else ""
+            steps.append(Step("kernel work", f"{end.name} calls {callee.name} (defined at {callee.location}){when}", where,
+                              _excerpt(where, 2, root=_root(where, context))))
     elif end.kind is NodeKind.INNER_LOOP:
         steps.append(Step("inner loop", f"{end.name}: the scalar/vectorised operation itself", end.location, _excerpt(end.location, 6)))
     elif end.kind == "vendor":
@@ -203,6 +233,8 @@ def _native_steps(tree: CallTree, context: GraphContext) -> list[Step]:
     return steps
 
 
+# Files whose definitions are the reductions' machinery: shown on the way to the kernel they launch.
+_REDUCTION = ("aten/src/ATen/native/cuda/Reduce.cuh", "aten/src/ATen/native/cpu/Reduce.h")
 # Files whose definitions are the device loop machinery (Note [device loop machinery]).
 _MACHINERY = ("aten/src/ATen/native/cpu/Loops.h", "aten/src/ATen/native/cuda/Loops.cuh", "aten/src/ATen/native/cuda/CUDALoops.cuh",
               "aten/src/ATen/TensorIterator.cpp", "aten/src/ATen/TensorIterator.h", "aten/src/ATen/TensorIteratorInternal.h", "aten/src/ATen/Parallel-inl.h")
@@ -449,7 +481,11 @@ def _caller_name(kernels: list[CallNode], site: Location) -> str:
 
 
 def _first_dispatch_step(kernels: list[CallNode], context: GraphContext) -> Step | None:
+    from kernelmap.graph import dtypes
     from kernelmap.source import Definition
+
+    name = dtypes.canonical(context.dtype)
+    scalar, cpp = dtypes.SCALAR_TYPES[name] if name else (None, None)
 
     for node in kernels:
         if node.kind == "generated":
@@ -462,8 +498,14 @@ def _first_dispatch_step(kernels: list[CallNode], context: GraphContext) -> Step
             if definition.location.path != node.location.path or not isinstance(definition, Definition):
                 continue
             sites = context.index.dtype_dispatches(definition)
-            if sites:
-                site = sites[0]
-                groups = f" plus {site.dtypes}" if site.dtypes else ""
-                return Step("dtype switch", f"{site.macro} (\"{site.name}\"){groups} in {node.name}", site.location, _excerpt(site.location, 2))
+            if not sites:
+                continue
+            # the macro with a case for the selected dtype (sum_kernel_impl's floating one for
+            # float32, not the integral one it tests first), else the first
+            covers = [_covers(site.macro, " ".join(location_lines(site.location, context)[site.location.line - 1 : site.location.line + 2]), scalar)
+                      if scalar else None for site in sites]
+            site, covered = next(((s, c) for s, c in zip(sites, covers) if c is True), (sites[0], covers[0]))
+            groups = f" plus {site.dtypes}" if site.dtypes else ""
+            runs = f": the {scalar} case runs for {name} (scalar_t = {cpp})" if covered is True else ""
+            return Step("dtype switch", f"{site.macro} (\"{site.name}\"){groups} in {node.name}{runs}", site.location, _excerpt(site.location, 2))
     return None

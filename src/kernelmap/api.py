@@ -145,7 +145,11 @@ def _source_steps(op: str, device: str, notes: list[str], source: str | None = N
     ends = graph.call_ends(tree)
     stub = graph.stub_kernel(tree, ends)  # on the path to the call's ends, not the first stub met
     if stub is not None:
-        roles["stub kernel"] = SourceStep("stub kernel", stub.name, stub.location, stub.condition or "")
+        detail = stub.condition or ""
+        call = next((n for _, n in tree.walk() if n.kind is NodeKind.STUB and any(c is stub for c in n.children)), None)
+        if call is not None and call.condition:  # when the kernel calls the stub: cat_serial_stub only for small inputs
+            detail = f"{detail}; the stub is called {call.condition}" if detail else f"the stub is called {call.condition}"
+        roles["stub kernel"] = SourceStep("stub kernel", stub.name, stub.location, detail)
     leaves: dict[str, SourceStep] = {}
     for end in ends:  # Note [ranking a call's ends]
         if end.node.name not in leaves and len(leaves) < 3:

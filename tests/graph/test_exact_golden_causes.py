@@ -185,6 +185,20 @@ def test_where_names_the_fast_path_stub_called_before_the_general_loop(context, 
     assert stub.location.line == line_matching(tree_2_6, path, r"^void cat_serial_kernel\(")
 
 
+def test_where_says_when_the_stub_is_called(context, tree_2_6):
+    """cat's CPU kernel calls cat_serial_stub only under its `if`: where's stub
+    kernel says so, with the condition read from the line above the call."""
+    path = "aten/src/ATen/native/TensorShape.cpp"
+    impl = line_matching(tree_2_6, path, r"^TORCH_IMPL_FUNC\(cat_out_cpu\)")
+    call = line_matching(tree_2_6, path, r"^\s*cat_serial_stub\(", impl)
+    text = lines(tree_2_6, path)
+    opening = next(n for n in range(call - 1, impl, -1) if text[n - 1].lstrip().startswith("if ("))
+    condition = " ".join(t.strip() for t in text[opening - 1 : call - 1]).removesuffix("{").strip()
+    answer = api.where("aten::cat", device="cpu", with_source=True, static=True, source=TREE_NAME)
+    stub = next(s for s in answer.source if s.role == "stub kernel")
+    assert stub.detail.endswith(f"the stub is called {condition}")
+
+
 def test_where_follows_the_dispatcher_route_the_backend_switch_tests_first(context, tree_2_6):
     """_convolution's switch tests ConvBackend::Mkldnn before MkldnnTranspose; the
     forward reaches ideep through at::mkldnn_convolution (the dispatcher's levels

@@ -220,6 +220,24 @@ def test_a_registry_entry_of_the_wrong_shape_is_ignored_with_a_warning(tmp_path,
     assert len(warnings) == 3 and all(ln.startswith("kernelmap: warning: the tree registry") for ln in warnings)
 
 
+def test_a_registry_name_that_is_a_path_is_ignored_and_nothing_outside_is_removed(tmp_path, cache):
+    small(tmp_path / "t")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    precious = [outside / "precious.sqlite", outside / "precious.sqlite.record"]
+    for p in precious:
+        p.write_text("keep")
+    data = json.loads(registry_path().read_text())
+    data["trees"][0]["name"] = os.path.relpath(outside / "precious", registry_path().parent / "index")
+    assert data["trees"][0]["name"].startswith("..")
+    registry_path().write_text(json.dumps(data))
+    r = run("source", "list")
+    assert r.exit_code == 0 and "precious" not in r.stdout and "entry 0 is ignored" in r.stderr
+    r = run("source", "remove", data["trees"][0]["name"])
+    assert r.exit_code == 2 and r.stderr.splitlines()[-1].startswith("kernelmap: error: no source tree named")
+    assert all(p.read_text() == "keep" for p in precious)
+
+
 def test_long_tree_names_are_refused_and_old_ones_still_removable(tmp_path, cache):
     root = small(tmp_path / "t").root
     assert_one_line_error(run("source", "add", str(root), "--name", "n" * 300), "1 to 100")

@@ -28,6 +28,9 @@ REGISTRY_VERSION = 1
 # The parts of a tree the index reads; a tree with none of them is no PyTorch tree.
 INDEXED_PARTS = ("aten", "c10", "torch/csrc")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")  # it names files: keep it short
+# A name read back from the registry: any length (older versions took longer ones, still to be
+# removable), never a path (`../x` as a name would make `source remove` delete outside the cache).
+_STORED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 _SHA = re.compile(r"[0-9a-f]{40}")
 
 
@@ -77,6 +80,8 @@ class Tree:
         for key in ("name", "root", "version"):
             if not isinstance(d.get(key), str) or not d[key]:
                 raise ValueError(f"an entry's {key!r} is a non-empty string, not {d.get(key)!r:.80}")
+        if not _STORED_NAME.fullmatch(d["name"]):  # it names the index's files: `../` would reach outside the cache
+            raise ValueError(f"an entry's 'name' is letters, digits and . _ + -, not {d['name']!r:.80}")
         commit, kind = d.get("commit"), d.get("kind", "local")
         if commit is not None and not (isinstance(commit, str) and _SHA.fullmatch(commit)):
             raise ValueError(f"an entry's 'commit' is 40 hex digits or null, not {commit!r:.80}")
@@ -194,17 +199,27 @@ def _load() -> dict[str, Tree]:
     except (OSError, ValueError) as e:
         raise SourceError(f"the tree registry {path} is unreadable ({e}); remove it and add the trees again") from None
     if not isinstance(data, dict) or data.get("version") != REGISTRY_VERSION or not isinstance(data.get("trees", []), list):
-        warnings.warn(f"the tree registry {path} is of another format; ignoring it", RegistryWarning, stacklevel=3)
+        _warn_once(f"the tree registry {path} is of another format; ignoring it")
         return {}
     trees = {}
     for i, d in enumerate(data.get("trees", [])):
         try:
             tree = Tree.from_json(d)
         except ValueError as e:  # one bad entry must not make every tree command fail
-            warnings.warn(f"the tree registry {path}: entry {i} is ignored ({e})", RegistryWarning, stacklevel=3)
+            _warn_once(f"the tree registry {path}: entry {i} is ignored ({e})")
             continue
         trees[tree.name] = tree
     return trees
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """A registry problem is said once per process, though a command reads the registry several times."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, RegistryWarning, stacklevel=4)
 
 
 def _save(trees: dict[str, Tree]) -> None:

@@ -162,6 +162,46 @@ def test_force_refuses_symlinks(kernelmap_cli, tmp_path, link):
     assert (outside / "conftest.py").read_text() == "outside\n"
 
 
+def _contents(root):
+    return {str(p.relative_to(root)): (p.is_symlink(), p.read_text() if p.is_file() and not p.is_symlink() else None)
+            for p in sorted(root.rglob("*"))}
+
+
+def test_force_never_writes_through_a_link_left_at_the_aside_name(kernelmap_cli, tmp_path):
+    out = tmp_path / "p"
+    assert kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(out)).returncode == 0
+    victim = tmp_path / "victim.txt"
+    victim.write_text("victim\n")
+    (out / "csrc" / ".myrelu.cpp.kernelmap-tmp").symlink_to(victim)
+    done = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(out), "--force")
+    assert done.returncode == 0, done.stderr
+    assert victim.read_text() == "victim\n"
+    cpp = out / "csrc" / "myrelu.cpp"
+    assert not cpp.is_symlink() and "myrelu" in cpp.read_text()
+    assert not list(out.rglob("*.kernelmap-tmp"))
+
+
+def test_force_that_fails_midway_changes_nothing_and_can_be_retried(kernelmap_cli, tmp_path):
+    out = tmp_path / "p"
+    assert kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(out)).returncode == 0
+    obstacle = out / "tests" / ".test_myrelu2.py.kernelmap-tmp"
+    obstacle.mkdir()  # the aside name of one file is taken by a folder: that write fails
+    before = _contents(out)
+    done = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu2", "--out", str(out), "--force")
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert _contents(out) == before  # no file written, no folder made
+    obstacle.rmdir()
+    again = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu2", "--out", str(out), "--force")
+    assert again.returncode == 0, again.stderr
+    assert json.loads((out / "kernelmap.json").read_text())["package"] == "myrelu2"
+
+
+def test_a_new_project_folder_has_the_usual_mode(kernelmap_cli, tmp_path):
+    out = tmp_path / "p"
+    assert kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(out)).returncode == 0
+    assert out.stat().st_mode & 0o777 == (out / "csrc").stat().st_mode & 0o777
+
+
 def test_a_manifest_of_another_shape_is_refused(kernelmap_cli, tmp_path):
     out = tmp_path / "p"
     out.mkdir()

@@ -9,6 +9,7 @@ Jinja2 writes the files (templates/ beside this module).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -265,8 +266,9 @@ def scaffold(
 # interrupted scaffold leaves nothing at --out); over an existing folder
 # (--force), scaffold replaces only the files its manifest (kernelmap.json)
 # lists from the previous scaffold, refuses any other file in the way, never
-# writes through a symbolic link, and writes each file aside and renames it,
-# the manifest last. A previous scaffold's files that this one no longer
+# writes through a symbolic link, and writes every file aside (a new file,
+# never through whatever was left at the aside name) before it renames them
+# into place, the manifest last: a write that fails leaves the folder as it was. A previous scaffold's files that this one no longer
 # writes (another NAME) are removed; nothing else is.
 
 
@@ -274,6 +276,9 @@ def _write_new(root: Path, files: dict[str, str]) -> None:
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.", suffix=".kernelmap-tmp", dir=root.parent))
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(staging, 0o777 & ~umask)  # a project folder like any other, not mkdtemp's private 0700
         for rel, text in files.items():
             path = staging / rel
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -282,6 +287,20 @@ def _write_new(root: Path, files: dict[str, str]) -> None:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def _write_aside(path: Path, text: str) -> Path:
+    """`text` in a new file beside `path`, to be renamed over it: never
+    through a link or a file someone left at the aside name."""
+    aside = path.with_name(f".{path.name}.kernelmap-tmp")
+    if aside.is_symlink() or aside.is_file():
+        aside.unlink()  # a link itself is removed, never followed
+    elif aside.exists():
+        raise OutputExists(f"{aside} is in the way of the file scaffold writes beside {path.name}; move it away")
+    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return aside
 
 
 def _previous_files(root: Path) -> set[str]:
@@ -328,16 +347,25 @@ def _write_over(root: Path, files: dict[str, str]) -> None:
     for rel in sorted(previous - set(files)):
         _check_no_link(root, rel)
     body = [rel for rel in files if rel != MANIFEST]
-    for rel in body + [MANIFEST]:
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        aside = path.with_name(f".{path.name}.kernelmap-tmp")
-        try:
-            aside.write_text(files[rel])
-            os.replace(aside, path)
-        except BaseException:
+    # every file is written aside first: a write that fails leaves the folder as it was
+    written: list[tuple[Path, Path]] = []
+    made: list[Path] = []
+    try:
+        for rel in body + [MANIFEST]:
+            path = root / rel
+            missing = [d for d in (path.parent, *path.parent.parents) if d != root and root in d.parents and not d.exists()]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            made.extend(reversed(missing))
+            written.append((_write_aside(path, files[rel]), path))
+    except BaseException:
+        for aside, _ in written:
             aside.unlink(missing_ok=True)
-            raise
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+    for aside, path in written:  # the manifest last
+        os.replace(aside, path)
     for rel in sorted(previous - set(files)):
         stale = root / rel
         if stale.is_file():

@@ -59,7 +59,7 @@ class LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except KernelmapError as e:
-            click.echo(f"kernelmap: error: {e}", err=True)
+            click.echo(f"kernelmap: error: {_printable(str(e))}", err=True)
             ctx.exit(2)
 
 
@@ -74,6 +74,14 @@ def cli() -> None:
     """
 
 
+def _printable(message: str) -> str:
+    """An error line names what the user gave (a file name, a tree's version):
+    its control characters are shown escaped, never sent to the terminal."""
+    from kernelmap.trace.text import sanitize
+
+    return sanitize(message)
+
+
 def main() -> None:
     """Run the CLI. Usage errors (an unknown option, a missing argument, a bad
     value) are one `kernelmap: error:` line and exit status 2, like every
@@ -83,15 +91,19 @@ def main() -> None:
     one_line_warnings()
     try:
         status = cli.main(prog_name="kernelmap", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as e:  # `kernelmap`, `kernelmap source`: no command named
+        path = e.ctx.command_path if e.ctx else "kernelmap"
+        click.echo(f"kernelmap: error: missing command (see {path} --help)", err=True)
+        sys.exit(2)
     except click.UsageError as e:
         hint = f" (see kernelmap {e.ctx.command_path.split(' ', 1)[1] + ' ' if e.ctx and ' ' in e.ctx.command_path else ''}--help)"
-        click.echo(f"kernelmap: error: {e.format_message()}{hint}", err=True)
+        click.echo(f"kernelmap: error: {_printable(e.format_message())}{hint}", err=True)
         sys.exit(2)
     except click.Abort:
         click.echo("kernelmap: aborted", err=True)
         sys.exit(130)
     except click.ClickException as e:
-        click.echo(f"kernelmap: error: {e.format_message()}", err=True)
+        click.echo(f"kernelmap: error: {_printable(e.format_message())}", err=True)
         sys.exit(e.exit_code)
     sys.exit(status if isinstance(status, int) else 0)
 

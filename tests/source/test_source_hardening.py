@@ -286,3 +286,46 @@ def test_an_unwritable_cache_dir_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("KERNELMAP_CACHE_DIR", str(blocker / "cache"))  # under a file: ENOTDIR
     tree_root = make_tree(tmp_path / "t", {"c10/X.h": "int x();\n"})
     assert_one_line_error(run("source", "add", str(tree_root)), "cannot write the tree registry")
+
+
+# -- a tree's own files ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fifo", ["version.txt", ".git/HEAD"])
+def test_a_fifo_in_a_trees_identity_files_never_blocks(tmp_path, cache, fifo):
+    import subprocess
+    import sys
+
+    root = make_tree(tmp_path / "t", {"aten/src/ATen/native/X.cpp": "void f() {}\n"})
+    target = root / fifo
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.unlink(missing_ok=True)
+    os.mkfifo(target)
+    done = subprocess.run([sys.executable, "-m", "kernelmap", "source", "add", str(root), "--name", "fifo"],
+                          capture_output=True, text=True, timeout=60, env=dict(os.environ))
+    if fifo == "version.txt":
+        assert done.returncode == 2 and done.stderr.startswith("kernelmap: error:") and len(done.stderr.splitlines()) == 1
+    else:
+        assert done.returncode == 0, done.stderr  # no commit, as for a checkout without one
+
+
+def test_a_version_line_with_escape_sequences_is_refused_and_never_printed(tmp_path, cache):
+    root = make_tree(tmp_path / "t", {"aten/src/ATen/native/X.cpp": "void f() {}\n"}, version="2.6.0\x1b]0;PWNED\x07\x1b[2J")
+    r = run("source", "add", str(root), "--name", "esc")
+    assert_one_line_error(r, "does not hold one version line")
+    assert "\x1b" not in r.stderr and "\x07" not in r.stderr
+
+
+def test_control_characters_in_an_error_line_are_escaped(tmp_path, cache):
+    from tests.conftest import run_kernelmap
+
+    done = run_kernelmap("source", "add", str(tmp_path / "nope\x1b]0;X\x07"))
+    assert done.returncode == 2 and "\x1b" not in done.stderr and "\\x1b]0;X\\x07" in done.stderr
+
+
+@pytest.mark.parametrize("args", [(), ("source",)])
+def test_no_command_is_one_line(args):
+    from tests.conftest import run_kernelmap
+
+    done = run_kernelmap(*args)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [f"kernelmap: error: missing command (see {' '.join(('kernelmap',) + args)} --help)"]

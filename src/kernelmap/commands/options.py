@@ -92,6 +92,23 @@ def depth_check(value: int) -> int:
     return value
 
 
+def check_output_file(path: str, option: str) -> None:
+    """An output kernelmap writes aside and renames into place must be a
+    regular file (or a link, which is replaced, never followed) or not exist
+    yet: a rename over a device, a FIFO or a socket would replace it."""
+    import os
+    import stat
+
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise BadInput(f"cannot write {option} {path}: {e.strerror}") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise BadInput(f"cannot write {option} {path}: it is not a regular file")
+
+
 def write_html(answer: Any, path: str) -> None:
     """The answer's HTML report, written aside and renamed into place, with
     excerpts read from the registered trees, the generated-code cache and the wheel."""
@@ -102,6 +119,7 @@ def write_html(answer: Any, path: str) -> None:
     from kernelmap.render import render
     from kernelmap.web.files import SourceFiles
 
+    check_output_file(path, "--html")
     text = render(answer, "html", excerpt=SourceFiles.discover().excerpt)
     target = Path(path)
     try:

@@ -24,7 +24,9 @@ def one_line_warnings() -> None:
     import warnings
 
     def show(message, category, filename, lineno, file=None, line=None):
-        click.echo(f"kernelmap: warning: {message}", err=True)
+        from kernelmap.trace.text import sanitize
+
+        click.echo(f"kernelmap: warning: {sanitize(str(message))}", err=True)
 
     warnings.showwarning = show
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from kernelmap.commands.options import check_width, emit, source_option
+from kernelmap.commands.options import check_output_file, check_width, emit, source_option
 from kernelmap.errors import BadInput
 
 
@@ -26,6 +26,7 @@ def _check_options(width, top, min_us, depth, export_chrome) -> None:
     if not math.isfinite(min_us) or min_us < 0:
         raise BadInput(f"--min-us must be a finite number of 0 or more, not {min_us}")
     if export_chrome is not None:
+        check_output_file(export_chrome, "--export-chrome")
         parent = Path(export_chrome).resolve().parent
         if not parent.is_dir() or not os.access(parent, os.W_OK):
             raise BadInput(f"cannot write --export-chrome {export_chrome}: {parent} is not a writable folder")
@@ -111,6 +112,8 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
     from kernelmap import trace as tracing
 
     _check_options(width, top, min_us, depth, export_chrome)
+    if html is not None:
+        check_output_file(html, "--html")  # before the trace is run or read, not after
     from_file = None
     if from_files:
         from kernelmap.trace.ranks import trace_files

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import tempfile
 import warnings
 from dataclasses import asdict, dataclass
@@ -95,13 +96,30 @@ class Tree:
 # ---------------------------------------------------------------------------
 
 
+def _small_text(path: Path, limit: int = 1 << 20) -> str | None:
+    """The text of a small regular file; None when `path` is absent or no
+    regular file (a FIFO would block the read for ever)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except (OSError, ValueError):
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, limit).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def read_version(root: Path) -> str:
     """The tree's version.txt, stripped; NotATree when absent or empty."""
-    try:
-        version = (root / "version.txt").read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        raise NotATree(f"{root} is not a PyTorch source tree: it has no version.txt") from None
-    if not version or "\n" in version or len(version) > 64:
+    text = _small_text(root / "version.txt", 4096)
+    if text is None:
+        raise NotATree(f"{root} is not a PyTorch source tree: it has no version.txt (a regular file)")
+    version = text.strip()
+    if not version or len(version) > 64 or any(c < " " or c == "\x7f" for c in version):
         raise NotATree(f"{root}/version.txt does not hold one version line")
     return version
 
@@ -115,16 +133,13 @@ def read_git_head(root: Path) -> str | None:
     """
     git = root / ".git"
     if git.is_file():
-        text = git.read_text(errors="replace").strip()
+        text = (_small_text(git) or "").strip()
         if not text.startswith("gitdir:"):
             return None
         git = (root / text[len("gitdir:") :].strip()).resolve()
     if not git.is_dir():
         return None
-    try:
-        head = (git / "HEAD").read_text(errors="replace").strip()
-    except OSError:
-        return None
+    head = (_small_text(git / "HEAD") or "").strip()
     if _SHA.fullmatch(head):
         return head
     if not head.startswith("ref:"):
@@ -134,16 +149,14 @@ def read_git_head(root: Path) -> str | None:
     dirs = [git]
     common = git / "commondir"
     if common.is_file():
-        dirs.append((git / common.read_text().strip()).resolve())
+        dirs.append((git / (_small_text(common) or "").strip()).resolve())
     for d in dirs:
-        loose = d / ref
-        if loose.is_file():
-            sha = loose.read_text(errors="replace").strip()
-            if _SHA.fullmatch(sha):
-                return sha
-        packed = d / "packed-refs"
-        if packed.is_file():
-            for line in packed.read_text(errors="replace").splitlines():
+        sha = (_small_text(d / ref) or "").strip()
+        if _SHA.fullmatch(sha):
+            return sha
+        packed = _small_text(d / "packed-refs", 64 << 20)
+        if packed is not None:
+            for line in packed.splitlines():
                 parts = line.split(" ", 1)
                 if len(parts) == 2 and parts[1].strip() == ref and _SHA.fullmatch(parts[0]):
                     return parts[0]

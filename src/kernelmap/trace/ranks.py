@@ -110,8 +110,12 @@ def trace_files(paths: tuple[str, ...]) -> list[Path]:
     """The trace files named, a folder standing for its `.json` / `.json.gz` files."""
     out: list[Path] = []
     for p in map(Path, paths):
-        if p.is_dir():
-            found = sorted(q for q in p.iterdir() if q.is_file() and q.name.endswith((".json", ".json.gz")))
+        try:
+            folder = p.is_dir()
+            found = sorted(q for q in p.iterdir() if q.is_file() and q.name.endswith((".json", ".json.gz"))) if folder else []
+        except OSError as e:  # a name too long for the OS, a folder that cannot be read
+            raise BadInput(f"cannot read --from {p}: {e.strerror}") from None
+        if folder:
             if not found:
                 raise BadInput(f"{p}: no .json or .json.gz trace in this folder")
             out.extend(found)

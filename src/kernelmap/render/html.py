@@ -29,6 +29,7 @@ import jinja2
 from markupsafe import Markup
 
 from kernelmap.errors import BadInput
+from kernelmap.render.json import dumps
 
 Excerpt = Callable[[dict[str, Any]], "str | None"]
 
@@ -162,7 +163,7 @@ def script_json(value: Any) -> str:
     """JSON that is safe inside a `<script type="application/json">` element:
     `<`, `>` and `&` are written as escapes, so no text in the data can close
     the element or open another."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    text = dumps(value, indent=None).rstrip("\n")  # iterative: a trace's tree nests deeper than json.dumps recurses
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 

@@ -4,7 +4,9 @@ report and tests read this form.
 
 The text is written with an explicit stack: a trace's call tree nests deeper
 than the standard encoder may recurse. With an indent, containers open one
-item per line and each scalar sits beside its key.
+item per line and each scalar sits beside its key; indentation stops growing
+past MAX_INDENT_LEVEL, so a tree thousands of calls deep is not written as
+gigabytes of spaces. A value of no JSON type is written as its text.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import json
 from typing import Any
 
 _DUMPS = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+_SCALARS = (str, int, float, bool, type(None))
+MAX_INDENT_LEVEL = 40
 
 
 def dumps(doc: Any, indent: int | None = 2) -> str:
@@ -21,7 +25,7 @@ def dumps(doc: Any, indent: int | None = 2) -> str:
     colon = ": " if indent is not None else ":"
 
     def nl(level: int) -> str:
-        return "" if indent is None else "\n" + " " * (indent * level)
+        return "" if indent is None else "\n" + " " * (indent * min(level, MAX_INDENT_LEVEL))
 
     # items: ("v", value, level) to write a value, ("s", text) to emit text
     stack: list[tuple] = [("v", doc, 0)]
@@ -50,7 +54,7 @@ def dumps(doc: Any, indent: int | None = 2) -> str:
         elif isinstance(value, (list, tuple)):
             out.append("[]")
         else:
-            out.append(_DUMPS(value))
+            out.append(_DUMPS(value if isinstance(value, _SCALARS) else str(value)))
     return "".join(out) + "\n"
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernelmap.model import FACT_NAMES, CallNode, CallTree, Location, NodeKind
+from kernelmap.trace.text import sanitize
 
 HOST_CATEGORIES = {"python_function": 0, "user_annotation": 1, "cpu_op": 2, "cuda_runtime": 3, "cuda_driver": 3}
 DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
@@ -321,12 +322,18 @@ def collect(events: Iterable[Any], python_origin=None) -> Collected:
                 c.skipped += 1
                 continue
             name, ts, dur = e.name, e.ts, e.dur
-            if type(name) is not str or ts is None or (dur is not None and dur < 0):
-                what = "name is not a string" if type(name) is not str else "ts is missing" if ts is None else f"negative duration {dur}"
-                raise ValueError(f"event #{index} ({str(name if name is not None else '?')[:80]!r}) lacks a usable name/ts/dur: {what}")
             if dur is None:
                 dur = 0.0
-            name = intern.setdefault(name, name)
+            # one comparison each refuses NaN, infinities (1e400 reads as inf) and negative durations
+            if type(name) is not str or ts is None or not (-_FINITE < ts < _FINITE) or not (0 <= dur < _FINITE):
+                what = ("name is not a string" if type(name) is not str else "ts is missing" if ts is None
+                        else f"ts {ts} is not a finite number" if not (-_FINITE < ts < _FINITE)
+                        else f"negative duration {dur}" if dur < 0 else f"duration {dur} is not a finite number")
+                raise ValueError(f"event #{index} ({sanitize(str(name if name is not None else '?')[:80])!r}) lacks a usable name/ts/dur: {what}")
+            interned = intern.get(name)
+            if interned is None:  # once per distinct name
+                interned = intern[name] = _encodable(name)
+            name = interned
             a = e.args
             args: dict[str, Any] = {}
             if a is not None:
@@ -376,15 +383,26 @@ def collect(events: Iterable[Any], python_origin=None) -> Collected:
             target[fid] = (e.pid, e.tid, e.ts if e.ts is not None else 0.0)
         elif ph == "M":
             if e.name == "thread_name":
-                c.thread_names[(e.pid, e.tid)] = e.args.name if e.args is not None and e.args.name is not None else ""
+                c.thread_names[(e.pid, e.tid)] = _encodable(e.args.name) if e.args is not None and isinstance(e.args.name, str) else ""
             elif e.name == "process_name":
-                c.process_names[e.pid] = e.args.name if e.args is not None and e.args.name is not None else ""
+                c.process_names[e.pid] = _encodable(e.args.name) if e.args is not None and isinstance(e.args.name, str) else ""
         else:
             c.skipped += 1
     return c
 
 
 _NO_ARGS: dict[str, Any] = {}  # shared by events with no kept args: never written to
+_FINITE = 1e300  # µs: far beyond any real trace, and no NaN or infinity compares below it
+
+
+def _encodable(text: str) -> str:
+    """`text` as UTF-8 can write it: a lone surrogate (`\\ud800` in the JSON)
+    becomes its escape, not an error when the name is printed or saved."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def nest(nodes: list[Node]) -> list[Node]:

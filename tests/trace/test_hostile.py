@@ -1,0 +1,100 @@
+"""Trace files a hostile tester made (issue "Hardening and scale"): a lone
+surrogate in a name, numbers that are not finite, names too long for the
+OS, escape sequences in file names, outputs that are not regular files, and
+calls nested thousands deep. Each gives a correct answer, or one
+`kernelmap: error:` line and exit status 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from tests.conftest import run_kernelmap
+
+
+def event(name="aten::add", ts=1000, dur=50):
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": {}}
+
+
+def write(path, text):
+    path.write_text(text)
+    return path
+
+
+def one_line_error(done, pattern=""):
+    lines = done.stderr.strip().splitlines()
+    return done.returncode == 2 and len(lines) == 1 and lines[0].startswith("kernelmap: error:") and pattern in lines[0]
+
+
+def test_a_lone_surrogate_in_a_name_is_shown_escaped(tmp_path):
+    # json.dumps writes the lone surrogate as the escape \ud800, as the audit's file had it
+    trace = write(tmp_path / "s.json", json.dumps({"traceEvents": [event("aten::add\ud800"), event("void k\ud800()", 1010, 5) | {"cat": "kernel", "pid": 0, "tid": 7}]}))
+    for args in ((), ("--json",)):
+        done = run_kernelmap("trace", "--from", str(trace), *args)
+        assert done.returncode == 0, done.stderr
+        assert "aten::add\\ud800" in done.stdout.replace("\\\\", "\\")
+
+
+@pytest.mark.parametrize("field, value, what", [
+    ("dur", "NaN", "duration nan"), ("dur", "1e400", "duration inf"), ("ts", "Infinity", "ts inf"), ("ts", "-Infinity", "ts -inf"),
+])
+def test_numbers_that_are_not_finite_are_refused(tmp_path, field, value, what):
+    text = json.dumps({"traceEvents": [event(), event("aten::mul", 1100, 10)]}).replace(f'"{field}": {1100 if field == "ts" else 10}', f'"{field}": {value}')
+    assert value in text
+    done = run_kernelmap("trace", "--from", str(write(tmp_path / "t.json", text)))
+    assert one_line_error(done, what), done.stderr
+
+
+def test_a_name_too_long_for_the_os_is_one_line(tmp_path):
+    done = run_kernelmap("trace", "--from", str(tmp_path / ("a" * 300 + ".json")))
+    assert one_line_error(done, "too long"), done.stderr
+
+
+def test_a_file_name_with_escape_sequences_is_shown_escaped(tmp_path):
+    folder = tmp_path / "d"
+    folder.mkdir()
+    write(folder / "r\x1b]0;PWNED\x07.json", json.dumps({"traceEvents": [event(dur=-1)]}))
+    done = run_kernelmap("trace", "--from", str(folder))
+    assert one_line_error(done, "r\\x1b]0;PWNED\\x07.json"), done.stderr
+    assert "\x1b" not in done.stderr and "\x07" not in done.stderr
+
+
+@pytest.mark.parametrize("option", ["--export-chrome", "--html"])
+def test_an_output_that_is_not_a_regular_file_is_refused_and_kept(tmp_path, option):
+    trace = write(tmp_path / "t.json", json.dumps({"traceEvents": [event()]}))
+    fifo = tmp_path / "out.json"
+    os.mkfifo(fifo)
+    done = run_kernelmap("trace", "--from", str(trace), option, str(fifo))
+    assert one_line_error(done, "not a regular file"), done.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_where_html_into_a_fifo_is_refused(tmp_path):
+    fifo = tmp_path / "out.html"
+    os.mkfifo(fifo)
+    done = run_kernelmap("where", "conv2d", "--static", "--html", str(fifo))
+    assert one_line_error(done, "not a regular file"), done.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def nested(path, n):
+    """`n` operators, each running inside the one before."""
+    return write(path, json.dumps({"traceEvents": [event(ts=i, dur=2 * n - 2 * i) for i in range(n)]}))
+
+
+def test_calls_nested_thousands_deep_make_a_report_and_a_document_of_linear_size(tmp_path):
+    n = 2000
+    trace = nested(tmp_path / "deep.json", n)
+    html = tmp_path / "deep.html"
+    done = run_kernelmap("trace", "--from", str(trace), "--html", str(html))
+    assert done.returncode == 0, done.stderr[-500:]
+    assert html.stat().st_size > 0
+    doc = run_kernelmap("trace", "--from", str(trace), "--json")
+    assert doc.returncode == 0, doc.stderr[-500:]
+    # (json.loads would recurse once per level) every operator is there, each inside the one before
+    assert doc.stdout.count('"aten::add"') >= n and doc.stdout.count('"children"') >= n
+    half = run_kernelmap("trace", "--from", str(nested(tmp_path / "half.json", n // 2)), "--json")
+    assert len(doc.stdout) < 2.5 * len(half.stdout)  # twice the depth, twice the text: not spaces growing with the depth

@@ -27,9 +27,14 @@ def kernel(name, source, as_json, width, html):
       kernelmap kernel ncclKernel_AllReduce_RING_LL_Sum_float --json
       kernelmap kernel _ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEENS_6detail5ArrayIPcLi1EEEEEviT0_T1_ --source debian-2.6.0
     """
+    from kernelmap.errors import BadInput
     from kernelmap.kernels import open_resolver
     from kernelmap.trace.text import sanitize
 
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # undecodable bytes of argv arrive as lone surrogates
+        raise BadInput(f"not a kernel name (not valid UTF-8): {sanitize(name[:80])!r}") from None
     resolver, reason = open_resolver(source)
     answer = resolver.resolve(name)
     emit(answer, as_json, width, html)

@@ -92,6 +92,21 @@ def depth_check(value: int) -> int:
     return value
 
 
+def check_input_file(path, what: str) -> None:
+    """A file kernelmap reads to its end is a regular file: a FIFO or a device would block or never end."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        raise BadInput(f"cannot read {what} {path}: {e.strerror}") from None
+    except ValueError as e:  # a NUL in the name
+        raise BadInput(f"cannot read {what} {path!r}: {e}") from None
+    if not stat.S_ISREG(mode):
+        raise BadInput(f"{what} {path} is not a regular file")
+
+
 def check_output_file(path: str, option: str) -> None:
     """An output kernelmap writes aside and renames into place must be a
     regular file (or a link, which is replaced, never followed) or not exist

@@ -7,7 +7,7 @@ import json
 
 import click
 
-from kernelmap.commands.options import emit, output_options
+from kernelmap.commands.options import check_input_file, emit, output_options
 
 
 @click.command("render")
@@ -37,6 +37,7 @@ def render_(document, depth, hide, collapse_branches, prune, min_us, as_json, wi
 
     if depth is not None and depth < 0:
         raise BadInput(f"--depth must be 0 or more, not {depth}")
+    check_input_file(document, "the document")
     try:
         with open(document, encoding="utf-8") as f:
             doc = json.load(f)
@@ -44,7 +45,13 @@ def render_(document, depth, hide, collapse_branches, prune, min_us, as_json, wi
         raise BadInput(f"cannot read {document}: {e.strerror}") from None
     except (ValueError, RecursionError) as e:
         raise BadInput(f"{document} is not JSON: {e}") from None
-    answer = answers.load(doc)
+    # A saved document is anyone's text: no control character reaches the terminal, and a
+    # document of the right kind but another shape is bad input, not a traceback.
+    doc = _printable(doc)
+    try:
+        answer = answers.load(doc)
+    except (AttributeError, TypeError, KeyError, IndexError, ValueError) as e:
+        raise BadInput(f"{document} is not a document kernelmap can render ({type(e).__name__}: {e})") from None
 
     def reshape(tree: CallTree) -> CallTree:
         if collapse_branches:
@@ -61,4 +68,29 @@ def render_(document, depth, hide, collapse_branches, prune, min_us, as_json, wi
         answer = reshape(answer)
     elif getattr(answer, "DOCUMENT", "") == "trace" and answer.tree is not None:
         answer = dataclasses.replace(answer, tree=reshape(answer.tree))
-    emit(answer, as_json, width, html, min_us=min_us)
+    try:
+        emit(answer, as_json, width, html, min_us=min_us)
+    except (AttributeError, TypeError, KeyError, IndexError, ValueError) as e:
+        raise BadInput(f"{document} is not a document kernelmap can render ({type(e).__name__}: {e})") from None
+
+
+def _printable(doc):
+    """`doc` with every string's control characters escaped (newlines and tabs kept), iteratively."""
+    from kernelmap.trace.text import sanitize
+
+    def clean(value):
+        return sanitize(value) if isinstance(value, str) else value
+
+    root = [clean(doc)]
+    stack = [root[0]] if isinstance(root[0], (dict, list)) else []
+    while stack:
+        container = stack.pop()
+        if isinstance(container, dict):
+            items = [(clean(k), clean(v)) for k, v in container.items()]
+            container.clear()
+            container.update(items)
+            stack.extend(v for _, v in items if isinstance(v, (dict, list)))
+        else:
+            container[:] = [clean(v) for v in container]
+            stack.extend(v for v in container if isinstance(v, (dict, list)))
+    return root[0]

@@ -30,12 +30,27 @@ def serve(host: str, port: int, source: str | None, max_upload_mb: int) -> None:
       kernelmap serve                  # http://127.0.0.1:8765/
       kernelmap serve --port 9000 --source debian-2.6.0
     """
+    import socket
+
     import uvicorn
 
+    from kernelmap.errors import BadInput
     from kernelmap.web.app import create_app
 
+    if source is not None:  # named and unknown: one line now, not a page error per request
+        from kernelmap.source import select_tree
+
+        select_tree(source)
+    # the socket is bound here, so a port in use or a host that does not resolve is one line, before anything is served
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except (OSError, UnicodeError, OverflowError) as e:
+        raise BadInput(f"cannot serve on {host}:{port}: {getattr(e, 'strerror', None) or e}") from None
     if not is_loopback(host):
         click.echo(f"kernelmap: warning: serving on {host}, not loopback: anyone who can reach it can read the served source trees", err=True)
     app = create_app(max_upload=max_upload_mb * 1024 * 1024, source=source)
     click.echo(f"kernelmap serving on http://{host}:{port}/ (Ctrl-C stops)", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from kernelmap.commands.options import check_output_file, check_width, emit, source_option
+from kernelmap.commands.options import check_input_file, check_output_file, check_width, emit, source_option
 from kernelmap.errors import BadInput
 
 
@@ -30,18 +30,6 @@ def _check_options(width, top, min_us, depth, export_chrome) -> None:
         parent = Path(export_chrome).resolve().parent
         if not parent.is_dir() or not os.access(parent, os.W_OK):
             raise BadInput(f"cannot write --export-chrome {export_chrome}: {parent} is not a writable folder")
-
-
-def _check_trace_file(path: Path) -> None:
-    """A trace to read is a regular file: a FIFO or a device would block or never end."""
-    import stat
-
-    try:
-        mode = path.stat().st_mode
-    except OSError as e:
-        raise BadInput(f"cannot read --from {path}: {e.strerror}") from None
-    if not stat.S_ISREG(mode):
-        raise BadInput(f"--from {path} is not a regular file")
 
 
 def _several_ranks(files, source_tree, all_frames, as_json, top, width) -> None:
@@ -120,7 +108,7 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
 
         files = trace_files(from_files)
         for f in files:
-            _check_trace_file(f)
+            check_input_file(f, "--from")
         if len(files) > 1 or Path(from_files[0]).is_dir():
             if target is not None or code is not None:
                 raise BadInput("give one of: a script or module:function, -c CODE, or --from TRACE")

@@ -130,7 +130,8 @@ def _source_steps(op: str, device: str, notes: list[str], source: str | None = N
             raise
         notes.append(str(e))
         return ()
-    if context.index is None:
+    if context.index is None:  # a damaged or missing index: say why there are no source steps
+        notes.extend(n for n in context.notes if "kernelmap index --source" in n)
         return ()
     tree = graph.stack(op, context)
     roles: dict[str, SourceStep] = {}

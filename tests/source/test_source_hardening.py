@@ -329,3 +329,25 @@ def test_no_command_is_one_line(args):
 
     done = run_kernelmap(*args)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [f"kernelmap: error: missing command (see {' '.join(('kernelmap',) + args)} --help)"]
+
+
+def test_where_says_why_it_has_no_source_steps_when_the_index_is_damaged(tmp_path, cache, monkeypatch):
+    """With the default tree's index damaged, the graph opens without it and
+    says why; `where` passes that on instead of dropping its source section
+    silently (the real tree is too large to damage here: the graph's context
+    is the one a damaged index of the small tree gives)."""
+    from kernelmap import api, graph
+
+    tree = small(tmp_path / "t")
+    build_index(tree, jobs=1)
+    path = index_path(tree)
+    path.write_bytes(path.read_bytes()[:-4096] + b"\0" * 4096)  # the database as someone changed it after the build
+    with pytest.raises(SourceError) as damaged:
+        open_index(tree)
+    from kernelmap.graph.context import NEEDS_TREE
+
+    context = type("Context", (), {"index": None, "notes": (f"{NEEDS_TREE} [{damaged.value}]",)})()
+    monkeypatch.setattr(graph, "open_context", lambda device, source=None: context)
+    notes: list[str] = []
+    assert api._source_steps("aten::neg", "cpu", notes) == ()
+    assert len(notes) == 1 and f"kernelmap index --source {tree.name}" in notes[0]

@@ -83,3 +83,37 @@ def test_a_generation_that_writes_no_sources_is_an_error_and_leaves_no_cache(tmp
     with pytest.raises(TorchgenError, match="wrote no C"):
         build.generate(source, directory)
     assert not directory.exists() and not list(directory.parent.iterdir())
+
+
+def test_a_truncated_generated_header_is_regenerated_with_one_warning(generated, tmp_path, monkeypatch):
+    """A header of the regenerated-headers cache truncated after the build: the
+    read that meets it finds it by its recorded size, and the headers are
+    generated again with one warning, not answered without their layer."""
+    from kernelmap.catalog import load_catalog
+    from kernelmap.codegen import headers as headers_module
+    from kernelmap.codegen.headers import HeadersDamaged, generated_headers, regenerate_headers
+
+    intact = cache_root() / f"{installed_source().slug}-headers"
+    generated_headers()  # the session's cache holds them (generated once)
+    monkeypatch.setenv("KERNELMAP_CACHE_DIR", str(tmp_path / "cache"))
+    directory = cache_root() / f"{installed_source().slug}-headers"
+    shutil.copytree(intact, directory)
+    body = directory / "build/aten/src/ATen/core/TensorBody.h"
+    body.write_bytes(body.read_bytes()[:100])
+    relu = load_catalog().get("aten::relu")
+    damaged = generated_headers()
+    with pytest.raises(HeadersDamaged) as found:
+        damaged.function(relu, "at::Tensor::relu")
+
+    def copy_generated(source, target, progress=None):  # the torchgen run is the session's (copied)
+        tmp = target.with_name(f".{target.name}.tmp-test")
+        shutil.copytree(intact, tmp)
+        headers_module._swap_into_place(tmp, target)
+
+    monkeypatch.setattr(headers_module, "_generate", copy_generated)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fresh = regenerate_headers(None, found.value)
+    assert [str(w.message).split(":")[0] for w in caught if issubclass(w.category, CacheWarning)] == ["regenerating"]
+    function = fresh.function(relu, "at::Tensor::relu")
+    assert function is not None and "relu(" in body.read_text().splitlines()[function.location.line - 1]

@@ -141,10 +141,33 @@ def generated_headers(tree: Path | None = None, *, progress: Reporter | None = N
         opened = _open(directory, source)
         if opened is not None:
             return opened
+        if (directory / "manifest.json").exists():  # there, but garbled or of another shape or torch
+            _warn(f"{directory} is not the generated headers of {source.describe}")
         _generate(source, directory, progress)
     opened = _open(directory, source)
     assert opened is not None, "headers just generated open"
     return opened
+
+
+def regenerate_headers(tree: Path | None, damaged: HeadersDamaged, *, progress: Reporter | None = None) -> HeaderFiles:
+    """The headers generated again after a read found one that is not the
+    file generated (truncated, edited), with one warning."""
+    import filelock
+
+    source = installed_source() if tree is None else tree_source(tree)
+    directory = _headers_dir(source)
+    _warn(str(damaged).split(" (regenerate", 1)[0])
+    with filelock.FileLock(str(directory.parent / f".{directory.name}.lock")):
+        (directory / "manifest.json").unlink(missing_ok=True)
+    return generated_headers(tree, progress=progress)
+
+
+def _warn(reason: str) -> None:
+    import warnings
+
+    from kernelmap.codegen import CacheWarning
+
+    warnings.warn(f"regenerating: {reason}", CacheWarning, stacklevel=3)
 
 
 def _fingerprint(source: CodegenSource) -> dict:

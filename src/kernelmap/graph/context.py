@@ -78,6 +78,17 @@ class GraphContext:
             self.__dict__["headers_error"] = f"generated headers unavailable, showing no at::/Tensor:: functions: {e}"
             return None
 
+    def regenerate_headers(self, damaged: KernelmapError) -> HeaderFiles | None:
+        """The headers generated again after a read found a damaged one (one warning); None when that fails."""
+        from kernelmap.codegen.headers import regenerate_headers
+
+        try:
+            self.__dict__["headers"] = regenerate_headers(self.tree_root, damaged, progress=self.progress) if self.tree_root is not None else None
+        except KernelmapError as e:
+            self.__dict__["headers"] = None
+            self.__dict__["headers_error"] = f"generated headers unavailable, showing no at::/Tensor:: functions: {e}"
+        return self.__dict__["headers"]
+
     @property
     def entry_catalog(self) -> Catalog:
         """The catalog whose Python entry points and bindings the graph shows."""

@@ -231,8 +231,16 @@ def _entry_node(op: Op, condition: str | None, calls: tuple[str, ...], ctx: Grap
     call = next((c for c in calls if re.fullmatch(r"at::(Tensor::)?\w+", c)), None)
     function = None
     if call is not None and ctx.headers is not None:
+        from kernelmap.codegen.headers import HeadersDamaged
+
         try:
             function = ctx.headers.function(op, call)
+        except HeadersDamaged as e:  # a cached header truncated or edited: generated again, once
+            headers = ctx.regenerate_headers(e)
+            try:
+                function = headers.function(op, call) if headers is not None else None
+            except KernelmapError:
+                function = None
         except KernelmapError:
             function = None
     if function is None:

@@ -61,6 +61,10 @@ class LazyGroup(click.Group):
         except KernelmapError as e:
             click.echo(f"kernelmap: error: {_printable(str(e))}", err=True)
             ctx.exit(2)
+        except OSError as e:  # the machine's, not a bug: a cache folder that is a file, a lock that is a folder, a name too long
+            where = f": {e.filename}" if e.filename else ""
+            click.echo(f"kernelmap: error: {_printable((e.strerror or str(e)) + where)}", err=True)
+            ctx.exit(2)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

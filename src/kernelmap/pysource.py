@@ -55,10 +55,13 @@ def _parse(path: Path) -> ast.Module:
 def module_file(module: str, root: Path) -> Path | None:
     """The file of a dotted module under `root` (site-packages or a tree)."""
     base = root.joinpath(*module.split("."))
-    if (base / "__init__.py").is_file():
-        return base / "__init__.py"
-    if base.with_suffix(".py").is_file():
-        return base.with_suffix(".py")
+    try:
+        if (base / "__init__.py").is_file():
+            return base / "__init__.py"
+        if base.with_suffix(".py").is_file():
+            return base.with_suffix(".py")
+    except (OSError, ValueError):  # a name too long for the OS is no module
+        return None
     return None
 
 

@@ -351,3 +351,36 @@ def test_where_says_why_it_has_no_source_steps_when_the_index_is_damaged(tmp_pat
     notes: list[str] = []
     assert api._source_steps("aten::neg", "cpu", notes) == ()
     assert len(notes) == 1 and f"kernelmap index --source {tree.name}" in notes[0]
+
+
+def test_an_index_built_for_another_directory_of_the_same_name_is_not_used(tmp_path, cache):
+    first = make_tree(tmp_path / "ft", {"aten/src/good.cpp": "namespace at { namespace native {\nvoid good_fn() {}\n}}\n"})
+    assert run("index", "--source", str(first), "--jobs", "1").exit_code == 0
+    other = make_tree(tmp_path / "other", {"aten/src/other.cpp": "namespace at { namespace native {\nvoid other_fn() {}\n}}\n"})
+    assert run("source", "add", str(other), "--name", "ft").exit_code == 0
+    assert_one_line_error(run("find", "good_fn", "--source", "ft"), "built for another directory")
+    assert run("index", "--source", "ft", "--jobs", "1").exit_code == 0
+    assert "other.cpp" in run("find", "other_fn", "--source", "ft").stdout
+
+
+def test_a_cache_that_is_a_file_or_a_lock_that_is_a_folder_is_one_line(tmp_path, monkeypatch):
+    from tests.conftest import run_kernelmap
+
+    not_a_folder = tmp_path / "cachefile"
+    not_a_folder.write_text("")
+    done = run_kernelmap("gen", "aten::relu", "--layer", "ops", env={"KERNELMAP_CACHE_DIR": str(not_a_folder)})
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].startswith("kernelmap: error: Not a directory"), done.stderr
+    assert "Traceback" not in done.stderr
+    cache_dir = tmp_path / "cache"
+    (cache_dir / "trees.json.lock").mkdir(parents=True)
+    (cache_dir / "trees.json").write_text(json.dumps({"version": 1, "trees": []}))
+    done = run_kernelmap("source", "remove", "x", env={"KERNELMAP_CACHE_DIR": str(cache_dir)})
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_registry_nested_a_thousand_deep_is_one_line(tmp_path, cache):
+    registry_path().parent.mkdir(parents=True, exist_ok=True)
+    registry_path().write_text('{"version": 1, "trees": ' + "[" * 1000 + "]" * 1000 + "}")
+    r = run("source", "list")
+    assert r.exit_code in (0, 2) and "Traceback" not in r.output
+    assert len(r.stderr.strip().splitlines()) == 1

@@ -98,3 +98,39 @@ def test_calls_nested_thousands_deep_make_a_report_and_a_document_of_linear_size
     assert doc.stdout.count('"aten::add"') >= n and doc.stdout.count('"children"') >= n
     half = run_kernelmap("trace", "--from", str(nested(tmp_path / "half.json", n // 2)), "--json")
     assert len(doc.stdout) < 2.5 * len(half.stdout)  # twice the depth, twice the text: not spaces growing with the depth
+
+
+@pytest.mark.parametrize("seq", [[1], {"a": 1}])
+def test_a_sequence_number_that_is_no_number_is_ignored(tmp_path, seq):
+    trace = write(tmp_path / "seq.json", json.dumps({"traceEvents": [event() | {"args": {"Sequence number": seq}}]}))
+    done = run_kernelmap("trace", "--from", str(trace), "--json")
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_kernel_with_no_name_is_unknown_not_an_error(tmp_path):
+    kernel = {"ph": "X", "cat": "kernel", "name": "", "pid": 0, "tid": 7, "ts": 1010, "dur": 1, "args": {}}
+    done = run_kernelmap("trace", "--from", str(write(tmp_path / "k.json", json.dumps({"traceEvents": [event(), kernel]}))))
+    assert done.returncode == 0, done.stderr
+
+
+def test_several_ranks_refuse_the_outputs_of_one_trace(tmp_path):
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    for name in ("a.json", "b.json"):
+        write(folder / name, json.dumps({"traceEvents": [event()]}))
+    for option in ("--html", "--export-chrome"):
+        done = run_kernelmap("trace", "--from", str(folder), option, str(tmp_path / "out"))
+        assert one_line_error(done, "several ranks"), done.stderr
+        assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("value", ["nan", "-5", "inf"])
+def test_render_checks_min_us_as_trace_does(tmp_path, value):
+    saved = run_kernelmap("trace", "--from", str(write(tmp_path / "t.json", json.dumps({"traceEvents": [event()]}))), "--json")
+    doc = write(tmp_path / "doc.json", saved.stdout)
+    assert one_line_error(run_kernelmap("render", str(doc), "--min-us", value), "--min-us")
+
+
+def test_code_nested_beyond_the_parser_is_one_line():
+    done = run_kernelmap("trace", "-c", "x=" + "-" * 100000 + "1")
+    assert one_line_error(done, "nested too deeply"), done.stderr[-300:]

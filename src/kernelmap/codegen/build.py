@@ -120,7 +120,7 @@ def cache_root() -> Path:
 def read_manifest(directory: Path) -> dict | None:
     try:
         manifest = json.loads((directory / "manifest.json").read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return manifest if isinstance(manifest, dict) else None
 

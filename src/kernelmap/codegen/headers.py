@@ -177,7 +177,7 @@ def _fingerprint(source: CodegenSource) -> dict:
 def _open(directory: Path, source: CodegenSource) -> HeaderFiles | None:
     try:
         manifest = json.loads((directory / "manifest.json").read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(manifest, dict) or manifest.get("fingerprint") != _fingerprint(source) or not isinstance(manifest.get("sizes"), dict):
         return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import click
 
@@ -37,6 +38,8 @@ def render_(document, depth, hide, collapse_branches, prune, min_us, as_json, wi
 
     if depth is not None and depth < 0:
         raise BadInput(f"--depth must be 0 or more, not {depth}")
+    if not math.isfinite(min_us) or min_us < 0:
+        raise BadInput(f"--min-us must be a finite number of 0 or more, not {min_us}")
     check_input_file(document, "the document")
     try:
         with open(document, encoding="utf-8") as f:

@@ -112,6 +112,8 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
         if len(files) > 1 or Path(from_files[0]).is_dir():
             if target is not None or code is not None:
                 raise BadInput("give one of: a script or module:function, -c CODE, or --from TRACE")
+            if html is not None or export_chrome is not None:
+                raise BadInput("--html and --export-chrome write one trace; several ranks are summarised together (give one --from FILE)")
             _several_ranks(files, source, all_frames, as_json, top, width)
             return
         from_file = str(files[0])

@@ -93,7 +93,13 @@ def load_extension(path: str | Path) -> Loaded:
         manifest = p / MANIFEST
         if not manifest.exists():
             raise BadInput(f"{p} is no project written by kernelmap scaffold (no {MANIFEST})")
-        meta = json.loads(manifest.read_text())
-        _import_project(p, meta["package"])
-        return Loaded(p, meta["package"], meta.get("custom_op"))
+        try:
+            meta = json.loads(manifest.read_text())
+            package = meta["package"]
+            if not isinstance(package, str):
+                raise TypeError(f"its package is {type(package).__name__}")
+        except (OSError, ValueError, RecursionError, KeyError, TypeError) as e:
+            raise BadInput(f"{manifest} is not a manifest written by kernelmap scaffold ({type(e).__name__}: {str(e)[:80]})") from None
+        _import_project(p, package)
+        return Loaded(p, package, meta.get("custom_op") if isinstance(meta, dict) else None)
     raise BadInput(f"--load takes a scaffolded project folder or a shared library (.so), not {path}")

@@ -221,7 +221,7 @@ def parse_extra_args(texts) -> dict[str, Any]:
             raise BadInput(f"--extra-args takes NAME=VALUE (scale=1.5), not {text!r}")
         try:
             out[name.strip()] = ast.literal_eval(value.strip())
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, MemoryError, RecursionError):  # hostile nesting is no literal either
             raise BadInput(f"--extra-args {name.strip()}: {value.strip()!r} is not a Python literal") from None
     return out
 

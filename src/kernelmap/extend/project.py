@@ -312,7 +312,7 @@ def _previous_files(root: Path) -> set[str]:
         return set()
     try:
         listed = json.loads(manifest.read_text()).get("files")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, RecursionError, AttributeError):
         listed = None
     if not isinstance(listed, list) or not all(isinstance(f, str) for f in listed):
         raise OutputExists(f"{manifest} is not a manifest written by kernelmap scaffold; move it away or choose another --out")

@@ -288,8 +288,40 @@ def parse_extra(texts: list[str] | tuple[str, ...]) -> tuple[Argument, ...]:
                     f"of the original: {part!r} (e.g. 'float beta=1.0')"
                 )
             check_identifier(arg.name, "an extra argument's name")
+            if not _default_fits(str(arg.type), arg.default):
+                raise BadInput(f"the default of an extra argument is not a {arg.type} torch can read: {part!r}")
             out.append(arg)
     return tuple(out)
+
+
+_INT = r"-?\d+"
+_FLOAT = r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_DEFAULTS = {
+    "int": _INT, "SymInt": _INT, "float": _FLOAT, "bool": r"True|False", "str": r"\"[^\"\\]*\"|'[^'\\]*'",
+    "Scalar": rf"{_FLOAT}|True|False", "Tensor": r"(?!)",
+}
+
+
+def _default_fits(kind: str, default: str) -> bool:
+    """Whether a schema default is one torch's schema parser reads for `kind`
+    (`float s=abc`, `float s=1e999` and `Tensor s=1` are not); types not
+    listed (ScalarType, Layout, ...) are left to it."""
+    if kind.endswith("?") and default == "None":
+        return True
+    kind = kind.removesuffix("?")
+    list_of = re.fullmatch(r"(\w+)\[(\d*)\]", kind)
+    if list_of:
+        item = _DEFAULTS.get(list_of.group(1))
+        if item is None:
+            return True
+        items = default[1:-1].split(",") if default.startswith("[") and default.endswith("]") else ([default] if list_of.group(2) else None)
+        return items is not None and all(_default_fits(list_of.group(1), i.strip()) for i in items if i.strip())
+    pattern = _DEFAULTS.get(kind)
+    if pattern is None:
+        return True
+    if not re.fullmatch(pattern, default):
+        return False
+    return kind not in ("float", "Scalar") or default in ("True", "False") or abs(float(default)) != float("inf")
 
 
 def custom_op_spec(op: str, op_schema: str, name: str, namespace: str = "kernelmap_ext", extra: tuple[str, ...] = (),

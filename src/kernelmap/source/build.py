@@ -96,7 +96,7 @@ def file_record(path: Path, *, digest: bool = True) -> dict:
 def read_record(path: Path) -> dict | None:
     try:
         record = json.loads(record_path(path).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return record if isinstance(record, dict) else None
 

@@ -145,6 +145,10 @@ def open_index(tree: Tree) -> Index:
     if meta.get("schema_version") != str(SCHEMA_VERSION) or meta.get("complete") != "1":
         db.close()
         raise IndexMissing(f"the index of {tree.name!r} has another schema; run `kernelmap index --source {tree.name}` to rebuild it")
+    if meta.get("root") != str(tree.root):  # a name reused for another directory: that index is not this tree's
+        db.close()
+        raise IndexMissing(f"the index of {tree.name!r} was built for another directory ({str(meta.get('root'))[:200]}); "
+                           f"run `kernelmap index --source {tree.name}` to rebuild it")
     if tables != expected_table_definitions():
         db.close()
         raise IndexMissing(f"the index of {tree.name!r} is damaged (its tables are not those of the schema); "

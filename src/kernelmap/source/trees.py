@@ -209,7 +209,7 @@ def _load() -> dict[str, Tree]:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise SourceError(f"the tree registry {path} is unreadable ({e}); remove it and add the trees again") from None
     if not isinstance(data, dict) or data.get("version") != REGISTRY_VERSION or not isinstance(data.get("trees", []), list):
         _warn_once(f"the tree registry {path} is of another format; ignoring it")

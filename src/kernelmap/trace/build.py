@@ -575,10 +575,10 @@ def _link_backward(root: Node) -> None:
     nodes = list(walk(root.children))
     for n in nodes:
         seq = n.args.get("Sequence number")
-        if seq is not None and n.kind == "op":
+        if isinstance(seq, (int, str)) and n.kind == "op":  # a list or an object is no sequence number
             forward[seq] = n.name  # pre-order: the innermost op with the number recorded the node
     for n in nodes:
-        if n.kind == "autograd" and n.args.get("Sequence number") is not None:
+        if n.kind == "autograd" and isinstance(n.args.get("Sequence number"), (int, str)):
             n.attrs["sequence_nr"] = n.args["Sequence number"]
             fwd = forward.get(n.args["Sequence number"])
             if fwd:

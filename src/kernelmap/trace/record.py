@@ -152,6 +152,8 @@ def code_runner(code: str) -> Callable[[], Any]:
         compiled = compile(code, "<string>", "exec")
     except SyntaxError as e:
         raise BadInput(f"the code does not compile: {e.msg} (line {e.lineno})") from None
+    except (MemoryError, RecursionError):  # the parser's limit on nesting (100,000 unary minuses)
+        raise BadInput("the code does not compile: it is nested too deeply") from None
 
     def run() -> Any:
         namespace = {"__name__": "__main__"}

@@ -439,6 +439,9 @@ class Resolver:
         attrs: dict[str, Any] = {}
         if ops:
             attrs["launched_by"] = ops[0]
+        if not name.strip():  # a device event with no name: nothing to resolve, not an error of the whole trace
+            attrs["unknown"] = "the event has no kernel name"
+            return attrs
         answer = self._kernels().resolve(name)
         lib = answer.library
         if lib is not None and lib != "ATen":
@@ -554,7 +557,7 @@ class _DispatchCache:
             data = json.loads(path.read_text(encoding="utf-8"))
             if isinstance(data, dict) and data.get("version") == _CACHE_VERSION and data.get("stamp") == stamp and isinstance(data.get("entries"), dict):
                 entries = {k: v for k, v in data["entries"].items() if isinstance(v, dict)}
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             pass
         cls._open = cls(path, stamp, entries)
         return cls._open

@@ -219,3 +219,23 @@ def test_from_json_refuses_another_document():
         VerifyReport.from_json({"kernelmap": "verify/2"})
     with pytest.raises(BadInput, match="missing or malformed"):
         VerifyReport.from_json({"kernelmap": "verify/1"})
+
+
+@pytest.mark.parametrize("text, message", [
+    ("import torch\ndef model():\n    return torch.nn.ReLU()\ndef example_input():\n    raise RuntimeError('boom')\n", "example_input() raised RuntimeError: boom"),
+    ("import sys\nsys.exit(4)\n", "fails to load: SystemExit: 4"),
+    ("import torch\ndef model():\n    return torch.nn.ReLU()\ndef example_input():\n    return torch.randn(2)\n", None),
+])
+def test_a_model_file_that_fails_is_one_line(kernelmap_cli, tmp_path, text, message):
+    path = tmp_path / "m.py"
+    path.write_text(text)
+    args = ["--model-fn", "example_input"] if message is None else []
+    done = kernelmap_cli("verify", str(path), "--override", "aten::relu=aten::sigmoid", *args)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and lines[-1].startswith("kernelmap: error:") and "Traceback" not in done.stderr, done.stderr
+    assert (message or "returned a Tensor, not a model") in lines[-1]
+
+
+def test_runs_beyond_any_measurement_are_refused(kernelmap_cli, model_file):
+    done = kernelmap_cli("verify", str(model_file), "--override", "aten::convolution=kernelmap_ext::absent", "--runs", "100000000000000000000")
+    assert done.returncode == 2 and "--runs is 1 to" in done.stderr

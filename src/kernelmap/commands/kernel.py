@@ -36,6 +36,10 @@ def kernel(name, source, as_json, width, html):
     except UnicodeEncodeError:  # undecodable bytes of argv arrive as lone surrogates
         raise BadInput(f"not a kernel name (not valid UTF-8): {sanitize(name[:80])!r}") from None
     resolver, reason = open_resolver(source)
+    if reason and source is not None:  # a tree asked for by name must open, as for every command's --source
+        from kernelmap.errors import SourceError
+
+        raise SourceError(reason)
     answer = resolver.resolve(name)
     emit(answer, as_json, width, html)
     if reason and not as_json:

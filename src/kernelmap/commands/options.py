@@ -137,6 +137,7 @@ def write_html(answer: Any, path: str) -> None:
     check_output_file(path, "--html")
     text = render(answer, "html", excerpt=SourceFiles.discover().excerpt)
     target = Path(path)
+    tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent if str(target.parent) else ".")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -144,6 +145,8 @@ def write_html(answer: Any, path: str) -> None:
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)
     except OSError as e:
+        if tmp is not None:  # a full disk: nothing half-written is left behind
+            Path(tmp).unlink(missing_ok=True)
         raise BadInput(f"cannot write {path}: {e.strerror}") from None
     click.echo(f"wrote {path}", err=True)
 

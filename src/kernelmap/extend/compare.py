@@ -239,7 +239,7 @@ def load_model_file(path: str | Path, model_fn: str | None = None) -> tuple[Call
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as e:  # the user's file, not an override: say so in one line
+    except (Exception, SystemExit) as e:  # the user's file, not an override: say so in one line (sys.exit at import too)
         del sys.modules[name]
         raise BadInput(f"model file {path} fails to load: {type(e).__name__}: {e}") from None
     example = getattr(module, "example_input", None)
@@ -262,6 +262,17 @@ def load_model_file(path: str | Path, model_fn: str | None = None) -> tuple[Call
         names = ", ".join(f.__name__ for f in candidates) or "none"
         raise BadInput(f"{path}: define model() (or name the factory with --model-fn); public functions found: {names}")
     return candidates[0], example
+
+
+MAX_RUNS = 10_000  # a median needs a few; more than this is a typo, not a measurement
+
+
+def _user_call(fn: Callable[[], Any], model_file) -> Any:
+    """`fn()` of the user's model file; what it raises is the file's failure, in one line."""
+    try:
+        return fn()
+    except (Exception, SystemExit) as e:
+        raise BadInput(f"model file {model_file}: {getattr(fn, '__name__', 'a function')}() raised {type(e).__name__}: {e}") from None
 
 
 def _leaves(value, prefix: str) -> list[tuple[str, Any]]:
@@ -367,8 +378,8 @@ def verify(
     takes them. `rtol`/`atol` default per dtype as in torch.testing.assert_close."""
     import torch
 
-    if runs < 1:
-        raise BadInput(f"--runs must be at least 1, not {runs}")
+    if not 1 <= runs <= MAX_RUNS:
+        raise BadInput(f"--runs is 1 to {MAX_RUNS:,}, not {runs}")
     for name, value in (("--rtol", rtol), ("--atol", atol)):
         if value is not None and not (value >= 0 and value != float("inf")):
             raise BadInput(f"{name} must be a finite number >= 0, not {value}")
@@ -383,11 +394,13 @@ def verify(
     factory, example = load_model_file(model_file, model_fn)
     plan = _plan(overrides, dict(extra_args or {}))
     torch.manual_seed(0)
-    model = factory()
+    model = _user_call(factory, model_file)
+    if not callable(model):
+        raise BadInput(f"model file {model_file}: {getattr(factory, '__name__', 'the factory')}() returned a {type(model).__name__}, not a model")
     if isinstance(model, torch.nn.Module):
         model.eval()
     torch.manual_seed(0)
-    inputs = example()
+    inputs = _user_call(example, model_file)
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     params = list(model.named_parameters()) if isinstance(model, torch.nn.Module) else []
 

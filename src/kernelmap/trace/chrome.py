@@ -24,6 +24,17 @@ def export(source: Path, out: Path, links: dict[int, dict[str, Any]]) -> Path:
     header = TraceHeader()
     tmp = out.with_name(out.name + ".part")
     opener = gzip.open if out.name.endswith(".gz") else open
+    tmp.unlink(missing_ok=True)  # whatever was left at that name (a link) is replaced, never written through
+    try:
+        _write(source, tmp, opener, links, header)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk, an interrupt: nothing half-written is left behind
+        raise
+    tmp.replace(out)
+    return out
+
+
+def _write(source: Path, tmp: Path, opener, links: dict[int, dict[str, Any]], header: TraceHeader) -> None:
     with opener(tmp, "wt", encoding="utf-8") as f:  # type: ignore[operator]
         f.write('{"traceEvents": [\n')
         first = True
@@ -42,5 +53,3 @@ def export(source: Path, out: Path, links: dict[int, dict[str, Any]]) -> Path:
         for key, value in header.fields.items():
             f.write(f",\n{json.dumps(key)}: {json.dumps(value, default=str)}")
         f.write(f',\n"kernelmap": {json.dumps({"version": __version__, "annotated_events": len(links)})}\n}}\n')
-    tmp.replace(out)
-    return out

@@ -190,6 +190,28 @@ def test_truncated_cache_is_rebuilt(tmp_path, monkeypatch):
         assert len(load_catalog()) > 0
 
 
+def test_a_full_disk_works_uncached_and_leaves_nothing(tmp_path, monkeypatch):
+    """The database cannot be written to the end (SQLite's "database or disk is
+    full"): the answer comes from memory, with one warning, and no temporary
+    file or journal stays in the cache."""
+    from kernelmap.catalog import store
+
+    monkeypatch.setenv("KERNELMAP_CACHE_DIR", str(tmp_path))
+    real = store._write
+
+    def full(db, files, extracted):
+        if db.execute("PRAGMA database_list").fetchone()[2]:  # a file, not :memory:
+            real(db, files, extracted)
+            raise sqlite3.OperationalError("database or disk is full")
+        real(db, files, extracted)
+
+    monkeypatch.setattr(store, "_write", full)
+    with pytest.warns(CatalogWarning, match="cannot hold the catalog"):
+        catalog = load_catalog()
+    assert catalog.get("aten::conv2d").kind is OpKind.COMPOSITE_IMPLICIT
+    assert list((tmp_path / "catalog").iterdir()) == []
+
+
 def test_read_only_cache_directory_works_uncached(tmp_path, monkeypatch):
     cache = tmp_path / "ro"
     cache.mkdir()

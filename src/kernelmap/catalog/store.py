@@ -164,6 +164,11 @@ def _is_complete(db: sqlite3.Connection) -> bool:
     return db.execute("SELECT count(*) FROM ops").fetchone()[0] > 0
 
 
+def _remove_with_journal(tmp: str) -> None:
+    for leftover in (tmp, f"{tmp}-journal"):
+        Path(leftover).unlink(missing_ok=True)
+
+
 def open_catalog_db(files: CatalogFiles, cache: Path) -> sqlite3.Connection:
     """Open the cached catalog for `files`, building it first if need be.
 
@@ -195,13 +200,23 @@ def open_catalog_db(files: CatalogFiles, cache: Path) -> sqlite3.Connection:
         db = sqlite3.connect(":memory:")
         _write(db, files, extracted)
         return db
+    db = None
     try:
         db = sqlite3.connect(tmp)
         _write(db, files, extracted)
         db.close()
         os.replace(tmp, path)  # atomic: readers see the old file or the whole new one
+    except (sqlite3.OperationalError, OSError) as e:  # a full disk: the answer does not need the cache
+        if db is not None:
+            db.close()
+        _remove_with_journal(tmp)
+        warnings.warn(f"cache directory {path.parent} cannot hold the catalog ({' '.join(str(e).split())[:120]}); working uncached",
+                      CatalogWarning, stacklevel=2)
+        db = sqlite3.connect(":memory:")
+        _write(db, files, extracted)
+        return db
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        _remove_with_journal(tmp)
         raise
     try:
         return sqlite3.connect(f"file:{path}?mode=ro", uri=True)

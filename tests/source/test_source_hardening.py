@@ -384,3 +384,19 @@ def test_a_registry_nested_a_thousand_deep_is_one_line(tmp_path, cache):
     r = run("source", "list")
     assert r.exit_code in (0, 2) and "Traceback" not in r.output
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_full_disk_during_a_build_is_one_line_and_keeps_the_previous_index(tmp_path, cache, monkeypatch):
+    tree = small(tmp_path / "t")
+    build_index(tree, jobs=1)
+    before = index_path(tree).read_bytes()
+    (tree.root / "aten/src/ATen/native/Extra.cpp").write_text("namespace at { namespace native { void extra() {} }}\n")
+
+    def full(*args, **kwargs):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(build_module, "_apply", full)
+    with pytest.raises(SourceError, match="cannot write the index"):
+        build_index(tree, jobs=1)
+    assert index_path(tree).read_bytes() == before
+    assert not list(index_path(tree).parent.glob("*.tmp"))

@@ -521,6 +521,8 @@ def _build_locked(tree: Tree, path: Path, jobs: int, progress: Progress | None, 
         record = file_record(tmp)  # a rename keeps size and mtime
         os.replace(tmp, path)
         _write_record(path, record)
+    except sqlite3.OperationalError as e:  # a full disk: the previous index stays as it was
+        raise SourceError(f"cannot write the index of {tree.name!r} in {path.parent} ({one_line(e)})") from None
     finally:
         tmp.unlink(missing_ok=True)
     return report

@@ -199,3 +199,10 @@ def test_serve_refuses_a_bad_port(kernelmap_cli):
     r = kernelmap_cli("serve", "--port", "70000")
     assert r.returncode == 2
     assert "70000" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_names_and_paths_too_long_for_the_os_are_a_400_page(client):
+    r = client.post("/trace", data={"path": "/tmp/" + "a" * 300})
+    assert r.status_code == 400 and "no such trace file" in r.text
+    r = client.get("/where", params={"name": "torch." + "a" * 300 + ".x"})
+    assert r.status_code == 400 and "unknown name" in r.text

@@ -163,8 +163,9 @@ def create_app(files: SourceFiles | None = None, *, max_upload: int = DEFAULT_MA
                 return page("app_answer.html.j2", title=f"kernelmap {spec.title}", spec=spec, values=query, view=None)
             try:
                 document = pages.produce(spec, query)
-            except KernelmapError as e:
-                return page("app_answer.html.j2", 400, title=f"kernelmap {spec.title}", spec=spec, values=query, view=None, message=str(e))
+            except (KernelmapError, OSError) as e:  # OSError: the machine's (a name too long for a path), a page not a 500
+                message = str(e) if isinstance(e, KernelmapError) else f"{e.strerror or e}"
+                return page("app_answer.html.j2", 400, title=f"kernelmap {spec.title}", spec=spec, values=query, view=None, message=message)
             view = Markup(report.fragment(document, excerpt=excerpt, links=LINKS))
             text = env.get_template("app_answer.html.j2").render(
                 title=report.title_of(document), spec=spec, values=query, view=view, pages=pages.PAGES, query=""
@@ -286,8 +287,12 @@ def create_app(files: SourceFiles | None = None, *, max_upload: int = DEFAULT_MA
                 name = str(upload.filename)
             elif path_text:
                 target = Path(path_text).expanduser()
-                if not target.is_file():
-                    raise BadInput(f"no such trace file: {path_text}")
+                try:
+                    is_file = target.is_file()
+                except (OSError, ValueError):  # a name too long for the OS, a NUL
+                    is_file = False
+                if not is_file:
+                    raise BadInput(f"no such trace file: {path_text[:300]}")
                 document = _trace_document(target, source)
                 name = target.name
             else:

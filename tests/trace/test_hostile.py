@@ -134,3 +134,15 @@ def test_render_checks_min_us_as_trace_does(tmp_path, value):
 def test_code_nested_beyond_the_parser_is_one_line():
     done = run_kernelmap("trace", "-c", "x=" + "-" * 100000 + "1")
     assert one_line_error(done, "nested too deeply"), done.stderr[-300:]
+
+
+def test_the_text_tree_of_a_trace_thousands_deep_stops_at_its_default_depth(tmp_path):
+    from kernelmap.commands.trace import TEXT_DEPTH
+
+    n = 3 * TEXT_DEPTH
+    done = run_kernelmap("trace", "--from", str(nested(tmp_path / "deep.json", n)), "--no-summary")
+    assert done.returncode == 0, done.stderr
+    assert f"children below depth {TEXT_DEPTH}" in done.stdout
+    assert TEXT_DEPTH - 2 <= done.stdout.count("aten::add") <= TEXT_DEPTH  # the levels drawn (below the trace and thread nodes)
+    deeper = run_kernelmap("trace", "--from", str(tmp_path / "deep.json"), "--no-summary", "--depth", str(n + 1))
+    assert deeper.stdout.count("aten::add") == n

@@ -15,6 +15,12 @@ from kernelmap.commands.options import check_input_file, check_output_file, chec
 from kernelmap.errors import BadInput
 
 
+# A text tree's lines are indented by their depth, so a trace nested 10,000 calls deep
+# draws as 200 MB of guides: text stops at this depth (saying how many children are
+# below), --depth N goes further, --json and --html hold every level.
+TEXT_DEPTH = 200
+
+
 def _check_options(width, top, min_us, depth, export_chrome) -> None:
     """Option values click's types accept but that mean nothing: one-line errors."""
     if width is not None and width < 20:
@@ -59,7 +65,7 @@ def _print_error(error: BaseException) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (trace/1): the tree (calltree/1) and the summary.")
 @click.option("--tree/--no-tree", default=True, show_default=True, help="Show the call tree.")
 @click.option("--summary/--no-summary", default=True, show_default=True, help="Show the per operator, module and file summary.")
-@click.option("--depth", type=int, help="Show the tree down to this depth.")
+@click.option("--depth", type=int, help=f"Show the tree down to this depth [default: {TEXT_DEPTH} in text, all in --json].")
 @click.option("--min-us", type=float, default=0.0, help="Hide tree nodes shorter than this many microseconds.")
 @click.option("--top", type=int, default=25, show_default=True, help="Rows per summary table.")
 @click.option("--all-frames", is_flag=True, help="Keep every Python frame (by default frames that ran no operator and module-call wrappers are dropped).")
@@ -157,7 +163,7 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
         emit(result.tree, True)
     else:
         report = TraceReport(result.tree if tree else None, result.summary() if summary else None)
-        emit(report, False, width, max_depth=depth, min_us=min_us, top=top)
+        emit(report, False, width, max_depth=depth if depth is not None else TEXT_DEPTH, min_us=min_us, top=top)
         if export_chrome:
             click.echo(f"wrote {export_chrome}")
 

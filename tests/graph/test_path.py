@@ -271,3 +271,12 @@ def test_cli_exits(indexed_tree, generated):
     assert unknown_from.returncode == 2 and unknown_from.stderr.count("\n") == 1
     as_json = run_kernelmap("path", "torch.add", "ufunc::add", "--device", "cpu", "--source", TREE_NAME, "--json")
     assert as_json.returncode == 0 and json.loads(as_json.stdout)["kernelmap"] == "path/1"
+
+
+def test_a_cpp_target_without_an_index_says_why_not_unknown(tmp_path, generated):
+    from tests.graph.conftest import no_tree_cache
+
+    cache = no_tree_cache(tmp_path, generated)
+    done = run_kernelmap("path", "torch.add", "ufunc::add", "--device", "cpu", env={"KERNELMAP_CACHE_DIR": str(cache)})
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "need an indexed tree" in lines[0] and "unknown name" not in lines[0], done.stderr

@@ -129,8 +129,9 @@ def _check_known(target: str, ctx: GraphContext) -> None:
         return
     except KernelmapError:
         pass
-    if ctx.index is None:
-        raise UnknownName(target, ())
+    if ctx.index is None:  # no index to look a C++ name up in: say why, not that the name is unknown
+        why = next((n for n in ctx.notes if "kernelmap index" in n or "source tree" in n), None)
+        raise KernelmapError(f"{target!r} is no Python name or operator, and C++ names need an indexed tree: {why}") if why else UnknownName(target, ())
     short = target.rsplit("::", 1)[-1]
     raise UnknownName(target, tuple(ctx.index.search(short, limit=5)) if len(short) >= 3 else ())
 

@@ -37,7 +37,19 @@ def test_a_fifo_is_refused_not_waited_on(tmp_path):
     lambda d: d.update(kernelmap="where/2", operator={"dispatch": [{"location": {"path": {"a": 1}}}]}),
 ])
 def test_a_document_of_another_shape_is_one_line(tmp_path, gen_doc, edit):
-    doc = json.loads(json.dumps(gen_doc))
+    _render_edited(tmp_path, gen_doc, edit)
+
+
+def test_a_where_document_with_a_key_that_is_no_text_is_one_line(tmp_path):
+    done = run_kernelmap("where", "aten::relu", "--static", "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    doc["operator"]["dispatch"][0]["key"] = 5
+    _render_edited(tmp_path, doc, lambda d: None)
+
+
+def _render_edited(tmp_path, original, edit):
+    doc = json.loads(json.dumps(original))
     edit(doc)
     path = tmp_path / "doc.json"
     path.write_text(json.dumps(doc))

@@ -127,6 +127,27 @@ def test_fetch_keeps_the_indexed_parts_and_registers_the_tree(server):
     assert fetch_tree(SHA) == tree
 
 
+def test_remove_deletes_the_fetched_folder_and_nothing_a_registry_entry_names_instead(server):
+    import json
+
+    from kernelmap import env
+    from kernelmap.source import remove_tree
+    from kernelmap.source.trees import registry_path
+
+    server.routes[f"/archive/{SHA}.tar.gz"] = (make_archive(SHA), "ok")
+    tree = fetch_tree(SHA)
+    precious = env.cache_dir() / "precious"
+    precious.mkdir()
+    (precious / "file").write_text("keep")
+    data = json.loads(registry_path().read_text())
+    data["trees"].append({"name": "evil", "root": str(env.cache_dir()), "version": "2.6.0", "commit": "a" * 40, "kind": "fetched"})
+    registry_path().write_text(json.dumps(data))
+    remove_tree("evil")
+    assert (precious / "file").read_text() == "keep" and tree.root.is_dir()
+    remove_tree(tree.name)
+    assert not tree.root.exists() and (precious / "file").read_text() == "keep"
+
+
 def test_the_default_commit_is_the_installed_torch(server, monkeypatch, tmp_path):
     from kernelmap import env
 

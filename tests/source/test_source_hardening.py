@@ -400,3 +400,13 @@ def test_a_full_disk_during_a_build_is_one_line_and_keeps_the_previous_index(tmp
         build_index(tree, jobs=1)
     assert index_path(tree).read_bytes() == before
     assert not list(index_path(tree).parent.glob("*.tmp"))
+
+
+def test_a_tree_path_with_control_characters_is_printed_escaped(tmp_path, cache):
+    root = make_tree(tmp_path / "tx\x1b]0;PWNED\x07\nline2", {"aten/src/ATen/native/X.cpp": "void f() {}\n"})
+    r = run("source", "add", str(root), "--name", "escdir")
+    assert r.exit_code == 0, r.output
+    listed = run("source", "list")
+    for out in (r.stdout.splitlines()[0], listed.stdout):
+        assert "\x1b" not in out and "\x07" not in out and "\\x1b]0;PWNED\\x07\\x0aline2" in out
+        assert len(out.strip().splitlines()) == 1

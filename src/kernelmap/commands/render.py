@@ -71,9 +71,11 @@ def render_(document, depth, hide, collapse_branches, prune, min_us, as_json, wi
         answer = reshape(answer)
     elif getattr(answer, "DOCUMENT", "") == "trace" and answer.tree is not None:
         answer = dataclasses.replace(answer, tree=reshape(answer.tree))
+    from rich.errors import ConsoleError
+
     try:
         emit(answer, as_json, width, html, min_us=min_us)
-    except (AttributeError, TypeError, KeyError, IndexError, ValueError) as e:
+    except (AttributeError, TypeError, KeyError, IndexError, ValueError, ConsoleError) as e:  # ConsoleError: rich cannot draw a value
         raise BadInput(f"{document} is not a document kernelmap can render ({type(e).__name__}: {e})") from None
 
 

@@ -24,11 +24,16 @@ def one_line_warnings() -> None:
     import warnings
 
     def show(message, category, filename, lineno, file=None, line=None):
-        from kernelmap.trace.text import sanitize
-
-        click.echo(f"kernelmap: warning: {sanitize(str(message))}", err=True)
+        click.echo(f"kernelmap: warning: {_line(str(message))}", err=True)
 
     warnings.showwarning = show
+
+
+def _line(text: str) -> str:
+    """`text` for one line of output: control characters (a path's, a file name's) escaped."""
+    from kernelmap.trace.text import sanitize_line
+
+    return sanitize_line(text)
 
 
 @click.group()
@@ -56,7 +61,7 @@ def add(path: str, name: str | None) -> None:
     from kernelmap.source import add_tree
 
     tree = add_tree(path, name)
-    click.echo(f"added {tree.name}: {tree.version}{' @ ' + tree.commit[:12] if tree.commit else ''} at {tree.root}")
+    click.echo(f"added {tree.name}: {tree.version}{' @ ' + tree.commit[:12] if tree.commit else ''} at {_line(str(tree.root))}")
     if tree.missing_parts:
         click.echo(f"note: the tree has no {', '.join(tree.missing_parts)}; the index will hold what is there")
 
@@ -79,7 +84,7 @@ def fetch(commit: str | None, timeout: float) -> None:
     with _progress("download") as bar:
         task = bar.add_task("download", total=None)
         tree = fetch_tree(commit, progress=lambda done, total: bar.update(task, completed=done, total=total), timeout=timeout)
-    click.echo(f"fetched {tree.name}: {tree.version} @ {tree.commit} at {tree.root}")
+    click.echo(f"fetched {tree.name}: {tree.version} @ {tree.commit} at {_line(str(tree.root))}")
 
 
 @source.command("list")
@@ -142,10 +147,10 @@ def index(source: str | None, jobs: int | None) -> None:
         f"{' (full build: ' + report.rebuilt_reason + ')' if report.full else ''} in {report.seconds:.1f}s"
     )
     if report.with_errors:
-        worst = ", ".join(f"{p} ({n})" for p, n in report.worst[:3])
+        worst = ", ".join(f"{_line(p)} ({n})" for p, n in report.worst[:3])
         click.echo(f"{report.with_errors} files parse with errors (definitions still indexed); worst: {worst}")
     for path, why in report.skipped:
-        click.echo(f"skipped {path}: {why}")
+        click.echo(f"skipped {_line(path)}: {_line(why)}")
     if report.missing_parts:
         click.echo(f"missing from the tree: {', '.join(report.missing_parts)}")
 

@@ -323,9 +323,21 @@ def remove_tree(name: str) -> Tree:
         Path(build_lock.lock_file).unlink(missing_ok=True)
     finally:
         build_lock.release()
-    if tree.kind == "fetched" and tree.root.is_relative_to(env.cache_dir()):
+    if tree.kind == "fetched" and _fetched_folder(tree):
         shutil.rmtree(tree.root, ignore_errors=True)
     return tree
+
+
+def _fetched_folder(tree: Tree) -> bool:
+    """Whether `tree.root` is the folder `source fetch` made for its commit
+    (`<cache>/trees/pytorch-<12 hex digits>`): only that is deleted with the
+    tree; a registry entry naming any other folder (the cache itself, its
+    codegen) is forgotten, never deleted."""
+    expected = env.cache_dir() / "trees" / f"pytorch-{(tree.commit or '')[:12]}"
+    try:
+        return bool(tree.commit) and tree.root in (expected, expected.resolve()) and not tree.root.is_symlink()
+    except (OSError, RuntimeError):
+        return False
 
 
 def select_tree(name: str | None = None) -> Tree:

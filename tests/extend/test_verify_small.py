@@ -236,6 +236,14 @@ def test_a_model_file_that_fails_is_one_line(kernelmap_cli, tmp_path, text, mess
     assert (message or "returned a Tensor, not a model") in lines[-1]
 
 
+def test_an_override_that_changes_nothing_is_one_line_without_profiler_lines(kernelmap_cli, tmp_path):
+    path = tmp_path / "tiny.py"
+    path.write_text("import torch\ndef model():\n    return torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())\n"
+                    "def example_input():\n    return torch.randn(2, 4)\n")
+    done = kernelmap_cli("verify", str(path), "--override", "aten::relu=aten::relu")
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
 def test_runs_beyond_any_measurement_are_refused(kernelmap_cli, model_file):
     done = kernelmap_cli("verify", str(model_file), "--override", "aten::convolution=kernelmap_ext::absent", "--runs", "100000000000000000000")
     assert done.returncode == 2 and "--runs is 1 to" in done.stderr

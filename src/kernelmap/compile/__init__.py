@@ -38,7 +38,7 @@ from kernelmap.compile.model import (
     GraphBreak,
 )
 from kernelmap.errors import BadInput, KernelmapError
-from kernelmap.trace.record import _quiet_stderr, activities
+from kernelmap.trace.record import quiet_stderr, activities
 
 __all__ = ["CompileAnswer", "CompilerMissing", "compile_callable", "run_code", "run_function", "run_script"]
 
@@ -182,7 +182,7 @@ def compile_callable(fn: Callable[[], Any], *, workdir: Path | None = None, prof
         if profile:
             # no Python stacks: the per-kernel totals are all this needs
             prof = torch.profiler.profile(activities=activities(torch))
-            with _quiet_stderr():
+            with quiet_stderr():
                 prof.__enter__()
         try:
             fn()
@@ -207,7 +207,7 @@ def compile_callable(fn: Callable[[], Any], *, workdir: Path | None = None, prof
 
 def _kernel_times(prof) -> dict[str, tuple[float, int]]:
     """profiler event name -> (total microseconds, calls)."""
-    with _quiet_stderr():
+    with quiet_stderr():
         prof.__exit__(None, None, None)
     out: dict[str, tuple[float, int]] = {}
     for e in prof.key_averages():

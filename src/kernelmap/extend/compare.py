@@ -349,8 +349,16 @@ def _profile(run: Callable[[], Any]) -> tuple[Any, dict[str, int]]:
     """(run's result, calls per aten operator during it), from torch.profiler."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    from kernelmap.trace.record import quiet_stderr
+
+    prof = profile(activities=[ProfilerActivity.CPU])
+    with quiet_stderr():  # the profiler's own "profiler_start" / "profiler_stop" lines
+        prof.__enter__()
+    try:
         result = run()
+    finally:
+        with quiet_stderr():
+            prof.__exit__(None, None, None)
     counts: dict[str, int] = {}
     for event in prof.events():
         if re.match(r"\w+::\w+$", event.name or ""):

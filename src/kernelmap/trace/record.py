@@ -58,13 +58,13 @@ class Profiling:
         self.prof = self.torch.profiler.profile(activities=activities(self.torch), record_shapes=True, with_stack=True)
 
     def start(self) -> None:
-        with _quiet_stderr():
+        with quiet_stderr():
             self.prof.__enter__()
 
     def stop(self) -> Path:
         if self.cuda:
             self.torch.cuda.synchronize()
-        with _quiet_stderr():
+        with quiet_stderr():
             self.prof.__exit__(None, None, None)
         fd, name = tempfile.mkstemp(prefix="kernelmap-trace-", suffix=".json")
         os.close(fd)
@@ -73,7 +73,7 @@ class Profiling:
 
 
 @contextlib.contextmanager
-def _quiet_stderr():
+def quiet_stderr():
     """Silence file descriptor 2 while the profiler starts or stops: its C++
     side logs a line for each ("profiler_start", "profiler_stop") that would
     land between the traced code's own output. Only those two calls are

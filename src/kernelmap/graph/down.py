@@ -783,8 +783,7 @@ def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
     location = definition.location
     lines = file_lines(ctx.index.tree.root / location.path)
     by_short = _by_short_name(ctx.index, location.path)
-    in_file = {short: kept for short, ds in by_short.items() if (kept := [d for d in ds if d.name != definition.name])}
-    if not in_file:
+    if not any(d.name != definition.name for ds in by_short.values() for d in ds):
         return []
     body = lines[location.line - 1 : location.end_line or location.line]
     head = "\n".join(body[: next((i for i, text in enumerate(body) if "{" in text), 0) + 1])
@@ -797,7 +796,7 @@ def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
         for m in _ANY_ARGUMENT_NAME.finditer(line):
             qualifier, name = m.group("qualifier"), m.group("name")
             # `RUN_K(INDEX_T, DIM, sbtopk::launch)`: the qualifier tells sbtopk::launch from mbtopk::launch
-            named = [d for d in in_file.get(name, ()) if f"::{d.lookup}".endswith(f"::{qualifier}{name}")]
+            named = [d for d in by_short.get(name, ()) if d.name != definition.name and f"::{d.lookup}".endswith(f"::{qualifier}{name}")]
             target = named[0] if named else None
             # a parameter or local variable that shares a function's name (`min`) is no callback
             # (a plain substring test first: every pattern below names `name`, and compiling one per name is dear)
@@ -1135,17 +1134,31 @@ def receiver_type(site, caller, ctx: GraphContext) -> str | None:
     if variable == "this":
         return caller.lookup.rsplit("::", 2)[-2] if caller.lookup.count("::") >= 1 else None
     start = caller.location.line - 1
-    word = re.compile(rf"\b{re.escape(variable)}\b")
+    word = _word_pattern(variable)
     # only the lines that name the variable (with the line before: a type may end a line), not the whole body
     text = "\n".join(f"{lines[i - 1] if i > start else ''}\n{lines[i]}" for i in range(start, site.location.line) if variable in lines[i] and word.search(lines[i]))
-    template = r"<[^;(){}<>\n]*(?:<[^;(){}<>\n]*>[^;(){}<>\n]*)*>"
-    declared = re.compile(rf"([A-Za-z_][\w:]*)\s*(?:{template})?\s*(?:const\s*)?[&*]*\s*\b{re.escape(variable)}\s*[,)=;({{\[]")
+    if not text:
+        return None
+    declared = _declaration_pattern(variable)
     matches = (d for begin, end in _statement_pieces(text, variable) for d in declared.finditer(text, begin, end))
     found = [d.group(1) for d in matches if d.group(1) not in _NOT_TYPES and not d.group(1).startswith("std::")]
     if not found:
         return None
     name = found[-1]
     return name if name[:1].isupper() or "::" in name else None
+
+
+# Compiled once per variable name: a graph asks for the same receivers (`iter`, `params`) hundreds of times.
+@functools.lru_cache(maxsize=2048)
+def _word_pattern(variable: str) -> re.Pattern[str]:
+    return re.compile(rf"\b{re.escape(variable)}\b")
+
+
+@functools.lru_cache(maxsize=2048)
+def _declaration_pattern(variable: str) -> re.Pattern[str]:
+    """`Type<...> const& variable`: the type a variable is declared with."""
+    template = r"<[^;(){}<>\n]*(?:<[^;(){}<>\n]*>[^;(){}<>\n]*)*>"
+    return re.compile(rf"([A-Za-z_][\w:]*)\s*(?:{template})?\s*(?:const\s*)?[&*]*\s*\b{re.escape(variable)}\s*[,)=;({{\[]")
 
 
 def _stub_children(stub: str, ctx: GraphContext, call_site: Location | None = None) -> list[Node]:

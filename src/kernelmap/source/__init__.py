@@ -13,7 +13,6 @@ Nothing here imports torch: the installed torch's commit comes from
 
 from __future__ import annotations
 
-from kernelmap.source.build import IndexBusy, IndexReport, build_index, index_path
 from kernelmap.source.index import (
     CallSite,
     Definition,
@@ -28,16 +27,21 @@ from kernelmap.source.index import (
     find,
     open_index,
 )
+from kernelmap.source.records import index_path
 from kernelmap.source.trees import NotATree, Tree, UnknownTree, add_tree, get_tree, inspect_tree, list_trees, remove_tree, select_tree
 
 
 def __getattr__(name: str):
-    # Fetching (urllib, http, ssl) is imported only when asked for: a question
-    # put to an indexed tree never fetches one.
+    # Fetching (urllib, http, ssl) and building (tree-sitter, multiprocessing) are
+    # imported only when asked for: a question put to an indexed tree does neither.
     if name in ("FetchError", "fetch_tree"):
         import importlib
 
         return getattr(importlib.import_module("kernelmap.source.fetch"), name)
+    if name in ("IndexBusy", "IndexReport", "build_index"):
+        import importlib
+
+        return getattr(importlib.import_module("kernelmap.source.build"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import gc
 import hashlib
-import json
 import multiprocessing
 import os
 import shutil
@@ -25,10 +24,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelmap import env, vendors
+from kernelmap import vendors
 from kernelmap.errors import BadInput, SourceError
 from kernelmap.source import extract
 from kernelmap.source.extract import FileFacts, OperatorNames
+from kernelmap.source.records import file_record, index_path, read_record, write_record
 from kernelmap.source.schema import CALL_KIND_CODE, INDEXES, SCHEMA, SCHEMA_VERSION, expected_table_definitions, one_line, table_definitions
 from kernelmap.source.trees import INDEXED_PARTS, Tree
 
@@ -62,50 +62,6 @@ class IndexReport:
     worst: tuple[tuple[str, int], ...] = field(default=())  # (path, ERROR nodes), worst first
     seconds: float = 0.0
     waited: bool = False  # another build held the lock first
-
-
-def index_path(tree: Tree) -> Path:
-    return index_path_of(tree.name)
-
-
-def index_path_of(name: str) -> Path:
-    """The database of the tree named `name`. Names too long for a file name
-    (registries written before names were limited) get a hashed one."""
-    if len(name.encode()) > 100:
-        name = f"{name[:60]}-{hashlib.sha1(name.encode()).hexdigest()[:16]}"
-    return env.cache_dir() / "index" / f"{name}.sqlite"
-
-
-def record_path(path: Path) -> Path:
-    """The record beside a database: its size, mtime and sha256 as built."""
-    return path.with_name(path.name + ".record")
-
-
-def file_record(path: Path, *, digest: bool = True) -> dict:
-    st = path.stat()
-    record = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
-    if digest:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        record["sha256"] = h.hexdigest()
-    return record
-
-
-def read_record(path: Path) -> dict | None:
-    try:
-        record = json.loads(record_path(path).read_text())
-    except (OSError, ValueError, RecursionError):
-        return None
-    return record if isinstance(record, dict) else None
-
-
-def _write_record(path: Path, record: dict) -> None:
-    out = record_path(path)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record))
-    os.replace(tmp, out)
 
 
 def index_lock(path: Path):
@@ -520,7 +476,7 @@ def _build_locked(tree: Tree, path: Path, jobs: int, progress: Progress | None, 
             os.fsync(f.fileno())
         record = file_record(tmp)  # a rename keeps size and mtime
         os.replace(tmp, path)
-        _write_record(path, record)
+        write_record(path, record)
     except sqlite3.OperationalError as e:  # a full disk: the previous index stays as it was
         raise SourceError(f"cannot write the index of {tree.name!r} in {path.parent} ({one_line(e)})") from None
     finally:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from kernelmap.errors import SourceError
 from kernelmap.model import Answer, Edge, EdgeKind, Location, Origin, OriginTable, Symbol, check_document, document
-from kernelmap.source.build import file_record, index_path, read_record
+from kernelmap.source.records import file_record, index_path, read_record
 from kernelmap.source.schema import CALL_KINDS, SCHEMA_VERSION, expected_table_definitions, one_line, table_definitions
 from kernelmap.source.trees import Tree
 

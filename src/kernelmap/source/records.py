@@ -1,0 +1,60 @@
+"""Where a tree's index lives and the record kept beside it (its size, mtime
+and hash as built): what reading an index needs, without the builder and the
+extractor (tree-sitter, multiprocessing) that writing one imports."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kernelmap import env
+
+if TYPE_CHECKING:
+    from kernelmap.source.trees import Tree
+
+
+def index_path(tree: Tree) -> Path:
+    return index_path_of(tree.name)
+
+
+def index_path_of(name: str) -> Path:
+    """The database of the tree named `name`. Names too long for a file name
+    (registries written before names were limited) get a hashed one."""
+    if len(name.encode()) > 100:
+        name = f"{name[:60]}-{hashlib.sha1(name.encode()).hexdigest()[:16]}"
+    return env.cache_dir() / "index" / f"{name}.sqlite"
+
+
+def record_path(path: Path) -> Path:
+    """The record beside a database: its size, mtime and sha256 as built."""
+    return path.with_name(path.name + ".record")
+
+
+def file_record(path: Path, *, digest: bool = True) -> dict:
+    st = path.stat()
+    record = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    if digest:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        record["sha256"] = h.hexdigest()
+    return record
+
+
+def read_record(path: Path) -> dict | None:
+    try:
+        record = json.loads(record_path(path).read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def write_record(path: Path, record: dict) -> None:
+    out = record_path(path)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, out)

@@ -130,8 +130,11 @@ def _source_steps(op: str, device: str, notes: list[str], source: str | None = N
             raise
         notes.append(str(e))
         return ()
-    if context.index is None:  # a damaged or missing index: say why there are no source steps
-        notes.extend(n for n in context.notes if "kernelmap index --source" in n)
+    if context.index is None:
+        if context.no_index:  # the selected tree's index is missing or damaged: say why there are no source steps
+            from kernelmap.graph.context import NEEDS_TREE
+
+            notes.append(f"{NEEDS_TREE} [{context.no_index}]")
         return ()
     tree = graph.stack(op, context)
     roles: dict[str, SourceStep] = {}

@@ -31,6 +31,7 @@ class Library:
     kernels: re.Pattern[str] | None = None  # GPU kernel names (demangled) a profiler shows
     ops: tuple[tuple[re.Pattern[str], str | None], ...] = field(default=())  # (operator, device or None)
     launched_from: tuple[str, ...] = ()  # C++ callees whose call sites in ATen launch its GPU kernels
+    copies: bool = False  # its calls are block copies (memcpy): a call ends there as in an inner loop, not in a library's work
 
     def __post_init__(self) -> None:
         if self.closed and self.repository:
@@ -59,7 +60,7 @@ LIBRARIES: tuple[Library, ...] = (
     # its memory copies are where a copy between host and device does its work (cuda/Copy.cu's cudaMemcpyAsync)
     Library("CUDA runtime", closed=True, ids=("cudart",), calls=_re(r"^cudaMemcpy\w*$"), kernels=_re(r"^(Memcpy|Memset)")),
     # libc's block copies are where a kernel's fast path does its work (index_select's rows, cat's dim-0 inputs)
-    Library("C library", closed=False, repository="https://sourceware.org/git/glibc.git", ids=("libc",), calls=_re(r"^(std::)?(memcpy|memmove)$")),
+    Library("C library", closed=False, repository="https://sourceware.org/git/glibc.git", ids=("libc",), calls=_re(r"^(std::)?(memcpy|memmove)$"), copies=True),
     Library("HIP runtime", closed=False, repository="https://github.com/ROCm/clr", ids=("hip",), kernels=_re(r"^hipMemcpy|^hipMemset|^__amd_rocclr_")),
     Library(
         "cuDNN",

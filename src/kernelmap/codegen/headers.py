@@ -46,6 +46,10 @@ _GUARD_OPEN = "#if !defined(TORCH_STABLE_ONLY) && !defined(TORCH_TARGET_VERSION)
 class HeadersDamaged(KernelmapError):
     """A header the cache recorded is missing or changed."""
 
+    def __init__(self, path: Path):
+        super().__init__(f"{path} is not the header that was generated (regenerate with `kernelmap gen --regenerate`)")
+        self.path = path
+
 
 @dataclass(frozen=True)
 class HeaderFunction:
@@ -74,7 +78,7 @@ class HeaderFiles:
             except OSError:
                 text = None
             if self._sizes is not None and rel in self._sizes and (text is None or path.stat().st_size != self._sizes[rel]):
-                raise HeadersDamaged(f"{path} is not the header that was generated (regenerate with `kernelmap gen --regenerate`)")
+                raise HeadersDamaged(path)
             self._lines[rel] = text.splitlines() if text is not None else []
         return self._lines[rel]
 
@@ -156,7 +160,7 @@ def regenerate_headers(tree: Path | None, damaged: HeadersDamaged, *, progress: 
 
     source = installed_source() if tree is None else tree_source(tree)
     directory = _headers_dir(source)
-    _warn(str(damaged).split(" (regenerate", 1)[0])
+    _warn(f"{damaged.path} is not the header that was generated")
     with filelock.FileLock(str(directory.parent / f".{directory.name}.lock")):
         (directory / "manifest.json").unlink(missing_ok=True)
     return generated_headers(tree, progress=progress)

@@ -15,6 +15,7 @@ into that), never a traceback or a silent default.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -89,6 +90,12 @@ def output_options(f: Callable) -> Callable:
 def depth_check(value: int) -> int:
     if value < 0:
         raise BadInput(f"depth must be 0 or more, not {value}")
+    return value
+
+
+def check_min_us(value: float) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise BadInput(f"--min-us must be a finite number of 0 or more, not {value}")
     return value
 
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 
 import click
 
-from kernelmap.commands.options import check_input_file, emit, output_options
+from kernelmap.commands.options import check_input_file, check_min_us, emit, output_options
 
 
 @click.command("render")
@@ -38,8 +37,7 @@ def render_(document, depth, hide, collapse_branches, prune, min_us, as_json, wi
 
     if depth is not None and depth < 0:
         raise BadInput(f"--depth must be 0 or more, not {depth}")
-    if not math.isfinite(min_us) or min_us < 0:
-        raise BadInput(f"--min-us must be a finite number of 0 or more, not {min_us}")
+    check_min_us(min_us)
     check_input_file(document, "the document")
     try:
         with open(document, encoding="utf-8") as f:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from kernelmap.commands.options import check_input_file, check_output_file, check_width, emit, source_option
+from kernelmap.commands.options import check_input_file, check_min_us, check_output_file, check_width, emit, source_option
 from kernelmap.errors import BadInput
 
 
@@ -29,8 +28,7 @@ def _check_options(width, top, min_us, depth, export_chrome) -> None:
         raise BadInput(f"--top must be 0 or more, not {top}")
     if depth is not None and depth < 0:
         raise BadInput(f"--depth must be 0 or more, not {depth}")
-    if not math.isfinite(min_us) or min_us < 0:
-        raise BadInput(f"--min-us must be a finite number of 0 or more, not {min_us}")
+    check_min_us(min_us)
     if export_chrome is not None:
         check_output_file(export_chrome, "--export-chrome")
         parent = Path(export_chrome).resolve().parent

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from kernelmap.catalog import Catalog
     from kernelmap.codegen import GeneratedFiles
     from kernelmap.codegen.build import Reporter
-    from kernelmap.codegen.headers import HeaderFiles
+    from kernelmap.codegen.headers import HeaderFiles, HeadersDamaged
     from kernelmap.model import Origin
     from kernelmap.source import Index
     from kernelmap.source.config import BuildConfig
@@ -63,6 +63,7 @@ class GraphContext:
     tree_root: Path | None = None  # the selected tree, if any
     progress: Reporter | None = None  # hears of generation steps done later (the headers)
     build: BuildConfig | None = None  # the release build's macros on `device` (Note [build configuration])
+    no_index: str | None = None  # why the selected tree's index could not be opened (missing, damaged)
 
     @functools.cached_property
     def headers(self) -> HeaderFiles | None:
@@ -75,19 +76,21 @@ class GraphContext:
         try:
             return generated_headers(self.tree_root, progress=self.progress) if self.tree_root is not None else wheel_headers()
         except KernelmapError as e:
-            self.__dict__["headers_error"] = f"generated headers unavailable, showing no at::/Tensor:: functions: {e}"
-            return None
+            return self._no_headers(e)
 
-    def regenerate_headers(self, damaged: KernelmapError) -> HeaderFiles | None:
+    def regenerate_headers(self, damaged: HeadersDamaged) -> HeaderFiles | None:
         """The headers generated again after a read found a damaged one (one warning); None when that fails."""
         from kernelmap.codegen.headers import regenerate_headers
 
         try:
             self.__dict__["headers"] = regenerate_headers(self.tree_root, damaged, progress=self.progress) if self.tree_root is not None else None
         except KernelmapError as e:
-            self.__dict__["headers"] = None
-            self.__dict__["headers_error"] = f"generated headers unavailable, showing no at::/Tensor:: functions: {e}"
+            self.__dict__["headers"] = self._no_headers(e)
         return self.__dict__["headers"]
+
+    def _no_headers(self, error: KernelmapError) -> None:
+        self.__dict__["headers_error"] = f"generated headers unavailable, showing no at::/Tensor:: functions: {error}"
+        return None
 
     @property
     def entry_catalog(self) -> Catalog:
@@ -122,6 +125,7 @@ def open_context(
     wheel_catalog = load_catalog()
     notes: list[str] = []
     catalog, index, tree = wheel_catalog, None, None
+    no_index: str | None = None
     try:
         from kernelmap.source import open_index, select_tree
 
@@ -131,6 +135,8 @@ def open_context(
     except KernelmapError as e:
         if source is not None or require_tree:
             raise
+        if tree is not None and index is None:  # a tree is selected; its index is what failed
+            no_index = str(e)
         tree = None
         notes.append(f"{NEEDS_TREE} [{e}]")
     python_root, python_origin, python_catalog = install.site_packages, install.origin, wheel_catalog
@@ -178,6 +184,7 @@ def open_context(
         tree.root if tree is not None else None,
         progress,
         build,
+        no_index,
     )
 
 

@@ -40,7 +40,6 @@ from kernelmap import vendors
 from kernelmap.model import CallNode, CallTree, NodeKind
 
 _KIND_RANK = {NodeKind.VENDOR: 0, NodeKind.LAUNCH: 1, NodeKind.DEVICE_LOOP: 2, NodeKind.INNER_LOOP: 3}
-_BLOCK_COPIES = vendors.library("libc")
 # `numel < grain_size`, `slice_size >= at::internal::GRAIN_SIZE`: a test of the input's size
 _GRAIN_TEST = re.compile(r"\w\s*(>=|>|<=|<)\s*(?:at::)?(?:internal::)?(?:GRAIN_SIZE|grain_size)\b")
 _WORK = re.compile(r"(Execute|Forward|Backward|gemm|Gemm|compute|_kernel$|kernel_vec$|kernel$)")
@@ -68,7 +67,8 @@ def call_ends(tree: CallTree) -> tuple[End, ...]:
             works = bool(_WORK.search(node.name))
             elses = sum(1 for n in path if (n.condition or "").startswith("else of "))
             larger = sum(1 for n in path if for_larger_inputs(n.condition))
-            kind = _KIND_RANK[NodeKind.INNER_LOOP] if _BLOCK_COPIES and node.attrs.get("library") == _BLOCK_COPIES.name else _KIND_RANK[node.kind]
+            library = vendors.library(node.attrs.get("library")) if node.kind is NodeKind.VENDOR else None
+            kind = _KIND_RANK[NodeKind.INNER_LOOP] if library is not None and library.copies else _KIND_RANK[node.kind]
             ends.append(End(node, path, (larger, kind, not works, elses, order)))
             order += 1
             if node.kind is not NodeKind.DEVICE_LOOP:

@@ -411,10 +411,7 @@ def _dtype_step(kernels: list[CallNode], end: CallNode, context: GraphContext) -
     macro of the kernel that encloses the device loop's call (the last one
     above the call: mul_kernel's `_AT_DISPATCH_MUL_TYPES` for float32, not
     its reduced-float or Bool branches) (Note [dtype branches])."""
-    from kernelmap.graph import dtypes
-
-    name = dtypes.canonical(context.dtype)
-    scalar, cpp = dtypes.SCALAR_TYPES[name] if name else (None, None)
+    name, scalar, cpp = _selected_dtype(context)
     site = end.attrs.get("call_site")
     case = end.attrs.get("dtype_case")
     if isinstance(site, Location) and case:
@@ -480,12 +477,19 @@ def _caller_name(kernels: list[CallNode], site: Location) -> str:
     return next((k.name for k in reversed(kernels) if k.location.path == site.path), site.path)
 
 
-def _first_dispatch_step(kernels: list[CallNode], context: GraphContext) -> Step | None:
+def _selected_dtype(context: GraphContext) -> tuple[str | None, str | None, str | None]:
+    """(dtype name, its ScalarType, its C++ type): `float32`, `Float`, `float`; Nones for a dtype the tables lack."""
     from kernelmap.graph import dtypes
-    from kernelmap.source import Definition
 
     name = dtypes.canonical(context.dtype)
     scalar, cpp = dtypes.SCALAR_TYPES[name] if name else (None, None)
+    return name, scalar, cpp
+
+
+def _first_dispatch_step(kernels: list[CallNode], context: GraphContext) -> Step | None:
+    from kernelmap.source import Definition
+
+    name, scalar, cpp = _selected_dtype(context)
 
     for node in kernels:
         if node.kind == "generated":

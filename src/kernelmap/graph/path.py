@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 
 from kernelmap.errors import BadInput, KernelmapError, UnknownName
-from kernelmap.graph.context import GraphContext
+from kernelmap.graph.context import NEEDS_TREE, GraphContext
 from kernelmap.graph.grow import grow
 from kernelmap.model import CallNode, NodeKind, PathAnswer, Route
 
@@ -130,8 +130,7 @@ def _check_known(target: str, ctx: GraphContext) -> None:
     except KernelmapError:
         pass
     if ctx.index is None:  # no index to look a C++ name up in: say why, not that the name is unknown
-        why = next((n for n in ctx.notes if "kernelmap index" in n or "source tree" in n), None)
-        raise KernelmapError(f"{target!r} is no Python name or operator, and C++ names need an indexed tree: {why}") if why else UnknownName(target, ())
+        raise KernelmapError(f"{target!r} is no Python name or operator, and C++ names need an indexed tree: {ctx.no_index or NEEDS_TREE}")
     short = target.rsplit("::", 1)[-1]
     raise UnknownName(target, tuple(ctx.index.search(short, limit=5)) if len(short) >= 3 else ())
 

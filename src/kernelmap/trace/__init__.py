@@ -24,7 +24,6 @@ import gc
 import os
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,20 +48,50 @@ class TracedCodeFailed(KernelmapError):
 from kernelmap.trace.reader import TraceFormatError  # noqa: E402 - re-exported
 
 
-@dataclass
 class Trace:
     """A resolved trace: the call tree and the trace file it was read from
-    (each node's `event` attr is its event's index in that file)."""
+    (each node's `event` attr is its event's index in that file).
 
-    tree: CallTree
-    file: Path  # the Chrome trace the tree was read from
-    error: BaseException | None = None  # what the traced code raised, for a partial trace
-    _cleanup: Any = None
+    The tree is held as columns (Note [columnar trace] in
+    `kernelmap.trace.build`); `summary()` reads them directly, and the
+    CallNode tree is made the first time `tree` is asked for."""
+
+    def __init__(self, tree: CallTree | None, file: Path, error: BaseException | None = None, *,
+                 table=None, notes: tuple[str, ...] = (), meta: dict[str, Any] | None = None):
+        self._tree = tree
+        self._table = table
+        self.notes = tuple(tree.notes) if tree is not None else tuple(notes)
+        self.meta = dict(tree.meta) if tree is not None else dict(meta or {})
+        self.file = file  # the Chrome trace the tree was read from
+        self.error = error  # what the traced code raised, for a partial trace
+        self._cleanup: Any = None
+
+    @property
+    def tree(self) -> CallTree:
+        if self._tree is None:
+            from kernelmap.trace.build import to_tree
+
+            was_enabled = gc.isenabled()
+            gc.disable()  # a million small objects that live as long as the trace: nothing to collect
+            try:
+                self._tree = to_tree(self._table, list(self.notes), self.meta)
+            finally:
+                if was_enabled:
+                    gc.enable()
+        return self._tree
+
+    def with_notes(self, *notes: str) -> None:
+        """Put `notes` first among the tree's notes."""
+        self.notes = (*notes, *self.notes)
+        if self._tree is not None:
+            self._tree = CallTree(self._tree.root, self.notes, self._tree.meta)
 
     def summary(self):
         """Per operator, module and source file (`kernelmap.trace.summary.Summary`)."""
-        from kernelmap.trace.summary import summarize
+        from kernelmap.trace.summary import summarize, summarize_table
 
+        if self._table is not None:
+            return summarize_table(self._table, self.notes)
         return summarize(self.tree)
 
     def _repr_html_(self) -> str:
@@ -120,7 +149,7 @@ def load(
 
 def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None, live: bool, meta: dict[str, Any] | None) -> Trace:
     from kernelmap.trace import build
-    from kernelmap.trace.reader import TraceHeader, read_events
+    from kernelmap.trace.reader import TraceHeader, read_batches
 
     header = TraceHeader()
     origin = None
@@ -131,10 +160,11 @@ def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None
     except KernelmapError:
         pass
     try:
-        collected = build.collect(read_events(path, header), python_origin=origin)
+        collected = build.collect(read_batches(path, header), python_origin=origin)
     except ValueError as e:
         raise TraceFormatError(path.name, 0, f"unusable event: {e}") from None
-    root, notes = build.build(collected, keep_frames=keep_frames)
+    table = build.build(collected, keep_frames=keep_frames)
+    notes = table.notes
     if resolve:
         from kernelmap.trace.resolve import Resolver
         from kernelmap.trace.sources import open_source_index
@@ -146,8 +176,8 @@ def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None
             raise SourceError(reason)  # a tree asked for by name must open: the same error as every command's --source
         from kernelmap.trace.resolve import platform_of
 
-        resolver = Resolver(live=live, source_index=index, source_reason=reason, platform=platform_of(header.fields, root))
-        notes.extend(resolver.resolve(root))
+        resolver = Resolver(live=live, source_index=index, source_reason=reason, platform=platform_of(header.fields, table))
+        notes.extend(resolver.resolve(table))
     m: dict[str, Any] = {
         "file": path.name,
         "events": collected.events,
@@ -160,8 +190,7 @@ def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None
     if header.fields.get("deviceProperties"):
         m["devices"] = [d.get("name") for d in header.fields["deviceProperties"] if isinstance(d, dict)]
     m.update(meta or {})
-    tree = build.to_tree(root, notes, m)
-    return Trace(tree, path)
+    return Trace(None, path, table=table, notes=tuple(notes), meta=m)
 
 
 _LINK_KEYS = (
@@ -192,7 +221,7 @@ def _from_recording(rec, keep_frames: bool, source_tree: Path | None, how: str) 
     t.error = rec.error
     if rec.error is not None:
         kind = "interrupted" if isinstance(rec.error, KeyboardInterrupt) else f"raised {type(rec.error).__name__}"
-        t.tree = CallTree(t.tree.root, (f"partial trace: the traced code {kind}", *t.tree.notes), t.tree.meta)
+        t.with_notes(f"partial trace: the traced code {kind}")
     return _temporary(t)
 
 

@@ -1,4 +1,4 @@
-"""Chrome/Kineto trace events -> one nested call tree (mutable while resolving).
+"""Chrome/Kineto trace events -> one nested call tree, held as columns.
 
 The profiler writes complete events (`ph: "X"`) per thread; nesting is not
 stored, it is implied by time: an event that starts inside another on the
@@ -19,6 +19,18 @@ dispatcher called them -> runtime call (cudaLaunchKernel) -> GPU kernel. Autogra
 node whose children are the aten ops of the backward formula. Python frames
 that ran no operator are dropped, and the wrappers every module call passes
 through (`Module._call_impl`, ...) are spliced out, unless all frames are kept.
+
+Note [columnar trace]
+A trace of a million events would be a million Python objects twice over
+(builder nodes, then frozen CallNodes) and gigabytes for a large file. The
+events are kept instead as NumPy columns, one row per complete event of a
+kept category (`Collected`), and the tree as columns over its nodes in
+pre-order (`Table`: kind, label, row, parent, subtree size, start,
+duration), so a subtree is a contiguous range and the summary's sums are
+array operations. Facts shared by many nodes (a label's kind, display name
+and Python location; an operator's resolved facts) are stored once and
+referred to by index. CallNodes are made only when the tree itself is asked
+for (`to_tree`), one pass in reverse pre-order.
 """
 
 from __future__ import annotations
@@ -29,23 +41,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from kernelmap.model import FACT_NAMES, CallNode, CallTree, Location, NodeKind
 from kernelmap.trace.text import sanitize
 
 HOST_CATEGORIES = {"python_function": 0, "user_annotation": 1, "cpu_op": 2, "cuda_runtime": 3, "cuda_driver": 3}
 DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
-# The args worth keeping per category: the rest (Ev Idx, Record function id,
-# Python ids...) is dropped so a large trace holds only what the tree shows.
-_KEPT_ARGS = {
-    "cpu_op": ("Input Dims", "Input type", "External id", "Sequence number", "Fwd thread id"),
-    "cuda_runtime": ("correlation", "External id"),
-    "cuda_driver": ("correlation", "External id"),
-    "kernel": ("correlation", "External id", "device", "stream", "grid", "block"),
-    "gpu_memcpy": ("correlation", "External id", "device", "stream"),
-    "gpu_memset": ("correlation", "External id", "device", "stream"),
-}
-# Convolutions keep what select_conv_backend needs (Note [conv backend] in resolve).
-_CONV_ARGS = ("Input Strides", "Concrete Inputs")
 _CONV_OPS = frozenset({"aten::_convolution", "aten::convolution_backward"})
 _EPS = 0.002  # µs: ends rounded to the nanosecond may overshoot their parent by this much
 
@@ -102,29 +104,6 @@ class Attrs(Mapping):
 
     def __repr__(self) -> str:
         return repr(dict(self))
-
-
-@dataclass(eq=False, slots=True)
-class Node:
-    """A node under construction: the event it came from and its children."""
-
-    name: str
-    kind: str
-    ts: float = 0.0  # µs
-    dur: float = 0.0  # µs
-    cat: str = ""
-    args: dict[str, Any] = field(default_factory=dict)
-    children: list[Node] | tuple = ()  # a list once it has any: most nodes are leaves
-    attrs: dict[str, Any] = field(default_factory=dict)
-    location: Location | None = None
-    index: int = -1  # position of the event in the trace file, for export
-    parent: Node | None = None
-    thread: tuple[Any, Any] = (None, None)  # (pid, tid) of a host event
-    shared: dict[str, Any] | None = None  # facts shared with every call of the same op, inputs and device
-
-    @property
-    def end(self) -> float:
-        return self.ts + self.dur
 
 
 def classify(name: str, cat: str) -> str:
@@ -191,20 +170,328 @@ def _python_location(name: str, origin) -> Location | None:
     return Location(path, line)
 
 
+# ---------------------------------------------------------------------------
+# Codes
+# ---------------------------------------------------------------------------
+
+KINDS = ("trace", "thread", "python", "module", "builtin", "op", "autograd", "annotation", "runtime", "gpu_kernel", "gpu_memcpy", "gpu_memset")
+KIND = {k: i for i, k in enumerate(KINDS)}
+CATEGORIES = ("python_function", "user_annotation", "cpu_op", "cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset")
+CAT = {c: i for i, c in enumerate(CATEGORIES)}
+_FIRST_DEVICE_CAT = CAT["kernel"]
+_CAT_RANK = np.array([HOST_CATEGORIES.get(c, 9) for c in CATEGORIES], dtype=np.int8)
+_FRAMES = np.array([KIND["python"], KIND["module"], KIND["builtin"]], dtype=np.int8)
+DEVICE_KINDS = np.array([KIND["gpu_kernel"], KIND["gpu_memcpy"], KIND["gpu_memset"]], dtype=np.int8)
+LINKS = (None, "correlation", "flow", "external id")  # how a device event was hung under its launch
+
+# Note [encoded ids]
+# Correlations, external ids, sequence numbers, devices and streams are
+# JSON ints or strings. They are kept as int64 columns: an int of the usual
+# range as itself, an absent value as NONE, anything else (a string, an int
+# beyond the range) as a code below _ODD that stands for the value kept
+# aside in `Values.odd`. Equal values get equal codes, so joins compare codes.
+NONE = -(1 << 63)
+_SOME = NONE + 1  # present, but no int or string (a list where a sequence number belongs)
+_ODD = -(1 << 62)
+
+
+class Values:
+    """The values of encoded id columns that are not plain ints (Note [encoded ids])."""
+
+    def __init__(self) -> None:
+        self.odd: list[Any] = []
+        self._codes: dict[Any, int] = {}
+
+    def _code(self, v: Any) -> int:
+        if v is None:
+            return NONE
+        if not isinstance(v, (int, str)):
+            return _SOME
+        code = self._codes.get((type(v), v))
+        if code is None:
+            code = self._codes[(type(v), v)] = NONE + 2 + len(self.odd)
+            self.odd.append(v)
+        return code
+
+    def encode(self, values: list[Any]) -> np.ndarray:
+        code = self._code
+        try:
+            out = np.array([v if type(v) is int else code(v) for v in values], dtype=np.int64)
+        except OverflowError:  # an int beyond int64
+            out = np.array([v if type(v) is int and _ODD < v < -_ODD else code(v) for v in values], dtype=np.int64)
+        low = np.flatnonzero((out < _ODD) & (out > _SOME))
+        for i in low.tolist():  # an int that falls among the codes: kept aside too
+            if type(values[i]) is int:
+                out[i] = code(values[i])
+        return out
+
+    def decode(self, code: int) -> Any:
+        if code >= _ODD:
+            return int(code)
+        if code == NONE:
+            return None
+        if code == _SOME:
+            return _Unusable
+        return self.odd[code - NONE - 2]
+
+
+class _UnusableValue:
+    """A value present in the trace but of no usable type (see Values)."""
+
+    def __repr__(self) -> str:
+        return "<unusable>"
+
+
+_Unusable = _UnusableValue()
+
+
+def usable(codes: np.ndarray) -> np.ndarray:
+    """Which codes stand for an int or a string."""
+    return (codes != NONE) & (codes != _SOME)
+
+
+@dataclass
+class Labels:
+    """What a trace event's (name, category) pair is, once per distinct pair:
+    its kind, the name it shows, its Python location and its raw name."""
+
+    raw: list[str] = field(default_factory=list)
+    cat: list[int] = field(default_factory=list)
+    kind: list[int] = field(default_factory=list)
+    display: list[str] = field(default_factory=list)
+    location: list[Location | None] = field(default_factory=list)
+    ids: dict[tuple[Any, Any], int] = field(default_factory=dict)
+
+    def add(self, raw: str, cat: str | None, kind: str, display: str, location: Location | None = None) -> int:
+        self.raw.append(raw)
+        self.cat.append(CAT.get(cat, -1) if cat else -1)
+        self.kind.append(KIND[kind])
+        self.display.append(display)
+        self.location.append(location)
+        return len(self.raw) - 1
+
+
+class Pool:
+    """Shapes, dtype lists, grids and blocks: each distinct one stored once."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self._ids: dict[Any, int] = {}
+
+    def encode(self, values: list[Any]) -> np.ndarray:
+        get = self._ids.get
+        out = [get(v, -1) if type(v) is tuple else (-2 if v is None else self._add(v)) for v in values]
+        for i, v in enumerate(values):  # first sightings, and tuples holding lists
+            if out[i] == -1:
+                out[i] = self._add(v)
+        return np.array([-1 if x == -2 else x for x in out], dtype=np.int32)
+
+    def _add(self, v: Any) -> int:
+        if type(v) is list:  # from a dict event; the reader's records hold tuples already
+            v = tuple(tuple(x) if isinstance(x, list) else x for x in v)
+        try:
+            i = self._ids.get(v)
+        except TypeError:  # a list two levels down: kept as it is
+            self.items.append(v)
+            return len(self.items) - 1
+        if i is None:
+            i = self._ids[v] = len(self.items)
+            self.items.append(v)
+        return i
+
+    def get(self, i: int) -> Any:
+        return None if i < 0 else self.items[i]
+
+
+# ---------------------------------------------------------------------------
+# One pass over the events: columns
+# ---------------------------------------------------------------------------
+
+
 @dataclass
 class Collected:
-    """What one pass over the events keeps: host events per thread, device
-    events, flow endpoints and thread names."""
+    """The complete events of the kept categories as columns, in file order
+    (one row each), flow endpoints, thread names (Note [columnar trace])."""
 
-    threads: dict[tuple[Any, Any], list[Node]] = field(default_factory=dict)
-    device: list[Node] = field(default_factory=list)
-    flow_starts: dict[Any, tuple[Any, Any, float]] = field(default_factory=dict)  # ac2g id -> (pid, tid, ts)
-    flow_ends: dict[Any, tuple[Any, Any, float]] = field(default_factory=dict)
+    labels: Labels = field(default_factory=Labels)
+    values: Values = field(default_factory=Values)
+    pool: Pool = field(default_factory=Pool)
+    threads: list[tuple[Any, Any]] = field(default_factory=list)  # thread id -> (pid, tid)
+    thread_ids: dict[tuple[Any, Any], int] = field(default_factory=dict)
     thread_names: dict[tuple[Any, Any], str] = field(default_factory=dict)
     process_names: dict[Any, str] = field(default_factory=dict)
+    conv: dict[int, dict[str, Any]] = field(default_factory=dict)  # row -> the args a convolution keeps besides the columns
+    columns: dict[str, np.ndarray] = field(default_factory=dict)
+    flows: dict[str, np.ndarray] = field(default_factory=dict)
     events: int = 0
     skipped: int = 0
-    device_count: int = 0  # device events, counted before the tree takes them
+    device_count: int = 0
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        try:
+            return self.__dict__["columns"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def thread_id(self, key: tuple[Any, Any]) -> int:
+        i = self.thread_ids.get(key)
+        if i is None:
+            i = self.thread_ids[key] = len(self.threads)
+            self.threads.append(key)
+        return i
+
+
+_ROW_COLUMNS = {  # name -> dtype
+    "label": np.int32, "cat": np.int8, "thread": np.int32, "ts": np.float64, "dur": np.float64, "event": np.int64,
+    "corr": np.int64, "ext": np.int64, "seq": np.int64, "dims": np.int32, "types": np.int32,
+    "gpu": np.int64, "stream": np.int64, "grid": np.int32, "block": np.int32,
+}
+_EMPTY = {"corr": NONE, "ext": NONE, "seq": NONE, "gpu": NONE, "stream": NONE, "dims": -1, "types": -1, "grid": -1, "block": -1}
+# Which args each group of categories keeps, as (column, Args attribute): the
+# rest (Ev Idx, Record function id, Python ids...) is never stored.
+_OP_ARGS = (("ext", "external_id"), ("seq", "sequence_number"), ("dims", "input_dims"), ("types", "input_type"))
+_RUNTIME_ARGS = (("corr", "correlation"), ("ext", "external_id"))
+_DEVICE_ARGS = (("corr", "correlation"), ("ext", "external_id"), ("gpu", "device"), ("stream", "stream"), ("grid", "grid"), ("block", "block"))
+_POOLED = frozenset({"dims", "types", "grid", "block"})
+
+
+def collect(batches: Iterable[list[Any]], python_origin=None) -> Collected:
+    """One streaming pass: keep the events the tree needs, as columns.
+    `batches` are lists of the reader's `Event` / `Loose` records (`read_batches`), or of dicts."""
+    from kernelmap.trace.reader import Args, Event
+
+    c = Collected()
+    chunks: dict[str, list[np.ndarray]] = {k: [] for k in _ROW_COLUMNS}
+    flow_chunks: dict[str, list[np.ndarray]] = {k: [] for k in ("id", "thread", "ts", "end")}
+    empty_args = Args()
+    conv_labels: set[int] = set()
+    for batch in batches:
+        base = c.events
+        c.events += len(batch)
+        odd = [i for i, e in enumerate(batch) if type(e) is not Event]
+        if odd:
+            batch = list(batch)
+            for i in odd:
+                e = batch[i]
+                batch[i] = _loose(e if type(e) is dict else e.raw, base + i) or _SKIP
+        xi = [i for i, e in enumerate(batch) if e.ph == "X" and e.cat in CAT]
+        fi = [i for i, e in enumerate(batch) if e.cat == "ac2g" and (e.ph == "s" or e.ph == "f")]
+        for e in batch:
+            if e.ph == "M":
+                _name_thread(c, e)
+        c.skipped += sum(1 for e in batch if e.ph != "M") - len(xi) - len(fi)
+        if fi:
+            _collect_flows(c, [batch[i] for i in fi], [base + i for i in fi], flow_chunks)
+        if not xi:
+            continue
+        xs = [batch[i] for i in xi]
+        rows = _collect_rows(c, xs, xi, base, python_origin, conv_labels)
+        args = [e.args for e in xs]
+        cats = rows["cat"]
+        n_before = sum(len(a) for a in chunks["ts"])
+        for group, fields in (((CAT["cpu_op"],), _OP_ARGS), ((CAT["cuda_runtime"], CAT["cuda_driver"]), _RUNTIME_ARGS),
+                              (tuple(range(_FIRST_DEVICE_CAT, len(CATEGORIES))), _DEVICE_ARGS)):
+            where = np.flatnonzero(np.isin(cats, group)) if len(group) > 1 else np.flatnonzero(cats == group[0])
+            if not len(where):
+                continue
+            selected = [args[i] or empty_args for i in where.tolist()]
+            for column, attr in fields:
+                values = [getattr(a, attr) for a in selected]
+                encoded = c.pool.encode(values) if column in _POOLED else c.values.encode(values)
+                rows[column][where] = encoded
+        if conv_labels:
+            for i in np.flatnonzero(np.isin(rows["label"], list(conv_labels))).tolist():
+                a = args[i]
+                kept = {k: v for k, v in (("Input Strides", getattr(a, "input_strides", None)), ("Concrete Inputs", getattr(a, "concrete_inputs", None))) if v is not None}
+                if kept:
+                    c.conv[n_before + i] = kept
+        for k, v in rows.items():
+            chunks[k].append(v)
+    c.columns = {k: np.concatenate(v) if v else np.zeros(0, dtype=_ROW_COLUMNS[k]) for k, v in chunks.items()}
+    c.flows = {k: np.concatenate(v) if v else np.zeros(0) for k, v in flow_chunks.items()}
+    return c
+
+
+def _collect_rows(c: Collected, xs: list, xi: list[int], base: int, python_origin, conv_labels: set[int]) -> dict[str, np.ndarray]:
+    """The row columns of one window's complete events, checked."""
+    n = len(xs)
+    names = [e.name for e in xs]
+    cats = [e.cat for e in xs]
+    ts = [e.ts for e in xs]
+    durs = [e.dur for e in xs]
+    ts_a = np.array([_NAN if t is None else t for t in ts], dtype=np.float64)
+    dur_a = np.array([0.0 if d is None else d for d in durs], dtype=np.float64)
+    bad_time = np.flatnonzero(~(np.abs(ts_a) < _FINITE) | ~((dur_a >= 0) & (dur_a < _FINITE)))
+    labels = c.labels
+    get = labels.ids.get
+    try:
+        label = [get(k, -1) for k in zip(names, cats)]
+    except TypeError:  # an unhashable name
+        label = [get(k, -1) if isinstance(k[0], str) else -2 for k in zip(names, cats)]
+    first_bad = int(bad_time[0]) if len(bad_time) else n
+    for i, lab in enumerate(label):
+        if lab >= 0:
+            continue
+        name = names[i]
+        if type(name) is not str:
+            first_bad = min(first_bad, i)
+            break
+        if i > first_bad:
+            break
+        lab = get((name, cats[i]))
+        if lab is None:  # once per distinct name and category: kind, display name, location
+            text = _encodable(name)
+            kind = classify(text, cats[i])
+            location = _python_location(text, python_origin) if kind == "python" else None
+            lab = labels.ids[(name, cats[i])] = labels.add(text, cats[i], kind, display_name(text, kind), location)
+            if text in _CONV_OPS and cats[i] == "cpu_op":
+                conv_labels.add(lab)
+        label[i] = lab
+    if first_bad < n:
+        e = xs[first_bad]
+        name, t, d = e.name, e.ts, e.dur if e.dur is not None else 0.0
+        what = ("name is not a string" if type(name) is not str else "ts is missing" if t is None
+                else f"ts {t} is not a finite number" if not (-_FINITE < t < _FINITE)
+                else f"negative duration {d}" if d < 0 else f"duration {d} is not a finite number")
+        raise ValueError(f"event #{base + xi[first_bad]} ({sanitize(str(name if name is not None else '?')[:80])!r}) lacks a usable name/ts/dur: {what}")
+    tget = c.thread_ids.get
+    thread = [tget(k, -1) for k in zip([e.pid for e in xs], [e.tid for e in xs])]
+    for i, t in enumerate(thread):
+        if t < 0:
+            thread[i] = c.thread_id((xs[i].pid, xs[i].tid))
+    rows = {
+        "label": np.array(label, dtype=np.int32),
+        "cat": np.array([CAT[x] for x in cats], dtype=np.int8),
+        "thread": np.array(thread, dtype=np.int32),
+        "ts": ts_a,
+        "dur": dur_a,
+        "event": np.array(xi, dtype=np.int64) + base,
+    }
+    for k, fill in _EMPTY.items():
+        rows[k] = np.full(n, fill, dtype=_ROW_COLUMNS[k])
+    return rows
+
+
+def _collect_flows(c: Collected, flows: list, where: list[int], chunks: dict[str, list[np.ndarray]]) -> None:
+    ids = [e.id for e in flows]
+    for i, fid in enumerate(ids):
+        if fid is not None and not isinstance(fid, (int, str)):
+            raise ValueError(f"flow event #{where[i]} is unusable: an id is a {type(fid).__name__}, not an int or a string")
+    chunks["id"].append(c.values.encode(ids))
+    chunks["thread"].append(np.array([c.thread_id((e.pid, e.tid)) for e in flows], dtype=np.int32))
+    chunks["ts"].append(np.array([e.ts if e.ts is not None else 0.0 for e in flows], dtype=np.float64))
+    chunks["end"].append(np.array([e.ph == "f" for e in flows], dtype=bool))
+
+
+def _name_thread(c: Collected, e) -> None:
+    if e.name == "thread_name":
+        c.thread_names[(e.pid, e.tid)] = _encodable(e.args.name) if e.args is not None and isinstance(e.args.name, str) else ""
+    elif e.name == "process_name":
+        c.process_names[e.pid] = _encodable(e.args.name) if e.args is not None and isinstance(e.args.name, str) else ""
+
+
+_NAN = float("nan")
+_FINITE = 1e300  # µs: far beyond any real trace, and no NaN or infinity compares below it
 
 
 def _finite(value: Any, what: str) -> float:
@@ -244,34 +531,36 @@ def _checked(e: dict) -> tuple[str, float, float]:
     return name, ts, dur
 
 
-_RELEVANT = frozenset(HOST_CATEGORIES) | DEVICE_CATEGORIES
-_KEPT_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {}  # category -> (Args attribute, arg name) kept
-
-
-def _kept_fields(cat: str) -> tuple[tuple[str, str], ...]:
-    from kernelmap.trace.reader import ARG_FIELDS
-
-    by_key = {v: k for k, v in ARG_FIELDS.items()}
-    return tuple((by_key[k], k) for k in _KEPT_ARGS.get(cat, ()))
+_KEPT_ARG_KEYS = {  # category -> the args it keeps, by their JSON names
+    "cpu_op": ("Input Dims", "Input type", "External id", "Sequence number"),
+    "cuda_runtime": ("correlation", "External id"),
+    "cuda_driver": ("correlation", "External id"),
+    "kernel": ("correlation", "External id", "device", "stream", "grid", "block"),
+    "gpu_memcpy": ("correlation", "External id", "device", "stream"),
+    "gpu_memset": ("correlation", "External id", "device", "stream"),
+}
+_CONV_ARGS = ("Input Strides", "Concrete Inputs")
 
 
 def _loose(raw: dict, index: int):
     """An event whose fields did not fit the reader's `Event` record, checked
     here as a dict: a malformed event the tree needs is refused with what is
-    wrong; one it does not need is skipped."""
-    from kernelmap.trace.reader import Args, Event
+    wrong; one it does not need is skipped (None)."""
+    from kernelmap.trace.reader import ARG_FIELDS, Args, Event
 
     ph = raw.get("ph")
     if ph == "X":
         cat = raw.get("cat", "")
-        if not isinstance(cat, str) or cat not in _RELEVANT:
+        if not isinstance(cat, str) or cat not in CAT:
             return None
         try:
             name, ts, dur = _checked(raw)
         except (KeyError, TypeError, ValueError, OverflowError) as err:
-            raise ValueError(f"event #{index} ({str(raw.get('name', '?'))[:80]!r}) lacks a usable name/ts/dur: {err}") from None
+            raise ValueError(f"event #{index} ({sanitize(str(raw.get('name', '?'))[:80])!r}) lacks a usable name/ts/dur: {err}") from None
         a = raw.get("args") or {}
-        args = Args(**{attr: a[key] for attr, key in _kept_fields(cat) + tuple((attr, key) for attr, key in _conv_fields() if name in _CONV_OPS) if key in a})
+        by_key = {v: k for k, v in ARG_FIELDS.items()}
+        keys = _KEPT_ARG_KEYS.get(cat, ()) + (_CONV_ARGS if name in _CONV_OPS else ())
+        args = Args(**{by_key[k]: a[k] for k in keys if k in a})
         return Event("X", cat, name, raw.get("pid"), raw.get("tid"), ts, dur, None, args)
     if ph in ("s", "f") and raw.get("cat") == "ac2g":
         try:
@@ -290,109 +579,11 @@ def _loose(raw: dict, index: int):
     return None
 
 
-def _conv_fields() -> tuple[tuple[str, str], ...]:
-    return (("input_strides", "Input Strides"), ("concrete_inputs", "Concrete Inputs"))
+class _Skipped:
+    ph = cat = name = None
 
 
-def collect(events: Iterable[Any], python_origin=None) -> Collected:
-    """One streaming pass: keep the events the tree needs, as small nodes.
-    `events` are the reader's `Event` / `Loose` records (`read_events`), or dicts."""
-    from kernelmap.trace.reader import Loose
-
-    c = Collected()
-    intern: dict[str, str] = {}
-    shapes: dict[tuple, tuple] = {}
-    seen: dict[tuple[str, str], tuple[str, str, Location | None]] = {}
-    kept = {cat: _kept_fields(cat) for cat in _RELEVANT}
-    conv = _conv_fields()
-    shaped = ("Input Dims", "Input type", "grid", "block")
-    threads = c.threads
-    for index, e in enumerate(events):
-        c.events += 1
-        t = type(e)
-        if t is Loose or t is dict:
-            e = _loose(e.raw if t is Loose else e, index)
-            if e is None:
-                c.skipped += 1
-                continue
-        ph = e.ph
-        if ph == "X":
-            cat = e.cat
-            if cat not in _RELEVANT:
-                c.skipped += 1
-                continue
-            name, ts, dur = e.name, e.ts, e.dur
-            if dur is None:
-                dur = 0.0
-            # one comparison each refuses NaN, infinities (1e400 reads as inf) and negative durations
-            if type(name) is not str or ts is None or not (-_FINITE < ts < _FINITE) or not (0 <= dur < _FINITE):
-                what = ("name is not a string" if type(name) is not str else "ts is missing" if ts is None
-                        else f"ts {ts} is not a finite number" if not (-_FINITE < ts < _FINITE)
-                        else f"negative duration {dur}" if dur < 0 else f"duration {dur} is not a finite number")
-                raise ValueError(f"event #{index} ({sanitize(str(name if name is not None else '?')[:80])!r}) lacks a usable name/ts/dur: {what}")
-            interned = intern.get(name)
-            if interned is None:  # once per distinct name
-                interned = intern[name] = _encodable(name)
-            name = interned
-            a = e.args
-            args: dict[str, Any] = {}
-            if a is not None:
-                for attr, key in kept[cat]:
-                    v = getattr(a, attr)
-                    if v is not None:
-                        args[key] = v
-                if name in _CONV_OPS:
-                    for attr, key in conv:
-                        v = getattr(a, attr)
-                        if v is not None:
-                            args[key] = v
-                for k in shaped:
-                    v = args.get(k)
-                    if v is None:
-                        continue
-                    if type(v) is list:  # from a dict event; the reader's records hold tuples already
-                        v = tuple(tuple(x) if isinstance(x, list) else x for x in v)
-                    if type(v) is tuple:  # repeated shapes and types are stored once
-                        try:
-                            args[k] = shapes.setdefault(v, v)
-                        except TypeError:  # a list two levels down: kept as it is
-                            args[k] = v
-            described = seen.get((name, cat))
-            if described is None:  # once per distinct name: kind, display name, location
-                kind = classify(name, cat)
-                location = _python_location(name, python_origin) if kind == "python" else None
-                described = seen[(name, cat)] = (kind, display_name(name, kind), location)
-            kind, display, location = described
-            node = Node(display, kind, ts, dur, cat, args or _NO_ARGS, index=index, location=location)
-            if kind in ("python", "module", "builtin"):
-                node.attrs["frame"] = name
-            if cat in DEVICE_CATEGORIES:
-                node.attrs["pid"], node.attrs["tid"] = e.pid, e.tid
-                c.device.append(node)
-            else:
-                key = (e.pid, e.tid)
-                lst = threads.get(key)
-                if lst is None:
-                    lst = threads[key] = []
-                lst.append(node)
-        elif (ph == "s" or ph == "f") and e.cat == "ac2g":
-            fid = e.id
-            if fid is not None and not isinstance(fid, (int, str)):
-                raise ValueError(f"flow event #{index} is unusable: an id is a {type(fid).__name__}, not an int or a string")
-            target = c.flow_starts if ph == "s" else c.flow_ends
-            target[fid] = (e.pid, e.tid, e.ts if e.ts is not None else 0.0)
-        elif ph == "M":
-            if e.name == "thread_name":
-                c.thread_names[(e.pid, e.tid)] = _encodable(e.args.name) if e.args is not None and isinstance(e.args.name, str) else ""
-            elif e.name == "process_name":
-                c.process_names[e.pid] = _encodable(e.args.name) if e.args is not None and isinstance(e.args.name, str) else ""
-        else:
-            c.skipped += 1
-    return c
-
-
-_NO_ARGS: dict[str, Any] = {}  # shared by events with no kept args: never written to
-_FINITE = 1e300  # µs: far beyond any real trace, and no NaN or infinity compares below it
+_SKIP = _Skipped()
 
 
 def _encodable(text: str) -> str:
@@ -405,218 +596,377 @@ def _encodable(text: str) -> str:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def nest(nodes: list[Node]) -> list[Node]:
-    """Nest one thread's events by time containment; returns the top level."""
-    nodes.sort(key=lambda n: (n.ts, -n.dur, HOST_CATEGORIES.get(n.cat, 9), n.index))
-    top: list[Node] = []
-    stack: list[Node] = []
-    for node in nodes:
-        while stack and node.ts >= stack[-1].end - _EPS * (stack[-1].dur > 0) and not (
-            node.ts == stack[-1].ts and node.dur == 0
-        ):
-            stack.pop()
-        if stack:
-            parent = node.parent = stack[-1]
-            if parent.children:
-                parent.children.append(node)
-            else:
-                parent.children = [node]
-        else:
-            top.append(node)
-        stack.append(node)
-    return top
+# ---------------------------------------------------------------------------
+# The tree, as columns in pre-order
+# ---------------------------------------------------------------------------
 
 
-def attach_device(c: Collected, hosts: Iterable[Node]) -> list[Node]:
-    """Hang each device event under its launch; returns those with no launch found."""
-    by_correlation: dict[Any, Node] = {}
-    by_position: dict[tuple[Any, Any, float], Node] = {}
-    by_external: dict[Any, Node] = {}
-    for node in hosts:
-        if node.kind == "runtime":
-            corr = node.args.get("correlation")
-            if corr is not None:
-                by_correlation[corr] = node
-            by_position[(node.thread[0], node.thread[1], node.ts)] = node
-        elif node.kind == "op":
-            ext = node.args.get("External id")
-            if ext is not None:
-                by_external.setdefault(ext, node)
-    # ac2g flows: start on the launch, end on the kernel (same id).
-    flow_launch: dict[tuple[Any, Any, float], Node] = {}
-    for fid, end in c.flow_ends.items():
-        start = c.flow_starts.get(fid)
-        if start is not None and start in by_position:
-            flow_launch[end] = by_position[start]
-    orphans = []
-    for dev in c.device:
-        corr = dev.args.get("correlation")
-        launch = by_correlation.get(corr) if corr is not None else None
-        how = "correlation"
-        if launch is None:
-            launch = flow_launch.get((dev.attrs.get("pid"), dev.attrs.get("tid"), dev.ts))
-            how = "flow"
-        if launch is None and dev.args.get("External id") is not None:
-            launch = by_external.get(dev.args["External id"])
-            how = "external id"
-        if launch is None:
-            orphans.append(dev)
-            continue
-        dev.attrs["linked_by"] = how
-        dev.parent = launch
-        if launch.children:
-            launch.children.append(dev)
-        else:
-            launch.children = [dev]
-    return orphans
+@dataclass
+class Table:
+    """The call tree as columns, one entry per node in pre-order (Note
+    [columnar trace]): node i's subtree is nodes i .. i + size[i] - 1."""
+
+    c: Collected
+    kind: np.ndarray  # int8, KINDS
+    label: np.ndarray  # int32, c.labels
+    row: np.ndarray  # int64: the node's row in c's columns, -1 for the root and thread nodes
+    parent: np.ndarray  # int64, -1 for the root
+    size: np.ndarray  # int64
+    ts: np.ndarray
+    dur: np.ndarray
+    linked: np.ndarray  # int8 per node: LINKS, how a device event was joined to its launch
+    notes: list[str] = field(default_factory=list)
+    threads: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # thread node -> (pid, tid)
+    own: dict[int, dict[str, Any]] = field(default_factory=dict)  # node -> facts of its own, set while resolving
+    facts: np.ndarray | None = None  # int32 per node: shared[facts[i]] are node i's shared facts (-1: none)
+    shared: list[dict[str, Any]] = field(default_factory=list)
+    resolved: bool = False
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    def column(self, name: str, fill: Any) -> np.ndarray:
+        """A row column of the collected events, per node (`fill` for nodes of no event)."""
+        out = np.full(len(self.kind), fill, dtype=self.c.columns[name].dtype)
+        has = self.row >= 0
+        out[has] = self.c.columns[name][self.row[has]]
+        return out
+
+    def names(self) -> list[str]:
+        display = self.c.labels.display
+        return [display[i] for i in self.label.tolist()]
+
+    def children(self, i: int) -> Iterator[int]:
+        j, end, size = i + 1, i + int(self.size[i]), self.size
+        while j < end:
+            yield j
+            j += int(size[j])
 
 
-def _is_noise(node: Node) -> bool:
-    return node.kind in ("python", "builtin") and bool(_SPLICED_FRAMES.match(node.attrs.get("frame", "")))
-
-
-def simplify(roots: list[Node], keep_frames: bool = False) -> list[Node]:
-    """Drop Python frames that ran no operator, splice out wrapper frames and
-    the autograd engine's duplicate record of a node (post-order, explicit stack)."""
-    order: list[Node] = []
-    stack = list(roots)
-    while stack:
-        n = stack.pop()
-        order.append(n)
-        stack.extend(n.children)
-    # Post-order: children are settled before their parent.
-    has_work: dict[int, bool] = {}
-    for n in reversed(order):
-        work = n.kind not in ("python", "module", "builtin") or any(has_work[id(ch)] for ch in n.children)
-        has_work[id(n)] = work
-        if not n.children:
-            continue
-        new_children: list[Node] = []
-        for ch in n.children:
-            if not keep_frames and not has_work[id(ch)]:
-                continue
-            if (not keep_frames and _is_noise(ch)) or (
-                n.kind == "autograd" and ch.kind == "autograd" and ch.name == n.name and len(n.children) == 1
-            ) or (n.kind == "autograd" and ch.kind == "annotation" and ch.name == n.name):
-                for g in ch.children:
-                    g.parent = n
-                new_children.extend(ch.children)
-                continue
-            new_children.append(ch)
-        n.children = new_children or ()
-    kept = []
-    for r in roots:
-        if not keep_frames and not has_work[id(r)]:
-            continue
-        if not keep_frames and _is_noise(r):
-            kept.extend(r.children)
-        else:
-            kept.append(r)
-    return kept
-
-
-def walk(roots: Iterable[Node]) -> Iterator[Node]:
-    stack = list(reversed(list(roots)))
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(reversed(n.children))
-
-
-def build(c: Collected, keep_frames: bool = False) -> tuple[Node, list[str]]:
+def build(c: Collected, keep_frames: bool = False) -> Table:
     """The whole tree: one child of the root per host thread, plus device
-    events no launch could be found for. Returns (root, notes)."""
-    notes: list[str] = []
-    root = Node("trace", "trace")
-    hosts: list[Node] = []
-    for (pid, tid), nodes in c.threads.items():
-        for n in nodes:
-            n.thread = (pid, tid)
-        hosts.extend(nodes)
-    orphans = attach_device(c, hosts)
-    del hosts
-    # The tree holds every node from here on: drop the flat lists, so that
-    # freezing can release builder nodes one by one.
-    c.device_count = len(c.device)
-    c.device = []
-    threads = sorted(c.threads.items(), key=lambda kv: min(n.ts for n in kv[1]))
-    c.threads = {}
-    for (pid, tid), nodes in threads:
-        top = nest(nodes)
-        top = simplify(top, keep_frames)
-        if not top:
-            continue
-        label = c.thread_names.get((pid, tid)) or f"thread {tid}"
-        thread = Node(label, "thread", children=top)
-        thread.ts = min(n.ts for n in top)
-        thread.dur = max(n.end for n in top) - thread.ts
-        thread.attrs.update(pid=pid, tid=tid)
-        for n in top:
-            n.parent = thread
-        thread.parent = root
-        root.children = [*root.children, thread]
-    if orphans:
-        notes.append(f"{len(orphans)} device events could not be joined to a launch (no correlation id or flow)")
-        unlinked = Node("device events without a launch", "thread", children=orphans)
-        unlinked.parent = root
-        root.children = [*root.children, unlinked]
-    _link_backward(root)
-    if root.children:
-        root.ts = min(t.ts for t in root.children if t.children)
-        root.dur = max(t.end for t in root.children) - root.ts
-    return root, notes
+    events no launch could be found for (Note [trace tree shape])."""
+    labels = c.labels
+    kind_of = np.array(labels.kind, dtype=np.int8) if labels.kind else np.zeros(0, dtype=np.int8)
+    n_rows = len(c.ts)
+    kind_rows = kind_of[c.label] if n_rows else np.zeros(0, dtype=np.int8)
+    host = np.flatnonzero(c.cat < _FIRST_DEVICE_CAT)
+    device = np.flatnonzero(c.cat >= _FIRST_DEVICE_CAT)
+    c.device_count = len(device)
+
+    # Host events: nested by time per thread, threads by their first event.
+    n_threads = len(c.threads)
+    tmin = np.full(n_threads, np.inf)
+    np.minimum.at(tmin, c.thread[host], c.ts[host])
+    first = np.full(n_threads, np.iinfo(np.int64).max)
+    np.minimum.at(first, c.thread[host], host)
+    thread_rank = np.empty(n_threads, dtype=np.int64)
+    thread_rank[np.lexsort((first, tmin))] = np.arange(n_threads)
+    order = host[np.lexsort((c.event[host], _CAT_RANK[c.cat[host]], -c.dur[host], c.ts[host], thread_rank[c.thread[host]]))]
+    parent0 = _nest(c.ts[order], c.dur[order], thread_rank[c.thread[order]])
+    H = len(order)
+    pos_of_row = np.full(n_rows, -1, dtype=np.int64)
+    pos_of_row[order] = np.arange(H)
+    kind_pos = kind_rows[order]
+
+    launch, how = _attach_device(c, host, device, kind_rows, pos_of_row)
+
+    # Simplify: drop Python frames that ran no operator, splice out wrapper frames
+    # and the autograd engine's duplicate record of a node.
+    children_count = np.bincount(parent0[parent0 >= 0], minlength=H) + np.bincount(launch[launch >= 0], minlength=H)
+    work = ~np.isin(kind_pos, _FRAMES)
+    work[launch[launch >= 0]] = True
+    work = _propagate_up(work, parent0)
+    label_pos = c.label[order]
+    keep = work | keep_frames
+    if not keep_frames:
+        noise = np.array([bool(_SPLICED_FRAMES.match(raw)) for raw in labels.raw], dtype=bool) if labels.raw else np.zeros(0, bool)
+        keep &= ~(np.isin(kind_pos, (KIND["python"], KIND["builtin"])) & noise[label_pos])
+    has_parent = parent0 >= 0
+    p = np.where(has_parent, parent0, 0)
+    display_ids = _ids_of(labels.display)
+    same_name = display_ids[label_pos] == display_ids[label_pos[p]] if H else np.zeros(0, bool)
+    autograd_parent = has_parent & (kind_pos[p] == KIND["autograd"]) & same_name
+    duplicate = autograd_parent & (((kind_pos == KIND["autograd"]) & (children_count[p] == 1)) | (kind_pos == KIND["annotation"]))
+    keep &= ~duplicate
+    up = _effective_parents(parent0, keep)
+
+    # Pre-order: each kept host node, then the device events hung under it (file order).
+    attached = np.flatnonzero(launch >= 0)
+    kept = np.flatnonzero(keep)
+    key_pos = np.concatenate([kept, launch[attached]])
+    key_dev = np.concatenate([np.zeros(len(kept), np.int8), np.ones(len(attached), np.int8)])
+    key_event = np.concatenate([np.zeros(len(kept), np.int64), c.event[device[attached]]])
+    body_order = np.lexsort((key_event, key_dev, key_pos))
+    body_row = np.concatenate([order[kept], device[attached]])[body_order]
+    body_hostpos = np.concatenate([kept, np.full(len(attached), -1)])[body_order]
+    body_launch = np.concatenate([np.full(len(kept), -1), launch[attached]])[body_order]
+    body_tid = c.thread[order[key_pos[body_order]]] if len(body_order) else np.zeros(0, np.int64)  # a device event: its launch's
+    body_thread = thread_rank[body_tid]
+    B = len(body_row)
+    starts = np.flatnonzero(np.diff(body_thread, prepend=-1)) if B else np.zeros(0, np.int64)
+    n_thr = len(starts)
+    # final index of body element j: j + 1 (root) + number of thread nodes at or before it
+    thread_of_body = np.cumsum(np.isin(np.arange(B), starts)) - 1 if B else np.zeros(0, np.int64)
+    final_body = np.arange(B) + 1 + thread_of_body + 1
+    thread_final = starts + 1 + np.arange(n_thr)
+    orphans = device[launch < 0]
+    N = 1 + n_thr + B + (1 + len(orphans) if len(orphans) else 0)
+
+    final_of_pos = np.full(H, -1, dtype=np.int64)
+    is_host = body_hostpos >= 0
+    final_of_pos[body_hostpos[is_host]] = final_body[is_host]
+    parent = np.full(N, -1, dtype=np.int64)
+    kind = np.empty(N, dtype=np.int8)
+    label = np.empty(N, dtype=np.int32)
+    row = np.full(N, -1, dtype=np.int64)
+    linked = np.zeros(N, dtype=np.int8)
+    kind[0] = KIND["trace"]
+    label[0] = labels.add("trace", None, "trace", "trace")
+    parent[thread_final] = 0
+    kind[thread_final] = KIND["thread"]
+    body_up = np.where(is_host, up[np.maximum(body_hostpos, 0)], -1)
+    host_parent = np.where(body_up >= 0, final_of_pos[np.maximum(body_up, 0)], thread_final[thread_of_body])
+    parent[final_body] = np.where(is_host, host_parent, final_of_pos[np.maximum(body_launch, 0)])
+    kind[final_body] = kind_rows[body_row]
+    label[final_body] = c.label[body_row]
+    row[final_body] = body_row
+    linked[final_body[~is_host]] = how[np.searchsorted(device, body_row[~is_host])]
+    table = Table(c, kind, label, row, parent, np.ones(N, dtype=np.int64), np.zeros(N), np.zeros(N), linked)
+    table.ts[final_body] = c.ts[body_row]
+    table.dur[final_body] = c.dur[body_row]
+
+    # Thread nodes: named, spanning their top-level nodes.
+    top = final_body[parent[final_body] == thread_final[thread_of_body]]
+    top_thread = np.searchsorted(thread_final, top, side="right") - 1
+    t_start = np.full(n_thr, np.inf)
+    t_end = np.full(n_thr, -np.inf)
+    np.minimum.at(t_start, top_thread, table.ts[top])
+    np.maximum.at(t_end, top_thread, table.ts[top] + table.dur[top])
+    for t, f in enumerate(thread_final.tolist()):
+        key = c.threads[int(body_tid[starts[t]])]
+        name = c.thread_names.get(key) or f"thread {key[1]}"
+        label[f] = labels.add(name, None, "thread", name)
+        table.threads[f] = key
+        table.ts[f] = t_start[t]
+        table.dur[f] = t_end[t] - t_start[t]
+    if len(orphans):
+        g = 1 + n_thr + B
+        table.notes.append(f"{len(orphans)} device events could not be joined to a launch (no correlation id or flow)")
+        kind[g], parent[g] = KIND["thread"], 0
+        label[g] = labels.add("device events without a launch", None, "thread", "device events without a launch")
+        rest = np.arange(g + 1, N)
+        parent[rest], kind[rest], label[rest], row[rest] = g, kind_rows[orphans], c.label[orphans], orphans
+        table.ts[rest], table.dur[rest] = c.ts[orphans], c.dur[orphans]
+    if n_thr:  # the group of device events without a launch starts and ends at 0
+        table.ts[0] = min(t_start.min(), 0.0) if len(orphans) else t_start.min()
+        ends = table.ts[thread_final] + table.dur[thread_final]
+        table.dur[0] = max(ends.max(), 0.0) - table.ts[0] if len(orphans) else ends.max() - table.ts[0]
+    table.size = _sizes(parent)
+    _link_backward(table)
+    return table
 
 
-def _link_backward(root: Node) -> None:
+def _nest(ts: np.ndarray, dur: np.ndarray, thread: np.ndarray) -> np.ndarray:
+    """Parents (positions, -1 at the top) of host events sorted by thread, start,
+    longest first: each starts inside the innermost open event of its thread."""
+    ts_l, dur_l = ts.tolist(), dur.tolist()
+    end_l = (ts + dur).tolist()
+    thread_l = thread.tolist()
+    parent = [-1] * len(ts_l)
+    stack: list[int] = []
+    current = None
+    eps = _EPS
+    for k in range(len(ts_l)):
+        t = ts_l[k]
+        if thread_l[k] != current:
+            current = thread_l[k]
+            stack = []
+        while stack:
+            top = stack[-1]
+            if t >= end_l[top] - (eps if dur_l[top] > 0 else 0.0) and not (t == ts_l[top] and dur_l[k] == 0):
+                stack.pop()
+            else:
+                break
+        if stack:
+            parent[k] = stack[-1]
+        stack.append(k)
+    return np.array(parent, dtype=np.int64)
+
+
+def _propagate_up(flag: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """`flag` or'ed into every ancestor (parents come before children)."""
+    out = flag.tolist()
+    par = parent.tolist()
+    for k in range(len(out) - 1, -1, -1):
+        if out[k]:
+            p = par[k]
+            if p >= 0:
+                out[p] = True
+    return np.array(out, dtype=bool)
+
+
+def _effective_parents(parent: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """The nearest kept ancestor of each node (-1: none), in pre-order."""
+    par, kept = parent.tolist(), keep.tolist()
+    up = [-1] * len(par)
+    for k, p in enumerate(par):
+        if p >= 0:
+            up[k] = p if kept[p] else up[p]
+    return np.array(up, dtype=np.int64)
+
+
+def _sizes(parent: np.ndarray) -> np.ndarray:
+    """Subtree sizes from parents in pre-order."""
+    size = [1] * len(parent)
+    par = parent.tolist()
+    for i in range(len(par) - 1, 0, -1):
+        size[par[i]] += size[i]
+    return np.array(size, dtype=np.int64)
+
+
+def _ids_of(texts: list[str]) -> np.ndarray:
+    ids: dict[str, int] = {}
+    return np.array([ids.setdefault(t, len(ids)) for t in texts], dtype=np.int64)
+
+
+def _attach_device(c: Collected, host: np.ndarray, device: np.ndarray, kind_rows: np.ndarray, pos_of_row: np.ndarray):
+    """The launch (host position) of each device row, -1 when none is found,
+    and how it was found (LINKS)."""
+    launch = np.full(len(device), -1, dtype=np.int64)
+    how = np.zeros(len(device), dtype=np.int8)
+    if not len(device):
+        return launch, how
+    # Hosts in thread order, then file order: a later duplicate wins, as in a dict.
+    hosts = host[np.lexsort((c.event[host], c.thread[host]))]
+    runtime = hosts[kind_rows[hosts] == KIND["runtime"]]
+    has_corr = runtime[c.corr[runtime] != NONE]
+    by_correlation = dict(zip(c.corr[has_corr].tolist(), pos_of_row[has_corr].tolist()))
+    corr = c.corr[device].tolist()
+    found = [by_correlation.get(x, -1) if x != NONE else -1 for x in corr]
+    launch[:] = found
+    how[launch >= 0] = 1
+    missing = np.flatnonzero(launch < 0)
+    if len(missing) and len(c.flows.get("id", ())):
+        by_position = dict(zip(zip(c.thread[runtime].tolist(), c.ts[runtime].tolist()), pos_of_row[runtime].tolist()))
+        f = c.flows
+        starts = np.flatnonzero(~f["end"])
+        ends = np.flatnonzero(f["end"])
+        start_of = dict(zip(f["id"][starts].tolist(), zip(f["thread"][starts].tolist(), f["ts"][starts].tolist())))
+        flow_launch = {}
+        end_of = dict(zip(f["id"][ends].tolist(), zip(f["thread"][ends].tolist(), f["ts"][ends].tolist())))
+        for fid, end in end_of.items():
+            start = start_of.get(fid)
+            if start is not None and start in by_position:
+                flow_launch[end] = by_position[start]
+        for i in missing.tolist():
+            r = device[i]
+            p = flow_launch.get((int(c.thread[r]), float(c.ts[r])), -1)
+            if p >= 0:
+                launch[i], how[i] = p, 2
+        missing = np.flatnonzero(launch < 0)
+    if len(missing):
+        ops = hosts[(kind_rows[hosts] == KIND["op"]) & (c.ext[hosts] != NONE)]
+        by_external: dict[int, int] = {}
+        for x, p in zip(c.ext[ops].tolist(), pos_of_row[ops].tolist()):
+            by_external.setdefault(x, p)
+        ext = c.ext[device]
+        for i in missing.tolist():
+            x = int(ext[i])
+            if x != NONE:
+                p = by_external.get(x, -1)
+                if p >= 0:
+                    launch[i], how[i] = p, 3
+    return launch, how
+
+
+def _link_backward(t: Table) -> None:
     """Name on each autograd node the forward operator that recorded it: the
     forward op carries a sequence number, the node repeats it with the id of
     the forward thread."""
-    forward: dict[Any, str] = {}
-    nodes = list(walk(root.children))
-    for n in nodes:
-        seq = n.args.get("Sequence number")
-        if isinstance(seq, (int, str)) and n.kind == "op":  # a list or an object is no sequence number
-            forward[seq] = n.name  # pre-order: the innermost op with the number recorded the node
-    for n in nodes:
-        if n.kind == "autograd" and isinstance(n.args.get("Sequence number"), (int, str)):
-            n.attrs["sequence_nr"] = n.args["Sequence number"]
-            fwd = forward.get(n.args["Sequence number"])
-            if fwd:
-                n.attrs["forward_op"] = fwd
+    seq = t.column("seq", NONE)
+    good = usable(seq)
+    ops = np.flatnonzero(good & (t.kind == KIND["op"]))
+    display = t.c.labels.display
+    forward = dict(zip(seq[ops].tolist(), [display[x] for x in t.label[ops].tolist()]))  # pre-order: the innermost op wins
+    for i in np.flatnonzero(good & (t.kind == KIND["autograd"])).tolist():
+        own = t.own.setdefault(i, {})
+        own["sequence_nr"] = t.c.values.decode(int(seq[i]))
+        fwd = forward.get(int(seq[i]))
+        if fwd:
+            own["forward_op"] = fwd
 
 
-def freeze(root: Node) -> CallNode:
-    """The frozen CallNode tree (post-order, explicit stack). Builder nodes are
-    released as they are frozen, so the two trees barely coexist in memory."""
-    order: list[Node] = []
-    stack = [root]
-    while stack:
-        n = stack.pop()
-        order.append(n)
-        stack.extend(n.children)
-    done: dict[int, CallNode] = {}
-    frozen = None
+# ---------------------------------------------------------------------------
+# The frozen tree, on demand
+# ---------------------------------------------------------------------------
+
+
+def node_attrs(t: Table, i: int) -> Mapping[str, Any]:
+    """The facts of node i, as its CallNode carries them."""
+    c = t.c
+    kind = KINDS[t.kind[i]]
+    r = int(t.row[i])
+    a: dict[str, Any] = {}
+    if kind == "thread" and i in t.threads:
+        a["pid"], a["tid"] = t.threads[i]
+    elif kind in ("python", "module", "builtin"):
+        a["frame"] = c.labels.raw[t.label[i]]
+    elif kind in ("gpu_kernel", "gpu_memcpy", "gpu_memset"):
+        a["pid"], a["tid"] = c.threads[int(c.thread[r])]
+        if t.linked[i]:
+            a["linked_by"] = LINKS[t.linked[i]]
+    elif kind == "op" and t.resolved:
+        dims = t.c.dims[r]
+        if dims >= 0 and c.pool.items[dims]:
+            a["input_shapes"] = c.pool.items[dims]
+    own = t.own.get(i)
+    if own:
+        a.update(own)
+    if kind in ("gpu_kernel", "gpu_memcpy", "gpu_memset"):
+        if t.facts is not None and t.facts[i] >= 0:
+            a.update(t.shared[t.facts[i]])
+        for column, key in (("gpu", "gpu"), ("stream", "stream"), ("grid", "grid"), ("block", "block"), ("corr", "correlation")):
+            code = c.columns[column][r]
+            if column in _POOLED:
+                if code >= 0:
+                    a[key] = c.pool.items[code]
+            elif code != NONE:
+                a[key] = c.values.decode(int(code))
+    if kind != "trace" or t.dur[i]:
+        a["duration_us"] = round(float(t.dur[i]), 3)
+    if kind in ("gpu_kernel", "gpu_memcpy", "gpu_memset"):
+        a["start_us"] = float(t.ts[i])
+    if r >= 0:
+        a["event"] = int(c.event[r])
+    if kind == "op" and t.facts is not None and t.facts[i] >= 0:
+        return Attrs(a, t.shared[t.facts[i]])
+    return a
+
+
+def to_tree(t: Table, notes: list[str], meta: dict[str, Any]) -> CallTree:
+    """The frozen CallNode tree (reverse pre-order with an explicit stack)."""
     checked: set = set()
-    while order:
-        n = order.pop()
-        attrs: Mapping[str, Any] = n.attrs
-        if n.kind != "trace" or n.dur:
-            n.attrs.setdefault("duration_us", round(n.dur, 3))
-        if n.kind in ("gpu_kernel", "gpu_memcpy", "gpu_memset"):
-            n.attrs.setdefault("start_us", n.ts)  # device order: collectives are matched across ranks by it
-        if n.index >= 0:
-            n.attrs["event"] = n.index
-        if n.shared is not None:
-            attrs = Attrs(n.attrs, n.shared)
-        frozen = _call_node(n.name, n.kind, n.location, tuple(done.pop(id(ch)) for ch in n.children), attrs, checked)
-        for ch in n.children:
-            ch.parent = None
-        n.children = ()
-        n.args = _NO_ARGS
-        n.shared = None
-        done[id(n)] = frozen
-    assert frozen is not None
-    return frozen
+    display = t.c.labels.display
+    locations = t.c.labels.location
+    kinds = t.kind.tolist()
+    label = t.label.tolist()
+    counts = np.bincount(t.parent[1:], minlength=len(t)).tolist() if len(t) > 1 else [0]
+    op = KIND["op"]
+    done: list[CallNode] = []
+    for i in range(len(t) - 1, -1, -1):
+        n = counts[i]
+        if n:
+            children = tuple(done[-1 : -n - 1 : -1])
+            del done[-n:]
+        else:
+            children = ()
+        attrs = node_attrs(t, i)
+        location = locations[label[i]]
+        if kinds[i] == op and isinstance(attrs, Attrs):
+            location = attrs.shared.get("_location")
+        done.append(_call_node(display[label[i]], KINDS[kinds[i]], location, children, attrs, checked))
+    return CallTree(done[0], tuple(notes), meta)
 
 
 _KINDS = {k.value: k for k in NodeKind}
@@ -650,7 +1000,3 @@ def _call_node(name: str, kind: str, location, children: tuple, attrs: Mapping[s
     _set(node, "children", children)
     _set(node, "attrs", attrs)
     return node
-
-
-def to_tree(root: Node, notes: list[str], meta: dict[str, Any]) -> CallTree:
-    return CallTree(freeze(root), tuple(notes), meta)

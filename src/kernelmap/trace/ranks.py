@@ -133,7 +133,7 @@ def summarize_ranks(paths: list[Path], load) -> RanksSummary:
     seen_ranks: set[int] = set()
     for position, path in enumerate(paths):
         t = load(path)
-        rank = t.tree.meta.get("rank", position)
+        rank = t.meta.get("rank", position)
         if rank in seen_ranks:
             rank = max(seen_ranks) + 1  # two files claiming one rank: keep both, numbered apart
         seen_ranks.add(rank)

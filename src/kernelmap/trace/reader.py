@@ -7,9 +7,10 @@ decoder (`json.JSONDecoder.raw_decode`) from a sliding text buffer, so memory
 is bounded by the largest single event plus one chunk, not by the file.
 `.json.gz` files are decompressed as they are read.
 
-`read_events` is the fast form the tree builder uses: it decodes a whole
+`read_batches` is the fast form the tree builder uses: it decodes a whole
 window of events at once with msgspec into small typed records that keep
-only the fields kernelmap uses (Note [fast event windows]).
+only the fields kernelmap uses (Note [fast event windows]), and hands them
+on a window at a time; `read_events` gives the same records one by one.
 
 Errors name the byte offset (in the uncompressed text) where reading stopped:
 a truncated file, a malformed event, or a file that is no trace at all.
@@ -170,6 +171,12 @@ def read_events(path: Path | str, header: TraceHeader | None = None) -> Iterator
     """The events of the trace at `path` as `Event` records (or, for an event
     whose fields have unexpected types, `Loose` over its dict), in file order;
     the same errors as `read_trace`."""
+    for batch in read_batches(path, header):
+        yield from batch
+
+
+def read_batches(path: Path | str, header: TraceHeader | None = None) -> Iterator[list[Event | Loose]]:
+    """`read_events` a window at a time: lists of records, in file order."""
     return _read(path, header, _fast_events)
 
 
@@ -322,9 +329,9 @@ _WINDOW = msgspec.json.Decoder(list[Event])
 _MAX_CUTS = 16  # '}' tried per window before it goes the slow way
 
 
-def _fast_events(buf: _Buffer, decode) -> Iterator[Event | Loose]:
+def _fast_events(buf: _Buffer, decode) -> Iterator[list[Event | Loose]]:
     """The elements of an array whose '[' has been consumed, through its ']',
-    a window at a time (Note [fast event windows])."""
+    as lists, a window at a time (Note [fast event windows])."""
     if buf.skip_ws() == "]":
         buf.pos += 1
         return
@@ -340,21 +347,23 @@ def _fast_events(buf: _Buffer, decode) -> Iterator[Event | Loose]:
             except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
                 batch = None
         if batch is not None:
-            yield from batch
             buf.pos = cut + 1
+            yield batch
         else:
             # The slow way, through the end of the window (or one event when none was cut).
             end = buf.dropped + max(cut, pos)
+            slow: list[Event | Loose] = []
             while True:
                 event = _one_event(buf, decode)
                 try:
-                    yield msgspec.convert(event, Event)
+                    slow.append(msgspec.convert(event, Event))
                 except (msgspec.ValidationError, RecursionError):
-                    yield Loose(event)
+                    slow.append(Loose(event))
                 if buf.dropped + buf.pos >= end or buf.skip_ws() != ",":
                     break
                 buf.pos += 1
                 buf.skip_ws()
+            yield slow
         if _array_ends(buf):
             return
 

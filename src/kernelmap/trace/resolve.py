@@ -35,7 +35,9 @@ from typing import Any
 
 from kernelmap import vendors
 from kernelmap.errors import KernelmapError
-from kernelmap.trace.build import Node, walk
+import numpy as np
+
+from kernelmap.trace.build import DEVICE_KINDS, KIND, NONE, Table
 
 # C++ type names the profiler writes for tensor dtypes -> torch dtype names.
 DTYPES = {
@@ -71,7 +73,7 @@ def op_vendor(name: str, device: str, conv_backend: str | None = None, platform:
 _AMD_DEVICE = re.compile(r"\b(AMD|Radeon|Instinct)\b|\bgfx\d", re.I)
 
 
-def platform_of(header: dict[str, Any], root: Node | None = None) -> str:
+def platform_of(header: dict[str, Any], table: Table | None = None) -> str:
     """"rocm" for a trace recorded by a ROCm build (Note [ROCm traces] in
     kernelmap.vendors), else "cuda": roctracer's own field, an AMD device in
     deviceProperties, or HIP runtime calls."""
@@ -82,10 +84,11 @@ def platform_of(header: dict[str, Any], root: Node | None = None) -> str:
         for d in devices:
             if isinstance(d, dict) and ("gcnArchName" in d or _AMD_DEVICE.search(str(d.get("name", "")))):
                 return "rocm"
-    if root is not None:
-        for n in walk([root]):
-            if n.kind == "runtime" and n.name.startswith("hip"):
-                return "rocm"
+    if table is not None:
+        labels = table.c.labels
+        used = set(table.label[table.kind == KIND["runtime"]].tolist())
+        if any(labels.display[i].startswith("hip") for i in used):
+            return "rocm"
     return "cuda"
 
 
@@ -230,17 +233,17 @@ class Resolver:
 
     # -- convolutions --------------------------------------------------------
 
-    def conv_backend(self, node: Node, device: str) -> str | None:
-        """`select_conv_backend` asked again with the recorded arguments (Note [conv backend])."""
-        args = node.args
+    def conv_backend(self, name: str, args: dict[str, Any], device: str, own: dict[str, Any]) -> str | None:
+        """`select_conv_backend` asked again with the recorded arguments (Note [conv backend]);
+        why it cannot be asked goes into `own`, the node's facts."""
         dims, strides, types, concrete = (args.get(k) or [] for k in ("Input Dims", "Input Strides", "Input type", "Concrete Inputs"))
-        backward = node.name == "aten::convolution_backward"
+        backward = name == "aten::convolution_backward"
         # _convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, ...)
         # convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask)
         t = (1, 2, None) if backward else (0, 1, 2)
         first = 4 if backward else 3
         try:
-            key = (node.name, device, tuple(map(tuple, dims)), tuple(map(tuple, strides)), tuple(types), tuple(concrete))
+            key = (name, device, tuple(map(tuple, dims)), tuple(map(tuple, strides)), tuple(types), tuple(concrete))
         except TypeError:
             return None
         if key in self._conv:
@@ -262,27 +265,23 @@ class Resolver:
             stride, padding, dilation, transposed, output_padding, groups = values
             result = torch._C._select_conv_backend(inp, weight, bias, stride, padding, dilation, bool(transposed), output_padding, int(groups)).name
         except Exception as e:  # noqa: BLE001 - recorded arguments we cannot rebuild: say so on the node
-            node.attrs["conv_backend_reason"] = f"cannot ask select_conv_backend again: {type(e).__name__}: {e}"[:200]
+            own["conv_backend_reason"] = f"cannot ask select_conv_backend again: {type(e).__name__}: {e}"[:200]
         self._conv[key] = result
         return result
 
     # -- the tree ------------------------------------------------------------
 
-    def resolve(self, root: Node) -> list[str]:
-        """Fill in every op and device node's attrs; returns notes for the tree."""
+    def resolve(self, t: Table) -> list[str]:
+        """Fill in the facts of every op and device node of `t`; returns notes for the tree."""
         notes: list[str] = []
-        nodes = list(walk([root]))
-        self._mark_devices(root)
         import importlib.util
 
-        can_ask_conv = importlib.util.find_spec("torch") is not None
-        for node in nodes:
-            if node.kind == "op":
-                self._resolve_op(node, can_ask_conv)
-            elif node.kind in ("gpu_kernel", "gpu_memcpy", "gpu_memset"):
-                self._resolve_device(node)
+        t.resolved = True
+        t.facts = np.full(len(t), -1, dtype=np.int32)
+        self._resolve_ops(t, importlib.util.find_spec("torch") is not None)
+        self._resolve_device(t)
         if self.platform == "rocm":
-            self._refine_rocm_blas(nodes)
+            self._refine_rocm_blas(t)
         if not self.live and _DispatchCache._open is not None:
             _DispatchCache._open.save()
         if self.unknown_ops:
@@ -297,68 +296,98 @@ class Resolver:
             notes.append(_version_note(self.source_index))
         return notes
 
-    def _refine_rocm_blas(self, nodes: list[Node]) -> None:
+    def _shared_index(self, t: Table, facts: dict[str, Any], index: dict[int, int]) -> int:
+        i = index.get(id(facts))
+        if i is None:
+            i = index[id(facts)] = len(t.shared)
+            t.shared.append(facts)
+        return i
+
+    def _refine_rocm_blas(self, t: Table) -> None:
         """A GEMM operator of a ROCm trace is labelled rocBLAS/hipBLASLt; when the
         kernels it launched name exactly one of the two, it is that one."""
-        for node in nodes:
-            shared = node.shared or {}
-            if node.kind != "op" or node.attrs.get("library", shared.get("library")) != "rocBLAS/hipBLASLt":
+        kernel = KIND["gpu_kernel"]
+        for i in np.flatnonzero((t.kind == KIND["op"]) & (t.facts >= 0)).tolist():
+            own = t.own.get(i, {})
+            if own.get("library", t.shared[t.facts[i]].get("library")) != "rocBLAS/hipBLASLt":
                 continue
-            below = {k.attrs.get("library") for k in walk([node]) if k.kind == "gpu_kernel"} & {"rocBLAS", "hipBLASLt"}
+            end = i + int(t.size[i])
+            below = {t.shared[f].get("library") for k, f in zip(t.kind[i:end].tolist(), t.facts[i:end].tolist()) if k == kernel and f >= 0}
+            below &= {"rocBLAS", "hipBLASLt"}
             if len(below) == 1:
-                node.attrs["library"] = below.pop()
+                t.own.setdefault(i, {})["library"] = below.pop()
 
-    def _mark_devices(self, root: Node) -> None:
-        # Post-order: an op launched device work if it or a descendant did.
-        order = list(walk([root]))
-        launched: set[int] = set()  # ids of the nodes that launched device work
-        for n in reversed(order):
-            if n.kind in ("runtime", "gpu_kernel", "gpu_memcpy", "gpu_memset") or any(id(c) in launched for c in n.children):
-                launched.add(id(n))
-        for n in order:
-            if n.kind != "op":
-                continue
-            p = n.parent
-            inside_cuda = False
-            while p is not None:
-                if p.kind == "op" and p.attrs.get("device") == "cuda":
-                    inside_cuda = True
-                    break
-                p = p.parent
-            n.attrs["device"] = "cuda" if id(n) in launched or inside_cuda else "cpu"
+    def _devices(self, t: Table) -> np.ndarray:
+        """Per node: True where an op ran on CUDA (Note [inputs of a traced call]):
+        it launched device work, itself or below it, or it runs inside an op that did."""
+        n = len(t)
+        starts = np.arange(n)
+        ends = starts + t.size
+        launchy = np.isin(t.kind, (KIND["runtime"], *DEVICE_KINDS.tolist()))
+        cs = np.concatenate([[0], np.cumsum(launchy)])
+        launched = cs[ends] - cs[starts] > 0
+        return launched | _inside(n, np.flatnonzero(launched & (t.kind == KIND["op"])), t.size, 0)
 
-    def _resolve_op(self, node: Node, can_ask_conv: bool) -> None:
-        a = node.attrs
-        args = node.args
-        types = args.get("Input type") or []
-        dims = args.get("Input Dims")
-        if dims:
-            a["input_shapes"] = dims
-        # Note [inputs of a traced call]
-        requires_grad = args.get("Sequence number") is not None and not _under_backward(node)
-        device = a.pop("device")
-        key = (node.name, tuple(types), device, requires_grad)
-        shared = self._shared.get(key)
-        if shared is None:
-            shared = self._shared[key] = self._op_facts(node.name, types, device, requires_grad)
-        node.shared = shared
-        if shared.get("unknown"):
-            if node.name.startswith("aten::"):
-                self.unknown_ops[node.name] += 1
+    def _resolve_ops(self, t: Table, can_ask_conv: bool) -> None:
+        ops = np.flatnonzero(t.kind == KIND["op"])
+        if not len(ops):
             return
-        node.location = shared["_location"]
-        if node.name in ("aten::_convolution", "aten::convolution_backward"):
-            backend = None
-            observed = next((CONV_BACKEND_OPS[c.name] for c in node.children if c.name in CONV_BACKEND_OPS), None)
-            if observed:
-                a["conv_backend_ran"] = observed
-            if can_ask_conv and (self.live or device == "cpu"):
-                backend = self.conv_backend(node, device)
-                if backend:
-                    a["conv_backend"] = backend
-            vendor = op_vendor(node.name, device, backend or observed, self.platform)
-            if vendor is not None:
-                a["library"], a["closed"] = vendor
+        c = t.c
+        cuda = self._devices(t)[ops]
+        autograd = np.flatnonzero(t.kind == KIND["autograd"])
+        # Note [inputs of a traced call]: grad mode for a sequence number outside any backward node
+        requires_grad = (c.seq[t.row[ops]] != NONE) & ~_inside(len(t), autograd, t.size, 1)[ops]
+        types = c.types[t.row[ops]]
+        keys, first, inverse = np.unique(np.stack([t.label[ops], types, cuda, requires_grad], axis=1), axis=0, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        display = c.labels.display
+        index: dict[int, int] = {}
+        ids = np.empty(len(keys), dtype=np.int32)
+        unknown = []
+        for k, (label, type_id, on_cuda, grad) in enumerate(keys.tolist()):
+            name = display[label]
+            recorded = c.pool.get(type_id) or []
+            device = "cuda" if on_cuda else "cpu"
+            key = (name, tuple(recorded), device, bool(grad))
+            shared = self._shared.get(key)
+            if shared is None:
+                shared = self._shared[key] = self._op_facts(name, list(recorded), device, bool(grad))
+            ids[k] = self._shared_index(t, shared, index)
+            if shared.get("unknown") and name.startswith("aten::"):
+                unknown.append(k)
+        t.facts[ops] = ids[inverse]
+        if unknown:
+            counts = np.bincount(inverse, minlength=len(keys))
+            for k in unknown:
+                self.unknown_ops[display[keys[k][0]]] += int(counts[k])
+        conv_labels = [i for i, name in enumerate(display) if name in ("aten::_convolution", "aten::convolution_backward")]
+        if conv_labels:
+            for j in np.flatnonzero(np.isin(t.label[ops], conv_labels)).tolist():
+                self._resolve_conv(t, int(ops[j]), "cuda" if cuda[j] else "cpu", can_ask_conv)
+
+    def _resolve_conv(self, t: Table, i: int, device: str, can_ask_conv: bool) -> None:
+        shared = t.shared[t.facts[i]]
+        if shared.get("unknown"):
+            return
+        c = t.c
+        name = c.labels.display[t.label[i]]
+        names = [c.labels.display[t.label[j]] for j in t.children(i)]
+        own: dict[str, Any] = {}
+        backend = None
+        observed = next((CONV_BACKEND_OPS[n] for n in names if n in CONV_BACKEND_OPS), None)
+        if observed:
+            own["conv_backend_ran"] = observed
+        if can_ask_conv and (self.live or device == "cpu"):
+            r = int(t.row[i])
+            args = {"Input Dims": c.pool.get(int(c.dims[r])), "Input type": c.pool.get(int(c.types[r])), **c.conv.get(r, {})}
+            backend = self.conv_backend(name, args, device, own)
+            if backend:
+                own["conv_backend"] = backend
+        vendor = op_vendor(name, device, backend or observed, self.platform)
+        if vendor is not None:
+            own["library"], own["closed"] = vendor
+        if own:
+            t.own[i] = own
 
     def _op_facts(self, name: str, types: list[str], device: str, requires_grad: bool) -> dict[str, Any]:
         """What every call of `name` with these input types, device and grad
@@ -468,21 +497,36 @@ class Resolver:
                 attrs.setdefault("source_file", answer.kernel.location.path)
         return attrs
 
-    def _resolve_device(self, node: Node) -> None:
-        ops = []
-        p = node.parent
-        while p is not None:
-            if p.kind == "op":
-                ops.append(p.name)
-            p = p.parent
-        key = (node.name, tuple(ops))
-        facts = self._device_facts.get(key)
-        if facts is None:  # once per kernel name and chain of launching operators
-            facts = self._device_facts[key] = self._kernel_facts(node.name, ops)
-        node.attrs.update(facts)
-        for k in ("device", "stream", "grid", "block", "correlation"):
-            if k in node.args:
-                node.attrs[k if k != "device" else "gpu"] = node.args[k]
+    def _resolve_device(self, t: Table) -> None:
+        """Facts of each device node, once per kernel name and chain of launching operators."""
+        devices = np.flatnonzero(np.isin(t.kind, DEVICE_KINDS))
+        if not len(devices):
+            return
+        display = t.c.labels.display
+        kinds, labels, parents = t.kind.tolist(), t.label.tolist(), t.parent.tolist()
+        op = KIND["op"]
+        chains: dict[int, tuple[str, ...]] = {}  # node -> the operators at or above it, innermost first
+
+        def chain(p: int) -> tuple[str, ...]:
+            path = []
+            while p >= 0 and p not in chains:
+                path.append(p)
+                p = parents[p]
+            base = chains[p] if p >= 0 else ()
+            for q in reversed(path):
+                if kinds[q] == op:
+                    base = (display[labels[q]], *base)
+                chains[q] = base
+            return base
+
+        index: dict[int, int] = {}
+        for i in devices.tolist():
+            ops = chain(parents[i])
+            key = (display[labels[i]], ops)
+            facts = self._device_facts.get(key)
+            if facts is None:  # once per kernel name and chain of launching operators
+                facts = self._device_facts[key] = self._kernel_facts(key[0], list(ops))
+            t.facts[i] = self._shared_index(t, facts, index)
 
 
 def _ask_dispatcher(op: str, device: str, dtype: str, requires_grad: bool, catalog) -> dict[str, Any]:
@@ -634,10 +678,10 @@ def _version_note(index) -> str:
 _INFERRED = ("device", "requires_grad")  # shared by every op node: Note [inputs of a traced call]
 
 
-def _under_backward(node: Node) -> bool:
-    p = node.parent
-    while p is not None:
-        if p.kind == "autograd":
-            return True
-        p = p.parent
-    return False
+def _inside(n: int, nodes: np.ndarray, size: np.ndarray, skip: int) -> np.ndarray:
+    """Per node of a pre-order table: whether it lies in the subtree of one of
+    `nodes` (from `skip` past each: 1 leaves the node itself out)."""
+    marks = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(marks, nodes + skip, 1)
+    np.add.at(marks, nodes + size[nodes], -1)
+    return np.cumsum(marks[:n]) > 0

@@ -9,13 +9,14 @@ calls another counts in both rows, as in `key_averages()`.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 from kernelmap.model import Answer, CallNode, CallTree, check_document, document
 
-_HOST_KINDS = ("op", "autograd", "annotation")
 
 
 @dataclass
@@ -241,154 +242,395 @@ def _shape_text(shapes: Any) -> str:
 _DEVICE_KINDS = frozenset({"gpu_kernel", "gpu_memcpy", "gpu_memset"})
 
 
-def summarize(tree: CallTree) -> Summary:
-    """Aggregate the resolved tree (explicit-stack walks, no recursion)."""
-    # Pre-order (children in order), then device time below each node post-order.
+# Note [summary from columns]
+# The summary is computed from a flat, pre-order view of the tree (`Flat`):
+# per node its kind, parent, subtree size, duration and a group, where the
+# nodes of one group share their name and every fact the summary reads (all
+# calls of one operator with one set of resolved facts). Sums are array
+# operations over the nodes; facts are read once per group. Where the
+# tables keep an order (shapes, kernels, operators of a file or module, by
+# first appearance; "the last library wins"), it is the order of a walk of
+# the tree: the first or last node in pre-order, and for the kernels an
+# operator launched and the operators a module called directly, the
+# reverse pre-order in which those are found below each node.
+
+
+@dataclass
+class Flat:
+    """A tree in pre-order, as columns (Note [summary from columns])."""
+
+    kind: np.ndarray  # int8: build.KINDS, -1 for kinds of no trace
+    parent: np.ndarray  # int64, -1 for the root
+    size: np.ndarray  # int64
+    dur: np.ndarray  # float64 µs (0 where none)
+    group: np.ndarray  # int64
+    names: list[str]  # per group
+    facts: list[Any]  # per group: a Mapping of facts
+    shape: np.ndarray  # int64 per node: index into shapes, -1 for none
+    shapes: list[str]
+
+
+def flat_of_tree(tree: CallTree) -> Flat:
+    """A CallTree as a Flat view: each node its own group."""
+    from kernelmap.trace.build import KIND
+
     nodes: list[CallNode] = []
-    stack = [tree.root]
+    parents: list[int] = []
+    stack: list[tuple[CallNode, int]] = [(tree.root, -1)]
     while stack:
-        n = stack.pop()
+        n, p = stack.pop()
+        parents.append(p)
+        me = len(nodes)
         nodes.append(n)
         if n.children:
-            stack.extend(reversed(n.children))
-    # Device time below each node, and the closed library a call ends in,
-    # itself or anywhere below it (a conv2d whose cudnn_convolution runs cuDNN
-    # kernels ends in cuDNN): post-order, kept only where there is some.
-    device: dict[int, float] = {}
-    closed_below: dict[int, str] = {}
-    for n in reversed(nodes):
-        a = n.attrs
-        own = a.get("duration_us", 0.0) if n.kind in _DEVICE_KINDS else 0.0
-        lib = a.get("library") if a.get("closed") and a.get("library") != "CUDA runtime" else None
-        children = n.children
-        if children:
-            own += sum([device.get(id(c), 0.0) for c in children])
-            if not lib:
-                lib = next((closed_below[id(c)] for c in children if id(c) in closed_below), None)
-        if own:
-            device[id(n)] = own
-        if lib:
-            closed_below[id(n)] = lib
-
-    ops: dict[str, OpRow] = {}
-    modules: dict[str, GroupRow] = {}
-    files: dict[str, GroupRow] = defaultdict(lambda: GroupRow(""))
-    gpu = GpuTime()
-    shape_texts: dict[Any, str] = {}
+            stack.extend((c, me) for c in reversed(n.children))
+    parent = np.array(parents, dtype=np.int64)
+    shapes: list[str] = []
+    shape = []
     for n in nodes:
-        kind = n.kind
-        if kind not in _SUMMED_KINDS:
-            continue
-        dur = float(n.attrs.get("duration_us", 0.0))
-        if kind == "op" or kind == "autograd":
-            row = ops.get(n.name)
-            if row is None:
-                row = ops[n.name] = OpRow(n.name)
-            a = n.attrs
-            row.calls += 1
-            row.total_us += dur
-            row.self_us += _self_us(n)
-            row.device_us += device.get(id(n), 0.0)
-            shapes = a.get("input_shapes")
-            try:
-                shape = shape_texts[shapes]
-            except KeyError:
-                shape = shape_texts[shapes] = _shape_text(shapes)
-            except TypeError:  # unhashable (a tree read back from JSON)
-                shape = _shape_text(shapes)
-            if shape:
-                row.shapes[shape] += 1
-            row.op = row.op or a.get("op")
-            row.dispatch_key = row.dispatch_key or a.get("dispatch_key")
-            row.kernel = row.kernel or a.get("kernel")
-            row.source = row.source or a.get("source") or a.get("yaml")
-            if a.get("library"):
-                row.library = a["library"]
-                row.closed = row.closed or bool(a.get("closed"))
-            row.unknown = row.unknown or bool(a.get("unknown")) and n.name.startswith("aten::")
-            for k in _kernels_below(n):
-                row.kernels[k.name] += 1
-                where = k.attrs.get("source") or k.attrs.get("library")
-                if where:
-                    row.kernel_sources[k.name] = where
-            below = closed_below.get(id(n))
-            if below:
-                row.closed = True
-                row.library = row.library or below
-            src = a.get("source")
-            key = src.rsplit(":", 1)[0] if src else None
-            if key is None and a.get("registered_at"):
-                key = a["registered_at"].rsplit(":", 1)[0]
-            if key:
-                f = files[key]
-                f.name = key
-                f.calls += 1
-                f.total_us += _self_us(n)
-                f.ops[n.name] += 1
-                line = (src or a.get("registered_at") or "").rsplit(":", 1)[-1]
-                if line.isdigit():
-                    f.lines.setdefault(n.name, int(line))
-        elif n.kind == "module":
-            mtype = n.name.rsplit("_", 1)[0]
-            g = modules.setdefault(mtype, GroupRow(mtype))
-            g.calls += 1
-            g.total_us += dur
-            g.device_us += device.get(id(n), 0.0)
-            for c in _ops_directly_below(n):
-                g.ops[c] += 1
-        if n.kind in ("gpu_kernel", "gpu_memcpy", "gpu_memset"):
-            gpu.total_us += dur
-            if n.attrs.get("source"):
-                gpu.source_us += dur
-            elif n.attrs.get("library"):
-                gpu.library_us += dur
-            else:
-                gpu.unresolved[n.name] += dur
-        if n.kind == "gpu_kernel" and n.attrs.get("source_file"):
-            f = files[n.attrs["source_file"]]
-            f.name = n.attrs["source_file"]
-            f.calls += 1
-            f.device_us += dur
-            f.ops[n.attrs.get("kernel") or n.name] += 1
-            line = str(n.attrs.get("source") or "").rsplit(":", 1)[-1]
-            if line.isdigit():
-                f.lines.setdefault(n.attrs.get("kernel") or n.name, int(line))
+        text = _shape_text(n.attrs.get("input_shapes")) if n.kind.value in ("op", "autograd") else ""
+        if text:
+            shapes.append(text)
+        shape.append(len(shapes) - 1 if text else -1)
+    return Flat(
+        kind=np.array([KIND.get(n.kind.value, -1) for n in nodes], dtype=np.int8),
+        parent=parent,
+        size=_subtree_sizes(parent),
+        dur=np.array([float(n.attrs.get("duration_us", 0.0)) for n in nodes], dtype=np.float64),
+        group=np.arange(len(nodes), dtype=np.int64),
+        names=[n.name for n in nodes],
+        facts=[n.attrs for n in nodes],
+        shape=np.array(shape, dtype=np.int64),
+        shapes=shapes,
+    )
+
+
+def flat_of_table(t) -> Flat:
+    """A trace's columns (build.Table) as a Flat view: one group per label and
+    set of facts, one per node for the few nodes with facts of their own."""
+    from kernelmap.trace.build import KIND, node_attrs
+
+    n = len(t)
+    facts = t.facts if t.facts is not None else np.full(n, -1, dtype=np.int32)
+    single = np.full(n, -1, dtype=np.int64)
+    own = [i for i, o in t.own.items() if "library" in o or "closed" in o]
+    single[own] = own
+    keys = np.stack([t.label.astype(np.int64), facts.astype(np.int64), single], axis=1)
+    _, first, group = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    display = t.c.labels.display
+    shape = np.full(n, -1, dtype=np.int64)
+    shapes: list[str] = []
+    if t.resolved:
+        ops = np.flatnonzero(t.kind == KIND["op"])
+        dims = t.c.dims[t.row[ops]]
+        used, back = np.unique(dims, return_inverse=True)
+        texts = [_shape_text(t.c.pool.get(int(d))) for d in used.tolist()]
+        index = np.array([-1 if not text else k for k, text in enumerate(texts)], dtype=np.int64)
+        shape[ops] = index[back.reshape(-1)] if len(used) else -1
+        shapes = texts
+    dur = np.round(t.dur, 3)  # the nodes' duration_us
+    return Flat(
+        kind=t.kind,
+        parent=t.parent,
+        size=t.size,
+        dur=dur,
+        group=group.reshape(-1),
+        names=[display[t.label[i]] for i in first.tolist()],
+        facts=[node_attrs(t, i) for i in first.tolist()],
+        shape=shape,
+        shapes=shapes,
+    )
+
+
+def _subtree_sizes(parent: np.ndarray) -> np.ndarray:
+    size = [1] * len(parent)
+    par = parent.tolist()
+    for i in range(len(par) - 1, 0, -1):
+        size[par[i]] += size[i]
+    return np.array(size, dtype=np.int64)
+
+
+def summarize(tree: CallTree) -> Summary:
+    """Aggregate a resolved call tree (Note [summary from columns])."""
+    return _summarize(flat_of_tree(tree), tuple(tree.notes))
+
+
+def summarize_table(table, notes: tuple[str, ...]) -> Summary:
+    """Aggregate a trace's columns without making its CallNode tree."""
+    return _summarize(flat_of_table(table), tuple(notes))
+
+
+def _first_below(n: int, size: np.ndarray, marked: np.ndarray) -> np.ndarray:
+    """Per node, the first marked node of its subtree in pre-order (-1: none)."""
+    marks = np.flatnonzero(marked)
+    if not len(marks):
+        return np.full(n, -1, dtype=np.int64)
+    at = np.searchsorted(marks, np.arange(n))
+    found = marks[np.minimum(at, len(marks) - 1)]
+    return np.where((at < len(marks)) & (found < np.arange(n) + size), found, -1)
+
+
+def _nearest_above(nodes: np.ndarray, kind: np.ndarray, parent: np.ndarray, through: tuple[int, ...]) -> np.ndarray:
+    """Per node of `nodes`, its nearest ancestor whose kind is not in `through` (-1: none)."""
+    passing = np.isin(kind, through)
+    above = parent[nodes].copy()
+    while True:
+        climbing = np.flatnonzero(above >= 0)
+        climbing = climbing[passing[above[climbing]]]
+        if not len(climbing):
+            return above
+        above[climbing] = parent[above[climbing]]
+
+
+def _ids(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
+    """Codes of `values` (equal values, equal codes) and the distinct values by code."""
+    codes: dict[Any, int] = {}
+    out = np.array([codes.setdefault(v, len(codes)) for v in values], dtype=np.int64)
+    return out, list(codes)
+
+
+def _pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """One int64 key per (a, b) pair of non-negative codes."""
+    return a.astype(np.int64) * (int(b.max(initial=0)) + 1) + b
+
+
+def _first_of(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct keys in order of first appearance: (their first positions, counts, each position's distinct key)."""
+    uniq, first, inverse, counts = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return first[order], counts[order], rank[inverse.reshape(-1)]
+
+
+def _summarize(f: Flat, notes: tuple[str, ...]) -> Summary:
+    from kernelmap.trace.build import KIND
+
+    n = len(f.kind)
+    kind, group, dur = f.kind, f.group, f.dur
+    facts, names = f.facts, f.names
+    positions = np.arange(n)
+    is_device = np.isin(kind, (KIND["gpu_kernel"], KIND["gpu_memcpy"], KIND["gpu_memset"]))
+    is_row = np.isin(kind, (KIND["op"], KIND["autograd"]))
+    # Device time below each node, itself included.
+    cs = np.concatenate([[0.0], np.cumsum(np.where(is_device, dur, 0.0))])
+    device = cs[positions + f.size] - cs[positions]
+    # The closed library a call ends in, itself or anywhere below it: the first in pre-order.
+    closed_lib = [a.get("library") if a.get("closed") and a.get("library") != "CUDA runtime" else None for a in facts]
+    has_closed = np.array([bool(x) for x in closed_lib], dtype=bool)
+    below_node = _first_below(n, f.size, has_closed[group]) if n else np.zeros(0, np.int64)
+    # Self time: less the host children's time.
+    host_child = np.isin(kind, (KIND["op"], KIND["autograd"], KIND["annotation"])) & (f.parent >= 0)
+    children_us = np.bincount(f.parent[host_child], weights=dur[host_child], minlength=n) if n else np.zeros(0)
+    self_us = dur - children_us
+    name_code, distinct_names = _ids(names)  # per group
+
+    rows = np.flatnonzero(is_row)
+    row_name = name_code[group[rows]]
+    first, _, row_key = _first_of(row_name)
+    ops = {distinct_names[name_code[group[rows[j]]]]: OpRow(distinct_names[name_code[group[rows[j]]]]) for j in first.tolist()}
+    k = len(ops)
+    calls = np.bincount(row_key, minlength=k)
+    total = np.bincount(row_key, weights=dur[rows], minlength=k)
+    selfs = np.bincount(row_key, weights=self_us[rows], minlength=k)
+    devs = np.bincount(row_key, weights=device[rows], minlength=k)
+    rows_list = list(ops.values())
+    for row, c, t, s, d in zip(rows_list, calls.tolist(), total.tolist(), selfs.tolist(), devs.tolist()):
+        row.calls, row.total_us, row.self_us, row.device_us = c, t, s, d
+    if len(rows):
+        _row_facts(rows_list, rows, row_key, group, facts, below_node, closed_lib)
+        _row_shapes(rows_list, rows, row_key, f)
+    _row_kernels(rows_list, f, is_device, is_row, name_code, distinct_names, row_key, rows)
+    modules = _modules(f, device, name_code, distinct_names)
+    files = _files(f, is_row, is_device, self_us, name_code, distinct_names)
     return Summary(
         ops=sorted(ops.values(), key=lambda r: (-r.total_us, r.name)),
         modules=sorted(modules.values(), key=lambda r: (-r.total_us, r.name)),
         files=sorted(files.values(), key=lambda r: (-(r.total_us + r.device_us), r.name)),
-        notes=tree.notes,
-        gpu=gpu,
+        notes=notes,
+        gpu=_gpu_time(f, is_device, name_code, distinct_names),
     )
 
 
-_SUMMED_KINDS = frozenset({"op", "autograd", "module", "gpu_kernel", "gpu_memcpy", "gpu_memset"})
+def _row_facts(rows_list, rows, row_key, group, facts, below_node, closed_lib) -> None:
+    """Each operator row's facts: the first call's that has each, the last's library."""
+    keys = _pairs(row_key, group[rows])
+    first, _, _ = _first_of(keys)
+    last_first, _, _ = _first_of(keys[::-1])
+    last_at = {int(keys[::-1][j]): len(keys) - 1 - j for j in last_first.tolist()}
+    libraries: dict[int, tuple[int, str]] = {}
+    for j in first.tolist():  # each distinct (row, facts), in order of first call
+        row, g = rows_list[row_key[j]], int(group[rows[j]])
+        a = facts[g]
+        row.op = row.op or a.get("op")
+        row.dispatch_key = row.dispatch_key or a.get("dispatch_key")
+        row.kernel = row.kernel or a.get("kernel")
+        row.source = row.source or a.get("source") or a.get("yaml")
+        if a.get("library"):
+            at = last_at[int(keys[j])]
+            r = int(row_key[j])
+            if r not in libraries or libraries[r][0] < at:
+                libraries[r] = (at, a["library"])
+            row.closed = row.closed or bool(a.get("closed"))
+        row.unknown = row.unknown or bool(a.get("unknown")) and row.name.startswith("aten::")
+    for r, (_, library) in libraries.items():
+        rows_list[r].library = library
+    below = below_node[rows]
+    for j in np.flatnonzero(below >= 0).tolist():  # the first call's closed library below
+        row = rows_list[row_key[j]]
+        row.closed = True
+        row.library = row.library or closed_lib[group[below[j]]]
 
 
-def _self_us(n: CallNode) -> float:
-    return float(n.attrs.get("duration_us", 0.0)) - sum(float(c.attrs.get("duration_us", 0.0)) for c in n.children if c.kind in _HOST_KINDS)
+def _row_shapes(rows_list, rows, row_key, f: Flat) -> None:
+    shape = f.shape[rows]
+    has = shape >= 0
+    if not has.any():
+        return
+    row_key, shape = row_key[has], shape[has]
+    first, counts, _ = _first_of(_pairs(row_key, shape))
+    for j, count in zip(first.tolist(), counts.tolist()):
+        rows_list[row_key[j]].shapes[f.shapes[shape[j]]] += count
 
 
-def _kernels_below(n: CallNode):
-    """Device kernels launched by `n` itself (not through a nested op)."""
-    stack = list(n.children)
-    while stack:
-        c = stack.pop()
-        if c.kind in ("gpu_kernel", "gpu_memcpy", "gpu_memset"):
-            yield c
-        elif c.kind == "runtime":
-            stack.extend(c.children)
+def _row_kernels(rows_list, f: Flat, is_device, is_row, name_code, distinct_names, row_key, rows) -> None:
+    """Device events an operator launched itself (through runtime calls, not a nested op):
+    per operator row, by first appearance in a walk that finds the last launch first."""
+    from kernelmap.trace.build import KIND
+
+    devices = np.flatnonzero(is_device)
+    if not len(devices) or not len(rows):
+        return
+    holder = _nearest_above(devices, f.kind, f.parent, (KIND["runtime"],))
+    mine = (holder >= 0) & is_row[np.maximum(holder, 0)]
+    devices, holder = devices[mine], holder[mine]
+    order = np.lexsort((-devices, holder))
+    devices, holder = devices[order], holder[order]
+    row_of = np.full(len(f.kind), -1, dtype=np.int64)
+    row_of[rows] = row_key
+    r = row_of[holder]
+    kname = name_code[f.group[devices]]
+    keys = _pairs(r, kname)
+    first, counts, _ = _first_of(keys)
+    for j, count in zip(first.tolist(), counts.tolist()):
+        rows_list[r[j]].kernels[distinct_names[kname[j]]] += count
+    where = [f.facts[g].get("source") or f.facts[g].get("library") for g in range(len(f.names))]
+    has = np.array([bool(w) for w in where], dtype=bool)[f.group[devices]]
+    if has.any():  # the last launch's source or library
+        kept = np.flatnonzero(has)
+        last, _, _ = _first_of(keys[kept][::-1])
+        for j in last.tolist():
+            at = kept[::-1][j]
+            rows_list[r[at]].kernel_sources[distinct_names[kname[at]]] = where[f.group[devices[at]]]
 
 
-def _ops_directly_below(n: CallNode):
-    """The outermost operators under a module (through Python frames, not nested modules)."""
-    stack = list(n.children)
-    while stack:
-        c = stack.pop()
-        if c.kind == "op":
-            yield c.name
-        elif c.kind in ("python", "builtin"):
-            stack.extend(c.children)
+def _modules(f: Flat, device: np.ndarray, name_code, distinct_names) -> dict[str, GroupRow]:
+    """Per module type: calls, time with nested modules, and the operators it called directly."""
+    from kernelmap.trace.build import KIND
+
+    nodes = np.flatnonzero(f.kind == KIND["module"])
+    if not len(nodes):
+        return {}
+    type_code, types = _ids([distinct_names[c].rsplit("_", 1)[0] for c in range(len(distinct_names))])
+    of_node = type_code[name_code[f.group[nodes]]]
+    first, _, key = _first_of(of_node)
+    modules = {types[of_node[j]]: GroupRow(types[of_node[j]]) for j in first.tolist()}
+    rows = list(modules.values())
+    k = len(rows)
+    for row, c, t, d in zip(rows, np.bincount(key, minlength=k).tolist(), np.bincount(key, weights=f.dur[nodes], minlength=k).tolist(),
+                            np.bincount(key, weights=device[nodes], minlength=k).tolist()):
+        row.calls, row.total_us, row.device_us = c, t, d
+    # The outermost operators under a module: through Python frames, not nested modules.
+    ops = np.flatnonzero(f.kind == KIND["op"])
+    holder = _nearest_above(ops, f.kind, f.parent, (KIND["python"], KIND["builtin"]))
+    direct = (holder >= 0) & (f.kind[np.maximum(holder, 0)] == KIND["module"])
+    ops, holder = ops[direct], holder[direct]
+    if len(ops):
+        order = np.lexsort((-ops, holder))
+        ops, holder = ops[order], holder[order]
+        row_of = np.full(len(f.kind), -1, dtype=np.int64)
+        row_of[nodes] = key
+        m = row_of[holder]
+        op_name = name_code[f.group[ops]]
+        first, counts, _ = _first_of(_pairs(m, op_name))
+        for j, count in zip(first.tolist(), counts.tolist()):
+            rows[m[j]].ops[distinct_names[op_name[j]]] += count
+    return modules
+
+
+def _files(f: Flat, is_row, is_device, self_us, name_code, distinct_names) -> dict[str, GroupRow]:
+    """Source files: operators by their kernel's source (else their registration), GPU kernels by theirs."""
+    from kernelmap.trace.build import KIND
+
+    groups = len(f.names)
+    kernel_group = np.zeros(groups, dtype=bool)
+    kernel_group[f.group[f.kind == KIND["gpu_kernel"]]] = True
+    paths, whats, lines = [], [], []
+    for g, a in enumerate(f.facts):  # once per group: its file, what it counts as, its line
+        if kernel_group[g]:
+            path = a.get("source_file") or None
+            what = a.get("kernel") or f.names[g]
+            line = str(a.get("source") or "").rsplit(":", 1)[-1]
+        else:
+            src = a.get("source")
+            path = src.rsplit(":", 1)[0] if src else None
+            if path is None and a.get("registered_at"):
+                path = a["registered_at"].rsplit(":", 1)[0]
+            what = f.names[g]
+            line = (src or a.get("registered_at") or "").rsplit(":", 1)[-1]
+        paths.append(path or None)
+        whats.append(what)
+        lines.append(int(line) if line.isdigit() else -1)
+    path_code, distinct_paths = _ids(paths)
+    what_code, distinct_whats = _ids(whats)
+    nodes = np.flatnonzero(is_row | (f.kind == KIND["gpu_kernel"]))
+    g = f.group[nodes]
+    has_path = np.array([p is not None for p in distinct_paths], dtype=bool)[path_code[g]]
+    nodes, g = nodes[has_path], g[has_path]
+    if not len(nodes):
+        return {}
+    p = path_code[g]
+    first, _, key = _first_of(p)
+    files = {distinct_paths[p[j]]: GroupRow(distinct_paths[p[j]]) for j in first.tolist()}
+    rows = list(files.values())
+    k = len(rows)
+    is_kernel = f.kind[nodes] == KIND["gpu_kernel"]
+    calls = np.bincount(key, minlength=k)
+    host = np.bincount(key, weights=np.where(is_kernel, 0.0, self_us[nodes]), minlength=k)
+    dev = np.bincount(key, weights=np.where(is_kernel, f.dur[nodes], 0.0), minlength=k)
+    for row, c, t, d in zip(rows, calls.tolist(), host.tolist(), dev.tolist()):
+        row.calls, row.total_us, row.device_us = c, t, d
+    w = what_code[g]
+    keys = _pairs(key, w)
+    first, counts, _ = _first_of(keys)
+    for j, count in zip(first.tolist(), counts.tolist()):
+        rows[key[j]].ops[distinct_whats[w[j]]] += count
+    line = np.array(lines, dtype=np.int64)[g]
+    known = np.flatnonzero(line >= 0)
+    if len(known):
+        first, _, _ = _first_of(keys[known])
+        for j in known[first].tolist():
+            rows[key[j]].lines.setdefault(distinct_whats[w[j]], int(line[j]))
+    return files
+
+
+def _gpu_time(f: Flat, is_device, name_code, distinct_names) -> GpuTime:
+    gpu = GpuTime()
+    devices = np.flatnonzero(is_device)
+    if not len(devices):
+        return gpu
+    kind = np.array([1 if a.get("source") else 2 if a.get("library") else 0 for a in f.facts], dtype=np.int8)[f.group[devices]]
+    d = f.dur[devices]
+    gpu.total_us = float(d.sum())
+    gpu.source_us = float(d[kind == 1].sum())
+    gpu.library_us = float(d[kind == 2].sum())
+    unresolved = np.flatnonzero(kind == 0)
+    if len(unresolved):
+        names = name_code[f.group[devices[unresolved]]]
+        first, _, key = _first_of(names)
+        for j, us in zip(first.tolist(), np.bincount(key, weights=d[unresolved]).tolist()):
+            gpu.unresolved[distinct_names[names[j]]] += us
+    return gpu
 
 
 TRACE_VERSION = 2

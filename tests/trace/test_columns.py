@@ -1,0 +1,65 @@
+"""The columnar trace (Note [columnar trace]): the summary read from the
+columns is the summary of the CallNode tree made from them, on every real
+trace the tests carry and on a live one; the tree is made only when asked for."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from kernelmap.trace import load
+from kernelmap.trace.summary import summarize
+
+DATA = Path(__file__).resolve().parent / "data"
+TRACES = sorted(p.name for p in DATA.iterdir() if p.name.endswith((".json", ".json.gz")))
+
+
+def _close(a, b, path="") -> None:
+    """Equal JSON documents, floats to a part in 1e9 (sums taken in another order)."""
+    if isinstance(a, float) or isinstance(b, float):
+        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-6), (path, a, b)
+    elif isinstance(a, dict):
+        assert list(a) == list(b), path
+        for k in a:
+            _close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _close(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, (path, a, b)
+
+
+@pytest.mark.parametrize("name", TRACES)
+@pytest.mark.parametrize("keep_frames", [False, True])
+def test_the_summary_of_the_columns_is_the_summary_of_the_tree(name, keep_frames):
+    t = load(DATA / name, keep_frames=keep_frames)
+    assert t._tree is None  # loading made no CallNodes
+    from_columns = t.summary().to_json()
+    assert t._tree is None  # nor did the summary
+    from_tree = summarize(t.tree).to_json()
+    _close(from_columns, from_tree)
+    assert from_columns["ops"], name  # every fixture has operators
+    # and the text tables, cell for cell
+    assert t.summary().to_text(width=200) == summarize(t.tree).to_text(width=200)
+
+
+def test_a_live_trace_summarises_alike(resnet_trace):
+    _, t = resnet_trace
+    _close(t.summary().to_json(), summarize(t.tree).to_json())
+    assert t.summary().to_text() == summarize(t.tree).to_text()
+
+
+def test_the_tree_has_every_kept_event_once():
+    """Each node of the tree is one event of the file (its `event` index), none twice."""
+    t = load(DATA / "hta-trace_filter-sampled_rank-1.json.gz")
+    events = [n.attrs["event"] for _, n in t.tree.walk() if "event" in n.attrs]
+    assert len(events) == len(set(events))
+    raw = json.loads(__import__("gzip").open(DATA / "hta-trace_filter-sampled_rank-1.json.gz").read())["traceEvents"]
+    kinds = {raw[i]["cat"] for i in events}
+    assert kinds <= {"python_function", "user_annotation", "cpu_op", "cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset"}
+    device = sum(1 for e in raw if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    assert sum(1 for i in events if raw[i]["cat"] in ("kernel", "gpu_memcpy", "gpu_memset")) == device  # every device event is in the tree

@@ -41,7 +41,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
+from msgspec import Raw
 
 from kernelmap.model import FACT_NAMES, CallNode, CallTree, Location, NodeKind
 from kernelmap.trace.text import sanitize
@@ -214,15 +216,20 @@ class Values:
         return code
 
     def encode(self, values: list[Any]) -> np.ndarray:
-        code = self._code
-        try:
-            out = np.array([v if type(v) is int else code(v) for v in values], dtype=np.int64)
-        except OverflowError:  # an int beyond int64
-            out = np.array([v if type(v) is int and _ODD < v < -_ODD else code(v) for v in values], dtype=np.int64)
-        low = np.flatnonzero((out < _ODD) & (out > _SOME))
-        for i in low.tolist():  # an int that falls among the codes: kept aside too
-            if type(values[i]) is int:
-                out[i] = code(values[i])
+        try:  # the common case: every value an int
+            out = np.array(values, dtype=np.int64)
+        except (TypeError, ValueError, OverflowError):
+            code = self._code
+            try:
+                out = np.array([v if type(v) is int else code(v) for v in values], dtype=np.int64)
+            except OverflowError:  # an int beyond int64
+                out = np.array([v if type(v) is int and _ODD < v < -_ODD else code(v) for v in values], dtype=np.int64)
+        if len(out) and out.min() < _ODD:
+            for i in np.flatnonzero((out < _ODD) & (out > _SOME)).tolist():  # an int that falls among the codes: kept aside too
+                if type(values[i]) is int:
+                    out[i] = self._code(values[i])
+        if out.dtype != np.int64 or (len(values) and type(values[0]) is bool):
+            out = np.array([v if type(v) is int else self._code(v) for v in values], dtype=np.int64)
         return out
 
     def decode(self, code: int) -> Any:
@@ -250,6 +257,68 @@ def usable(codes: np.ndarray) -> np.ndarray:
     return (codes != NONE) & (codes != _SOME)
 
 
+def combine(*columns: np.ndarray) -> np.ndarray:
+    """One non-negative int64 key per row of equal-length int columns: equal rows, equal keys."""
+    key = np.zeros(len(columns[0]), dtype=np.int64)
+    span = 1
+    for col in columns:
+        col = col.astype(np.int64) - (int(col.min()) if len(col) else 0)
+        width = int(col.max()) + 1 if len(col) else 1
+        if span * width >= 1 << 62:  # too wide to multiply out: number the distinct keys so far
+            key = np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)
+            span = int(key.max()) + 1 if len(key) else 1
+            if span * width >= 1 << 62:
+                col = np.unique(col, return_inverse=True)[1].reshape(-1).astype(np.int64)
+                width = int(col.max()) + 1 if len(col) else 1
+        key = key * width + col
+        span *= width
+    return key
+
+
+def climb(nodes: np.ndarray, kind: np.ndarray, parent: np.ndarray, through) -> np.ndarray:
+    """Per node of `nodes`, its nearest ancestor whose kind is not in `through` (-1: none)."""
+    passing = np.isin(kind, list(through))
+    above = parent[nodes].astype(np.int64)
+    climbing = np.flatnonzero(above >= 0)
+    while len(climbing):
+        climbing = climbing[passing[above[climbing]]]
+        above[climbing] = parent[above[climbing]]
+        climbing = climbing[above[climbing] >= 0]
+    return above
+
+
+def first_seen(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct keys (non-negative) in order of first appearance: (the
+    position of each one's first appearance, how often each appears, and per
+    position the number of its key in that order). Without sorting the keys
+    where they are dense."""
+    n = len(keys)
+    if not n:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    top = int(keys.max()) + 1
+    if top <= 4 * n + 1024:
+        first = np.full(top, n, dtype=np.int64)
+        np.minimum.at(first, keys, np.arange(n, dtype=np.int64))
+        distinct = np.flatnonzero(first < n)
+    else:
+        distinct, at = np.unique(keys, return_index=True)
+        first = np.zeros(0, dtype=np.int64)
+        first_of = at
+    firsts = first[distinct] if len(first) else first_of
+    order = np.argsort(firsts, kind="stable")
+    if len(first):
+        rank = np.empty(top, dtype=np.int64)
+        rank[distinct[order]] = np.arange(len(order))
+        inverse = rank[keys]
+    else:
+        inverse = np.searchsorted(distinct, keys)
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order))
+        inverse = rank[inverse]
+    return firsts[order], np.bincount(inverse, minlength=len(order)), inverse
+
+
 @dataclass
 class Labels:
     """What a trace event's (name, category) pair is, once per distinct pair:
@@ -272,22 +341,37 @@ class Labels:
 
 
 class Pool:
-    """Shapes, dtype lists, grids and blocks: each distinct one stored once."""
+    """Shapes, dtype lists, grids and blocks: each distinct one stored once.
+    The reader hands them over as raw JSON (msgspec.Raw), interned by their
+    text and decoded once; a dict event's are Python values."""
 
     def __init__(self) -> None:
         self.items: list[Any] = []
         self._ids: dict[Any, int] = {}
+        self._texts: dict[bytes, int] = {}
 
-    def encode(self, values: list[Any]) -> np.ndarray:
-        get = self._ids.get
-        out = [get(v, -1) if type(v) is tuple else (-2 if v is None else self._add(v)) for v in values]
-        for i, v in enumerate(values):  # first sightings, and tuples holding lists
-            if out[i] == -1:
-                out[i] = self._add(v)
-        return np.array([-1 if x == -2 else x for x in out], dtype=np.int32)
+    def encode(self, values: list[Any], raw: bool) -> np.ndarray:
+        """Ids of `values` (-1 for none); `raw`: they are raw JSON or None, no Python values."""
+        texts = self._texts.get
+        try:  # the common case: raw JSON only (bytes(None) raises)
+            if not raw:
+                raise TypeError
+            out = list(map(texts, map(bytes, values)))
+        except TypeError:  # absent values, or a dict event's Python values
+            out = [texts(bytes(v)) if type(v) is Raw else (-2 if v is None else self._add(v)) for v in values]
+        if None in out:
+            for i, x in enumerate(out):  # first sightings of a text
+                if x is None:
+                    text = bytes(values[i])
+                    out[i] = self._texts[text] = self._add(msgspec.json.decode(text))
+        codes = np.array(out, dtype=np.int32)
+        codes[codes < -1] = -1
+        return codes
 
     def _add(self, v: Any) -> int:
-        if type(v) is list:  # from a dict event; the reader's records hold tuples already
+        if v is None:
+            return -2
+        if type(v) is list:  # arrays one level down are tuples too: shapes are hashable
             v = tuple(tuple(x) if isinstance(x, list) else x for x in v)
         try:
             i = self._ids.get(v)
@@ -301,6 +385,11 @@ class Pool:
 
     def get(self, i: int) -> Any:
         return None if i < 0 else self.items[i]
+
+
+def plain(value: Any) -> Any:
+    """A value of the reader's records as Python data (raw JSON decoded)."""
+    return msgspec.json.decode(bytes(value)) if type(value) is Raw else value
 
 
 # ---------------------------------------------------------------------------
@@ -357,7 +446,8 @@ _POOLED = frozenset({"dims", "types", "grid", "block"})
 
 def collect(batches: Iterable[list[Any]], python_origin=None) -> Collected:
     """One streaming pass: keep the events the tree needs, as columns.
-    `batches` are lists of the reader's `Event` / `Loose` records (`read_batches`), or of dicts."""
+    `batches` are the reader's windows (`read_batches`): lists of `Event`
+    records, or of `Event` and `Loose` records (or dicts) in any other sequence."""
     from kernelmap.trace.reader import Args, Event
 
     c = Collected()
@@ -368,20 +458,21 @@ def collect(batches: Iterable[list[Any]], python_origin=None) -> Collected:
     for batch in batches:
         base = c.events
         c.events += len(batch)
-        odd = [i for i, e in enumerate(batch) if type(e) is not Event]
-        if odd:
-            batch = list(batch)
-            for i in odd:
-                e = batch[i]
-                batch[i] = _loose(e if type(e) is dict else e.raw, base + i) or _SKIP
+        raw = type(batch) is list
+        if not raw:  # the reader's slow path: records that did not fit `Event` among them
+            batch = [e if type(e) is Event else _loose(e if type(e) is dict else e.raw, base + i) or _SKIP for i, e in enumerate(batch)]
+        # Note [columns from records]: list comprehensions with plain attribute
+        # access (specialised by the interpreter) are the fastest way through a
+        # window, three times faster than map(attrgetter(...)).
         xi = [i for i, e in enumerate(batch) if e.ph == "X" and e.cat in CAT]
-        fi = [i for i, e in enumerate(batch) if e.cat == "ac2g" and (e.ph == "s" or e.ph == "f")]
-        for e in batch:
-            if e.ph == "M":
+        if len(xi) < len(batch):  # flows, thread names, and what is skipped
+            fi = [i for i, e in enumerate(batch) if e.cat == "ac2g" and (e.ph == "s" or e.ph == "f")]
+            names = [e for e in batch if e.ph == "M"]
+            for e in names:
                 _name_thread(c, e)
-        c.skipped += sum(1 for e in batch if e.ph != "M") - len(xi) - len(fi)
-        if fi:
-            _collect_flows(c, [batch[i] for i in fi], [base + i for i in fi], flow_chunks)
+            c.skipped += len(batch) - len(xi) - len(fi) - len(names)
+            if fi:
+                _collect_flows(c, [batch[i] for i in fi], [base + i for i in fi], flow_chunks)
         if not xi:
             continue
         xs = [batch[i] for i in xi]
@@ -394,20 +485,26 @@ def collect(batches: Iterable[list[Any]], python_origin=None) -> Collected:
             where = np.flatnonzero(np.isin(cats, group)) if len(group) > 1 else np.flatnonzero(cats == group[0])
             if not len(where):
                 continue
-            selected = [args[i] or empty_args for i in where.tolist()]
+            selected = list(map(args.__getitem__, where.tolist()))
+            if None in selected:
+                selected = [a or empty_args for a in selected]
             for column, attr in fields:
-                values = [getattr(a, attr) for a in selected]
-                encoded = c.pool.encode(values) if column in _POOLED else c.values.encode(values)
+                values = _ARG_COLUMNS[attr](selected)
+                encoded = c.pool.encode(values, raw) if column in _POOLED else c.values.encode(values)
                 rows[column][where] = encoded
         if conv_labels:
             for i in np.flatnonzero(np.isin(rows["label"], list(conv_labels))).tolist():
                 a = args[i]
-                kept = {k: v for k, v in (("Input Strides", getattr(a, "input_strides", None)), ("Concrete Inputs", getattr(a, "concrete_inputs", None))) if v is not None}
+                values = (("Input Strides", plain(getattr(a, "input_strides", None))), ("Concrete Inputs", plain(getattr(a, "concrete_inputs", None))))
+                kept = {k: v for k, v in values if v is not None}
                 if kept:
                     c.conv[n_before + i] = kept
         for k, v in rows.items():
             chunks[k].append(v)
-    c.columns = {k: np.concatenate(v) if v else np.zeros(0, dtype=_ROW_COLUMNS[k]) for k, v in chunks.items()}
+    for k in list(chunks):  # a column at a time, each one's windows freed as it is joined
+        parts = chunks.pop(k)
+        c.columns[k] = np.concatenate(parts) if parts else np.zeros(0, dtype=_ROW_COLUMNS[k])
+        del parts
     c.flows = {k: np.concatenate(v) if v else np.zeros(0) for k, v in flow_chunks.items()}
     return c
 
@@ -417,20 +514,22 @@ def _collect_rows(c: Collected, xs: list, xi: list[int], base: int, python_origi
     n = len(xs)
     names = [e.name for e in xs]
     cats = [e.cat for e in xs]
-    ts = [e.ts for e in xs]
+    ts_a = np.array([e.ts for e in xs], dtype=np.float64)  # None reads as NaN, and is refused as one
     durs = [e.dur for e in xs]
-    ts_a = np.array([_NAN if t is None else t for t in ts], dtype=np.float64)
-    dur_a = np.array([0.0 if d is None else d for d in durs], dtype=np.float64)
+    dur_a = np.array(durs, dtype=np.float64)
+    for i in np.flatnonzero(np.isnan(dur_a)).tolist():
+        if durs[i] is None:  # no duration: an instant (a NaN stays, and is refused)
+            dur_a[i] = 0.0
     bad_time = np.flatnonzero(~(np.abs(ts_a) < _FINITE) | ~((dur_a >= 0) & (dur_a < _FINITE)))
     labels = c.labels
     get = labels.ids.get
     try:
-        label = [get(k, -1) for k in zip(names, cats)]
+        label = list(map(get, zip(names, cats)))
     except TypeError:  # an unhashable name
-        label = [get(k, -1) if isinstance(k[0], str) else -2 for k in zip(names, cats)]
+        label = [get(k) if isinstance(k[0], str) else -2 for k in zip(names, cats)]
     first_bad = int(bad_time[0]) if len(bad_time) else n
-    for i, lab in enumerate(label):
-        if lab >= 0:
+    for i, lab in enumerate(label) if None in label or -2 in label else ():
+        if lab is not None and lab >= 0:
             continue
         name = names[i]
         if type(name) is not str:
@@ -454,15 +553,10 @@ def _collect_rows(c: Collected, xs: list, xi: list[int], base: int, python_origi
                 else f"ts {t} is not a finite number" if not (-_FINITE < t < _FINITE)
                 else f"negative duration {d}" if d < 0 else f"duration {d} is not a finite number")
         raise ValueError(f"event #{base + xi[first_bad]} ({sanitize(str(name if name is not None else '?')[:80])!r}) lacks a usable name/ts/dur: {what}")
-    tget = c.thread_ids.get
-    thread = [tget(k, -1) for k in zip([e.pid for e in xs], [e.tid for e in xs])]
-    for i, t in enumerate(thread):
-        if t < 0:
-            thread[i] = c.thread_id((xs[i].pid, xs[i].tid))
     rows = {
         "label": np.array(label, dtype=np.int32),
-        "cat": np.array([CAT[x] for x in cats], dtype=np.int8),
-        "thread": np.array(thread, dtype=np.int32),
+        "cat": np.array(list(map(CAT.__getitem__, cats)), dtype=np.int8),
+        "thread": _thread_ids(c, xs),
         "ts": ts_a,
         "dur": dur_a,
         "event": np.array(xi, dtype=np.int64) + base,
@@ -478,9 +572,34 @@ def _collect_flows(c: Collected, flows: list, where: list[int], chunks: dict[str
         if fid is not None and not isinstance(fid, (int, str)):
             raise ValueError(f"flow event #{where[i]} is unusable: an id is a {type(fid).__name__}, not an int or a string")
     chunks["id"].append(c.values.encode(ids))
-    chunks["thread"].append(np.array([c.thread_id((e.pid, e.tid)) for e in flows], dtype=np.int32))
-    chunks["ts"].append(np.array([e.ts if e.ts is not None else 0.0 for e in flows], dtype=np.float64))
+    chunks["thread"].append(_thread_ids(c, flows))
+    ts = np.array([0.0 if e.ts is None else e.ts for e in flows], dtype=np.float64)
+    chunks["ts"].append(ts)
     chunks["end"].append(np.array([e.ph == "f" for e in flows], dtype=bool))
+
+
+_ARG_COLUMNS = {  # Note [columns from records]
+    "correlation": lambda args: [a.correlation for a in args],
+    "external_id": lambda args: [a.external_id for a in args],
+    "sequence_number": lambda args: [a.sequence_number for a in args],
+    "device": lambda args: [a.device for a in args],
+    "stream": lambda args: [a.stream for a in args],
+    "grid": lambda args: [a.grid for a in args],
+    "block": lambda args: [a.block for a in args],
+    "input_dims": lambda args: [a.input_dims for a in args],
+    "input_type": lambda args: [a.input_type for a in args],
+}
+
+
+def _thread_ids(c: Collected, events: list) -> np.ndarray:
+    """The thread id of each event's (pid, tid)."""
+    get = c.thread_ids.get
+    ids = [get((e.pid, e.tid)) for e in events]
+    if None in ids:
+        for i, t in enumerate(ids):
+            if t is None:
+                ids[i] = c.thread_id((events[i].pid, events[i].tid))
+    return np.array(ids, dtype=np.int32)
 
 
 def _name_thread(c: Collected, e) -> None:
@@ -670,6 +789,7 @@ def build(c: Collected, keep_frames: bool = False) -> Table:
     kind_pos = kind_rows[order]
 
     launch, how = _attach_device(c, host, device, kind_rows, pos_of_row)
+    del pos_of_row, host
 
     # Simplify: drop Python frames that ran no operator, splice out wrapper frames
     # and the autograd engine's duplicate record of a node.
@@ -691,60 +811,78 @@ def build(c: Collected, keep_frames: bool = False) -> Table:
     keep &= ~duplicate
     up = _effective_parents(parent0, keep)
 
-    # Pre-order: each kept host node, then the device events hung under it (file order).
+    # Pre-order: each kept host node, then the device events hung under it (file
+    # order). Positions are host positions: a device event's is its launch's.
+    # (Arrays are freed as soon as they are used: a million events make each 8 MB.)
     attached = np.flatnonzero(launch >= 0)
-    kept = np.flatnonzero(keep)
-    key_pos = np.concatenate([kept, launch[attached]])
-    key_dev = np.concatenate([np.zeros(len(kept), np.int8), np.ones(len(attached), np.int8)])
-    key_event = np.concatenate([np.zeros(len(kept), np.int64), c.event[device[attached]]])
-    body_order = np.lexsort((key_event, key_dev, key_pos))
+    kept = np.flatnonzero(keep).astype(np.int32)
+    del keep
+    n_kept = len(kept)
+    body_pos = np.concatenate([kept, launch[attached].astype(np.int32)])
+    body_order = np.lexsort((
+        np.concatenate([np.zeros(n_kept, np.int64), c.event[device[attached]]]),
+        np.concatenate([np.zeros(n_kept, np.int8), np.ones(len(attached), np.int8)]),
+        body_pos,
+    ))
     body_row = np.concatenate([order[kept], device[attached]])[body_order]
-    body_hostpos = np.concatenate([kept, np.full(len(attached), -1)])[body_order]
-    body_launch = np.concatenate([np.full(len(kept), -1), launch[attached]])[body_order]
-    body_tid = c.thread[order[key_pos[body_order]]] if len(body_order) else np.zeros(0, np.int64)  # a device event: its launch's
-    body_thread = thread_rank[body_tid]
+    body_link = np.concatenate([np.zeros(n_kept, np.int8), how[attached]])[body_order]
+    del kept, attached, how
+    body_pos = body_pos[body_order]
+    is_host = body_order < n_kept
+    del body_order
     B = len(body_row)
-    starts = np.flatnonzero(np.diff(body_thread, prepend=-1)) if B else np.zeros(0, np.int64)
+    body_tid = c.thread[order[body_pos]] if B else np.zeros(0, np.int32)  # a device event: its launch's thread
+    del order
+    starts = np.flatnonzero(np.diff(body_tid, prepend=-1)) if B else np.zeros(0, np.int64)
     n_thr = len(starts)
-    # final index of body element j: j + 1 (root) + number of thread nodes at or before it
-    thread_of_body = np.cumsum(np.isin(np.arange(B), starts)) - 1 if B else np.zeros(0, np.int64)
-    final_body = np.arange(B) + 1 + thread_of_body + 1
+    thread_keys = [c.threads[int(body_tid[j])] for j in starts.tolist()]
+    del body_tid
+    # final index of body element j: j + 1 (root) + the thread nodes at or before it
+    thread_of_body = np.zeros(B, dtype=np.int32)
+    thread_of_body[starts] = 1
+    thread_of_body = np.cumsum(thread_of_body, dtype=np.int32) - 1
+    final_body = np.arange(2, B + 2, dtype=np.int32) + thread_of_body
     thread_final = starts + 1 + np.arange(n_thr)
     orphans = device[launch < 0]
+    del launch, device
     N = 1 + n_thr + B + (1 + len(orphans) if len(orphans) else 0)
 
-    final_of_pos = np.full(H, -1, dtype=np.int64)
-    is_host = body_hostpos >= 0
-    final_of_pos[body_hostpos[is_host]] = final_body[is_host]
-    parent = np.full(N, -1, dtype=np.int64)
+    final_of_pos = np.full(H, -1, dtype=np.int32)
+    final_of_pos[body_pos[is_host]] = final_body[is_host]
+    parent = np.full(N, -1, dtype=np.int32)
+    parent[thread_final] = 0
+    # a host node's parent: its nearest kept ancestor, else its thread; a device event's: its launch
+    up_or_launch = np.where(is_host, up[body_pos], body_pos)
+    del up, body_pos
+    parent[final_body] = np.where(up_or_launch >= 0, final_of_pos[np.maximum(up_or_launch, 0)], thread_final[thread_of_body])
+    del up_or_launch, final_of_pos
     kind = np.empty(N, dtype=np.int8)
     label = np.empty(N, dtype=np.int32)
     row = np.full(N, -1, dtype=np.int64)
     linked = np.zeros(N, dtype=np.int8)
     kind[0] = KIND["trace"]
     label[0] = labels.add("trace", None, "trace", "trace")
-    parent[thread_final] = 0
     kind[thread_final] = KIND["thread"]
-    body_up = np.where(is_host, up[np.maximum(body_hostpos, 0)], -1)
-    host_parent = np.where(body_up >= 0, final_of_pos[np.maximum(body_up, 0)], thread_final[thread_of_body])
-    parent[final_body] = np.where(is_host, host_parent, final_of_pos[np.maximum(body_launch, 0)])
     kind[final_body] = kind_rows[body_row]
     label[final_body] = c.label[body_row]
     row[final_body] = body_row
-    linked[final_body[~is_host]] = how[np.searchsorted(device, body_row[~is_host])]
-    table = Table(c, kind, label, row, parent, np.ones(N, dtype=np.int64), np.zeros(N), np.zeros(N), linked)
+    linked[final_body] = body_link
+    del body_link, is_host
+    table = Table(c, kind, label, row, parent, np.ones(N, dtype=np.int32), np.zeros(N), np.zeros(N), linked)
     table.ts[final_body] = c.ts[body_row]
     table.dur[final_body] = c.dur[body_row]
+    del body_row
 
     # Thread nodes: named, spanning their top-level nodes.
     top = final_body[parent[final_body] == thread_final[thread_of_body]]
+    del final_body, thread_of_body
     top_thread = np.searchsorted(thread_final, top, side="right") - 1
     t_start = np.full(n_thr, np.inf)
     t_end = np.full(n_thr, -np.inf)
     np.minimum.at(t_start, top_thread, table.ts[top])
     np.maximum.at(t_end, top_thread, table.ts[top] + table.dur[top])
     for t, f in enumerate(thread_final.tolist()):
-        key = c.threads[int(body_tid[starts[t]])]
+        key = thread_keys[t]
         name = c.thread_names.get(key) or f"thread {key[1]}"
         label[f] = labels.add(name, None, "thread", name)
         table.threads[f] = key
@@ -764,65 +902,88 @@ def build(c: Collected, keep_frames: bool = False) -> Table:
         table.dur[0] = max(ends.max(), 0.0) - table.ts[0] if len(orphans) else ends.max() - table.ts[0]
     table.size = _sizes(parent)
     _link_backward(table)
+    for k in ("label", "cat", "ts", "dur"):  # the table holds them per node now
+        del c.columns[k]
     return table
 
 
 def _nest(ts: np.ndarray, dur: np.ndarray, thread: np.ndarray) -> np.ndarray:
     """Parents (positions, -1 at the top) of host events sorted by thread, start,
-    longest first: each starts inside the innermost open event of its thread."""
-    ts_l, dur_l = ts.tolist(), dur.tolist()
-    end_l = (ts + dur).tolist()
-    thread_l = thread.tolist()
-    parent = [-1] * len(ts_l)
-    stack: list[int] = []
+    longest first: each starts inside the innermost open event of its thread
+    (an event with a duration closes _EPS early; one of none starting with its
+    parent stays inside it)."""
+    parent = np.full(len(ts), -1, dtype=np.int32)
+    closes_all = ts + dur - np.where(dur > 0, _EPS, 0.0)
+    stack: list[tuple[int, float, float]] = []  # (position, closes at, starts at) of the open events
     current = None
-    eps = _EPS
-    for k in range(len(ts_l)):
-        t = ts_l[k]
-        if thread_l[k] != current:
-            current = thread_l[k]
-            stack = []
-        while stack:
-            top = stack[-1]
-            if t >= end_l[top] - (eps if dur_l[top] > 0 else 0.0) and not (t == ts_l[top] and dur_l[k] == 0):
-                stack.pop()
-            else:
-                break
-        if stack:
-            parent[k] = stack[-1]
-        stack.append(k)
-    return np.array(parent, dtype=np.int64)
+    for lo, hi in _slices(len(ts)):
+        ts_l, closes, instant, threads = ts[lo:hi].tolist(), closes_all[lo:hi].tolist(), (dur[lo:hi] == 0).tolist(), thread[lo:hi].tolist()
+        out = [-1] * (hi - lo)
+        for k, t in enumerate(ts_l):
+            if threads[k] != current:
+                current = threads[k]
+                stack = []
+            while stack:
+                top = stack[-1]
+                if t >= top[1] and not (t == top[2] and instant[k]):
+                    stack.pop()
+                else:
+                    break
+            if stack:
+                out[k] = stack[-1][0]
+            stack.append((k + lo, closes[k], t))
+        parent[lo:hi] = out
+    return parent
+
+
+_SLICE = 1 << 16  # rows turned into Python lists at a time (a list of a million ints is 36 MB)
+
+
+def _slices(n: int, backwards: bool = False):
+    starts = range(0, n, _SLICE)
+    for lo in reversed(starts) if backwards else starts:
+        yield lo, min(lo + _SLICE, n)
 
 
 def _propagate_up(flag: np.ndarray, parent: np.ndarray) -> np.ndarray:
     """`flag` or'ed into every ancestor (parents come before children)."""
-    out = flag.tolist()
-    par = parent.tolist()
-    for k in range(len(out) - 1, -1, -1):
-        if out[k]:
-            p = par[k]
-            if p >= 0:
-                out[p] = True
+    out = flag.tolist()  # True and False: no objects of their own
+    for lo, hi in _slices(len(out), backwards=True):
+        par = parent[lo:hi].tolist()
+        for k in range(hi - 1, lo - 1, -1):
+            if out[k]:
+                p = par[k - lo]
+                if p >= 0:
+                    out[p] = True
     return np.array(out, dtype=bool)
 
 
 def _effective_parents(parent: np.ndarray, keep: np.ndarray) -> np.ndarray:
     """The nearest kept ancestor of each node (-1: none), in pre-order."""
-    par, kept = parent.tolist(), keep.tolist()
-    up = [-1] * len(par)
-    for k, p in enumerate(par):
-        if p >= 0:
-            up[k] = p if kept[p] else up[p]
-    return np.array(up, dtype=np.int64)
+    up = np.full(len(parent), -1, dtype=np.int32)
+    kept = keep.tolist()
+    spliced = np.flatnonzero(~keep)
+    if not len(spliced):
+        up[:] = parent
+        return up
+    for lo, hi in _slices(len(parent)):
+        par = parent[lo:hi].tolist()
+        out = [-1] * (hi - lo)
+        for k, p in enumerate(par):
+            if p >= 0:
+                out[k] = p if kept[p] else (out[p - lo] if p >= lo else int(up[p]))
+        up[lo:hi] = out
+    return up
 
 
 def _sizes(parent: np.ndarray) -> np.ndarray:
     """Subtree sizes from parents in pre-order."""
-    size = [1] * len(parent)
-    par = parent.tolist()
-    for i in range(len(par) - 1, 0, -1):
-        size[par[i]] += size[i]
-    return np.array(size, dtype=np.int64)
+    size = [1] * len(parent)  # mostly small ints: no objects of their own
+    for lo, hi in _slices(len(parent), backwards=True):
+        par = parent[lo:hi].tolist()
+        for i in range(hi - 1, max(lo, 1) - 1, -1):
+            size[par[i - lo]] += size[i]
+    return np.array(size, dtype=np.int32)
 
 
 def _ids_of(texts: list[str]) -> np.ndarray:

@@ -176,7 +176,8 @@ def read_events(path: Path | str, header: TraceHeader | None = None) -> Iterator
 
 
 def read_batches(path: Path | str, header: TraceHeader | None = None) -> Iterator[list[Event | Loose]]:
-    """`read_events` a window at a time: lists of records, in file order."""
+    """`read_events` a window at a time: lists of records, in file order (a
+    `Mixed` list when some record did not fit `Event`)."""
     return _read(path, header, _fast_events)
 
 
@@ -274,7 +275,6 @@ def _array_ends(buf: _Buffer) -> bool:
 # gives the same errors, byte offsets included, as `read_trace`.
 
 _Id = int | str | None
-_Item = tuple[Any, ...] | int | float | str | bool | None  # an element of a shape list: a list one level down is a tuple too
 
 
 class Args(msgspec.Struct, gc=False, rename={
@@ -287,13 +287,15 @@ class Args(msgspec.Struct, gc=False, rename={
     external_id: _Id = None
     device: _Id = None
     stream: _Id = None
-    # Arrays of shapes and types are decoded as tuples (hashable: the builder stores each once).
-    grid: tuple[_Item, ...] | None = None
-    block: tuple[_Item, ...] | None = None
-    input_dims: tuple[_Item, ...] | None = None
-    input_type: tuple[_Item, ...] | None = None
-    input_strides: Any = None
-    concrete_inputs: Any = None
+    # Shapes, dtypes, grids and blocks are kept as their JSON text: a trace
+    # repeats a few of them a million times, and the builder decodes each
+    # distinct one once (build.Pool), ten times cheaper than tuples per event.
+    grid: msgspec.Raw = None  # type: ignore[assignment]
+    block: msgspec.Raw = None  # type: ignore[assignment]
+    input_dims: msgspec.Raw = None  # type: ignore[assignment]
+    input_type: msgspec.Raw = None  # type: ignore[assignment]
+    input_strides: msgspec.Raw = None  # type: ignore[assignment]
+    concrete_inputs: msgspec.Raw = None  # type: ignore[assignment]
     sequence_number: Any = None
     fwd_thread_id: Any = None
     name: Any = None
@@ -325,6 +327,10 @@ class Loose:
         self.raw = raw
 
 
+class Mixed(list):
+    """A window read the slow way: `Loose` records may be among its `Event`s."""
+
+
 _WINDOW = msgspec.json.Decoder(list[Event])
 _MAX_CUTS = 16  # '}' tried per window before it goes the slow way
 
@@ -352,7 +358,7 @@ def _fast_events(buf: _Buffer, decode) -> Iterator[list[Event | Loose]]:
         else:
             # The slow way, through the end of the window (or one event when none was cut).
             end = buf.dropped + max(cut, pos)
-            slow: list[Event | Loose] = []
+            slow = Mixed()
             while True:
                 event = _one_event(buf, decode)
                 try:

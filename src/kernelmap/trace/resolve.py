@@ -37,7 +37,7 @@ from kernelmap import vendors
 from kernelmap.errors import KernelmapError
 import numpy as np
 
-from kernelmap.trace.build import DEVICE_KINDS, KIND, NONE, Table
+from kernelmap.trace.build import DEVICE_KINDS, KIND, KINDS, NONE, Table, climb, combine, first_seen
 
 # C++ type names the profiler writes for tensor dtypes -> torch dtype names.
 DTYPES = {
@@ -338,13 +338,13 @@ class Resolver:
         # Note [inputs of a traced call]: grad mode for a sequence number outside any backward node
         requires_grad = (c.seq[t.row[ops]] != NONE) & ~_inside(len(t), autograd, t.size, 1)[ops]
         types = c.types[t.row[ops]]
-        keys, first, inverse = np.unique(np.stack([t.label[ops], types, cuda, requires_grad], axis=1), axis=0, return_index=True, return_inverse=True)
-        inverse = inverse.reshape(-1)
+        first, counts, inverse = first_seen(combine(t.label[ops], types, cuda, requires_grad))
         display = c.labels.display
         index: dict[int, int] = {}
-        ids = np.empty(len(keys), dtype=np.int32)
+        ids = np.empty(len(first), dtype=np.int32)
         unknown = []
-        for k, (label, type_id, on_cuda, grad) in enumerate(keys.tolist()):
+        keys = [(int(t.label[ops[j]]), int(types[j]), bool(cuda[j]), bool(requires_grad[j])) for j in first.tolist()]
+        for k, (label, type_id, on_cuda, grad) in enumerate(keys):
             name = display[label]
             recorded = c.pool.get(type_id) or []
             device = "cuda" if on_cuda else "cpu"
@@ -357,7 +357,6 @@ class Resolver:
                 unknown.append(k)
         t.facts[ops] = ids[inverse]
         if unknown:
-            counts = np.bincount(inverse, minlength=len(keys))
             for k in unknown:
                 self.unknown_ops[display[keys[k][0]]] += int(counts[k])
         conv_labels = [i for i, name in enumerate(display) if name in ("aten::_convolution", "aten::convolution_backward")]
@@ -503,30 +502,53 @@ class Resolver:
         if not len(devices):
             return
         display = t.c.labels.display
-        kinds, labels, parents = t.kind.tolist(), t.label.tolist(), t.parent.tolist()
-        op = KIND["op"]
-        chains: dict[int, tuple[str, ...]] = {}  # node -> the operators at or above it, innermost first
-
-        def chain(p: int) -> tuple[str, ...]:
-            path = []
-            while p >= 0 and p not in chains:
-                path.append(p)
-                p = parents[p]
-            base = chains[p] if p >= 0 else ()
-            for q in reversed(path):
-                if kinds[q] == op:
-                    base = (display[labels[q]], *base)
-                chains[q] = base
-            return base
-
+        chains, chain_of_op = _op_chains(t)
+        not_op = [k for k in range(len(KINDS)) if k != KIND["op"]]
+        launcher = climb(devices, t.kind, t.parent, not_op)  # the innermost operator above each
+        chain = np.where(launcher >= 0, chain_of_op[np.maximum(launcher, 0)], -1)
+        first, _, distinct = first_seen(combine(t.label[devices], chain))
         index: dict[int, int] = {}
-        for i in devices.tolist():
-            ops = chain(parents[i])
-            key = (display[labels[i]], ops)
+        ids = np.empty(len(first), dtype=np.int32)
+        for k, j in enumerate(first.tolist()):
+            ops = chains[chain[j]] if chain[j] >= 0 else ()
+            key = (display[t.label[devices[j]]], ops)
             facts = self._device_facts.get(key)
             if facts is None:  # once per kernel name and chain of launching operators
                 facts = self._device_facts[key] = self._kernel_facts(key[0], list(ops))
-            t.facts[i] = self._shared_index(t, facts, index)
+            ids[k] = self._shared_index(t, facts, index)
+        t.facts[devices] = ids[distinct]
+
+
+def _op_chains(t: Table) -> tuple[list[tuple[str, ...]], np.ndarray]:
+    """Per op node, the number of its chain: the operators at and above it,
+    innermost first (chains[number]); -1 for other nodes. Worked out a level
+    of operator nesting at a time."""
+    ops = np.flatnonzero(t.kind == KIND["op"])
+    chain_of = np.full(len(t), -1, dtype=np.int64)
+    chains: list[tuple[str, ...]] = []
+    numbers: dict[tuple[int, int], int] = {}
+    display = t.c.labels.display
+    not_op = [k for k in range(len(KINDS)) if k != KIND["op"]]
+    above = climb(ops, t.kind, t.parent, not_op)
+    todo = np.ones(len(ops), dtype=bool)
+    while todo.any():
+        ready = np.flatnonzero(todo & ((above < 0) | (chain_of[np.maximum(above, 0)] >= 0)))
+        if not len(ready):  # cannot happen: an operator's operator comes before it
+            break
+        outer = np.where(above[ready] >= 0, chain_of[np.maximum(above[ready], 0)], -1)
+        labels = t.label[ops[ready]]
+        first, _, distinct = first_seen(combine(labels, outer))
+        numbers_here = np.empty(len(first), dtype=np.int64)
+        for k, j in enumerate(first.tolist()):
+            key = (int(labels[j]), int(outer[j]))
+            number = numbers.get(key)
+            if number is None:
+                number = numbers[key] = len(chains)
+                chains.append((display[key[0]], *(chains[key[1]] if key[1] >= 0 else ())))
+            numbers_here[k] = number
+        chain_of[ops[ready]] = numbers_here[distinct]
+        todo[ready] = False
+    return chains, chain_of
 
 
 def _ask_dispatcher(op: str, device: str, dtype: str, requires_grad: bool, catalog) -> dict[str, Any]:

@@ -308,25 +308,24 @@ def flat_of_tree(tree: CallTree) -> Flat:
 def flat_of_table(t) -> Flat:
     """A trace's columns (build.Table) as a Flat view: one group per label and
     set of facts, one per node for the few nodes with facts of their own."""
-    from kernelmap.trace.build import KIND, node_attrs
+    from kernelmap.trace.build import KIND, combine, first_seen, node_attrs
 
     n = len(t)
     facts = t.facts if t.facts is not None else np.full(n, -1, dtype=np.int32)
     single = np.full(n, -1, dtype=np.int64)
     own = [i for i, o in t.own.items() if "library" in o or "closed" in o]
     single[own] = own
-    keys = np.stack([t.label.astype(np.int64), facts.astype(np.int64), single], axis=1)
-    _, first, group = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    first, _, group = first_seen(combine(t.label, facts, single))
     display = t.c.labels.display
     shape = np.full(n, -1, dtype=np.int64)
     shapes: list[str] = []
     if t.resolved:
         ops = np.flatnonzero(t.kind == KIND["op"])
         dims = t.c.dims[t.row[ops]]
-        used, back = np.unique(dims, return_inverse=True)
-        texts = [_shape_text(t.c.pool.get(int(d))) for d in used.tolist()]
+        seen, _, back = first_seen(dims + 1)
+        texts = [_shape_text(t.c.pool.get(int(dims[j]))) for j in seen.tolist()]
         index = np.array([-1 if not text else k for k, text in enumerate(texts)], dtype=np.int64)
-        shape[ops] = index[back.reshape(-1)] if len(used) else -1
+        shape[ops] = index[back] if len(seen) else -1
         shapes = texts
     dur = np.round(t.dur, 3)  # the nodes' duration_us
     return Flat(
@@ -334,7 +333,7 @@ def flat_of_table(t) -> Flat:
         parent=t.parent,
         size=t.size,
         dur=dur,
-        group=group.reshape(-1),
+        group=group,
         names=[display[t.label[i]] for i in first.tolist()],
         facts=[node_attrs(t, i) for i in first.tolist()],
         shape=shape,
@@ -372,14 +371,9 @@ def _first_below(n: int, size: np.ndarray, marked: np.ndarray) -> np.ndarray:
 
 def _nearest_above(nodes: np.ndarray, kind: np.ndarray, parent: np.ndarray, through: tuple[int, ...]) -> np.ndarray:
     """Per node of `nodes`, its nearest ancestor whose kind is not in `through` (-1: none)."""
-    passing = np.isin(kind, through)
-    above = parent[nodes].copy()
-    while True:
-        climbing = np.flatnonzero(above >= 0)
-        climbing = climbing[passing[above[climbing]]]
-        if not len(climbing):
-            return above
-        above[climbing] = parent[above[climbing]]
+    from kernelmap.trace.build import climb
+
+    return climb(nodes, kind, parent, through)
 
 
 def _ids(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
@@ -390,17 +384,17 @@ def _ids(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
 
 
 def _pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """One int64 key per (a, b) pair of non-negative codes."""
-    return a.astype(np.int64) * (int(b.max(initial=0)) + 1) + b
+    """One int64 key per (a, b) pair of codes."""
+    from kernelmap.trace.build import combine
+
+    return combine(a, b)
 
 
 def _first_of(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The distinct keys in order of first appearance: (their first positions, counts, each position's distinct key)."""
-    uniq, first, inverse, counts = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
-    order = np.argsort(first, kind="stable")
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    return first[order], counts[order], rank[inverse.reshape(-1)]
+    from kernelmap.trace.build import first_seen
+
+    return first_seen(keys)
 
 
 def _summarize(f: Flat, notes: tuple[str, ...]) -> Summary:

@@ -63,3 +63,31 @@ def test_the_tree_has_every_kept_event_once():
     assert kinds <= {"python_function", "user_annotation", "cpu_op", "cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset"}
     device = sum(1 for e in raw if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
     assert sum(1 for i in events if raw[i]["cat"] in ("kernel", "gpu_memcpy", "gpu_memset")) == device  # every device event is in the tree
+
+
+_LOAD_PEAK = r"""
+import json, sys
+def peak_kb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+from kernelmap.trace import load
+import kernelmap.trace.build, kernelmap.trace.resolve, kernelmap.trace.summary, numpy, msgspec  # imports outside the measurement
+base = peak_kb()
+t = load(sys.argv[1], resolve=False)
+s = t.summary()
+print(json.dumps({"added_kb": peak_kb() - base, "tree_made": t._tree is not None, "ops": [r.calls for r in s.ops]}))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")
+def test_a_summary_of_200000_events_costs_columns_not_objects(tmp_path):
+    """Loading and summarising keeps a few dozen bytes of columns per event:
+    a CallNode tree of the same trace costs over 700 bytes an event."""
+    from tests.trace.test_scale import run_child, write_trace
+
+    path = tmp_path / "t.json"
+    n = write_trace(path, 40_000)  # 200,000 events: an op, its launch, its kernel, a flow's two ends per step
+    r = run_child(_LOAD_PEAK, str(path))
+    assert not r["tree_made"] and r["ops"] == [40_000]
+    assert r["added_kb"] * 1024 / n < 300, r  # bytes per event of the file

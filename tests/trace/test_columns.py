@@ -91,3 +91,14 @@ def test_a_summary_of_200000_events_costs_columns_not_objects(tmp_path):
     r = run_child(_LOAD_PEAK, str(path))
     assert not r["tree_made"] and r["ops"] == [40_000]
     assert r["added_kb"] * 1024 / n < 300, r  # bytes per event of the file
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_kernels_of_a_library_from_the_columns_are_those_of_the_tree(name):
+    t = load(DATA / name)
+    libraries = tuple({n.attrs.get("library") for _, n in t.tree.walk() if n.kind == "gpu_kernel"} - {None})
+    from_tree = sorted((n.attrs["start_us"], n.name, n.attrs["duration_us"]) for _, n in t.tree.walk()
+                       if n.kind == "gpu_kernel" and n.attrs.get("library") in libraries)
+    assert sorted(t.kernels(libraries)) == from_tree
+    if "rocm" not in name:
+        assert from_tree, name  # every GPU fixture has kernels of a named library

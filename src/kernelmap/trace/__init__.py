@@ -94,6 +94,15 @@ class Trace:
             return summarize_table(self._table, self.notes)
         return summarize(self.tree)
 
+    def kernels(self, libraries: tuple[str, ...]) -> list[tuple[float, str, float]]:
+        """(start µs, name, duration µs) of the GPU kernels of these libraries, from the columns."""
+        if self._table is None:
+            return [(float(n.attrs.get("start_us", 0.0)), n.name, float(n.attrs.get("duration_us", 0.0)))
+                    for _, n in self.tree.walk() if n.kind == "gpu_kernel" and n.attrs.get("library") in libraries]
+        from kernelmap.trace.build import kernels_of
+
+        return kernels_of(self._table, libraries)
+
     def _repr_html_(self) -> str:
         from kernelmap.render.html import repr_html
 

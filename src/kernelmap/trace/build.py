@@ -1105,6 +1105,16 @@ def node_attrs(t: Table, i: int) -> Mapping[str, Any]:
     return a
 
 
+def kernels_of(t: Table, libraries: tuple[str, ...]) -> list[tuple[float, str, float]]:
+    """(start µs, name, duration µs) of each GPU kernel node whose library is one of `libraries`."""
+    if t.facts is None:
+        return []
+    wanted = np.array([f.get("library") in libraries for f in t.shared] + [False], dtype=bool)
+    nodes = np.flatnonzero((t.kind == KIND["gpu_kernel"]) & wanted[t.facts])  # facts -1: the last, False
+    display = t.c.labels.display
+    return [(float(t.ts[i]), display[t.label[i]], round(float(t.dur[i]), 3)) for i in nodes.tolist()]
+
+
 def to_tree(t: Table, notes: list[str], meta: dict[str, Any]) -> CallTree:
     """The frozen CallNode tree (reverse pre-order with an explicit stack)."""
     checked: set = set()

@@ -140,11 +140,7 @@ def summarize_ranks(paths: list[Path], load) -> RanksSummary:
         s = t.summary()
         counts: Counter = Counter()
         collective_us = 0.0
-        mine = sorted(
-            (float(n.attrs.get("start_us", 0.0)), n.name, float(n.attrs.get("duration_us", 0.0)))
-            for _, n in t.tree.walk()
-            if n.kind == "gpu_kernel" and n.attrs.get("library") in _COLLECTIVE_LIBRARIES
-        )
+        mine = sorted(t.kernels(_COLLECTIVE_LIBRARIES))
         for _, name, dur in mine:  # in the order the device ran them
             launches[(name, counts[name])][rank] = dur
             counts[name] += 1

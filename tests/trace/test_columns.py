@@ -102,3 +102,15 @@ def test_kernels_of_a_library_from_the_columns_are_those_of_the_tree(name):
     assert sorted(t.kernels(libraries)) == from_tree
     if "rocm" not in name:
         assert from_tree, name  # every GPU fixture has kernels of a named library
+
+
+def test_an_unresolved_trace_carries_only_the_events_own_times_and_links():
+    """Without resolution a kernel node says where and when it ran and how it
+    was joined to its launch; its stream, grid and correlation come with the facts."""
+    t = load(DATA / "hta-trace_filter-sampled_rank-1.json.gz", resolve=False)
+    kernels = [n for _, n in t.tree.walk() if n.kind.value == "gpu_kernel"]
+    assert kernels
+    assert {frozenset(n.attrs) for n in kernels} <= {frozenset({"pid", "tid", "linked_by", "duration_us", "start_us", "event"}),
+                                                    frozenset({"pid", "tid", "duration_us", "start_us", "event"})}
+    resolved = load(DATA / "hta-trace_filter-sampled_rank-1.json.gz")
+    assert all("stream" in n.attrs for _, n in resolved.tree.walk() if n.kind.value == "gpu_kernel")

@@ -1084,7 +1084,7 @@ def node_attrs(t: Table, i: int) -> Mapping[str, Any]:
     own = t.own.get(i)
     if own:
         a.update(own)
-    if kind in ("gpu_kernel", "gpu_memcpy", "gpu_memset"):
+    if kind in ("gpu_kernel", "gpu_memcpy", "gpu_memset") and t.resolved:  # resolution adds the device event's own facts too
         if t.facts is not None and t.facts[i] >= 0:
             a.update(t.shared[t.facts[i]])
         for column, key in (("gpu", "gpu"), ("stream", "stream"), ("grid", "grid"), ("block", "block"), ("corr", "correlation")):

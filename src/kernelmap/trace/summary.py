@@ -487,6 +487,17 @@ def _row_shapes(rows_list, rows, row_key, f: Flat) -> None:
         rows_list[row_key[j]].shapes[f.shapes[shape[j]]] += count
 
 
+def _directly_below(f: Flat, nodes: np.ndarray, through: tuple[int, ...], holds: np.ndarray, row_of: np.ndarray):
+    """Of `nodes`, those whose nearest ancestor of a kind not in `through` is a
+    holder (`holds`), with their holder's row (`row_of`): ordered holder by
+    holder, each as a walk taking its last child first (a stack of children)."""
+    holder = _nearest_above(nodes, f.kind, f.parent, through)
+    mine = (holder >= 0) & holds[np.maximum(holder, 0)]
+    nodes, holder = nodes[mine], holder[mine]
+    order = np.lexsort((-nodes, holder))
+    return nodes[order], row_of[holder[order]]
+
+
 def _row_kernels(rows_list, f: Flat, is_device, is_row, name_code, distinct_names, row_key, rows) -> None:
     """Device events an operator launched itself (through runtime calls, not a nested op):
     per operator row, by first appearance in a walk that finds the last launch first."""
@@ -495,14 +506,9 @@ def _row_kernels(rows_list, f: Flat, is_device, is_row, name_code, distinct_name
     devices = np.flatnonzero(is_device)
     if not len(devices) or not len(rows):
         return
-    holder = _nearest_above(devices, f.kind, f.parent, (KIND["runtime"],))
-    mine = (holder >= 0) & is_row[np.maximum(holder, 0)]
-    devices, holder = devices[mine], holder[mine]
-    order = np.lexsort((-devices, holder))
-    devices, holder = devices[order], holder[order]
     row_of = np.full(len(f.kind), -1, dtype=np.int64)
     row_of[rows] = row_key
-    r = row_of[holder]
+    devices, r = _directly_below(f, devices, (KIND["runtime"],), is_row, row_of)
     kname = name_code[f.group[devices]]
     keys = _pairs(r, kname)
     first, counts, _ = _first_of(keys)
@@ -535,16 +541,10 @@ def _modules(f: Flat, device: np.ndarray, name_code, distinct_names) -> dict[str
                             np.bincount(key, weights=device[nodes], minlength=k).tolist()):
         row.calls, row.total_us, row.device_us = c, t, d
     # The outermost operators under a module: through Python frames, not nested modules.
-    ops = np.flatnonzero(f.kind == KIND["op"])
-    holder = _nearest_above(ops, f.kind, f.parent, (KIND["python"], KIND["builtin"]))
-    direct = (holder >= 0) & (f.kind[np.maximum(holder, 0)] == KIND["module"])
-    ops, holder = ops[direct], holder[direct]
+    row_of = np.full(len(f.kind), -1, dtype=np.int64)
+    row_of[nodes] = key
+    ops, m = _directly_below(f, np.flatnonzero(f.kind == KIND["op"]), (KIND["python"], KIND["builtin"]), f.kind == KIND["module"], row_of)
     if len(ops):
-        order = np.lexsort((-ops, holder))
-        ops, holder = ops[order], holder[order]
-        row_of = np.full(len(f.kind), -1, dtype=np.int64)
-        row_of[nodes] = key
-        m = row_of[holder]
         op_name = name_code[f.group[ops]]
         first, counts, _ = _first_of(_pairs(m, op_name))
         for j, count in zip(first.tolist(), counts.tolist()):

@@ -1063,46 +1063,67 @@ def _link_backward(t: Table) -> None:
 # ---------------------------------------------------------------------------
 
 
-def node_attrs(t: Table, i: int) -> Mapping[str, Any]:
-    """The facts of node i, as its CallNode carries them."""
+_THREAD, _TRACE, _OP = KIND["thread"], KIND["trace"], KIND["op"]
+_FRAME_KINDS = frozenset(_FRAMES.tolist())
+_DEVICE_KIND_SET = frozenset(DEVICE_KINDS.tolist())
+_DEVICE_COLUMNS = (("gpu", "gpu"), ("stream", "stream"), ("grid", "grid"), ("block", "block"), ("corr", "correlation"))
+
+
+def attrs_of(t: Table, nodes: np.ndarray) -> list[Mapping[str, Any]]:
+    """The facts of each of `nodes`, as their CallNodes carry them: the
+    columns are read for all of them at once, then one dict a node."""
     c = t.c
-    kind = KINDS[t.kind[i]]
-    r = int(t.row[i])
-    a: dict[str, Any] = {}
-    if kind == "thread" and i in t.threads:
-        a["pid"], a["tid"] = t.threads[i]
-    elif kind in ("python", "module", "builtin"):
-        a["frame"] = c.labels.raw[t.label[i]]
-    elif kind in ("gpu_kernel", "gpu_memcpy", "gpu_memset"):
-        a["pid"], a["tid"] = c.threads[int(c.thread[r])]
-        if t.linked[i]:
-            a["linked_by"] = LINKS[t.linked[i]]
-    elif kind == "op" and t.resolved:
-        dims = t.c.dims[r]
-        if dims >= 0 and c.pool.items[dims]:
-            a["input_shapes"] = c.pool.items[dims]
-    own = t.own.get(i)
-    if own:
-        a.update(own)
-    if kind in ("gpu_kernel", "gpu_memcpy", "gpu_memset") and t.resolved:  # resolution adds the device event's own facts too
-        if t.facts is not None and t.facts[i] >= 0:
-            a.update(t.shared[t.facts[i]])
-        for column, key in (("gpu", "gpu"), ("stream", "stream"), ("grid", "grid"), ("block", "block"), ("corr", "correlation")):
-            code = c.columns[column][r]
-            if column in _POOLED:
-                if code >= 0:
-                    a[key] = c.pool.items[code]
-            elif code != NONE:
-                a[key] = c.values.decode(int(code))
-    if kind != "trace" or t.dur[i]:
-        a["duration_us"] = round(float(t.dur[i]), 3)
-    if kind in ("gpu_kernel", "gpu_memcpy", "gpu_memset"):
-        a["start_us"] = float(t.ts[i])
-    if r >= 0:
-        a["event"] = int(c.event[r])
-    if kind == "op" and t.facts is not None and t.facts[i] >= 0:
-        return Attrs(a, t.shared[t.facts[i]])
-    return a
+    n = len(nodes)
+    rows = t.row[nodes]
+    has = rows >= 0
+    r = np.where(has, rows, 0)
+    kinds, labels, links = t.kind[nodes].tolist(), t.label[nodes].tolist(), t.linked[nodes].tolist()
+    durs, starts = t.dur[nodes].tolist(), t.ts[nodes].tolist()
+    events = np.where(has, c.event[r] if len(c.event) else 0, -1).tolist()
+    threads = np.where(has, c.thread[r] if len(c.thread) else 0, -1).tolist()
+    facts = t.facts[nodes].tolist() if t.facts is not None else [-1] * n
+    dims = np.where(has, c.dims[r] if len(c.dims) else -1, -1).tolist() if t.resolved else None
+    device = None
+    if t.resolved:  # resolution adds a device event's own facts too
+        device = [np.where(has, c.columns[column][r] if len(c.columns[column]) else -1, NONE if column not in _POOLED else -1).tolist()
+                  for column, _ in _DEVICE_COLUMNS]
+    raw, pool, shared, own_of, decode = c.labels.raw, c.pool.items, t.shared, t.own, c.values.decode
+    out: list[Mapping[str, Any]] = []
+    for j, i in enumerate(nodes.tolist()):
+        kind = kinds[j]
+        a: dict[str, Any] = {}
+        if kind in _DEVICE_KIND_SET:
+            a["pid"], a["tid"] = c.threads[threads[j]]
+            if links[j]:
+                a["linked_by"] = LINKS[links[j]]
+        elif kind in _FRAME_KINDS:
+            a["frame"] = raw[labels[j]]
+        elif kind == _THREAD and i in t.threads:
+            a["pid"], a["tid"] = t.threads[i]
+        elif kind == _OP and dims is not None and dims[j] >= 0 and pool[dims[j]]:
+            a["input_shapes"] = pool[dims[j]]
+        own = own_of.get(i)
+        if own:
+            a.update(own)
+        if kind in _DEVICE_KIND_SET:
+            if device is not None:
+                if facts[j] >= 0:
+                    a.update(shared[facts[j]])
+                for k, (column, key) in enumerate(_DEVICE_COLUMNS):
+                    code = device[k][j]
+                    if column in _POOLED:
+                        if code >= 0:
+                            a[key] = pool[code]
+                    elif code != NONE:
+                        a[key] = decode(code)
+            a["duration_us"] = round(durs[j], 3)
+            a["start_us"] = starts[j]
+        elif kind != _TRACE or durs[j]:
+            a["duration_us"] = round(durs[j], 3)
+        if events[j] >= 0:
+            a["event"] = events[j]
+        out.append(Attrs(a, shared[facts[j]]) if kind == _OP and facts[j] >= 0 else a)
+    return out
 
 
 def kernels_of(t: Table, libraries: tuple[str, ...]) -> list[tuple[float, str, float]]:
@@ -1116,7 +1137,8 @@ def kernels_of(t: Table, libraries: tuple[str, ...]) -> list[tuple[float, str, f
 
 
 def to_tree(t: Table, notes: list[str], meta: dict[str, Any]) -> CallTree:
-    """The frozen CallNode tree (reverse pre-order with an explicit stack)."""
+    """The frozen CallNode tree (reverse pre-order with an explicit stack),
+    its facts read a slice of nodes at a time."""
     checked: set = set()
     display = t.c.labels.display
     locations = t.c.labels.location
@@ -1125,18 +1147,20 @@ def to_tree(t: Table, notes: list[str], meta: dict[str, Any]) -> CallTree:
     counts = np.bincount(t.parent[1:], minlength=len(t)).tolist() if len(t) > 1 else [0]
     op = KIND["op"]
     done: list[CallNode] = []
-    for i in range(len(t) - 1, -1, -1):
-        n = counts[i]
-        if n:
-            children = tuple(done[-1 : -n - 1 : -1])
-            del done[-n:]
-        else:
-            children = ()
-        attrs = node_attrs(t, i)
-        location = locations[label[i]]
-        if kinds[i] == op and isinstance(attrs, Attrs):
-            location = attrs.shared.get("_location")
-        done.append(_call_node(display[label[i]], KINDS[kinds[i]], location, children, attrs, checked))
+    for lo, hi in _slices(len(t), backwards=True):
+        attrs_slice = attrs_of(t, np.arange(lo, hi))
+        for i in range(hi - 1, lo - 1, -1):
+            n = counts[i]
+            if n:
+                children = tuple(done[-1 : -n - 1 : -1])
+                del done[-n:]
+            else:
+                children = ()
+            attrs = attrs_slice[i - lo]
+            location = locations[label[i]]
+            if kinds[i] == op and isinstance(attrs, Attrs):
+                location = attrs.shared.get("_location")
+            done.append(_call_node(display[label[i]], KINDS[kinds[i]], location, children, attrs, checked))
     return CallTree(done[0], tuple(notes), meta)
 
 

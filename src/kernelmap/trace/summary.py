@@ -308,7 +308,7 @@ def flat_of_tree(tree: CallTree) -> Flat:
 def flat_of_table(t) -> Flat:
     """A trace's columns (build.Table) as a Flat view: one group per label and
     set of facts, one per node for the few nodes with facts of their own."""
-    from kernelmap.trace.build import KIND, combine, first_seen, node_attrs
+    from kernelmap.trace.build import KIND, attrs_of, combine, first_seen
 
     n = len(t)
     facts = t.facts if t.facts is not None else np.full(n, -1, dtype=np.int32)
@@ -335,7 +335,7 @@ def flat_of_table(t) -> Flat:
         dur=dur,
         group=group,
         names=[display[t.label[i]] for i in first.tolist()],
-        facts=[node_attrs(t, i) for i in first.tolist()],
+        facts=attrs_of(t, first),
         shape=shape,
         shapes=shapes,
     )

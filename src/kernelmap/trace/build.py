@@ -708,6 +708,8 @@ _SKIP = _Skipped()
 def _encodable(text: str) -> str:
     """`text` as UTF-8 can write it: a lone surrogate (`\\ud800` in the JSON)
     becomes its escape, not an error when the name is printed or saved."""
+    if text.isascii():  # no copy: a name may be hundreds of megabytes
+        return text
     try:
         text.encode("utf-8")
         return text

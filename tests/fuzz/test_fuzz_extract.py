@@ -67,3 +67,25 @@ def test_mutations_of_a_real_file(extractor, tree_2_6, data):
     facts = extractor.extract("aten/src/ATen/native/BinaryOps.cpp", blob)
     if facts.skipped is None:
         _check(facts, blob)
+
+
+LIST_PIECES = [",", "(", "=", "\n", "\r\n", " ", "\t", "#", "# ", "if", "ifdef X", "else", "endif", "x", "{", "}", ";", "a(b,"]
+
+
+@given(pieces=st.lists(st.sampled_from(LIST_PIECES), max_size=40))
+def test_the_list_branch_prefilter_never_hides_a_match(pieces):
+    """Masking skips the list-branch regex where the cheap test says no `#if`
+    can start one: wherever the regex matches, the test says yes."""
+    data = "".join(pieces).encode()
+    if extract._LIST_BRANCH.search(data):
+        assert extract._may_have_list_branch(data)
+
+
+@given(before=st.sampled_from(["f(a,", "g(", "x =", "v = {1,"]), pad=st.sampled_from(["", " ", "\t "]),
+       directive=st.sampled_from(["#if A", "# if A", "#ifdef A", "#  ifndef A"]), items=st.lists(st.sampled_from(["b,", "c)", "d;"]), min_size=1, max_size=3),
+       other=st.booleans())
+def test_the_list_branch_prefilter_sees_every_list_branch(before, pad, directive, items, other):
+    text = f"{before}{pad}\n{pad}{directive}\n" + "".join(f"  {i}\n" for i in items) + ("#else\n  e,\n" if other else "") + "#endif\n"
+    data = text.encode()
+    assert extract._LIST_BRANCH.search(data)  # the case the regex is for
+    assert extract._may_have_list_branch(data)

@@ -183,6 +183,28 @@ _LIST_BRANCH = re.compile(
 )
 
 
+_HASH_IF = re.compile(rb"#[ \t]*if")
+
+
+def _may_have_list_branch(data: bytes) -> bool:
+    """Whether some `#if` starts a line after a line ending in `,`, `(` or
+    `=`: what every _LIST_BRANCH match needs. That regex begins with a
+    look-behind, so it is tried at every byte (a third of all masking time);
+    `#if` is found by a literal search, and 30 files of 4,210 have one there."""
+    for m in _HASH_IF.finditer(data):
+        j = m.start()
+        while j > 0 and data[j - 1] in b" \t":
+            j -= 1
+        if j == 0 or data[j - 1] != 0x0A:
+            continue
+        j -= 1
+        while j > 0 and data[j - 1] in b" \t":
+            j -= 1
+        if j > 0 and data[j - 1] in b",(=":
+            return True
+    return False
+
+
 def _list_branch(m: re.Match) -> bytes:
     blank = bytearray(_spaces(m))
     kept = [2]
@@ -371,7 +393,7 @@ def mask_attributes(data: bytes) -> bytes:
         data = _ALTERNATIVE_OPENINGS.sub(_first_alternative, data)
     if b"else" in data and b"#" in data:
         data = _ALTERNATIVE_HEADS.sub(_both_heads, data)
-    if b"#" in data:
+    if b"#" in data and _may_have_list_branch(data):
         data = _LIST_BRANCH.sub(_list_branch, data)
     if b"operator()<" in data or b"operator() <" in data:
         data = _CALL_OPERATOR_ARGS.sub(_blank_specialisation, data)

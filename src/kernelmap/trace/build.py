@@ -49,8 +49,7 @@ from kernelmap.model import FACT_NAMES, CallNode, CallTree, Location, NodeKind
 from kernelmap.trace.text import sanitize
 
 HOST_CATEGORIES = {"python_function": 0, "user_annotation": 1, "cpu_op": 2, "cuda_runtime": 3, "cuda_driver": 3}
-DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
-_CONV_OPS = frozenset({"aten::_convolution", "aten::convolution_backward"})
+CONV_OPS = frozenset({"aten::_convolution", "aten::convolution_backward"})  # what select_conv_backend decides (Note [conv backend] in resolve)
 _EPS = 0.002  # µs: ends rounded to the nanosecond may overshoot their parent by this much
 
 _PY_FRAME = re.compile(r"^(?P<path>.+?)\((?P<line>\d+)\): (?P<func>.+)$")
@@ -209,9 +208,10 @@ class Values:
             return NONE
         if not isinstance(v, (int, str)):
             return _SOME
-        code = self._codes.get((type(v), v))
+        key = (str if isinstance(v, str) else int, v)  # "5" and 5 stay apart
+        code = self._codes.get(key)
         if code is None:
-            code = self._codes[(type(v), v)] = NONE + 2 + len(self.odd)
+            code = self._codes[key] = NONE + 2 + len(self.odd)
             self.odd.append(v)
         return code
 
@@ -219,37 +219,21 @@ class Values:
         try:  # the common case: every value an int
             out = np.array(values, dtype=np.int64)
         except (TypeError, ValueError, OverflowError):
-            code = self._code
-            try:
-                out = np.array([v if type(v) is int else code(v) for v in values], dtype=np.int64)
-            except OverflowError:  # an int beyond int64
-                out = np.array([v if type(v) is int and _ODD < v < -_ODD else code(v) for v in values], dtype=np.int64)
+            code = self._code  # bools read as ints, as numpy reads them (and a dict: True == 1)
+            out = np.array([v if isinstance(v, int) and _ODD < v < -_ODD else code(v) for v in values], dtype=np.int64)
         if len(out) and out.min() < _ODD:
             for i in np.flatnonzero((out < _ODD) & (out > _SOME)).tolist():  # an int that falls among the codes: kept aside too
-                if type(values[i]) is int:
+                if isinstance(values[i], int):
                     out[i] = self._code(values[i])
-        if out.dtype != np.int64 or (len(values) and type(values[0]) is bool):
-            out = np.array([v if type(v) is int else self._code(v) for v in values], dtype=np.int64)
         return out
 
     def decode(self, code: int) -> Any:
+        """The value a code stands for; None for none, or for one of no usable type."""
         if code >= _ODD:
             return int(code)
-        if code == NONE:
+        if code == NONE or code == _SOME:
             return None
-        if code == _SOME:
-            return _Unusable
         return self.odd[code - NONE - 2]
-
-
-class _UnusableValue:
-    """A value present in the trace but of no usable type (see Values)."""
-
-    def __repr__(self) -> str:
-        return "<unusable>"
-
-
-_Unusable = _UnusableValue()
 
 
 def usable(codes: np.ndarray) -> np.ndarray:
@@ -325,15 +309,13 @@ class Labels:
     its kind, the name it shows, its Python location and its raw name."""
 
     raw: list[str] = field(default_factory=list)
-    cat: list[int] = field(default_factory=list)
     kind: list[int] = field(default_factory=list)
     display: list[str] = field(default_factory=list)
     location: list[Location | None] = field(default_factory=list)
     ids: dict[tuple[Any, Any], int] = field(default_factory=dict)
 
-    def add(self, raw: str, cat: str | None, kind: str, display: str, location: Location | None = None) -> int:
+    def add(self, raw: str, kind: str, display: str, location: Location | None = None) -> int:
         self.raw.append(raw)
-        self.cat.append(CAT.get(cat, -1) if cat else -1)
         self.kind.append(KIND[kind])
         self.display.append(display)
         self.location.append(location)
@@ -436,11 +418,20 @@ _ROW_COLUMNS = {  # name -> dtype
     "gpu": np.int64, "stream": np.int64, "grid": np.int32, "block": np.int32,
 }
 _EMPTY = {"corr": NONE, "ext": NONE, "seq": NONE, "gpu": NONE, "stream": NONE, "dims": -1, "types": -1, "grid": -1, "block": -1}
-# Which args each group of categories keeps, as (column, Args attribute): the
-# rest (Ev Idx, Record function id, Python ids...) is never stored.
-_OP_ARGS = (("ext", "external_id"), ("seq", "sequence_number"), ("dims", "input_dims"), ("types", "input_type"))
+# Which args each category keeps, as (column, Args attribute): the rest (Ev
+# Idx, Record function id, Python ids...) is never stored.
 _RUNTIME_ARGS = (("corr", "correlation"), ("ext", "external_id"))
-_DEVICE_ARGS = (("corr", "correlation"), ("ext", "external_id"), ("gpu", "device"), ("stream", "stream"), ("grid", "grid"), ("block", "block"))
+_COPY_ARGS = (*_RUNTIME_ARGS, ("gpu", "device"), ("stream", "stream"))
+_KEPT_ARGS = {
+    "cpu_op": (("ext", "external_id"), ("seq", "sequence_number"), ("dims", "input_dims"), ("types", "input_type")),
+    "cuda_runtime": _RUNTIME_ARGS,
+    "cuda_driver": _RUNTIME_ARGS,
+    "kernel": (*_COPY_ARGS, ("grid", "grid"), ("block", "block")),
+    "gpu_memcpy": _COPY_ARGS,
+    "gpu_memset": _COPY_ARGS,
+}
+# Convolutions keep what select_conv_backend needs besides (Note [conv backend] in resolve).
+_CONV_ARGS = (("Input Strides", "input_strides"), ("Concrete Inputs", "concrete_inputs"))
 _POOLED = frozenset({"dims", "types", "grid", "block"})
 
 
@@ -480,9 +471,8 @@ def collect(batches: Iterable[list[Any]], python_origin=None) -> Collected:
         args = [e.args for e in xs]
         cats = rows["cat"]
         n_before = sum(len(a) for a in chunks["ts"])
-        for group, fields in (((CAT["cpu_op"],), _OP_ARGS), ((CAT["cuda_runtime"], CAT["cuda_driver"]), _RUNTIME_ARGS),
-                              (tuple(range(_FIRST_DEVICE_CAT, len(CATEGORIES))), _DEVICE_ARGS)):
-            where = np.flatnonzero(np.isin(cats, group)) if len(group) > 1 else np.flatnonzero(cats == group[0])
+        for cat, fields in _KEPT_ARGS.items():
+            where = np.flatnonzero(cats == CAT[cat])
             if not len(where):
                 continue
             selected = list(map(args.__getitem__, where.tolist()))
@@ -495,7 +485,7 @@ def collect(batches: Iterable[list[Any]], python_origin=None) -> Collected:
         if conv_labels:
             for i in np.flatnonzero(np.isin(rows["label"], list(conv_labels))).tolist():
                 a = args[i]
-                values = (("Input Strides", plain(getattr(a, "input_strides", None))), ("Concrete Inputs", plain(getattr(a, "concrete_inputs", None))))
+                values = ((key, plain(getattr(a, attr, None))) for key, attr in _CONV_ARGS)
                 kept = {k: v for k, v in values if v is not None}
                 if kept:
                     c.conv[n_before + i] = kept
@@ -542,8 +532,8 @@ def _collect_rows(c: Collected, xs: list, xi: list[int], base: int, python_origi
             text = _encodable(name)
             kind = classify(text, cats[i])
             location = _python_location(text, python_origin) if kind == "python" else None
-            lab = labels.ids[(name, cats[i])] = labels.add(text, cats[i], kind, display_name(text, kind), location)
-            if text in _CONV_OPS and cats[i] == "cpu_op":
+            lab = labels.ids[(name, cats[i])] = labels.add(text, kind, display_name(text, kind), location)
+            if text in CONV_OPS and cats[i] == "cpu_op":
                 conv_labels.add(lab)
         label[i] = lab
     if first_bad < n:
@@ -609,7 +599,6 @@ def _name_thread(c: Collected, e) -> None:
         c.process_names[e.pid] = _encodable(e.args.name) if e.args is not None and isinstance(e.args.name, str) else ""
 
 
-_NAN = float("nan")
 _FINITE = 1e300  # µs: far beyond any real trace, and no NaN or infinity compares below it
 
 
@@ -650,17 +639,6 @@ def _checked(e: dict) -> tuple[str, float, float]:
     return name, ts, dur
 
 
-_KEPT_ARG_KEYS = {  # category -> the args it keeps, by their JSON names
-    "cpu_op": ("Input Dims", "Input type", "External id", "Sequence number"),
-    "cuda_runtime": ("correlation", "External id"),
-    "cuda_driver": ("correlation", "External id"),
-    "kernel": ("correlation", "External id", "device", "stream", "grid", "block"),
-    "gpu_memcpy": ("correlation", "External id", "device", "stream"),
-    "gpu_memset": ("correlation", "External id", "device", "stream"),
-}
-_CONV_ARGS = ("Input Strides", "Concrete Inputs")
-
-
 def _loose(raw: dict, index: int):
     """An event whose fields did not fit the reader's `Event` record, checked
     here as a dict: a malformed event the tree needs is refused with what is
@@ -677,9 +655,8 @@ def _loose(raw: dict, index: int):
         except (KeyError, TypeError, ValueError, OverflowError) as err:
             raise ValueError(f"event #{index} ({sanitize(str(raw.get('name', '?'))[:80])!r}) lacks a usable name/ts/dur: {err}") from None
         a = raw.get("args") or {}
-        by_key = {v: k for k, v in ARG_FIELDS.items()}
-        keys = _KEPT_ARG_KEYS.get(cat, ()) + (_CONV_ARGS if name in _CONV_OPS else ())
-        args = Args(**{by_key[k]: a[k] for k in keys if k in a})
+        kept = [(ARG_FIELDS[attr], attr) for _, attr in _KEPT_ARGS[cat]] + (list(_CONV_ARGS) if name in CONV_OPS else [])
+        args = Args(**{attr: a[key] for key, attr in kept if key in a})
         return Event("X", cat, name, raw.get("pid"), raw.get("tid"), ts, dur, None, args)
     if ph in ("s", "f") and raw.get("cat") == "ac2g":
         try:
@@ -731,8 +708,8 @@ class Table:
     kind: np.ndarray  # int8, KINDS
     label: np.ndarray  # int32, c.labels
     row: np.ndarray  # int64: the node's row in c's columns, -1 for the root and thread nodes
-    parent: np.ndarray  # int64, -1 for the root
-    size: np.ndarray  # int64
+    parent: np.ndarray  # int32, -1 for the root
+    size: np.ndarray  # int32
     ts: np.ndarray
     dur: np.ndarray
     linked: np.ndarray  # int8 per node: LINKS, how a device event was joined to its launch
@@ -746,16 +723,14 @@ class Table:
     def __len__(self) -> int:
         return len(self.kind)
 
-    def column(self, name: str, fill: Any) -> np.ndarray:
-        """A row column of the collected events, per node (`fill` for nodes of no event)."""
-        out = np.full(len(self.kind), fill, dtype=self.c.columns[name].dtype)
-        has = self.row >= 0
-        out[has] = self.c.columns[name][self.row[has]]
+    def column(self, name: str, fill: Any, nodes: np.ndarray | None = None) -> np.ndarray:
+        """A row column of the collected events, per node (of `nodes`, else of
+        all), `fill` for nodes of no event."""
+        rows = self.row if nodes is None else self.row[nodes]
+        out = np.full(len(rows), fill, dtype=self.c.columns[name].dtype)
+        has = rows >= 0
+        out[has] = self.c.columns[name][rows[has]]
         return out
-
-    def names(self) -> list[str]:
-        display = self.c.labels.display
-        return [display[i] for i in self.label.tolist()]
 
     def children(self, i: int) -> Iterator[int]:
         j, end, size = i + 1, i + int(self.size[i]), self.size
@@ -806,7 +781,7 @@ def build(c: Collected, keep_frames: bool = False) -> Table:
         keep &= ~(np.isin(kind_pos, (KIND["python"], KIND["builtin"])) & noise[label_pos])
     has_parent = parent0 >= 0
     p = np.where(has_parent, parent0, 0)
-    display_ids = _ids_of(labels.display)
+    display_ids = codes_of(labels.display)[0]
     same_name = display_ids[label_pos] == display_ids[label_pos[p]] if H else np.zeros(0, bool)
     autograd_parent = has_parent & (kind_pos[p] == KIND["autograd"]) & same_name
     duplicate = autograd_parent & (((kind_pos == KIND["autograd"]) & (children_count[p] == 1)) | (kind_pos == KIND["annotation"]))
@@ -863,7 +838,7 @@ def build(c: Collected, keep_frames: bool = False) -> Table:
     row = np.full(N, -1, dtype=np.int64)
     linked = np.zeros(N, dtype=np.int8)
     kind[0] = KIND["trace"]
-    label[0] = labels.add("trace", None, "trace", "trace")
+    label[0] = labels.add("trace", "trace", "trace")
     kind[thread_final] = KIND["thread"]
     kind[final_body] = kind_rows[body_row]
     label[final_body] = c.label[body_row]
@@ -886,7 +861,7 @@ def build(c: Collected, keep_frames: bool = False) -> Table:
     for t, f in enumerate(thread_final.tolist()):
         key = thread_keys[t]
         name = c.thread_names.get(key) or f"thread {key[1]}"
-        label[f] = labels.add(name, None, "thread", name)
+        label[f] = labels.add(name, "thread", name)
         table.threads[f] = key
         table.ts[f] = t_start[t]
         table.dur[f] = t_end[t] - t_start[t]
@@ -894,7 +869,7 @@ def build(c: Collected, keep_frames: bool = False) -> Table:
         g = 1 + n_thr + B
         table.notes.append(f"{len(orphans)} device events could not be joined to a launch (no correlation id or flow)")
         kind[g], parent[g] = KIND["thread"], 0
-        label[g] = labels.add("device events without a launch", None, "thread", "device events without a launch")
+        label[g] = labels.add("device events without a launch", "thread", "device events without a launch")
         rest = np.arange(g + 1, N)
         parent[rest], kind[rest], label[rest], row[rest] = g, kind_rows[orphans], c.label[orphans], orphans
         table.ts[rest], table.dur[rest] = c.ts[orphans], c.dur[orphans]
@@ -902,7 +877,7 @@ def build(c: Collected, keep_frames: bool = False) -> Table:
         table.ts[0] = min(t_start.min(), 0.0) if len(orphans) else t_start.min()
         ends = table.ts[thread_final] + table.dur[thread_final]
         table.dur[0] = max(ends.max(), 0.0) - table.ts[0] if len(orphans) else ends.max() - table.ts[0]
-    table.size = _sizes(parent)
+    table.size = subtree_sizes(parent)
     _link_backward(table)
     for k in ("label", "cat", "ts", "dur"):  # the table holds them per node now
         del c.columns[k]
@@ -978,7 +953,7 @@ def _effective_parents(parent: np.ndarray, keep: np.ndarray) -> np.ndarray:
     return up
 
 
-def _sizes(parent: np.ndarray) -> np.ndarray:
+def subtree_sizes(parent: np.ndarray) -> np.ndarray:
     """Subtree sizes from parents in pre-order."""
     size = [1] * len(parent)  # mostly small ints: no objects of their own
     for lo, hi in _slices(len(parent), backwards=True):
@@ -988,9 +963,11 @@ def _sizes(parent: np.ndarray) -> np.ndarray:
     return np.array(size, dtype=np.int32)
 
 
-def _ids_of(texts: list[str]) -> np.ndarray:
-    ids: dict[str, int] = {}
-    return np.array([ids.setdefault(t, len(ids)) for t in texts], dtype=np.int64)
+def codes_of(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
+    """Codes of `values` (equal values, equal codes) and the distinct values by code."""
+    codes: dict[Any, int] = {}
+    out = np.array([codes.setdefault(v, len(codes)) for v in values], dtype=np.int64)
+    return out, list(codes)
 
 
 def _attach_device(c: Collected, host: np.ndarray, device: np.ndarray, kind_rows: np.ndarray, pos_of_row: np.ndarray):
@@ -1075,20 +1052,15 @@ def attrs_of(t: Table, nodes: np.ndarray) -> list[Mapping[str, Any]]:
     """The facts of each of `nodes`, as their CallNodes carry them: the
     columns are read for all of them at once, then one dict a node."""
     c = t.c
-    n = len(nodes)
-    rows = t.row[nodes]
-    has = rows >= 0
-    r = np.where(has, rows, 0)
     kinds, labels, links = t.kind[nodes].tolist(), t.label[nodes].tolist(), t.linked[nodes].tolist()
     durs, starts = t.dur[nodes].tolist(), t.ts[nodes].tolist()
-    events = np.where(has, c.event[r] if len(c.event) else 0, -1).tolist()
-    threads = np.where(has, c.thread[r] if len(c.thread) else 0, -1).tolist()
-    facts = t.facts[nodes].tolist() if t.facts is not None else [-1] * n
-    dims = np.where(has, c.dims[r] if len(c.dims) else -1, -1).tolist() if t.resolved else None
+    events = t.column("event", -1, nodes).tolist()
+    threads = t.column("thread", -1, nodes).tolist()
+    facts = t.facts[nodes].tolist() if t.facts is not None else [-1] * len(nodes)
+    dims = t.column("dims", -1, nodes).tolist() if t.resolved else None
     device = None
     if t.resolved:  # resolution adds a device event's own facts too
-        device = [np.where(has, c.columns[column][r] if len(c.columns[column]) else -1, NONE if column not in _POOLED else -1).tolist()
-                  for column, _ in _DEVICE_COLUMNS]
+        device = [t.column(column, -1 if column in _POOLED else NONE, nodes).tolist() for column, _ in _DEVICE_COLUMNS]
     raw, pool, shared, own_of, decode = c.labels.raw, c.pool.items, t.shared, t.own, c.values.decode
     out: list[Mapping[str, Any]] = []
     for j, i in enumerate(nodes.tolist()):

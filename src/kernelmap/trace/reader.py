@@ -279,9 +279,9 @@ _Id = int | str | None
 
 class Args(msgspec.Struct, gc=False, rename={
     "external_id": "External id", "input_dims": "Input Dims", "input_type": "Input type", "input_strides": "Input Strides",
-    "concrete_inputs": "Concrete Inputs", "sequence_number": "Sequence number", "fwd_thread_id": "Fwd thread id",
+    "concrete_inputs": "Concrete Inputs", "sequence_number": "Sequence number",
 }):
-    """The args kernelmap reads (build._KEPT_ARGS, _CONV_ARGS, thread names)."""
+    """The args kernelmap reads (build._KEPT_ARGS, build._CONV_ARGS, thread names)."""
 
     correlation: _Id = None
     external_id: _Id = None
@@ -297,7 +297,6 @@ class Args(msgspec.Struct, gc=False, rename={
     input_strides: msgspec.Raw = None  # type: ignore[assignment]
     concrete_inputs: msgspec.Raw = None  # type: ignore[assignment]
     sequence_number: Any = None
-    fwd_thread_id: Any = None
     name: Any = None
 
 

@@ -37,7 +37,7 @@ from kernelmap import vendors
 from kernelmap.errors import KernelmapError
 import numpy as np
 
-from kernelmap.trace.build import DEVICE_KINDS, KIND, KINDS, NONE, Table, climb, combine, first_seen
+from kernelmap.trace.build import CONV_OPS, DEVICE_KINDS, KIND, KINDS, NONE, Table, climb, combine, first_seen
 
 # C++ type names the profiler writes for tensor dtypes -> torch dtype names.
 DTYPES = {
@@ -356,10 +356,9 @@ class Resolver:
             if shared.get("unknown") and name.startswith("aten::"):
                 unknown.append(k)
         t.facts[ops] = ids[inverse]
-        if unknown:
-            for k in unknown:
-                self.unknown_ops[display[keys[k][0]]] += int(counts[k])
-        conv_labels = [i for i, name in enumerate(display) if name in ("aten::_convolution", "aten::convolution_backward")]
+        for k in unknown:
+            self.unknown_ops[display[keys[k][0]]] += int(counts[k])
+        conv_labels = [i for i, name in enumerate(display) if name in CONV_OPS]
         if conv_labels:
             for j in np.flatnonzero(np.isin(t.label[ops], conv_labels)).tolist():
                 self._resolve_conv(t, int(ops[j]), "cuda" if cuda[j] else "cpu", can_ask_conv)
@@ -503,8 +502,7 @@ class Resolver:
             return
         display = t.c.labels.display
         chains, chain_of_op = _op_chains(t)
-        not_op = [k for k in range(len(KINDS)) if k != KIND["op"]]
-        launcher = climb(devices, t.kind, t.parent, not_op)  # the innermost operator above each
+        launcher = climb(devices, t.kind, t.parent, _NOT_OP)  # the innermost operator above each
         chain = np.where(launcher >= 0, chain_of_op[np.maximum(launcher, 0)], -1)
         first, _, distinct = first_seen(combine(t.label[devices], chain))
         index: dict[int, int] = {}
@@ -519,6 +517,9 @@ class Resolver:
         t.facts[devices] = ids[distinct]
 
 
+_NOT_OP = [k for k in range(len(KINDS)) if k != KIND["op"]]
+
+
 def _op_chains(t: Table) -> tuple[list[tuple[str, ...]], np.ndarray]:
     """Per op node, the number of its chain: the operators at and above it,
     innermost first (chains[number]); -1 for other nodes. Worked out a level
@@ -528,8 +529,7 @@ def _op_chains(t: Table) -> tuple[list[tuple[str, ...]], np.ndarray]:
     chains: list[tuple[str, ...]] = []
     numbers: dict[tuple[int, int], int] = {}
     display = t.c.labels.display
-    not_op = [k for k in range(len(KINDS)) if k != KIND["op"]]
-    above = climb(ops, t.kind, t.parent, not_op)
+    above = climb(ops, t.kind, t.parent, _NOT_OP)
     todo = np.ones(len(ops), dtype=bool)
     while todo.any():
         ready = np.flatnonzero(todo & ((above < 0) | (chain_of[np.maximum(above, 0)] >= 0)))

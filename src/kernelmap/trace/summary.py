@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from kernelmap.model import Answer, CallNode, CallTree, check_document, document
+from kernelmap.trace.build import KIND, attrs_of, climb, codes_of, combine, first_seen, subtree_sizes
 
 
 
@@ -239,9 +240,6 @@ def _shape_text(shapes: Any) -> str:
     return ", ".join(str(list(s)) for s in shapes if isinstance(s, (list, tuple)) and s)
 
 
-_DEVICE_KINDS = frozenset({"gpu_kernel", "gpu_memcpy", "gpu_memset"})
-
-
 # Note [summary from columns]
 # The summary is computed from a flat, pre-order view of the tree (`Flat`):
 # per node its kind, parent, subtree size, duration and a group, where the
@@ -272,7 +270,6 @@ class Flat:
 
 def flat_of_tree(tree: CallTree) -> Flat:
     """A CallTree as a Flat view: each node its own group."""
-    from kernelmap.trace.build import KIND
 
     nodes: list[CallNode] = []
     parents: list[int] = []
@@ -295,7 +292,7 @@ def flat_of_tree(tree: CallTree) -> Flat:
     return Flat(
         kind=np.array([KIND.get(n.kind.value, -1) for n in nodes], dtype=np.int8),
         parent=parent,
-        size=_subtree_sizes(parent),
+        size=subtree_sizes(parent),
         dur=np.array([float(n.attrs.get("duration_us", 0.0)) for n in nodes], dtype=np.float64),
         group=np.arange(len(nodes), dtype=np.int64),
         names=[n.name for n in nodes],
@@ -308,7 +305,6 @@ def flat_of_tree(tree: CallTree) -> Flat:
 def flat_of_table(t) -> Flat:
     """A trace's columns (build.Table) as a Flat view: one group per label and
     set of facts, one per node for the few nodes with facts of their own."""
-    from kernelmap.trace.build import KIND, attrs_of, combine, first_seen
 
     n = len(t)
     facts = t.facts if t.facts is not None else np.full(n, -1, dtype=np.int32)
@@ -341,14 +337,6 @@ def flat_of_table(t) -> Flat:
     )
 
 
-def _subtree_sizes(parent: np.ndarray) -> np.ndarray:
-    size = [1] * len(parent)
-    par = parent.tolist()
-    for i in range(len(par) - 1, 0, -1):
-        size[par[i]] += size[i]
-    return np.array(size, dtype=np.int64)
-
-
 def summarize(tree: CallTree) -> Summary:
     """Aggregate a resolved call tree (Note [summary from columns])."""
     return _summarize(flat_of_tree(tree), tuple(tree.notes))
@@ -369,36 +357,7 @@ def _first_below(n: int, size: np.ndarray, marked: np.ndarray) -> np.ndarray:
     return np.where((at < len(marks)) & (found < np.arange(n) + size), found, -1)
 
 
-def _nearest_above(nodes: np.ndarray, kind: np.ndarray, parent: np.ndarray, through: tuple[int, ...]) -> np.ndarray:
-    """Per node of `nodes`, its nearest ancestor whose kind is not in `through` (-1: none)."""
-    from kernelmap.trace.build import climb
-
-    return climb(nodes, kind, parent, through)
-
-
-def _ids(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
-    """Codes of `values` (equal values, equal codes) and the distinct values by code."""
-    codes: dict[Any, int] = {}
-    out = np.array([codes.setdefault(v, len(codes)) for v in values], dtype=np.int64)
-    return out, list(codes)
-
-
-def _pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """One int64 key per (a, b) pair of codes."""
-    from kernelmap.trace.build import combine
-
-    return combine(a, b)
-
-
-def _first_of(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The distinct keys in order of first appearance: (their first positions, counts, each position's distinct key)."""
-    from kernelmap.trace.build import first_seen
-
-    return first_seen(keys)
-
-
 def _summarize(f: Flat, notes: tuple[str, ...]) -> Summary:
-    from kernelmap.trace.build import KIND
 
     n = len(f.kind)
     kind, group, dur = f.kind, f.group, f.dur
@@ -417,11 +376,11 @@ def _summarize(f: Flat, notes: tuple[str, ...]) -> Summary:
     host_child = np.isin(kind, (KIND["op"], KIND["autograd"], KIND["annotation"])) & (f.parent >= 0)
     children_us = np.bincount(f.parent[host_child], weights=dur[host_child], minlength=n) if n else np.zeros(0)
     self_us = dur - children_us
-    name_code, distinct_names = _ids(names)  # per group
+    name_code, distinct_names = codes_of(names)  # per group
 
     rows = np.flatnonzero(is_row)
     row_name = name_code[group[rows]]
-    first, _, row_key = _first_of(row_name)
+    first, _, row_key = first_seen(row_name)
     ops = {distinct_names[name_code[group[rows[j]]]]: OpRow(distinct_names[name_code[group[rows[j]]]]) for j in first.tolist()}
     k = len(ops)
     calls = np.bincount(row_key, minlength=k)
@@ -448,9 +407,9 @@ def _summarize(f: Flat, notes: tuple[str, ...]) -> Summary:
 
 def _row_facts(rows_list, rows, row_key, group, facts, below_node, closed_lib) -> None:
     """Each operator row's facts: the first call's that has each, the last's library."""
-    keys = _pairs(row_key, group[rows])
-    first, _, _ = _first_of(keys)
-    last_first, _, _ = _first_of(keys[::-1])
+    keys = combine(row_key, group[rows])
+    first, _, _ = first_seen(keys)
+    last_first, _, _ = first_seen(keys[::-1])
     last_at = {int(keys[::-1][j]): len(keys) - 1 - j for j in last_first.tolist()}
     libraries: dict[int, tuple[int, str]] = {}
     for j in first.tolist():  # each distinct (row, facts), in order of first call
@@ -482,7 +441,7 @@ def _row_shapes(rows_list, rows, row_key, f: Flat) -> None:
     if not has.any():
         return
     row_key, shape = row_key[has], shape[has]
-    first, counts, _ = _first_of(_pairs(row_key, shape))
+    first, counts, _ = first_seen(combine(row_key, shape))
     for j, count in zip(first.tolist(), counts.tolist()):
         rows_list[row_key[j]].shapes[f.shapes[shape[j]]] += count
 
@@ -491,7 +450,7 @@ def _directly_below(f: Flat, nodes: np.ndarray, through: tuple[int, ...], holds:
     """Of `nodes`, those whose nearest ancestor of a kind not in `through` is a
     holder (`holds`), with their holder's row (`row_of`): ordered holder by
     holder, each as a walk taking its last child first (a stack of children)."""
-    holder = _nearest_above(nodes, f.kind, f.parent, through)
+    holder = climb(nodes, f.kind, f.parent, through)
     mine = (holder >= 0) & holds[np.maximum(holder, 0)]
     nodes, holder = nodes[mine], holder[mine]
     order = np.lexsort((-nodes, holder))
@@ -501,7 +460,6 @@ def _directly_below(f: Flat, nodes: np.ndarray, through: tuple[int, ...], holds:
 def _row_kernels(rows_list, f: Flat, is_device, is_row, name_code, distinct_names, row_key, rows) -> None:
     """Device events an operator launched itself (through runtime calls, not a nested op):
     per operator row, by first appearance in a walk that finds the last launch first."""
-    from kernelmap.trace.build import KIND
 
     devices = np.flatnonzero(is_device)
     if not len(devices) or not len(rows):
@@ -510,15 +468,15 @@ def _row_kernels(rows_list, f: Flat, is_device, is_row, name_code, distinct_name
     row_of[rows] = row_key
     devices, r = _directly_below(f, devices, (KIND["runtime"],), is_row, row_of)
     kname = name_code[f.group[devices]]
-    keys = _pairs(r, kname)
-    first, counts, _ = _first_of(keys)
+    keys = combine(r, kname)
+    first, counts, _ = first_seen(keys)
     for j, count in zip(first.tolist(), counts.tolist()):
         rows_list[r[j]].kernels[distinct_names[kname[j]]] += count
     where = [f.facts[g].get("source") or f.facts[g].get("library") for g in range(len(f.names))]
     has = np.array([bool(w) for w in where], dtype=bool)[f.group[devices]]
     if has.any():  # the last launch's source or library
         kept = np.flatnonzero(has)
-        last, _, _ = _first_of(keys[kept][::-1])
+        last, _, _ = first_seen(keys[kept][::-1])
         for j in last.tolist():
             at = kept[::-1][j]
             rows_list[r[at]].kernel_sources[distinct_names[kname[at]]] = where[f.group[devices[at]]]
@@ -526,14 +484,13 @@ def _row_kernels(rows_list, f: Flat, is_device, is_row, name_code, distinct_name
 
 def _modules(f: Flat, device: np.ndarray, name_code, distinct_names) -> dict[str, GroupRow]:
     """Per module type: calls, time with nested modules, and the operators it called directly."""
-    from kernelmap.trace.build import KIND
 
     nodes = np.flatnonzero(f.kind == KIND["module"])
     if not len(nodes):
         return {}
-    type_code, types = _ids([distinct_names[c].rsplit("_", 1)[0] for c in range(len(distinct_names))])
+    type_code, types = codes_of([distinct_names[c].rsplit("_", 1)[0] for c in range(len(distinct_names))])
     of_node = type_code[name_code[f.group[nodes]]]
-    first, _, key = _first_of(of_node)
+    first, _, key = first_seen(of_node)
     modules = {types[of_node[j]]: GroupRow(types[of_node[j]]) for j in first.tolist()}
     rows = list(modules.values())
     k = len(rows)
@@ -546,7 +503,7 @@ def _modules(f: Flat, device: np.ndarray, name_code, distinct_names) -> dict[str
     ops, m = _directly_below(f, np.flatnonzero(f.kind == KIND["op"]), (KIND["python"], KIND["builtin"]), f.kind == KIND["module"], row_of)
     if len(ops):
         op_name = name_code[f.group[ops]]
-        first, counts, _ = _first_of(_pairs(m, op_name))
+        first, counts, _ = first_seen(combine(m, op_name))
         for j, count in zip(first.tolist(), counts.tolist()):
             rows[m[j]].ops[distinct_names[op_name[j]]] += count
     return modules
@@ -554,7 +511,6 @@ def _modules(f: Flat, device: np.ndarray, name_code, distinct_names) -> dict[str
 
 def _files(f: Flat, is_row, is_device, self_us, name_code, distinct_names) -> dict[str, GroupRow]:
     """Source files: operators by their kernel's source (else their registration), GPU kernels by theirs."""
-    from kernelmap.trace.build import KIND
 
     groups = len(f.names)
     kernel_group = np.zeros(groups, dtype=bool)
@@ -575,8 +531,8 @@ def _files(f: Flat, is_row, is_device, self_us, name_code, distinct_names) -> di
         paths.append(path or None)
         whats.append(what)
         lines.append(int(line) if line.isdigit() else -1)
-    path_code, distinct_paths = _ids(paths)
-    what_code, distinct_whats = _ids(whats)
+    path_code, distinct_paths = codes_of(paths)
+    what_code, distinct_whats = codes_of(whats)
     nodes = np.flatnonzero(is_row | (f.kind == KIND["gpu_kernel"]))
     g = f.group[nodes]
     has_path = np.array([p is not None for p in distinct_paths], dtype=bool)[path_code[g]]
@@ -584,7 +540,7 @@ def _files(f: Flat, is_row, is_device, self_us, name_code, distinct_names) -> di
     if not len(nodes):
         return {}
     p = path_code[g]
-    first, _, key = _first_of(p)
+    first, _, key = first_seen(p)
     files = {distinct_paths[p[j]]: GroupRow(distinct_paths[p[j]]) for j in first.tolist()}
     rows = list(files.values())
     k = len(rows)
@@ -595,14 +551,14 @@ def _files(f: Flat, is_row, is_device, self_us, name_code, distinct_names) -> di
     for row, c, t, d in zip(rows, calls.tolist(), host.tolist(), dev.tolist()):
         row.calls, row.total_us, row.device_us = c, t, d
     w = what_code[g]
-    keys = _pairs(key, w)
-    first, counts, _ = _first_of(keys)
+    keys = combine(key, w)
+    first, counts, _ = first_seen(keys)
     for j, count in zip(first.tolist(), counts.tolist()):
         rows[key[j]].ops[distinct_whats[w[j]]] += count
     line = np.array(lines, dtype=np.int64)[g]
     known = np.flatnonzero(line >= 0)
     if len(known):
-        first, _, _ = _first_of(keys[known])
+        first, _, _ = first_seen(keys[known])
         for j in known[first].tolist():
             rows[key[j]].lines.setdefault(distinct_whats[w[j]], int(line[j]))
     return files
@@ -621,7 +577,7 @@ def _gpu_time(f: Flat, is_device, name_code, distinct_names) -> GpuTime:
     unresolved = np.flatnonzero(kind == 0)
     if len(unresolved):
         names = name_code[f.group[devices[unresolved]]]
-        first, _, key = _first_of(names)
+        first, _, key = first_seen(names)
         for j, us in zip(first.tolist(), np.bincount(key, weights=d[unresolved]).tolist()):
             gpu.unresolved[distinct_names[names[j]]] += us
     return gpu

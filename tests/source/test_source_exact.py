@@ -151,3 +151,22 @@ def test_explicit_specialisations_of_the_call_operator(extract, real_tree_root):
     assert len(want) == 3
     got = [d.line for d in extract(path).definitions if d.short == "operator()"]
     assert set(want) <= set(got)
+
+
+@pytest.mark.parametrize("path", [
+    "aten/src/ATen/native/SobolEngineOpsUtils.cpp",  # 2 MB of direction numbers
+    "aten/src/ATen/native/Math.h",  # a 16 KB table of coefficients among many definitions
+    "aten/src/ATen/native/cuda/IGammaKernel.cu",
+])
+def test_emptying_data_tables_changes_no_fact(real_tree_root, monkeypatch, path):
+    """Note [data tables]: the same facts with the tables read as without."""
+    from kernelmap.source import extract as module
+
+    data = (real_tree_root / path).read_bytes()
+    ops = read_operator_names(real_tree_root / "aten/src/ATen/native/native_functions.yaml")
+    emptied = Extractor(ops).extract(path, data)
+    masked = module.mask_attributes(data)
+    assert len(masked) == len(data) and data.count(b" ") + 4096 < masked.count(b" ")  # a table was emptied
+    monkeypatch.setattr(module, "_DATA_TABLE", re.compile(rb"(?!)"))
+    assert module.mask_attributes(data).count(b" ") < masked.count(b" ")
+    assert Extractor(ops).extract(path, data) == emptied

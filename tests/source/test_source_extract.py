@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernelmap.source.extract import MAX_FILE_BYTES, Extractor, OperatorNames
+from kernelmap.source.extract import MAX_FILE_BYTES, Extractor, OperatorNames, mask_attributes
 
 OPS = OperatorNames(frozenset({"add", "add_", "mul", "cudnn_convolution", "conv2d", "empty"}), frozenset({"add", "add_", "mul"}))
 
@@ -300,6 +300,31 @@ void k(TensorIterator& iter) {
     assert {r.definition for r in f.registrations if r.kind == "at_dispatch"} == {k}
 
 
+def test_only_calls_of_registration_macros_and_library_methods_register(ex):
+    """Note [registrations among calls]: registrations are read from the calls
+    the query finds, by the callee's spelling and shape."""
+    text = """
+namespace at { namespace native {
+REGISTER_FOO(mul_stub, &mul_kernel);
+DECLARE_DISPATCHER(binary_fn, add_stub);
+register_dispatch(add_stub, &add_kernel);
+TORCH_LIBRARY_IMPL(aten, CPU, m) {
+  lib->impl("sub.Tensor", TORCH_FN(wrapper_CPU_sub));
+  m.impl();
+  m.get().impl("div.Tensor", TORCH_FN(wrapper_CPU_div));
+  m.implement("neg", TORCH_FN(wrapper_CPU_neg));
+  f(REGISTER_DISPATCH(abs_stub, &abs_kernel));
+}
+}}
+"""
+    f = facts(ex, text, "aten/src/ATen/native/cpu/K.cpp")
+    regs = [(r.kind, r.name, r.target) for r in f.registrations]
+    assert regs == [("library_impl", "sub.Tensor", "wrapper_CPU_sub"), ("register_dispatch", "abs_stub", "abs_kernel")]
+    assert f.stubs == ()
+    # The member calls are calls all the same.
+    assert {".impl", ".implement"} <= {c.callee for c in f.calls}
+
+
 def test_the_folder_implies_the_stub_device(ex):
     text = "namespace at::native { REGISTER_DISPATCH(mul_stub, &mul_kernel_cuda); }"
     for path, device in (("aten/src/ATen/native/cuda/Mul.cu", "CUDA"), ("aten/src/ATen/native/mps/Mul.mm", "MPS"),
@@ -427,3 +452,35 @@ def test_masking_stays_linear_on_hostile_text(text):
     masked = mask_attributes(text)
     assert time.process_time() - started < 1.0
     assert len(masked) == len(text) and masked.count(b"\n") == text.count(b"\n")
+
+
+def _table(rows: int) -> str:
+    return ",\n".join("  {" + ", ".join(str(7 * r + c) for c in range(8)) + "}" for r in range(rows))
+
+
+def test_data_tables_are_emptied_in_place(ex):
+    """Note [data tables]: a large initializer of numbers is blanked inside
+    its braces, offsets and lines kept; what follows is read as before."""
+    text = f"namespace at {{\nstatic const int64_t table[][8] = {{\n{_table(200)}\n}};\nvoid after() {{ helper(1); }}\n}}\n"
+    masked = mask_attributes(text.encode())
+    assert len(masked) == len(text.encode()) and masked.count(b"\n") == text.count("\n")
+    inside = masked[masked.index(b"= {") + 3 : masked.index(b"};")]
+    assert inside.strip() == b"" and len(inside) > 4096
+    f = facts(ex, text)
+    line = text.split("\n").index("void after() { helper(1); }") + 1
+    assert [(d.name, d.line) for d in f.definitions] == [("at::after", line)]
+    assert [(c.callee, c.line) for c in f.calls] == [("helper", line)]
+
+
+@pytest.mark.parametrize("inside", [
+    pytest.param("{{1, 2}}, {{f(3), 4}}", id="a call inside"),
+    pytest.param("1, 2 }} {{ 3", id="unbalanced"),
+])
+def test_tables_holding_more_than_numbers_are_kept(inside):
+    text = f"int t[] = {{ {_table(100)}, {inside} }};\n".encode()
+    assert mask_attributes(text) == text
+
+
+def test_small_tables_are_kept():
+    text = f"int t[][8] = {{ {_table(10)} }};\n".encode()
+    assert len(text) < 4096 and mask_attributes(text) == text

@@ -43,8 +43,11 @@ body itself conditions it.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
+import itertools
+import operator
 import re
 import signal
 import threading
@@ -59,7 +62,7 @@ import tree_sitter_cpp
 from kernelmap import vendors
 
 QUERY_DIR = Path(__file__).with_name("queries")
-QUERY_FILES = ("scopes", "preproc", "definitions", "calls", "registrations", "errors")
+QUERY_FILES = ("scopes", "preproc", "definitions", "calls", "errors")
 SOURCE_SUFFIXES = (".cpp", ".cc", ".h", ".hpp", ".cu", ".cuh", ".mm")
 MAX_FILE_BYTES = 4 * 1024 * 1024  # larger files are generated tables, not code worth parsing
 # Per-file time budget. The slowest real file of 2.6.0 takes well under a
@@ -82,19 +85,31 @@ MAX_SIBLINGS = 50_000
 _BRACES = bytes(b for b in range(256) if b not in b"{}")
 
 
+def _brace_depths(braces: bytes, ceiling: int) -> tuple[int, int, int]:
+    """(lowest, deepest, last) depth reached reading `braces` (only `{` and
+    `}`) from depth 0; stops once deeper than `ceiling`."""
+    depth = lowest = deepest = 0
+    for b in braces:
+        if b == 123:
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > ceiling:
+                    break
+        else:
+            depth -= 1
+            if depth < lowest:
+                lowest = depth
+    return lowest, deepest, depth
+
+
 def degenerate(data: bytes, root=None) -> str | None:
     """Why a file is too degenerate to query (None when it is not): braces
     nested deeper than MAX_BRACE_DEPTH, or (given its parse) more than
     MAX_SIBLINGS nodes under the root or one of its children."""
     braces = data.translate(None, _BRACES)
-    if len(braces) > MAX_BRACE_DEPTH:
-        depth = deepest = 0
-        for b in braces:
-            depth += 1 if b == 123 else -1
-            if depth > deepest:
-                deepest = depth
-                if deepest > MAX_BRACE_DEPTH:
-                    return f"braces nested more than {MAX_BRACE_DEPTH} deep"
+    if len(braces) > MAX_BRACE_DEPTH and _brace_depths(braces, MAX_BRACE_DEPTH)[1] > MAX_BRACE_DEPTH:
+        return f"braces nested more than {MAX_BRACE_DEPTH} deep"
     if root is not None:
         widest = max([root.child_count, *(c.child_count for c in root.children)])
         if widest > MAX_SIBLINGS:
@@ -216,7 +231,7 @@ def _list_branch(m: re.Match) -> bytes:
         blank[m.start(group) - m.start() : m.end(group) - m.start()] = m.group(group)
     if len(kept) == 2:  # the `#else` line itself stays blank
         else_line = m.group(3).split(b"\n", 1)[0]
-        blank[m.start(3) - m.start() : m.start(3) - m.start() + len(else_line)] = _NOT_NEWLINE.sub(b" ", else_line)
+        blank[m.start(3) - m.start() : m.start(3) - m.start() + len(else_line)] = else_line.translate(_BLANKS)
     return bytes(blank)
 
 
@@ -356,12 +371,12 @@ def _starts_word(m: re.Match) -> bool:
     return i == 0 or not (m.string[i - 1 : i].isalnum() or m.string[i - 1 : i] == b"_")
 
 
-_NOT_NEWLINE = re.compile(rb"[^\n]")
+_BLANKS = bytes(10 if b == 10 else 32 for b in range(256))  # every byte a space but newlines
 
 
 def _spaces(m: re.Match) -> bytes:
     """The match as spaces, its newlines kept."""
-    return _NOT_NEWLINE.sub(b" ", m.group(0))
+    return m.group(0).translate(_BLANKS)
 
 
 def _blank(m: re.Match) -> bytes:
@@ -379,34 +394,57 @@ def _join(m: re.Match) -> bytes:
     return m.group(0)[:-1] + b"_" if _starts_word(m) else m.group(0)
 
 
+# Note [data tables]
+# A large initializer of numbers (SobolEngineOpsUtils.cpp's 2 MB of direction
+# numbers) holds no definition, call or registration, yet parsing its 800,000
+# literals took 7% of all parsing of 2.6.0. Its inside is blanked, the
+# braces around it kept: `= {   }` reads as the same declaration. Only where
+# the inside is numbers, commas and balanced braces, 4 KB or more of them.
+_DATA_TABLE = re.compile(rb"=\s*\{([0-9a-fA-FxXuUlL.+\-,{}\s]{4096,})\}")
+
+
+def _blank_table(m: re.Match) -> bytes:
+    braces = m.group(1).translate(None, _BRACES)
+    if _brace_depths(braces, len(braces))[::2] != (0, 0):  # unbalanced: not one initializer
+        return m.group(0)
+    return m.group(0)[: m.start(1) - m.start()] + m.group(1).translate(_BLANKS) + b"}"
+
+
 def mask_attributes(data: bytes) -> bytes:
-    """`data` with attribute macros blanked (Note [masked attributes])."""
+    """`data` with attribute macros blanked (Note [masked attributes]) and
+    data tables emptied (Note [data tables])."""
+    if len(data) > 4096:
+        data = _DATA_TABLE.sub(_blank_table, data)
     original = data
+    # Each test of a text for a word reads the whole file, and most files hold
+    # few of the words: a test is made once, and on the original, where a
+    # pass's blanking cannot add a word a later pass needs.
+    directives = b"#" in data
+    alternatives = directives and b"else" in data
     for prefix, pattern in _ATTRIBUTE_GROUPS:
         if prefix in data:
             data = pattern.sub(_blank, data)
     if b"extern" in data:
         data = _EXTERN_TEMPLATE.sub(_blank, data)
-    if b"else" in data and b"#" in data:
+    if alternatives:
         data = _SPLIT_BRANCH.sub(_blank_line, _DANGLING_ELSE.sub(_blank_line, data))
-    if b"else" in data and b"#" in data:
         data = _ALTERNATIVE_OPENINGS.sub(_first_alternative, data)
-    if b"else" in data and b"#" in data:
         data = _ALTERNATIVE_HEADS.sub(_both_heads, data)
-    if b"#" in data and _may_have_list_branch(data):
+    if directives and _may_have_list_branch(data):
         data = _LIST_BRANCH.sub(_list_branch, data)
-    if b"operator()<" in data or b"operator() <" in data:
+    if b"operator()" in data and (b"operator()<" in data or b"operator() <" in data):
         data = _CALL_OPERATOR_ARGS.sub(_blank_specialisation, data)
     if b"<<<" in data:
         data = _LAUNCH_CONFIG.sub(_spaces, data)
+    signed = b"signed " in data  # also in "unsigned "
     for word, pattern in _TWO_WORD_TYPES:
-        if word in data:
+        if (signed or not word.endswith(b"signed ")) and word in data:
             data = pattern.sub(_join, data)
     if b"{}" in data or b"= {" in data:
         data = _BRACED_DEFAULT.sub(_zero_braces, data)
     if b"TORCH_" in data or b"AT_" in data:
         data = _terminate_checks(data)
-    if b"define" in data:
+    if directives and b"define" in data:
         data = _local_macros(original, data)
     return data
 
@@ -549,8 +587,31 @@ _SPACE = re.compile(r"\s+")
 _TRIPLE_CHEVRON = re.compile(rb"([A-Za-z_][\w:]*)[\s\\]*(?:<[^;{}<>]*(?:<[^;{}<>]*>[^;{}<>]*)*>)?[\s\\]*<<<")
 
 
+_LAUNCH_OPEN = re.compile(rb"<<<")
+_LAUNCH_WINDOW_END = re.compile(rb"[;{}]")
+
+
+def _launches(body: bytes) -> list[re.Match]:
+    """_TRIPLE_CHEVRON's matches in `body`, searched only before each `<<<`:
+    a launch's name and template arguments hold no `;`, `{` or `}`, so each
+    lies after the last of those before its `<<<` (tried at every identifier
+    of a body, the pattern cost more than the rest of the launch search)."""
+    found = []
+    after = 0  # the end of the last match: matches do not overlap
+    for chevron in _LAUNCH_OPEN.finditer(body):
+        if chevron.start() < after:
+            continue
+        start = max(after, body.rfind(b";", 0, chevron.start()) + 1, body.rfind(b"{", 0, chevron.start()) + 1,
+                    body.rfind(b"}", 0, chevron.start()) + 1)
+        m = _TRIPLE_CHEVRON.search(body, start, chevron.end())
+        if m is not None:
+            found.append(m)
+            after = m.end()
+    return found
+
+
 def _strip_templates(text: str) -> str:
-    text = _SPACE.sub("", text)
+    text = "".join(text.split())  # no white space (as _SPACE.sub, cheaper for the short texts here)
     for _ in range(4):
         if "<" not in text:
             break
@@ -638,14 +699,16 @@ class Extractor:
         self.budget = budget  # seconds per file
         self.language = tree_sitter.Language(tree_sitter_cpp.language())
         self.parser = tree_sitter.Parser(self.language)
-        # One query made of every .scm file, so the tree is walked once; each
-        # pattern's index says which file (and so which handler) it came from.
+        # One query made of every .scm file, so the tree is walked once; where
+        # each pattern starts in the text says which file (and so which
+        # handler) it came from.
         texts = [(QUERY_DIR / f"{name}.scm").read_text() for name in QUERY_FILES]
-        self.pattern_file: list[str] = []
-        for name, text in zip(QUERY_FILES, texts):
-            self.pattern_file += [name] * tree_sitter.Query(self.language, text).pattern_count
         self.query = tree_sitter.Query(self.language, "\n".join(texts))
-        self._callees: dict[tuple[int, bytes], tuple | None] = {}
+        ends = list(itertools.accumulate(len(t.encode()) + 1 for t in texts))
+        self.pattern_file = [QUERY_FILES[bisect.bisect_right(ends, self.query.start_byte_for_pattern(i))]
+                             for i in range(self.query.pattern_count)]
+        self._callees: dict[tuple[int, bytes], tuple[tuple | None, str | None]] = {}
+        self._members: dict[bytes, tuple | None] = {}
 
     def extract(self, path: str, data: bytes) -> FileFacts:
         """Facts of one file; `path` is repository-relative (it decides stub devices)."""
@@ -727,15 +790,26 @@ class Extractor:
 
         # (start byte, kind, payload): kind 0 = definition, 1 = call or registration
         points: list[tuple[int, int, object]] = [(n.start_byte, 0, (i, n, info)) for i, (n, info) in enumerate(defs_raw)]
+        sites = []  # registrations: Note [registrations among calls]
+        callees = self._callees
         for cap in by_file["calls"]:
-            known = self._known_callee(cap["callee"][0])
-            if known is not None:  # Note [calls kept]: the rest never reach the sweep
-                points.append((cap["call"][0].start_byte, 1, ("call", cap, known)))
-        for cap in by_file["registrations"]:
-            site = cap.get("site") or cap.get("library.call")
-            points.append((site[0].start_byte, 1, ("reg", cap, None)))
+            callee = cap["callee"][0]
+            text = callee.text
+            key = (callee.kind_id, text)  # (`_callee`, `_registers`), remembered by the callee's spelling
+            known = callees.get(key)
+            if known is None:
+                kind = callee.type
+                known = callees[key] = (self._callee(callee, kind, text), _registers(callee, kind, text))
+            if known[0] is not None:  # Note [calls kept]: the rest never reach the sweep
+                call = cap["call"][0]
+                points.append((call.start_byte, 1, ("call", call, known[0])))
+            if known[1] is not None:
+                site = _registration_site(known[1], cap["call"][0], callee)
+                if site is not None:
+                    sites.append(site)
+        points += [(site["site"][0].start_byte, 1, ("reg", site, None)) for site in sites]
         if error_nodes and b"DISPATCH" in original:
-            points.extend(_lost_registrations(by_file["registrations"], original))
+            points.extend(_lost_registrations(sites, original))
 
         definitions: list[Definition] = [None] * len(defs_raw)  # type: ignore[list-item]
         calls: list[Call] = []
@@ -743,31 +817,36 @@ class Extractor:
         stubs: list[StubDecl] = []
         labels: dict[tuple[str, int], str] = {}
         in_lambdas: list[tuple[int, int, str]] = []  # (call, definition, lambda name): Note [named lambdas]
-        for at, kind, payload, stack in _sweep(regions, points):
-            pp = _preproc_of(stack, at)
+        kernels = b"__global__" in original
+        seen = None
+        for at, kind, payload, live in _sweep(regions, points):
+            if live is not seen:  # what the regions around the point say, read once per set of regions
+                seen = live
+                pp = _preproc_of(live)
+                def_index, cond, lib, lam = _context_of(live)
+                if cond is not None:
+                    key = (cond[0], cond[1].start_byte)
+                    label = labels.get(key)
+                    if label is None:
+                        label = labels[key] = _condition_label(*cond)
+                    cond = label
             if kind == 0:
                 i, node, info = payload
-                definitions[i] = self._definition(node, info, [r for r in stack if r[1] > at], pp, original, data)
+                definitions[i] = self._definition(node, info, live, pp, original, data, kernels)
                 continue
-            what, cap, known = payload
-            def_index, cond, lib, lam = _context_of(stack, at)
-            if cond is not None:
-                key = (cond[0], cond[1].start_byte)
-                label = labels.get(key)
-                if label is None:
-                    label = labels[key] = _condition_label(*cond)
-                cond = label
+            what, item, known = payload  # item: the call node, the captures of a registration, or a lost one's (macro, args, line)
             if what == "call":
                 if lam is not None:
                     in_lambdas.append((len(calls), def_index, lam))
-                self._call(cap, known, def_index, cond, pp, calls)
+                callee, short, call_kind, library, op = known
+                calls.append(Call(def_index, callee, short, call_kind, library, op, item.start_point[0] + 1, cond, pp))
             elif what == "lost":
-                macro, args, line = cap
+                macro, args, line = item
                 device, capability = _register_key(macro, path, args)
                 kernel = None if macro.endswith("NO_CPU_DISPATCH") or len(args) < 2 else _kernel_name(args[-1])
                 registrations.append(Registration(-1, "register_dispatch", args[0].rsplit("::", 1)[-1], kernel, device, capability, line, pp))
             else:
-                self._registration(path, cap, def_index, lib, pp, registrations, stubs)
+                self._registration(path, item, def_index, lib, pp, registrations, stubs)
         if in_lambdas:
             _lambda_conditions(calls, in_lambdas)
         # Launches written `kernel<<<grid, block>>>(...)`: the grammar has no such
@@ -778,7 +857,7 @@ class Extractor:
             chunk = original[body.start_byte : body.end_byte]
             if b"<<<" not in chunk:
                 continue
-            for m in _TRIPLE_CHEVRON.finditer(chunk):
+            for m in _launches(chunk):
                 name = _strip_templates(m.group(1).decode("utf-8", "replace"))
                 line = body.start_point[0] + 1 + chunk.count(b"\n", 0, m.start())
                 calls.append(Call(i, name, name.rsplit("::", 1)[-1], "launch", None, None, line, None, definitions[i].condition))
@@ -812,8 +891,8 @@ class Extractor:
                 then = cap["if.then"][0]
                 condition = cap["if.condition"][0]
                 regions.append((then.start_byte, then.end_byte, "cond", ("if", condition)))
-                if "if.else" in cap:
-                    other = cap["if.else"][0]
+                other = cap["if"][0].child_by_field_name("alternative")
+                if other is not None and other.type == "else_clause":
                     regions.append((other.start_byte, other.end_byte, "cond", ("else", condition)))
 
     def _preproc_regions(self, matches, regions) -> None:
@@ -868,7 +947,9 @@ class Extractor:
             return ("library", (text, ns, key))
         return ("name", _strip_templates(text))
 
-    def _definition(self, node, info, stack, pp, data: bytes, masked: bytes) -> Definition:
+    def _definition(self, node, info, stack, pp, data: bytes, masked: bytes, kernels: bool) -> Definition:
+        """`kernels`: whether the file holds `__global__` anywhere."""
+        declarator = node.child_by_field_name("declarator")
         scopes = [payload for (_, _, tag, payload) in stack if tag in ("scope", "class")]
         in_class = bool(stack) and any(tag == "class" for (_, _, tag, _) in stack)
         op = None
@@ -882,14 +963,14 @@ class Extractor:
         else:
             name = "::".join([*scopes, info[1]]) if scopes else info[1]
             kind = "method" if in_class or ("::" in info[1] and not info[1].startswith(("at::", "c10::", "torch::"))) else "function"
-            start = node.start_byte
-            while start > 0 and masked[start - 1] in b" \t\r\n":  # back over blanked attributes
-                start -= 1
-            head = data[start : node.child_by_field_name("declarator").start_byte]
-            if b"__global__" in head:
-                kind = "global_kernel"
+            if kernels:
+                start = node.start_byte
+                while start > 0 and masked[start - 1] in b" \t\r\n":  # back over blanked attributes
+                    start -= 1
+                if b"__global__" in data[start : declarator.start_byte]:
+                    kind = "global_kernel"
         name = name.replace("::::", "::")
-        lookup = "::".join(p for p in name.split("::") if p != "(anonymous namespace)")
+        lookup = "::".join([p for p in name.split("::") if p != "(anonymous namespace)"]) if "(anon" in name else name
         short = name.rsplit("::", 1)[-1]
         cast = name.find("operator ")  # a conversion operator's type may hold `::` (`operator const std::string&`)
         if cast >= 0 and name[cast - 2 : cast] in ("", "::"):
@@ -897,57 +978,53 @@ class Extractor:
         # The line is the declarator's, where the name is written: a return type
         # spread over lines before it (`inline std::enable_if_t<...>\nmkldnn_gemm(`)
         # must not move the location off the name.
-        declarator = node.child_by_field_name("declarator")
         line = (declarator if declarator is not None else node).start_point[0] + 1
         return Definition(name, lookup, short, kind, line, node.end_point[0] + 1, pp, op)
 
     # -- calls and registrations -----------------------------------------
 
-    def _call(self, cap, known, def_index, cond, pp, calls) -> None:
-        callee, short, kind, lib, op = known
-        calls.append(Call(def_index, callee, short, kind, lib, op, cap["call"][0].start_point[0] + 1, cond, pp))
+    def _member(self, field: bytes) -> tuple | None:
+        """(callee, short, kind, library, op) of a call of the method `field`
+        on an object that is no temporary of a class."""
+        short = _strip_templates(field.decode("utf-8", "replace"))
+        if short in _SKIPPED_METHODS:
+            return None
+        kind, library, op = classify_call("." + short, True, self.ops)
+        return "." + short, short, kind, library, op
 
-    def _known_callee(self, callee_node) -> tuple | None:
-        """`_callee`, remembered by the callee's spelling."""
-        key = (callee_node.kind_id, callee_node.text)
-        known = self._callees.get(key, False)
-        if known is False:
-            known = self._callees[key] = self._callee(callee_node)
-        return known
-
-    def _callee(self, callee_node) -> tuple | None:
-        """(callee, short, kind, library, op) of a call's function node; None when no name is called."""
-        t = callee_node.type
+    def _callee(self, callee_node, t: str, text: bytes) -> tuple | None:
+        """(callee, short, kind, library, op) of a call's function node (of
+        type `t` and text `text`); None when no name is called."""
         if t == "field_expression":
             field = callee_node.child_by_field_name("field")
             if field is None:
                 return None
-            short = _strip_templates(field.text.decode("utf-8", "replace"))
-            if short in _SKIPPED_METHODS:
+            # Remembered by the method's spelling alone: the receiver's varies far more.
+            known = self._members.get(field.text, False)
+            if known is False:
+                known = self._members[field.text] = self._member(field.text)
+            if known is None:
                 return None
-            callee = "." + short
-            member = True
             receiver = _constructed_type(callee_node.child_by_field_name("argument"))
             if receiver is not None:
                 # `DimMask().flip()`: a method of a temporary of a class, never a Tensor's operator
-                callee = f"{receiver}::{short}"
-                return callee, short, "direct", None, None
+                return f"{receiver}::{known[1]}", known[1], "direct", None, None
+            return known if known[1] else None
         elif t in ("identifier", "qualified_identifier", "template_function", "scoped_identifier", "template_type"):
-            callee = _strip_templates(callee_node.text.decode("utf-8", "replace"))
+            callee = _strip_templates(text.decode("utf-8", "replace"))
             short = callee.rsplit("::", 1)[-1]
-            member = False
         else:
             return None  # calls of lambdas, of call results, of parenthesised expressions
         if not short or callee in _SKIPPED_FUNCTIONS or (callee.startswith("std::") and vendors.of_call(callee) is None):
             return None
-        kind, lib, op = classify_call(callee, member, self.ops)
-        if kind == "direct" and not member and not any(c.islower() for c in short):
+        kind, lib, op = classify_call(callee, False, self.ops)
+        if kind == "direct" and not any(c.islower() for c in short):
             return None  # a macro (Note [calls kept])
         return callee, short, kind, lib, op
 
     def _registration(self, path, cap, def_index, lib, pp, registrations, stubs) -> None:
-        if "library.call" in cap:
-            site = cap["library.call"][0]
+        if "library.method" in cap:
+            site = cap["site"][0]
             method = cap["library.method"][0].text.decode()
             args = site.child_by_field_name("arguments").named_children
             m = _STRING.search(args[0].text.decode("utf-8", "replace"))
@@ -996,6 +1073,42 @@ class Extractor:
             registrations.append(Registration(def_index, "register_dispatch", stub, kernel, device, capability, line, pp))
 
 
+# Note [registrations among calls]
+# Registrations are calls: of a macro (`REGISTER_DISPATCH(add_stub, &add_kernel)`,
+# `DECLARE_DISPATCH`, `AT_DISPATCH_FLOATING_TYPES(...)`) or of a library's
+# `m.impl(...)` / `m.def(...)` in a TORCH_LIBRARY block. They are picked from
+# the calls the query finds, by the callee's spelling (remembered with its
+# call kind), not by patterns of their own: a `#match?` predicate is checked
+# by calling back into Python for every candidate call, which cost more than
+# reading the few hundred registrations of a tree.
+_REGISTRATION_MACRO = re.compile(r"DECLARE_DISPATCH|DEFINE_DISPATCH|(ALSO_)?REGISTER_[A-Z0-9_]*DISPATCH|AT_DISPATCH_[A-Z0-9_]+")
+_LIBRARY_METHODS = frozenset((b"impl", b"def"))
+
+
+def _registers(callee, t: str, text: bytes) -> str | None:
+    """"macro" when a call of `callee` (a function node of type `t` and text
+    `text`) may be a registration macro's, "library" when it may be
+    `m.impl`/`m.def`, else None."""
+    if t == "identifier" and text[:1] in b"ADR":  # DECLARE_, DEFINE_, REGISTER_, ALSO_, AT_DISPATCH_
+        return "macro" if _REGISTRATION_MACRO.fullmatch(text.decode("utf-8", "replace")) else None
+    if t == "field_expression" and text.endswith((b"impl", b"def")):
+        argument = callee.child_by_field_name("argument")
+        field = callee.child_by_field_name("field")
+        if argument is not None and argument.type == "identifier" and field is not None and field.type == "field_identifier" and field.text in _LIBRARY_METHODS:
+            return "library"
+    return None
+
+
+def _registration_site(registers: str, call, callee) -> dict | None:
+    """The captures `Extractor._registration` reads, for a call that may register."""
+    arguments = call.child_by_field_name("arguments")
+    if registers == "macro":
+        return {"site": [call], "macro": [callee], "arguments": [arguments]}
+    if arguments.named_child_count == 0:  # `m.impl()` names no operator
+        return None
+    return {"site": [call], "library.method": [callee.child_by_field_name("field")]}
+
+
 # A stub registration written at the start of a line, as every file writes them.
 _REGISTER_LINE = re.compile(rb"^[ \t]*((?:ALSO_)?REGISTER_[A-Z0-9_]*DISPATCH)[ \t]*\(([^()]*(?:\([^()]*\)[^()]*)*)\)", re.M)
 
@@ -1005,7 +1118,7 @@ def _lost_registrations(captured, original: bytes) -> list[tuple[int, int, tuple
     swallowed (FlashAttentionKernel.cpp's `ALSO_REGISTER_AVX512_DISPATCH`
     after `} // anonymous namespace` parses as part of a broken expression),
     read from the text: sweep points (byte, 1, ("lost", (macro, args, line), None))."""
-    seen = {cap["site"][0].start_byte for cap in captured if "site" in cap}
+    seen = {cap["site"][0].start_byte for cap in captured if "macro" in cap}
     lost = []
     for m in _REGISTER_LINE.finditer(original):
         if m.start(1) in seen or original[max(0, m.start() - 3) : m.start()].rstrip(b"\r\n").endswith(b"\\"):
@@ -1134,21 +1247,21 @@ def _condition_label(kind: str, node) -> str:
     return f"if {text}" if kind == "if" else f"else of if {text}"
 
 
-def _preproc_of(stack, at: int) -> str | None:
-    conds = [r[3] for r in stack if r[2] == "pp" and r[1] > at]
+def _preproc_of(live) -> str | None:
+    """The preprocessor conditions of the regions around a point, joined."""
+    conds = [r[3] for r in live if r[2] == "pp"]
     return " && ".join(conds) if conds else None
 
 
-def _context_of(stack, at: int) -> tuple[int, tuple | None, tuple | None, str | None]:
-    """(innermost definition, innermost case/if inside it, TORCH_LIBRARY block,
-    the named lambda whose body holds `at` with no case/if between them)."""
+def _context_of(live) -> tuple[int, tuple | None, tuple | None, str | None]:
+    """Of the regions around a point, outer to inner: (innermost definition,
+    innermost case/if inside it, TORCH_LIBRARY block, the named lambda whose
+    body holds the point with no case/if between them)."""
     cond = None
     def_index = -1
     lib = None
     lam = None
-    for _, end, tag, payload in reversed(stack):
-        if end <= at:
-            continue
+    for _, _, tag, payload in reversed(live):
         if tag == "cond" and cond is None and def_index == -1:
             cond = payload
         elif tag == "lambda" and cond is None and lam is None and def_index == -1:
@@ -1176,16 +1289,26 @@ def _lambda_conditions(calls: list[Call], in_lambdas: list[tuple[int, int, str]]
 
 
 def _sweep(regions, points):
-    """(start, kind, payload, enclosing regions outer..inner) for each point in
-    byte order (Note [regions]). The stack is shared and may hold regions that
-    ended before the point (preprocessor regions can cross syntax regions):
-    readers skip those whose end is at or before the point."""
+    """(start, kind, payload, live) for each point in byte order, `live` the
+    regions around the point, outer to inner (Note [regions]): the same list
+    object as for the previous point when they are the same regions, so a
+    reader works out what they say once for a run of points.
+
+    The stack may hold regions that ended before the point (preprocessor
+    regions can cross syntax regions, and only the top is popped): those are
+    left out of `live`. Nothing changes before `boundary`, the next start of
+    a region or the first end of a live one."""
     regions.sort(key=_region_order)
-    points.sort(key=_point_order)
+    points.sort(key=_POINT_ORDER)
     stack: list = []
+    live: list = []
+    boundary = -1
     ri = 0
     n = len(regions)
     for start, kind, payload in points:
+        if start < boundary:
+            yield start, kind, payload, live
+            continue
         while ri < n and regions[ri][0] <= start:
             r = regions[ri]
             ri += 1
@@ -1195,15 +1318,23 @@ def _sweep(regions, points):
                 stack.append(r)
         while stack and stack[-1][1] <= start:
             stack.pop()
-        yield start, kind, payload, stack
+        fresh = [r for r in stack if r[1] > start]
+        if fresh != live:
+            live = fresh
+        boundary = min([r[1] for r in live], default=_NEVER)
+        if ri < n and regions[ri][0] < boundary:
+            boundary = regions[ri][0]
+        yield start, kind, payload, live
+
+
+_NEVER = float("inf")
 
 
 def _region_order(r):
     return (r[0], -r[1])
 
 
-def _point_order(p):
-    return (p[0], p[1])
+_POINT_ORDER = operator.itemgetter(0, 1)
 
 
 @functools.lru_cache(maxsize=4)

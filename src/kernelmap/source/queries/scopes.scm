@@ -11,10 +11,10 @@
 
 (case_statement) @case
 
+; (The else branch is read in Python: an optional capture here cost more.)
 (if_statement
   condition: (condition_clause) @if.condition
-  consequence: (_) @if.then
-  alternative: (else_clause)? @if.else)
+  consequence: (_) @if.then) @if
 
 (declaration
   declarator: (init_declarator

@@ -213,3 +213,12 @@ def test_cudnn_rnn_keeps_its_namespaces_past_directives_in_lists(real_index, rea
     everything = real_index.definitions_in(path)
     assert len(everything) > 50
     assert [d.name for d in everything if not d.name.startswith("at::")] == []
+
+
+def test_search_ignores_case_and_reads_wildcards_as_text(real_index):
+    names = real_index.search("CUDNN_Convolution")
+    assert "at::native::cudnn_convolution" in names
+    assert all("cudnn_convolution" in n.lower() for n in names)
+    assert [len(n) for n in names] == sorted(len(n) for n in names)  # shortest first
+    assert real_index.search("%%%") == real_index.search("_%_") == []
+    assert all("add_out" in n.lower() for n in real_index.search("add_out"))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import itertools
 import multiprocessing
 import os
 import shutil
@@ -180,11 +181,18 @@ def read_source(root: Path, path: str, real_root: str | None = None) -> bytes | 
         os.close(fd)
 
 
-def _extract_one_plain(path: str) -> FileFacts:
-    """`_extract_one` with its facts as plain tuples: a named tuple is
-    unpickled by a Python call, and the main process unpickles every fact."""
-    facts = _extract_one(path)
-    return facts._replace(**{f: tuple(map(tuple, getattr(facts, f))) for f in ("definitions", "calls", "registrations", "stubs")})
+_FACT_LISTS = ("definitions", "calls", "registrations", "stubs")
+
+
+def _columns(facts: FileFacts) -> FileFacts:
+    """`facts` with each list of facts turned into columns, a tuple per field
+    (none for an empty list): cheaper to send between processes than a tuple
+    per fact, and what the writer maps to rows without a Python loop."""
+    return facts._replace(**{f: tuple(zip(*getattr(facts, f))) for f in _FACT_LISTS})
+
+
+def _extract_one_columns(path: str) -> FileFacts:
+    return _columns(_extract_one(path))
 
 
 def _extract_one(path: str) -> FileFacts:
@@ -200,13 +208,13 @@ def _extract_all(tree: Tree, ops: OperatorNames, paths: list[str], jobs: int, si
     if jobs <= 1 or len(paths) < _INLINE_BELOW:
         _init_worker(str(tree.root), ops)
         for p in paths:
-            yield _extract_one(p)
+            yield _columns(_extract_one(p))
         return
     ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
     # Large files first so one slow file does not finish last on its own.
     ordered = sorted(paths, key=lambda p: -sizes.get(p, 0))
     with ctx.Pool(jobs, initializer=_init_pool_worker, initargs=(str(tree.root), ops)) as pool:
-        yield from pool.imap_unordered(_extract_one_plain, ordered, chunksize=8)
+        yield from pool.imap_unordered(_extract_one_columns, ordered, chunksize=8)
 
 
 # ---------------------------------------------------------------------------
@@ -216,108 +224,75 @@ def _extract_all(tree: Tree, ops: OperatorNames, paths: list[str], jobs: int, si
 
 class _Writer:
     """Inserts facts. Ids of strings and symbols are assigned here and rows
-    go in by `executemany`, one batch per file: per-row statements would cost
-    more than parsing."""
+    go in by `executemany`, one batch per file, each row zipped from the
+    file's columns (`_columns`) with its strings mapped to ids: per-row
+    statements, or a Python loop per row, would cost more than parsing."""
 
     def __init__(self, db: sqlite3.Connection, fresh: bool):
         self.db = db
         self.fresh = fresh
         self.ids: dict[str, int] = {}
-        self.named: set[int] = set()
-        self.callees: dict[str, tuple[int, int]] = {}  # callee -> (callee id, short name id)
-        self.new_strings: list[tuple[int, str]] = []
-        self.new_names: list[tuple[int, str]] = []
         self.next_string = (db.execute("SELECT max(id) FROM strings").fetchone()[0] or 0) + 1
         self.next_symbol = (db.execute("SELECT max(id) FROM symbols").fetchone()[0] or 0) + 1
 
-    def intern(self, text: str | None) -> int | None:
-        if text is None:
-            return None
-        i = self.ids.get(text)
-        if i is not None:
-            return i
-        row = None if self.fresh else self.db.execute("SELECT id FROM strings WHERE text = ?", (text,)).fetchone()
-        if row is None:
-            i = self.next_string
-            self.next_string += 1
-            self.new_strings.append((i, text))
-        else:
-            i = row[0]
-        self.ids[text] = i
-        return i
-
-    def name(self, text: str) -> int:
-        """Intern a definition's lookup name and make it searchable."""
-        i = self.intern(text)
-        if i not in self.named:
-            self.named.add(i)
-            if self.fresh or i >= self.next_string - len(self.new_strings) or (
-                self.db.execute("SELECT named FROM strings WHERE id = ?", (i,)).fetchone()[0] == 0
-            ):
-                self.new_names.append((i, text))
-        return i
-
-    def flush(self) -> None:
-        if self.new_strings:
-            self.db.executemany("INSERT INTO strings(id, text) VALUES (?, ?)", self.new_strings)
-            self.new_strings = []
-        if self.new_names:
-            self.db.executemany("INSERT INTO names(rowid, text) VALUES (?, ?)", self.new_names)
-            self.db.executemany("UPDATE strings SET named = 1 WHERE id = ?", [(i,) for i, _ in self.new_names])
-            self.new_names = []
+    def intern_all(self, texts: set[str | None]) -> None:
+        """Give every text of `texts` an id: the one it has, or a new one."""
+        texts = texts.difference(self.ids)  # by lookups in the dict: never a walk over it
+        texts.discard(None)
+        new = []
+        for text in texts:
+            row = None if self.fresh else self.db.execute("SELECT id FROM strings WHERE text = ?", (text,)).fetchone()
+            if row is None:
+                new.append((self.next_string, text))
+                self.ids[text] = self.next_string
+                self.next_string += 1
+            else:
+                self.ids[text] = row[0]
+        if new:
+            self.db.executemany("INSERT INTO strings(id, text) VALUES (?, ?)", new)
 
     def add(self, facts: FileFacts, mtime_ns: int) -> int:
-        """Insert one file's facts; returns its file id."""
+        """Insert one file's facts (as `_columns`); returns its file id."""
         db = self.db
-
-        def s(text, _get=self.ids.get, _intern=self.intern):  # the common case inline
-            if text is None:
-                return None
-            i = _get(text)
-            return i if i is not None else _intern(text)
-
+        # extract.Definition, Call, Registration, StubDecl, a column each
+        names, lookups, shorts, kinds, lines, end_lines, conditions, ops = facts.definitions or ((),) * 8
+        c_defs, callees, c_shorts, c_kinds, libraries, c_ops, c_lines, c_conds, c_pps = facts.calls or ((),) * 9
+        r_defs, r_kinds, r_names, targets, keys, details, r_lines, r_pps = facts.registrations or ((),) * 8
+        s_kinds, s_names, s_details, s_lines, s_pps = facts.stubs or ((),) * 5
+        self.intern_all(set().union(names, lookups, shorts, conditions, ops, callees, c_shorts, libraries, c_ops, c_conds, c_pps,
+                                    r_names, targets, keys, details, r_pps, s_names, s_details, s_pps))
+        string = self.ids.get  # None stays None
         file_id = db.execute(
             "INSERT INTO files(path, sha1, size, mtime_ns, errors, skipped) VALUES (?, ?, ?, ?, ?, ?)",
             (facts.path, facts.sha1, facts.size, mtime_ns, facts.errors, facts.skipped),
         ).lastrowid
         first = self.next_symbol
-        self.next_symbol += len(facts.definitions)
+        self.next_symbol += len(names)
         symbol_ids = range(first, self.next_symbol)
+        symbol_of = [*symbol_ids, None].__getitem__  # a definition's index; -1 (file scope) is None
+        file_ids = itertools.repeat(file_id)
         db.executemany(
             "INSERT INTO symbols(id, file_id, name_id, lookup_id, short_id, kind, line, end_line, cond_id, op_id)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (sid, file_id, s(name), self.name(lookup), s(short), kind, line, end_line, s(condition), s(op))
-                for sid, (name, lookup, short, kind, line, end_line, condition, op) in zip(symbol_ids, facts.definitions)
-            ],
+            zip(symbol_ids, file_ids, map(string, names), map(string, lookups), map(string, shorts), kinds, lines, end_lines,
+                map(string, conditions), map(string, ops)),
         )
-        callees = self.callees
-        rows = []
-        for definition, callee, short, kind, library, op, line, condition, preproc in facts.calls:  # extract.Call
-            pair = callees.get(callee)
-            if pair is None:
-                pair = callees[callee] = (s(callee), s(short))
-            rows.append((symbol_ids[definition] if definition >= 0 else None, file_id, pair[0], pair[1],
-                         CALL_KIND_CODE[kind], s(library), s(op), line, s(condition), s(preproc)))
         db.executemany(
             "INSERT INTO calls(symbol_id, file_id, callee_id, short_id, kind, lib_id, op_id, line, cond_id, pp_id)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            rows,
+            zip(map(symbol_of, c_defs), file_ids, map(string, callees), map(string, c_shorts), map(CALL_KIND_CODE.__getitem__, c_kinds),
+                map(string, libraries), map(string, c_ops), c_lines, map(string, c_conds), map(string, c_pps)),
         )
         db.executemany(
             "INSERT INTO registrations(file_id, symbol_id, kind, name_id, target_id, key_id, detail_id, line, pp_id)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (file_id, symbol_ids[definition] if definition >= 0 else None, kind, s(name), s(target),
-                 s(key), s(detail), line, s(preproc))
-                for definition, kind, name, target, key, detail, line, preproc in facts.registrations  # extract.Registration
-            ],
+            zip(file_ids, map(symbol_of, r_defs), r_kinds, map(string, r_names), map(string, targets), map(string, keys),
+                map(string, details), r_lines, map(string, r_pps)),
         )
         db.executemany(
             "INSERT INTO stubs(file_id, kind, name_id, detail_id, line, pp_id) VALUES (?, ?, ?, ?, ?, ?)",
-            [(file_id, kind, s(name), s(detail), line, s(preproc)) for kind, name, detail, line, preproc in facts.stubs],  # extract.StubDecl
+            zip(file_ids, s_kinds, map(string, s_names), map(string, s_details), s_lines, map(string, s_pps)),
         )
-        self.flush()
         return file_id
 
 

@@ -124,8 +124,8 @@ class FileInfo:
     skipped: str | None
 
 
-# Longer names are no C++ name anyone wrote; refusing them keeps the trigram
-# search for suggestions cheap.
+# Longer names are no C++ name anyone wrote; refusing them keeps the search
+# for suggestions cheap.
 MAX_NAME = 1024
 
 _MACRO_NAME = re.compile(r"(TORCH_IMPL_FUNC|TORCH_META_FUNC2?|TORCH_PRECOMPUTE_META_FUNC2?)\(\s*(\w+)\s*(?:,\s*(\w+)\s*)?\)")
@@ -318,11 +318,13 @@ class Index:
         text = text.strip()
         if len(text) < 3:
             raise SourceError("search for at least three characters")
-        quoted = '"' + text.replace('"', '""') + '"'
+        # A scan of every string (about 15 ms for PyTorch's 100,000): a search
+        # only suggests names when one was not found, and a trigram index of
+        # the names cost a twentieth of the build.
         rows = self._db.execute(
-            "SELECT s.text FROM names JOIN strings s ON s.id = names.rowid WHERE names MATCH ?"
+            "SELECT s.text FROM strings s WHERE instr(lower(s.text), lower(?)) > 0"
             " AND EXISTS (SELECT 1 FROM symbols WHERE lookup_id = s.id) ORDER BY length(s.text) LIMIT ?",
-            (quoted, limit),
+            (text, limit),
         ).fetchall()
         return [r[0] for r in rows]
 

@@ -1,8 +1,7 @@
 """The SQLite schema of a source tree's index, in one place, with its version.
 
 Repeated strings (names, callees, conditions, paths' parts of facts) are
-interned in `strings` and referred to by id; `names` is a trigram FTS5 index
-over the lookup names of definitions. Call kinds are small integers
+interned in `strings` and referred to by id. Call kinds are small integers
 (`CALL_KINDS`) because calls are the bulk of the database.
 """
 
@@ -11,7 +10,7 @@ from __future__ import annotations
 import functools
 import re
 
-SCHEMA_VERSION = 5  # 2: masked attributes, qualified stub registrations, calls on temporaries; 3: a definition's line is its name's; 4: launches written in function-local #define macros, lost REGISTER_DISPATCH lines, cudaMemcpy* as CUDA runtime calls; 5: calls in named lambdas take their first call's condition, memcpy/memmove as C library calls, directives inside lists and between function heads masked
+SCHEMA_VERSION = 6  # 2: masked attributes, qualified stub registrations, calls on temporaries; 3: a definition's line is its name's; 4: launches written in function-local #define macros, lost REGISTER_DISPATCH lines, cudaMemcpy* as CUDA runtime calls; 5: calls in named lambdas take their first call's condition, memcpy/memmove as C library calls, directives inside lists and between function heads masked; 6: no FTS5 table of names (a search scans them), strings' unique index made after the bulk insert
 
 # Call kinds as stored; their order is part of the schema.
 CALL_KINDS = ("direct", "dispatcher", "stub", "launch", "vendor")
@@ -21,8 +20,7 @@ SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE strings (
     id INTEGER PRIMARY KEY,
-    text TEXT NOT NULL UNIQUE,
-    named INTEGER NOT NULL DEFAULT 0      -- 1 once the text is in `names`
+    text TEXT NOT NULL                    -- unique: strings_text
 );
 CREATE TABLE files (
     id INTEGER PRIMARY KEY,
@@ -76,7 +74,6 @@ CREATE TABLE stubs (
     line INTEGER NOT NULL,
     pp_id INTEGER
 );
-CREATE VIRTUAL TABLE names USING fts5(text, content='', tokenize='trigram');
 """
 
 # Every table the schema creates; a database lacking one is damaged.
@@ -108,6 +105,7 @@ def expected_table_definitions() -> list[tuple[str, str]]:
 
 # Created after the bulk insert of a full build (cheaper than maintaining them row by row).
 INDEXES = """
+CREATE UNIQUE INDEX strings_text ON strings(text);
 CREATE INDEX symbols_lookup ON symbols(lookup_id);
 CREATE INDEX symbols_short ON symbols(short_id);
 CREATE INDEX symbols_file ON symbols(file_id);

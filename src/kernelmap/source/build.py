@@ -173,8 +173,14 @@ def read_source(root: Path, path: str, real_root: str | None = None) -> bytes | 
             return "not a regular file"
         if st.st_size > extract.MAX_FILE_BYTES:
             return f"larger than {extract.MAX_FILE_BYTES // 2**20} MB"
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read(extract.MAX_FILE_BYTES + 1)
+        # os.read of the size fstat gives, and then to the end: a buffered
+        # read of the size limit allocated 4 MB for every file.
+        parts = [os.read(fd, st.st_size + 1)]
+        total = len(parts[0])
+        while parts[-1] and total <= extract.MAX_FILE_BYTES:  # a short read, or a file that grew
+            parts.append(os.read(fd, extract.MAX_FILE_BYTES + 1 - total))
+            total += len(parts[-1])
+        return parts[0] if len(parts) == 2 and not parts[1] else b"".join(parts)
     except OSError as e:
         return f"unreadable ({e.strerror or e})"
     finally:
@@ -211,10 +217,12 @@ def _extract_all(tree: Tree, ops: OperatorNames, paths: list[str], jobs: int, si
             yield _columns(_extract_one(p))
         return
     ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-    # Large files first so one slow file does not finish last on its own.
+    # Large files first so one slow file does not finish last on its own; in
+    # chunks of 64 files, as each message to and from a worker costs the main
+    # process (the last chunks, of the smallest files, take milliseconds).
     ordered = sorted(paths, key=lambda p: -sizes.get(p, 0))
     with ctx.Pool(jobs, initializer=_init_pool_worker, initargs=(str(tree.root), ops)) as pool:
-        yield from pool.imap_unordered(_extract_one_columns, ordered, chunksize=8)
+        yield from pool.imap_unordered(_extract_one_columns, ordered, chunksize=64)
 
 
 # ---------------------------------------------------------------------------
@@ -261,7 +269,15 @@ class _Writer:
         s_kinds, s_names, s_details, s_lines, s_pps = facts.stubs or ((),) * 5
         self.intern_all(set().union(names, lookups, shorts, conditions, ops, callees, c_shorts, libraries, c_ops, c_conds, c_pps,
                                     r_names, targets, keys, details, r_pps, s_names, s_details, s_pps))
-        string = self.ids.get  # None stays None
+        string = self.ids.get
+        zeros = itertools.repeat(0)
+
+        def nullable(column):
+            """Ids of a column that may be None, None as 0: the statement turns 0
+            back into NULL (NULLIF), as binding None costs the sqlite3 module
+            a failed adapter lookup, more than the rest of a row."""
+            return map(string, column, zeros)
+
         file_id = db.execute(
             "INSERT INTO files(path, sha1, size, mtime_ns, errors, skipped) VALUES (?, ?, ?, ?, ?, ?)",
             (facts.path, facts.sha1, facts.size, mtime_ns, facts.errors, facts.skipped),
@@ -269,29 +285,29 @@ class _Writer:
         first = self.next_symbol
         self.next_symbol += len(names)
         symbol_ids = range(first, self.next_symbol)
-        symbol_of = [*symbol_ids, None].__getitem__  # a definition's index; -1 (file scope) is None
+        symbol_of = [*symbol_ids, 0].__getitem__  # a definition's index; -1 (file scope) is 0, so NULL
         file_ids = itertools.repeat(file_id)
         db.executemany(
             "INSERT INTO symbols(id, file_id, name_id, lookup_id, short_id, kind, line, end_line, cond_id, op_id)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, 0), NULLIF(?, 0))",
             zip(symbol_ids, file_ids, map(string, names), map(string, lookups), map(string, shorts), kinds, lines, end_lines,
-                map(string, conditions), map(string, ops)),
+                nullable(conditions), nullable(ops)),
         )
         db.executemany(
             "INSERT INTO calls(symbol_id, file_id, callee_id, short_id, kind, lib_id, op_id, line, cond_id, pp_id)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " VALUES (NULLIF(?, 0), ?, ?, ?, ?, NULLIF(?, 0), NULLIF(?, 0), ?, NULLIF(?, 0), NULLIF(?, 0))",
             zip(map(symbol_of, c_defs), file_ids, map(string, callees), map(string, c_shorts), map(CALL_KIND_CODE.__getitem__, c_kinds),
-                map(string, libraries), map(string, c_ops), c_lines, map(string, c_conds), map(string, c_pps)),
+                nullable(libraries), nullable(c_ops), c_lines, nullable(c_conds), nullable(c_pps)),
         )
         db.executemany(
             "INSERT INTO registrations(file_id, symbol_id, kind, name_id, target_id, key_id, detail_id, line, pp_id)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            zip(file_ids, map(symbol_of, r_defs), r_kinds, map(string, r_names), map(string, targets), map(string, keys),
-                map(string, details), r_lines, map(string, r_pps)),
+            " VALUES (?, NULLIF(?, 0), ?, ?, NULLIF(?, 0), NULLIF(?, 0), NULLIF(?, 0), ?, NULLIF(?, 0))",
+            zip(file_ids, map(symbol_of, r_defs), r_kinds, map(string, r_names), nullable(targets), nullable(keys),
+                nullable(details), r_lines, nullable(r_pps)),
         )
         db.executemany(
-            "INSERT INTO stubs(file_id, kind, name_id, detail_id, line, pp_id) VALUES (?, ?, ?, ?, ?, ?)",
-            zip(file_ids, s_kinds, map(string, s_names), map(string, s_details), s_lines, map(string, s_pps)),
+            "INSERT INTO stubs(file_id, kind, name_id, detail_id, line, pp_id) VALUES (?, ?, ?, NULLIF(?, 0), ?, NULLIF(?, 0))",
+            zip(file_ids, s_kinds, map(string, s_names), nullable(s_details), s_lines, nullable(s_pps)),
         )
         return file_id
 
@@ -511,19 +527,30 @@ def _apply(db, tree: Tree, plan: _Plan, full: bool, expected: dict[str, str], jo
     if progress:
         progress("parse", 0, total)
     new_ids = []
+    # A full build makes the indexes after the bulk insert (cheaper than row by
+    # row), once nine files in ten are in: the workers are still parsing the
+    # last, smallest files meanwhile, and the few rows left keep them up to date.
+    indexed = not full
     for done, facts in enumerate(_extract_all(tree, ops, plan.to_parse, jobs, plan.sizes), 1):
         new_ids.append(writer.add(facts, plan.mtimes[facts.path]))
         if progress:
             progress("parse", done, total)
-    if full:  # created after the bulk insert: cheaper than row by row
-        for statement in INDEXES.split(";"):
-            if statement.strip():
-                db.execute(statement)
+        if not indexed and done >= total - total // 10:
+            _make_indexes(db)
+            indexed = True
+    if not indexed:
+        _make_indexes(db)
     if plan.to_parse or plan.removed:
         same_stubs = stubs_before is not None and stubs_before == set(db.execute("SELECT DISTINCT name_id FROM stubs"))
         _classify_stub_calls(db, new_ids if same_stubs else None)
     meta = {**expected, "complete": "1", "tree": tree.name, "version": tree.version, "commit": tree.commit or ""}
     db.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", list(meta.items()))
+
+
+def _make_indexes(db) -> None:
+    for statement in INDEXES.split(";"):
+        if statement.strip():
+            db.execute(statement)
 
 
 def _report(db, tree: Tree, path: Path, plan: _Plan, full: bool, reason: str | None, missing: tuple[str, ...]) -> IndexReport:

@@ -73,6 +73,8 @@ MAX_FILE_SECONDS = 10.0
 # parse (Note [bytes-backed tree]): tree-sitter's error recovery keeps a
 # bounded number of stack versions, so a parse is linear in the input, and the
 # most hostile inputs found (`a<a<a<...`) cost about 8 us a byte: 2 s here.
+# Spaces are not counted: the lexer skips them at next to no cost, and masking
+# (Note [data tables]) leaves megabytes of them.
 UNTIMED_PARSE_BYTES = 256 * 1024
 
 
@@ -745,7 +747,7 @@ class Extractor:
         # (UNTIMED_PARSE_BYTES); larger ones from a callback under the deadline,
         # then again from the bytes with the finished tree as old tree (no
         # edits): every subtree is reused, the same tree at a quarter of a parse.
-        if len(data) <= UNTIMED_PARSE_BYTES:
+        if len(data) - data.count(b" ") <= UNTIMED_PARSE_BYTES:
             tree = self.parser.parse(data)
         else:
             tree = self.parser.parse(lambda offset, point: data[offset : offset + 65536], progress_callback=past)

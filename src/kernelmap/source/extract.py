@@ -803,10 +803,10 @@ class Extractor:
                 kind = callee.type
                 known = callees[key] = (self._callee(callee, kind, text), _registers(callee, kind, text))
             if known[0] is not None:  # Note [calls kept]: the rest never reach the sweep
-                call = cap["call"][0]
+                call = callee.parent
                 points.append((call.start_byte, 1, ("call", call, known[0])))
             if known[1] is not None:
-                site = _registration_site(known[1], cap["call"][0], callee)
+                site = _registration_site(known[1], callee.parent, callee)
                 if site is not None:
                     sites.append(site)
         points += [(site["site"][0].start_byte, 1, ("reg", site, None)) for site in sites]

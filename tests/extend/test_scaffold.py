@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -200,6 +201,58 @@ def test_a_new_project_folder_has_the_usual_mode(kernelmap_cli, tmp_path):
     out = tmp_path / "p"
     assert kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(out)).returncode == 0
     assert out.stat().st_mode & 0o777 == (out / "csrc").stat().st_mode & 0o777
+
+
+def test_force_under_another_name_keeps_edited_files_and_removes_emptied_folders(kernelmap_cli, tmp_path):
+    """Note [scaffold writes only its own files]: a previous scaffold's file is
+    removed only if it holds what that scaffold wrote (the manifest's sha256)."""
+    out = tmp_path / "p"
+    assert kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(out)).returncode == 0
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert all(manifest["sha256"][rel] == hashlib.sha256((out / rel).read_bytes()).hexdigest()
+               for rel in manifest["files"] if rel != MANIFEST)
+    (out / "csrc" / "myrelu.cpp").write_text("// my own kernel now\n")
+    done = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu2", "--out", str(out), "--force")
+    assert done.returncode == 0, done.stderr
+    assert (out / "csrc" / "myrelu.cpp").read_text() == "// my own kernel now\n"  # edited: kept
+    assert not (out / "tests" / "test_myrelu.py").exists()  # unedited: removed
+    assert not (out / "myrelu").exists()  # the old package's folder, emptied, is gone too
+    assert (out / "myrelu2" / "__init__.py").is_file()
+
+
+def test_force_trusts_no_file_added_to_the_manifest_by_hand(kernelmap_cli, tmp_path):
+    out = tmp_path / "p"
+    assert kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(out)).returncode == 0
+    (out / "notes.txt").write_text("mine\n")
+    manifest = json.loads((out / MANIFEST).read_text())
+    manifest["files"].append("notes.txt")  # listed, but scaffold never wrote it
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    done = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu2", "--out", str(out), "--force")
+    assert done.returncode == 0, done.stderr
+    assert (out / "notes.txt").read_text() == "mine\n"  # not removed as a file of the previous scaffold
+    # a file this scaffold writes, listed with no digest: refused, not overwritten
+    (out / "tests" / "conftest.py").write_text("# the user's conftest\n")
+    manifest = json.loads((out / MANIFEST).read_text())
+    del manifest["sha256"]["tests/conftest.py"]
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    before = _contents(out)
+    done = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu2", "--out", str(out), "--force")
+    assert done.returncode == 2 and "not a file of a previous scaffold" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert _contents(out) == before
+
+
+def test_out_that_is_a_symbolic_link_is_refused(kernelmap_cli, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("keep\n")
+    link = tmp_path / "p"
+    link.symlink_to(elsewhere, target_is_directory=True)
+    for extra in ((), ("--force",)):
+        done = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(link), *extra)
+        assert done.returncode == 2 and "symbolic link" in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["keep.txt"]
 
 
 def test_a_manifest_of_another_shape_is_refused(kernelmap_cli, tmp_path):

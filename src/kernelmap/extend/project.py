@@ -10,6 +10,7 @@ Jinja2 writes the files (templates/ beside this module).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import json
 import os
@@ -237,6 +238,8 @@ def scaffold(
     if isinstance(op, str):
         op = _operator(op)
     root = Path(out) if out is not None else Path(name)
+    if root.is_symlink():
+        raise OutputExists(f"{root} is a symbolic link; scaffold does not write through links (choose another --out)")
     try:
         occupied = root.exists() and (not root.is_dir() or any(root.iterdir()))
     except OSError as e:
@@ -248,7 +251,11 @@ def scaffold(
     spec, family, files = render_project(op, name, namespace=namespace, extra=tuple(extra), cuda=cuda, kernel=kernel)
     rels = tuple(sorted(files)) + (MANIFEST,)
     result = Scaffold(root, spec, family, tuple(Path(p) for p in rels), cuda)
-    files[MANIFEST] = json.dumps(result.to_json(), indent=2) + "\n"
+    manifest = result.to_json()
+    # What each file held as written: a later --force removes a file this
+    # scaffold no longer writes only if it still holds that.
+    manifest["sha256"] = {rel: _digest(text.encode()) for rel, text in sorted(files.items())}
+    files[MANIFEST] = json.dumps(manifest, indent=2) + "\n"
     try:
         if not root.exists():
             _write_new(root, files)
@@ -266,10 +273,14 @@ def scaffold(
 # interrupted scaffold leaves nothing at --out); over an existing folder
 # (--force), scaffold replaces only the files its manifest (kernelmap.json)
 # lists from the previous scaffold, refuses any other file in the way, never
-# writes through a symbolic link, and writes every file aside (a new file,
-# never through whatever was left at the aside name) before it renames them
-# into place, the manifest last: a write that fails leaves the folder as it was. A previous scaffold's files that this one no longer
-# writes (another NAME) are removed; nothing else is.
+# writes through a symbolic link (--out itself included), and writes every
+# file aside (a new file, never through whatever was left at the aside name)
+# before it renames them into place, the manifest last: a write that fails
+# leaves the folder as it was. A previous scaffold's file that this one no
+# longer writes (another NAME) is removed only if it still holds what that
+# scaffold wrote (the manifest records each file's sha256): a file the user
+# edited, or one a hand-edited manifest lists, stays; so do folders that still
+# hold anything. Nothing else is removed.
 
 
 def _write_new(root: Path, files: dict[str, str]) -> None:
@@ -282,7 +293,7 @@ def _write_new(root: Path, files: dict[str, str]) -> None:
         for rel, text in files.items():
             path = staging / rel
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+            path.write_text(text, encoding="utf-8")
         os.rename(staging, root)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -298,25 +309,44 @@ def _write_aside(path: Path, text: str) -> Path:
     elif aside.exists():
         raise OutputExists(f"{aside} is in the way of the file scaffold writes beside {path.name}; move it away")
     fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
-    with os.fdopen(fd, "w") as f:
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
     return aside
 
 
-def _previous_files(root: Path) -> set[str]:
-    """The files the previous scaffold into `root` wrote, from its manifest."""
+def _previous_files(root: Path) -> tuple[set[str], dict[str, str] | None]:
+    """The files the previous scaffold into `root` wrote, from its manifest,
+    and the sha256 of each as written (None from a manifest of an older
+    kernelmap, which recorded none)."""
     manifest = root / MANIFEST
     if manifest.is_symlink():
         raise OutputExists(f"{manifest} is a symbolic link; scaffold does not write through links")
     if not manifest.exists():
-        return set()
+        return set(), None
     try:
-        listed = json.loads(manifest.read_text()).get("files")
+        meta = json.loads(manifest.read_text())
+        listed, digests = meta.get("files"), meta.get("sha256")
     except (OSError, ValueError, RecursionError, AttributeError):
-        listed = None
+        listed = digests = None
     if not isinstance(listed, list) or not all(isinstance(f, str) for f in listed):
         raise OutputExists(f"{manifest} is not a manifest written by kernelmap scaffold; move it away or choose another --out")
-    return {f for f in listed if _is_inside(f)}
+    if digests is not None:
+        digests = {k: v for k, v in digests.items() if isinstance(v, str)} if isinstance(digests, dict) else {}
+    return {f for f in listed if _is_inside(f)}, digests
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _remove_empty_folders(root: Path, folder: Path) -> None:
+    """`folder` and the folders above it inside `root`, while they are empty."""
+    while folder != root and root in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (or not ours to remove): the folders above hold it
+            return
+        folder = folder.parent
 
 
 def _is_inside(rel: str) -> bool:
@@ -334,11 +364,12 @@ def _check_no_link(root: Path, rel: str) -> None:
 
 
 def _write_over(root: Path, files: dict[str, str]) -> None:
-    previous = _previous_files(root)
+    previous, digests = _previous_files(root)
     for rel in files:  # every refusal comes before the first write
         _check_no_link(root, rel)
         path = root / rel
-        if path.exists() and rel not in previous:
+        # a file the manifest lists with no digest beside those of the others was added to it by hand
+        if path.exists() and (rel not in previous or (digests is not None and rel != MANIFEST and rel not in digests)):
             kind = "folder" if path.is_dir() else "file"
             raise OutputExists(f"{path} exists and is not a file of a previous scaffold; --force replaces only those "
                                f"(move this {kind} away or choose another --out)")
@@ -368,5 +399,6 @@ def _write_over(root: Path, files: dict[str, str]) -> None:
         os.replace(aside, path)
     for rel in sorted(previous - set(files)):
         stale = root / rel
-        if stale.is_file():
+        if stale.is_file() and digests is not None and digests.get(rel) == _digest(stale.read_bytes()):
             stale.unlink()
+            _remove_empty_folders(root, stale.parent)

@@ -81,9 +81,9 @@ def cli() -> None:
 def _printable(message: str) -> str:
     """An error line names what the user gave (a file name, a tree's version):
     its control characters are shown escaped, never sent to the terminal."""
-    from kernelmap.trace.text import sanitize_line
+    from kernelmap.printable import printable_line
 
-    return sanitize_line(message)
+    return printable_line(message)
 
 
 def main() -> None:

@@ -123,3 +123,25 @@ def test_find_on_the_real_tree(real_index, real_tree):
     assert any(c["kind"] == "dispatcher" and c["condition"] == "case ConvBackend::Cudnn" for c in calls)
     r = run("find", "TORCH_IMPL_FUNC(mul_out)", "--source", real_tree.name)
     assert r.exit_code == 0 and "structured_impl at::native::structured_mul_out::impl" in r.output
+
+
+def test_static_commands_import_no_trace_reader_numpy_or_torch(tree_dir, cache):
+    """Static questions read the index only: the trace reader (msgspec),
+    numpy and torch stay unloaded; so does the trace package, whose
+    printable-text helper moved to kernelmap.printable."""
+    import os
+    import subprocess
+    import sys
+
+    assert run("source", "add", str(tree_dir), "--name", "tiny").exit_code == 0
+    assert run("index", "--source", "tiny").exit_code == 0
+    for args in (["find", "neg_stub", "--source", "tiny"], ["source", "list"]):
+        probe = (
+            "import runpy, sys\n"
+            f"sys.argv = ['kernelmap', *{args!r}]\n"
+            "try:\n    runpy.run_module('kernelmap', run_name='__main__')\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code\n"
+            "print(sorted(m for m in ('torch', 'numpy', 'msgspec', 'kernelmap.trace') if m in sys.modules))\n"
+        )
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env={**os.environ, "KERNELMAP_CACHE_DIR": str(cache)})
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.rstrip().endswith("[]"), (args, out.stdout[-300:])

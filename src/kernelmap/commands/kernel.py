@@ -29,12 +29,12 @@ def kernel(name, source, as_json, width, html):
     """
     from kernelmap.errors import BadInput
     from kernelmap.kernels import open_resolver
-    from kernelmap.trace.text import sanitize
+    from kernelmap.printable import printable
 
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:  # undecodable bytes of argv arrive as lone surrogates
-        raise BadInput(f"not a kernel name (not valid UTF-8): {sanitize(name[:80])!r}") from None
+        raise BadInput(f"not a kernel name (not valid UTF-8): {printable(name[:80])!r}") from None
     resolver, reason = open_resolver(source)
     if reason and source is not None:  # a tree asked for by name must open, as for every command's --source
         from kernelmap.errors import SourceError
@@ -43,4 +43,4 @@ def kernel(name, source, as_json, width, html):
     answer = resolver.resolve(name)
     emit(answer, as_json, width, html)
     if reason and not as_json:
-        click.echo(f"no source locations: {sanitize(reason)}", err=True)
+        click.echo(f"no source locations: {printable(reason)}", err=True)

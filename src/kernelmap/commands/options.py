@@ -155,9 +155,9 @@ def write_html(answer: Any, path: str) -> None:
         if tmp is not None:  # a full disk: nothing half-written is left behind
             Path(tmp).unlink(missing_ok=True)
         raise BadInput(f"cannot write {path}: {e.strerror}") from None
-    from kernelmap.trace.text import sanitize_line
+    from kernelmap.printable import printable_line
 
-    click.echo(f"wrote {sanitize_line(path)}", err=True)
+    click.echo(f"wrote {printable_line(path)}", err=True)
 
 
 def emit(answer: Any, as_json: bool = False, width: int | None = None, html: str | None = None, **options: Any) -> None:

@@ -79,10 +79,10 @@ def render_(document, depth, hide, collapse_branches, prune, min_us, as_json, wi
 
 def _printable(doc):
     """`doc` with every string's control characters escaped (newlines and tabs kept), iteratively."""
-    from kernelmap.trace.text import sanitize
+    from kernelmap.printable import printable
 
     def clean(value):
-        return sanitize(value) if isinstance(value, str) else value
+        return printable(value) if isinstance(value, str) else value
 
     root = [clean(doc)]
     stack = [root[0]] if isinstance(root[0], (dict, list)) else []

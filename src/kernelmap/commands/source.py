@@ -31,9 +31,9 @@ def one_line_warnings() -> None:
 
 def _line(text: str) -> str:
     """`text` for one line of output: control characters (a path's, a file name's) escaped."""
-    from kernelmap.trace.text import sanitize_line
+    from kernelmap.printable import printable_line
 
-    return sanitize_line(text)
+    return printable_line(text)
 
 
 @click.group()

@@ -163,9 +163,9 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
         report = TraceReport(result.tree if tree else None, result.summary() if summary else None)
         emit(report, False, width, max_depth=depth if depth is not None else TEXT_DEPTH, min_us=min_us, top=top)
         if export_chrome:
-            from kernelmap.trace.text import sanitize_line
+            from kernelmap.printable import printable_line
 
-            click.echo(f"wrote {sanitize_line(export_chrome)}")
+            click.echo(f"wrote {printable_line(export_chrome)}")
 
     error = result.error
     if error is not None:

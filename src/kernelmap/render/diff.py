@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelmap.render.text import clean
+from kernelmap.printable import printable
 
 _TITLES = {"yaml": "yaml entry", "kernel": "kernels", "stub": "stubs and registrations", "wrapper": "generated wrappers", "node": "call tree nodes"}
 _MARK = {"added": "+", "removed": "-", "changed": "~", "moved": ">", "renamed": "~", "same": "="}
@@ -42,7 +42,7 @@ def to_text(answer: Any, width: int | None = None, **_: Any) -> str:
             if c.detail:
                 sides += f"  ({c.detail})"
             lines.append(sides)
-    text = "\n".join(clean(line) for line in lines)
+    text = "\n".join(printable(line) for line in lines)
     if width:
         text = "\n".join(_fold(line, width) for line in text.split("\n"))
     return text + "\n"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelmap.render.text import clean
+from kernelmap.printable import printable
 
 
 def to_text(found: Any, **_: Any) -> str:
@@ -26,4 +26,4 @@ def to_text(found: Any, **_: Any) -> str:
         out.append(f"{c.location}  {c.kind.value} call from {caller}: {c.callee}{where}")
     if found.more_references:
         out.append(f"... {found.more_references} more references (--limit)")
-    return "".join(clean(line) + "\n" for line in out)
+    return "".join(printable(line) + "\n" for line in out)

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelmap.trace.text import sanitize as clean
+from kernelmap.printable import printable
 
 
 def kernel_to_text(answer: Any, **_: Any) -> str:
-    return clean(answer.to_text())
+    return printable(answer.to_text())
 
 
 def ranks_to_text(answer: Any, *, width: int | None = None, top: int = 25, **_: Any) -> str:
     columns = width if width is not None else 120
-    return clean(answer.to_text(top=top, width=columns))
+    return printable(answer.to_text(top=top, width=columns))

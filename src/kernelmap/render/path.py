@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelmap.render.text import clean, terminal_width
+from kernelmap.printable import printable
+from kernelmap.render.text import terminal_width
 
 
 def _cut(text: str, width: int) -> str:
@@ -51,4 +52,4 @@ def to_text(answer: Any, width: int | None = None, **_: Any) -> str:
                 kind += f" <{step.attrs['library']}{', closed' if step.attrs.get('closed') else ''}>"
             how = f"via {step.via.value}" if step.via is not None else "start"
             out.append(_cut(f"       {kind}, {how}" + (f" [{step.condition}]" if step.condition else ""), width))
-    return "".join(clean(line) + "\n" for line in out)
+    return "".join(printable(line) + "\n" for line in out)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelmap.render.text import clean
-from kernelmap.trace.text import sanitize_line
+from kernelmap.printable import printable
+from kernelmap.printable import printable_line
 
 
 def to_text(answer: Any, **_: Any) -> str:
@@ -15,5 +15,5 @@ def to_text(answer: Any, **_: Any) -> str:
     lines = []
     for t in answer.trees:
         commit = t.commit[:12] if t.commit else "-"
-        lines.append(f"{t.name}\t{t.version}\t{commit}\t{t.kind}\t{'indexed' if t.indexed else 'not indexed'}\t{sanitize_line(t.root)}")
-    return "".join(clean(line) + "\n" for line in lines)
+        lines.append(f"{t.name}\t{t.version}\t{commit}\t{t.kind}\t{'indexed' if t.indexed else 'not indexed'}\t{printable_line(t.root)}")
+    return "".join(printable(line) + "\n" for line in lines)

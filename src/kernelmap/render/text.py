@@ -1,19 +1,9 @@
-"""What every text renderer shares: making external strings safe for a
-terminal, and the width to write at."""
+"""What every text renderer shares: the width to write at (external strings
+are made safe for a terminal by kernelmap.printable)."""
 
 from __future__ import annotations
 
-import re
 import shutil
-
-# C0 and C1 control characters other than tab, and DEL: an escape sequence in a
-# trace name or a file must not reach the terminal (window titles, clearing).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def clean(text: str) -> str:
-    """`text` with control characters shown as `\\xNN` escapes."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def terminal_width(width: int | None, default: int = 120) -> int:

@@ -15,7 +15,7 @@ import io
 from typing import Any
 
 from kernelmap.model import CallNode, CallTree, NodeKind
-from kernelmap.render.text import clean
+from kernelmap.printable import printable
 
 _KIND_STYLE = {
     "module": "bold cyan",
@@ -89,7 +89,7 @@ def label(node: CallNode, *, sources: bool = True) -> str:
             parts.append(f"@ {a['source_file']}")
         elif node.location is not None and node.kind is not NodeKind.OPERATOR:
             parts.append(f"@ {node.location}")
-    return clean("  ".join(parts))
+    return printable("  ".join(parts))
 
 
 # Static-graph facts worth a word on the line (attr -> what it says).
@@ -169,7 +169,7 @@ def render(
         color = sys.stdout.isatty()
     out: list[str] = []
     if notes:
-        out.extend(clean(f"note: {note}") for note in tree.notes)
+        out.extend(printable(f"note: {note}") for note in tree.notes)
     styled = []
     for prefix, node, text in lines(tree, max_depth=max_depth, min_us=min_us, sources=sources):
         full = _crop(prefix + text, width)

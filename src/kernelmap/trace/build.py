@@ -46,7 +46,7 @@ import numpy as np
 from msgspec import Raw
 
 from kernelmap.model import FACT_NAMES, CallNode, CallTree, Location, NodeKind
-from kernelmap.trace.text import sanitize
+from kernelmap.printable import printable
 
 HOST_CATEGORIES = {"python_function": 0, "user_annotation": 1, "cpu_op": 2, "cuda_runtime": 3, "cuda_driver": 3}
 CONV_OPS = frozenset({"aten::_convolution", "aten::convolution_backward"})  # what select_conv_backend decides (Note [conv backend] in resolve)
@@ -542,7 +542,7 @@ def _collect_rows(c: Collected, xs: list, xi: list[int], base: int, python_origi
         what = ("name is not a string" if type(name) is not str else "ts is missing" if t is None
                 else f"ts {t} is not a finite number" if not (-_FINITE < t < _FINITE)
                 else f"negative duration {d}" if d < 0 else f"duration {d} is not a finite number")
-        raise ValueError(f"event #{base + xi[first_bad]} ({sanitize(str(name if name is not None else '?')[:80])!r}) lacks a usable name/ts/dur: {what}")
+        raise ValueError(f"event #{base + xi[first_bad]} ({printable(str(name if name is not None else '?')[:80])!r}) lacks a usable name/ts/dur: {what}")
     rows = {
         "label": np.array(label, dtype=np.int32),
         "cat": np.array(list(map(CAT.__getitem__, cats)), dtype=np.int8),
@@ -653,7 +653,7 @@ def _loose(raw: dict, index: int):
         try:
             name, ts, dur = _checked(raw)
         except (KeyError, TypeError, ValueError, OverflowError) as err:
-            raise ValueError(f"event #{index} ({sanitize(str(raw.get('name', '?'))[:80])!r}) lacks a usable name/ts/dur: {err}") from None
+            raise ValueError(f"event #{index} ({printable(str(raw.get('name', '?'))[:80])!r}) lacks a usable name/ts/dur: {err}") from None
         a = raw.get("args") or {}
         kept = [(ARG_FIELDS[attr], attr) for _, attr in _KEPT_ARGS[cat]] + (list(_CONV_ARGS) if name in CONV_OPS else [])
         args = Args(**{attr: a[key] for key, attr in kept if key in a})

@@ -274,8 +274,9 @@ class _Writer:
 
         def nullable(column):
             """Ids of a column that may be None, None as 0: the statement turns 0
-            back into NULL (NULLIF), as binding None costs the sqlite3 module
-            a failed adapter lookup, more than the rest of a row."""
+            back into NULL (NULLIF). None is not among the types the sqlite3
+            module binds directly: each goes through its adapter lookup, which
+            costs more than the rest of a row."""
             return map(string, column, zeros)
 
         file_id = db.execute(

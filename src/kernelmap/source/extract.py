@@ -419,8 +419,8 @@ def mask_attributes(data: bytes) -> bytes:
         data = _DATA_TABLE.sub(_blank_table, data)
     original = data
     # Each test of a text for a word reads the whole file, and most files hold
-    # few of the words: a test is made once, and on the original, where a
-    # pass's blanking cannot add a word a later pass needs.
+    # few of the words: the tests that several passes share are made once,
+    # before them (blanking never adds a word a later pass needs).
     directives = b"#" in data
     alternatives = directives and b"else" in data
     for prefix, pattern in _ATTRIBUTE_GROUPS:
@@ -590,7 +590,6 @@ _TRIPLE_CHEVRON = re.compile(rb"([A-Za-z_][\w:]*)[\s\\]*(?:<[^;{}<>]*(?:<[^;{}<>
 
 
 _LAUNCH_OPEN = re.compile(rb"<<<")
-_LAUNCH_WINDOW_END = re.compile(rb"[;{}]")
 
 
 def _launches(body: bytes) -> list[re.Match]:
@@ -806,10 +805,8 @@ class Extractor:
                 call = callee.parent
                 points.append((call.start_byte, 1, ("call", call, known[0])))
             if known[1] is not None:
-                site = _registration_site(known[1], callee.parent, callee)
-                if site is not None:
-                    sites.append(site)
-        points += [(site["site"][0].start_byte, 1, ("reg", site, None)) for site in sites]
+                sites.append((known[1], callee.parent, callee))
+        points += [(call.start_byte, 1, ("reg", (registers, call, callee), None)) for registers, call, callee in sites]
         if error_nodes and b"DISPATCH" in original:
             points.extend(_lost_registrations(sites, original))
 
@@ -836,7 +833,7 @@ class Extractor:
                 i, node, info = payload
                 definitions[i] = self._definition(node, info, live, pp, original, data, kernels)
                 continue
-            what, item, known = payload  # item: the call node, the captures of a registration, or a lost one's (macro, args, line)
+            what, item, known = payload  # item: the call node, a registration's (kind, call, callee), or a lost one's (macro, args, line)
             if what == "call":
                 if lam is not None:
                     in_lambdas.append((len(calls), def_index, lam))
@@ -1024,12 +1021,16 @@ class Extractor:
             return None  # a macro (Note [calls kept])
         return callee, short, kind, lib, op
 
-    def _registration(self, path, cap, def_index, lib, pp, registrations, stubs) -> None:
-        if "library.method" in cap:
-            site = cap["site"][0]
-            method = cap["library.method"][0].text.decode()
-            args = site.child_by_field_name("arguments").named_children
-            m = _STRING.search(args[0].text.decode("utf-8", "replace"))
+    def _registration(self, path, found, def_index, lib, pp, registrations, stubs) -> None:
+        """Facts of a call that may register: `found` is (what `_registers`
+        said of its callee, the call, the callee)."""
+        registers, site, callee = found
+        arguments = site.child_by_field_name("arguments").named_children
+        if registers == "library":
+            method = callee.child_by_field_name("field").text.decode()
+            if not arguments:  # `m.impl()` names no operator
+                return
+            m = _STRING.search(arguments[0].text.decode("utf-8", "replace"))
             if m is None:
                 return
             op = m.group(1)
@@ -1039,14 +1040,13 @@ class Extractor:
             if "::" in op:
                 ns, op = op.split("::", 1)
             target = None
-            if len(args) > 1 and args[1].type != "initializer_list":  # m.def(schema, {tags}) names no kernel
-                target = _kernel_name(args[1].text.decode("utf-8", "replace"))
+            if len(arguments) > 1 and arguments[1].type != "initializer_list":  # m.def(schema, {tags}) names no kernel
+                target = _kernel_name(arguments[1].text.decode("utf-8", "replace"))
             kind = "library_def" if method == "def" else "library_impl"
             registrations.append(Registration(def_index, kind, op, target, key, ns, site.start_point[0] + 1, pp))
             return
-        site = cap["site"][0]
-        macro = cap["macro"][0].text.decode()
-        args = [_SPACE.sub("", a.text.decode("utf-8", "replace")) for a in cap["arguments"][0].named_children]
+        macro = callee.text.decode()
+        args = [_SPACE.sub("", a.text.decode("utf-8", "replace")) for a in arguments]
         line = site.start_point[0] + 1
         if macro == "DECLARE_DISPATCH":
             if args:
@@ -1057,7 +1057,7 @@ class Extractor:
         elif macro.startswith("AT_DISPATCH_"):
             name = None
             groups = [macro]
-            for a in cap["arguments"][0].named_children:
+            for a in arguments:
                 text = a.text.decode("utf-8", "replace")
                 if a.type == "string_literal" and name is None:
                     m = _STRING.search(text)
@@ -1101,26 +1101,16 @@ def _registers(callee, t: str, text: bytes) -> str | None:
     return None
 
 
-def _registration_site(registers: str, call, callee) -> dict | None:
-    """The captures `Extractor._registration` reads, for a call that may register."""
-    arguments = call.child_by_field_name("arguments")
-    if registers == "macro":
-        return {"site": [call], "macro": [callee], "arguments": [arguments]}
-    if arguments.named_child_count == 0:  # `m.impl()` names no operator
-        return None
-    return {"site": [call], "library.method": [callee.child_by_field_name("field")]}
-
-
 # A stub registration written at the start of a line, as every file writes them.
 _REGISTER_LINE = re.compile(rb"^[ \t]*((?:ALSO_)?REGISTER_[A-Z0-9_]*DISPATCH)[ \t]*\(([^()]*(?:\([^()]*\)[^()]*)*)\)", re.M)
 
 
-def _lost_registrations(captured, original: bytes) -> list[tuple[int, int, tuple]]:
+def _lost_registrations(sites, original: bytes) -> list[tuple[int, int, tuple]]:
     """Note [lost registrations]: REGISTER_DISPATCH lines that an error region
     swallowed (FlashAttentionKernel.cpp's `ALSO_REGISTER_AVX512_DISPATCH`
     after `} // anonymous namespace` parses as part of a broken expression),
     read from the text: sweep points (byte, 1, ("lost", (macro, args, line), None))."""
-    seen = {cap["site"][0].start_byte for cap in captured if "macro" in cap}
+    seen = {call.start_byte for registers, call, _ in sites if registers == "macro"}
     lost = []
     for m in _REGISTER_LINE.finditer(original):
         if m.start(1) in seen or original[max(0, m.start() - 3) : m.start()].rstrip(b"\r\n").endswith(b"\\"):

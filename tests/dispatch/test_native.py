@@ -99,3 +99,22 @@ def test_round_trip_nodes_and_label(static):
     assert node.attrs["dispatch_key"] == o.dispatch_key
     assert native.served_by_override("aten::add.Tensor", static=True) is None
     assert native.served_by_override(o.op, o.dispatch_key, static=True) is not None
+
+
+def test_a_torch_without_dsl_overrides_answers_where_without_them():
+    """torch 2.11 (seen on a CUDA machine) has no torch._native: `where` used
+    to end in a traceback there. Its live reading now finds no override."""
+    code = (
+        "import sys, torch\n"
+        "sys.modules['torch._native'] = None  # what an import finds in a torch without the package\n"
+        "from kernelmap.dispatch import native\n"
+        "assert native.live_overrides() == ()\n"
+        "from kernelmap.cli import main\n"
+        "sys.argv = ['kernelmap', 'where', 'aten::bmm', '--json']\n"
+        "main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    doc = json.loads(done.stdout)
+    assert doc["operator"]["name"] == "aten::bmm"
+    assert not any(o.get("registered") for o in doc["overrides"])

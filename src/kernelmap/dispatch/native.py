@@ -382,8 +382,12 @@ def static_overrides(
 def live_overrides(origin: Origin | None = None) -> tuple[NativeOverride, ...]:
     """The overrides the running torch's registry holds, each function located
     with `inspect` (imports torch)."""
-    import torch  # noqa: F401 - torch._native is imported with torch
-    from torch._native import registry
+    import torch
+
+    try:
+        from torch._native import registry
+    except ImportError:  # a torch older than its DSL overrides (2.11 has none): nothing is registered
+        return ()
 
     site = Path(torch.__file__).resolve().parent.parent
     result = []

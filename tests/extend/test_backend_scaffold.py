@@ -17,6 +17,7 @@ import sysconfig
 
 import pytest
 import torch
+from torch.utils.cpp_extension import COMMON_NVCC_FLAGS  # what torch's extension builds pass nvcc: no implicit Half/BFloat16 conversions
 
 from kernelmap.extend import override, scaffold
 from kernelmap.extend.families import BACKEND_OPS
@@ -79,6 +80,23 @@ def test_an_override_of_cudnn_batch_norm_by_its_scaffold_does_not_recurse(mycbn)
     torch.testing.assert_close(out[:3], expected)
     torch.testing.assert_close((mean, var), (mean2, var2))
     assert out[3].dtype == torch.uint8 and out[3].numel() == 0  # cuDNN's reserve space: nothing to keep
+
+
+def test_in_evaluation_the_cudnn_batch_norm_scaffold_saves_no_statistics_as_cudnn(mycbn, tree_2_6):
+    """cuDNN's batch norm returns save_mean and save_var empty in evaluation
+    (read from the tree's cudnn/BatchNorm.cpp); the scaffold's reference did
+    not, and its generated test failed on an H100 for that. Training returns
+    them per channel."""
+    source = (tree_2_6 / "aten/src/ATen/native/cudnn/BatchNorm.cpp").read_text()
+    inference = source[source.index("cudnnBatchNormalizationForwardInference") - 400 : source.index("cudnnBatchNormalizationForwardInference")]
+    assert "save_mean = at::empty({0}" in inference and "save_var = at::empty({0}" in inference
+    x = torch.randn(4, 3, 5, 5, dtype=torch.float64)
+    weight, bias = torch.rand(3, dtype=torch.float64) + 0.5, torch.randn(3, dtype=torch.float64)
+    for training, channels in ((False, 0), (True, 3)):
+        mean, var = torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
+        out = torch.ops.kernelmap_ext.mycbn(x, weight, bias, mean, var, training, 0.1, 1e-5)
+        assert out[1].shape == out[2].shape == (channels,), training
+        assert out[3].numel() == 0
 
 
 def test_schemas_keep_and_add_the_writes_batch_norm_makes(mycbn, catalog):
@@ -210,7 +228,7 @@ def test_the_tiled_cuda_kernel_compiles_with_nvcc_and_its_glue_with_gxx(mydconv,
     source = mydconv.root / "csrc" / "mydconv_kernel.cu"
     text = source.read_text()
     assert "__shared__" in text and "__nv_bfloat16" in text and "__half" in text
-    done = subprocess.run([NVCC, "-c", str(source), "-o", str(tmp_path / "k.o")], capture_output=True, text=True, timeout=600)
+    done = subprocess.run([NVCC, *COMMON_NVCC_FLAGS, "-c", str(source), "-o", str(tmp_path / "k.o")], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     glue = mydconv.root / "csrc" / "mydconv_cuda.cpp"
     includes = [f"-I{p}" for p in include_paths()] + [f"-I{sysconfig.get_paths()['include']}"]
@@ -220,3 +238,7 @@ def test_the_tiled_cuda_kernel_compiles_with_nvcc_and_its_glue_with_gxx(mydconv,
     checks = glue.read_text()
     for reason in ("not transposed ones", "the tiled CUDA kernel is 2-d", "float, double, Half and BFloat16, not "):
         assert reason in checks
+    # the generated tests expect those refusals on CUDA, in the glue's own words
+    refusals = re.search(r"CUDA_REFUSES = \{(.*?)\}", (mydconv.root / "mydconv" / "cases.py").read_text(), re.S).group(1)
+    words = re.findall(r'": "([^"]+)"', refusals)
+    assert len(words) == 3 and all(w in checks for w in words)

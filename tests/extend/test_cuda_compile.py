@@ -12,7 +12,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from torch.utils.cpp_extension import include_paths
+from torch.utils.cpp_extension import COMMON_NVCC_FLAGS, include_paths
 
 from kernelmap.extend import scaffold
 
@@ -41,7 +41,7 @@ def test_the_kernel_file_compiles_with_nvcc(project, tmp_path):
     source = root / "csrc" / f"{name}_kernel.cu"
     assert "#include <torch" not in source.read_text() and "#include <ATen" not in source.read_text()
     obj = tmp_path / f"{name}_kernel.o"
-    done = subprocess.run([NVCC, "-c", str(source), "-o", str(obj)], capture_output=True, text=True, timeout=600)
+    done = subprocess.run([NVCC, *COMMON_NVCC_FLAGS, "-c", str(source), "-o", str(obj)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert obj.stat().st_size > 0
 

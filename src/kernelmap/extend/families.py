@@ -177,14 +177,19 @@ def _conv_backend(library: str, transposed: bool, bias: bool, tf32: bool) -> Bac
     return Backend(library, "convolution", "aten::_convolution", cpp, py, canonical, "r")
 
 
+# cuDNN's batch norm saves no statistics in evaluation: save_mean and save_var come back empty.
+_CUDNN_BN_RETURNS_CPP = ("::std::make_tuple(std::get<0>(r), training ? std::get<1>(r) : at::empty({0}, weight.options()), "
+                         f"training ? std::get<2>(r) : at::empty({{0}}, weight.options()), {_RESERVE_CPP})")
+_CUDNN_BN_RETURNS_PY = (f"(lambda r: (r[0], r[1] if training else weight.new_empty((0,)), r[2] if training else weight.new_empty((0,)), "
+                        f"{_RESERVE_PY}))")
+
 BACKEND_OPS: dict[str, Backend] = {
     "aten::cudnn_batch_norm": Backend(
         "cuDNN", "batch_norm", "aten::native_batch_norm",
-        f"[&] {{ auto r = {_BN_PORTABLE_CPP}; return ::std::make_tuple(std::get<0>(r), std::get<1>(r), std::get<2>(r), "
-        f"{_RESERVE_CPP}); }}()",
-        f"(*{_BN_PORTABLE_PY}, {_RESERVE_PY})",
+        f"[&] {{ auto r = {_BN_PORTABLE_CPP}; return {_CUDNN_BN_RETURNS_CPP}; }}()",
+        f"{_CUDNN_BN_RETURNS_PY}({_BN_PORTABLE_PY})",
         _BN_CANONICAL,
-        f"::std::make_tuple(std::get<0>(r), std::get<1>(r), std::get<2>(r), {_RESERVE_CPP})"),
+        _CUDNN_BN_RETURNS_CPP),
     "aten::miopen_batch_norm": Backend("MIOpen", "batch_norm", "aten::native_batch_norm", _BN_PORTABLE_CPP,
                                        _BN_PORTABLE_PY, _BN_CANONICAL, "r"),
     "aten::cudnn_convolution": _conv_backend("cuDNN", False, False, True),

@@ -247,3 +247,24 @@ def test_an_override_that_changes_nothing_is_one_line_without_profiler_lines(ker
 def test_runs_beyond_any_measurement_are_refused(kernelmap_cli, model_file):
     done = kernelmap_cli("verify", str(model_file), "--override", "aten::convolution=kernelmap_ext::absent", "--runs", "100000000000000000000")
     assert done.returncode == 2 and "--runs is 1 to" in done.stderr
+
+
+def test_float32_is_compared_without_tf32_and_the_settings_come_back(model_file):
+    """On a GPU cuDNN's float32 convolutions use TF32 by default (torch's
+    allow_tf32), about 5e-4 off float32: an exact kernel would fail against
+    them. verify turns TF32 off in cuDNN and cuBLAS while it runs, then puts
+    the user's settings back."""
+    seen = []
+
+    def conv(*args):
+        seen.append((torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))
+        return conv_via_aten(*args)
+
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        verify(model_file, {"aten::convolution": conv}, runs=1)
+        assert seen and set(seen) == {(False, False)}
+        assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == (True, True)
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved

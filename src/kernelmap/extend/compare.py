@@ -16,8 +16,9 @@ Factories are called with no arguments, after `torch.manual_seed(0)`. The model
 runs in eval mode (batch norm uses its running statistics), so runs compare.
 
 Note [verify runs]
-One untimed warm-up run of the original; `runs` timed runs of the original
-(forward and backward timed apart); with the overrides installed, one probe
+TensorFloat-32 is off in cuDNN and cuBLAS while verify runs, so float32 is
+compared at float32 precision on a GPU too. One untimed warm-up run of the
+original; `runs` timed runs of the original (forward and backward timed apart); with the overrides installed, one probe
 run under torch.profiler that keeps the arguments and results of the first
 calls of each override and records which operators ran; then `runs` timed
 runs. The probe run's results are the ones compared. After the overrides are
@@ -366,6 +367,24 @@ def _profile(run: Callable[[], Any]) -> tuple[Any, dict[str, int]]:
     return result, counts
 
 
+@contextlib.contextmanager
+def _float32_as_float32():
+    """TensorFloat-32 off in cuDNN and cuBLAS for the block, as it was after
+    (Note [verify runs]): torch's defaults let cuDNN's float32 convolutions
+    round their inputs to TF32's 10-bit mantissa, so an exact float32 kernel
+    would differ from the original by about 5e-4 relative, far outside
+    float32's tolerance. With TF32 off both sides compute in float32."""
+    import torch
+
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+@_float32_as_float32()
 def verify(
     model_file: str | Path,
     overrides: Mapping[str, str | Callable],

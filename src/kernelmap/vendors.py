@@ -32,6 +32,7 @@ class Library:
     ops: tuple[tuple[re.Pattern[str], str | None], ...] = field(default=())  # (operator, device or None)
     launched_from: tuple[str, ...] = ()  # C++ callees whose call sites in ATen launch its GPU kernels
     copies: bool = False  # its calls are block copies (memcpy): a call ends there as in an inner loop, not in a library's work
+    in_tree: tuple[str, ...] = ()  # folders of the PyTorch tree that hold its kernels' source (a library vendored into ATen)
 
     def __post_init__(self) -> None:
         if self.closed and self.repository:
@@ -90,6 +91,7 @@ LIBRARIES: tuple[Library, ...] = (
         closed=False,
         ids=("flash",),
         kernels=_re(r"pytorch_flash::|flash_fwd|flash_bwd|fmha_cutlass|mem_efficient|fmha"),
+        in_tree=("aten/src/ATen/native/transformers/",),
     ),
     Library("Triton (generated)", closed=False, repository="https://github.com/triton-lang/triton", ids=("triton",), kernels=_re(r"^triton_|^triton__|^(void )?triton::")),
     Library(

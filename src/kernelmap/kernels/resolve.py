@@ -49,7 +49,24 @@ _DEFINITION_PATTERNS = (
     ("class", re.compile(r"\b(?:struct|class)\s+(\w+)\b\s*(?::[^;{]*)?\{")),
     ("kernel", re.compile(r"__global__\s+(?:\w+\s+)*?(?:C10_LAUNCH_BOUNDS_\w*\([^)]*\)\s*)?(\w+)\s*\(")),
 )
+# Note [kernels defined by a macro]
+# Flash attention defines its kernels through macros whose first parameter is
+# the kernel's name (`DEFINE_FLASH_FORWARD_KERNEL(flash_fwd_kernel, ...)`,
+# whose body is `template <...> __global__ void kernelName(...)`). A macro
+# whose expansion declares `__global__ void` of its first parameter is found
+# by its #define; each of its uses at the start of a line defines the kernel
+# it names, at that line.
+_KERNEL_MACRO = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)\([ \t]*(\w+)\b[^)]*\)(?:[^\n]*\\\n)*?[^\n]*__global__[ \t]+void[ \t]+\2\b",
+                           re.MULTILINE)
 _FUNCTOR_NAME = re.compile(r"(Functor\w*|Functor_\w+|Ops|_functor|Op)$")
+# Note [ufunc functors]
+# Operators with a `ufunc_inner_loop` in native_functions.yaml (add, ...) get
+# their CUDA functors from torchgen at build time: `CUDAFunctor_add`,
+# `CUDAFunctorOnSelf_add`, `CUDAFunctorOnOther_add` in the generated
+# UfuncCUDA_add.cu, in no source tree. Each calls `ufunc::add` of
+# aten/src/ATen/native/ufunc/add.h, the op's arithmetic: that is the source
+# location given for them.
+_UFUNC_FUNCTOR = re.compile(r"(?:^|::)CUDAFunctor(?:OnSelf|OnOther)?_(\w+)$")
 # Launch helpers whose call sites in the owner function are where the lambda is handed to the GPU.
 _LAUNCH_CALLS = ("gpu_kernel", "gpu_kernel_with_scalars", "opmath_gpu_kernel_with_scalars", "opmath_symmetric_gpu_kernel_with_scalars",
                  "gpu_kernel_multiple_outputs", "gpu_reduce_kernel", "launch_kernel", "gpu_kernel_nocast", "_launch_scatter_gather_kernel",
@@ -173,7 +190,11 @@ class KernelResolver:
         lib = None if k.symbol.startswith("at::") else vendors.of_kernel(k.text)
         symbol = unqualified_symbol(k.symbol) or k.text
         if lib is not None:
-            return KernelAnswer(name, k.text, k.symbol, k.truncated, lib.name, lib.closed, lib.repository, None, None,
+            kernel = None
+            if lib.in_tree:  # a library vendored into the tree (flash attention): its kernel's own definition
+                loc = self._locate(symbol, kernel=True)
+                kernel = Site("kernel", k.symbol, loc) if loc is not None and loc.path.startswith(lib.in_tree) else None
+            return KernelAnswer(name, k.text, k.symbol, k.truncated, lib.name, lib.closed, lib.repository, kernel, None,
                                 self._library_launches(lib), self.tree_name)
         kernel_loc = self._locate(symbol, kernel=True)
         is_aten = k.symbol.startswith(("at::", "c10::", "(anonymous namespace)::")) or (
@@ -208,6 +229,13 @@ class KernelResolver:
                     where = self._locate_class(head)
                     if where is not None:
                         return Site("functor", head, where), ()
+                    ufunc = _UFUNC_FUNCTOR.search(head)
+                    if ufunc is not None:
+                        # Note [ufunc functors]
+                        symbol = f"at::native::ufunc::{ufunc.group(1)}"
+                        where = self._locate(symbol)
+                        if where is not None:
+                            return Site("functor", symbol, where), ()
                     if _FUNCTOR_NAME.search(head):
                         # Named like a functor but not in this tree (a trace from another version).
                         return Site("functor", head, None), ()
@@ -263,15 +291,20 @@ class KernelResolver:
         if self._text is None:
             self._text = {"class": {}, "kernel": {}}
             base = self.root / "aten/src/ATen/native"
+            texts = []
             for path in sorted(base.rglob("*")):
                 if path.suffix not in (".cu", ".cuh", ".h") or not ("cuda" in path.parts or path.parent == base):
                     continue
                 try:
-                    text = path.read_text(errors="replace")
+                    texts.append((str(path.relative_to(self.root)), path.read_text(errors="replace")))
                 except OSError:
                     continue
-                rel = str(path.relative_to(self.root))
-                for kind, rx in _DEFINITION_PATTERNS:
+            patterns = list(_DEFINITION_PATTERNS)
+            macros = sorted({m.group(1) for _, text in texts for m in _KERNEL_MACRO.finditer(text)})
+            if macros:  # Note [kernels defined by a macro]
+                patterns.append(("kernel", re.compile(rf"^[ \t]*(?:{'|'.join(macros)})\(\s*(\w+)", re.MULTILINE)))
+            for rel, text in texts:
+                for kind, rx in patterns:
                     table = self._text[kind]
                     for m in rx.finditer(text):
                         if m.group(1) not in table:

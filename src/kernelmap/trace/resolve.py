@@ -493,6 +493,10 @@ class Resolver:
                 attrs["launcher"] = str(answer.kernel.location)
                 attrs.setdefault("source", str(answer.kernel.location))
                 attrs.setdefault("source_file", answer.kernel.location.path)
+        elif answer.kernel is not None and answer.kernel.location is not None:  # a library vendored into the tree
+            attrs["kernel"] = answer.kernel.symbol
+            attrs["source"] = str(answer.kernel.location)
+            attrs["source_file"] = answer.kernel.location.path
         return attrs
 
     def _resolve_device(self, t: Table) -> None:

@@ -94,7 +94,12 @@ def test_vendor_kernels_are_marked_closed_and_aten_kernels_linked_to_source(gpu_
         assert (k.attrs["library"], k.attrs["closed"]) == (library, True), name
     add = _kernel(t.tree, ATEN_ADD)
     assert add.attrs["kernel"] == "at::native::vectorized_elementwise_kernel"
-    assert add.attrs["source_file"] == "aten/src/ATen/native/cuda/CUDALoops.cuh"
+    assert add.attrs["launcher"].startswith("aten/src/ATen/native/cuda/CUDALoops.cuh:")
+    # the functor is torchgen's CUDAFunctor_add (generated at build time): its arithmetic is ufunc::add
+    assert add.attrs["functor"] == "at::native::ufunc::add"
+    path, line = add.attrs["source"].rsplit(":", 1)
+    assert path == add.attrs["source_file"] == "aten/src/ATen/native/ufunc/add.h"
+    assert " add(" in (real_tree.root / path).read_text().splitlines()[int(line) - 1]
     assert add.attrs["closed"] is False
     bn = _kernel(t.tree, ATEN_BN)
     assert bn.attrs["source_file"] == "aten/src/ATen/native/cuda/Normalization.cuh"
@@ -125,7 +130,7 @@ def test_gpu_summary_sums_device_time_per_operator(gpu_step):
     assert rows["aten::addmm"].closed and rows["aten::addmm"].kernels[CUBLAS_GEMM] == 1
     assert not rows["aten::native_batch_norm"].closed
     files = {f.name for f in t.summary().files}
-    assert "aten/src/ATen/native/cuda/CUDALoops.cuh" in files
+    assert "aten/src/ATen/native/ufunc/add.h" in files  # the add kernel's arithmetic
 
 
 def test_kernels_without_any_link_are_kept_and_reported(kineto, tmp_path):

@@ -207,6 +207,16 @@ def test_the_direct_convolution_computes_low_precision(mydconv, dtype, tol):
         torch.testing.assert_close(mine.float(), theirs, rtol=tol, atol=tol)
 
 
+def test_the_direct_projects_own_tests_pass_half_precision_included(mydconv):
+    """The generated tests hold Half and BFloat16 to ATen's own accuracy
+    against float64 (on an H100 the same file passed on CUDA too: tests/trace/cuda)."""
+    done = run_generated_tests(mydconv.root)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "failed" not in done.stdout
+    assert len(re.findall(r"test_half_precision_is_as_accurate_as_atens", (mydconv.root / "tests" / "test_mydconv.py").read_text())) == 1
+    assert int(re.search(r"(\d+) passed", done.stdout).group(1)) >= 60
+
+
 def test_the_direct_convolution_reads_channels_last(mydconv):
     gen = torch.Generator().manual_seed(2)
     for case in (c for c in _grid(seed=2, count=40) if len(c["x"]) == 4):

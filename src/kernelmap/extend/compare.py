@@ -18,12 +18,13 @@ runs in eval mode (batch norm uses its running statistics), so runs compare.
 Note [verify runs]
 TensorFloat-32 is off in cuDNN and cuBLAS while verify runs, so float32 is
 compared at float32 precision on a GPU too. One untimed warm-up run of the
-original; `runs` timed runs of the original (forward and backward timed apart); with the overrides installed, one probe
-run under torch.profiler that keeps the arguments and results of the first
-calls of each override and records which operators ran; then `runs` timed
-runs. The probe run's results are the ones compared. After the overrides are
-removed, the kept calls are replayed through the original operator and the
-override alone, which gives each operator's own error and time. Relative error
+original; `runs` timed runs of the original (forward and backward timed
+apart); with the overrides installed, one probe run under torch.profiler that
+keeps the arguments and results of the first calls of each override and
+records which operators ran; then `runs` timed runs. The probe run's
+results are the ones compared. After the overrides are removed, the kept calls
+are replayed through the original operator and the override alone, which gives
+each operator's own error and time. Relative error
 is normwise: max |custom - original| / max |original|, per tensor, the largest
 over tensors; the pass/fail rule is assert_close's elementwise
 |custom - original| <= atol + rtol * |original| (NaN where both are NaN).

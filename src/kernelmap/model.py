@@ -31,6 +31,7 @@ class OriginKind(str, enum.Enum):
     TREE = "tree"  # a PyTorch source tree (local checkout or fetched archive)
     GENERATED = "generated"  # files regenerated with torchgen, as a build would write them
     BUILD = "build"  # a path reported by the live dispatcher from the wheel's own build
+    EXTENSION = "extension"  # a C++ extension's own sources on this machine (Note [registrations from outside torch])
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sysconfig
+from pathlib import Path
 
 import pytest
 import torch
@@ -215,6 +216,24 @@ def test_the_direct_projects_own_tests_pass_half_precision_included(mydconv):
     assert "failed" not in done.stdout
     assert len(re.findall(r"test_half_precision_is_as_accurate_as_atens", (mydconv.root / "tests" / "test_mydconv.py").read_text())) == 1
     assert int(re.search(r"(\d+) passed", done.stdout).group(1)) >= 60
+
+
+def test_the_dispatcher_names_the_extensions_own_file(mydconv):
+    """Note [registrations from outside torch]: the CPU kernel is registered in
+    the project's csrc/mydconv.cpp, named from the project (its kernelmap.json)
+    with an origin of kind extension, on the line of its TORCH_LIBRARY_IMPL."""
+    from kernelmap import dispatch
+    from kernelmap.model import Location, OriginKind, OriginTable
+
+    (cpu,) = [r.kernel for r in dispatch.registrations("kernelmap_ext::mydconv") if r.kernel.key == "CPU"]
+    loc = cpu.location
+    assert cpu.kind == "cpp" and loc.path == "csrc/mydconv.cpp"
+    assert loc.origin.kind is OriginKind.EXTENSION and Path(loc.origin.root) == mydconv.root.resolve()
+    assert loc.url is None  # in no public repository
+    assert loc.disk_path.read_text().splitlines()[loc.line - 1].startswith("TORCH_LIBRARY_IMPL(kernelmap_ext, CPU, m)")
+    origins = OriginTable()
+    back = Location.from_json(loc.to_json(origins), OriginTable.from_json(origins.to_json()))
+    assert back == loc
 
 
 def test_the_direct_convolution_reads_channels_last(mydconv):

@@ -23,8 +23,10 @@ checkout or build directory.
 from __future__ import annotations
 
 import functools
+import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from kernelmap import env
 from kernelmap.errors import BadInput, TorchUnavailable, UnknownName
@@ -73,8 +75,37 @@ def registration_location(raw_path: str, line: int) -> tuple[Location, str]:
     if raw_path.startswith(site):
         return Location(raw_path[len(site) :], line, origin=install.origin), "python"
     m = _REPO_DIR.search(raw_path)
+    if _outside_torch(raw_path, m):
+        return _extension_location(Path(raw_path), line, install.version), "cpp"
     path = raw_path[m.start() + 1 :] if m else raw_path.lstrip("/")
     return Location(path, line, origin=_build_origin()), "cpp"
+
+
+# Note [registrations from outside torch]
+# A C++ extension (a scaffolded project, any TORCH_LIBRARY_IMPL a user
+# compiles) is registered from a file on this machine, which the dispatcher
+# reports by its absolute path. It was read as a path of torch's build, which
+# mangled `/tmp/ext/csrc/x.cpp` into `tmp/ext/csrc/x.cpp` and
+# `/home/u/torch/ext/x.cpp` into `torch/ext/x.cpp`. Such a file is now
+# named from its project, the nearest folder above it holding kernelmap.json,
+# setup.py or pyproject.toml (else its own folder), with an origin of kind
+# "extension" rooted there. A file of a PyTorch checkout built on this machine
+# (`.../pytorch/build/aten/...` with `.../pytorch/aten/src/ATen` beside it)
+# is still torch's own.
+def _outside_torch(raw_path: str, repo_dir: re.Match | None) -> bool:
+    if not os.path.isabs(raw_path) or not os.path.isfile(raw_path):
+        return False
+    return repo_dir is None or not os.path.isdir(os.path.join(raw_path[: repo_dir.start()], "aten", "src", "ATen"))
+
+
+_PROJECT_FILES = ("kernelmap.json", "setup.py", "pyproject.toml")
+
+
+def _extension_location(file: Path, line: int, torch_version: str) -> Location:
+    folder = file.parent
+    root = next((p for p in (folder, *folder.parents)[:4] if any((p / f).is_file() for f in _PROJECT_FILES)), folder)
+    origin = Origin(OriginKind.EXTENSION, torch_version, root=str(root), label=f"extension {root}")
+    return Location(file.relative_to(root).as_posix(), line, origin=origin)
 
 
 def _qualified(name: str) -> str:

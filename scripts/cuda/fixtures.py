@@ -51,6 +51,9 @@ def main() -> None:
         checkout = a.checkout or (out / "checkout.txt").read_text().strip()
         for src in sorted((out / "traces").glob("*.json.gz")):
             _trace(src, a.into / src.name)
+        for src in sorted((out / "custom").glob("*.json.gz")):  # traces that run a scaffolded kernel
+            (a.into / "extension").mkdir(exist_ok=True)
+            _trace(src, a.into / "extension" / src.name)
         for src in [*sorted((out / "live").glob("*.json")), *sorted((out / "builds").glob("verify-*.json"))]:
             if src.stat().st_size:
                 _document(src, a.into / src.name, checkout)

@@ -14,6 +14,8 @@ allocator, so the profiled step holds one whole iteration and nothing else.
   `scaled_dot_product_attention`, output projection, GELU MLP), batch 8,
   1,024 tokens of width 1,024, forward and backward; the last two force one
   attention backend with `torch.nn.attention.sdpa_kernel`.
+- `resnet50_fwd_fp32_mydconv`: the ResNet-50 inference of float32, every
+  convolution routed to a scaffolded direct CUDA kernel (record's `custom` part).
 
 Needs a GPU and torchvision; run by scripts/cuda/record.
 """
@@ -87,6 +89,27 @@ def _block_step(bf16: bool, backend: str | None = None) -> None:
     loss.backward()
 
 
+def resnet50_fwd_fp32_mydconv() -> None:
+    """ResNet-50 inference in float32 with every convolution routed to a
+    scaffolded direct CUDA kernel (`kernelmap_ext::mydconv`, built in the
+    folder KERNELMAP_CUDA_PROJECT names), as `verify --key CUDA` routes them."""
+    import os
+    import sys
+
+    from kernelmap.extend import override
+
+    project = os.environ["KERNELMAP_CUDA_PROJECT"]
+    if project not in sys.path:
+        sys.path.insert(0, project)
+    import mydconv  # noqa: F401 - loads the library: kernelmap_ext::mydconv
+
+    torch.backends.cudnn.benchmark = False
+    model, x = _resnet50()
+    model.eval()
+    with torch.no_grad(), override("aten::convolution", "kernelmap_ext::mydconv", key="CUDA", warn_unused=False):
+        model(x)
+
+
 def _define() -> None:
     for train in (False, True):
         for bf16 in (False, True):
@@ -100,4 +123,4 @@ def _define() -> None:
 
 
 _define()
-NAMES = sorted(n for n, v in globals().items() if isinstance(v, functools.partial))
+NAMES = sorted(n for n, v in globals().items() if isinstance(v, functools.partial))  # resnet50_fwd_fp32_mydconv: its own part

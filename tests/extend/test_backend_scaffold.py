@@ -236,6 +236,27 @@ def test_the_dispatcher_names_the_extensions_own_file(mydconv):
     assert back == loc
 
 
+def test_a_trace_names_the_scaffolded_kernel_it_ran_from_the_project(mydconv):
+    """tests/trace/cuda/extension: ResNet-50 on an H100 with every convolution
+    routed to a scaffolded direct kernel `mydconv` (the same project as this
+    module's). With that project loaded here, its kernel is found in its
+    sources (Note [kernels of an extension]): at the line of its __global__
+    definition in csrc/mydconv_kernel.cu, under the aten::convolution it served."""
+    from kernelmap.trace import load
+
+    fixture = Path(__file__).resolve().parents[1] / "trace/cuda/extension/resnet50_fwd_fp32_mydconv.json.gz"
+    t = load(fixture)
+    kernels = [n for _, n in t.tree.walk() if n.kind == "gpu_kernel" and "mydconv_conv2d_kernel" in n.name]
+    assert len(kernels) == 53  # one per convolution of ResNet-50
+    for k in kernels:
+        path, line = k.attrs["source"].rsplit(":", 1)
+        assert Path(path) == (mydconv.root / "csrc" / "mydconv_kernel.cu").resolve()
+        assert "__global__ void mydconv_conv2d_kernel(" in Path(path).read_text().splitlines()[int(line) - 1]
+        assert (k.attrs["library"], k.attrs["closed"], k.attrs["launched_by"]) == ("extension mydconv", False, "aten::convolution")
+    gpu = t.summary().gpu  # the summary counts them as time with a source location
+    assert gpu.source_us >= sum(k.attrs["duration_us"] for k in kernels) > 0.99 * gpu.total_us
+
+
 def test_the_direct_convolution_reads_channels_last(mydconv):
     gen = torch.Generator().manual_seed(2)
     for case in (c for c in _grid(seed=2, count=40) if len(c["x"]) == 4):

@@ -16,6 +16,7 @@ location printed is a line of the file holding the name.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any, ClassVar
 from kernelmap.errors import BadInput
 from kernelmap import vendors
 from kernelmap.kernels.names import LAMBDA, Arg, lambda_owner, parse, unqualified_symbol
-from kernelmap.model import Location
+from kernelmap.model import Location, Origin
 
 VERSION = 1
 MAX_NAME = 1 << 16  # characters of a kernel name the resolver reads
@@ -170,6 +171,7 @@ class KernelResolver:
         self._answers: dict[str, KernelAnswer] = {}
         self._defs: dict[tuple[str, bool], Location | None] = {}
         self._text: dict[str, dict[str, Location]] | None = None
+        self._extensions: dict[str, dict[str, tuple[str, int]]] = {}
 
     def resolve(self, name: str) -> KernelAnswer:
         answer = self._answers.get(name)
@@ -312,6 +314,21 @@ class KernelResolver:
                             table[m.group(1)] = Location(rel, text.count("\n", 0, start) + 1)
         return self._text[what].get(name)
 
+    def in_extension(self, name: str, origin: Origin) -> KernelAnswer | None:
+        """`name` as a kernel of a C++ extension (Note [kernels of an extension]):
+        its `__global__` definition among the sources under `origin.root`, or None."""
+        k = parse(name[:MAX_NAME])
+        short = (unqualified_symbol(k.symbol) or k.text).rsplit("::", 1)[-1]
+        table = self._extensions.get(origin.root)
+        if table is None:
+            table = self._extensions[origin.root] = _extension_kernels(Path(origin.root))
+        found = table.get(short)
+        if found is None:
+            return None
+        location = Location(found[0], found[1], origin=origin)
+        return KernelAnswer(name, k.text, k.symbol, k.truncated, f"extension {Path(origin.root).name}", False, None,
+                            Site("kernel", k.symbol, location), None, (), self.tree_name)
+
     def _launch_sites(self, owner: str) -> tuple[Site, ...]:
         if self.index is None:
             return ()
@@ -334,6 +351,41 @@ class KernelResolver:
             if len(out) >= 4:
                 break
         return tuple(out[:4])
+
+
+# Note [kernels of an extension]
+# A custom operator's own GPU kernel (a scaffolded `kernelmap_ext::dconv_conv2d_kernel`)
+# is in no PyTorch tree. When the operator that launched it was registered
+# from an extension's file (Note [registrations from outside torch] in
+# kernelmap.dispatch), the extension's sources are searched for the kernel's
+# `__global__` definition: the files under the project's folder, build
+# folders and hidden ones left out, at most EXTENSION_FILES of them.
+EXTENSION_FILES = 2000
+_EXTENSION_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp")
+_SKIPPED_FOLDERS = frozenset({"build", "dist", "__pycache__", "node_modules"})
+
+
+def _extension_kernels(root: Path) -> dict[str, tuple[str, int]]:
+    """Kernel name -> (path relative to `root`, line) of every `__global__` definition under `root`."""
+    found: dict[str, tuple[str, int]] = {}
+    _, rx = _DEFINITION_PATTERNS[1]
+    seen = 0
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_FOLDERS and not d.startswith("."))
+        for f in sorted(files):
+            if not f.endswith(_EXTENSION_SUFFIXES):
+                continue
+            seen += 1
+            if seen > EXTENSION_FILES:
+                return found
+            path = Path(folder) / f
+            try:
+                text = path.read_text(errors="replace")
+            except OSError:
+                continue
+            for m in rx.finditer(text):
+                found.setdefault(m.group(1), (path.relative_to(root).as_posix(), text.count("\n", 0, m.start(1)) + 1))
+    return found
 
 
 def open_resolver(source: str | None = None) -> tuple[KernelResolver, str | None]:

@@ -28,6 +28,7 @@ really ran below `_convolution` is reported beside it, so a disagreement
 from __future__ import annotations
 
 import re
+import sys
 from collections import Counter
 from pathlib import Path
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from typing import Any
 
 from kernelmap import vendors
 from kernelmap.errors import KernelmapError
+from kernelmap.model import OriginKind
 import numpy as np
 
 from kernelmap.trace.build import CONV_OPS, DEVICE_KINDS, KIND, KINDS, NONE, Table, climb, combine, first_seen
@@ -154,6 +156,8 @@ class Resolver:
     _kernel_resolver: Any = None
     _native_texts: list[str] | None = None
     _device_facts: dict[tuple, dict[str, Any]] = field(default_factory=dict)
+    _extensions: dict[str, tuple] = field(default_factory=dict)  # custom op -> the extensions it was registered from
+    _namespaces: dict[str, list[str]] = field(default_factory=dict)  # C++ namespace -> the operators registered in it
 
     def _kernels(self):
         """The kernel-name resolver on the same tree as the kernel sources."""
@@ -470,6 +474,8 @@ class Resolver:
             attrs["unknown"] = "the event has no kernel name"
             return attrs
         answer = self._kernels().resolve(name)
+        if answer.library is None and ops:
+            answer = self._in_extension(name, ops) or answer
         lib = answer.library
         if lib is not None and lib != "ATen":
             # The same xmma/CUTLASS kernels ship inside cuDNN and cuBLAS: the launching operators decide.
@@ -493,11 +499,60 @@ class Resolver:
                 attrs["launcher"] = str(answer.kernel.location)
                 attrs.setdefault("source", str(answer.kernel.location))
                 attrs.setdefault("source_file", answer.kernel.location.path)
-        elif answer.kernel is not None and answer.kernel.location is not None:  # a library vendored into the tree
+        elif answer.kernel is not None and answer.kernel.location is not None:  # a vendored library, or an extension
+            loc = answer.kernel.location
             attrs["kernel"] = answer.kernel.symbol
-            attrs["source"] = str(answer.kernel.location)
-            attrs["source_file"] = answer.kernel.location.path
+            if loc.origin is not None and loc.origin.kind is OriginKind.EXTENSION:  # the user's own file, by its path
+                attrs["source"], attrs["source_file"] = f"{loc.disk_path}:{loc.line}", str(loc.disk_path)
+            else:
+                attrs["source"], attrs["source_file"] = str(loc), loc.path
         return attrs
+
+    def _in_extension(self, name: str, ops: list[str]):
+        """The kernel answered from the extension of a custom operator
+        (Note [kernels of an extension] in kernelmap.kernels.resolve): one that
+        launched it, or one registered in the kernel's own C++ namespace (an
+        override routes `aten::convolution` to `kernelmap_ext::mydconv` without
+        an operator event of its own)."""
+        from kernelmap.kernels.names import parse
+
+        candidates = [op for op in ops if "::" in op and not op.startswith("aten::")]
+        namespace = parse(name[:4096]).symbol.partition("::")[0]
+        if namespace and namespace not in _TORCH_NAMESPACES and "::" in parse(name[:4096]).symbol:
+            candidates += self._ops_in_namespace(namespace)
+        for op in dict.fromkeys(candidates):
+            for origin in self._extension_origins(op):
+                answer = self._kernels().in_extension(name, origin)
+                if answer is not None:
+                    return answer
+        return None
+
+    def _ops_in_namespace(self, namespace: str) -> list[str]:
+        """The operators this process has registered in `namespace` (none without torch)."""
+        if namespace not in self._namespaces:
+            torch = sys.modules.get("torch")  # an extension is loaded only where torch is
+            self._namespaces[namespace] = [] if torch is None else sorted(
+                n for n in torch._C._dispatch_get_all_op_names() if n.startswith(namespace + "::"))
+        return self._namespaces[namespace]
+
+    def _extension_origins(self, op: str) -> tuple:
+        """The extensions `op`'s kernels were registered from, as the dispatcher
+        of this process reports them (none when the op is not loaded here)."""
+        found = self._extensions.get(op)
+        if found is None and "torch" not in sys.modules:  # no extension can be loaded in this process
+            return ()
+        if found is None:
+            import kernelmap.dispatch as dispatch
+
+            try:
+                registrations = dispatch.registrations(op)
+            except KernelmapError:  # not registered in this process, or no torch
+                registrations = ()
+            origins = {r.kernel.location.origin.root: r.kernel.location.origin for r in registrations
+                       if r.kernel.location is not None and r.kernel.location.origin is not None
+                       and r.kernel.location.origin.kind is OriginKind.EXTENSION}
+            found = self._extensions[op] = tuple(origins.values())
+        return found
 
     def _resolve_device(self, t: Table) -> None:
         """Facts of each device node, once per kernel name and chain of launching operators."""
@@ -522,6 +577,8 @@ class Resolver:
 
 
 _NOT_OP = [k for k in range(len(KINDS)) if k != KIND["op"]]
+# C++ namespaces of torch's own kernels: a kernel in one of them is no extension's
+_TORCH_NAMESPACES = frozenset({"at", "c10", "torch", "caffe2", "aten", "prim", "prims", "cub", "thrust", "std", "cutlass"})
 
 
 def _op_chains(t: Table) -> tuple[list[tuple[str, ...]], np.ndarray]:

@@ -515,10 +515,11 @@ class Resolver:
         override routes `aten::convolution` to `kernelmap_ext::mydconv` without
         an operator event of its own)."""
         from kernelmap.kernels.names import parse
+        from kernelmap.kernels.resolve import MAX_NAME
 
         candidates = [op for op in ops if "::" in op and not op.startswith("aten::")]
-        namespace = parse(name[:4096]).symbol.partition("::")[0]
-        if namespace and namespace not in _TORCH_NAMESPACES and "::" in parse(name[:4096]).symbol:
+        namespace, qualified, _ = parse(name[:MAX_NAME]).symbol.partition("::")
+        if qualified and namespace not in _TORCH_NAMESPACES:
             candidates += self._ops_in_namespace(namespace)
         for op in dict.fromkeys(candidates):
             for origin in self._extension_origins(op):

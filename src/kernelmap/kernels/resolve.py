@@ -57,8 +57,23 @@ _DEFINITION_PATTERNS = (
 # whose expansion declares `__global__ void` of its first parameter is found
 # by its #define; each of its uses at the start of a line defines the kernel
 # it names, at that line.
-_KERNEL_MACRO = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)\([ \t]*(\w+)\b[^)]*\)(?:[^\n]*\\\n)*?[^\n]*__global__[ \t]+void[ \t]+\2\b",
-                           re.MULTILINE)
+_FUNCTION_MACRO = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)\([ \t]*(\w+)\b", re.MULTILINE)
+
+
+def _kernel_macros(text: str) -> set[str]:
+    """The macros of `text` whose expansion declares `__global__ void` of their first parameter."""
+    found = set()
+    for m in _FUNCTION_MACRO.finditer(text):
+        end = m.end()
+        while True:  # the definition runs on while its lines end in a backslash
+            nl = text.find("\n", end)
+            if nl < 0 or text[nl - 1] != "\\":
+                break
+            end = nl + 1
+        body = text[m.end() : nl if nl >= 0 else len(text)]
+        if re.search(rf"__global__\s+void\s+{m.group(2)}\b", body):
+            found.add(m.group(1))
+    return found
 _FUNCTOR_NAME = re.compile(r"(Functor\w*|Functor_\w+|Ops|_functor|Op)$")
 # Note [ufunc functors]
 # Operators with a `ufunc_inner_loop` in native_functions.yaml (add, ...) get
@@ -301,11 +316,12 @@ class KernelResolver:
                     texts.append((str(path.relative_to(self.root)), path.read_text(errors="replace")))
                 except OSError:
                     continue
-            patterns = list(_DEFINITION_PATTERNS)
-            macros = sorted({m.group(1) for _, text in texts for m in _KERNEL_MACRO.finditer(text)})
-            if macros:  # Note [kernels defined by a macro]
-                patterns.append(("kernel", re.compile(rf"^[ \t]*(?:{'|'.join(macros)})\(\s*(\w+)", re.MULTILINE)))
+            macros = sorted({name for _, text in texts if "__global__" in text for name in _kernel_macros(text)})
+            uses = re.compile(rf"^[ \t]*(?:{'|'.join(macros)})\(\s*(\w+)", re.MULTILINE) if macros else None
             for rel, text in texts:
+                patterns = _DEFINITION_PATTERNS
+                if uses is not None and any(m in text for m in macros):  # Note [kernels defined by a macro]
+                    patterns = (*patterns, ("kernel", uses))
                 for kind, rx in patterns:
                     table = self._text[kind]
                     for m in rx.finditer(text):

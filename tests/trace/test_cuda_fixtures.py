@@ -29,7 +29,7 @@ import pytest
 from kernelmap import answers, graph
 from kernelmap.kernels import KernelResolver
 from kernelmap.trace import load
-from tests.graph.conftest import TREE_NAME, context, generated, indexed_tree  # noqa: F401
+from tests.graph.conftest import context, generated, indexed_tree  # noqa: F401
 
 pytestmark = pytest.mark.slow
 

@@ -306,7 +306,6 @@ class KernelResolver:
         if self.root is None:
             return None
         if self._text is None:
-            self._text = {"class": {}, "kernel": {}}
             base = self.root / "aten/src/ATen/native"
             texts = []
             for path in sorted(base.rglob("*")):
@@ -316,34 +315,21 @@ class KernelResolver:
                     texts.append((str(path.relative_to(self.root)), path.read_text(errors="replace")))
                 except OSError:
                     continue
-            macros = sorted({name for _, text in texts if "__global__" in text for name in _kernel_macros(text)})
-            uses = re.compile(rf"^[ \t]*(?:{'|'.join(macros)})\(\s*(\w+)", re.MULTILINE) if macros else None
-            for rel, text in texts:
-                patterns = _DEFINITION_PATTERNS
-                if uses is not None and any(m in text for m in macros):  # Note [kernels defined by a macro]
-                    patterns = (*patterns, ("kernel", uses))
-                for kind, rx in patterns:
-                    table = self._text[kind]
-                    for m in rx.finditer(text):
-                        if m.group(1) not in table:
-                            start = m.start(1)
-                            table[m.group(1)] = Location(rel, text.count("\n", 0, start) + 1)
+            self._text = {kind: {name: Location(*at) for name, at in table.items()} for kind, table in _definitions(texts).items()}
         return self._text[what].get(name)
 
-    def in_extension(self, name: str, origin: Origin) -> KernelAnswer | None:
-        """`name` as a kernel of a C++ extension (Note [kernels of an extension]):
-        its `__global__` definition among the sources under `origin.root`, or None."""
-        k = parse(name[:MAX_NAME])
-        short = (unqualified_symbol(k.symbol) or k.text).rsplit("::", 1)[-1]
+    def in_extension(self, answer: KernelAnswer, origin: Origin) -> KernelAnswer | None:
+        """`answer` (a kernel nothing else named) as a kernel of a C++ extension
+        (Note [kernels of an extension]): its `__global__` definition among the
+        sources under `origin.root`, or None."""
         table = self._extensions.get(origin.root)
         if table is None:
             table = self._extensions[origin.root] = _extension_kernels(Path(origin.root))
-        found = table.get(short)
+        found = table.get(answer.symbol.rsplit("::", 1)[-1])
         if found is None:
             return None
-        location = Location(found[0], found[1], origin=origin)
-        return KernelAnswer(name, k.text, k.symbol, k.truncated, f"extension {Path(origin.root).name}", False, None,
-                            Site("kernel", k.symbol, location), None, (), self.tree_name)
+        return dataclasses.replace(answer, library=f"extension {Path(origin.root).name}", closed=False, repository=None,
+                                   kernel=Site("kernel", answer.symbol, Location(*found, origin=origin)))
 
     def _launch_sites(self, owner: str) -> tuple[Site, ...]:
         if self.index is None:
@@ -383,25 +369,39 @@ _SKIPPED_FOLDERS = frozenset({"build", "dist", "__pycache__", "node_modules"})
 
 def _extension_kernels(root: Path) -> dict[str, tuple[str, int]]:
     """Kernel name -> (path relative to `root`, line) of every `__global__` definition under `root`."""
-    found: dict[str, tuple[str, int]] = {}
-    _, rx = _DEFINITION_PATTERNS[1]
-    seen = 0
+    texts = []
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_FOLDERS and not d.startswith("."))
         for f in sorted(files):
             if not f.endswith(_EXTENSION_SUFFIXES):
                 continue
-            seen += 1
-            if seen > EXTENSION_FILES:
-                return found
+            if len(texts) == EXTENSION_FILES:
+                return _definitions(texts)["kernel"]
             path = Path(folder) / f
             try:
-                text = path.read_text(errors="replace")
+                texts.append((path.relative_to(root).as_posix(), path.read_text(errors="replace")))
             except OSError:
                 continue
+    return _definitions(texts)["kernel"]
+
+
+def _definitions(texts: list[tuple[str, str]]) -> dict[str, dict[str, tuple[str, int]]]:
+    """"class" and "kernel" -> name -> (path, line) of its first definition in
+    `texts` ((path, text) pairs), kernels defined by macros included (Note
+    [kernels defined by a macro])."""
+    tables: dict[str, dict[str, tuple[str, int]]] = {"class": {}, "kernel": {}}
+    macros = sorted({name for _, text in texts if "__global__" in text for name in _kernel_macros(text)})
+    uses = re.compile(rf"^[ \t]*(?:{'|'.join(macros)})\(\s*(\w+)", re.MULTILINE) if macros else None
+    for rel, text in texts:
+        patterns = _DEFINITION_PATTERNS
+        if uses is not None and any(m in text for m in macros):
+            patterns = (*patterns, ("kernel", uses))
+        for kind, rx in patterns:
+            table = tables[kind]
             for m in rx.finditer(text):
-                found.setdefault(m.group(1), (path.relative_to(root).as_posix(), text.count("\n", 0, m.start(1)) + 1))
-    return found
+                if m.group(1) not in table:
+                    table[m.group(1)] = (rel, text.count("\n", 0, m.start(1)) + 1)
+    return tables
 
 
 def open_resolver(source: str | None = None) -> tuple[KernelResolver, str | None]:

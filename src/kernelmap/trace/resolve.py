@@ -475,7 +475,7 @@ class Resolver:
             return attrs
         answer = self._kernels().resolve(name)
         if answer.library is None and ops:
-            answer = self._in_extension(name, ops) or answer
+            answer = self._in_extension(answer, ops) or answer
         lib = answer.library
         if lib is not None and lib != "ATen":
             # The same xmma/CUTLASS kernels ship inside cuDNN and cuBLAS: the launching operators decide.
@@ -508,24 +508,21 @@ class Resolver:
                 attrs["source"], attrs["source_file"] = str(loc), loc.path
         return attrs
 
-    def _in_extension(self, name: str, ops: list[str]):
-        """The kernel answered from the extension of a custom operator
-        (Note [kernels of an extension] in kernelmap.kernels.resolve): one that
-        launched it, or one registered in the kernel's own C++ namespace (an
-        override routes `aten::convolution` to `kernelmap_ext::mydconv` without
-        an operator event of its own)."""
-        from kernelmap.kernels.names import parse
-        from kernelmap.kernels.resolve import MAX_NAME
-
+    def _in_extension(self, answer, ops: list[str]):
+        """`answer` (a kernel nothing else named) answered from the extension of
+        a custom operator (Note [kernels of an extension] in
+        kernelmap.kernels.resolve): one that launched it, or one registered in
+        the kernel's own C++ namespace (an override routes `aten::convolution`
+        to `kernelmap_ext::mydconv` without an operator event of its own)."""
         candidates = [op for op in ops if "::" in op and not op.startswith("aten::")]
-        namespace, qualified, _ = parse(name[:MAX_NAME]).symbol.partition("::")
+        namespace, qualified, _ = answer.symbol.partition("::")
         if qualified and namespace not in _TORCH_NAMESPACES:
             candidates += self._ops_in_namespace(namespace)
         for op in dict.fromkeys(candidates):
             for origin in self._extension_origins(op):
-                answer = self._kernels().in_extension(name, origin)
-                if answer is not None:
-                    return answer
+                found = self._kernels().in_extension(answer, origin)
+                if found is not None:
+                    return found
         return None
 
     def _ops_in_namespace(self, namespace: str) -> list[str]:

@@ -802,7 +802,8 @@ class Extractor:
                 kind = callee.type
                 known = callees[key] = (self._callee(callee, kind, text), _registers(callee, kind, text))
             if known[0] is not None:  # Note [calls kept]: the rest never reach the sweep
-                call = callee.parent
+                # A call expression starts where its callee does (calls.scm)
+                call = callee if (declared := cap.get("call")) is None else declared[0]
                 points.append((call.start_byte, 1, ("call", call, known[0])))
             if known[1] is not None:
                 sites.append((known[1], callee.parent, callee))
@@ -833,7 +834,7 @@ class Extractor:
                 i, node, info = payload
                 definitions[i] = self._definition(node, info, live, pp, original, data, kernels)
                 continue
-            what, item, known = payload  # item: the call node, a registration's (kind, call, callee), or a lost one's (macro, args, line)
+            what, item, known = payload  # item: the call node (or its callee, at the same place), a registration's (kind, call, callee), or a lost one's (macro, args, line)
             if what == "call":
                 if lam is not None:
                     in_lambdas.append((len(calls), def_index, lam))

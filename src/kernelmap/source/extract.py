@@ -795,16 +795,19 @@ class Extractor:
         callees = self._callees
         for cap in by_file["calls"]:
             callee = cap["callee"][0]
-            text = callee.text
+            start = callee.start_byte
+            text = data[start : callee.end_byte]  # its `.text`, at half the cost: the tree is parsed from `data`
             key = (callee.kind_id, text)  # (`_callee`, `_registers`), remembered by the callee's spelling
             known = callees.get(key)
             if known is None:
                 kind = callee.type
                 known = callees[key] = (self._callee(callee, kind, text), _registers(callee, kind, text))
             if known[0] is not None:  # Note [calls kept]: the rest never reach the sweep
-                # A call expression starts where its callee does (calls.scm)
-                call = callee if (declared := cap.get("call")) is None else declared[0]
-                points.append((call.start_byte, 1, ("call", call, known[0])))
+                declared = cap.get("call")
+                if declared is None:  # a call expression, which starts where its callee does (calls.scm)
+                    points.append((start, 1, ("call", callee, known[0])))
+                else:
+                    points.append((declared[0].start_byte, 1, ("call", declared[0], known[0])))
             if known[1] is not None:
                 sites.append((known[1], callee.parent, callee))
         points += [(call.start_byte, 1, ("reg", (registers, call, callee), None)) for registers, call, callee in sites]

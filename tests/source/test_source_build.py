@@ -83,6 +83,46 @@ def test_build_then_update_only_what_changed(tmp_path, cache):
         assert ix.definitions("c10::one") == [] and ix.definitions("c10::two")
 
 
+def rows_as_text(path):
+    """Every fact of an index with its string ids replaced by their texts: two
+    builds of the same files must agree on these, whatever ids they gave."""
+    db = sqlite3.connect(path)
+    text = "(SELECT text FROM strings WHERE id = {})".format
+    queries = {
+        "symbols": f"SELECT f.path, {text('name_id')}, {text('lookup_id')}, {text('short_id')}, kind, line, end_line,"
+                   f" {text('cond_id')}, {text('op_id')} FROM symbols s JOIN files f ON f.id = s.file_id",
+        "calls": f"SELECT f.path, (SELECT {text('name_id')} FROM symbols WHERE id = c.symbol_id), {text('callee_id')},"
+                 f" {text('short_id')}, c.kind, {text('lib_id')}, {text('op_id')}, c.line, {text('cond_id')}, {text('pp_id')},"
+                 f" c.symbol_id IS NULL, c.lib_id IS NULL, c.op_id IS NULL, c.cond_id IS NULL, c.pp_id IS NULL"
+                 f" FROM calls c JOIN files f ON f.id = c.file_id",
+        "registrations": f"SELECT f.path, r.symbol_id IS NULL, r.kind, {text('name_id')}, {text('target_id')}, {text('key_id')},"
+                         f" {text('detail_id')}, r.line, {text('pp_id')} FROM registrations r JOIN files f ON f.id = r.file_id",
+        "stubs": f"SELECT f.path, s.kind, {text('name_id')}, {text('detail_id')}, s.line, {text('pp_id')}"
+                 f" FROM stubs s JOIN files f ON f.id = s.file_id",
+    }
+    try:
+        return {table: sorted(db.execute(sql).fetchall(), key=repr) for table, sql in queries.items()}
+    finally:
+        db.close()
+
+
+def test_an_updated_index_holds_what_a_fresh_build_of_the_same_files_holds(tmp_path, cache):
+    # Strings are given ids as rows are written: an update must find the ids
+    # of texts already in the database and give new ones to the rest.
+    tree = small(tmp_path / "t")
+    build_index(tree, jobs=1)
+    (tree.root / "aten/src/ATen/native/cpu/NegKernel.cpp").write_text(
+        CPU_KERNEL.replace("neg_kernel", "neg_kernel_v2") + "namespace at { void again() { c10::one(); at::neg(x); } }\n")
+    (tree.root / "c10/util/New.h").write_text("#if defined(NEW)\nnamespace c10 { int two() { return one() + at::empty(3); } }\n#endif\n")
+    update = build_index(tree, jobs=1)
+    assert (update.parsed, update.full) == (2, False)
+    fresh = add_tree(tree.root, "fresh")
+    assert build_index(fresh, jobs=1).full
+    updated, rebuilt = rows_as_text(index_path(tree)), rows_as_text(index_path(fresh))
+    assert updated == rebuilt
+    assert ("c10/util/New.h", "c10::two", "one", "one") in [row[:4] for row in updated["calls"]]
+
+
 def test_a_tree_missing_parts_indexes_what_is_there(tmp_path, cache):
     tree = add_tree(make_tree(tmp_path / "t", {"c10/core/A.cpp": "namespace c10 { int a() { return 1; } }\n"}))
     report = build_index(tree, jobs=1)

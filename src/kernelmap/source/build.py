@@ -230,34 +230,45 @@ def _extract_all(tree: Tree, ops: OperatorNames, paths: list[str], jobs: int, si
 # ---------------------------------------------------------------------------
 
 
+class _StringIds(dict):
+    """Text -> its id in `strings`, given on first lookup: the id the database
+    has for it, else a new one (kept in `new` until `flush`). None is 0, which
+    the statements turn back into NULL (NULLIF): None is not among the types
+    the sqlite3 module binds directly, and each goes through its adapter
+    lookup, which costs more than the rest of a row."""
+
+    def __init__(self, db: sqlite3.Connection, fresh: bool):
+        super().__init__({None: 0})
+        self.db = db
+        self.fresh = fresh  # an empty database: nothing to look up
+        self.next = (db.execute("SELECT max(id) FROM strings").fetchone()[0] or 0) + 1
+        self.new: list[tuple[int, str]] = []
+
+    def __missing__(self, text: str) -> int:
+        row = None if self.fresh else self.db.execute("SELECT id FROM strings WHERE text = ?", (text,)).fetchone()
+        if row is None:
+            row = (self.next,)
+            self.new.append((self.next, text))
+            self.next += 1
+        self[text] = row[0]
+        return row[0]
+
+    def flush(self) -> None:
+        self.db.executemany("INSERT INTO strings(id, text) VALUES (?, ?)", self.new)
+        self.new.clear()
+
+
 class _Writer:
     """Inserts facts. Ids of strings and symbols are assigned here and rows
     go in by `executemany`, one batch per file, each row zipped from the
-    file's columns (`_columns`) with its strings mapped to ids: per-row
-    statements, or a Python loop per row, would cost more than parsing."""
+    file's columns (`_columns`) with its strings mapped to ids as the rows
+    are read (`_StringIds`): per-row statements, or a Python loop per row,
+    would cost more than parsing."""
 
     def __init__(self, db: sqlite3.Connection, fresh: bool):
         self.db = db
-        self.fresh = fresh
-        self.ids: dict[str, int] = {}
-        self.next_string = (db.execute("SELECT max(id) FROM strings").fetchone()[0] or 0) + 1
+        self.ids = _StringIds(db, fresh)
         self.next_symbol = (db.execute("SELECT max(id) FROM symbols").fetchone()[0] or 0) + 1
-
-    def intern_all(self, texts: set[str | None]) -> None:
-        """Give every text of `texts` an id: the one it has, or a new one."""
-        texts = texts.difference(self.ids)  # by lookups in the dict: never a walk over it
-        texts.discard(None)
-        new = []
-        for text in texts:
-            row = None if self.fresh else self.db.execute("SELECT id FROM strings WHERE text = ?", (text,)).fetchone()
-            if row is None:
-                new.append((self.next_string, text))
-                self.ids[text] = self.next_string
-                self.next_string += 1
-            else:
-                self.ids[text] = row[0]
-        if new:
-            self.db.executemany("INSERT INTO strings(id, text) VALUES (?, ?)", new)
 
     def add(self, facts: FileFacts, mtime_ns: int) -> int:
         """Insert one file's facts (as `_columns`); returns its file id."""
@@ -267,17 +278,7 @@ class _Writer:
         c_defs, callees, c_shorts, c_kinds, libraries, c_ops, c_lines, c_conds, c_pps = facts.calls or ((),) * 9
         r_defs, r_kinds, r_names, targets, keys, details, r_lines, r_pps = facts.registrations or ((),) * 8
         s_kinds, s_names, s_details, s_lines, s_pps = facts.stubs or ((),) * 5
-        self.intern_all(set().union(names, lookups, shorts, conditions, ops, callees, c_shorts, libraries, c_ops, c_conds, c_pps,
-                                    r_names, targets, keys, details, r_pps, s_names, s_details, s_pps))
-        string = self.ids.get
-        zeros = itertools.repeat(0)
-
-        def nullable(column):
-            """Ids of a column that may be None, None as 0: the statement turns 0
-            back into NULL (NULLIF). None is not among the types the sqlite3
-            module binds directly: each goes through its adapter lookup, which
-            costs more than the rest of a row."""
-            return map(string, column, zeros)
+        string = self.ids.__getitem__  # None as 0: see _StringIds
 
         file_id = db.execute(
             "INSERT INTO files(path, sha1, size, mtime_ns, errors, skipped) VALUES (?, ?, ?, ?, ?, ?)",
@@ -292,24 +293,25 @@ class _Writer:
             "INSERT INTO symbols(id, file_id, name_id, lookup_id, short_id, kind, line, end_line, cond_id, op_id)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, 0), NULLIF(?, 0))",
             zip(symbol_ids, file_ids, map(string, names), map(string, lookups), map(string, shorts), kinds, lines, end_lines,
-                nullable(conditions), nullable(ops)),
+                map(string, conditions), map(string, ops)),
         )
         db.executemany(
             "INSERT INTO calls(symbol_id, file_id, callee_id, short_id, kind, lib_id, op_id, line, cond_id, pp_id)"
             " VALUES (NULLIF(?, 0), ?, ?, ?, ?, NULLIF(?, 0), NULLIF(?, 0), ?, NULLIF(?, 0), NULLIF(?, 0))",
             zip(map(symbol_of, c_defs), file_ids, map(string, callees), map(string, c_shorts), map(CALL_KIND_CODE.__getitem__, c_kinds),
-                nullable(libraries), nullable(c_ops), c_lines, nullable(c_conds), nullable(c_pps)),
+                map(string, libraries), map(string, c_ops), c_lines, map(string, c_conds), map(string, c_pps)),
         )
         db.executemany(
             "INSERT INTO registrations(file_id, symbol_id, kind, name_id, target_id, key_id, detail_id, line, pp_id)"
             " VALUES (?, NULLIF(?, 0), ?, ?, NULLIF(?, 0), NULLIF(?, 0), NULLIF(?, 0), ?, NULLIF(?, 0))",
-            zip(file_ids, map(symbol_of, r_defs), r_kinds, map(string, r_names), nullable(targets), nullable(keys),
-                nullable(details), r_lines, nullable(r_pps)),
+            zip(file_ids, map(symbol_of, r_defs), r_kinds, map(string, r_names), map(string, targets), map(string, keys),
+                map(string, details), r_lines, map(string, r_pps)),
         )
         db.executemany(
             "INSERT INTO stubs(file_id, kind, name_id, detail_id, line, pp_id) VALUES (?, ?, ?, NULLIF(?, 0), ?, NULLIF(?, 0))",
-            zip(file_ids, s_kinds, map(string, s_names), nullable(s_details), s_lines, nullable(s_pps)),
+            zip(file_ids, s_kinds, map(string, s_names), map(string, s_details), s_lines, map(string, s_pps)),
         )
+        self.ids.flush()
         return file_id
 
 

@@ -48,7 +48,9 @@ diff/1:     {"query", "op", "device", "from": origin key, "to": origin key, "not
              "changes": [{"section" (yaml|kernel|stub|wrapper|node), "change" (added|removed|changed|moved|renamed|same),
              "name", "before", "after", "from": LOCATION | null, "to": LOCATION | null, "detail"}]}
 kernel/1:   {"name", "demangled", "symbol", "truncated", "library", "closed", "repository",
-             "kernel": SITE | null, "functor": SITE | null, "launches": [SITE], "tree"},
+             "kernel": SITE | null, "functor": SITE | null, "launches": [SITE], "tree",
+             "extension": the folder of the extension project whose file holds the kernel (its
+             location is relative to it; `tree` is then null) | null},
              SITE = {"role", "symbol", "location": "path:line" | null, "caller"}
 ranks/1:    {"ranks": [{"rank", "file", "gpu_us", "source_us", "library_us", "collective_us"}],
              "merged_ops": [{"name", "calls", "total_us", "device_us"}],

@@ -203,6 +203,13 @@ class Location:
         return Location(d["path"], d["line"], d.get("end_line"), origin)
 
 
+def extension_origin(root: str, torch_version: str = "") -> Origin:
+    """The origin of a C++ extension project's files, in the folder `root`
+    (Note [registrations from outside torch] in kernelmap.dispatch); the torch
+    version it was loaded by, when a live dispatcher reported it."""
+    return Origin(OriginKind.EXTENSION, torch_version, root=root, label=f"extension {root}")
+
+
 class OriginTable:
     """The origins one JSON document names, each once, by a short key (its
     label, made unique): locations refer to them by key, so that a document

@@ -10,8 +10,11 @@ from kernelmap.commands.options import emit, output_options, source_option
 @click.command()
 @click.argument("name")
 @source_option
+@click.option("--extension", "extension", metavar="DIR", default=None,
+              help="A C++/CUDA extension project (a scaffolded one, say) whose sources hold kernels that no tree or "
+                   "library names: the kernel's __global__ definition is looked for there.")
 @output_options
-def kernel(name, source, as_json, width, html):
+def kernel(name, source, extension, as_json, width, html):
     """What a GPU kernel is and where its code is, from its name as a profiler,
     Nsight or a trace prints it (mangled or demangled, possibly cut short).
 
@@ -26,9 +29,11 @@ def kernel(name, source, as_json, width, html):
       kernelmap kernel 'void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)'
       kernelmap kernel ncclKernel_AllReduce_RING_LL_Sum_float --json
       kernelmap kernel _ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEENS_6detail5ArrayIPcLi1EEEEEviT0_T1_ --source debian-2.6.0
+      kernelmap kernel 'void kernelmap_ext::mydconv_conv2d_kernel<float>(...)' --extension ./mydconv
     """
     from kernelmap.errors import BadInput
     from kernelmap.kernels import open_resolver
+    from kernelmap.model import extension_origin
     from kernelmap.printable import printable
 
     try:
@@ -40,7 +45,32 @@ def kernel(name, source, as_json, width, html):
         from kernelmap.errors import SourceError
 
         raise SourceError(reason)
+    project = _project(extension) if extension is not None else None
     answer = resolver.resolve(name)
+    missing = None
+    if project is not None and answer.library is None:  # Note [kernels of an extension]
+        found = resolver.in_extension(answer, extension_origin(str(project)))
+        if found is None:
+            missing = f"no __global__ definition of {answer.symbol.rsplit('::', 1)[-1]} in the sources under {project}"
+        answer = found or answer
     emit(answer, as_json, width, html)
     if reason and not as_json:
         click.echo(f"no source locations: {printable(reason)}", err=True)
+    if missing and not as_json:
+        click.echo(printable(missing), err=True)
+
+
+def _project(extension: str):
+    """The extension project's folder, resolved; a clear error if it is none."""
+    from pathlib import Path
+
+    from kernelmap.errors import BadInput
+    from kernelmap.printable import printable
+
+    try:
+        project = Path(extension).expanduser().resolve()
+        if not project.is_dir():
+            raise BadInput(f"--extension names no folder: {printable(extension[:200])!r}")
+    except (OSError, RuntimeError, ValueError) as e:  # a name too long, a link loop, a NUL byte
+        raise BadInput(f"--extension {printable(extension[:200])!r}: {printable(str(e)[:200])}") from None
+    return project

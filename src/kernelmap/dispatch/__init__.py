@@ -30,7 +30,7 @@ from pathlib import Path
 
 from kernelmap import env
 from kernelmap.errors import BadInput, TorchUnavailable, UnknownName
-from kernelmap.model import DispatchPath, DispatchStep, Kernel, Location, Origin, OriginKind
+from kernelmap.model import DispatchPath, DispatchStep, Kernel, Location, Origin, OriginKind, extension_origin
 
 DEVICE_KEYS = {"cpu": "CPU", "cuda": "CUDA", "mps": "MPS", "meta": "Meta", "xpu": "XPU"}
 
@@ -104,8 +104,7 @@ _PROJECT_FILES = ("kernelmap.json", "setup.py", "pyproject.toml")
 def _extension_location(file: Path, line: int, torch_version: str) -> Location:
     folder = file.parent
     root = next((p for p in (folder, *folder.parents)[:4] if any((p / f).is_file() for f in _PROJECT_FILES)), folder)
-    origin = Origin(OriginKind.EXTENSION, torch_version, root=str(root), label=f"extension {root}")
-    return Location(file.relative_to(root).as_posix(), line, origin=origin)
+    return Location(file.relative_to(root).as_posix(), line, origin=extension_origin(str(root), torch_version))
 
 
 def _qualified(name: str) -> str:

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 from kernelmap.errors import BadInput
 from kernelmap import vendors
 from kernelmap.kernels.names import LAMBDA, Arg, lambda_owner, parse, unqualified_symbol
-from kernelmap.model import Location, Origin
+from kernelmap.model import Location, Origin, OriginKind, extension_origin
 
 VERSION = 1
 MAX_NAME = 1 << 16  # characters of a kernel name the resolver reads
@@ -148,15 +148,30 @@ class KernelAnswer:
             "functor": self.functor.to_json() if self.functor else None,
             "launches": [s.to_json() for s in self.launches],
             "tree": self.tree,
+            "extension": self.extension,
         }
+
+    @property
+    def extension(self) -> str | None:
+        """The folder of the extension project the kernel's location is in
+        (Note [kernels of an extension]), if it is in one."""
+        loc = self.kernel.location if self.kernel else None
+        if loc is not None and loc.origin is not None and loc.origin.kind is OriginKind.EXTENSION:
+            return loc.origin.root
+        return None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> KernelAnswer:
         if d.get("kernelmap") != f"kernel/{VERSION}":
             raise BadInput(f"not a kernel/{VERSION} document: {d.get('kernelmap')!r}")
         site = lambda x: Site.from_json(x) if x else None  # noqa: E731
+        kernel = site(d["kernel"])
+        root = d.get("extension")
+        if root and kernel is not None and kernel.location is not None:
+            origin = extension_origin(root)
+            kernel = dataclasses.replace(kernel, location=dataclasses.replace(kernel.location, origin=origin))
         return cls(d["name"], d["demangled"], d["symbol"], d["truncated"], d["library"], d["closed"], d["repository"],
-                   site(d["kernel"]), site(d["functor"]), tuple(Site.from_json(s) for s in d["launches"]), d.get("tree"))
+                   kernel, site(d["functor"]), tuple(Site.from_json(s) for s in d["launches"]), d.get("tree"))
 
     def to_text(self) -> str:
         lines = [self.symbol + ("  (name cut short)" if self.truncated else "")]
@@ -166,13 +181,20 @@ class KernelAnswer:
         if self.repository:
             lib += f"  {self.repository}"
         lines.append(f"  library   {lib}")
+        project = self.extension
         for s in (self.functor, self.kernel):
-            if s is not None:
-                lines.append(f"  {s.role:<9} {s.location or '(not found in the tree)'}  {s.symbol}")
+            if s is None:
+                continue
+            where = s.location or "(not found in the tree)"
+            if project and s is self.kernel:  # the user's own file, by its path on this machine
+                where = f"{s.location.disk_path}:{s.location.line}"
+            lines.append(f"  {s.role:<9} {where}  {s.symbol}")
         for s in self.launches:
             lines.append(f"  {s.role:<9} {s.location}  {s.symbol}" + (f"  in {s.caller}" if s.caller else ""))
         if self.tree:
             lines.append(f"  (locations in the tree {self.tree})")
+        if project:
+            lines.append(f"  (in the sources of the extension project {project})")
         return "\n".join(lines) + "\n"
 
 
@@ -329,7 +351,7 @@ class KernelResolver:
         if found is None:
             return None
         return dataclasses.replace(answer, library=f"extension {Path(origin.root).name}", closed=False, repository=None,
-                                   kernel=Site("kernel", answer.symbol, Location(*found, origin=origin)))
+                                   kernel=Site("kernel", answer.symbol, Location(*found, origin=origin)), tree=None)
 
     def _launch_sites(self, owner: str) -> tuple[Site, ...]:
         if self.index is None:

@@ -300,6 +300,46 @@ void k(TensorIterator& iter) {
     assert {r.definition for r in f.registrations if r.kind == "at_dispatch"} == {k}
 
 
+def test_a_call_or_registration_spelled_over_lines_is_at_the_line_of_its_name(ex):
+    text = """namespace at { namespace native {
+DECLARE_DISPATCH(
+    binary_fn,
+    mul_stub);
+REGISTER_DISPATCH(
+    mul_stub,
+    &mul_kernel);
+TORCH_LIBRARY(myops, m) {
+  m.def(torch::schema(
+      "myops::mymul(Tensor self) -> Tensor",
+      c10::AliasAnalysisKind::FROM_SCHEMA));
+}
+void k(TensorIterator& iter, const Tensor& t) {
+  auto it = TensorIteratorConfig()
+      .check_all_same_dtype(false)
+      .build();
+  AT_DISPATCH_FLOATING_TYPES(iter.dtype(),
+      "mul_cpu", [&] { at::native::
+          cpu_kernel(iter, f); });
+  auto p = t.template data_ptr<float>();
+  auto q = ALayout::template load<4>(p);
+  auto r = c10::
+      // NOLINTNEXTLINE(some-check)
+      unsafe_reclaim(p);
+}
+}}
+"""
+    lines = text.splitlines()
+    f = facts(ex, text)
+    named = [(c.short, c.line) for c in f.calls] + [(r.name, r.line) for r in f.registrations] + [(s.name, s.line) for s in f.stubs]
+    assert {name for name, _ in named} >= {"check_all_same_dtype", "build", "cpu_kernel", "load", "unsafe_reclaim", "mul_stub", "mymul",
+                                           "mul_cpu"}
+    for name, line in named:  # each on the line holding its name, read from the text
+        assert name in lines[line - 1], (name, line, lines[line - 1])
+    shorts = [c.short for c in f.calls]  # no `template` keyword or comment in a name; data_ptr is no call of interest
+    assert "data_ptr" not in shorts and not any("template" in c.callee or "/" in c.callee for c in f.calls)
+    assert "ALayout::load" in [c.callee for c in f.calls]
+
+
 def test_only_calls_of_registration_macros_and_library_methods_register(ex):
     """Note [registrations among calls]: registrations are read from the calls
     the query finds, by the callee's spelling and shape."""

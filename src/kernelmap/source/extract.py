@@ -583,6 +583,9 @@ _LAUNCH = re.compile(r"^(gpu_kernel\w*|cpu_kernel\w*|cpu_serial_kernel\w*|launch
 _OPS_CALL = re.compile(r"^at::_ops::(\w+)::(call|redispatch)$")
 _AT_FUNC = re.compile(r"^at::(?:redispatch::)?(\w+)$")
 _TEMPLATE_ARGS = re.compile(r"<[^<>]*>")
+_NOT_NAME = re.compile(r"//[^\n]*|/\*.*?\*/|\\\n", re.S)
+_LAST_NAME = re.compile(r"[\w:]*$")
+_TEMPLATE_KEYWORD = re.compile(r"(?:(?<=::)|(?<=\.)|(?<=->)|^)\s*template\s+")
 _SPACE = re.compile(r"\s+")
 # A launch written in a function-local `#define` (Indexing.cu's SMALL_INDEX and
 # LARGE_INDEX) continues its lines with `\`: a continuation is blank space here.
@@ -612,6 +615,10 @@ def _launches(body: bytes) -> list[re.Match]:
 
 
 def _strip_templates(text: str) -> str:
+    if "/" in text or "\\" in text:  # comments and line continuations inside a name spelled over lines
+        text = _NOT_NAME.sub(" ", text)
+    if "template" in text:  # `ALayout::template load<K>`: the keyword is no part of the name
+        text = _TEMPLATE_KEYWORD.sub("", text)
     text = "".join(text.split())  # no white space (as _SPACE.sub, cheaper for the short texts here)
     for _ in range(4):
         if "<" not in text:
@@ -803,11 +810,14 @@ class Extractor:
                 kind = callee.type
                 known = callees[key] = (self._callee(callee, kind, text), _registers(callee, kind, text))
             if known[0] is not None:  # Note [calls kept]: the rest never reach the sweep
+                # The call's place is where it starts (a call expression starts
+                # where its callee does: calls.scm); its line, the called name's.
                 declared = cap.get("call")
-                if declared is None:  # a call expression, which starts where its callee does (calls.scm)
-                    points.append((start, 1, ("call", callee, known[0])))
+                named = _called_name(callee) if b"\n" in text else callee
+                if declared is None:
+                    points.append((start, 1, ("call", named, known[0])))
                 else:
-                    points.append((declared[0].start_byte, 1, ("call", declared[0], known[0])))
+                    points.append((declared[0].start_byte, 1, ("call", named, known[0])))
             if known[1] is not None:
                 sites.append((known[1], callee.parent, callee))
         points += [(call.start_byte, 1, ("reg", (registers, call, callee), None)) for registers, call, callee in sites]
@@ -837,7 +847,7 @@ class Extractor:
                 i, node, info = payload
                 definitions[i] = self._definition(node, info, live, pp, original, data, kernels)
                 continue
-            what, item, known = payload  # item: the call node (or its callee, at the same place), a registration's (kind, call, callee), or a lost one's (macro, args, line)
+            what, item, known = payload  # item: the called name's node, a registration's (kind, call, callee), or a lost one's (macro, args, line)
             if what == "call":
                 if lam is not None:
                     in_lambdas.append((len(calls), def_index, lam))
@@ -989,7 +999,7 @@ class Extractor:
     def _member(self, field: bytes) -> tuple | None:
         """(callee, short, kind, library, op) of a call of the method `field`
         on an object that is no temporary of a class."""
-        short = _strip_templates(field.decode("utf-8", "replace"))
+        short = _strip_templates(field.decode("utf-8", "replace"))  # `x.template data_ptr<T>()`: data_ptr
         if short in _SKIPPED_METHODS:
             return None
         kind, library, op = classify_call("." + short, True, self.ops)
@@ -1015,6 +1025,8 @@ class Extractor:
             return known if known[1] else None
         elif t in ("identifier", "qualified_identifier", "template_function", "scoped_identifier", "template_type"):
             callee = _strip_templates(text.decode("utf-8", "replace"))
+            if "<" in callee:  # `mi < size<1>(acc)` misread as a template's arguments: the call is the name after them
+                callee = _LAST_NAME.search(callee).group()
             short = callee.rsplit("::", 1)[-1]
         else:
             return None  # calls of lambdas, of call results, of parenthesised expressions
@@ -1027,17 +1039,21 @@ class Extractor:
 
     def _registration(self, path, found, def_index, lib, pp, registrations, stubs) -> None:
         """Facts of a call that may register: `found` is (what `_registers`
-        said of its callee, the call, the callee)."""
+        said of its callee, the call, the callee). A registration's line is
+        that of the name it registers (the operator's string, the stub), which
+        may follow the macro's: `REGISTER_DISPATCH(` / `    some_stub, ...`."""
         registers, site, callee = found
         arguments = site.child_by_field_name("arguments").named_children
         if registers == "library":
             method = callee.child_by_field_name("field").text.decode()
             if not arguments:  # `m.impl()` names no operator
                 return
-            m = _STRING.search(arguments[0].text.decode("utf-8", "replace"))
+            first = arguments[0].text.decode("utf-8", "replace")
+            m = _STRING.search(first)
             if m is None:
                 return
             op = m.group(1)
+            line = arguments[0].start_point[0] + 1 + first.count("\n", 0, m.start())  # `m.def(torch::schema(` / `"ns::op(...)"`
             macro, ns, key = lib if lib else (None, None, None)
             if method == "def":
                 op = op.split("(", 1)[0].strip()
@@ -1047,17 +1063,17 @@ class Extractor:
             if len(arguments) > 1 and arguments[1].type != "initializer_list":  # m.def(schema, {tags}) names no kernel
                 target = _kernel_name(arguments[1].text.decode("utf-8", "replace"))
             kind = "library_def" if method == "def" else "library_impl"
-            registrations.append(Registration(def_index, kind, op, target, key, ns, site.start_point[0] + 1, pp))
+            registrations.append(Registration(def_index, kind, op, target, key, ns, line, pp))
             return
         macro = callee.text.decode()
         args = [_SPACE.sub("", a.text.decode("utf-8", "replace")) for a in arguments]
         line = site.start_point[0] + 1
         if macro == "DECLARE_DISPATCH":
             if args:
-                stubs.append(StubDecl("declare", args[-1], ",".join(args[:-1]) or None, line, pp))
+                stubs.append(StubDecl("declare", args[-1], ",".join(args[:-1]) or None, arguments[-1].start_point[0] + 1, pp))
         elif macro == "DEFINE_DISPATCH":
             if args:
-                stubs.append(StubDecl("define", args[0], None, line, pp))
+                stubs.append(StubDecl("define", args[0], None, arguments[0].start_point[0] + 1, pp))
         elif macro.startswith("AT_DISPATCH_"):
             name = None
             groups = [macro]
@@ -1066,6 +1082,7 @@ class Extractor:
                 if a.type == "string_literal" and name is None:
                     m = _STRING.search(text)
                     name = m.group(1) if m else text
+                    line = a.start_point[0] + 1
                 elif a.type in ("identifier", "qualified_identifier") and re.fullmatch(r"(at::)?(ScalarType::|k)[A-Z]\w*", text):
                     groups.append(text.rsplit("::", 1)[-1])
                 elif a.type == "call_expression" and text.startswith("AT_EXPAND("):
@@ -1076,7 +1093,7 @@ class Extractor:
             kernel = None if macro.endswith("NO_CPU_DISPATCH") or len(args) < 2 else _kernel_name(args[-1])
             # `REGISTER_DISPATCH(cpublas::gemm_stub, ...)`: the stub is declared (and called) by its own name
             stub = args[0].rsplit("::", 1)[-1]
-            registrations.append(Registration(def_index, "register_dispatch", stub, kernel, device, capability, line, pp))
+            registrations.append(Registration(def_index, "register_dispatch", stub, kernel, device, capability, arguments[0].start_point[0] + 1, pp))
 
 
 # Note [registrations among calls]
@@ -1121,7 +1138,8 @@ def _lost_registrations(sites, original: bytes) -> list[tuple[int, int, tuple]]:
             continue  # captured already, or a line of a macro's definition
         args = [_SPACE.sub("", a.decode("utf-8", "replace")) for a in m.group(2).split(b",")]
         if args and args[0]:
-            line = original.count(b"\n", 0, m.start(1)) + 1
+            stub_at = m.end(2) - len(m.group(2).lstrip())  # its line is the stub's, as for the others
+            line = original.count(b"\n", 0, stub_at) + 1
             lost.append((m.start(1), 1, ("lost", (m.group(1).decode(), args, line), None)))
     return lost
 
@@ -1223,6 +1241,23 @@ def _kernel_name(text: str) -> str | None:
 
 
 _ATOM = re.compile(r"!?\s*(defined\s*\(\s*\w+\s*\)|defined\s+\w+|[\w:]+(\([^()]*\))?)")
+
+
+def _called_name(callee):
+    """The node of the name a callee calls, for a callee over several lines
+    (`TensorIteratorConfig()` / `.check_all_same_dtype(false)`): the field of
+    a member access, the last part of a qualified name, the template's name."""
+    node = callee
+    while node.type in _NAMED_CALLEES:
+        inner = node.child_by_field_name(_NAMED_CALLEES[node.type])
+        if inner is None:
+            break
+        node = inner
+    return node
+
+
+_NAMED_CALLEES = {"field_expression": "field", "qualified_identifier": "name", "template_function": "name", "template_method": "name",
+                  "template_type": "name"}
 
 
 def _negate(cond: str) -> str:

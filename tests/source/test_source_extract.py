@@ -330,9 +330,10 @@ void k(TensorIterator& iter, const Tensor& t) {
 """
     lines = text.splitlines()
     f = facts(ex, text)
-    named = [(c.short, c.line) for c in f.calls] + [(r.name, r.line) for r in f.registrations] + [(s.name, s.line) for s in f.stubs]
+    named = [(c.short, c.line) for c in f.calls] + [(s.name, s.line) for s in f.stubs]
+    named += [(r.key if r.kind == "at_dispatch" else r.name, r.line) for r in f.registrations]  # a dtype switch: its macro
     assert {name for name, _ in named} >= {"check_all_same_dtype", "build", "cpu_kernel", "load", "unsafe_reclaim", "mul_stub", "mymul",
-                                           "mul_cpu"}
+                                           "AT_DISPATCH_FLOATING_TYPES"}
     for name, line in named:  # each on the line holding its name, read from the text
         assert name in lines[line - 1], (name, line, lines[line - 1])
     shorts = [c.short for c in f.calls]  # no `template` keyword or comment in a name; data_ptr is no call of interest

@@ -228,13 +228,17 @@ def test_every_call_registration_and_stub_is_on_a_line_holding_its_name(real_bui
     """All of them, read from the database and the files: a call spelled over
     lines (`TensorIteratorConfig()` / `.check_all_same_dtype(false)`) is at
     its name's line, as is a registration whose stub or operator follows the
-    macro's line. Objective-C++ files, which the C++ grammar misreads, aside."""
+    macro's line; a dtype switch is at its macro's. Objective-C++ files, which
+    the C++ grammar misreads, aside."""
     import sqlite3
 
     db = sqlite3.connect(f"file:{real_build.path}?mode=ro", uri=True)
     text = "(SELECT text FROM strings WHERE id = {})".format
     rows = [*db.execute(f"SELECT f.path, {text('c.short_id')}, c.line FROM calls c JOIN files f ON f.id = c.file_id"),
-            *db.execute(f"SELECT f.path, {text('r.name_id')}, r.line FROM registrations r JOIN files f ON f.id = r.file_id"),
+            *db.execute(f"SELECT f.path, {text('r.name_id')}, r.line FROM registrations r JOIN files f ON f.id = r.file_id"
+                        " WHERE r.kind != 'at_dispatch'"),
+            *db.execute(f"SELECT f.path, {text('r.key_id')}, r.line FROM registrations r JOIN files f ON f.id = r.file_id"
+                        " WHERE r.kind = 'at_dispatch'"),  # a dtype switch: its macro's line
             *db.execute(f"SELECT f.path, {text('s.name_id')}, s.line FROM stubs s JOIN files f ON f.id = s.file_id")]
     db.close()
     files: dict[str, list[str]] = {}

@@ -1041,7 +1041,8 @@ class Extractor:
         """Facts of a call that may register: `found` is (what `_registers`
         said of its callee, the call, the callee). A registration's line is
         that of the name it registers (the operator's string, the stub), which
-        may follow the macro's: `REGISTER_DISPATCH(` / `    some_stub, ...`."""
+        may follow the macro's: `REGISTER_DISPATCH(` / `    some_stub, ...`; a
+        dtype switch's, its macro's (`AT_DISPATCH_...(` / `    "sum_cpu", ...`)."""
         registers, site, callee = found
         arguments = site.child_by_field_name("arguments").named_children
         if registers == "library":
@@ -1082,7 +1083,6 @@ class Extractor:
                 if a.type == "string_literal" and name is None:
                     m = _STRING.search(text)
                     name = m.group(1) if m else text
-                    line = a.start_point[0] + 1
                 elif a.type in ("identifier", "qualified_identifier") and re.fullmatch(r"(at::)?(ScalarType::|k)[A-Z]\w*", text):
                     groups.append(text.rsplit("::", 1)[-1])
                 elif a.type == "call_expression" and text.startswith("AT_EXPAND("):

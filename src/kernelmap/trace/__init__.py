@@ -167,12 +167,18 @@ def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None
         origin = env.torch_install().origin
     except KernelmapError:
         pass
+    # A trace recorded here ran the installed torch; one read from a file may come from another.
+    frames = build.PythonFrames(origin, check=not live)
     try:
-        collected = build.collect(read_batches(path, header), python_origin=origin)
+        collected = build.collect(read_batches(path, header), python_frames=frames)
     except ValueError as e:
         raise TraceFormatError(path.name, 0, f"unusable event: {e}") from None
     table = build.build(collected, keep_frames=keep_frames)
     notes = table.notes
+    if frames.mismatched:
+        notes.append(f"{frames.mismatched} Python frame name(s) of torch point at lines outside the function they name in the "
+                     f"installed {origin.label}: the trace was recorded with another torch version; those frames are shown where "
+                     "the trace says, not linked to the installed files")
     if resolve:
         from kernelmap.trace.resolve import Resolver
         from kernelmap.trace.sources import open_source_index

@@ -160,15 +160,68 @@ def display_name(name: str, kind: str) -> str:
     return name
 
 
-def _python_location(name: str, origin) -> Location | None:
-    m = _PY_FRAME.match(name)
-    if not m or m["path"].startswith("/") or m["path"].startswith("<"):
+class PythonFrames:
+    """Where the Python frames of a trace are (`torch/nn/modules/conv.py(552):
+    forward`). Frames of torch are located in `origin`, the installed torch.
+    A trace names no torch version, and one recorded elsewhere may come from
+    another: with `check`, a frame is placed in the installed file only where
+    its line lies in a function of its name there, and kept as the trace
+    names it otherwise (counted in `mismatched`, for one note)."""
+
+    def __init__(self, origin, check: bool):
+        self.origin = origin
+        self.check = check
+        self.mismatched = 0
+        self._spans: dict[str, dict[str, list[tuple[int, int]]] | None] = {}
+
+    def location(self, name: str) -> Location | None:
+        m = _PY_FRAME.match(name)
+        if not m or m["path"].startswith("/") or m["path"].startswith("<"):
+            return None
+        path = m["path"]
+        line = max(int(m["line"]), 1)
+        if not path.startswith("torch/") or self.origin is None:
+            return Location(path, line)
+        if self.check and not self._in_function(path, line, m["func"]):
+            self.mismatched += 1
+            return Location(path, line)
+        return Location(path, line, origin=self.origin)
+
+    def _in_function(self, path: str, line: int, func: str) -> bool:
+        spans = self._spans.get(path, False)
+        if spans is False:
+            spans = self._spans[path] = _function_spans(self.origin.disk_path(path))
+        if spans is None:
+            return False
+        return any(first <= line <= last for first, last in spans.get(func, ()))
+
+
+_UNPLACED = PythonFrames(None, check=False)  # no torch to place frames in
+
+
+def _function_spans(file) -> dict[str, list[tuple[int, int]]] | None:
+    """Name -> (first, last) lines of each function, lambda and comprehension
+    of a Python file, and of the module itself (`<module>`); None when the file
+    cannot be read or parsed."""
+    import ast
+
+    try:
+        text = file.read_text(encoding="utf-8") if file is not None else None
+        tree = ast.parse(text) if text is not None else None
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError, RecursionError, MemoryError):
         return None
-    path = m["path"]
-    line = max(int(m["line"]), 1)
-    if path.startswith("torch/") and origin is not None:
-        return Location(path, line, origin=origin)
-    return Location(path, line)
+    if tree is None:
+        return None
+    spans: dict[str, list[tuple[int, int]]] = {"<module>": [(1, max(text.count("\n") + 1, 1))]}
+    frames = {ast.Lambda: "<lambda>", ast.ListComp: "<listcomp>", ast.SetComp: "<setcomp>", ast.DictComp: "<dictcomp>",
+              ast.GeneratorExp: "<genexpr>"}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            spans.setdefault(node.name, []).append((first, node.end_lineno or node.lineno))
+        elif type(node) in frames:
+            spans.setdefault(frames[type(node)], []).append((node.lineno, node.end_lineno or node.lineno))
+    return spans
 
 
 # ---------------------------------------------------------------------------
@@ -435,7 +488,7 @@ _CONV_ARGS = (("Input Strides", "input_strides"), ("Concrete Inputs", "concrete_
 _POOLED = frozenset({"dims", "types", "grid", "block"})
 
 
-def collect(batches: Iterable[list[Any]], python_origin=None) -> Collected:
+def collect(batches: Iterable[list[Any]], python_frames: PythonFrames | None = None) -> Collected:
     """One streaming pass: keep the events the tree needs, as columns.
     `batches` are the reader's windows (`read_batches`): lists of `Event`
     records, or of `Event` and `Loose` records (or dicts) in any other sequence."""
@@ -467,7 +520,7 @@ def collect(batches: Iterable[list[Any]], python_origin=None) -> Collected:
         if not xi:
             continue
         xs = [batch[i] for i in xi]
-        rows = _collect_rows(c, xs, xi, base, python_origin, conv_labels)
+        rows = _collect_rows(c, xs, xi, base, python_frames, conv_labels)
         args = [e.args for e in xs]
         cats = rows["cat"]
         n_before = sum(len(a) for a in chunks["ts"])
@@ -499,7 +552,8 @@ def collect(batches: Iterable[list[Any]], python_origin=None) -> Collected:
     return c
 
 
-def _collect_rows(c: Collected, xs: list, xi: list[int], base: int, python_origin, conv_labels: set[int]) -> dict[str, np.ndarray]:
+def _collect_rows(c: Collected, xs: list, xi: list[int], base: int, python_frames: PythonFrames | None,
+                  conv_labels: set[int]) -> dict[str, np.ndarray]:
     """The row columns of one window's complete events, checked."""
     n = len(xs)
     names = [e.name for e in xs]
@@ -531,7 +585,7 @@ def _collect_rows(c: Collected, xs: list, xi: list[int], base: int, python_origi
         if lab is None:  # once per distinct name and category: kind, display name, location
             text = _encodable(name)
             kind = classify(text, cats[i])
-            location = _python_location(text, python_origin) if kind == "python" else None
+            location = (python_frames or _UNPLACED).location(text) if kind == "python" else None
             lab = labels.ids[(name, cats[i])] = labels.add(text, kind, display_name(text, kind), location)
             if text in CONV_OPS and cats[i] == "cpu_op":
                 conv_labels.add(lab)

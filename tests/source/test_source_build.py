@@ -249,6 +249,38 @@ def test_an_interrupted_build_leaves_the_previous_database(tmp_path, cache, sig)
     assert list(path.parent.glob(f".{path.name}.*.tmp")) == []
 
 
+def test_ctrl_c_of_a_parallel_build_prints_one_line(tmp_path, cache):
+    # Ctrl-C at a terminal reaches the whole process group, workers included.
+    tree = big_tree(tmp_path / "t", copies=300)
+    path = index_path(tree)
+    env = {**os.environ, "KERNELMAP_CACHE_DIR": str(cache)}
+    proc = subprocess.Popen([sys.executable, "-m", "kernelmap", "index", "--source", tree.name, "--jobs", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=default_sigint,
+                            start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not list(path.parent.glob(f".{path.name}.*.tmp")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    time.sleep(0.5)  # the workers are parsing
+    assert proc.poll() is None, "the build finished before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err.strip()) == (130, "kernelmap: aborted"), err  # no worker's traceback
+    assert not path.exists() and list(path.parent.glob(f".{path.name}.*.tmp")) == []
+
+
+def test_a_fifo_or_a_dangling_link_in_the_tree_is_named_among_the_skipped(tmp_path, cache):
+    tree = small(tmp_path / "t")
+    native = tree.root / "aten/src/ATen/native"
+    os.mkfifo(native / "Fifo.cpp")
+    (native / "Dangling.cpp").symlink_to(native / "Gone.cpp")  # in the tree, to nothing
+    started = time.monotonic()
+    report = build_index(tree, jobs=1)
+    assert time.monotonic() - started < 30
+    skipped = dict(report.skipped)
+    assert skipped["aten/src/ATen/native/Fifo.cpp"] == "not a regular file"
+    assert skipped["aten/src/ATen/native/Dangling.cpp"].startswith("unreadable")
+
+
 def test_stub_calls_follow_the_trees_stub_declarations(tmp_path, cache):
     tree = add_tree(make_tree(tmp_path / "t", {
         "aten/src/ATen/native/A.cpp": "namespace at::native { void a() { foo_stub(kCPU, 1); } }\n",

@@ -18,6 +18,7 @@ import itertools
 import multiprocessing
 import os
 import shutil
+import signal
 import sqlite3
 import stat
 import time
@@ -118,12 +119,15 @@ def scan(tree: Tree) -> list[tuple[str, int, int]]:
                 if not name.endswith(extract.SOURCE_SUFFIXES):
                     continue
                 full = os.path.join(dirpath, name)
+                # A FIFO, a socket or a dangling link is listed too: its read
+                # fails, and it is named among the skipped files with the reason.
                 try:
                     st = os.stat(full)
                 except OSError:
-                    continue
-                if not os.path.isfile(full):
-                    continue
+                    try:
+                        st = os.lstat(full)
+                    except OSError:
+                        continue  # gone since the walk
                 out.append((f"{rel}/{name}", st.st_size, st.st_mtime_ns))
     out.sort()
     return out
@@ -143,6 +147,9 @@ def _init_worker(root: str, ops: OperatorNames) -> None:
 
 def _init_pool_worker(root: str, ops: OperatorNames) -> None:
     _init_worker(root, ops)
+    # Ctrl-C reaches every process of the terminal's group: the main process
+    # stops the build and ends the workers, which print nothing of their own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Extraction allocates many small objects and makes no reference cycles
     # worth collecting often.
     gc.set_threshold(100_000, 50, 50)

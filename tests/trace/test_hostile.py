@@ -146,3 +146,12 @@ def test_the_text_tree_of_a_trace_thousands_deep_stops_at_its_default_depth(tmp_
     assert TEXT_DEPTH - 2 <= done.stdout.count("aten::add") <= TEXT_DEPTH  # the levels drawn (below the trace and thread nodes)
     deeper = run_kernelmap("trace", "--from", str(tmp_path / "deep.json"), "--no-summary", "--depth", str(n + 1))
     assert deeper.stdout.count("aten::add") == n
+
+
+def test_an_unusable_event_is_named_by_its_number_and_no_false_byte_offset(tmp_path):
+    events = [event(ts=1000 + 100 * i) for i in range(1000)]
+    events[700]["dur"] = "abc"
+    trace = write(tmp_path / "bad.json", json.dumps({"traceEvents": events}))
+    done = run_kernelmap("trace", "--from", str(trace))
+    assert one_line_error(done, "event #700 ('aten::add') lacks a usable name/ts/dur: dur is not a number")
+    assert "at byte" not in done.stderr  # the reader cannot tell where that event began: no offset is made up

@@ -172,7 +172,7 @@ def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None
     try:
         collected = build.collect(read_batches(path, header), python_frames=frames)
     except ValueError as e:
-        raise TraceFormatError(path.name, 0, f"unusable event: {e}") from None
+        raise TraceFormatError(path.name, None, f"unusable event: {e}") from None  # it names the event by its number
     table = build.build(collected, keep_frames=keep_frames)
     notes = table.notes
     if frames.mismatched:

@@ -37,10 +37,10 @@ _WS = " \t\r\n"
 class TraceFormatError(KernelmapError):
     """A trace file that is not well-formed Chrome trace JSON (malformed or truncated)."""
 
-    def __init__(self, path: str, offset: int, what: str):
+    def __init__(self, path: str, offset: int | None, what: str):
         self.path = path
-        self.offset = offset
-        super().__init__(f"{path}: {what} at byte {offset}")
+        self.offset = offset  # None where the reader cannot tell (an event judged after it was read)
+        super().__init__(f"{path}: {what}" + (f" at byte {offset}" if offset is not None else ""))
 
 
 @dataclass
@@ -188,7 +188,7 @@ def _read(path: Path | str, header: TraceHeader | None, events) -> Iterator[Any]
     try:
         stream = open_trace(path)
     except OSError as e:
-        raise TraceFormatError(name, 0, f"cannot open ({e.strerror})") from None
+        raise TraceFormatError(name, None, f"cannot open ({e.strerror})") from None
     with stream:
         buf = _Buffer(stream, name)
         decode = json.JSONDecoder().raw_decode

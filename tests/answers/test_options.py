@@ -68,3 +68,27 @@ def test_static_where_imports_no_torch():
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.rstrip().endswith("CLEAN")
+
+
+EMPTY_OR_HUGE = [
+    (("trace", "--from", ""), "--from names no file: an empty path"),
+    (("trace", "--from", "t.json", "--export-chrome", "", "--no-tree"), "--export-chrome names no file: an empty path"),
+    (("trace", "-c", "pass", "--html", ""), "--html names no file: an empty path"),
+    (("source", "add", ".", "--name", ""), "--name is empty"),
+    (("scaffold", "aten::relu", "--name", "r", "--extra", "", "--out", "never-written"), "an extra argument is empty"),
+    (("trace", "-c", "pass", "--steps", "99999999999"), "--steps"),
+    (("trace", "-c", "pass", "--warmup", "99999999999"), "--warmup"),
+    (("trace", "--from", "t.json", "--width", "99999999999999999999"), "--width is a number of columns from 20 to 10000"),
+    (("stack", "conv2d", "--width", "100000"), "--width is a number of columns from 20 to 10000"),
+]
+
+
+@pytest.mark.parametrize("args, words", EMPTY_OR_HUGE, ids=[" ".join(a[:3]) for a, _ in EMPTY_OR_HUGE])
+def test_empty_paths_and_names_and_huge_counts_are_refused(tmp_path, args, words):
+    # In a folder holding a trace: an empty --from read the current folder as the ranks of a run.
+    (tmp_path / "t.json").write_text('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}')
+    (tmp_path / "u.json").write_text((tmp_path / "t.json").read_text())
+    out = run_kernelmap(*args, cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.startswith("kernelmap: error: ") and out.stderr.count("\n") == 1, out.stderr
+    assert words in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json", "u.json"]  # nothing written

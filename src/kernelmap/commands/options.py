@@ -72,9 +72,13 @@ def _dtype(ctx: click.Context, param: click.Parameter, value: str) -> str:
 dtype_option = click.option("--dtype", default="float32", show_default=True, callback=_dtype, help="dtype of the call's tensors (a torch dtype name).")
 
 
+MAX_WIDTH = 10_000  # columns: wider than any terminal, and text padded to it stays small
+MAX_RUNS = 1_000  # --warmup and --steps: a profile of more runs would not fit in memory anyway
+
+
 def check_width(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
-    if value is not None and value < 20:
-        raise BadInput(f"--width must be at least 20 columns, not {value}")
+    if value is not None and not 20 <= value <= MAX_WIDTH:
+        raise BadInput(f"--width is a number of columns from 20 to {MAX_WIDTH}, not {value}")
     return value
 
 
@@ -104,6 +108,9 @@ def check_input_file(path, what: str) -> None:
     import os
     import stat
 
+    if not str(path).strip():
+        raise BadInput(f"{what} names no file: an empty path")
+
     try:
         mode = os.stat(path).st_mode
     except OSError as e:
@@ -120,6 +127,9 @@ def check_output_file(path: str, option: str) -> None:
     yet: a rename over a device, a FIFO or a socket would replace it."""
     import os
     import stat
+
+    if not path.strip():
+        raise BadInput(f"{option} names no file: an empty path")
 
     try:
         mode = os.lstat(path).st_mode

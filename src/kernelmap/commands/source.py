@@ -58,8 +58,11 @@ def add(path: str, name: str | None) -> None:
     Example:
       kernelmap source add ~/src/pytorch --name main
     """
+    from kernelmap.errors import BadInput
     from kernelmap.source import add_tree
 
+    if name is not None and not name.strip():
+        raise BadInput("--name is empty: give the tree a name, or leave --name out for the directory's")
     tree = add_tree(path, name)
     click.echo(f"added {tree.name}: {tree.version}{' @ ' + tree.commit[:12] if tree.commit else ''} at {_line(str(tree.root))}")
     if tree.missing_parts:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import click
 
-from kernelmap.commands.options import check_input_file, check_min_us, check_output_file, check_width, emit, source_option
+from kernelmap.commands.options import (MAX_RUNS, MAX_WIDTH, check_input_file, check_min_us, check_output_file, check_width, emit,
+                                       source_option)
 from kernelmap.errors import BadInput
 
 
@@ -22,8 +23,8 @@ TEXT_DEPTH = 200
 
 def _check_options(width, top, min_us, depth, export_chrome) -> None:
     """Option values click's types accept but that mean nothing: one-line errors."""
-    if width is not None and width < 20:
-        raise BadInput(f"--width must be at least 20, not {width}")
+    if width is not None and not 20 <= width <= MAX_WIDTH:
+        raise BadInput(f"--width is a number of columns from 20 to {MAX_WIDTH}, not {width}")
     if top < 0:
         raise BadInput(f"--top must be 0 or more, not {top}")
     if depth is not None and depth < 0:
@@ -71,8 +72,8 @@ def _print_error(error: BaseException) -> None:
 @click.option("--export-chrome", type=click.Path(dir_okay=False), help="Write the trace with kernelmap's source links in each event's args (opens in Perfetto).")
 @click.option("--html", "html", type=click.Path(dir_okay=False), default=None, help="Also write the trace as one self-contained HTML report.")
 @click.option("--width", type=int, default=None, callback=check_width, help="Output width (default: the terminal's).")
-@click.option("--warmup", type=click.IntRange(min=0), default=0, show_default=True, help="Run the target this many times unprofiled first, so the cold first call is not traced.")
-@click.option("--steps", type=click.IntRange(min=1), default=1, show_default=True, help="Profile this many runs of the target (after the warm-up ones).")
+@click.option("--warmup", type=click.IntRange(min=0, max=MAX_RUNS), default=0, show_default=True, help="Run the target this many times unprofiled first, so the cold first call is not traced.")
+@click.option("--steps", type=click.IntRange(min=1, max=MAX_RUNS), default=1, show_default=True, help="Profile this many runs of the target (after the warm-up ones).")
 def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, min_us, top, all_frames, source, export_chrome, width, html, warmup, steps):
     """Run Python code under the profiler (or read a trace) and show what ran.
 
@@ -109,6 +110,9 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
     from_file = None
     if from_files:
         from kernelmap.trace.ranks import trace_files
+
+        if not all(f.strip() for f in from_files):  # an empty path would read as the current folder
+            raise BadInput("--from names no file: an empty path")
 
         files = trace_files(from_files)
         for f in files:

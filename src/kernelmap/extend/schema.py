@@ -275,6 +275,8 @@ def parse_extra(texts: list[str] | tuple[str, ...]) -> tuple[Argument, ...]:
     """Extra arguments in schema syntax: ["float beta=1.0", "int k=2, bool flag=False"]."""
     out: list[Argument] = []
     for text in texts:
+        if not text.strip():
+            raise BadInput("an extra argument is empty: write it as in a schema, with a default ('float beta=1.0')")
         for part in _split_top_level(text):
             try:
                 arg = Argument.parse(part)

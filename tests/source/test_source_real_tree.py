@@ -252,3 +252,45 @@ def test_every_call_registration_and_stub_is_on_a_line_holding_its_name(real_bui
             wrong.append((path, line, name))
     assert len(rows) > 200_000
     assert wrong == []
+
+
+def test_an_index_damaged_behind_its_record_gives_no_short_answer(real_build, real_tree, tmp_path, monkeypatch):
+    """A copy of the real index with a page of its calls table overwritten and
+    its size and mtime put back, so the cheap check on open passes: the damage
+    shows mid-query, and each graph answer is refused in one line rather than
+    printed without the calls it could not read."""
+    import os
+    import shutil
+    import sqlite3
+
+    from kernelmap import graph
+    from kernelmap.errors import SourceError
+    from kernelmap.source import add_tree, index_path
+    from tests.conftest import run_kernelmap
+
+    monkeypatch.setenv("KERNELMAP_CACHE_DIR", str(tmp_path / "cache"))
+    tree = add_tree(real_tree.root, "copy")
+    path = index_path(tree)
+    path.parent.mkdir(parents=True)
+    for suffix in ("", ".record"):
+        shutil.copy2(str(real_build.path) + suffix, str(path) + suffix)
+    st = path.stat()
+    db = sqlite3.connect(path)
+    page_size = db.execute("PRAGMA page_size").fetchone()[0]
+    (root_page,) = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'calls'").fetchone()
+    db.close()
+    with open(path, "r+b") as f:  # the calls table's root page: every read of calls goes through it
+        f.seek((root_page - 1) * page_size)
+        f.write(b"\xa5" * page_size)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+    context = graph.open_context("cpu", source=tree.name)
+    assert context.index is not None  # the cheap check on open passes
+    with pytest.raises(SourceError, match="is damaged"):
+        graph.stack("aten::mm", context)
+    env = {"KERNELMAP_CACHE_DIR": str(tmp_path / "cache")}
+    for args in (("stack", "aten::mm", "--device", "cpu"), ("callers", "at::native::cpublas::gemm"), ("explain", "aten::mm"),
+                 ("path", "torch.mm", "sgemm_", "--device", "cpu")):
+        done = run_kernelmap(*args, "--source", tree.name, env=env)
+        assert done.returncode == 2 and done.stdout == "", (args, done.stdout[-300:])
+        assert done.stderr.startswith("kernelmap: error: the index of 'copy' is damaged") and done.stderr.count("\n") == 1, done.stderr

@@ -78,6 +78,12 @@ class GraphContext:
         except KernelmapError as e:
             return self._no_headers(e)
 
+    def check_index_intact(self) -> None:
+        """Refuse an answer grown from an index that a read found damaged
+        (kernelmap.source.index.IndexDamaged): it would be silently short."""
+        if self.index is not None:
+            self.index.check_intact()
+
     def regenerate_headers(self, damaged: HeadersDamaged) -> HeaderFiles | None:
         """The headers generated again after a read found a damaged one (one warning); None when that fails."""
         from kernelmap.codegen.headers import regenerate_headers

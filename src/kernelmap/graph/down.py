@@ -28,6 +28,7 @@ def stack(target: str, context: GraphContext, depth: int = DEFAULT_DEPTH) -> Cal
         raise BadInput(f"depth must be 0 or more, not {depth}")
     root = _root_for(target, context)
     grown = grow(root, lambda node: _expand_down(node, context), depth)
+    context.check_index_intact()
     meta = {"kind": "stack", "target": target, "device": context.device, "dtype": context.dtype, "depth": depth,
             "requires_grad": context.requires_grad, "all_branches": context.all_branches, "all_calls": context.all_calls}
     late = (context.__dict__["headers_error"],) if "headers_error" in context.__dict__ else ()

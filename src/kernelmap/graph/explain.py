@@ -123,6 +123,7 @@ def explain(op_name: str, context: GraphContext) -> Explanation:
 
     tree = stack(qualified, context)
     steps.extend(_native_steps(tree, context))
+    context.check_index_intact()
     return Explanation(qualified, context.device, tuple(steps), tuple(notes), context.dtype)
 
 

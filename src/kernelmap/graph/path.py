@@ -53,6 +53,7 @@ def path(source: str, target: str, context: GraphContext, depth: int = PATH_DEPT
         root = down._root_for(source, context)
         tree = grow(root, lambda node: _follow_candidates(down._expand_down(node, context), context), depth)
         routes, cut, nodes = _routes(tree, lambda n: _is_target(n, wanted))
+    context.check_index_intact()
     unique = {tuple((n.name, str(n.location), n.condition) for n in r): r for r in reversed(routes)}  # the first of equals wins
     routes = sorted(reversed(list(unique.values())), key=len)  # Note [route order]: stable, so tree order breaks ties
     shown = tuple(Route(tuple(_step(n) for n in r if n.kind not in _GROUPS)) for r in routes[:limit])

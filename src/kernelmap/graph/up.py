@@ -57,6 +57,7 @@ def callers(symbol: str, context: GraphContext, depth: int = DEFAULT_DEPTH) -> C
         short = text.rsplit("::", 1)[-1]
         raise UnknownName(symbol, tuple(context.index.search(short, limit=5)) if len(short) >= 3 else ())
     grown = grow(root, lambda node: _expand_up(node, context), depth)
+    context.check_index_intact()
     return CallTree(grown, context.notes, {"kind": "callers", "target": symbol, "depth": depth})
 
 

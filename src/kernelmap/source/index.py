@@ -34,6 +34,13 @@ class IndexMissing(SourceError):
     """A tree that has not been indexed (or whose index is unreadable)."""
 
 
+class IndexDamaged(IndexMissing):
+    """An index found damaged while it was read (a page SQLite cannot read, a
+    dangling id). Every later read of it raises this again, and an answer
+    grown from it is refused (`Index.check_intact`): the parts read before
+    the damage showed would make it silently short."""
+
+
 @dataclass(frozen=True)
 class Definition:
     """A definition in the tree, with what the index knows beyond `Symbol`."""
@@ -190,14 +197,20 @@ class _CheckedDb:
 
     def __init__(self, db: sqlite3.Connection, tree: str):
         self._db, self._tree = db, tree
+        self.damaged: str | None = None  # what was found, once it was
 
     def execute(self, sql: str, args: tuple = ()) -> _Rows:
+        if self.damaged is not None:
+            raise IndexDamaged(self.damaged)
         try:
             return _Rows(self._db.execute(sql, args).fetchall())
         except sqlite3.DatabaseError as e:
-            raise IndexMissing(
-                f"the index of {self._tree!r} is damaged ({one_line(e)}); run `kernelmap index --source {self._tree}` to rebuild it"
-            ) from None
+            raise self.found_damage(one_line(e)) from None
+
+    def found_damage(self, what: str) -> IndexDamaged:
+        """Remember that the index is damaged (`what` was found); the error to raise."""
+        self.damaged = f"the index of {self._tree!r} is damaged ({what}); run `kernelmap index --source {self._tree}` to rebuild it"
+        return IndexDamaged(self.damaged)
 
     def close(self) -> None:
         self._db.close()
@@ -227,6 +240,14 @@ class Index:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def check_intact(self) -> None:
+        """Raise IndexDamaged if a read of this index found it damaged: an
+        answer grown from it may lack what the damaged pages held, although
+        the code that met the damage went on without it."""
+        damaged = getattr(self._db, "damaged", None)
+        if damaged is not None:
+            raise IndexDamaged(damaged)
+
     # -- helpers -----------------------------------------------------------
 
     def _text(self, i: int | None) -> str | None:
@@ -236,8 +257,7 @@ class Index:
         if s is None:
             row = self._db.execute("SELECT text FROM strings WHERE id = ?", (i,)).fetchone()
             if row is None:  # a dangling id: the file was damaged after it was built
-                raise IndexMissing(f"the index of {self.tree.name!r} is damaged (string {i} is missing); "
-                                   f"run `kernelmap index --source {self.tree.name}` to rebuild it")
+                raise self._db.found_damage(f"string {i} is missing")
             s = self._strings[i] = row[0]
         return s
 

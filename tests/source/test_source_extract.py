@@ -341,6 +341,23 @@ void k(TensorIterator& iter, const Tensor& t) {
     assert "ALayout::load" in [c.callee for c in f.calls]
 
 
+def test_a_function_object_built_to_be_called_at_once_is_a_call_of_its_operator(ex):
+    f = facts(ex, """namespace at { namespace native {
+void k(const Tensor& self) {
+  cpu_scatter_gather_base_kernel<>()(self, 0, "scatter_add_", reduce_add);
+  cuda_scatter_gather_base_kernel</*is_scatter_like=*/true, /*cast_to_opaque=*/false>()(self, 1);
+  ReduceAdd()(self);
+  get_fn(self)(1);
+  make_thing()(2);
+}
+}}
+""")
+    calls = {c.callee: c for c in f.calls}
+    assert {"cpu_scatter_gather_base_kernel::operator()", "cuda_scatter_gather_base_kernel::operator()", "ReduceAdd::operator()"} <= set(calls)
+    assert not any(c.callee.startswith(("get_fn::", "make_thing::")) for c in f.calls)  # a call's result, no class built in place
+    assert calls["cuda_scatter_gather_base_kernel::operator()"].line == 4 and calls["ReduceAdd::operator()"].short == "operator()"
+
+
 def test_only_calls_of_registration_macros_and_library_methods_register(ex):
     """Note [registrations among calls]: registrations are read from the calls
     the query finds, by the callee's spelling and shape."""

@@ -4,7 +4,10 @@ loop), ranked once for every answer that names them (`where`'s leaves,
 `explain`'s main path).
 
 Note [ranking a call's ends]
-The inputs come first: answers are for inputs smaller than the grain size
+The default settings come first: an arm taken only with deterministic
+algorithms on (`if (globalContext().deterministicAlgorithms() && ...)`, off
+unless torch.use_deterministic_algorithms(True); scatter_add's index_put_
+route on CUDA) ranks after every end reached without one. Then the inputs: answers are for inputs smaller than the grain size
 (at::internal::GRAIN_SIZE, 32768 elements), the case TensorIterator's
 for_each tests first and the one a row of index_select or embedding falls in,
 so an end reached only through an arm for larger inputs (index_select's
@@ -51,7 +54,7 @@ class End:
 
     node: CallNode
     path: tuple[CallNode, ...]
-    rank: tuple[int, int, bool, int, int]  # arms for larger inputs, kind, not work, else arms taken, tree order
+    rank: tuple[int, int, int, bool, int, int]  # arms for deterministic mode, for larger inputs, kind, not work, else arms, tree order
 
 
 def call_ends(tree: CallTree) -> tuple[End, ...]:
@@ -67,14 +70,31 @@ def call_ends(tree: CallTree) -> tuple[End, ...]:
             works = bool(_WORK.search(node.name))
             elses = sum(1 for n in path if (n.condition or "").startswith("else of "))
             larger = sum(1 for n in path if for_larger_inputs(n.condition))
+            opted = sum(1 for n in path if deterministic_only(n.condition))
             library = vendors.library(node.attrs.get("library")) if node.kind is NodeKind.VENDOR else None
             kind = _KIND_RANK[NodeKind.INNER_LOOP] if library is not None and library.copies else _KIND_RANK[node.kind]
-            ends.append(End(node, path, (larger, kind, not works, elses, order)))
+            ends.append(End(node, path, (opted, larger, kind, not works, elses, order)))
             order += 1
             if node.kind is not NodeKind.DEVICE_LOOP:
                 continue  # a device loop is followed into the kernels it launches
         stack.extend((c, path + (c,)) for c in reversed(node.children))
     return tuple(sorted(ends, key=lambda e: e.rank))
+
+
+def deterministic_only(condition: str | None) -> bool:
+    """Whether an arm runs only with deterministic algorithms on (Note
+    [ranking a call's ends]): `if (globalContext().deterministicAlgorithms()
+    && ...)`, the setting tested, not negated, and not one of alternatives."""
+    if not condition or not condition.startswith("if ") or "deterministicAlgorithms()" not in condition:
+        return False
+    if re.search(r"!\s*(?:at::)?(?:globalContext\(\)\s*\.\s*)?deterministicAlgorithms\(\)", condition):
+        return False
+    depth = 0  # `||` between the outermost parentheses' terms: one of alternatives
+    for i, c in enumerate(condition):
+        depth += (c == "(") - (c == ")")
+        if depth == 1 and condition.startswith("||", i):
+            return False
+    return True
 
 
 def for_larger_inputs(condition: str | None) -> bool:

@@ -1028,6 +1028,8 @@ class Extractor:
             if "<" in callee:  # `mi < size<1>(acc)` misread as a template's arguments: the call is the name after them
                 callee = _LAST_NAME.search(callee).group()
             short = callee.rsplit("::", 1)[-1]
+        elif t == "call_expression" and (made := _called_temporary(callee_node)) is not None:
+            callee, short = f"{made}::operator()", "operator()"  # `cuda_scatter_gather_base_kernel<true, false>()(self, ...)`
         else:
             return None  # calls of lambdas, of call results, of parenthesised expressions
         if not short or callee in _SKIPPED_FUNCTIONS or (callee.startswith("std::") and vendors.of_call(callee) is None):
@@ -1229,6 +1231,21 @@ def _constructed_type(node) -> str | None:
     if short[:1].isupper() and any(c.islower() for c in short) and short not in ("Tensor", "TensorBase", "Scalar"):
         return name
     return None
+
+
+def _called_temporary(call) -> str | None:
+    """The class of a function object built in place to be called at once
+    (`cpu_scatter_gather_base_kernel<>()(self, dim, ...)`): a class by its
+    spelling (`_constructed_type`), or any name given template arguments and
+    no arguments. None for other calls of a call's result (`get_fn()(x)`)."""
+    made = _constructed_type(call)
+    if made is not None:
+        return made
+    function = call.child_by_field_name("function")
+    arguments = call.child_by_field_name("arguments")
+    if function is None or function.type != "template_function" or arguments is None or arguments.named_child_count:
+        return None
+    return _strip_templates(function.text.decode("utf-8", "replace"))
 
 
 def _kernel_name(text: str) -> str | None:

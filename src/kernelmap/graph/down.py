@@ -90,13 +90,18 @@ def _is_op(name: str, ctx: GraphContext) -> bool:
 
 
 def _python_root(name: str, ctx: GraphContext) -> Node:
+    from kernelmap.names import hand_written
+
     entry_points = ctx.entry_catalog.entry_points()
     if name in entry_points and not name.startswith("torch.nn.functional."):
         return _builtin_node(name, ctx)
     definition = pysource.find_def(name, ctx.python_dir)
-    if definition is None:
-        raise UnknownName(name, ctx.entry_catalog.suggest(name))
-    return _python_node(definition, ctx)
+    if definition is not None:
+        return _python_node(definition, ctx)
+    # a binding written by hand (Tensor.to, torch.nonzero): HandWrittenBinding when it calls no operator
+    if hand_written(name, ctx.entry_catalog, ctx.python_dir) is not None:
+        return _builtin_node(name, ctx)
+    raise UnknownName(name, ctx.entry_catalog.suggest(name))
 
 
 def _python_location(path: Path, line: int, end_line: int | None, ctx: GraphContext) -> Location:
@@ -164,7 +169,14 @@ def _expand_down(node: Node, ctx: GraphContext) -> list[Node]:
 
 
 def _python_children(definition: pysource.PyDef, ctx: GraphContext) -> list[Node]:
+    """What a Python definition calls that reaches an operator: its `self.`
+    methods, generated bindings (`torch.conv2d`, `Tensor.softmax` on a Tensor
+    parameter; tensor utilities like `Tensor.dim` marked as such), hand-written
+    ones that call an operator, and the Python functions it calls (functionals,
+    the branches of a `boolean_dispatch`) that reach one."""
     import ast
+
+    from kernelmap.names import HandWrittenBinding, hand_written
 
     root = ctx.python_dir
     if isinstance(definition.node, ast.ClassDef):
@@ -179,28 +191,71 @@ def _python_children(definition: pysource.PyDef, ctx: GraphContext) -> list[Node
             if method is not None and _reaches_torch(method, root, entry_points):
                 children.append(_python_node(method, ctx, call.condition))
             continue
-        builtin = pysource.builtin_name(call.target)
-        if builtin and builtin in entry_points:
-            children.append(_builtin_node(builtin, ctx, call.condition))
-        elif call.target.startswith("torch.nn.functional.") and call.target in entry_points:
+        builtin = pysource.entry_name(call.target)
+        if builtin and builtin in entry_points and not pysource.is_python_tensor_method(builtin, root):
+            children.append(_mark_tensor_utility(_builtin_node(builtin, ctx, call.condition), builtin, ctx))
+            continue
+        if call.target.startswith("torch.nn.functional.") and call.target in entry_points:
             found = pysource.find_def(call.target, root)
             if found is not None:
                 children.append(_python_node(found, ctx, call.condition))
+            continue
+        if not call.target.startswith("torch."):
+            continue
+        found = pysource.find_def(call.target, root)
+        if found is not None:
+            if not isinstance(found.node, ast.ClassDef) and _reaches_torch(found, root, entry_points):
+                children.append(_python_node(found, ctx, call.condition))
+        elif builtin:
+            try:
+                reached = hand_written(builtin, ctx.entry_catalog, root)
+            except HandWrittenBinding:  # calls no operator: a helper, like one that reaches nothing
+                reached = None
+            if reached is not None:
+                children.append(_mark_tensor_utility(_builtin_node(builtin, ctx, call.condition), builtin, ctx))
     return children
 
 
-def _reaches_torch(definition: pysource.PyDef, root: Path, entry_points: set[str]) -> bool:
-    """Whether a method calls (directly) a builtin, a functional, or another method."""
-    for call in pysource.calls(definition, root):
-        if call.target.startswith("self.") or call.target in entry_points:
-            return True
-        builtin = pysource.builtin_name(call.target)
-        if builtin and builtin in entry_points:
-            return True
+def _is_tensor_utility(name: str) -> bool:
+    return name.startswith("torch.Tensor.") and is_utility_op(name.rsplit(".", 1)[-1], False)
+
+
+def _mark_tensor_utility(node: Node, name: str, ctx: GraphContext) -> Node:
+    """A call of a tensor utility (`Tensor.size`, `Tensor.contiguous`) is plumbing:
+    marked, and not expanded unless all calls are shown (as for operators)."""
+    if _is_tensor_utility(name):
+        node.attrs["utility"] = True
+        if not ctx.all_calls:
+            node.leaf()
+    return node
+
+
+def _reaches_torch(definition: pysource.PyDef, root: Path, entry_points: set[str], depth: int = 3) -> bool:
+    """Whether a method or function calls a builtin, a functional, another
+    method, or (through at most `depth` Python functions it calls: the
+    branches of a `boolean_dispatch`) one that does."""
+    level, seen = [definition], {definition.qualname}
+    for _ in range(depth + 1):
+        following = []
+        for current in level:
+            for call in pysource.calls(current, root):
+                builtin = pysource.entry_name(call.target)
+                if builtin and _is_tensor_utility(builtin):  # `input.view(...)` is plumbing, no reason to show a helper
+                    continue
+                if call.target.startswith("self.") or call.target in entry_points or (builtin and builtin in entry_points):
+                    return True  # (a Tensor method torch/_tensor.py defines reaches a builtin too)
+                if call.target.startswith("torch."):
+                    found = pysource.find_def(call.target, root)
+                    if found is not None and found.qualname not in seen:
+                        seen.add(found.qualname)
+                        following.append(found)
+        level = following
     return False
 
 
 def _builtin_children(name: str, ctx: GraphContext) -> list[Node]:
+    if name not in ctx.entry_catalog.entry_points():
+        return _hand_written_children(name, ctx)
     ops = ctx.entry_catalog.resolve(name)
     pairs = [(_tree_op(op, ctx), None) for op in ops]
     if ctx.generated is None:
@@ -220,6 +275,24 @@ def _builtin_children(name: str, ctx: GraphContext) -> list[Node]:
         attrs = {"signatures": tuple(binding.signatures), "calls": tuple(binding.calls)}
         nodes.append(Node(function, "binding", binding.definition.location, EdgeKind.BINDING, None, attrs, payload=reached, identity=("binding", function)))
     return nodes
+
+
+def _hand_written_children(name: str, ctx: GraphContext) -> list[Node]:
+    """The hand-written binding of `name` (Note [hand-written bindings]), at
+    its line in the table's file, and the operators its code calls."""
+    from kernelmap.names import hand_written
+
+    found = hand_written(name, ctx.entry_catalog, ctx.python_dir)
+    if found is None:
+        return []
+    binding, ops = found
+    location = Location(binding.repo_path, binding.line, origin=ctx.python_origin or env.torch_install().origin)
+    if not binding.defined:  # the table points at a generated binding: `__add__` is THPVariable_add, Tensor.add's
+        generated = f"{name.rpartition('.')[0]}.{binding.function.removeprefix('THPVariable_')}"
+        return [_builtin_node(generated, ctx)]
+    reached = [(_tree_op(op, ctx), None, ()) for op in ops]
+    attrs = {"calls": tuple(dict.fromkeys(c.name for c in binding.calls))}
+    return [Node(binding.function, "binding", location, EdgeKind.BINDING, None, attrs, payload=reached, identity=("binding", binding.function))]
 
 
 def _entry_node(op: Op, condition: str | None, calls: tuple[str, ...], ctx: GraphContext) -> Node:

@@ -71,6 +71,13 @@ def _root_for(target: str, ctx: GraphContext) -> Node:
     if ctx.index is None:
         raise UnknownName(target, ())
     definitions = ctx.index.definitions(text)
+    short = text.rsplit("::", 1)[-1]
+    # A DispatchStub (`mul_stub`, `at::native::mul_stub`) is no function: its
+    # kernels are those registered for it, also where a function in an
+    # anonymous namespace has its name (PaddingKernel.cpp's `add_stub` helper).
+    if ctx.index.is_stub(short) and not any(d.name == text for d in definitions):
+        declared = stub_declaration(short, ctx)
+        return Node(short, "stub", declared, None, None, {"declared_at": declared} if declared else {}, payload=short, identity=("stub", short))
     if not definitions:
         suggestions = tuple(ctx.index.search(text.rsplit("::", 1)[-1], limit=5)) if len(text.rsplit("::", 1)[-1]) >= 3 else ()
         raise UnknownName(target, suggestions)
@@ -774,8 +781,9 @@ def _structured_functional(op: Op, ctx: GraphContext) -> str | None:
 def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
     if node.kind == "generated":
         return _generated_children(node.payload, ctx)
-    if node.kind == "stub":
-        return _stub_children(node.payload, ctx, node.location)
+    if node.kind == "stub":  # called: the kernels of the stub the call names; at its declaration (asked for itself): all
+        at_declaration = node.location is not None and node.location == node.attrs.get("declared_at")
+        return _stub_children(node.payload, ctx, None if at_declaration else node.location)
     if ctx.index is None or node.payload is None:
         return []
     from kernelmap.graph import dtypes, loops

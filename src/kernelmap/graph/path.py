@@ -116,6 +116,8 @@ def _is_target(node: CallNode, target: str) -> bool:
     if node.kind is NodeKind.OPERATOR:  # aten::mm, mm, aten::add (any overload), aten::add.Tensor
         op = target if target.startswith("aten::") else f"aten::{target}"
         return name == op or ("." not in op and name.split(".")[0] == op)
+    if node.kind is NodeKind.STUB:  # named by its short name; `at::native::mul_stub` asks for it too
+        return name == target.rsplit("::", 1)[-1]
     return name == target or name.endswith(f"::{target}") or name.replace("(anonymous namespace)::", "").endswith(f"::{target}")
 
 
@@ -123,8 +125,9 @@ def _check_known(target: str, ctx: GraphContext) -> None:
     """A target no producer knows is a mistake (exit 2), not a missing route (exit 1)."""
     if target.startswith(("torch.", "F.", "nn.", "Tensor.")):
         return  # Python names are resolved as the route is grown
-    if ctx.index is not None and not target.startswith("aten::") and (ctx.index.definitions(target) or ctx.index.callers_of(target)):
-        return  # a C++ symbol or a vendor call (asked first: the catalog's refusal looks for close names)
+    if ctx.index is not None and not target.startswith("aten::") and (ctx.index.definitions(target) or ctx.index.callers_of(target)
+                                                                       or ctx.index.is_stub(target.rsplit("::", 1)[-1])):
+        return  # a C++ symbol, a vendor call or a stub (asked first: the catalog's refusal looks for close names)
     try:
         ctx.catalog.resolve(target)
         return

@@ -1,0 +1,44 @@
+"""A DispatchStub named as a target (`stack mul_stub`, `path torch.mul
+at::native::mul_stub`): its kernels are those registered for it, and a
+function that shares its name (PaddingKernel.cpp's local `add_stub`) is meant
+only when named in full. Lines are read from the tree's files."""
+
+from __future__ import annotations
+
+import re
+
+from kernelmap import graph
+from kernelmap.graph.path import path
+from kernelmap.model import NodeKind
+
+
+def line_of(tree_2_6, path: str, pattern: str) -> int:
+    lines = (tree_2_6 / path).read_text(errors="replace").splitlines()
+    return next(i for i, text in enumerate(lines, 1) if re.search(pattern, text))
+
+
+def test_a_stub_is_a_target_by_its_name_qualified_or_not(context, tree_2_6):
+    declared = line_of(tree_2_6, "aten/src/ATen/native/BinaryOps.h", r"DECLARE_DISPATCH\(.*\bmul_stub\)")
+    registered = line_of(tree_2_6, "aten/src/ATen/native/cpu/BinaryOpsKernel.cpp", r"REGISTER_DISPATCH\(mul_stub, &mul_kernel\)")
+    for target in ("mul_stub", "at::native::mul_stub"):
+        root = graph.stack(target, context("cpu"), depth=2).root
+        assert (root.kind, root.name, root.location.path, root.location.line) == (NodeKind.STUB, "mul_stub", "aten/src/ATen/native/BinaryOps.h", declared)
+        kernels = [c for c in root.children if c.kind is NodeKind.KERNEL and c.name.endswith("::mul_kernel")]
+        assert kernels and kernels[0].location.path == "aten/src/ATen/native/cpu/BinaryOpsKernel.cpp"
+        assert "REGISTER_DISPATCH for CPU" in kernels[0].condition and registered > kernels[0].location.line
+
+
+def test_a_helper_in_an_anonymous_namespace_does_not_hide_the_stub_of_its_name(context, tree_2_6):
+    context = context("cpu")
+    helpers = [d for d in context.index.definitions("at::native::add_stub") if "(anonymous namespace)" in d.name]
+    assert helpers and helpers[0].location.path == "aten/src/ATen/native/cpu/PaddingKernel.cpp"  # PaddingKernel.cpp's own add_stub
+    for target in ("add_stub", "at::native::add_stub"):
+        root = graph.stack(target, context, depth=1).root
+        assert root.kind is NodeKind.STUB and root.location.path == "aten/src/ATen/native/BinaryOps.h"
+        assert re.search(r"DECLARE_DISPATCH\(.*\badd_stub\)", (tree_2_6 / root.location.path).read_text().splitlines()[root.location.line - 1])
+
+
+def test_a_route_to_a_qualified_stub_is_found(context):
+    for target in ("mul_stub", "at::native::mul_stub"):
+        answer = path("torch.mul", target, context("cpu"), limit=1)
+        assert answer.routes and answer.routes[0].steps[-1].name == "mul_stub"

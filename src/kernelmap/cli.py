@@ -4,6 +4,8 @@ one library function, picks a renderer and writes. Commands live in
 never pays for the imports of `kernelmap trace`.
 
 Library errors (`KernelmapError`) become one line on stderr and exit status 2.
+A reader that goes away (`kernelmap index | head -1`) ends the command
+quietly, as click ends it: exit status 1, no message.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ class LazyGroup(click.Group):
             click.echo(f"kernelmap: error: {_printable(str(e))}", err=True)
             ctx.exit(2)
         except OSError as e:  # the machine's, not a bug: a cache folder that is a file, a lock that is a folder, a name too long
+            if isinstance(e, BrokenPipeError) and _reader_gone():
+                raise  # click's main ends quietly with status 1 and keeps the exit's flush quiet
             where = f": {e.filename}" if e.filename else ""
             click.echo(f"kernelmap: error: {_printable((e.strerror or str(e)) + where)}", err=True)
             ctx.exit(2)
@@ -76,6 +80,21 @@ def cli() -> None:
     Example:
       kernelmap where torch.nn.functional.conv2d --device cuda
     """
+
+
+def _reader_gone() -> bool:
+    """Whether standard output is a pipe or socket whose reader has closed it
+    (a broken pipe of another kind, such as a child's, is still an error)."""
+    import select
+
+    if not hasattr(select, "poll"):  # Windows: no way to ask; a broken pipe there is most likely stdout's
+        return True
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0))
+    except (AttributeError, OSError, ValueError):  # a stdout with no file behind it (captured) is no pipe
+        return False
 
 
 def _printable(message: str) -> str:

@@ -140,3 +140,15 @@ def torch_dtypes() -> frozenset[str]:
     if not names:
         raise TorchUnavailable(f"{install.torch_dir / '_C' / '__init__.pyi'} declares no dtypes")
     return names
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` exists on this machine (a signal 0 test): what
+    decides that a temporary file or folder named after its owner is left over."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # someone else's process; a number no process can have
+        return True
+    return True

@@ -64,6 +64,7 @@ from kernelmap.codegen.build import (
     CodegenSource,
     cache_root,
     check_manifest,
+    clean_stale_dirs,
     generate,
     installed_source,
     tree_source,
@@ -144,6 +145,7 @@ def generated_files(tree: Path | None = None, *, progress: Reporter | None = Non
     library itself draws nothing."""
     source = _source(tree)
     directory = cache_root() / source.slug
+    clean_stale_dirs(directory.parent)  # what killed generations left, of any version
     if not regenerate:
         try:
             return open_generated(tree)

@@ -16,6 +16,11 @@ Usage: python _generate.py STEP ATEN_DIR AUTOGRAD_DIR OUT
   AUTOGRAD_DIR  tools/autograd of a tree, or torchgen/packaged/autograd
   OUT       the root of the output: build/aten/src/ATen and
             torch/csrc/autograd/generated are created below it
+
+With $KERNELMAP_CODEGEN_PARENT set to the pid of the kernelmap that started
+it, the step ends as soon as that process is gone (killed: it could not stop
+its children): OUT is then a stale folder the next generation deletes, and
+nothing may still be writing into it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import contextlib
 import io
 import os
 import sys
+import threading
+import time
 
 ATEN_OUT = "build/aten/src/ATen"
 AUTOGRAD_OUT = "torch/csrc/autograd/generated"
@@ -97,9 +104,35 @@ def generate_autograd(aten_dir: str, autograd_dir: str, out: str) -> None:
     gen_autograd.gen_autograd(native, tags, target, autograd_dir, SelectiveBuilder.get_nop_selector())
 
 
+def end_with_parent() -> None:
+    """Exit when the process named by $KERNELMAP_CODEGEN_PARENT is no longer this one's parent."""
+    named = os.environ.get("KERNELMAP_CODEGEN_PARENT", "")
+    if not named.isdigit():
+        return
+    parent = int(named)
+    if sys.platform.startswith("linux"):  # the kernel kills this process with its parent, at once
+        try:
+            import ctypes
+            import signal
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # gone before the line above ran
+        os._exit(1)
+
+    def watch() -> None:  # where there is no PR_SET_PDEATHSIG: an orphan is re-parented
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def main(argv: list[str]) -> None:
     if len(argv) != 4 or argv[0] not in ("aten", "autograd", "headers"):
         sys.exit(__doc__)
+    end_with_parent()
     step, aten_dir, autograd_dir, out = argv
     if step == "aten":
         generate_aten(aten_dir, out)

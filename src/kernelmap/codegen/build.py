@@ -9,8 +9,11 @@ Cache layout, under `kernelmap.env.cache_dir()`:
     codegen/<slug>/build/aten/src/ATen/   Register*.cpp, Operators_*.cpp, Ufunc*.cpp/.cu, ...
     codegen/<slug>/torch/csrc/autograd/generated/   VariableType_*.cpp, python_*.cpp, ...
 
-A directory is built as `codegen/.<slug>.tmp-*` and renamed to `<slug>` only
-when complete, so a reader never sees half a cache. A manifest that names a
+A directory is built as `codegen/.<slug>.tmp-<pid>-*` and renamed to `<slug>`
+only when complete, so a reader never sees half a cache. A generation that
+was killed leaves its folder behind (with torchgen's children, which stop when
+their parent goes): `clean_stale_dirs` removes those of processes that are
+gone, on every later use of the cache. A manifest that names a
 different version, commit, torchgen or format than expected is detected
 (`CacheMismatch`); `generated_files()` then regenerates.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -188,11 +192,69 @@ def _sha256(path: Path) -> str:
 Reporter = Callable[[str, str], None]  # (step, "start" | "done")
 
 
+# `.<slug>.tmp-<pid>-<mkdtemp's 8>` being built, `.<slug>.old-<pid>` being
+# replaced; `.<slug>.tmp-<8>` of kernelmap before the pid was recorded.
+_LEFT_BEHIND = re.compile(r"\.(?P<slug>.+)\.(?:tmp-(?P<pid>\d+)-[a-z0-9_]{8}|old-(?P<old>\d+)|tmp-[a-z0-9_]{8})")
+
+# Set for torchgen's children: the pid of the kernelmap whose folder they write into.
+PARENT_VARIABLE = "KERNELMAP_CODEGEN_PARENT"
+
+
+def make_tmp_dir(target: Path) -> Path:
+    """A new folder beside `target` to build it in, named for this process (see `clean_stale_dirs`)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}-", dir=target.parent))
+
+
+def clean_stale_dirs(directory: Path) -> list[Path]:
+    """Delete the folders of generations whose process is gone (killed: a
+    SIGKILL runs no cleanup), of any torch or tree; returns what was deleted.
+    A folder whose process lives (a generation running now) is kept. A folder
+    named without a pid, by an older kernelmap, goes when no generation of its
+    slug holds the slug's lock."""
+    try:
+        names = os.listdir(directory)
+    except OSError:  # no cache yet
+        return []
+    gone = []
+    for name in names:
+        m = _LEFT_BEHIND.fullmatch(name)
+        if m is None:
+            continue
+        pid = m.group("pid") or m.group("old")
+        if pid is not None and env.process_alive(int(pid)):
+            continue
+        if pid is None and not _unlocked(directory / f".{m.group('slug')}.lock"):
+            continue
+        shutil.rmtree(directory / name, ignore_errors=True)
+        gone.append(directory / name)
+    return gone
+
+
+def _unlocked(lock: Path) -> bool:
+    """Whether no process (this one included) holds `lock` now."""
+    import filelock
+
+    held = filelock.FileLock(str(lock), timeout=0)
+    try:
+        held.acquire()
+    except filelock.Timeout:
+        return False
+    except OSError:  # a lock that cannot be opened: not known to be free
+        return False
+    held.release()
+    return True
+
+
+def child_environment(environ: dict[str, str]) -> dict[str, str]:
+    """`environ` for a torchgen child, which ends itself when this process is gone (_generate.py)."""
+    return {**environ, PARENT_VARIABLE: str(os.getpid())}
+
+
 def generate(source: CodegenSource, target: Path, report: Reporter | None = None) -> dict:
     """Generate every file for `source` and index them, into the new directory
     `target` (built aside and renamed into place). Returns the manifest."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    tmp = make_tmp_dir(target)
     try:
         started = time.perf_counter()
         _run_steps(source, tmp, report or (lambda step, state: None))
@@ -227,6 +289,7 @@ def _run_steps(source: CodegenSource, out: Path, report: Reporter) -> None:
     # Note [one torchgen per interpreter] (catalog/store.py): the tree's
     # torchgen and tools/ come first, never mixed with the installed one.
     environ, cwd = env.torchgen_environment(source.torchgen_root)
+    environ = child_environment(environ)
     running: dict[str, subprocess.Popen] = {}
     logs: dict[str, IO[str]] = {}
     width = max(1, min(len(STEPS), os.cpu_count() or 1))

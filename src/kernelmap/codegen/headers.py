@@ -27,13 +27,22 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from kernelmap import env
-from kernelmap.codegen.build import CodegenSource, Reporter, _swap_into_place, cache_root, installed_source, tree_source
+from kernelmap.codegen.build import (
+    CodegenSource,
+    Reporter,
+    _swap_into_place,
+    cache_root,
+    child_environment,
+    clean_stale_dirs,
+    installed_source,
+    make_tmp_dir,
+    tree_source,
+)
 from kernelmap.errors import KernelmapError, TorchgenError
 from kernelmap.model import Location, Op, Origin, OriginKind
 
@@ -137,6 +146,7 @@ def generated_headers(tree: Path | None = None, *, progress: Reporter | None = N
 
     source = installed_source() if tree is None else tree_source(tree)
     directory = _headers_dir(source)
+    clean_stale_dirs(directory.parent)
     opened = _open(directory, source)
     if opened is not None:
         return opened
@@ -193,7 +203,8 @@ def _open(directory: Path, source: CodegenSource) -> HeaderFiles | None:
 def _generate(source: CodegenSource, target: Path, progress: Reporter | None) -> None:
     script = Path(__file__).with_name("_generate.py")
     environ, cwd = env.torchgen_environment(source.torchgen_root)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    environ = child_environment(environ)
+    tmp = make_tmp_dir(target)
     try:
         started = time.perf_counter()
         if progress:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import click
 
@@ -34,6 +33,7 @@ def render_(document, depth, hide, collapse_branches, prune, min_us, as_json, wi
     from kernelmap import answers, processors
     from kernelmap.errors import BadInput
     from kernelmap.model import CallTree
+    from kernelmap.render.json import loads
 
     if depth is not None and depth < 0:
         raise BadInput(f"--depth must be 0 or more, not {depth}")
@@ -41,10 +41,14 @@ def render_(document, depth, hide, collapse_branches, prune, min_us, as_json, wi
     check_input_file(document, "the document")
     try:
         with open(document, encoding="utf-8") as f:
-            doc = json.load(f)
+            text = f.read()
     except OSError as e:
         raise BadInput(f"cannot read {document}: {e.strerror}") from None
-    except (ValueError, RecursionError) as e:
+    except ValueError as e:  # not UTF-8
+        raise BadInput(f"{document} is not JSON: {e}") from None
+    try:
+        doc = loads(text)  # at any depth: a trace's tree nests deeper than json.load recurses
+    except ValueError as e:
         raise BadInput(f"{document} is not JSON: {e}") from None
     # A saved document is anyone's text: no control character reaches the terminal, and a
     # document of the right kind but another shape is bad input, not a traceback.

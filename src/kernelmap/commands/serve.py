@@ -18,7 +18,7 @@ def is_loopback(host: str) -> bool:
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (anything but loopback exposes your files' sources to the network).")
-@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Port to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Port to listen on (0: any free port, printed when serving).")
 @click.option("--source", default=None, help="Source tree whose index links trace kernels to their definitions (a registered name or a path).")
 @click.option("--max-upload-mb", type=click.IntRange(1, 4096), default=256, show_default=True, help="Largest trace upload accepted.")
 def serve(host: str, port: int, source: str | None, max_upload_mb: int) -> None:
@@ -52,5 +52,7 @@ def serve(host: str, port: int, source: str | None, max_upload_mb: int) -> None:
     if not is_loopback(host):
         click.echo(f"kernelmap: warning: serving on {host}, not loopback: anyone who can reach it can read the served source trees", err=True)
     app = create_app(max_upload=max_upload_mb * 1024 * 1024, source=source)
-    click.echo(f"kernelmap serving on http://{host}:{port}/ (Ctrl-C stops)", err=True)
+    bound = sock.getsockname()[1]  # the port --port 0 left to the system
+    shown = f"[{host}]" if ":" in host else host  # an IPv6 address is bracketed in a URL
+    click.echo(f"kernelmap serving on http://{shown}:{bound}/ (Ctrl-C stops)", err=True)
     uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])

@@ -7,11 +7,15 @@ than the standard encoder may recurse. With an indent, containers open one
 item per line and each scalar sits beside its key; indentation stops growing
 past MAX_INDENT_LEVEL, so a tree thousands of calls deep is not written as
 gigabytes of spaces. A value of no JSON type is written as its text.
+`loads` reads such text back at any depth, as `dumps` writes it.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from json.decoder import JSONDecodeError, scanstring
+from json.scanner import make_scanner
 from typing import Any
 
 _DUMPS = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
@@ -56,6 +60,86 @@ def dumps(doc: Any, indent: int | None = 2) -> str:
         else:
             out.append(_DUMPS(value if isinstance(value, _SCALARS) else str(value)))
     return "".join(out) + "\n"
+
+
+def loads(text: str) -> Any:
+    """JSON text -> data, as `json.loads` reads it, nested to any depth.
+
+    The standard decoder recurses once per level and gives up near 1,000
+    (RecursionError), where a trace's call tree of 500 calls nests twice as
+    deep. Text it refuses for its depth is read again with an explicit stack;
+    garbage raises `ValueError` (a JSONDecodeError naming line and column) either way.
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        return _loads_deep(text)
+
+
+_SCALAR = make_scanner(json.JSONDecoder())  # reads one value at an index; a scalar's read does not recurse
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _loads_deep(s: str) -> Any:
+    """`loads` with an explicit stack: the standard decoder's grammar and
+    messages, containers opened and closed here, scalars read by its scanner."""
+    space = _SPACE.match
+    open_: list[dict | list] = []  # the containers being filled, innermost last
+    keys: list[str | None] = []  # per open container: the key of the value being read (None: a list)
+
+    def key_at(i: int) -> tuple[str, int]:
+        if s[i : i + 1] != '"':
+            raise JSONDecodeError("Expecting property name enclosed in double quotes", s, i)
+        key, i = scanstring(s, i + 1)
+        i = space(s, i).end()
+        if s[i : i + 1] != ":":
+            raise JSONDecodeError("Expecting ':' delimiter", s, i)
+        return key, space(s, i + 1).end()
+
+    i = space(s, 0).end()
+    while True:
+        c = s[i : i + 1]  # a value starts at i
+        if c == "{" or c == "[":
+            i = space(s, i + 1).end()
+            if s[i : i + 1] != ("}" if c == "{" else "]"):
+                if c == "{":
+                    key, i = key_at(i)
+                    open_.append({})
+                    keys.append(key)
+                else:
+                    open_.append([])
+                    keys.append(None)
+                continue
+            value: Any = {} if c == "{" else []
+            i += 1
+        else:
+            try:
+                value, i = _SCALAR(s, i)
+            except StopIteration as e:
+                raise JSONDecodeError("Expecting value", s, e.value) from None
+        while True:  # a value is complete: store it, then close every container that ends after it
+            if not open_:
+                i = space(s, i).end()
+                if i != len(s):
+                    raise JSONDecodeError("Extra data", s, i)
+                return value
+            top, key = open_[-1], keys[-1]
+            if key is None:
+                top.append(value)  # type: ignore[union-attr]
+            else:
+                top[key] = value  # type: ignore[call-overload]
+            i = space(s, i).end()
+            c = s[i : i + 1]
+            if c == ",":
+                i = space(s, i + 1).end()
+                if key is not None:
+                    keys[-1], i = key_at(i)
+                break
+            if c != ("]" if key is None else "}"):
+                raise JSONDecodeError("Expecting ',' delimiter", s, i)
+            i += 1
+            value = open_.pop()
+            keys.pop()
 
 
 def render(answer: Any, indent: int | None = 2, **_: Any) -> str:

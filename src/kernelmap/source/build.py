@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelmap import vendors
+from kernelmap import env, vendors
 from kernelmap.errors import BadInput, SourceError
 from kernelmap.source import extract
 from kernelmap.source.extract import FileFacts, OperatorNames
@@ -78,21 +78,11 @@ def clean_stale_copies(directory: Path) -> list[Path]:
     gone = []
     for tmp in directory.glob(".*.sqlite.*.tmp"):
         pid = tmp.name.rsplit(".", 2)[-2]
-        if not pid.isdigit() or _alive(int(pid)):
+        if not pid.isdigit() or env.process_alive(int(pid)):
             continue
         tmp.unlink(missing_ok=True)
         gone.append(tmp)
     return gone
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    return True
 
 
 def extractor_fingerprint() -> str:

@@ -47,6 +47,21 @@ def tree_1_13() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.fixture
+def wheel_only_cache(session_cache, tmp_path, monkeypatch):
+    """A cache with no tree registered, so that the installed wheel answers (a
+    registered tree would answer `where` by default), sharing the session's
+    catalogs and generated files."""
+    cache = tmp_path / "no-tree-cache"
+    cache.mkdir()
+    for sub in ("catalog", "codegen"):
+        (session_cache / sub).mkdir(exist_ok=True)
+        (cache / sub).symlink_to(session_cache / sub, target_is_directory=True)
+    monkeypatch.setenv("KERNELMAP_CACHE_DIR", str(cache))
+    monkeypatch.delenv("KERNELMAP_SOURCE", raising=False)
+    return cache
+
+
 def run_kernelmap(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run `python -m kernelmap ARGS` in a fresh process, as a user would."""
     full_env = dict(os.environ)

@@ -14,17 +14,8 @@ from tests.conftest import run_kernelmap
 
 
 @pytest.fixture(autouse=True)
-def no_tree(session_cache, tmp_path, monkeypatch):
-    """These tests ask the installed wheel: a cache with no tree registered
-    (a registered tree would answer `where` by default), sharing the session's
-    catalogs and generated files."""
-    cache = tmp_path / "no-tree-cache"
-    cache.mkdir()
-    for sub in ("catalog", "codegen"):
-        (session_cache / sub).mkdir(exist_ok=True)
-        (cache / sub).symlink_to(session_cache / sub, target_is_directory=True)
-    monkeypatch.setenv("KERNELMAP_CACHE_DIR", str(cache))
-    monkeypatch.delenv("KERNELMAP_SOURCE", raising=False)
+def no_tree(wheel_only_cache):
+    """These tests ask the installed wheel (tests/conftest.py's wheel_only_cache)."""
 
 
 def _yaml_line(n: int) -> str:

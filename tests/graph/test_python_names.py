@@ -254,20 +254,7 @@ def test_hand_written_binding_stack(context, tree_2_6):
     assert {c.name.split(".")[0] for c in binding.children} == {"aten::to"}
 
 
-@pytest.fixture
-def no_tree_cache(session_cache, tmp_path, monkeypatch):
-    """A cache with no tree registered: the installed wheel answers."""
-    cache = tmp_path / "no-tree-cache"
-    cache.mkdir()
-    for sub in ("catalog", "codegen"):
-        (session_cache / sub).mkdir(exist_ok=True)
-        (cache / sub).symlink_to(session_cache / sub, target_is_directory=True)
-    monkeypatch.setenv("KERNELMAP_CACHE_DIR", str(cache))
-    monkeypatch.delenv("KERNELMAP_SOURCE", raising=False)
-    return cache
-
-
-def test_cli_where_answers_common_names_statically_without_torch(no_tree_cache):
+def test_cli_where_answers_common_names_statically_without_torch(wheel_only_cache):
     script = textwrap.dedent(
         """
         import sys
@@ -290,7 +277,7 @@ def test_cli_where_answers_common_names_statically_without_torch(no_tree_cache):
     assert lines[3].startswith("aten::to.") and lines[4] == "aten::add.Tensor" and lines[5] == "aten::max_pool2d"
 
 
-def test_cli_hand_written_binding_without_operator_is_one_line_error(no_tree_cache):
+def test_cli_hand_written_binding_without_operator_is_one_line_error(wheel_only_cache):
     out = run_kernelmap("where", "torch.tensor", "--static")
     assert out.returncode == 2
     assert out.stdout == ""

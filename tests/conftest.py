@@ -5,6 +5,7 @@ tree, and a way to run the `kernelmap` command as a user would."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -83,3 +84,17 @@ def default_sigint() -> None:
 @pytest.fixture
 def kernelmap_cli():
     return run_kernelmap
+
+
+def pastes_into(lines: list[str], line: int, name: str) -> bool:
+    """Whether `line` (1-based, of a file's `lines`) is among the arguments of
+    a use of a macro the file defines, and holds a word pasted into `name`
+    (`sin` of `sin_kernel`, for `STATIC_IMPLEMENT_COMPLEX_KERNEL_WITHOUT_AVX512(sin)`):
+    where kernelmap puts a name made by `##`, which no line holds."""
+    if not any(len(word) > 1 and word in name for word in re.findall(r"[A-Za-z_]\w*", lines[line - 1])):
+        return False
+    for start in range(line, max(0, line - 30), -1):
+        use = re.match(r"\s*([A-Za-z_]\w*)\s*\(", lines[start - 1])
+        if use and any(re.match(rf"\s*#\s*define\s+{use.group(1)}\(", text) for text in lines):
+            return True
+    return False

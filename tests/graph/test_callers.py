@@ -8,6 +8,7 @@ import pytest
 
 from kernelmap import graph
 from kernelmap.model import NodeKind
+from tests.conftest import pastes_into
 from tests.graph.conftest import line_of, paths_to, walk
 
 
@@ -21,7 +22,10 @@ def check_lines(tree):
         short = node.name.rsplit("::", 1)[-1].rsplit(".", 1)[-1]
         if short in ("impl", "meta") or node.kind not in (NodeKind.KERNEL, NodeKind.WRAPPER, NodeKind.BINDING, NodeKind.PYTHON, NodeKind.MODULE, NodeKind.STUB):
             continue
-        lines = node.location.disk_path.read_text(errors="replace").splitlines()[node.location.line - 1: (node.location.end_line or node.location.line) + 2]
+        text = node.location.disk_path.read_text(errors="replace").splitlines()
+        if pastes_into(text, node.location.line, short):  # a name the file's macro makes with `##`
+            continue
+        lines = text[node.location.line - 1: (node.location.end_line or node.location.line) + 2]
         head = lines[:3]  # a registration may spread its macro's arguments over lines
         if node.kind is not NodeKind.STUB:
             head = []  # a definition's location starts at its declaration: the name is before its first "("

@@ -81,7 +81,8 @@ def label(node: CallNode, *, sources: bool = True) -> str:
     for key, text in _MARKERS:
         if a.get(key):
             detail = a[key] if isinstance(a[key], str) else ""
-            parts.append(f"({text}{': ' + detail if detail and detail != text else ''})")
+            # "recursion cut: already on the path above" says its marker itself
+            parts.append(f"({detail})" if detail.startswith(text) else f"({text}{': ' + detail if detail else ''})")
     if sources:
         if a.get("source"):
             parts.append(f"@ {a['source']}")

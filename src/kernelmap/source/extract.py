@@ -312,12 +312,14 @@ _MAX_LOCAL_MACROS = 256  # real files have a few; thousands (generated, hostile)
 _DEFINE = re.compile(rb"#[ \t]*define[ \t]+([A-Za-z_]\w*)(\([^()\n]*\))?((?:[^\n\\]|\\.)*)", re.S)
 
 
-def _local_macros(original: bytes, masked: bytes) -> bytes:
+def _local_macros(original: bytes, masked: bytes) -> tuple[bytes, dict[bytes, _Macro]]:
     """`masked` with the uses of the file's own attribute-like and
-    parenthesis-free macros blanked (see _DEFINE)."""
+    parenthesis-free macros blanked (see _DEFINE); and the macros that define
+    functions (Note [definitions written by macros])."""
     attribute: dict[bytes, bool] = {}
     statement: dict[bytes, bool] = {}
     restore = []
+    function_like = []
     for m in _DEFINE.finditer(original):
         if original[original.rfind(b"\n", 0, m.start()) + 1 : m.start()].strip():
             continue  # not a directive
@@ -331,20 +333,22 @@ def _local_macros(original: bytes, masked: bytes) -> bytes:
         else:
             body = m.group(3)
             statement[name] = statement.get(name, True) and bool(body.strip()) and b"(" not in body
+            function_like.append(m)
+    defining = _defining_macros(function_like, original)
     if restore:
         out = bytearray(masked)
         for start, end in restore:
             out[start:end] = original[start:end]
         masked = bytes(out)
     if len(attribute) + len(statement) > _MAX_LOCAL_MACROS:
-        return masked
+        return masked, defining
     names = [re.escape(n) for n, blank in attribute.items() if blank and n not in statement and n in masked]
     if names:
         masked = re.compile(rb"(?:" + b"|".join(names) + rb")\b").sub(_blank_outside_directive, masked)
     names = [re.escape(n) for n, blank in statement.items() if blank and n not in attribute and n in masked]
     if names:
         masked = re.compile(rb"(?:" + b"|".join(names) + rb")[ \t]*\([^;{}()]*\)[ \t]*;").sub(_blank_at_line_start, masked)
-    return masked
+    return masked, defining
 
 
 def _blank_at_line_start(m: re.Match) -> bytes:
@@ -415,6 +419,12 @@ def _blank_table(m: re.Match) -> bytes:
 def mask_attributes(data: bytes) -> bytes:
     """`data` with attribute macros blanked (Note [masked attributes]) and
     data tables emptied (Note [data tables])."""
+    return _masked(data)[0]
+
+
+def _masked(data: bytes) -> tuple[bytes, dict[bytes, _Macro]]:
+    """`mask_attributes`, and the file's macros that define functions (Note
+    [definitions written by macros]), read on the way."""
     if len(data) > 4096:
         data = _DATA_TABLE.sub(_blank_table, data)
     original = data
@@ -447,8 +457,197 @@ def mask_attributes(data: bytes) -> bytes:
     if b"TORCH_" in data or b"AT_" in data:
         data = _terminate_checks(data)
     if directives and b"define" in data:
-        data = _local_macros(original, data)
-    return data
+        return _local_macros(original, data)
+    return data, {}
+
+
+# Note [definitions written by macros]
+# `CREATE_UNARY_TORCH_IMPL_FUNC(sin_out, sin_stub)` at file scope defines
+# `structured_sin_out::impl`, which calls `sin_stub`: the file's own
+# `#define CREATE_UNARY_TORCH_IMPL_FUNC(func_out, func_stub)` writes the
+# definition. The grammar reads no directive's body, so these definitions and
+# their calls were lost, and the kernel of every unary and binary pointwise op
+# was unresolved. A use, at file scope, of a function-like macro that the file
+# defines once with a braced body is expanded: parameters replaced by the
+# arguments, `#x` made a string, `##` pasted; the expansion is extracted on its
+# own, inside the namespaces of the use. Each fact keeps a line that holds its
+# name: a name written in the body is at its line of the `#define`, a name an
+# argument gives at the argument's line. A name made by pasting
+# (`foreach_tensor_##OP##_...`) is written on no line: it is not kept, nor
+# what its body calls.
+_MAX_MACRO_USES = 1024  # real files use a macro at most a few hundred times
+
+
+class _Macro(NamedTuple):
+    params: tuple[bytes, ...]
+    line: int  # of the `#define`
+    lines: tuple[bytes, ...]  # the body's physical lines, continuations and comments blanked; the first follows the parameters
+
+
+_MACRO_PARAM = re.compile(rb"[A-Za-z_]\w*")
+_BODY_COMMENT = re.compile(rb"/\*.*?\*/|//.*")
+
+
+def _defining_macros(directives: list[re.Match], original: bytes) -> dict[bytes, _Macro]:
+    """Of the function-like macros `original` defines (`directives`, matches
+    of _DEFINE), those it defines exactly once, with a braced body (Note
+    [definitions written by macros])."""
+    found: dict[bytes, _Macro | None] = {}
+    line, counted = 1, 0  # the directives come in order: their lines are counted on
+    for m in directives:
+        name = m.group(1)
+        if name in found:
+            found[name] = None  # defined in several places (#if branches): which one is used is not known here
+            continue
+        found[name] = None
+        params = tuple(p.strip() for p in m.group(2)[1:-1].split(b","))
+        if not all(_MACRO_PARAM.fullmatch(p) for p in params):
+            continue  # variadic, or no parameters
+        lines = tuple(_BODY_COMMENT.sub(_spaces, line.rstrip(b"\r").removesuffix(b"\\")) for line in m.group(3).split(b"\n"))
+        line += original.count(b"\n", counted, m.start())
+        counted = m.start()
+        found[name] = _Macro(params, line, lines)
+    # Those with a braced body, and those that use one of them at the start of a body line.
+    macros = {k: v for k, v in found.items() if v is not None}
+    defining = {k for k, v in macros.items() if any(b"{" in line for line in v.lines)}
+    for _ in range(_MAX_EXPANSION_DEPTH):
+        more = {k for k, v in macros.items() if k not in defining
+                and any((u := _NESTED_USE.match(line)) is not None and u.group(1) in defining for line in v.lines)}
+        if not more:
+            break
+        defining |= more
+    return {k: macros[k] for k in defining}
+
+
+def _macro_uses(data: bytes, macros: dict[bytes, _Macro]) -> list[tuple[int, bytes, list[tuple[bytes, int]], int]]:
+    """(offset, macro, [(argument, its offset)], offset of the closing
+    parenthesis) of each use of `macros` that starts a line outside a directive."""
+    names = sorted((n for n in macros if n in data), key=len, reverse=True)
+    if not names:
+        return []
+    uses = []
+    pattern = re.compile(rb"^[ \t]*(" + b"|".join(map(re.escape, names)) + rb")[ \t]*\(", re.M)
+    for m in pattern.finditer(data):
+        if _in_directive(data, m.start(1)):
+            continue
+        args, close = _macro_arguments(data, m.end() - 1)
+        if close is None or len(args) != len(macros[m.group(1)].params):
+            continue
+        uses.append((m.start(1), m.group(1), args, close))
+        if len(uses) >= _MAX_MACRO_USES:
+            break
+    return uses
+
+
+def _in_directive(text: bytes, at: int) -> bool:
+    start = text.rfind(b"\n", 0, at) + 1
+    while start > 1 and text[start - 2 : start - 1] == b"\\":
+        start = text.rfind(b"\n", 0, start - 1) + 1
+    return text[start:at].lstrip().startswith(b"#")
+
+
+def _macro_arguments(text: bytes, open_at: int, limit: int = 4096) -> tuple[list[tuple[bytes, int]], int | None]:
+    """The arguments of the macro use whose `(` is at `open_at` (split at
+    commas outside parentheses, as the preprocessor does), each stripped with
+    its offset; and the offset of its `)` (None when not found within `limit`)."""
+    args = []
+    depth = 0
+    start = open_at + 1
+    for i in range(open_at, min(len(text), open_at + limit)):
+        c = text[i]
+        if c == 40:  # (
+            depth += 1
+        elif c == 41:  # )
+            depth -= 1
+            if depth == 0:
+                args.append((start, i))
+                return [(_strip_span(text, a, b)) for a, b in args], i
+        elif c == 44 and depth == 1:  # ,
+            args.append((start, i))
+            start = i + 1
+    return [], None
+
+
+def _strip_span(text: bytes, start: int, end: int) -> tuple[bytes, int]:
+    piece = text[start:end]
+    lead = len(piece) - len(piece.lstrip())
+    return piece.strip(), start + lead
+
+
+_EXPANSION_TOKEN = re.compile(rb'"(?:\\.|[^"\\])*"|##|#[ \t]*([A-Za-z_]\w*)|[A-Za-z_]\w*')
+
+
+def _expand_line(line: bytes, values: dict[bytes, bytes]) -> bytes:
+    """One line of a macro's body with its parameters replaced (Note
+    [definitions written by macros])."""
+
+    def token(m: re.Match) -> bytes:
+        word = m.group(0)
+        if m.group(1) is not None:
+            return b'"' + values[m.group(1)].replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"' if m.group(1) in values else word
+        return values.get(word, word)
+
+    expanded = _EXPANSION_TOKEN.sub(token, line)
+    return re.sub(rb"[ \t]*##[ \t]*", b"", expanded) if b"##" in expanded else expanded
+
+
+_MAX_EXPANSION_DEPTH = 4  # macros that use the file's macros: UnaryOpsKernel.cpp's nest two deep
+_MAX_EXPANDED_LINES = 10_000
+
+
+def _expanded_lines(macros: dict[bytes, _Macro], name: bytes, args: list[tuple[bytes, int, bool]], use_line: int,
+                    depth: int = 0) -> list[tuple[bytes, int, bytes, list[tuple[bytes, int, bool]]]] | None:
+    """The expansion of a use of macro `name` with `args` ((value, line it is
+    written at, whether that is the line of the use in the code)), line by
+    line: (expanded text, line of the file its body line is at, that body line
+    as written, the arguments in play). A use of another of the file's macros
+    that starts a body line is expanded in its place. None when it nests or
+    grows past the limits."""
+    macro = macros[name]
+    values = dict(zip(macro.params, (a for a, _, _ in args)))
+    table = []
+    for k, written in enumerate(macro.lines):
+        origin = macro.line + k
+        text = _expand_line(written, values)
+        inner = _NESTED_USE.match(text)
+        if inner is not None and inner.group(1) in macros:
+            if depth >= _MAX_EXPANSION_DEPTH:
+                return None
+            found, close = _macro_arguments(text, inner.end() - 1)
+            if close is not None and len(found) == len(macros[inner.group(1)].params):
+                # An argument written in this body line is at its line; one an argument gave, at that one's.
+                inner_args = [(a, origin, False) if _holds_word(written, a)
+                              else next(((a, line, at_use) for v, line, at_use in args if v and v in a), (a, use_line, False))
+                              for a, _ in found]
+                nested = _expanded_lines(macros, inner.group(1), inner_args, use_line, depth + 1)
+                if nested is None:
+                    return None
+                table += nested
+                text = b" " * (close + 1) + text[close + 1 :]
+        table.append((text, origin, written, args))
+        if len(table) > _MAX_EXPANDED_LINES:
+            return None
+    return table
+
+
+_NESTED_USE = re.compile(rb"[ \t]*([A-Za-z_]\w*)[ \t]*\(")
+
+
+def _once(placed: dict, facts: list, fact) -> None:
+    if fact not in placed:
+        placed[fact] = True
+        facts.append(fact)
+
+
+def _holds_word(text: bytes, word: bytes) -> bool:
+    i = text.find(word)
+    while i >= 0:
+        before = text[i - 1 : i]
+        after = text[i + len(word) : i + len(word) + 1]
+        if not (before.isalnum() or before == b"_") and not (after.isalnum() or after == b"_"):
+            return True
+        i = text.find(word, i + 1)
+    return False
 
 
 class FileTimeout(Exception):
@@ -739,13 +938,15 @@ class Extractor:
         except Exception as e:  # a bug: say which file
             raise RuntimeError(f"while extracting {path}: {e!r}") from e
 
-    def _extract(self, path: str, data: bytes, sha1: str) -> FileFacts:
+    def _extract(self, path: str, data: bytes, sha1: str, expand: bool = True) -> FileFacts:
+        """`expand`: whether to expand the file's own macros that define
+        functions (Note [definitions written by macros]); not inside an expansion."""
         # tree-sitter checks the deadline itself while it parses: the SIGALRM
         # budget only interrupts Python code. (Not while it matches: a
         # progress callback there crashes tree-sitter 0.26.1.)
         deadline = time.monotonic() + self.budget if self.budget > 0 else float("inf")
         past = lambda *state: time.monotonic() > deadline  # noqa: E731
-        original, data = data, mask_attributes(data)
+        original, (data, macros) = data, _masked(data)
         # Note [bytes-backed tree]: only a parse from a callback can be given a
         # deadline, but a tree parsed from a callback reads every node's text
         # (and every `#match?` of the queries) through that callback again,
@@ -823,6 +1024,9 @@ class Extractor:
         points += [(call.start_byte, 1, ("reg", (registers, call, callee), None)) for registers, call, callee in sites]
         if error_nodes and b"DISPATCH" in original:
             points.extend(_lost_registrations(sites, original))
+        if expand and macros:
+            points += [(use[0], 2, use) for use in _macro_uses(data, macros)]
+        expansions = []
 
         definitions: list[Definition] = [None] * len(defs_raw)  # type: ignore[list-item]
         calls: list[Call] = []
@@ -846,6 +1050,10 @@ class Extractor:
             if kind == 0:
                 i, node, info = payload
                 definitions[i] = self._definition(node, info, live, pp, original, data, kernels)
+                continue
+            if kind == 2:  # a use of a macro that defines functions: at file scope only
+                if def_index == -1 and not any(tag == "class" for (_, _, tag, _) in live):
+                    expansions.append((payload, [p for (_, _, tag, p) in live if tag == "scope"], pp))
                 continue
             what, item, known = payload  # item: the called name's node, a registration's (kind, call, callee), or a lost one's (macro, args, line)
             if what == "call":
@@ -877,7 +1085,68 @@ class Extractor:
                 launches.add((line, name.rsplit("::", 1)[-1]))
         if launches:  # the blanked launch read as a call of the kernel: it is the launch
             calls = [c for c in calls if c.kind == "launch" or (c.line, c.short) not in launches]
+        placed: dict = {}  # a macro used for several types defines the same function at the same line: once
+        for use, scopes, pp in expansions:
+            self._expansion(path, original, macros, use, scopes, pp, (definitions, calls, registrations, stubs), placed)
         return FileFacts(path, len(data), sha1, len(error_nodes), None, tuple(definitions), tuple(calls), tuple(registrations), tuple(stubs))
+
+    def _expansion(self, path, original, macros, use, scopes, pp, facts_so_far, placed) -> None:
+        """Add the facts of one macro use (Note [definitions written by
+        macros]) to `facts_so_far` (definitions, calls, registrations, stubs),
+        each once (`placed`: what earlier uses added)."""
+        definitions, calls, registrations, stubs = facts_so_far
+        at, name, args, close = use
+        use_line = original.count(b"\n", 0, at) + 1
+        use_end = use_line + original.count(b"\n", at, close)
+        arg_lines = [(a.replace(b"\n", b" "), use_line + original.count(b"\n", at, offset), True) for a, offset in args]
+        table = _expanded_lines(macros, name, arg_lines, use_line)
+        if table is None:
+            return
+        opening = b"".join(b"namespace {" if s == "(anonymous namespace)" else b"namespace " + s.encode() + b" {" for s in scopes)
+        snippet = opening + b"\n".join(text for text, _, _, _ in table) + b"}" * len(scopes)
+        facts = self._extract(path, snippet, "", expand=False)
+
+        def place(word: str, k: int) -> int | None:
+            """The line that holds `word`, written at line `k` of the expansion:
+            of the body, or of the argument that gives it; a name pasted from
+            an argument (`op##_kernel`), at that argument's line."""
+            if not 0 < k <= len(table):
+                return None
+            _, origin, written, context = table[k - 1]
+            w = word.encode()
+            if _holds_word(written, w):
+                return origin
+            found = next((line for a, line, _ in context if _holds_word(a, w)), None)
+            if found is None and b"##" in written:
+                found = next((line for a, line, at_use in context if at_use and len(a) > 1 and a in w and _MACRO_PARAM.fullmatch(a)), None)
+            return found
+
+        def both(a: str | None, b: str | None) -> str | None:
+            return " && ".join(c for c in (a, b) if c) or None
+
+        index: dict[int, int] = {}
+        for i, d in enumerate(facts.definitions):
+            line = place(d.op.split(".")[0] if d.op else d.short, d.line)
+            if line is None:
+                continue
+            end = table[d.end_line - 1][1] if d.end_line <= len(table) else use_end
+            d = d._replace(line=line, end_line=end if end >= line else max(use_end, line), condition=both(pp, d.condition))
+            if d not in placed:
+                placed[d] = len(definitions)
+                definitions.append(d)
+            index[i] = placed[d]
+        for c in facts.calls:
+            line = place(c.short, c.line)
+            if c.definition in index and line is not None:
+                _once(placed, calls, c._replace(definition=index[c.definition], line=line, preproc=both(pp, c.preproc)))
+        for r in facts.registrations:
+            line = place(r.name, r.line)
+            if line is not None and r.kind == "register_dispatch" and r.definition == -1:
+                _once(placed, registrations, r._replace(line=line, preproc=both(pp, r.preproc)))
+        for st in facts.stubs:
+            line = place(st.name, st.line)
+            if line is not None:
+                _once(placed, stubs, st._replace(line=line, preproc=both(pp, st.preproc)))
 
     # -- regions ----------------------------------------------------------
 

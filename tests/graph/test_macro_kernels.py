@@ -1,0 +1,50 @@
+"""Kernels that a file's own macros define: `stack aten::sin` goes from the
+structured kernel written by `CREATE_UNARY_TORCH_IMPL_FUNC(sin_out,
+sin_stub)` through sin_stub to the CPU kernel that
+`STATIC_IMPLEMENT_COMPLEX_KERNEL_WITHOUT_AVX512(sin)` defines and registers,
+and to the CUDA one. Lines are read from the tree's files."""
+
+from __future__ import annotations
+
+import re
+
+from kernelmap import graph
+from kernelmap.model import NodeKind
+from kernelmap.render.tree import render
+
+
+def line_of(tree_2_6, path: str, pattern: str) -> int:
+    lines = (tree_2_6 / path).read_text(errors="replace").splitlines()
+    [line] = [i for i, text in enumerate(lines, 1) if re.search(pattern, text)]
+    return line
+
+
+def walk(node):
+    yield node
+    for child in node.children:
+        yield from walk(child)
+
+
+def test_sin_reaches_its_kernels_through_the_macros_that_write_them(context, tree_2_6):
+    impl_line = line_of(tree_2_6, "aten/src/ATen/native/UnaryOps.cpp", r"^CREATE_UNARY_TORCH_IMPL_FUNC\(sin_out, sin_stub\)")
+    cpu_line = line_of(tree_2_6, "aten/src/ATen/native/cpu/UnaryOpsKernel.cpp", r"^STATIC_IMPLEMENT_COMPLEX_KERNEL\w*\(sin\)")
+    cuda_line = line_of(tree_2_6, "aten/src/ATen/native/cuda/UnaryGeometricSinKernel.cu", r"REGISTER_DISPATCH\(sin_stub,")
+    for device, path, registered in (("cpu", "aten/src/ATen/native/cpu/UnaryOpsKernel.cpp", cpu_line),
+                                     ("cuda", "aten/src/ATen/native/cuda/UnaryGeometricSinKernel.cu", cuda_line)):
+        nodes = list(walk(graph.stack("aten::sin", context(device), depth=5).root))
+        [impl] = [n for n in nodes if n.name == "at::native::structured_sin_out::impl"]
+        assert (impl.location.path, impl.location.line) == ("aten/src/ATen/native/UnaryOps.cpp", impl_line)
+        [stub] = [n for n in impl.children if n.kind is NodeKind.STUB]
+        assert (stub.name, stub.location.line) == ("sin_stub", impl_line)
+        kernels = [n for n in stub.children if n.kind is NodeKind.KERNEL and n.via is not None and n.via.value == "stub"]
+        assert [k.location.path for k in kernels] == [path], device
+        if device == "cpu":  # defined by the macro: at its use, which names `sin`
+            assert kernels[0].location.line == registered and kernels[0].name.endswith("::sin_kernel")
+        else:
+            assert kernels[0].location.line < registered and kernels[0].name == "at::native::sin_kernel_cuda"
+
+
+def test_a_recursion_cut_is_said_once(context):
+    text = render(graph.stack("aten::sin", context("cuda"), depth=12), width=400)
+    assert "(recursion cut: already on the path above)" in text
+    assert "recursion cut: recursion cut" not in text

@@ -4,6 +4,11 @@ traceback."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kernelmap.pysource import ManualBinding
+
 
 class KernelmapError(Exception):
     """Base of every error a user can cause."""
@@ -17,6 +22,22 @@ class UnknownName(KernelmapError):
         self.suggestions = suggestions
         hint = f"; closest: {', '.join(suggestions)}" if suggestions else ""
         super().__init__(f"unknown name {name!r}{hint}")
+
+
+class HandWrittenBinding(KernelmapError):
+    """A Python name served by a hand-written C++ binding whose code calls no
+    operator kernelmap can name (Note [hand-written bindings])."""
+
+    def __init__(self, name: str, why: str):
+        self.name = name
+        super().__init__(f"{name} is a hand-written binding, not generated from native_functions.yaml: {why}")
+
+    @classmethod
+    def of(cls, binding: ManualBinding) -> HandWrittenBinding:
+        where = f"{binding.function}, {binding.repo_path}:{binding.line}"
+        if binding.defined:
+            return cls(binding.python_name, f"its code ({where}) calls no operator directly; kernelmap does not follow it further")
+        return cls(binding.python_name, f"its table entry ({where}) names a function of another file; kernelmap does not follow it")
 
 
 class BadInput(KernelmapError):

@@ -11,29 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernelmap import pysource
-from kernelmap.errors import KernelmapError, UnknownName
+from kernelmap.errors import HandWrittenBinding, KernelmapError, UnknownName
 from kernelmap.model import Op
 
 if TYPE_CHECKING:
     from kernelmap.catalog import Catalog
 
 _MAX_DEFS = 40  # Python definitions read while looking for the operators a name reaches
-
-
-class HandWrittenBinding(KernelmapError):
-    """A Python name served by a hand-written C++ binding whose code calls no
-    operator kernelmap can name (Note [hand-written bindings])."""
-
-    def __init__(self, name: str, why: str):
-        self.name = name
-        super().__init__(f"{name} is a hand-written binding, not generated from native_functions.yaml: {why}")
-
-    @classmethod
-    def of(cls, binding: pysource.ManualBinding) -> HandWrittenBinding:
-        where = f"{binding.function}, {binding.repo_path}:{binding.line}"
-        if binding.defined:
-            return cls(binding.python_name, f"its code ({where}) calls no operator directly; kernelmap does not follow it further")
-        return cls(binding.python_name, f"its table entry ({where}) names a function of another file; kernelmap does not follow it")
 
 
 def resolve_ops(name: str, catalog: Catalog, wheel_catalog: Catalog | None = None, site_packages: Path | None = None) -> tuple[Op, ...]:

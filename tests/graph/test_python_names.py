@@ -343,3 +343,85 @@ def test_snippet_tensor_methods_and_conditions(snippet):
 def test_snippet_boolean_dispatch_default_first(snippet):
     calls = pysource.calls(pysource.find_def("pkg.mod.m", snippet), snippet)
     assert [(c.target, c.condition) for c in calls] == [("pkg.mod.f", "flag=False (the default)"), ("pkg.mod.g", "flag=True")]
+
+
+# A method table's file in miniature: what the C++ reader must get right
+# (Note [hand-written bindings], Note [binding calls]).
+CPP_SNIPPET = """
+namespace torch::autograd {
+
+static Tensor dispatch_to(const Tensor & self, Device device) {
+  return self.to(device);
+}
+
+static Tensor dispatch_to(const Tensor & self, Device device, ScalarType dtype) {
+  return self.contiguous().to(device, dtype);
+}
+
+template<typename T>
+static T dispatch_item(const Tensor & self) {
+  return self.template item<T>();
+}
+
+static PyObject * THPVariable_to(PyObject* self, PyObject* args)
+{
+  HANDLE_TH_ERRORS
+  auto& self_ = THPVariable_Unpack(self);
+  if (self_.is_floating_point()) {
+    return wrap(dispatch_item<c10::complex<double>>(self_));
+  }
+  THPVariable_Unpack(self).detach_();
+  return THPVariable_Wrap(dispatch_to(self_, r.device(0)));
+  END_HANDLE_TH_ERRORS
+}
+
+static PyObject * THPVariable_nonzero(PyObject* self, PyObject* args)
+{
+  HANDLE_TH_ERRORS
+  // self.not_called(x);
+  return wrap(at::nonzero_out(out, self_));
+  END_HANDLE_TH_ERRORS
+}
+
+PyMethodDef variable_methods[] = {
+  // {"commented", THPVariable_commented, METH_NOARGS, nullptr},
+  {"to", castPyCFunctionWithKeywords(THPVariable_to), METH_VARARGS | METH_KEYWORDS, nullptr},
+  {"nonzero", THPVariable_nonzero, METH_NOARGS, nullptr},
+  {"__add__", castPyCFunctionWithKeywords(TypeError_to_NotImplemented_<THPVariable_add>), METH_VARARGS, nullptr},
+  {nullptr}
+};
+
+} // namespace torch::autograd
+"""
+
+
+@pytest.fixture
+def cpp_snippet(tmp_path) -> Path:
+    path = tmp_path / "torch/csrc/autograd/python_variable_methods.cpp"
+    path.parent.mkdir(parents=True)
+    path.write_text(CPP_SNIPPET)
+    return tmp_path
+
+
+def _cpp_line(text: str) -> int:
+    return next(i for i, line in enumerate(CPP_SNIPPET.splitlines(), 1) if text in line)
+
+
+def test_cpp_snippet_binding_calls_through_the_overload_its_arguments_choose(cpp_snippet):
+    binding = pysource.manual_binding("torch.Tensor.to", cpp_snippet)
+    assert binding.defined and binding.line == _cpp_line("THPVariable_to(PyObject")
+    calls = {(c.name, c.is_method, c.line) for c in binding.calls}
+    assert ("to", True, _cpp_line("return self.to(device);")) in calls  # the overload of two parameters
+    assert not any(c.line == _cpp_line("self.contiguous().to(device, dtype)") for c in binding.calls)  # not the one of three
+    # accessors and a method of a call's result, which the source index leaves out
+    assert {("item", True, _cpp_line("item<T>()")), ("is_floating_point", True, _cpp_line("is_floating_point()")),
+            ("detach_", True, _cpp_line("detach_()"))} <= calls
+    assert [c.line for c in binding.calls] == sorted(c.line for c in binding.calls)
+
+
+def test_cpp_snippet_table_entries_and_function_calls(cpp_snippet):
+    nonzero = pysource.manual_binding("torch.Tensor.nonzero", cpp_snippet)
+    assert [(c.name, c.is_method) for c in nonzero.calls] == [("nonzero_out", False)]  # not the call in a comment
+    add = pysource.manual_binding("torch.Tensor.__add__", cpp_snippet)
+    assert (add.function, add.defined, add.line) == ("THPVariable_add", False, _cpp_line('{"__add__"'))
+    assert pysource.manual_binding("torch.Tensor.commented", cpp_snippet) is None

@@ -183,7 +183,8 @@ def _python_children(definition: pysource.PyDef, ctx: GraphContext) -> list[Node
     the branches of a `boolean_dispatch`) that reach one."""
     import ast
 
-    from kernelmap.names import HandWrittenBinding, hand_written
+    from kernelmap.errors import HandWrittenBinding
+    from kernelmap.names import hand_written
 
     root = ctx.python_dir
     if isinstance(definition.node, ast.ClassDef):

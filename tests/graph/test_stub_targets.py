@@ -42,3 +42,23 @@ def test_a_route_to_a_qualified_stub_is_found(context):
     for target in ("mul_stub", "at::native::mul_stub"):
         answer = path("torch.mul", target, context("cpu"), limit=1)
         assert answer.routes and answer.routes[0].steps[-1].name == "mul_stub"
+
+
+def test_a_stub_passed_to_a_helper_is_followed(context, tree_2_6):
+    """structured_cumsum_out::impl runs cumsum_stub through
+    `impl_func_cum_ops(self, dim, result, cumsum_stub)`, which calls its
+    parameter: the stub is reached at the line that passes it."""
+    passed = line_of(tree_2_6, "aten/src/ATen/native/ReduceOps.cpp", r"impl_func_cum_ops\(self, dim, result, cumsum_stub\)")
+    registered = line_of(tree_2_6, "aten/src/ATen/native/cpu/ReduceOpsKernel.cpp", r"REGISTER_DISPATCH\(cumsum_stub,")
+    root = graph.stack("aten::cumsum", context("cpu"), depth=4).root
+    [impl] = [n for n in walk(root) if n.name == "at::native::structured_cumsum_out::impl"]
+    [stub] = [n for n in impl.children if n.kind is NodeKind.STUB]
+    assert (stub.name, stub.location.path, stub.location.line) == ("cumsum_stub", "aten/src/ATen/native/ReduceOps.cpp", passed)
+    kernels = [n for n in stub.children if n.kind is NodeKind.KERNEL and n.name.endswith("::cumsum_cpu_kernel")]
+    assert kernels and kernels[0].location.path == "aten/src/ATen/native/cpu/ReduceOpsKernel.cpp" and kernels[0].location.line < registered
+
+
+def walk(node):
+    yield node
+    for child in node.children:
+        yield from walk(child)

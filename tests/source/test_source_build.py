@@ -301,6 +301,39 @@ def test_stub_calls_follow_the_trees_stub_declarations(tmp_path, cache):
     assert kinds() == ["stub"]
 
 
+def test_a_stub_passed_to_a_helper_is_a_stub_call_only_while_the_tree_declares_it(tmp_path, cache):
+    """Note [stubs passed on]: `helper(x, foo_stub)` runs foo_stub when the
+    tree declares it; `bar_stub`, declared nowhere, and a macro's argument
+    are no calls; a name the file defines itself is no stub."""
+    tree = add_tree(make_tree(tmp_path / "t", {
+        "aten/src/ATen/native/A.cpp": (
+            "namespace at::native {\n"
+            "void a() {\n"
+            "  helper(x,\n"
+            "         &foo_stub);\n"
+            "  helper(x, bar_stub);\n"
+            "  CHECK_STUB(foo_stub);\n"
+            "}\n"
+            "}\n"),
+        "aten/src/ATen/native/B.h": "namespace at::native { DECLARE_DISPATCH(fn, foo_stub); DECLARE_DISPATCH(fn, baz_stub); }\n",
+        "aten/src/ATen/native/C.cpp": "namespace at::native { void baz_stub() {} void c() { helper(baz_stub); } }\n",
+    }))
+    build_index(tree, jobs=1)
+
+    def sites(name):
+        with open_index(tree) as ix:
+            return [(c.kind.value, c.caller.qualified_name, c.location.line) for c in ix.callers_of(name)]
+
+    assert sites("foo_stub") == [("stub", "at::native::a", 4)]  # the line that holds it
+    assert sites("bar_stub") == [] and sites("baz_stub") == []
+    (tree.root / "aten/src/ATen/native/B.h").write_text("namespace at::native { }\n")
+    build_index(tree, jobs=1)
+    assert sites("foo_stub") == []
+    (tree.root / "aten/src/ATen/native/B.h").write_text("namespace at::native { DEFINE_DISPATCH(foo_stub); }\n")
+    build_index(tree, jobs=1)
+    assert sites("foo_stub") == [("stub", "at::native::a", 4)]
+
+
 def test_a_file_gone_between_scan_and_parse_is_recorded_not_fatal(tmp_path):
     from kernelmap.source import build
     from kernelmap.source.extract import OperatorNames

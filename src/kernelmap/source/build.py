@@ -323,7 +323,8 @@ def _delete_files(db: sqlite3.Connection, file_ids: list[int]) -> None:
 
 
 def _classify_stub_calls(db: sqlite3.Connection, file_ids: list[int] | None = None) -> None:
-    """Note [stub calls] in extract: promote calls of declared stubs, unless the
+    """Note [stub calls] in extract: promote calls of declared stubs (and
+    stubs passed as arguments: Note [stubs passed on]), unless the
     calling file defines a function of that name itself. Only the calls of
     `file_ids` when given (the tree's stubs did not change)."""
     direct, stub = CALL_KIND_CODE["direct"], CALL_KIND_CODE["stub"]
@@ -332,8 +333,9 @@ def _classify_stub_calls(db: sqlite3.Connection, file_ids: list[int] | None = No
     scope = ""
     if file_ids is not None:
         scope = f" AND calls.file_id IN ({','.join(str(int(i)) for i in file_ids)})" if file_ids else " AND 0"
-    db.execute(f"UPDATE calls SET kind = {stub} WHERE kind = {direct} AND {declared} AND NOT {local}{scope}")
-    db.execute(f"UPDATE calls SET kind = {direct} WHERE kind = {stub} AND (NOT {declared} OR {local}){scope}")
+    for plain, promoted in ((direct, stub), (CALL_KIND_CODE["argument"], CALL_KIND_CODE["stub_argument"])):  # Note [stubs passed on]
+        db.execute(f"UPDATE calls SET kind = {promoted} WHERE kind = {plain} AND {declared} AND NOT {local}{scope}")
+        db.execute(f"UPDATE calls SET kind = {plain} WHERE kind = {promoted} AND (NOT {declared} OR {local}){scope}")
 
 
 def _open_previous(path: Path, meta_expected: dict[str, str]) -> str | None:

@@ -675,7 +675,7 @@ class Call(NamedTuple):
     definition: int  # index into FileFacts.definitions; -1 at file scope
     callee: str  # as written, without template arguments: "at::cudnn_convolution", ".add"
     short: str  # the called name: "cudnn_convolution", "add"
-    kind: str  # dispatcher | stub | direct | launch | vendor
+    kind: str  # dispatcher | stub | direct | launch | vendor | argument (Note [stubs passed on])
     library: str | None  # vendor calls: cudnn, cublas, onednn, ...
     op: str | None  # dispatcher calls: the operator's base name (or name_overload for _ops)
     line: int
@@ -1024,6 +1024,8 @@ class Extractor:
         points += [(call.start_byte, 1, ("reg", (registers, call, callee), None)) for registers, call, callee in sites]
         if error_nodes and b"DISPATCH" in original:
             points.extend(_lost_registrations(sites, original))
+        if _STUB_SUFFIX in data:
+            points += _stub_arguments(data, root)
         if expand and macros:
             points += [(use[0], 2, use) for use in _macro_uses(data, macros)]
         expansions = []
@@ -1368,6 +1370,59 @@ class Extractor:
 
 
 # Note [registrations among calls]
+# Note [stubs passed on]
+# `impl_func_cum_ops(self, dim, result, cumsum_stub)` hands a stub to a helper
+# that calls it by its parameter's name (`stub(self.device().type(), ...)`):
+# no line calls cumsum_stub, yet running the caller runs it. A name ending in
+# `_stub` passed as an argument of a call is recorded as an "argument" at its
+# line; `store` makes it a stub call when the tree declares that stub and the
+# file defines no function of its name (Note [stub calls]), and it is no edge
+# otherwise. Every stub passed on in 2.6.0 (116 places) is named `*_stub`: the
+# suffix finds them cheaply, the declaration makes them stubs.
+_STUB_SUFFIX = b"_stub"
+_NAME_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:")
+_ARGUMENT_END = re.compile(rb"[ \t\r\n]*[,)]")
+
+
+def _stub_arguments(data: bytes, root) -> list[tuple[int, int, tuple]]:
+    """Sweep points of the `*_stub` names passed as arguments of calls other
+    than macros' (Note [stubs passed on])."""
+    points = []
+    i = data.find(_STUB_SUFFIX)
+    while i >= 0:
+        end = i + len(_STUB_SUFFIX)
+        start = i
+        while start > 0 and data[start - 1] in _NAME_BYTES:
+            start -= 1
+        before = start
+        while before > 0 and data[before - 1] in b" \t\r\n&":
+            before -= 1
+        if before > 0 and data[before - 1] in b"(," and start < i and _ARGUMENT_END.match(data, end):
+            point = _stub_argument(data, root, start, end)
+            if point is not None:
+                points.append(point)
+        i = data.find(_STUB_SUFFIX, end)
+    return points
+
+
+def _stub_argument(data: bytes, root, start: int, end: int) -> tuple[int, int, tuple] | None:
+    node = root.descendant_for_byte_range(start, end)
+    if node is None or (node.start_byte, node.end_byte) != (start, end) or node.type not in ("identifier", "qualified_identifier"):
+        return None
+    holder = node.parent
+    if holder is not None and holder.type == "pointer_expression":  # `&cumsum_stub`
+        holder = holder.parent
+    call = holder.parent if holder is not None and holder.type == "argument_list" else None
+    function = call.child_by_field_name("function") if call is not None and call.type == "call_expression" else None
+    if function is None or _MACRO_NAME.fullmatch(data[function.start_byte : function.end_byte].rsplit(b"::", 1)[-1]):
+        return None  # not an argument; or a macro's (REGISTER_DISPATCH, DECLARE_DISPATCH...), which registrations read
+    name = data[start:end].decode("utf-8", "replace").removeprefix("::")
+    return (start, 1, ("call", node, (name, name.rsplit("::", 1)[-1], "argument", None, None)))
+
+
+_MACRO_NAME = re.compile(rb"[A-Z][A-Z0-9_]*")
+
+
 # Registrations are calls: of a macro (`REGISTER_DISPATCH(add_stub, &add_kernel)`,
 # `DECLARE_DISPATCH`, `AT_DISPATCH_FLOATING_TYPES(...)`) or of a library's
 # `m.impl(...)` / `m.def(...)` in a TORCH_LIBRARY block. They are picked from

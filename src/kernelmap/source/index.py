@@ -41,6 +41,11 @@ class IndexDamaged(IndexMissing):
     the damage showed would make it silently short."""
 
 
+# A stub passed as an argument is a stub edge; a name passed that is no stub, none (Note [stubs passed on] in extract).
+_ARGUMENT = CALL_KINDS.index("argument")
+_EDGE_KINDS = {i: EdgeKind("stub" if kind == "stub_argument" else kind) for i, kind in enumerate(CALL_KINDS) if kind != "argument"}
+
+
 @dataclass(frozen=True)
 class Definition:
     """A definition in the tree, with what the index knows beyond `Symbol`."""
@@ -354,7 +359,8 @@ class Index:
 
     def _calls(self, where: str, args: tuple, callers: dict[int, Symbol] | None = None) -> list[CallSite]:
         rows = self._db.execute(
-            f"SELECT {self._CALL_COLUMNS} FROM calls c JOIN files f ON f.id = c.file_id WHERE {where} ORDER BY f.path, c.line",
+            f"SELECT {self._CALL_COLUMNS} FROM calls c JOIN files f ON f.id = c.file_id WHERE ({where}) AND c.kind != {_ARGUMENT}"
+            " ORDER BY f.path, c.line",
             args,
         ).fetchall()
         callers = dict(callers or {})
@@ -366,7 +372,7 @@ class Index:
                 if caller is None:
                     caller = callers[sid] = self._definitions("s.id = ?", (sid,))[0].symbol
             out.append(
-                CallSite(caller, self._text(callee_id), self._text(short_id), EdgeKind(CALL_KINDS[kind]), self._loc(path, line),
+                CallSite(caller, self._text(callee_id), self._text(short_id), _EDGE_KINDS[kind], self._loc(path, line),
                          self._text(cond_id), self._text(pp_id), self._text(lib_id), self._text(op_id))
             )
         return out
@@ -497,7 +503,7 @@ class Index:
             "files_with_errors": q("SELECT count(*) FROM files WHERE errors > 0"),
             "files_skipped": q("SELECT count(*) FROM files WHERE skipped IS NOT NULL"),
             "definitions": q("SELECT count(*) FROM symbols"),
-            "calls": q("SELECT count(*) FROM calls"),
+            "calls": q(f"SELECT count(*) FROM calls WHERE kind != {_ARGUMENT}"),
             "registrations": q("SELECT count(*) FROM registrations"),
             "stubs": q("SELECT count(DISTINCT name_id) FROM stubs"),
         }

@@ -10,10 +10,12 @@ from __future__ import annotations
 import functools
 import re
 
-SCHEMA_VERSION = 6  # 2: masked attributes, qualified stub registrations, calls on temporaries; 3: a definition's line is its name's; 4: launches written in function-local #define macros, lost REGISTER_DISPATCH lines, cudaMemcpy* as CUDA runtime calls; 5: calls in named lambdas take their first call's condition, memcpy/memmove as C library calls, directives inside lists and between function heads masked; 6: no FTS5 table of names (a search scans them), strings' unique index made after the bulk insert
+SCHEMA_VERSION = 7  # 2: masked attributes, qualified stub registrations, calls on temporaries; 3: a definition's line is its name's; 4: launches written in function-local #define macros, lost REGISTER_DISPATCH lines, cudaMemcpy* as CUDA runtime calls; 5: calls in named lambdas take their first call's condition, memcpy/memmove as C library calls, directives inside lists and between function heads masked; 6: no FTS5 table of names (a search scans them), strings' unique index made after the bulk insert; 7: stubs passed as arguments (kinds argument and stub_argument)
 
 # Call kinds as stored; their order is part of the schema.
-CALL_KINDS = ("direct", "dispatcher", "stub", "launch", "vendor")
+# "argument": a `*_stub` name passed as an argument, no edge; "stub_argument":
+# one the tree declares as a stub, an edge to it (Note [stubs passed on] in extract).
+CALL_KINDS = ("direct", "dispatcher", "stub", "launch", "vendor", "argument", "stub_argument")
 CALL_KIND_CODE = {k: i for i, k in enumerate(CALL_KINDS)}
 
 SCHEMA = """

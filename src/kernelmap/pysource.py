@@ -569,13 +569,6 @@ def _reached_calls(binding: _CppFunction, functions: dict[str, tuple[_CppFunctio
     return tuple(sorted(found, key=lambda c: (c.line, c.name, c.is_method)))
 
 
-# `HANDLE_TH_ERRORS` opens a try block and `END_HANDLE_TH_ERRORS` closes it,
-# neither followed by `;`: the grammar reads `HANDLE_TH_ERRORS if (...) {...}`
-# as a function defined inside the binding, and loses a binding after some
-# (`static PythonArgParser parser(...)`: THPVariable_type). They are blanked,
-# byte for byte (same lines); they call no operator.
-_HANDLE_TH_ERRORS = re.compile(rb"\b(?:END_)?HANDLE_TH_ERRORS\w*(?:\([^()\n]*\))?")
-
 # Note [binding calls]: what the Extractor does not say.
 _BINDING_QUERY = """
 (call_expression function: (field_expression field: (_) @method) arguments: (argument_list))
@@ -617,7 +610,7 @@ def _table_file(path: Path, repo_path: str) -> _TableFile:
     """The tables and top-level functions of one file, read once (Note [binding calls])."""
     from kernelmap.source import extract
 
-    data = _HANDLE_TH_ERRORS.sub(lambda m: b" " * len(m.group(0)), path.read_bytes())
+    data = path.read_bytes()  # the Extractor's masking blanks HANDLE_TH_ERRORS (Note [masked attributes])
     facts = _cpp_facts(path, repo_path, data)
     tree = _extractor().parser.parse(extract.mask_attributes(data))  # the text the Extractor parsed
     methods, arguments, parameters, tables = _queried(tree.root_node)

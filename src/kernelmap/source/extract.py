@@ -141,6 +141,10 @@ _ATTRIBUTE_GROUPS = tuple(
         (b"CAFFE2_API", rb""),
         (b"AT_CUDA_API", rb""),
         (b"alignas", rb""),
+        # A Python binding's try/catch brackets take no `;`: the grammar read
+        # `HANDLE_TH_ERRORS if (...) {...}` as a function inside the binding.
+        (b"HANDLE_TH_ERRORS", rb""),
+        (b"END_HANDLE_TH_ERRORS", rb"\w*"),
     )
 )
 
@@ -358,11 +362,7 @@ def _blank_at_line_start(m: re.Match) -> bytes:
 
 def _blank_outside_directive(m: re.Match) -> bytes:
     """`_blank`, except in a directive (continued lines included)."""
-    text = m.string
-    start = text.rfind(b"\n", 0, m.start()) + 1
-    while start > 1 and text[start - 2 : start - 1] == b"\\":
-        start = text.rfind(b"\n", 0, start - 1) + 1
-    return m.group(0) if text[start : m.start()].lstrip().startswith(b"#") else _blank(m)
+    return m.group(0) if _in_directive(m.string, m.start()) else _blank(m)
 
 
 def _zero_braces(m: re.Match) -> bytes:
@@ -540,6 +540,7 @@ def _macro_uses(data: bytes, macros: dict[bytes, _Macro]) -> list[tuple[int, byt
 
 
 def _in_directive(text: bytes, at: int) -> bool:
+    """Whether offset `at` lies in a preprocessor directive (continued lines included)."""
     start = text.rfind(b"\n", 0, at) + 1
     while start > 1 and text[start - 2 : start - 1] == b"\\":
         start = text.rfind(b"\n", 0, start - 1) + 1

@@ -48,6 +48,10 @@ class SourceError(KernelmapError):
     """A source tree that is missing, not a PyTorch tree, or unusable."""
 
 
+class NoSourceTree(SourceError):
+    """No source tree is registered at all (not: several, none chosen)."""
+
+
 class TorchgenError(KernelmapError):
     """torchgen failed to read a yaml or to generate code."""
 

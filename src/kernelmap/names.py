@@ -34,6 +34,11 @@ def resolve_ops(name: str, catalog: Catalog, wheel_catalog: Catalog | None = Non
 
     entry_catalog = wheel_catalog or catalog
     text = expand_python_name(name.strip()) if isinstance(name, str) else name
+    if site_packages is not None and pysource.shadowed_binding(text, site_packages):
+        # `torch.norm` runs torch/functional.py's norm, not the binding of its name (Note [bindings Python hides])
+        found = _entry_points_reached(text, site_packages, entry_catalog.entry_points())
+        if found:
+            return _in_catalog(_entry_ops(found, entry_catalog), catalog)
     try:
         ops = catalog.resolve(name)
     except UnknownName as unknown:
@@ -154,6 +159,9 @@ def _entry_points_reached(name: str, root: Path, entry_points: set[str]) -> list
     seen = {definition.qualname}
     read = 0
     wanted = name.rsplit(".", 1)[-1].lower()
+    # Python that hides a binding calls the binding of its own name only on some paths (torch.norm: _VF.norm
+    # for tensors that are not strided): what it returns, in source order, tells more than names
+    hides = _hides_binding(name, definition, root)
     while level and read < _MAX_DEFS:
         reached: dict[str, tuple[bool, int]] = {}
         following: list[pysource.PyDef] = []
@@ -170,10 +178,10 @@ def _entry_points_reached(name: str, root: Path, entry_points: set[str]) -> list
                     if call.target.startswith("self."):
                         targets.append(f"{owner}.{call.target[5:]}")
                         continue
-                    entry = pysource.entry_name(call.target)
+                    entry = pysource.entry_name(call.target) or call.target  # torch.linalg.vector_norm is itself one
                     # a generated binding ends the search; a functional (even one the catalog lists) is Python to read
                     entry = entry if entry in entry_points and not entry.startswith(_FUNCTIONAL) else None
-                    if entry is not None and pysource.is_python_tensor_method(entry, root):
+                    if entry is not None and pysource.shadowed_binding(call.target, root):
                         entry = None  # `input.norm(...)` runs torch/_tensor.py's Tensor.norm: Python to read
                     if entry is not None:
                         returned, order = reached.get(entry, (False, len(reached)))
@@ -189,9 +197,21 @@ def _entry_points_reached(name: str, root: Path, entry_points: set[str]) -> list
             # the entry point named like the queried name first (nn.Conv2d: torch.conv2d before F.pad),
             # then what the function returns (F.interpolate: upsample_nearest1d before torch.floor)
             # (F.upsample_bilinear: upsample_bilinear2d, a name it begins, before upsample_nearest1d)
-            return sorted(reached, key=lambda e: (_likeness(e, wanted), not reached[e][0], reached[e][1]))
+            return sorted(reached, key=lambda e: (0 if hides else _likeness(e, wanted), not reached[e][0], reached[e][1]))
         level = following
     return []
+
+
+def _hides_binding(name: str, definition: pysource.PyDef, root: Path) -> bool:
+    """Whether `name` (`torch.norm`, or `torch.functional.norm` itself) is
+    Python that hides a generated binding (Note [bindings Python hides])."""
+    if pysource.shadowed_binding(name, root):
+        return True
+    public = f"torch.{definition.qualname.rsplit('.', 1)[-1]}"
+    if public not in pysource.rebound_builtins(root):
+        return False
+    found = pysource.find_def(public, root)
+    return found is not None and found.qualname == definition.qualname
 
 
 def _likeness(entry: str, wanted: str) -> int:

@@ -238,6 +238,82 @@ def is_python_tensor_method(name: str, root: Path) -> bool:
     return name.startswith("torch.Tensor.") and find_def(name, root) is not None
 
 
+def shadowed_binding(target: str, root: Path) -> bool:
+    """Whether a call of `target` runs Python that hides the generated binding
+    of its name (Note [bindings Python hides]): a Tensor method torch/_tensor.py
+    defines (`torch.Tensor.norm`), or a `torch.` function torch/__init__.py
+    rebinds after the bindings (`torch.norm`). `torch._VF.norm` is never hidden."""
+    if target.startswith("torch.Tensor."):
+        return is_python_tensor_method(target, root)
+    return target in rebound_builtins(root)
+
+
+# Note [bindings Python hides]
+# torch/__init__.py copies every generated function of `torch._C._VariableFunctions`
+# into `torch` by a loop over `dir(_C._VariableFunctions)`, and after it runs
+# `from torch.functional import *`: the names in torch/functional.py's `__all__`
+# that are also generated (`norm`, `einsum`, `split`, `stft`, `unique_consecutive`...)
+# are its Python functions, which call the bindings through `_VF` (or other
+# operators: `torch.norm` of a strided tensor is `linalg.vector_norm`). Whatever
+# the module's top level binds after the loop hides the binding of that name.
+
+
+@functools.lru_cache(maxsize=8)
+def rebound_builtins(root: Path) -> frozenset[str]:
+    """The `torch.<name>`s that torch/__init__.py under `root` binds after
+    copying the generated functions into `torch` (Note [bindings Python hides])."""
+    path = module_file("torch", root)
+    if path is None:
+        return frozenset()
+    body = _parse(path).body
+    loop = next((i for i, node in enumerate(body) if isinstance(node, ast.For) and _copies_bindings(node)), None)
+    if loop is None:
+        return frozenset()
+    names: set[str] = set()
+    for node in body[loop + 1 :]:
+        if isinstance(node, ast.ImportFrom):
+            base = _absolute("torch", True, node.level, node.module)
+            for alias in node.names:
+                names.update(_star_rebinds(base, root) if alias.name == "*" else (alias.asname or alias.name,))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return frozenset(f"torch.{name}" for name in names)
+
+
+def _copies_bindings(loop: ast.For) -> bool:
+    """`for name in dir(_C._VariableFunctions):`"""
+    iterated = loop.iter
+    return (isinstance(iterated, ast.Call) and _dotted(iterated.func) == "dir" and len(iterated.args) == 1
+            and (_dotted(iterated.args[0]) or "").endswith("_VariableFunctions"))
+
+
+def _star_rebinds(module: str, root: Path) -> set[str]:
+    """What `from module import *` binds (the literal `__all__`, else the public
+    top-level names), less the bindings it only documents: torch/functional.py's
+    `istft = _add_docstr(torch.istft, ...)` is the generated function itself."""
+    path = module_file(module, root)
+    if path is None:
+        return set()
+    body = _parse(path).body
+    exported = next((node.value for node in body if isinstance(node, ast.Assign) and isinstance(node.value, (ast.List, ast.Tuple))
+                     and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)), None)
+    if exported is None:
+        names = {name for name in _top_level_names(module, root) if not name.startswith("_")}
+    else:
+        names = {e.value for e in exported.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+    for node in body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Call) and _dotted(node.value.func) in _ADD_DOCSTR and node.value.args
+                and (_dotted(node.value.args[0]) or "").rsplit(".", 1)[-1] == node.targets[0].id):
+            names.discard(node.targets[0].id)
+    return names
+
+
+# How a module documents a function it does not define: `x = _add_docstr(builtin, "...")`.
+_ADD_DOCSTR = ("_add_docstr", "torch._C._add_docstr")
+
 # How a function is called whose body is chosen by a boolean argument:
 # `max_pool2d = boolean_dispatch(arg_name="return_indices", default=False,
 # if_true=max_pool2d_with_indices, if_false=_max_pool2d, ...)` (torch._jit_internal).
@@ -253,7 +329,7 @@ def calls(definition: PyDef, root: Path) -> tuple[PyCall, ...]:
     node = definition.node
     if isinstance(node, ast.Assign):
         value = node.value
-        if isinstance(value, ast.Call) and _dotted(value.func) in ("_add_docstr", "torch._C._add_docstr") and value.args:
+        if isinstance(value, ast.Call) and _dotted(value.func) in _ADD_DOCSTR and value.args:
             target = _dotted(value.args[0])
             if target:
                 return (PyCall(_absolute_name(target, imports, definition.module), node.lineno),)

@@ -112,3 +112,16 @@ def test_the_root_of_a_cpp_symbol_is_its_definition_at_its_line(context):
     assert {n.condition for n in definitions} == {"#if AT_CUDNN_ENABLED()", "#if !AT_CUDNN_ENABLED()"}
     assert all(n.location is not None and n.children for n in definitions)
     check_lines(tree)
+
+
+def test_a_binding_python_hides_is_called_by_the_python_that_hides_it(context, tree_2_6):
+    """torch.frobenius_norm is called as `_VF.frobenius_norm` in torch/functional.py's
+    norm, the function `torch.norm` is (Note [bindings Python hides])."""
+    tree = graph.callers("at::native::frobenius_norm", context("cpu"), depth=8)
+    paths = paths_to(tree, lambda n: n.name == "torch.functional.norm" and n.kind is NodeKind.PYTHON)
+    assert paths
+    node = paths[0][-1]
+    assert line_of(node).startswith("def norm(")
+    site = node.attrs["call_site"]
+    assert "_VF.frobenius_norm(" in (tree_2_6 / site.path).read_text().splitlines()[site.line - 1]
+    check_lines(tree)

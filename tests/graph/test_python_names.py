@@ -198,6 +198,78 @@ def test_torch_unique_follows_its_boolean_dispatch_to_the_operator(python_root, 
     assert "aten::_unique2" in _ops("torch.unique", python_root, catalog_of)
 
 
+# -- Python that hides a generated binding (Note [bindings Python hides]) ---------
+
+
+def _first_returned_call(path: Path, name: str) -> str:
+    """The callee of the first `return f(...)` of `def name` in `path`, in source order."""
+    definition = next(d for d in _defs(path, name) if not _is_stub(d))
+    returns = sorted((n for n in ast.walk(definition) if isinstance(n, ast.Return) and isinstance(n.value, ast.Call)),
+                     key=lambda n: n.lineno)
+    callees = [_dotted(r.value.func) for r in returns]
+    return next(c for c in callees if c and "torch_function" not in c)
+
+
+def _operator_of(callee: str, root: Path) -> str:
+    """The operator a call of `torch.linalg.X` / `_VF.X` stands for, read from the module that binds it."""
+    module, _, short = callee.rpartition(".")
+    if module.endswith("linalg"):  # `vector_norm = _add_docstr(_linalg.linalg_vector_norm, ...)`
+        docstr = next(n for n in ast.parse((root / "torch/linalg/__init__.py").read_text()).body
+                      if isinstance(n, ast.Assign) and [t.id for t in n.targets if isinstance(t, ast.Name)] == [short])
+        return _dotted(docstr.value.args[0]).rsplit(".", 1)[-1]
+    return short
+
+
+def test_torch_norm_is_the_python_function_that_hides_its_binding(python_root, catalog_of):
+    """torch/__init__.py binds `from torch.functional import *` after copying the
+    generated functions: `torch.norm` is torch/functional.py's norm, whose first
+    return (a strided tensor's, in 2.x) names the operator it runs."""
+    assert "torch.norm" in pysource.rebound_builtins(python_root)
+    expected = _operator_of(_first_returned_call(python_root / "torch/functional.py", "norm"), python_root)
+    for name in ("torch.norm", "torch.functional.norm", "torch.Tensor.norm"):  # Tensor.norm calls torch.norm
+        assert _ops(name, python_root, catalog_of)[0].split(".")[0] == f"aten::{expected}", name
+    # the binding itself still answers for the name `_VF.norm` stands for, as an operator
+    assert _ops("aten::norm", python_root, catalog_of)[0].startswith("aten::norm")
+
+
+def test_the_names_python_hides_are_those_torch_rebinds():
+    """Live: `torch.X` is not the generated `_VariableFunctions.X` exactly for the names found hidden."""
+    import torch
+
+    functions = torch._C._VariableFunctions
+    public = {n for n in dir(functions) if not n.startswith("_") and hasattr(torch, n)}
+    replaced = {f"torch.{n}" for n in public if getattr(torch, n) is not getattr(functions, n)}
+    found = pysource.rebound_builtins(env.torch_install().site_packages)
+    assert replaced and replaced == found & {f"torch.{n}" for n in public}
+
+
+def test_torch_norm_answers_the_operator_it_runs():
+    """Live: the first operator the profiler sees for `torch.norm(x)` is the first one kernelmap answers."""
+    import torch
+
+    site = env.torch_install().site_packages
+    catalog = load_catalog()
+    for call, name in ((lambda x: torch.norm(x), "torch.norm"), (lambda x: x.norm(), "torch.Tensor.norm"),
+                       (lambda x: torch.split(x, 2), "torch.split")):
+        x = torch.ones(4)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+            call(x)
+        ran = next(e.name for e in sorted(profile.events(), key=lambda e: e.time_range.start) if e.name.startswith("aten::"))
+        answered = _ops(name, site, catalog)[0]
+        assert answered.split(".")[0] == ran, (name, answered, ran)
+
+
+def test_torch_norm_stack_starts_at_its_python(context, tree_2_6):
+    from kernelmap import graph
+
+    tree = graph.stack("torch.norm", context("cpu"), depth=6)
+    assert tree.root.name == "torch.functional.norm" and tree.root.kind.value == "python"
+    assert tree.root.location.disk_path.is_relative_to(tree_2_6)
+    assert line_of(tree.root).startswith("def norm(")
+    expected = _operator_of(_first_returned_call(tree_2_6 / "torch/functional.py", "norm"), tree_2_6)
+    assert paths_to(tree, lambda n: n.kind.value == "op" and n.name == f"aten::{expected}")
+
+
 # -- hand-written bindings ---------------------------------------------------------
 
 

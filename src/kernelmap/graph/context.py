@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernelmap import env
-from kernelmap.errors import BadInput, KernelmapError
+from kernelmap.errors import BadInput, KernelmapError, NoSourceTree
 from kernelmap.graph.rules import DEVICE_KEYS
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ def open_context(
         if tree is not None and index is None:  # a tree is selected; its index is what failed
             no_index = str(e)
         tree = None
-        notes.append(f"{NEEDS_TREE} [{e}]")
+        notes.append(NEEDS_TREE if isinstance(e, NoSourceTree) else f"{NEEDS_TREE} [{e}]")  # not the same hint twice
     python_root, python_origin, python_catalog = install.site_packages, install.origin, wheel_catalog
     from_wheel: list[str] = []  # static layers the tree lacks, answered by the installed torch
     if tree is not None:

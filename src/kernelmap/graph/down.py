@@ -100,7 +100,7 @@ def _python_root(name: str, ctx: GraphContext) -> Node:
     from kernelmap.names import hand_written
 
     entry_points = ctx.entry_catalog.entry_points()
-    if name in entry_points and not name.startswith("torch.nn.functional."):
+    if name in entry_points and not name.startswith("torch.nn.functional.") and not pysource.shadowed_binding(name, ctx.python_dir):
         return _builtin_node(name, ctx)
     definition = pysource.find_def(name, ctx.python_dir)
     if definition is not None:
@@ -200,7 +200,7 @@ def _python_children(definition: pysource.PyDef, ctx: GraphContext) -> list[Node
                 children.append(_python_node(method, ctx, call.condition))
             continue
         builtin = pysource.entry_name(call.target)
-        if builtin and builtin in entry_points and not pysource.is_python_tensor_method(builtin, root):
+        if builtin and builtin in entry_points and not pysource.shadowed_binding(call.target, root):
             children.append(_mark_tensor_utility(_builtin_node(builtin, ctx, call.condition), builtin, ctx))
             continue
         if call.target.startswith("torch.nn.functional.") and call.target in entry_points:

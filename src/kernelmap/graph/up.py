@@ -6,10 +6,13 @@ them, up to the `nn.Module` whose forward does.
 Note [callers of Python]
 A builtin (`torch.conv2d`) is called from Python source; the callers are
 looked for, by reading source and never importing it, in the modules a model
-calls operators from: `torch.nn.functional` and `torch.nn.modules.*` of the
-installed wheel. A file is parsed only when its text names the callee. A
-module's `forward` is called by the module itself (`Conv2d(...)(x)`), so its
-parent is the class.
+calls operators from: `torch.nn.functional`, `torch.nn.modules.*` and
+`torch.functional` of the installed wheel. A file is parsed only when its text
+names the callee. A module's `forward` is called by the module itself
+(`Conv2d(...)(x)`), so its parent is the class. A call of a name Python hides
+(`torch.norm(...)`, Note [bindings Python hides]) calls the Python function
+(torch/functional.py's norm), not the binding; that function calls the binding
+as `_VF.norm`.
 """
 
 from __future__ import annotations
@@ -341,7 +344,7 @@ def _dispatcher_sites(op: Op, ctx: GraphContext) -> list:
 
 # -- Python (Note [callers of Python]) ------------------------------------------
 
-_PYTHON_SCOPE = ("torch/nn/functional.py", "torch/nn/modules")
+_PYTHON_SCOPE = ("torch/nn/functional.py", "torch/nn/modules", "torch/functional.py")
 
 
 @functools.lru_cache(maxsize=8)
@@ -387,7 +390,11 @@ def _calls_in(path: Path, module: str, root: Path, word: str) -> dict[str, tuple
             if not re.search(rf"\b{re.escape(word)}\b", "\n".join(lines[definition.line - 1 : definition.end_line])):
                 continue
             for call in pysource.calls(definition, root):
-                for name in {call.target, pysource.builtin_name(call.target)} - {None}:
+                names = {call.target, pysource.builtin_name(call.target)} - {None}
+                if pysource.shadowed_binding(call.target, root):
+                    hiding = pysource.find_def(call.target, root)
+                    names = {hiding.qualname} if hiding is not None else set()
+                for name in names:
                     found.setdefault(name, {}).setdefault(definition.qualname, (definition, call))
     return {k: tuple(v.values()) for k, v in found.items()}
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kernelmap import env
-from kernelmap.errors import BadInput, KernelmapError, SourceError
+from kernelmap.errors import BadInput, KernelmapError, NoSourceTree, SourceError
 from kernelmap.model import Origin, OriginKind
 
 SOURCE_ENV = "KERNELMAP_SOURCE"
@@ -361,10 +361,9 @@ def select_tree(name: str | None = None) -> Tree:
     if name is None:
         if len(trees) == 1:
             return trees[0]
-        hint = "several are registered; pick one with --source or KERNELMAP_SOURCE" if trees else (
-            "add one with `kernelmap source add PATH` or `kernelmap source fetch`"
-        )
-        raise SourceError(f"no source tree selected: {hint}")
+        if not trees:
+            raise NoSourceTree("no source tree selected: add one with `kernelmap source add PATH` or `kernelmap source fetch`")
+        raise SourceError("no source tree selected: several are registered; pick one with --source or KERNELMAP_SOURCE")
     for t in trees:
         if t.name == name:
             return t

@@ -943,7 +943,7 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None) -> Node |
         node.attrs["utility"] = True
         return node if ctx.all_calls else node.leaf()
     if len(candidates) > 1:
-        candidates = by_arity(by_enable_if(candidates, ctx), site, ctx)
+        candidates = by_argument_types(by_arity(by_enable_if(candidates, ctx), site, ctx), site, ctx)
     if len(candidates) > 1:
         typed = by_dtype(candidates, ctx)
         if len(typed) == 1:
@@ -977,27 +977,134 @@ def _is_utility_kernel(name: str, candidates: list, ctx: GraphContext) -> bool:
 def call_argument_count(site, ctx: GraphContext) -> int | None:
     """How many arguments a call site passes, read from its lines in the tree
     (None when the call cannot be read there)."""
+    arguments = call_arguments(site, ctx)
+    return None if arguments is None else len(arguments)
+
+
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+_TEMPORARY_CALL = re.compile(r"\s*\)\s*\(")  # the `)(` of `Functor<...>()(args)`
+
+
+def call_arguments(site, ctx: GraphContext) -> list[str] | None:
+    """The arguments a call site passes, as written (comments removed), read
+    from its lines in the tree; a call of a temporary's `operator()`
+    (`cuda_scatter_gather_base_kernel<true, false>()(self, ...)`) too. None
+    when the call cannot be read there."""
     if ctx.index is None:
         return None
     lines = file_lines(ctx.index.tree.root / site.location.path)
     start = site.location.line - 1
     text = "\n".join(lines[start : start + 12])
-    opened = _call_open(text, site.name)
+    if site.name == "operator()" and site.callee.endswith("::operator()"):
+        opened = _call_open(text, site.callee.removesuffix("::operator()").rsplit("::", 1)[-1])
+        then = _TEMPORARY_CALL.match(text, opened) if opened is not None else None
+        opened = then.end() if then else None
+    else:
+        opened = _call_open(text, site.name)
     if opened is None:
         return None
-    depth, count, empty = 1, 0, True
+    depth, arguments, current = 1, [], []
     for ch in text[opened:]:
         if ch in "([{":
             depth += 1
         elif ch in ")]}":
             depth -= 1
             if depth == 0:
-                return 0 if empty else count + 1
+                arguments.append("".join(current))
+                arguments = [_COMMENT.sub("", a).strip() for a in arguments]
+                return [] if arguments == [""] else arguments
         elif ch == "," and depth == 1:
-            count += 1
-        if not ch.isspace() and depth >= 1:
-            empty = False
+            arguments.append("".join(current))
+            current = []
+            continue
+        current.append(ch)
     return None
+
+
+# A declaration of a name: `static ReduceAdd reduce_add;`, `const Tensor& self,` (a parameter).
+_DECLARED = r"(?:^|[;{{(,])\s*(?:(?:static|const|constexpr|inline)\s+)*((?:\w+::)*\w+)\s*(?:<[^;{{}}()]*>)?\s*(?:const\s*)?[&*]?\s*\b{name}\s*(?:[;=,)]|\{{)"
+_NOT_TYPES = frozenset({"return", "else", "case", "goto", "throw", "delete", "new", "sizeof", "typename", "using", "co_return"})
+
+
+def _declared_type(name: str, site, ctx: GraphContext) -> str | None:
+    """The type (its last name, no template arguments) of the nearest
+    declaration of `name` above a call site in its file; None when not found."""
+    lines = file_lines(ctx.index.tree.root / site.location.path)
+    pattern = re.compile(_DECLARED.format(name=re.escape(name)), re.M)
+    for i in range(site.location.line - 1, -1, -1):
+        if name not in lines[i]:
+            continue
+        text = "\n".join(lines[max(0, i - 1) : i + 1])
+        found = [m.group(1) for m in pattern.finditer(text) if m.group(1) not in _NOT_TYPES]
+        if found:
+            return found[-1].rsplit("::", 1)[-1]
+    return None
+
+
+def _parameter_type(parameter: str) -> str | None:
+    """`const ReduceAdd& f` -> ReduceAdd, `const Arguments&` -> Arguments (unnamed);
+    None when it cannot be read."""
+    text = re.sub(r"=.*", "", parameter, flags=re.S)
+    text = re.sub(r"<[^<>]*(?:<[^<>]*>[^<>]*)*>", "", text)
+    words = [w for w in re.findall(r"(?:\w+::)*\w+", text) if w not in ("const", "volatile", "struct", "class", "typename")]
+    if not words or len(words) > 2 or "(" in text:
+        return None  # `unsigned int x`, a function pointer: not a type of one name
+    return words[0].rsplit("::", 1)[-1]
+
+
+_TEMPLATE_HEAD = re.compile(r"\btemplate\s*<")
+_TYPE_PARAMETER = re.compile(r"\b(?:typename|class)\s+(\w+)")
+_ALIAS = re.compile(r"\busing\s+(\w+)\s*=|\btypedef\b[^;{}]*\btypename\b[^;{}]*?\b(\w+)\s*;")
+
+
+@functools.lru_cache(maxsize=256)
+def _dependent_names(path: Path) -> frozenset[str]:
+    """The names a file declares as template type parameters or aliases
+    (`typename scalar_t`, `using opmath_t = ...`): a type spelled so stands
+    for one a template's instantiation decides."""
+    text = "\n".join(file_lines(path))
+    names = set()
+    for m in _TEMPLATE_HEAD.finditer(text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth and i - m.end() < 2000:
+            depth += {"<": 1, ">": -1}.get(text[i], 0)
+            i += 1
+        names.update(_TYPE_PARAMETER.findall(text, m.end(), i))
+    names.update(a or b for a, b in _ALIAS.findall(text))
+    return frozenset(names)
+
+
+def by_argument_types(definitions: list, site, ctx: GraphContext) -> list:
+    """Note [overloads told apart by an argument's type]: the overloads of a
+    call whose parameters differ in type where the call passes a name whose
+    declaration (above the call, in its file) gives its type: the overloads
+    that take exactly that type (`cuda_scatter_gather_base_kernel::operator()`
+    of a `ReduceAdd& f`, for `reduce_add`, declared `static ReduceAdd
+    reduce_add;`), as C++ prefers an exact match to a template or a
+    conversion. A type a template decides (`scalar_t`, `opmath_t`) decides
+    nothing here. All of them when the types cannot be read or none matches."""
+    if len(definitions) < 2 or ctx.index is None:
+        return definitions
+    arguments = call_arguments(site, ctx)
+    if not arguments:
+        return definitions
+    types = []
+    for d in definitions:
+        params = parameters(d, ctx)
+        if params is None or len(params) < len(arguments):
+            return definitions
+        types.append([_parameter_type(p) for p in params[: len(arguments)]])
+    matching = list(range(len(definitions)))
+    for position, argument in enumerate(arguments):
+        if len({t[position] for t in types}) < 2 or not re.fullmatch(r"[A-Za-z_]\w*", argument):
+            continue  # every overload takes the same type here, or the argument is an expression
+        declared = _declared_type(argument, site, ctx)
+        if declared is None or declared in _dependent_names(ctx.index.tree.root / site.location.path):
+            continue  # unknown, or a template's type (`opmath_t`: `float` for Half, so gemm_notrans_'s Half overload)
+        exact = [i for i in matching if types[i][position] == declared]
+        if exact:
+            matching = exact
+    return [definitions[i] for i in matching] if len(matching) < len(definitions) else definitions
 
 
 def _accepts(op: Op, count: int) -> bool:

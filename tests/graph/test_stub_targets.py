@@ -62,3 +62,23 @@ def walk(node):
     yield node
     for child in node.children:
         yield from walk(child)
+
+
+def test_an_operator_passed_to_a_helper_is_followed(context, tree_2_6):
+    """Note [operators passed on]: `at::native::abs` returns
+    `unary_op_impl_with_complex_to_float(self, at::abs_out)`, and the helper
+    calls its parameter: aten::abs.out is reached at the line that passes it;
+    `static_cast<OutFunc>(at::logical_and_out)` likewise."""
+    ctx = context("cpu")
+    for op, kernel, spelled, reached in (
+        ("aten::abs", "at::native::abs", r"unary_op_impl_with_complex_to_float\(self, at::abs_out\)", "aten::abs.out"),
+        ("aten::logical_and", "at::native::logical_and", r"comparison_op\(self, other, static_cast<OutFunc>\(at::logical_and_out\)\)",
+         "aten::logical_and.out"),
+    ):
+        path = "aten/src/ATen/native/UnaryOps.cpp" if "abs" in op else "aten/src/ATen/native/BinaryOps.cpp"
+        passed = line_of(tree_2_6, path, spelled)
+        root = graph.stack(op, ctx, depth=4).root
+        kernels = [n for n in walk(root) if n.name == kernel and n.location is not None and n.location.path == path]
+        assert kernels, [n.name for n in walk(root)]
+        ops = [c for c in kernels[0].children if c.kind is NodeKind.OPERATOR and c.name == reached]
+        assert ops and ops[0].attrs["call_site"].line == passed

@@ -907,7 +907,7 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None) -> Node |
             op = ctx.catalog.resolve(site.op)[0]
         except KernelmapError:
             return Node(site.callee, "op", site.location, kind, condition, {"unresolved": f"{site.op} is not in the catalog"})
-        op = by_argument_count(op, site, ctx)
+        op = by_argument_count(by_out_spelling(op, site, ctx), site, ctx)
         node = op_node(op, ctx, kind, condition, site.location)
         if is_utility_op(op.name.name, op.is_view):
             node.attrs["utility"] = True
@@ -1111,6 +1111,23 @@ def _accepts(op: Op, count: int) -> bool:
     arguments = _schema_arguments(op.schema)
     required = sum("=" not in a for a in arguments)
     return required <= count <= len(arguments)
+
+
+_OUT_SPELLINGS = ("_out", "_outf", "_symint_out", "_symint_outf")
+
+
+def by_out_spelling(op: Op, site, ctx: GraphContext) -> Op:
+    """The out= overload a call spelled `at::<name>_out` / `_outf` reaches
+    (`at::abs_out(result, self)`, or `at::abs_out` passed to a helper): the
+    one that takes as many arguments, else the first. The resolved operator
+    when the spelling is the operator's own name or none fits."""
+    base = op.name.name
+    if op.is_out or site.name == base or not site.name.endswith(_OUT_SPELLINGS) or site.name.removeprefix(base) not in _OUT_SPELLINGS:
+        return op
+    outs = [o for o in ctx.catalog.overloads(base) if o.is_out and o.name.name == base]
+    count = call_argument_count(site, ctx)
+    fitting = [o for o in outs if count is None or _accepts(o, count)]
+    return (fitting or outs or [op])[0]
 
 
 def by_argument_count(op: Op, site, ctx: GraphContext) -> Op:

@@ -146,8 +146,10 @@ def _source_steps(op: str, device: str, notes: list[str], source: str | None = N
         if "entry kernel" not in roles:
             roles["entry kernel"] = SourceStep("entry kernel", node.name, node.location, node.condition or "")
             break
-    ends = graph.call_ends(tree)
-    stub = graph.stub_kernel(tree, ends)  # on the path to the call's ends, not the first stub met
+    # the ends a strided tensor reaches (Note [ranking a call's ends]): none named when all are another layout's
+    every_end = graph.call_ends(tree)
+    ends = tuple(e for e in every_end if not e.for_other_layouts)
+    stub = graph.stub_kernel(tree, ends) if ends or not every_end else None  # on the path to the call's ends, not the first stub met
     if stub is not None:
         detail = stub.condition or ""
         call = next((n for _, n in tree.walk() if n.kind is NodeKind.STUB and any(c is stub for c in n.children)), None)

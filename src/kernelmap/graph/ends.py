@@ -7,7 +7,13 @@ Note [ranking a call's ends]
 The default settings come first: an arm taken only with deterministic
 algorithms on (`if (globalContext().deterministicAlgorithms() && ...)`, off
 unless torch.use_deterministic_algorithms(True); scatter_add's index_put_
-route on CUDA) ranks after every end reached without one. Then the inputs: answers are for inputs smaller than the grain size
+route on CUDA) ranks after every end reached without one. Then the layout:
+answers are for strided (dense) tensors, so an end reached only through an arm
+that tests for another layout (`if (self.layout() == kSparseCsr || ...)`,
+`self.is_mkldnn()`, `is_quantized()`, `is_nested()`; not its `else`) ranks
+after every end reached without one, and `where` names no stub kernel or leaf
+reached only so (a strided transpose is a view: its only loop is a sparse
+tensor's index check). Then the inputs: answers are for inputs smaller than the grain size
 (at::internal::GRAIN_SIZE, 32768 elements), the case TensorIterator's
 for_each tests first and the one a row of index_select or embedding falls in,
 so an end reached only through an arm for larger inputs (index_select's
@@ -30,8 +36,10 @@ and is followed too: the kernel templates it launches (CUDALoops.cuh's
 vectorized_elementwise_kernel) are ends below it. A stub's kernel is named on
 the path to the best ends only, never the first stub met: the first stub
 called on the way to the best end (a choice like _fused_sdp_choice_stub, or a
-fast path called before the general loop), else the deepest stub the path
-passes.
+fast path called before the general loop), else the first stub the path
+passes: the call's own. A stub kernel may call another operator with a stub of
+its own (sort_kernel fills the indices with at::arange, whose loop is the
+first end reached), which is not the call's.
 """
 
 from __future__ import annotations
@@ -54,7 +62,12 @@ class End:
 
     node: CallNode
     path: tuple[CallNode, ...]
-    rank: tuple[int, int, int, bool, int, int]  # arms for deterministic mode, for larger inputs, kind, not work, else arms, tree order
+    rank: tuple[int, int, int, int, bool, int, int]  # arms for deterministic mode, for other layouts, for larger inputs, kind, not work, else arms, tree order
+
+    @property
+    def for_other_layouts(self) -> bool:
+        """Whether the end is reached only for tensors of another layout than strided."""
+        return self.rank[1] > 0
 
 
 def call_ends(tree: CallTree) -> tuple[End, ...]:
@@ -71,9 +84,10 @@ def call_ends(tree: CallTree) -> tuple[End, ...]:
             elses = sum(1 for n in path if (n.condition or "").startswith("else of "))
             larger = sum(1 for n in path if for_larger_inputs(n.condition))
             opted = sum(1 for n in path if deterministic_only(n.condition))
+            layouts = sum(1 for n in path if other_layouts_only(n.condition))
             library = vendors.library(node.attrs.get("library")) if node.kind is NodeKind.VENDOR else None
             kind = _KIND_RANK[NodeKind.INNER_LOOP] if library is not None and library.copies else _KIND_RANK[node.kind]
-            ends.append(End(node, path, (opted, larger, kind, not works, elses, order)))
+            ends.append(End(node, path, (opted, layouts, larger, kind, not works, elses, order)))
             order += 1
             if node.kind is not NodeKind.DEVICE_LOOP:
                 continue  # a device loop is followed into the kernels it launches
@@ -97,6 +111,48 @@ def deterministic_only(condition: str | None) -> bool:
     return True
 
 
+# A test for a layout other than strided: `x.layout() == kSparseCsr`, `self.is_sparse()`, `t.is_mkldnn()`.
+_OTHER_LAYOUT = re.compile(r"[\w.\->()\[\]]*?(?:layout\(\)\s*==\s*(?:at::|c10::)?(?:Layout::)?(?:kSparse\w*|kMkldnn|kJagged)"
+                           r"|\bis_(?:sparse\w*|mkldnn|quantized|nested)\(\))")
+
+
+def other_layouts_only(condition: str | None) -> bool:
+    """Whether an arm runs only for tensors of a layout other than strided
+    (Note [ranking a call's ends]): `if (a && (x.is_sparse() || x.is_mkldnn()))`,
+    a conjunct made of positive layout tests only; never an `else` arm."""
+    if not condition or not condition.startswith("if (") or not _OTHER_LAYOUT.search(condition):
+        return False
+    return any(all(_OTHER_LAYOUT.fullmatch(alternative) for alternative in _terms(conjunct, "||"))
+               for conjunct in _terms(condition[3:], "&&"))
+
+
+def _terms(text: str, operator: str) -> list[str]:
+    """`text` (its outer parentheses removed) split at `operator` outside any parentheses."""
+    text = text.strip()
+    while text.startswith("(") and text.endswith(")") and _closes_at_end(text):
+        text = text[1:-1].strip()
+    terms, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        depth += (c == "(") - (c == ")")
+        if depth == 0 and text.startswith(operator, i):
+            terms.append(text[start:i].strip())
+            start = i + len(operator)
+    terms.append(text[start:].strip())
+    if len(terms) > 1 and terms[-1].endswith("..."):  # the end of a long condition, cut when it was recorded
+        terms.pop()
+    return terms
+
+
+def _closes_at_end(text: str) -> bool:
+    """Whether the `(` that opens `text` is closed by its last character."""
+    depth = 0
+    for i, c in enumerate(text):
+        depth += (c == "(") - (c == ")")
+        if depth == 0:
+            return i == len(text) - 1
+    return False
+
+
 def for_larger_inputs(condition: str | None) -> bool:
     """Whether an arm runs only for inputs of at least the grain size
     (Note [ranking a call's ends]): `if (x >= grain_size && ...)`, or the
@@ -114,7 +170,7 @@ def for_larger_inputs(condition: str | None) -> bool:
 
 def stub_kernel(tree: CallTree, ends: tuple[End, ...] | None = None) -> CallNode | None:
     """The kernel a DispatchStub runs on the way to the call's ends: the
-    deepest stub-reached kernel on the path to the best end that passes one
+    first stub-reached kernel on the path to the best end that passes one
     (Note [ranking a call's ends]). Not the first stub met breadth first: a
     convolution's bias add reaches `add_stub` before the convolution's own
     work, and is not where the inputs go. None when no end's path passes a stub."""
@@ -132,7 +188,7 @@ def stub_kernel(tree: CallTree, ends: tuple[End, ...] | None = None) -> CallNode
     # the best end only: conv2d's oneDNN forward reaches ideep through the dispatcher, and
     # the transposed convolution's stub, as good an end, is not on the way the call goes
     on_path = [n for n in ends[0].path if reached(n)]
-    return on_path[-1] if on_path else None
+    return on_path[0] if on_path else None
 
 
 def _earlier_stub_call(path: tuple[CallNode, ...], reached) -> CallNode | None:

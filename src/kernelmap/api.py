@@ -56,6 +56,7 @@ def where(
         ops = resolve_ops(name, wheel, wheel, install.site_packages)
         notes.append(f"{name} is not in {catalog.origin.label}, the default tree; answered from the installed torch {install.version}")
         catalog, selected, tree = wheel, None, None
+    notes.extend(_hidden_bindings(ops[0], python_root, python_catalog.origin.label))
     delegate = catalog.delegate(ops[0])
     live = None
     if not static:
@@ -86,6 +87,23 @@ def where(
 
     found = native_overrides(str(ops[0].name), static=static, tree=tree)
     return WhereAnswer(name, ops, install.version, install.commit, delegate, live, tuple(notes), steps, found)
+
+
+def _hidden_bindings(op, python_root, label: str) -> list[str]:
+    """One note naming the operator's Python names that run Python before
+    its binding (`torch.norm` is torch/functional.py's norm: Note [bindings
+    Python hides]), each at its definition, in the version that answers."""
+    from kernelmap import pysource
+
+    found = []
+    for name in op.python_entry_points:
+        if pysource.shadowed_binding(name, python_root):
+            definition = pysource.find_def(name, python_root)
+            if definition is not None:
+                found.append(f"{name} is {definition.qualname} ({definition.path.relative_to(python_root).as_posix()}:{definition.line})")
+    if not found:
+        return []
+    return [f"{'; '.join(found)} in {label}: a call runs Python first, which decides whether to reach this operator's binding"]
 
 
 def _selected_tree(source: str | None):

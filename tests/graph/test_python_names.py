@@ -497,3 +497,17 @@ def test_cpp_snippet_table_entries_and_function_calls(cpp_snippet):
     add = pysource.manual_binding("torch.Tensor.__add__", cpp_snippet)
     assert (add.function, add.defined, add.line) == ("THPVariable_add", False, _cpp_line('{"__add__"'))
     assert pysource.manual_binding("torch.Tensor.commented", cpp_snippet) is None
+
+
+def test_where_says_when_python_hides_the_operators_binding(indexed_tree, tree_2_6):
+    """`where aten::norm` lists torch.norm among its Python names; the answer
+    says once that torch.norm runs torch/functional.py's norm first, at its line."""
+    from kernelmap import api
+
+    answer = api.where("aten::norm.ScalarOpt_dtype", static=True, source=indexed_tree.name)
+    [note] = [n for n in answer.notes if "runs Python first" in n]
+    assert "torch.norm" in note and "torch.functional.norm" in note and indexed_tree.origin.label in note
+    rel, line = note.split("torch.functional.norm (")[1].split(")")[0].rsplit(":", 1)
+    assert (tree_2_6 / rel).read_text().splitlines()[int(line) - 1].startswith("def norm(")
+    plain = api.where("aten::add.Tensor", static=True, source=indexed_tree.name)
+    assert not any("runs Python first" in n for n in plain.notes)

@@ -48,3 +48,22 @@ def test_a_recursion_cut_is_said_once(context):
     text = render(graph.stack("aten::sin", context("cuda"), depth=12), width=400)
     assert "(recursion cut: already on the path above)" in text
     assert "recursion cut: recursion cut" not in text
+
+
+def test_a_member_call_in_a_macro_body_has_its_receivers_type_from_the_macro(context, tree_2_6):
+    """exp_kernel is written by STATIC_IMPLEMENT_COMPLEX_KERNEL(op), whose body
+    declares `TensorIteratorBase& iter` and calls `iter.for_each(...)` above
+    the line of the use that defines the kernel: the receiver's type is read
+    from the macro's lines."""
+    from kernelmap.graph.down import receiver_type
+
+    path = "aten/src/ATen/native/cpu/UnaryOpsKernel.cpp"
+    lines = (tree_2_6 / path).read_text().splitlines()
+    define = line_of(tree_2_6, path, r"^#define STATIC_IMPLEMENT_COMPLEX_KERNEL\(op\)")
+    declared = re.search(r"op##_kernel\((\w+)& iter\)", "\n".join(lines[define - 1 : define + 3])).group(1)
+    ctx = context("cpu")
+    [kernel] = ctx.index.definitions("at::native::CPU_CAPABILITY::exp_kernel")
+    sites = [s for s in ctx.index.calls_from(kernel) if s.callee == ".for_each"]
+    assert sites and all(define < s.location.line < kernel.location.line for s in sites)
+    assert all("iter.for_each(" in lines[s.location.line - 1] for s in sites)
+    assert {receiver_type(s, kernel, ctx) for s in sites} == {declared}

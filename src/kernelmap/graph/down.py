@@ -1341,6 +1341,8 @@ def receiver_type(site, caller, ctx: GraphContext) -> str | None:
     if variable == "this":
         return caller.lookup.rsplit("::", 2)[-2] if caller.lookup.count("::") >= 1 else None
     start = caller.location.line - 1
+    if start >= site.location.line:  # the call is written in the body of the macro whose use defines the caller
+        start = macro_start(lines, site.location.line)
     word = _word_pattern(variable)
     # only the lines that name the variable (with the line before: a type may end a line), not the whole body
     text = "\n".join(f"{lines[i - 1] if i > start else ''}\n{lines[i]}" for i in range(start, site.location.line) if variable in lines[i] and word.search(lines[i]))
@@ -1353,6 +1355,16 @@ def receiver_type(site, caller, ctx: GraphContext) -> str | None:
         return None
     name = found[-1]
     return name if name[:1].isupper() or "::" in name else None
+
+
+def macro_start(lines: list[str], line: int) -> int:
+    """The index of the first line of the directive that continues onto
+    `line` (1-based): the `#define` of a macro whose body holds it (Note
+    [definitions written by macros]); `line`'s own index when it continues none."""
+    i = line - 1
+    while i > 0 and lines[i - 1].rstrip().endswith("\\"):
+        i -= 1
+    return i
 
 
 # Compiled once per variable name: a graph asks for the same receivers (`iter`, `params`) hundreds of times.

@@ -901,7 +901,7 @@ def vendor_node(callee: str, library_id: str | None, location: Location | None, 
 def _site_node(site, caller, ctx: GraphContext, condition: str | None) -> Node | None:
     kind = site.kind
     if kind is EdgeKind.DISPATCHER:
-        if not site.op:
+        if not site.op or (site.callee.startswith(".") and ctx.index is not None and not _tensor_receiver(site, caller, ctx)):
             return None
         try:
             op = ctx.catalog.resolve(site.op)[0]
@@ -965,6 +965,28 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None) -> Node |
     for child in group.children:
         child.leaf()  # shown, not expanded: the call is ambiguous
     return group
+
+
+# Receivers whose methods named like an operator may be Tensor methods, which call
+# it through the dispatcher: a Tensor, an alias (`using SparseTensor = Tensor;`),
+# or what gives one through `->` (TensorArg, OptionalTensorRef, MaybeOwned<Tensor>).
+_TENSOR_RECEIVERS = frozenset(("Variable", "MaybeOwned", "ExclusivelyOwned", "IValue", "auto", "T", "scalar_t"))
+
+
+def _tensor_receiver(site, caller, ctx: GraphContext) -> bool:
+    """Whether a member call named like an operator (`.equal`, `.add_`) may be
+    made on a Tensor: not when every declaration of its receiver in the caller
+    has another type (`exp_scalar.equal(.5)` on a `const Scalar& exp_scalar`
+    is c10::Scalar::equal, `a.exp()` on a `Vectorized<scalar_t> a` is
+    Vectorized::exp: no operator). True when no declaration can be read."""
+    declared = receiver_declarations(site, caller, ctx)
+    return not declared or any(_tensor_like(t) for t in declared)
+
+
+def _tensor_like(declared: str) -> bool:
+    last = declared.rsplit("::", 1)[-1]
+    # a lowercase name unqualified may be a template's parameter (`scalar_t`, `T`) or `auto`; `ideep::tensor` is a class
+    return ("Tensor" in last and "Iterator" not in last) or last in _TENSOR_RECEIVERS or (not last[:1].isupper() and "::" not in declared)
 
 
 def _is_utility_kernel(name: str, candidates: list, ctx: GraphContext) -> bool:
@@ -1318,12 +1340,23 @@ def receiver_type(site, caller, ctx: GraphContext) -> str | None:
     in the calling definition (`const ConvParams<T>& params` in the parameters,
     `ConvParams<T> params;` in the body): `params.use_cudnn(...)` calls
     `ConvParams::use_cudnn`. None when the receiver's type is not written out."""
+    found = receiver_declarations(site, caller, ctx)
+    if not found:
+        return None
+    name = found[-1]
+    return name if name[:1].isupper() or "::" in name else None
+
+
+def receiver_declarations(site, caller, ctx: GraphContext) -> list[str]:
+    """Every type the receiver of a member call is declared with in the
+    calling definition, up to the call, in order (an inner scope or a lambda
+    may declare the name again); the class `this` is in for `this->`."""
     lines = file_lines(ctx.index.tree.root / site.location.path)
     if site.location.line > len(lines):
-        return None
+        return []
     line, method = lines[site.location.line - 1], site.callee.lstrip(".")
     if method not in line:
-        return None
+        return []
     # `\b(\w+)\s*(?:\.|->)\s*METHOD\s*(?:<[^()]*>)?\s*\(`, leftmost, read without
     # compiling a pattern per method: the receiver and its `.`/`->` have one end
     # each, so the method is looked for right there, then what follows it
@@ -1337,9 +1370,9 @@ def receiver_type(site, caller, ctx: GraphContext) -> str | None:
                 variable = m.group(1)
                 break
     if variable is None:
-        return None
+        return []
     if variable == "this":
-        return caller.lookup.rsplit("::", 2)[-2] if caller.lookup.count("::") >= 1 else None
+        return [caller.lookup.rsplit("::", 2)[-2]] if caller.lookup.count("::") >= 1 else []
     start = caller.location.line - 1
     if start >= site.location.line:  # the call is written in the body of the macro whose use defines the caller
         start = macro_start(lines, site.location.line)
@@ -1347,14 +1380,10 @@ def receiver_type(site, caller, ctx: GraphContext) -> str | None:
     # only the lines that name the variable (with the line before: a type may end a line), not the whole body
     text = "\n".join(f"{lines[i - 1] if i > start else ''}\n{lines[i]}" for i in range(start, site.location.line) if variable in lines[i] and word.search(lines[i]))
     if not text:
-        return None
+        return []
     declared = _declaration_pattern(variable)
     matches = (d for begin, end in _statement_pieces(text, variable) for d in declared.finditer(text, begin, end))
-    found = [d.group(1) for d in matches if d.group(1) not in _NOT_TYPES and not d.group(1).startswith("std::")]
-    if not found:
-        return None
-    name = found[-1]
-    return name if name[:1].isupper() or "::" in name else None
+    return [d.group(1) for d in matches if d.group(1) not in _NOT_TYPES and not d.group(1).startswith("std::")]
 
 
 def macro_start(lines: list[str], line: int) -> int:

@@ -1,0 +1,37 @@
+"""A member call named like an operator is a dispatcher call only when its
+receiver may be a Tensor: `exp.equal(0.0)` on a `const Scalar& exp` is
+c10::Scalar::equal. Ground truth is read from the 2.6.0 tree."""
+
+from __future__ import annotations
+
+import re
+
+from kernelmap import graph
+from kernelmap.graph.down import _tensor_like
+from kernelmap.model import NodeKind
+
+
+def test_a_scalars_method_named_like_an_operator_is_no_operator_call(context, tree_2_6):
+    text = (tree_2_6 / "aten/src/ATen/native/Pow.cpp").read_text()
+    impl = re.search(r"TORCH_IMPL_FUNC\(pow_Tensor_Scalar_out\) \(([^)]*)\) \{(.*?)\n\}", text, re.S)
+    assert re.search(r"\bconst Scalar& exp\b", impl.group(1)) and "exp.equal(" in impl.group(2)
+    assert "out.fill_(" in impl.group(2) and "out.copy_(" in impl.group(2)  # methods of the Tensor `out`
+    for device in ("cpu", "cuda"):
+        root = graph.stack("aten::pow.Tensor_Scalar", context(device, all_calls=True), depth=3).root
+        [impl_node] = [n for _, n in _walk(root) if n.name == "at::native::structured_pow_Tensor_Scalar_out::impl"]
+        ops = {c.name for c in impl_node.children if c.kind is NodeKind.OPERATOR}
+        assert not any(name.startswith("aten::equal") for name in ops), ops
+        assert any(name.startswith("aten::fill_") for name in ops) and any(name.startswith("aten::copy_") for name in ops), ops
+
+
+def test_types_that_may_be_tensors():
+    for declared in ("Tensor", "at::Tensor", "TensorBase", "TensorArg", "OptionalTensorRef", "c10::MaybeOwned", "SparseTensor", "auto", "scalar_t"):
+        assert _tensor_like(declared), declared
+    for declared in ("Scalar", "c10::Scalar", "Vectorized", "TensorIterator", "TensorIteratorBase", "IntArrayRef", "Device", "ideep::tensor"):
+        assert not _tensor_like(declared), declared
+
+
+def _walk(node, parent=None):
+    yield parent, node
+    for child in node.children:
+        yield from _walk(child, node)

@@ -4,6 +4,7 @@ Note [branches])."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from pathlib import Path
@@ -791,13 +792,14 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
 
     definition = node.payload
     children = []
+    bound = _template_bindings(node, definition, ctx)
     for site in ctx.index.calls_from(definition):
         condition = site.condition
         if site.preproc:
             condition = f"{condition}  #if {site.preproc}" if condition else f"#if {site.preproc}"
         branch = other_device_reason(site.condition, ctx.device) or other_device_reason(site.preproc, ctx.device)
         branch = branch or dtypes.other_dtype_reason(site.condition, ctx.dtype)
-        child = _site_node(site, definition, ctx, condition)
+        child = _site_node(site, definition, ctx, condition, bound)
         if child is None:
             continue
         if site.preproc and compiled(site.preproc, ctx) is False:
@@ -898,7 +900,7 @@ def vendor_node(callee: str, library_id: str | None, location: Location | None, 
     return Node(callee, NodeKind.VENDOR, location, via, condition, attrs)
 
 
-def _site_node(site, caller, ctx: GraphContext, condition: str | None) -> Node | None:
+def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: dict[str, str] | None = None) -> Node | None:
     kind = site.kind
     if kind is EdgeKind.DISPATCHER:
         if not site.op or (site.callee.startswith(".") and ctx.index is not None and not _tensor_receiver(site, caller, ctx)):
@@ -933,6 +935,18 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None) -> Node |
     if kind is EdgeKind.VENDOR:
         return vendor_node(site.callee, site.library, site.location, kind, condition)
     # direct: resolve to definitions in the tree, namespace-aware
+    spelled = site  # as the call is written, for reading its arguments
+    if _names_template_parameter(site.callee, caller, ctx):
+        # Note [template arguments]: `bernoulli_scalar_kernel<RNG>()(self, p, gen)` in `template<template<typename>
+        # class bernoulli_scalar_kernel, ...> bernoulli_impl_` calls what the instantiation passes, not the name
+        parameter, _, rest = site.callee.partition("::")
+        argument = (bound or {}).get(parameter)
+        if argument is None:
+            return Node(site.callee, "kernel", None, kind, condition,
+                        {"call_site": site.location, "unresolved": "a template parameter of its caller: each instantiation passes its own"}).leaf()
+        callee = f"{argument}::{rest}" if rest else argument
+        site = dataclasses.replace(site, callee=callee, name=callee.rsplit("::", 1)[-1])
+        condition = f"{condition}; {parameter} = {argument}" if condition else f"{parameter} = {argument}"
     candidates = _resolve_direct(site, caller, ctx)
     if not candidates:
         return None
@@ -943,7 +957,7 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None) -> Node |
         node.attrs["utility"] = True
         return node if ctx.all_calls else node.leaf()
     if len(candidates) > 1:
-        candidates = by_argument_types(by_arity(by_enable_if(candidates, ctx), site, ctx), site, ctx)
+        candidates = by_argument_types(by_arity(by_enable_if(candidates, ctx), spelled, ctx), spelled, ctx)
     if len(candidates) > 1:
         typed = by_dtype(candidates, ctx)
         if len(typed) == 1:
@@ -987,6 +1001,69 @@ def _tensor_like(declared: str) -> bool:
     last = declared.rsplit("::", 1)[-1]
     # a lowercase name unqualified may be a template's parameter (`scalar_t`, `T`) or `auto`; `ideep::tensor` is a class
     return ("Tensor" in last and "Iterator" not in last) or last in _TENSOR_RECEIVERS or (not last[:1].isupper() and "::" not in declared)
+
+
+# Note [template arguments]
+# `bernoulli_impl_<BernoulliStub, Generator>(self, p, gen)` instantiates
+# `template<template<typename> class bernoulli_scalar_kernel, typename RNG>
+# Tensor& bernoulli_impl_(...)`, whose body calls
+# `bernoulli_scalar_kernel<RNG>()(self, p, gen)`: the call runs
+# BernoulliStub's operator(), which calls bernoulli_scalar_stub. The template
+# arguments a call spells are bound, in order, to the parameters of the
+# callee's template head; a call in its body of one of them is a call of the
+# argument. A parameter no call binds is unresolved (never resolved by its
+# name: at::native::bernoulli_scalar_kernel of cuda/ was drawn for CPU).
+
+
+def _template_bindings(node: Node, definition, ctx: GraphContext) -> dict[str, str]:
+    """The template parameters of `definition` (read from its head) bound
+    to the arguments its call site spells (`bernoulli_impl_<BernoulliStub,
+    Generator>(...)`); empty when either cannot be read."""
+    site = node.attrs.get("call_site")
+    if not isinstance(site, Location) or ctx.index is None:
+        return {}
+    short = definition.name.rsplit("::", 1)[-1]
+    lines = file_lines(ctx.index.tree.root / site.path)
+    text = "\n".join(lines[site.line - 1 : site.line + 3])
+    m = re.search(rf"\b{re.escape(short)}\s*<", text)
+    head = declaration_head(definition, ctx)
+    h = re.search(r"\btemplate\s*<", head)
+    if m is None or h is None:
+        return {}
+    arguments = _angle_items(text, m.end())
+    parameters = [re.findall(r"\w+", p.split("=", 1)[0])[-1:] for p in _angle_items(head, h.end())]
+    return {p[0]: a for p, a in zip(parameters, arguments) if p and re.fullmatch(r"[A-Za-z_][\w:]*", a)}
+
+
+def _angle_items(text: str, start: int) -> list[str]:
+    """The top-level items of the `<...>` list that begins at `start` (after its `<`)."""
+    depth, items, current = 1, [], []
+    for ch in text[start:]:
+        if ch in "<([{":
+            depth += 1
+        elif ch in ">)]}":
+            depth -= 1
+            if depth == 0:
+                items.append("".join(current).strip())
+                return [i for i in items if i]
+        elif ch == "," and depth == 1:
+            items.append("".join(current).strip())
+            current = []
+            continue
+        current.append(ch)
+    return []
+
+
+def _names_template_parameter(callee: str, caller, ctx: GraphContext) -> bool:
+    """Whether a call's callee (its first name: `kernel_t::operator()` ->
+    `kernel_t`) is a type parameter of the caller's template head."""
+    if caller is None or ctx.index is None or callee.startswith(("::", ".")):
+        return False
+    name = callee.split("::", 1)[0]
+    head = declaration_head(caller, ctx)
+    if "template" not in head or name not in head:
+        return False
+    return re.search(rf"\btemplate\s*<[^;{{}}]*\b(?:typename|class)\s+{re.escape(name)}\s*[,>=]", head) is not None
 
 
 def _is_utility_kernel(name: str, candidates: list, ctx: GraphContext) -> bool:

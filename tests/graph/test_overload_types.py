@@ -52,6 +52,20 @@ def test_scatter_add_on_cuda_ends_in_the_launch_of_its_default_route(context):
 def test_parameter_types_are_read_without_qualifiers():
     assert _parameter_type("const ReduceAdd& f") == "ReduceAdd"
     assert _parameter_type("const at::Tensor &self") == "Tensor"
-    assert _parameter_type("c10::optional<std::vector<int64_t>> sizes = std::nullopt") == "optional"
+    assert _parameter_type("c10::optional<std::vector<int64_t>> sizes = std::nullopt") == "optional<vector<int64_t>>"
+    assert _parameter_type("std::optional<Generator> generator") == _parameter_type("const std::optional<at::Generator>&")
     assert _parameter_type("const Arguments&") == "Arguments"  # unnamed
-    assert _parameter_type("unsigned int x") is None and _parameter_type("void (*f)(int)") is None
+    assert _parameter_type("unsigned int x") == _parameter_type("unsigned int") and _parameter_type("void (*f)(int)") is None
+
+
+def test_a_cast_argument_chooses_the_overload_of_its_type(tree_2_6, context):
+    """native::randn(size, static_cast<std::optional<Generator>>(std::nullopt), ...)
+    is the overload taking a generator, not the one taking names (TensorFactories.cpp)."""
+    path = "aten/src/ATen/native/TensorFactories.cpp"
+    lines = (tree_2_6 / path).read_text().splitlines()
+    [call] = [i for i, t in enumerate(lines, 1) if "return native::randn(size, static_cast<std::optional<Generator>>(std::nullopt)" in t]
+    tree = graph.stack("aten::randn", context("cpu"), depth=4)
+    [caller] = [n for n, _ in walk(tree) if n.name == "at::native::randn" and n.location.line < call < (n.location.end_line or 0) + 1]
+    [called] = [c for c in caller.children if c.name == "at::native::randn"]
+    assert called.kind is NodeKind.KERNEL and called.location.path == path
+    assert "std::optional<Generator> generator" in " ".join(lines[called.location.line - 1 : called.location.line + 1])

@@ -1121,34 +1121,54 @@ def call_arguments(site, ctx: GraphContext) -> list[str] | None:
 
 
 # A declaration of a name: `static ReduceAdd reduce_add;`, `const Tensor& self,` (a parameter).
-_DECLARED = r"(?:^|[;{{(,])\s*(?:(?:static|const|constexpr|inline)\s+)*((?:\w+::)*\w+)\s*(?:<[^;{{}}()]*>)?\s*(?:const\s*)?[&*]?\s*\b{name}\s*(?:[;=,)]|\{{)"
+_DECLARED = r"(?:^|[;{{(,])\s*(?:(?:static|const|constexpr|inline)\s+)*((?:\w+::)*\w+\s*(?:<[^;{{}}()]*>)?)\s*(?:const\s*)?[&*]?\s*\b{name}\s*(?:[;=,)]|\{{)"
 _NOT_TYPES = frozenset({"return", "else", "case", "goto", "throw", "delete", "new", "sizeof", "typename", "using", "co_return"})
+_CAST = re.compile(r"(?:static|reinterpret|const)_cast\s*<(.+)>\s*\(.*\)", re.S)
+
+
+def _type_key(text: str) -> str | None:
+    """A type as written, made comparable: qualifiers, `const`, `&`, `*` and
+    spaces dropped (`const std::optional<at::Generator>&` -> `optional<Generator>`)."""
+    text = re.sub(r"\b(?:const|volatile|struct|class|typename)\b|[&*\s]", "", text)
+    text = re.sub(r"\b\w+::", "", text)
+    return text if re.fullmatch(r"[\w<>,]+", text or "") else None
 
 
 def _declared_type(name: str, site, ctx: GraphContext) -> str | None:
-    """The type (its last name, no template arguments) of the nearest
-    declaration of `name` above a call site in its file; None when not found."""
+    """The type (_type_key) of the nearest declaration of `name` above a
+    call site in its file; None when not found."""
     lines = file_lines(ctx.index.tree.root / site.location.path)
     pattern = re.compile(_DECLARED.format(name=re.escape(name)), re.M)
     for i in range(site.location.line - 1, -1, -1):
         if name not in lines[i]:
             continue
         text = "\n".join(lines[max(0, i - 1) : i + 1])
-        found = [m.group(1) for m in pattern.finditer(text) if m.group(1) not in _NOT_TYPES]
+        found = [m.group(1) for m in pattern.finditer(text) if re.match(r"\w+", m.group(1)).group() not in _NOT_TYPES]
         if found:
-            return found[-1].rsplit("::", 1)[-1]
+            return _type_key(found[-1])
     return None
 
 
+def _argument_type(argument: str, site, ctx: GraphContext) -> str | None:
+    """The type of an argument where it is written out: a name's declaration
+    above the call, or a cast's target (`static_cast<std::optional<Generator>>(std::nullopt)`)."""
+    if re.fullmatch(r"[A-Za-z_]\w*", argument):
+        return _declared_type(argument, site, ctx)
+    cast = _CAST.fullmatch(argument)
+    return _type_key(cast.group(1)) if cast else None
+
+
 def _parameter_type(parameter: str) -> str | None:
-    """`const ReduceAdd& f` -> ReduceAdd, `const Arguments&` -> Arguments (unnamed);
-    None when it cannot be read."""
-    text = re.sub(r"=.*", "", parameter, flags=re.S)
-    text = re.sub(r"<[^<>]*(?:<[^<>]*>[^<>]*)*>", "", text)
-    words = [w for w in re.findall(r"(?:\w+::)*\w+", text) if w not in ("const", "volatile", "struct", "class", "typename")]
-    if not words or len(words) > 2 or "(" in text:
-        return None  # `unsigned int x`, a function pointer: not a type of one name
-    return words[0].rsplit("::", 1)[-1]
+    """`const ReduceAdd& f` -> ReduceAdd, `const Arguments&` -> Arguments (unnamed),
+    `std::optional<Generator> generator` -> optional<Generator> (_type_key);
+    None when it cannot be read (a function pointer)."""
+    text = re.sub(r"=.*", "", parameter, flags=re.S).strip()
+    if "(" in text or not text:
+        return None
+    named = re.search(r"(?<=[\s&*>])[A-Za-z_]\w*$", text)
+    if named is not None and re.search(r"\w", text[: named.start()]) and text[: named.start()].strip() not in ("unsigned", "signed", "long", "short"):
+        text = text[: named.start()]
+    return _type_key(text)
 
 
 _TEMPLATE_HEAD = re.compile(r"\btemplate\s*<")
@@ -1175,13 +1195,17 @@ def _dependent_names(path: Path) -> frozenset[str]:
 
 def by_argument_types(definitions: list, site, ctx: GraphContext) -> list:
     """Note [overloads told apart by an argument's type]: the overloads of a
-    call whose parameters differ in type where the call passes a name whose
-    declaration (above the call, in its file) gives its type: the overloads
-    that take exactly that type (`cuda_scatter_gather_base_kernel::operator()`
-    of a `ReduceAdd& f`, for `reduce_add`, declared `static ReduceAdd
-    reduce_add;`), as C++ prefers an exact match to a template or a
-    conversion. A type a template decides (`scalar_t`, `opmath_t`) decides
-    nothing here. All of them when the types cannot be read or none matches."""
+    call whose parameters differ in type where the call passes an argument
+    whose type is written out (a name declared above the call in its file, or
+    a cast): the overloads that take exactly that type
+    (`cuda_scatter_gather_base_kernel::operator()` of a `ReduceAdd& f`, for
+    `reduce_add`, declared `static ReduceAdd reduce_add;`; native::randn's
+    `std::optional<Generator>` overload, for
+    `static_cast<std::optional<Generator>>(std::nullopt)`), as C++ prefers an
+    exact match to a template or a conversion. Types are compared whole,
+    template arguments included, qualifiers and references dropped. A type a
+    template decides (`scalar_t`, `opmath_t`) decides nothing here. All of
+    them when the types cannot be read or none matches."""
     if len(definitions) < 2 or ctx.index is None:
         return definitions
     arguments = call_arguments(site, ctx)
@@ -1195,10 +1219,10 @@ def by_argument_types(definitions: list, site, ctx: GraphContext) -> list:
         types.append([_parameter_type(p) for p in params[: len(arguments)]])
     matching = list(range(len(definitions)))
     for position, argument in enumerate(arguments):
-        if len({t[position] for t in types}) < 2 or not re.fullmatch(r"[A-Za-z_]\w*", argument):
-            continue  # every overload takes the same type here, or the argument is an expression
-        declared = _declared_type(argument, site, ctx)
-        if declared is None or declared in _dependent_names(ctx.index.tree.root / site.location.path):
+        if len({t[position] for t in types}) < 2:
+            continue  # every overload takes the same type here
+        declared = _argument_type(argument, site, ctx)
+        if declared is None or set(re.findall(r"\w+", declared)) & _dependent_names(ctx.index.tree.root / site.location.path):
             continue  # unknown, or a template's type (`opmath_t`: `float` for Half, so gemm_notrans_'s Half overload)
         exact = [i for i in matching if types[i][position] == declared]
         if exact:

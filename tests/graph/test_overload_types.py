@@ -69,3 +69,20 @@ def test_a_cast_argument_chooses_the_overload_of_its_type(tree_2_6, context):
     [called] = [c for c in caller.children if c.name == "at::native::randn"]
     assert called.kind is NodeKind.KERNEL and called.location.path == path
     assert "std::optional<Generator> generator" in " ".join(lines[called.location.line - 1 : called.location.line + 1])
+
+
+def test_an_overload_taking_another_plain_class_of_the_file_cannot_be_called(tree_2_6, context):
+    """cpu_scatter_gather_base_kernel<>()(..., tensor_assign): no call operator
+    takes a TensorAssign; the ones taking ReduceMean& or ReduceMaximum& (other
+    plain classes of ScatterGatherKernel.cpp) cannot, the template can."""
+    path = "aten/src/ATen/native/cpu/ScatterGatherKernel.cpp"
+    text = (tree_2_6 / path).read_text()
+    lines = text.splitlines()
+    declared = re.search(r"^static (\w+) tensor_assign;", text, re.M).group(1)
+    assert re.search(rf"^class {declared} \{{", text, re.M)
+    tree = graph.stack("aten::gather", context("cpu"), depth=5)
+    [kernel] = [n for n, _ in walk(tree) if n.name.endswith("::gather_cpu_kernel")]
+    [called] = [c for c in kernel.children if c.name.endswith("cpu_scatter_gather_base_kernel::operator()")]
+    assert called.kind is NodeKind.KERNEL
+    head = " ".join(lines[called.location.line - 3 : called.location.line + 2])
+    assert "func_t& kernel_func" in head and re.search(r"template\s*<\s*typename func_t\s*>", head)

@@ -1171,6 +1171,24 @@ def _parameter_type(parameter: str) -> str | None:
     return _type_key(text)
 
 
+_CLASS = re.compile(r"^(template\s*<[^;{}]*>\s*)?(?:class|struct)\s+(\w+)\s*(?:final\s*)?\{", re.M)
+
+
+@functools.lru_cache(maxsize=256)
+def _plain_classes(path: Path) -> frozenset[str]:
+    """The classes a file defines at the start of a line, not templates, with
+    no constructor of one argument (so nothing converts to them implicitly):
+    ScatterGatherKernel.cpp's functors ReduceMean, TensorAssign."""
+    text = "\n".join(file_lines(path))
+    found = set()
+    for m in _CLASS.finditer(text):
+        name = m.group(2)
+        if m.group(1) or re.search(rf"\b{name}\s*\(\s*(?:const\s+)?\w[\w:<>]*\s*[&*]*\s*\w*\s*\)", text):
+            continue  # a template, or a constructor that may convert
+        found.add(name)
+    return frozenset(found)
+
+
 _TEMPLATE_HEAD = re.compile(r"\btemplate\s*<")
 _TYPE_PARAMETER = re.compile(r"\b(?:typename|class)\s+(\w+)")
 _ALIAS = re.compile(r"\busing\s+(\w+)\s*=|\btypedef\b[^;{}]*\btypename\b[^;{}]*?\b(\w+)\s*;")
@@ -1227,6 +1245,14 @@ def by_argument_types(definitions: list, site, ctx: GraphContext) -> list:
         exact = [i for i in matching if types[i][position] == declared]
         if exact:
             matching = exact
+            continue
+        # no overload takes it exactly: one whose parameter is another plain class of the file cannot take it
+        # (cpu_scatter_gather_base_kernel's `ReduceMean& kernel_func` for a TensorAssign): a template can
+        classes = _plain_classes(ctx.index.tree.root / site.location.path)
+        if declared in classes:
+            viable = [i for i in matching if types[i][position] not in classes]
+            if viable:
+                matching = viable
     return [definitions[i] for i in matching] if len(matching) < len(definitions) else definitions
 
 

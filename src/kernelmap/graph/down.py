@@ -1037,21 +1037,28 @@ def _template_bindings(node: Node, definition, ctx: GraphContext) -> dict[str, s
 
 def _angle_items(text: str, start: int) -> list[str]:
     """The top-level items of the `<...>` list that begins at `start` (after its `<`)."""
+    return [i.strip() for i in _bracket_items(text, start, "<([{", ">)]}") or () if i.strip()]
+
+
+def _bracket_items(text: str, start: int, opening: str, closing: str) -> list[str] | None:
+    """The items, split at top-level commas, of the list that begins at
+    `start` (after its opening bracket) and ends at its closing one; None
+    when `text` ends first."""
     depth, items, current = 1, [], []
     for ch in text[start:]:
-        if ch in "<([{":
+        if ch in opening:
             depth += 1
-        elif ch in ">)]}":
+        elif ch in closing:
             depth -= 1
             if depth == 0:
-                items.append("".join(current).strip())
-                return [i for i in items if i]
+                items.append("".join(current))
+                return items
         elif ch == "," and depth == 1:
-            items.append("".join(current).strip())
+            items.append("".join(current))
             current = []
             continue
         current.append(ch)
-    return []
+    return None
 
 
 def _names_template_parameter(callee: str, caller, ctx: GraphContext) -> bool:
@@ -1100,24 +1107,11 @@ def call_arguments(site, ctx: GraphContext) -> list[str] | None:
         opened = then.end() if then else None
     else:
         opened = _call_open(text, site.name)
-    if opened is None:
+    items = _bracket_items(text, opened, "([{", ")]}") if opened is not None else None
+    if items is None:
         return None
-    depth, arguments, current = 1, [], []
-    for ch in text[opened:]:
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-            if depth == 0:
-                arguments.append("".join(current))
-                arguments = [_COMMENT.sub("", a).strip() for a in arguments]
-                return [] if arguments == [""] else arguments
-        elif ch == "," and depth == 1:
-            arguments.append("".join(current))
-            current = []
-            continue
-        current.append(ch)
-    return None
+    arguments = [_COMMENT.sub("", a).strip() for a in items]
+    return [] if arguments == [""] else arguments
 
 
 # A declaration of a name: `static ReduceAdd reduce_add;`, `const Tensor& self,` (a parameter).

@@ -502,13 +502,22 @@ void run(F f) { f.template operator()<int>(1); }
     ],
 )
 def test_masking_stays_linear_on_hostile_text(text):
+    import gc
     import time
 
     from kernelmap.source.extract import mask_attributes
 
-    started = time.process_time()
-    masked = mask_attributes(text)
-    assert time.process_time() - started < 1.0
+    # the time of masking only: a full collection of what earlier tests left in
+    # this process (indexes, catalogs) took more than the masking itself in CI
+    gc.collect()
+    gc.disable()
+    try:
+        started = time.process_time()
+        masked = mask_attributes(text)
+        elapsed = time.process_time() - started
+    finally:
+        gc.enable()
+    assert elapsed < 1.0
     assert len(masked) == len(text) and masked.count(b"\n") == text.count(b"\n")
 
 

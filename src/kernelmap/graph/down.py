@@ -1031,8 +1031,14 @@ def _template_bindings(node: Node, definition, ctx: GraphContext) -> dict[str, s
     if m is None or h is None:
         return {}
     arguments = _angle_items(text, m.end())
-    parameters = [re.findall(r"\w+", p.split("=", 1)[0])[-1:] for p in _angle_items(head, h.end())]
-    return {p[0]: a for p, a in zip(parameters, arguments) if p and re.fullmatch(r"[A-Za-z_][\w:]*", a)}
+    return {p: a for p, a in zip(_template_parameters(head, h.end()), arguments) if p and re.fullmatch(r"[A-Za-z_][\w:]*", a)}
+
+
+def _template_parameters(text: str, start: int) -> list[str]:
+    """The names, in order, of the parameters of the template head whose `<`
+    ends at `start`: `template<template<typename> class K, typename RNG, int N = 2>`
+    -> K, RNG, N (an unnamed one is '')."""
+    return [(re.findall(r"\w+", item.split("=", 1)[0]) or [""])[-1] for item in _angle_items(text, start)]
 
 
 def _angle_items(text: str, start: int) -> list[str]:
@@ -1070,7 +1076,7 @@ def _names_template_parameter(callee: str, caller, ctx: GraphContext) -> bool:
     head = declaration_head(caller, ctx)
     if "template" not in head or name not in head:
         return False
-    return re.search(rf"\btemplate\s*<[^;{{}}]*\b(?:typename|class)\s+{re.escape(name)}\s*[,>=]", head) is not None
+    return any(name in _template_parameters(head, m.end()) for m in _TEMPLATE_HEAD.finditer(head))
 
 
 def _is_utility_kernel(name: str, candidates: list, ctx: GraphContext) -> bool:
@@ -1116,7 +1122,6 @@ def call_arguments(site, ctx: GraphContext) -> list[str] | None:
 
 # A declaration of a name: `static ReduceAdd reduce_add;`, `const Tensor& self,` (a parameter).
 _DECLARED = r"(?:^|[;{{(,])\s*(?:(?:static|const|constexpr|inline)\s+)*((?:\w+::)*\w+\s*(?:<[^;{{}}()]*>)?)\s*(?:const\s*)?[&*]?\s*\b{name}\s*(?:[;=,)]|\{{)"
-_NOT_TYPES = frozenset({"return", "else", "case", "goto", "throw", "delete", "new", "sizeof", "typename", "using", "co_return"})
 _CAST = re.compile(r"(?:static|reinterpret|const)_cast\s*<(.+)>\s*\(.*\)", re.S)
 
 
@@ -1184,7 +1189,6 @@ def _plain_classes(path: Path) -> frozenset[str]:
 
 
 _TEMPLATE_HEAD = re.compile(r"\btemplate\s*<")
-_TYPE_PARAMETER = re.compile(r"\b(?:typename|class)\s+(\w+)")
 _ALIAS = re.compile(r"\busing\s+(\w+)\s*=|\btypedef\b[^;{}]*\btypename\b[^;{}]*?\b(\w+)\s*;")
 
 
@@ -1196,12 +1200,9 @@ def _dependent_names(path: Path) -> frozenset[str]:
     text = "\n".join(file_lines(path))
     names = set()
     for m in _TEMPLATE_HEAD.finditer(text):
-        depth, i = 1, m.end()
-        while i < len(text) and depth and i - m.end() < 2000:
-            depth += {"<": 1, ">": -1}.get(text[i], 0)
-            i += 1
-        names.update(_TYPE_PARAMETER.findall(text, m.end(), i))
+        names.update(_template_parameters(text[m.end() : m.end() + 2000], 0))  # a head is short: read no further
     names.update(a or b for a, b in _ALIAS.findall(text))
+    names.discard("")
     return frozenset(names)
 
 
@@ -1430,7 +1431,9 @@ _DECLARATOR_END = re.compile(r"[\w>&*]")
 _LOCAL_TAIL = re.compile(r"\s*(?:\{|=[^=]|;)")
 
 
-_NOT_TYPES = frozenset(("auto", "const", "return", "else", "case", "if", "while", "for", "new", "delete", "typename", "struct", "class"))
+# Words a declaration pattern may take for a type that are none (`return x;`, `else y =`).
+_NOT_TYPES = frozenset(("auto", "const", "return", "else", "case", "if", "while", "for", "new", "delete", "typename", "struct", "class",
+                        "goto", "throw", "sizeof", "using", "co_return"))
 
 
 _RECEIVER = re.compile(r"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*")

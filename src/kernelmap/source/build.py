@@ -89,7 +89,7 @@ def extractor_fingerprint() -> str:
     """Changes whenever the extractor or its queries change: facts of an
     older extractor are not reused."""
     h = hashlib.sha1()
-    for p in sorted([Path(extract.__file__), Path(vendors.__file__), *extract.QUERY_DIR.glob("*.scm")]):
+    for p in sorted([Path(extract.__file__), Path(extract.objc_source.__file__), Path(vendors.__file__), *extract.QUERY_DIR.glob("*.scm")]):
         h.update(p.name.encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:16]

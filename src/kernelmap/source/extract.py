@@ -60,6 +60,7 @@ import tree_sitter
 import tree_sitter_cpp
 
 from kernelmap import vendors
+from kernelmap.source import objc as objc_source
 
 QUERY_DIR = Path(__file__).with_name("queries")
 QUERY_FILES = ("scopes", "preproc", "definitions", "calls", "errors")
@@ -127,24 +128,34 @@ def degenerate(data: bytes, root=None) -> str | None:
 # `std::tuplelayer_norm_cuda`). They are blanked before parsing, byte for
 # byte (same offsets, same lines); names are read from the blanked text, and
 # what they say (`__global__`) from the original.
-_ARGS = rb"(?:\s*\((?:[^()]|\([^()]*\))*\))?"
+_ARGS = rb"\s*\((?:[^()]|\([^()]*\))*\)"
 # Each group starts with a literal, so the regex engine finds it by a fast
-# substring search; the group only runs on files that hold its prefix.
+# substring search; the group only runs on files that hold its prefix. Its
+# names are bare words, or take arguments: a bare word's parentheses are not
+# its own (`[] GPU_LAMBDA(scalar_t a) -> scalar_t {` keeps the lambda's
+# parameters, `__launch_bounds__(256)` goes whole).
+def _attribute_pattern(prefix: bytes, bare: bytes | None, with_args: bytes | None) -> re.Pattern:
+    words = [] if bare is None else [rb"(?:" + bare + rb")\b"]
+    words += [] if with_args is None else [rb"(?:" + with_args + rb")\b(?:" + _ARGS + rb")?"]
+    return re.compile(re.escape(prefix) + rb"(?:" + b"|".join(words) + rb")")
+
+
 _ATTRIBUTE_GROUPS = tuple(
-    (prefix, re.compile(re.escape(prefix) + rb"(?:" + rest + rb")\b" + _ARGS))
-    for prefix, rest in (
-        (b"__", rb"global__|device__|host__|forceinline__|inline__|noinline__|restrict__|shared__|launch_bounds__|align__|ubsan_ignore_\w+__"),
+    (prefix, _attribute_pattern(prefix, bare, with_args))
+    for prefix, bare, with_args in (
+        (b"__", rb"global__|device__|host__|forceinline__|inline__|noinline__|restrict__|shared__|ubsan_ignore_\w+__", rb"launch_bounds__|align__"),
         (b"C10_", rb"HOST_DEVICE|DEVICE|HOST|ALWAYS_INLINE_ATTRIBUTE|ALWAYS_INLINE|NOINLINE|RESTRICT|UNUSED|NODISCARD|API|EXPORT|IMPORT|HIDDEN|"
-                  rb"CUDA_API|LAUNCH_BOUNDS_[012]|ALIGNAS|DEPRECATED_MESSAGE|DEPRECATED|MAYBE_UNUSED|CLANG_DIAGNOSTIC_\w+"),
-        (b"TORCH_", rb"API|PYTHON_API|CUDA_CPP_API|CUDA_CU_API|HIP_API|XPU_API"),
-        (b"CUTLASS_", rb"HOST_DEVICE|DEVICE|GLOBAL|HOST"),
-        (b"CAFFE2_API", rb""),
-        (b"AT_CUDA_API", rb""),
-        (b"alignas", rb""),
+                  rb"CUDA_API|DEPRECATED|MAYBE_UNUSED|ERASE", rb"LAUNCH_BOUNDS_[012]|ALIGNAS|DEPRECATED_MESSAGE|CLANG_DIAGNOSTIC_\w+"),
+        (b"TORCH_", rb"API|PYTHON_API|CUDA_CPP_API|CUDA_CU_API|HIP_API|XPU_API", None),
+        (b"CUTLASS_", rb"HOST_DEVICE|DEVICE|GLOBAL|HOST", None),
+        (b"CAFFE2_API", b"", None),
+        (b"AT_CUDA_API", b"", None),
+        (b"GPU_LAMBDA", b"", None),  # `__host__ __device__` (cuda/thread_constants.h)
+        (b"alignas", None, b""),
         # A Python binding's try/catch brackets take no `;`: the grammar read
         # `HANDLE_TH_ERRORS if (...) {...}` as a function inside the binding.
-        (b"HANDLE_TH_ERRORS", rb""),
-        (b"END_HANDLE_TH_ERRORS", rb"\w*"),
+        (b"HANDLE_TH_ERRORS", b"", None),
+        (b"END_HANDLE_TH_ERRORS", None, rb"\w*"),  # END_HANDLE_TH_ERRORS_RET(retval)
     )
 )
 
@@ -385,9 +396,22 @@ def _spaces(m: re.Match) -> bytes:
     return m.group(0).translate(_BLANKS)
 
 
+_DEFINED_NAME = re.compile(rb"[ \t]*#[ \t]*define[ \t]+\w+")
+
+
 def _blank(m: re.Match) -> bytes:
-    """`_spaces`, only where the match starts a word."""
-    return _spaces(m) if _starts_word(m) else m.group(0)
+    """`_spaces`, only where the match starts a word; in a directive, only in
+    the value of a `#define` (it is restored by `_local_macros`): `#ifndef
+    GPU_LAMBDA` or `#define GPU_LAMBDA __host__ __device__` left with no name
+    is an error."""
+    if not _starts_word(m):
+        return m.group(0)
+    start = _directive_start(m.string, m.start())
+    if start is not None:
+        name = _DEFINED_NAME.match(m.string, start)
+        if name is None or name.end() > m.start():
+            return m.group(0)
+    return _spaces(m)
 
 
 def _blank_line(m: re.Match) -> bytes:
@@ -416,15 +440,18 @@ def _blank_table(m: re.Match) -> bytes:
     return m.group(0)[: m.start(1) - m.start()] + m.group(1).translate(_BLANKS) + b"}"
 
 
-def mask_attributes(data: bytes) -> bytes:
-    """`data` with attribute macros blanked (Note [masked attributes]) and
-    data tables emptied (Note [data tables])."""
-    return _masked(data)[0]
+def mask_attributes(data: bytes, objc: bool = False) -> bytes:
+    """`data` with attribute macros blanked (Note [masked attributes]), data
+    tables emptied (Note [data tables]) and, if `objc`, its Objective-C
+    written as C++ (Note [Objective-C++])."""
+    return _masked(data, objc)[0]
 
 
-def _masked(data: bytes) -> tuple[bytes, dict[bytes, _Macro]]:
+def _masked(data: bytes, objc: bool = False) -> tuple[bytes, dict[bytes, _Macro]]:
     """`mask_attributes`, and the file's macros that define functions (Note
     [definitions written by macros]), read on the way."""
+    if objc:
+        data = objc_source.rewrite(data)
     if len(data) > 4096:
         data = _DATA_TABLE.sub(_blank_table, data)
     original = data
@@ -541,10 +568,16 @@ def _macro_uses(data: bytes, macros: dict[bytes, _Macro]) -> list[tuple[int, byt
 
 def _in_directive(text: bytes, at: int) -> bool:
     """Whether offset `at` lies in a preprocessor directive (continued lines included)."""
+    return _directive_start(text, at) is not None
+
+
+def _directive_start(text: bytes, at: int) -> int | None:
+    """Where the preprocessor directive that holds offset `at` starts (its
+    line's start; continued lines included), if one does."""
     start = text.rfind(b"\n", 0, at) + 1
     while start > 1 and text[start - 2 : start - 1] == b"\\":
         start = text.rfind(b"\n", 0, start - 1) + 1
-    return text[start:at].lstrip().startswith(b"#")
+    return start if text[start:at].lstrip().startswith(b"#") else None
 
 
 def _macro_arguments(text: bytes, open_at: int, limit: int = 4096) -> tuple[list[tuple[bytes, int]], int | None]:
@@ -947,7 +980,7 @@ class Extractor:
         # progress callback there crashes tree-sitter 0.26.1.)
         deadline = time.monotonic() + self.budget if self.budget > 0 else float("inf")
         past = lambda *state: time.monotonic() > deadline  # noqa: E731
-        original, (data, macros) = data, _masked(data)
+        original, (data, macros) = data, _masked(data, objc_source.is_objc(path, data))
         # Note [bytes-backed tree]: only a parse from a callback can be given a
         # deadline, but a tree parsed from a callback reads every node's text
         # (and every `#match?` of the queries) through that callback again,
@@ -1533,7 +1566,10 @@ def _recover_namespaces(error_nodes, regions) -> None:
     of an #if make the grammar close a namespace early, the namespace's real
     closing brace is left over as an ERROR holding only `}`. The definitions
     between the two still belong to the namespace: extend its region to the
-    stray brace (as many namespaces as stray braces, innermost last)."""
+    stray brace (as many namespaces as stray braces, innermost last). A
+    namespace takes the last of its stray braces only: a region each would
+    qualify what lies inside it by the namespace once per brace."""
+    extended: dict[tuple[int, int], tuple[int, str]] = {}
     for err in error_nodes:
         text = err.text
         if b"}" not in text or not _STRAY_CLOSE.match(text):
@@ -1553,7 +1589,10 @@ def _recover_namespaces(error_nodes, regions) -> None:
                 break
             cur = inner[-1]
             names.append(_namespace_name(cur))
-        regions.append((sib.end_byte, err.end_byte, "scope", "::".join(names)))
+        key = (sib.start_byte, sib.end_byte)
+        if key not in extended or extended[key][0] < err.end_byte:
+            extended[key] = (err.end_byte, "::".join(names))
+    regions.extend((start, end, "scope", names) for (_, start), (end, names) in extended.items())
 
 
 def _body(definition):

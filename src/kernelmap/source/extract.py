@@ -156,8 +156,23 @@ _ATTRIBUTE_GROUPS = tuple(
         # `HANDLE_TH_ERRORS if (...) {...}` as a function inside the binding.
         (b"HANDLE_TH_ERRORS", b"", None),
         (b"END_HANDLE_TH_ERRORS", None, rb"\w*"),  # END_HANDLE_TH_ERRORS_RET(retval)
+        (b"PyVarObject_HEAD_INIT", None, b""),  # see _TORCH_ARG
     )
 )
+
+# Macros whose arguments are no C++ expression:
+# - `TORCH_ARG(double, lr) = 1e-3;` (the C++ API's options) declares a member
+#   and its accessors: read as the member, `double  lr = 1e-3;`.
+# - `PyVarObject_HEAD_INIT(nullptr, 0)` opens a Python type's initializer
+#   with no comma after it: blanked (in the attribute groups).
+_TORCH_ARG = re.compile(rb"\bTORCH_ARG\(((?:[^()]|\([^()]*\))*),(\s*\w+\s*)\)")
+
+
+def _member_of_arg(m: re.Match) -> bytes:
+    if _in_directive(m.string, m.start()):
+        return m.group(0)
+    return b" " * len(b"TORCH_ARG(") + m.group(1) + b" " + m.group(2) + b" "
+
 
 # `extern template int f<2>();` (an explicit instantiation declaration) is
 # beyond the grammar and swallows the definitions after it; without `extern`
@@ -465,6 +480,8 @@ def _masked(data: bytes, objc: bool = False) -> tuple[bytes, dict[bytes, _Macro]
             data = pattern.sub(_blank, data)
     if b"extern" in data:
         data = _EXTERN_TEMPLATE.sub(_blank, data)
+    if b"TORCH_ARG(" in data:
+        data = _TORCH_ARG.sub(_member_of_arg, data)
     if alternatives:
         data = _SPLIT_BRANCH.sub(_blank_line, _DANGLING_ELSE.sub(_blank_line, data))
         data = _ALTERNATIVE_OPENINGS.sub(_first_alternative, data)

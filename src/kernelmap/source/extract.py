@@ -556,7 +556,7 @@ def _defining_macros(directives: list[re.Match], original: bytes) -> dict[bytes,
     defining = {k for k, v in macros.items() if any(b"{" in line for line in v.lines)}
     for _ in range(_MAX_EXPANSION_DEPTH):
         more = {k for k, v in macros.items() if k not in defining
-                and any((u := _NESTED_USE.match(line)) is not None and u.group(1) in defining for line in v.lines)}
+                and any((u := _NESTED_USE.match(line.lstrip())) is not None and u.group(1) in defining for line in v.lines)}
         if not more:
             break
         defining |= more
@@ -652,16 +652,17 @@ def _expanded_lines(macros: dict[bytes, _Macro], name: bytes, args: list[tuple[b
     written at, whether that is the line of the use in the code)), line by
     line: (expanded text, line of the file its body line is at, that body line
     as written, the arguments in play). A use of another of the file's macros
-    that starts a body line is expanded in its place. None when it nests or
-    grows past the limits."""
+    in a body line is expanded in its place (the first of the line; what comes
+    before and after it stays on the line: `iter.for_each(LAMBDA(op), n);`).
+    None when it nests or grows past the limits."""
     macro = macros[name]
     values = dict(zip(macro.params, (a for a, _, _ in args)))
     table = []
     for k, written in enumerate(macro.lines):
         origin = macro.line + k
         text = _expand_line(written, values)
-        inner = _NESTED_USE.match(text)
-        if inner is not None and inner.group(1) in macros:
+        inner = next((u for u in _NESTED_USE.finditer(text) if u.group(1) in macros), None)
+        if inner is not None:
             if depth >= _MAX_EXPANSION_DEPTH:
                 return None
             found, close = _macro_arguments(text, inner.end() - 1)
@@ -673,6 +674,8 @@ def _expanded_lines(macros: dict[bytes, _Macro], name: bytes, args: list[tuple[b
                 nested = _expanded_lines(macros, inner.group(1), inner_args, use_line, depth + 1)
                 if nested is None:
                     return None
+                if text[: inner.start()].strip():
+                    table.append((text[: inner.start()], origin, written, args))
                 table += nested
                 text = b" " * (close + 1) + text[close + 1 :]
         table.append((text, origin, written, args))
@@ -681,7 +684,7 @@ def _expanded_lines(macros: dict[bytes, _Macro], name: bytes, args: list[tuple[b
     return table
 
 
-_NESTED_USE = re.compile(rb"[ \t]*([A-Za-z_]\w*)[ \t]*\(")
+_NESTED_USE = re.compile(rb"([A-Za-z_]\w*)[ \t]*\(")  # a word starts each match: finditer never starts inside one
 
 
 def _once(placed: dict, facts: list, fact) -> None:
@@ -711,9 +714,20 @@ _COND_MAX = 120  # longer case/if conditions are cut: they are for reading, not 
 # ---------------------------------------------------------------------------
 
 
+# Note [inline namespaces]
+# `inline namespace CPU_CAPABILITY { void exp_kernel(...) }` in at::native (each
+# cpu/ kernel file, built once per capability) declares members of at::native
+# too: `vml::vexp` written in at::native::CPU_CAPABILITY means
+# at::vml::CPU_CAPABILITY::vexp. A definition's name keeps its inline
+# namespaces; its lookup name, which calls are matched against, drops them,
+# as it drops anonymous namespaces.
+class InlineNamespace(str):
+    """The name of an inline namespace, as a scope's payload."""
+
+
 class Definition(NamedTuple):
     name: str  # "at::native::(anonymous namespace)::helper", "at::native::structured_mul_out::impl"
-    lookup: str  # the name without anonymous namespaces: "at::native::helper"
+    lookup: str  # the name without anonymous and inline namespaces: "at::native::helper"
     short: str  # the last component: "helper", "impl"
     kind: str  # function | method | structured_impl | structured_meta | global_kernel
     line: int
@@ -1157,7 +1171,8 @@ class Extractor:
         table = _expanded_lines(macros, name, arg_lines, use_line)
         if table is None:
             return
-        opening = b"".join(b"namespace {" if s == "(anonymous namespace)" else b"namespace " + s.encode() + b" {" for s in scopes)
+        opening = b"".join(b"namespace {" if s == "(anonymous namespace)" else b"inline namespace " + s.encode() + b" {" if isinstance(s, InlineNamespace)
+                           else b"namespace " + s.encode() + b" {" for s in scopes)
         snippet = opening + b"\n".join(text for text, _, _, _ in table) + b"}" * len(scopes)
         facts = self._extract(path, snippet, "", expand=False)
 
@@ -1211,6 +1226,8 @@ class Extractor:
                 ns = cap["namespace"][0]
                 name_node = ns.child_by_field_name("name")
                 name = _SPACE.sub("", name_node.text.decode("utf-8", "replace")) if name_node else "(anonymous namespace)"
+                if ns.child(0).type == "inline":
+                    name = InlineNamespace(name)
                 body = cap["namespace.body"][0]
                 regions.append((body.start_byte, body.end_byte, "scope", name))
             elif "class.body" in cap:
@@ -1307,7 +1324,8 @@ class Extractor:
                 if b"__global__" in data[start : declarator.start_byte]:
                     kind = "global_kernel"
         name = name.replace("::::", "::")
-        lookup = "::".join([p for p in name.split("::") if p != "(anonymous namespace)"]) if "(anon" in name else name
+        hidden = {"(anonymous namespace)", *(s for s in scopes if isinstance(s, InlineNamespace))}  # Note [inline namespaces]
+        lookup = "::".join([p for p in name.split("::") if p not in hidden]) if "(anon" in name or len(hidden) > 1 else name
         short = name.rsplit("::", 1)[-1]
         cast = name.find("operator ")  # a conversion operator's type may hold `::` (`operator const std::string&`)
         if cast >= 0 and name[cast - 2 : cast] in ("", "::"):

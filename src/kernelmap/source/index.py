@@ -51,7 +51,7 @@ class Definition:
     """A definition in the tree, with what the index knows beyond `Symbol`."""
 
     symbol: Symbol  # qualified name (anonymous namespaces spelled out), location, kind, #if condition
-    lookup: str  # the qualified name without anonymous namespaces
+    lookup: str  # the qualified name without anonymous and inline namespaces
     op: str | None = None  # structured kernels: the op their macro names ("mul_out", "add.Tensor")
     id: int = 0  # row id, stable only within one build
 

@@ -67,3 +67,26 @@ def test_a_member_call_in_a_macro_body_has_its_receivers_type_from_the_macro(con
     assert sites and all(define < s.location.line < kernel.location.line for s in sites)
     assert all("iter.for_each(" in lines[s.location.line - 1] for s in sites)
     assert {receiver_type(s, kernel, ctx) for s in sites} == {declared}
+
+
+def test_a_cpu_unary_kernel_reaches_its_vectorized_loop_through_a_macro_inside_a_macro(context, tree_2_6):
+    """exp_kernel's body, written by STATIC_IMPLEMENT_COMPLEX_KERNEL(op), passes
+    `IMPLEMENT_ITERATOR_LAMBDA(op)` to `iter.for_each`: that macro, used inside
+    a line, calls `vml::v##op`. Expanded in its place, the call is
+    `vml::vexp`, which `namespace at::native { inline namespace CPU_CAPABILITY`
+    resolves to at::vml::CPU_CAPABILITY::vexp, defined by
+    `IMPLEMENT_VML(exp)` (Note [inline namespaces]). Its lambda's `x.exp()` is
+    on a Vectorized, never the exp operator again."""
+    use = line_of(tree_2_6, "aten/src/ATen/native/cpu/UnaryOpsKernel.cpp", r"^STATIC_IMPLEMENT_COMPLEX_KERNEL\w*\(exp\)")
+    vml = line_of(tree_2_6, "aten/src/ATen/cpu/vml.h", r"^IMPLEMENT_VML\(exp\)")
+    for op, name in (("exp", "vexp"), ("log1p", "vlog1p")):
+        nodes = list(walk(graph.stack(f"aten::{op}", context("cpu")).root))
+        [kernel] = {n.name: n for n in nodes if n.name == f"at::native::CPU_CAPABILITY::{op}_kernel"}.values()
+        loops = [n for n in walk(kernel) if n.name == f"at::vml::CPU_CAPABILITY::{name}"]
+        assert loops, f"{op}_kernel reaches no {name}"
+        assert all(n.location.path == "aten/src/ATen/cpu/vml.h" for n in loops)
+        assert not [n for n in walk(kernel) if n is not kernel and n.name == f"aten::{op}"], "the Vectorized method read as the operator"
+    nodes = list(walk(graph.stack("aten::exp", context("cpu")).root))
+    [kernel] = [n for n in nodes if n.name == "at::native::CPU_CAPABILITY::exp_kernel"]
+    assert kernel.location.line == use
+    assert vml in {n.location.line for n in walk(kernel) if n.name == "at::vml::CPU_CAPABILITY::vexp"}

@@ -15,7 +15,7 @@ from kernelmap.errors import BadInput, KernelmapError, UnknownName
 from kernelmap.graph import processors_for
 from kernelmap.graph.context import GraphContext
 from kernelmap.graph.grow import Node, grow
-from kernelmap.graph.rules import DEFAULT_DEPTH, DEVICE_KEYS, KERNEL_DIRS, is_utility_op, launch_kind, other_device_reason
+from kernelmap.graph.rules import DEFAULT_DEPTH, DEVICE_KEYS, KERNEL_DIRS, VECTORIZED_MATH, is_utility_op, launch_kind, other_device_reason
 from kernelmap.model import CallTree, EdgeKind, Location, NodeKind, Op
 
 def stack(target: str, context: GraphContext, depth: int = DEFAULT_DEPTH) -> CallTree:
@@ -780,6 +780,12 @@ def _structured_functional(op: Op, ctx: GraphContext) -> str | None:
 # -- C++ ---------------------------------------------------------------------
 
 
+def _vectorized_math(node: Node) -> bool:
+    """Whether a direct call's node is (every candidate of it is) in ATen's vectorized math."""
+    nodes = node.children if node.kind in (NodeKind.AMBIGUOUS, NodeKind.ALTERNATIVES) and node.children else [node]
+    return all(n.location is not None and n.location.path == VECTORIZED_MATH for n in nodes)
+
+
 def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
     if node.kind == "generated":
         return _generated_children(node.payload, ctx)
@@ -802,6 +808,9 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
         child = _site_node(site, definition, ctx, condition, bound)
         if child is None:
             continue
+        if site.kind is EdgeKind.DIRECT and _vectorized_math(child):
+            for n in (child, *child.children):
+                n.attrs["keep"] = True
         if site.preproc and compiled(site.preproc, ctx) is False:
             not_compiled(child, site.preproc, ctx)
             children.append(child)
@@ -992,7 +1001,11 @@ def _tensor_receiver(site, caller, ctx: GraphContext) -> bool:
     made on a Tensor: not when every declaration of its receiver in the caller
     has another type (`exp_scalar.equal(.5)` on a `const Scalar& exp_scalar`
     is c10::Scalar::equal, `a.exp()` on a `Vectorized<scalar_t> a` is
-    Vectorized::exp: no operator). True when no declaration can be read."""
+    Vectorized::exp: no operator). True when no declaration can be read.
+    Never in ATen's vectorized math, which works on raw arrays and Vectorized
+    (`x.log1p()` on a `vec_t x` in vlog1p)."""
+    if caller.location.path == VECTORIZED_MATH:
+        return False
     declared = receiver_declarations(site, caller, ctx)
     return not declared or any(_tensor_like(t) for t in declared)
 

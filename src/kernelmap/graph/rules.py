@@ -57,6 +57,10 @@ _UTILITY_OPS = re.compile(
     r"scalar_tensor|lift|_has_compatible_shallow_copy_type|_unsafe_view|_reshape_alias|diagonal)(_|\b|$)"
 )
 
+# ATen's vectorized math over a contiguous run of elements (vexp, vlog, ...):
+# where the CPU unary kernels' work is done, never plumbing.
+VECTORIZED_MATH = "aten/src/ATen/cpu/vml.h"
+
 # Where direct calls are followed: kernel code, not tensor plumbing in c10 or core.
 KERNEL_DIRS = (
     "aten/src/ATen/native/",
@@ -65,6 +69,7 @@ KERNEL_DIRS = (
     "aten/src/ATen/miopen/",
     "aten/src/ATen/mkl/",
     "aten/src/ATen/mps/",
+    VECTORIZED_MATH,
 )
 
 # The loop machinery a kernel hands its per-element work to: a device loop, not a launch.

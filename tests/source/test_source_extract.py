@@ -494,14 +494,22 @@ void run(F f) { f.template operator()<int>(1); }
 
 
 @pytest.mark.parametrize(
-    "text",
+    "text, objc",
     [
-        b")}" * 300_000,  # a `)` before a `}` for every check-macro look-back
-        b"".join(b"#define A%d\n" % i for i in range(20_000)) + b"".join(b"A%d void f%d() {}\n" % (i, i) for i in range(20_000)),
-        b"".join(b"#define F%d(x) int x\n" % i for i in range(20_000)) + b"".join(b"F%d(y);\n" % i for i in range(20_000)),
+        (b")}" * 300_000, False),  # a `)` before a `}` for every check-macro look-back
+        (b"".join(b"#define A%d\n" % i for i in range(20_000)) + b"".join(b"A%d void f%d() {}\n" % (i, i) for i in range(20_000)), False),
+        (b"".join(b"#define F%d(x) int x\n" % i for i in range(20_000)) + b"".join(b"F%d(y);\n" % i for i in range(20_000)), False),
+        # an attribute on each of 40,000 continued lines of one directive; 200,000 on one line
+        (b"#define X \\\n" + b"__device__ \\\n" * 40_000 + b"\n", False),
+        (b"__device__ " * 200_000, False),
+        # Objective-C: nested messages, declarations never ended, literals in literals
+        (b"[x y:" * 20_000 + b"z" + b"]" * 20_000, True),
+        (b"@interface " * 50_000, True),
+        (b"@implementation X " * 50_000, True),
+        (b"@[" * 50_000 + b"]" * 50_000, True),
     ],
 )
-def test_masking_stays_linear_on_hostile_text(text):
+def test_masking_stays_linear_on_hostile_text(text, objc):
     import gc
     import time
 
@@ -513,7 +521,7 @@ def test_masking_stays_linear_on_hostile_text(text):
     gc.disable()
     try:
         started = time.process_time()
-        masked = mask_attributes(text)
+        masked = mask_attributes(text, objc)
         elapsed = time.process_time() - started
     finally:
         gc.enable()

@@ -172,3 +172,30 @@ def test_a_return_type_after_an_attribute_macro_stays_out_of_the_name(real_tree_
     for d in facts.definitions:
         assert re.search(rb"\b" + d.short.encode() + rb"\b", lines[d.line - 1]), d
         assert "Ptr" not in d.short, d
+
+
+@pytest.mark.parametrize("text", [
+    b"int a[(int) i];\n",  # a subscript after a cast
+    b"for (int in = 0; in < 3; ++in) {}\nfor (const auto& in : xs) {}\n",  # `in` as a name
+    b"size_t h = seed ^ std::hash<T>{}(v);\n",  # an exclusive or before a braced temporary
+])
+def test_cpp_in_an_objective_c_file_is_left_as_it_is(text):
+    assert objc.rewrite(text) == text
+
+
+@pytest.mark.parametrize("text, names", [
+    (b"- (void)\nfoo {\n}\n", []),  # no room on the name's line: no name, and the newline stays
+    (b"- (id)foo {\n}\n", ["foo"]),
+    (b"- (float* _Nullable)biasTerms {\n}\n", ["biasTerms"]),
+    (b"- (void)run:(void (^)(int))done {\n  go(done);\n}\n", ["run"]),  # a block type in a method head
+    (b"x = a ^\n  T{1};\n", []),  # not a block: no `[]` written over the newline
+    (b"@protocol P;\nvoid f() { g(); }\n@interface X\n@end\n", ["f"]),  # a forward declaration ends at its `;`
+])
+def test_method_heads_blocks_and_declarations_keep_the_files_shape(text, names):
+    rewritten = objc.rewrite(text)
+    assert len(rewritten) == len(text)
+    assert [i for i, b in enumerate(rewritten) if b == 10] == [i for i, b in enumerate(text) if b == 10]
+    facts = extract.Extractor(extract.OperatorNames(frozenset(), frozenset())).extract("aten/src/ATen/native/metal/X.mm", text)
+    assert [d.name for d in facts.definitions] == names
+    for d in facts.definitions:
+        assert d.short.encode() in text.split(b"\n")[d.line - 1]

@@ -168,8 +168,8 @@ _ATTRIBUTE_GROUPS = tuple(
 _TORCH_ARG = re.compile(rb"\bTORCH_ARG\(((?:[^()]|\([^()]*\))*),(\s*\w+\s*)\)")
 
 
-def _member_of_arg(m: re.Match) -> bytes:
-    if _in_directive(m.string, m.start()):
+def _member_of_arg(directives: Directives, m: re.Match) -> bytes:
+    if directives.start_of(m.start()) is not None:
         return m.group(0)
     return b" " * len(b"TORCH_ARG(") + m.group(1) + b" " + m.group(2) + b" "
 
@@ -374,7 +374,7 @@ def _local_macros(original: bytes, masked: bytes) -> tuple[bytes, dict[bytes, _M
         return masked, defining
     names = [re.escape(n) for n, blank in attribute.items() if blank and n not in statement and n in masked]
     if names:
-        masked = re.compile(rb"(?:" + b"|".join(names) + rb")\b").sub(_blank_outside_directive, masked)
+        masked = re.compile(rb"(?:" + b"|".join(names) + rb")\b").sub(functools.partial(_blank_outside_directive, Directives(masked)), masked)
     names = [re.escape(n) for n, blank in statement.items() if blank and n not in attribute and n in masked]
     if names:
         masked = re.compile(rb"(?:" + b"|".join(names) + rb")[ \t]*\([^;{}()]*\)[ \t]*;").sub(_blank_at_line_start, masked)
@@ -386,9 +386,9 @@ def _blank_at_line_start(m: re.Match) -> bytes:
     return _spaces(m) if i == 0 or m.string[i - 1 : i] == b"\n" else m.group(0)
 
 
-def _blank_outside_directive(m: re.Match) -> bytes:
+def _blank_outside_directive(directives: Directives, m: re.Match) -> bytes:
     """`_blank`, except in a directive (continued lines included)."""
-    return m.group(0) if _in_directive(m.string, m.start()) else _blank(m)
+    return m.group(0) if directives.start_of(m.start()) is not None or not _starts_word(m) else _spaces(m)
 
 
 def _zero_braces(m: re.Match) -> bytes:
@@ -403,7 +403,7 @@ def _starts_word(m: re.Match) -> bool:
     return i == 0 or not (m.string[i - 1 : i].isalnum() or m.string[i - 1 : i] == b"_")
 
 
-_BLANKS = bytes(10 if b == 10 else 32 for b in range(256))  # every byte a space but newlines
+_BLANKS = objc_source.BLANKS  # every byte a space but newlines
 
 
 def _spaces(m: re.Match) -> bytes:
@@ -414,14 +414,14 @@ def _spaces(m: re.Match) -> bytes:
 _DEFINED_NAME = re.compile(rb"[ \t]*#[ \t]*define[ \t]+\w+")
 
 
-def _blank(m: re.Match) -> bytes:
+def _blank(directives: Directives, m: re.Match) -> bytes:
     """`_spaces`, only where the match starts a word; in a directive, only in
     the value of a `#define` (it is restored by `_local_macros`): `#ifndef
     GPU_LAMBDA` or `#define GPU_LAMBDA __host__ __device__` left with no name
     is an error."""
     if not _starts_word(m):
         return m.group(0)
-    start = _directive_start(m.string, m.start())
+    start = directives.start_of(m.start())
     if start is not None:
         name = _DEFINED_NAME.match(m.string, start)
         if name is None or name.end() > m.start():
@@ -475,13 +475,15 @@ def _masked(data: bytes, objc: bool = False) -> tuple[bytes, dict[bytes, _Macro]
     # before them (blanking never adds a word a later pass needs).
     directives = b"#" in data
     alternatives = directives and b"else" in data
+    # Blanking keeps every `#`, backslash and newline: the directives of `data` stay where they are.
+    blank = functools.partial(_blank, Directives(data))
     for prefix, pattern in _ATTRIBUTE_GROUPS:
         if prefix in data:
-            data = pattern.sub(_blank, data)
+            data = pattern.sub(blank, data)
     if b"extern" in data:
-        data = _EXTERN_TEMPLATE.sub(_blank, data)
+        data = _EXTERN_TEMPLATE.sub(blank, data)
     if b"TORCH_ARG(" in data:
-        data = _TORCH_ARG.sub(_member_of_arg, data)
+        data = _TORCH_ARG.sub(functools.partial(_member_of_arg, blank.args[0]), data)
     if alternatives:
         data = _SPLIT_BRANCH.sub(_blank_line, _DANGLING_ELSE.sub(_blank_line, data))
         data = _ALTERNATIVE_OPENINGS.sub(_first_alternative, data)
@@ -585,16 +587,30 @@ def _macro_uses(data: bytes, macros: dict[bytes, _Macro]) -> list[tuple[int, byt
 
 def _in_directive(text: bytes, at: int) -> bool:
     """Whether offset `at` lies in a preprocessor directive (continued lines included)."""
-    return _directive_start(text, at) is not None
+    return Directives(text).start_of(at) is not None
 
 
-def _directive_start(text: bytes, at: int) -> int | None:
-    """Where the preprocessor directive that holds offset `at` starts (its
-    line's start; continued lines included), if one does."""
-    start = text.rfind(b"\n", 0, at) + 1
-    while start > 1 and text[start - 2 : start - 1] == b"\\":
-        start = text.rfind(b"\n", 0, start - 1) + 1
-    return start if text[start:at].lstrip().startswith(b"#") else None
+_DIRECTIVE_LINES = re.compile(rb"^[ \t]*#(?:[^\\\n]|\\[\s\S])*", re.M)
+
+
+class Directives:
+    """Where a text's preprocessor directives lie (continued lines included),
+    found in one pass when first asked: a question per match of a pass over
+    the text (`_blank`) must not read back over the line each time (a 200 KB
+    line of attributes, or thousands of continued lines, made it quadratic)."""
+
+    def __init__(self, text: bytes):
+        self.text = text
+        self.starts: list[int] | None = None
+        self.ends: list[int] = []
+
+    def start_of(self, at: int) -> int | None:
+        """Where the directive that holds offset `at` starts (its line's start), if one does."""
+        if self.starts is None:
+            spans = [m.span() for m in _DIRECTIVE_LINES.finditer(self.text)] if b"#" in self.text else []
+            self.starts, self.ends = [a for a, _ in spans], [b for _, b in spans]
+        i = bisect.bisect_right(self.starts, at) - 1
+        return self.starts[i] if i >= 0 and at < self.ends[i] else None
 
 
 def _macro_arguments(text: bytes, open_at: int, limit: int = 4096) -> tuple[list[tuple[bytes, int]], int | None]:

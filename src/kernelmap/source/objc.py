@@ -38,10 +38,12 @@ import re
 # Strings, characters and comments (their insides are not code) and brackets.
 _TOKEN = re.compile(rb'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|//[^\n]*|/\*.*?\*/|[\[\](){}]', re.S)
 _OPEN = {ord("["): ord("]"), ord("("): ord(")"), ord("{"): ord("}")}
-_BLANKS = bytes(10 if b == 10 else 32 for b in range(256))  # every byte a space but newlines
+BLANKS = bytes(10 if b == 10 else 32 for b in range(256))  # every byte a space but newlines
 # What a message's receiver can be, its groups blanked (`_flat`): a name, a
 # member, a call, a cast, a nested message.
 _RECEIVER = rb"(?:\w|\.|->|::|\*|&|\(\s*\)|\[\s*\]|<[^<>()\[\]]*>)+"
+_CAST = re.compile(rb"\s*\(\s*\)\s*")  # `a[(int) i]`: a subscript, no message to `(int)`
+_MAX_MESSAGE = 16384  # a message's inside, in bytes: real ones are under 2 KB (hostile nesting would be quadratic)
 _UNARY = re.compile(rb"\s*" + _RECEIVER + rb"\s+([A-Za-z_]\w*)\s*")
 _KEYWORD = re.compile(rb"\s*" + _RECEIVER + rb"\s+[A-Za-z_]\w*:(?!:)")
 _SELECTOR_PART = re.compile(rb"(?<=\s)([A-Za-z_]\w*):(?!:)")
@@ -53,11 +55,13 @@ _AT = re.compile(
     rb"|(selector|encode|protocol)\s*(?=\()|(available)\s*(?=\()|(?=[\"(\[{])|(?=-?[0-9]|YES\b|NO\b|true\b|false\b))"
 )
 # A method's head, up to its body: `- (T)sel:(A)a other:(B)b {`.
+# A forward declaration: `@protocol P;`
+_FORWARD = re.compile(rb"[ \t]*[\w, \t<>]*;")
 _METHOD_HEAD = re.compile(rb"^[ \t]*[-+][ \t]*\((?:[^()]|\([^()]*\))*\)\s*([A-Za-z_]\w*)[^{};]*?(?=\{)", re.M)
 # A block: `^{`, `^(A a) {`, `^T* (A a) {`; `(^Name)` in a block type.
-_BLOCK = re.compile(rb"\^\s*(?:([A-Za-z_][\w:]*(?:<[^<>{};]*>)?[\s*&]*))?(?:\([^()]*\)\s*)?\{")
+_BLOCK = re.compile(rb"\^[ \t]*(?:([A-Za-z_][\w:]*(?:<[^<>{};]*>)?[\s*&]*))?(?:\([^()]*\)\s*)?\{")
 _BLOCK_TYPE = re.compile(rb"\(\s*(\^)\s*\w*\s*\)\s*\(")
-_FOR_IN = re.compile(rb"\bfor\s*\([^;()]*?\s(in)\s")
+_FOR_IN = re.compile(rb"\bfor\s*\([^;()]*?\s(in)\s+(?=[^\s=:])")
 _QUALIFIERS = re.compile(rb"\b(?:__bridge(?:_transfer|_retained)?|__weak|__strong|__block|__autoreleasing|__unsafe_unretained"
                          rb"|__kindof|_Nullable|_Nonnull|nullable|nonnull)\b"
                          rb"|\b(?:API_AVAILABLE|API_UNAVAILABLE)\s*\((?:[^()]|\([^()]*\))*\)")
@@ -81,9 +85,9 @@ def rewrite(data: bytes) -> bytes:
         c = data[start]
         if m.end() - start > 1:
             if c in b"\"'":
-                skeleton[start + 1 : m.end() - 1] = data[start + 1 : m.end() - 1].translate(_BLANKS)
+                skeleton[start + 1 : m.end() - 1] = data[start + 1 : m.end() - 1].translate(BLANKS)
             else:
-                skeleton[start : m.end()] = m.group().translate(_BLANKS)
+                skeleton[start : m.end()] = m.group().translate(BLANKS)
         elif c in _OPEN:
             if stack:
                 children.setdefault(stack[-1], []).append(start)
@@ -100,25 +104,33 @@ def rewrite(data: bytes) -> bytes:
         for child in children.get(open_at, ()):
             end = pairs.get(child)
             if end is not None:
-                inside[child - open_at : end - open_at - 1] = inside[child - open_at : end - open_at - 1].translate(_BLANKS)
+                inside[child - open_at : end - open_at - 1] = inside[child - open_at : end - open_at - 1].translate(BLANKS)
         return bytes(inside)
 
     def blank(start: int, end: int) -> None:
-        out[start:end] = out[start:end].translate(_BLANKS)
+        out[start:end] = out[start:end].translate(BLANKS)
 
     declarations: list[tuple[int, int]] = []
+    covered = 0  # the end of the last span blanked up to a mark it searched for: nothing in it is read again
     for m in _AT.finditer(view):
         at = m.start()
+        if at < covered:
+            continue
+        forward = _FORWARD.match(view, m.end()) if m.group(2) == b"protocol" else None
         if m.group(1) or m.group(4):  # @autoreleasepool, @end
             blank(at, m.end())
-        elif m.group(2):  # @interface / @protocol ... @end: nothing a C++ reader needs (blanked last)
+        elif m.group(2) and forward is None:  # @interface / @protocol ... @end: nothing a C++ reader needs (blanked last)
             end = view.find(b"@end", m.end())
-            declarations.append((at, len(view) if end < 0 else end + 4))
+            covered = len(view) if end < 0 else end + 4
+            declarations.append((at, covered))
         elif m.group(3):  # @implementation Name: its methods follow
-            blank(at, _line_end(view, at))
-        elif m.group(5):  # @class A, B;  @synthesize x = _x;
+            end = view.find(b"\n", at)
+            covered = len(view) if end < 0 else end
+            blank(at, covered)
+        elif m.group(5) or forward is not None:  # @class A, B;  @synthesize x = _x;  @protocol P;
             end = view.find(b";", m.end())
-            blank(at, len(view) if end < 0 else end + 1)
+            covered = len(view) if end < 0 else end + 1
+            blank(at, covered)
         elif m.group(6) or m.group(7):  # @selector(...), @available(...): a constant
             open_at = view.index(b"(", m.end())
             close = pairs.get(open_at)
@@ -128,7 +140,7 @@ def rewrite(data: bytes) -> bytes:
         else:  # a literal: @"s", @(x), @[a, b], @{k : v}, @1
             out[at] = 32
             opener = view[m.end()] if m.end() < len(view) else 0
-            if opener in b"[{" and m.end() in pairs:
+            if opener in b"[{" and m.end() in pairs and pairs[m.end()] - m.end() <= _MAX_MESSAGE:
                 close = pairs[m.end()]
                 out[m.end()], out[close] = ord("("), ord(")")
                 inside = flat(m.end())
@@ -145,6 +157,8 @@ def rewrite(data: bytes) -> bytes:
     for open_at, close in pairs.items():
         if view[open_at] != ord("[") or (open_at and view[open_at - 1] == ord("@")):
             continue
+        if close - open_at > _MAX_MESSAGE:
+            continue
         inside = flat(open_at)
         unary = _UNARY.fullmatch(inside)
         if unary is not None:
@@ -153,7 +167,8 @@ def rewrite(data: bytes) -> bytes:
             parts = [(p.start(1), p.end()) for p in _SELECTOR_PART.finditer(inside)]
         else:
             continue  # a subscript, a lambda's captures, an attribute
-        if inside.split(None, 1)[0] in _NOT_RECEIVERS:
+        receiver = inside[: parts[0][0]]
+        if inside.split(None, 1)[0] in _NOT_RECEIVERS or _CAST.fullmatch(receiver):
             continue
         out[open_at], out[close] = ord("("), ord(")")
         for start, end in parts:
@@ -161,16 +176,23 @@ def rewrite(data: bytes) -> bytes:
             if unary is None:  # `sel:` -> `,   `: room for a block's `[]` after it
                 out[open_at + 1 + start] = ord(",")
 
-    for m in _METHOD_HEAD.finditer(view):  # `- (T)sel:(A)a {` -> `void  sel()    {`
+    for m in _QUALIFIERS.finditer(view):  # before the method heads: what they write must stay
         blank(m.start(), m.end())
-        name, start = m.group(1), m.start(1)
-        if b"\n" in view[m.end(1) : m.end(1) + 2] or m.end(1) + 2 > m.end():
-            start -= 2  # `- (T)sel {` -> `void sel(){`
-        if start - m.start() >= 5:
-            out[m.start() : m.start() + 4] = b"void"
+    for m in _METHOD_HEAD.finditer(view):  # `- (T)sel:(A)a {` -> `void    sel()         {`
+        blank(m.start(), m.end())
+        name = m.group(1)
+        line = view.rfind(b"\n", m.start(), m.start(1)) + 1 or m.start()  # the start of the name's line
+        line_end = view.find(b"\n", m.start(1), m.end())
+        line_end = m.end() if line_end < 0 else line_end
+        start = m.start(1) if m.start(1) - line >= 5 and m.end(1) + 2 <= line_end else line + 5  # `- (id)x {` -> `void x() {`
+        if start + len(name) + 2 <= line_end:
+            out[line : line + 4] = b"void"
             out[start : start + len(name) + 2] = name + b"()"
     for m in _BLOCK.finditer(view):
         at = m.start()
+        before = view[max(0, at - 64) : at].rstrip()
+        if before and before[-1:] not in b"(,=:?{;}" and not before.endswith(b"return"):
+            continue  # an exclusive or
         if m.group(1):  # `^T* (A a) {` -> `[]   (A a) {`
             blank(at, m.end(1))
             out[at : at + 2] = b"[]"
@@ -182,16 +204,11 @@ def rewrite(data: bytes) -> bytes:
         else:  # no room for a lambda's `[]`: the block stays an error
             out[at] = 32
     for m in _BLOCK_TYPE.finditer(view):  # `T (^Name)(A)`: a function pointer's type
-        out[m.start(1)] = ord("*")
+        if out[m.start(1)] == ord("^"):  # not in a method head, blanked
+            out[m.start(1)] = ord("*")
     for m in _FOR_IN.finditer(view):
         out[m.start(1) : m.end(1)] = b": "
-    for m in _QUALIFIERS.finditer(view):
-        blank(m.start(), m.end())
     for start, end in declarations:
         blank(start, end)
     return bytes(out)
 
-
-def _line_end(text: bytes, at: int) -> int:
-    end = text.find(b"\n", at)
-    return len(text) if end < 0 else end

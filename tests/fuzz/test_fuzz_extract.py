@@ -59,15 +59,19 @@ def test_arbitrary_bytes(extractor, data):
         _check(facts, data)
 
 
+def mutated(real: bytes, data) -> bytes:
+    """`real` with up to 8 spans cut and replaced by random bytes, drawn from `data`."""
+    cuts = data.draw(st.lists(st.tuples(st.integers(0, len(real)), st.integers(0, 200), st.binary(max_size=20)), max_size=8))
+    out = bytearray(real)
+    for at, drop, insert in cuts:
+        at = min(at, len(out))
+        out[at : at + drop] = insert
+    return bytes(out)
+
+
 @given(st.data())
 def test_mutations_of_a_real_file(extractor, tree_2_6, data):
-    real = (Path(tree_2_6) / "aten/src/ATen/native/BinaryOps.cpp").read_bytes()
-    cuts = data.draw(st.lists(st.tuples(st.integers(0, len(real)), st.integers(0, 200), st.binary(max_size=20)), max_size=8))
-    mutated = bytearray(real)
-    for at, drop, insert in cuts:
-        at = min(at, len(mutated))
-        mutated[at : at + drop] = insert
-    blob = bytes(mutated)
+    blob = mutated((Path(tree_2_6) / "aten/src/ATen/native/BinaryOps.cpp").read_bytes(), data)
     facts = extractor.extract("aten/src/ATen/native/BinaryOps.cpp", blob)
     if facts.skipped is None:
         _check(facts, blob)

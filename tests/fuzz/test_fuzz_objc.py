@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from kernelmap.source import objc
 
-from .test_fuzz_extract import _check, extractor  # noqa: F401 (a fixture)
+from .test_fuzz_extract import _check, extractor, mutated  # noqa: F401 (a fixture)
 
 TOKENS = [
     "[", "]", "(", ")", "{", "}", "@", "@[", "@{", "@(", '@"s"', "@1", "@-", "@autoreleasepool", "@interface", "@protocol",
@@ -40,13 +40,7 @@ def test_arbitrary_bytes_keep_their_shape(data):
 
 @given(st.data())
 def test_mutations_of_a_real_mps_file(extractor, tree_2_6, data):  # noqa: F811
-    real = (Path(tree_2_6) / "aten/src/ATen/native/mps/operations/BinaryOps.mm").read_bytes()
-    cuts = data.draw(st.lists(st.tuples(st.integers(0, len(real)), st.integers(0, 200), st.binary(max_size=20)), max_size=8))
-    mutated = bytearray(real)
-    for at, drop, insert in cuts:
-        at = min(at, len(mutated))
-        mutated[at : at + drop] = insert
-    blob = bytes(mutated)
+    blob = mutated((Path(tree_2_6) / "aten/src/ATen/native/mps/operations/BinaryOps.mm").read_bytes(), data)
     _same_shape(blob, objc.rewrite(blob))
     facts = extractor.extract("aten/src/ATen/native/mps/operations/BinaryOps.mm", blob)
     if facts.skipped is None:

@@ -71,7 +71,7 @@ def test_objective_c_in_a_function_becomes_c_that_parses_without_an_error():
     assert not callees(root) & {b"castTensor", b"available", b"selector", b"alloc", b"identityWithTensor"}
 
 
-def test_classes_are_blanked_and_a_method_is_read_as_a_function_of_its_selector():
+def test_classes_are_blanked_and_a_method_is_read_as_a_member_named_by_its_selector():
     text = b"""\
 @interface Runner : NSObject
 typedef BOOL (^testBlock)(void);
@@ -92,8 +92,8 @@ void after() {}
     assert len(rewritten) == len(text) and rewritten.count(b"\n") == text.count(b"\n")
     assert problems(parse(rewritten)) == []
     facts = extract.Extractor(extract.OperatorNames(frozenset(), frozenset())).extract("aten/src/ATen/native/metal/Runner.mm", text)
-    assert [(d.name, d.line) for d in facts.definitions] == [("encode", 8), ("at::native::after", 13)]
-    assert [(c.callee, c.line, facts.definitions[c.definition].name) for c in facts.calls] == [("at::native::metal::neuron", 9, "encode")]
+    assert [(d.name, d.kind, d.line) for d in facts.definitions] == [("Runner::encode", "method", 8), ("at::native::after", "function", 13)]
+    assert [(c.callee, c.line, facts.definitions[c.definition].name) for c in facts.calls] == [("at::native::metal::neuron", 9, "Runner::encode")]
 
 
 def test_only_objective_c_files_are_rewritten():

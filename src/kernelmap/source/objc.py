@@ -25,14 +25,16 @@ passes stays an expression and the calls in it stay calls:
     for (id x in xs)       ->  for (id x :  xs)
 
 `@interface` and `@protocol` ... `@end` declare nothing a C++ reader needs
-and are blanked. In an `@implementation`, a method is read as a function
-named by the first part of its selector, at the line and place of that name:
-`- (void)encode:(id)e image:(MPSImage*)i {` is `encode`, and what its body
+and are blanked. In an `@implementation`, a method is read as a member
+function of its class named by the first part of its selector, on the line
+of that name: `- (void)encode:(id)e image:(MPSImage*)i {` in
+`@implementation MPSCNNConvOp` is `MPSCNNConvOp::encode`, and what its body
 calls is its calls.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
 
 # Strings, characters and comments (their insides are not code) and brackets.
@@ -55,6 +57,7 @@ _AT = re.compile(
     rb"|(selector|encode|protocol)\s*(?=\()|(available)\s*(?=\()|(?=[\"(\[{])|(?=-?[0-9]|YES\b|NO\b|true\b|false\b))"
 )
 # A method's head, up to its body: `- (T)sel:(A)a other:(B)b {`.
+_CLASS_NAME = re.compile(rb"[ \t]*([A-Za-z_]\w*)")
 # A forward declaration: `@protocol P;`
 _FORWARD = re.compile(rb"[ \t]*[\w, \t<>]*;")
 _METHOD_HEAD = re.compile(rb"^[ \t]*[-+][ \t]*\((?:[^()]|\([^()]*\))*\)\s*([A-Za-z_]\w*)[^{};]*?(?=\{)", re.M)
@@ -111,6 +114,7 @@ def rewrite(data: bytes) -> bytes:
         out[start:end] = out[start:end].translate(BLANKS)
 
     declarations: list[tuple[int, int]] = []
+    classes: list[tuple[int, bytes]] = []  # (where an @implementation starts, its class), in order
     covered = 0  # the end of the last span blanked up to a mark it searched for: nothing in it is read again
     for m in _AT.finditer(view):
         at = m.start()
@@ -127,6 +131,9 @@ def rewrite(data: bytes) -> bytes:
             end = view.find(b"\n", at)
             covered = len(view) if end < 0 else end
             blank(at, covered)
+            name = _CLASS_NAME.match(view, m.end())
+            if name is not None:
+                classes.append((at, name.group(1)))
         elif m.group(5) or forward is not None:  # @class A, B;  @synthesize x = _x;  @protocol P;
             end = view.find(b";", m.end())
             covered = len(view) if end < 0 else end + 1
@@ -178,16 +185,16 @@ def rewrite(data: bytes) -> bytes:
 
     for m in _QUALIFIERS.finditer(view):  # before the method heads: what they write must stay
         blank(m.start(), m.end())
-    for m in _METHOD_HEAD.finditer(view):  # `- (T)sel:(A)a {` -> `void    sel()         {`
+    for m in _METHOD_HEAD.finditer(view):  # `- (T)sel:(A)a {` -> `void Class::sel()   {`
         blank(m.start(), m.end())
-        name = m.group(1)
         line = view.rfind(b"\n", m.start(), m.start(1)) + 1 or m.start()  # the start of the name's line
         line_end = view.find(b"\n", m.start(1), m.end())
         line_end = m.end() if line_end < 0 else line_end
-        start = m.start(1) if m.start(1) - line >= 5 and m.end(1) + 2 <= line_end else line + 5  # `- (id)x {` -> `void x() {`
-        if start + len(name) + 2 <= line_end:
-            out[line : line + 4] = b"void"
-            out[start : start + len(name) + 2] = name + b"()"
+        i = bisect.bisect_right(classes, (m.start(), b"")) - 1
+        for name in ([classes[i][1] + b"::" + m.group(1)] if i >= 0 else []) + [m.group(1)]:
+            if line + 5 + len(name) + 2 <= line_end:
+                out[line : line + 5 + len(name) + 2] = b"void " + name + b"()"
+                break
     for m in _BLOCK.finditer(view):
         at = m.start()
         before = view[max(0, at - 64) : at].rstrip()

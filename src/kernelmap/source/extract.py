@@ -476,14 +476,15 @@ def _masked(data: bytes, objc: bool = False) -> tuple[bytes, dict[bytes, _Macro]
     directives = b"#" in data
     alternatives = directives and b"else" in data
     # Blanking keeps every `#`, backslash and newline: the directives of `data` stay where they are.
-    blank = functools.partial(_blank, Directives(data))
+    places = Directives(data)
+    blank = functools.partial(_blank, places)
     for prefix, pattern in _ATTRIBUTE_GROUPS:
         if prefix in data:
             data = pattern.sub(blank, data)
     if b"extern" in data:
         data = _EXTERN_TEMPLATE.sub(blank, data)
     if b"TORCH_ARG(" in data:
-        data = _TORCH_ARG.sub(functools.partial(_member_of_arg, blank.args[0]), data)
+        data = _TORCH_ARG.sub(functools.partial(_member_of_arg, places), data)
     if alternatives:
         data = _SPLIT_BRANCH.sub(_blank_line, _DANGLING_ELSE.sub(_blank_line, data))
         data = _ALTERNATIVE_OPENINGS.sub(_first_alternative, data)
@@ -572,9 +573,10 @@ def _macro_uses(data: bytes, macros: dict[bytes, _Macro]) -> list[tuple[int, byt
     if not names:
         return []
     uses = []
+    directives = Directives(data)
     pattern = re.compile(rb"^[ \t]*(" + b"|".join(map(re.escape, names)) + rb")[ \t]*\(", re.M)
     for m in pattern.finditer(data):
-        if _in_directive(data, m.start(1)):
+        if directives.start_of(m.start(1)) is not None:
             continue
         args, close = _macro_arguments(data, m.end() - 1)
         if close is None or len(args) != len(macros[m.group(1)].params):
@@ -583,11 +585,6 @@ def _macro_uses(data: bytes, macros: dict[bytes, _Macro]) -> list[tuple[int, byt
         if len(uses) >= _MAX_MACRO_USES:
             break
     return uses
-
-
-def _in_directive(text: bytes, at: int) -> bool:
-    """Whether offset `at` lies in a preprocessor directive (continued lines included)."""
-    return Directives(text).start_of(at) is not None
 
 
 _DIRECTIVE_LINES = re.compile(rb"^[ \t]*#(?:[^\\\n]|\\[\s\S])*", re.M)
@@ -1239,13 +1236,8 @@ class Extractor:
     def _scope_regions(self, matches, regions) -> None:
         for cap in matches:
             if "namespace" in cap:
-                ns = cap["namespace"][0]
-                name_node = ns.child_by_field_name("name")
-                name = _SPACE.sub("", name_node.text.decode("utf-8", "replace")) if name_node else "(anonymous namespace)"
-                if ns.child(0).type == "inline":
-                    name = InlineNamespace(name)
                 body = cap["namespace.body"][0]
-                regions.append((body.start_byte, body.end_byte, "scope", name))
+                regions.append((body.start_byte, body.end_byte, "scope", _namespace_name(cap["namespace"][0])))
             elif "class.body" in cap:
                 body = cap["class.body"][0]
                 name = _strip_templates(cap["class.name"][0].text.decode("utf-8", "replace"))
@@ -1608,8 +1600,10 @@ _STRAY_CLOSE = re.compile(rb"^(\s*}\s*;?\s*(//[^\n]*)?)+$")
 
 
 def _namespace_name(node) -> str:
+    """A namespace definition's name (`a::b` for a nested one); an InlineNamespace for `inline namespace`."""
     name = node.child_by_field_name("name")
-    return _SPACE.sub("", name.text.decode("utf-8", "replace")) if name else "(anonymous namespace)"
+    text = _SPACE.sub("", name.text.decode("utf-8", "replace")) if name else "(anonymous namespace)"
+    return InlineNamespace(text) if node.child(0).type == "inline" else text
 
 
 def _recover_namespaces(error_nodes, regions) -> None:

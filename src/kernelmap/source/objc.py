@@ -41,7 +41,7 @@ import re
 _TOKEN = re.compile(rb'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|//[^\n]*|/\*.*?\*/|[\[\](){}]', re.S)
 _OPEN = {ord("["): ord("]"), ord("("): ord(")"), ord("{"): ord("}")}
 BLANKS = bytes(10 if b == 10 else 32 for b in range(256))  # every byte a space but newlines
-# What a message's receiver can be, its groups blanked (`_flat`): a name, a
+# What a message's receiver can be, its groups blanked (`flat` in rewrite): a name, a
 # member, a call, a cast, a nested message.
 _RECEIVER = rb"(?:\w|\.|->|::|\*|&|\(\s*\)|\[\s*\]|<[^<>()\[\]]*>)+"
 _CAST = re.compile(rb"\s*\(\s*\)\s*")  # `a[(int) i]`: a subscript, no message to `(int)`
@@ -56,10 +56,11 @@ _AT = re.compile(
     rb"@(?:(autoreleasepool)\b|(interface|protocol)\b(?!\s*\()|(implementation)\b|(end)\b|(class|synthesize|dynamic|compatibility_alias)\b"
     rb"|(selector|encode|protocol)\s*(?=\()|(available)\s*(?=\()|(?=[\"(\[{])|(?=-?[0-9]|YES\b|NO\b|true\b|false\b))"
 )
-# A method's head, up to its body: `- (T)sel:(A)a other:(B)b {`.
+# The class an `@implementation` names.
 _CLASS_NAME = re.compile(rb"[ \t]*([A-Za-z_]\w*)")
 # A forward declaration: `@protocol P;`
 _FORWARD = re.compile(rb"[ \t]*[\w, \t<>]*;")
+# A method's head, up to its body: `- (T)sel:(A)a other:(B)b {`.
 _METHOD_HEAD = re.compile(rb"^[ \t]*[-+][ \t]*\((?:[^()]|\([^()]*\))*\)\s*([A-Za-z_]\w*)[^{};]*?(?=\{)", re.M)
 # A block: `^{`, `^(A a) {`, `^T* (A a) {`; `(^Name)` in a block type.
 _BLOCK = re.compile(rb"\^[ \t]*(?:([A-Za-z_][\w:]*(?:<[^<>{};]*>)?[\s*&]*))?(?:\([^()]*\)\s*)?\{")

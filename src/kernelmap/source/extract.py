@@ -587,7 +587,10 @@ def _macro_uses(data: bytes, macros: dict[bytes, _Macro]) -> list[tuple[int, byt
     return uses
 
 
-_DIRECTIVE_LINES = re.compile(rb"^[ \t]*#(?:[^\\\n]|\\[\s\S])*", re.M)
+# A `#` and the rest of its line, continued lines included (a loop unrolled:
+# one step per run of plain bytes, not per byte). The regex starts with a
+# literal, which the engine finds by a fast search: most lines hold no `#`.
+_HASH_TO_LINE_END = re.compile(rb"#[^\\\n]*(?:\\[\s\S][^\\\n]*)*")
 
 
 class Directives:
@@ -604,10 +607,28 @@ class Directives:
     def start_of(self, at: int) -> int | None:
         """Where the directive that holds offset `at` starts (its line's start), if one does."""
         if self.starts is None:
-            spans = [m.span() for m in _DIRECTIVE_LINES.finditer(self.text)] if b"#" in self.text else []
-            self.starts, self.ends = [a for a, _ in spans], [b for _, b in spans]
+            self.starts, self.ends = _directive_spans(self.text)
         i = bisect.bisect_right(self.starts, at) - 1
         return self.starts[i] if i >= 0 and at < self.ends[i] else None
+
+
+def _directive_spans(text: bytes) -> tuple[list[int], list[int]]:
+    """Where each directive of `text` starts (its line's start) and ends: a
+    `#` with only blanks before it on its line."""
+    starts: list[int] = []
+    ends: list[int] = []
+    search = _HASH_TO_LINE_END.search
+    m = search(text)
+    while m is not None:
+        at = m.start()
+        line = text.rfind(b"\n", 0, at) + 1
+        if line == at or not text[line:at].translate(None, b" \t"):
+            starts.append(line)
+            ends.append(m.end())
+            m = search(text, m.end())
+        else:  # a `#` in code, a string or a comment: a directive may start on the next line
+            m = search(text, at + 1)
+    return starts, ends
 
 
 def _macro_arguments(text: bytes, open_at: int, limit: int = 4096) -> tuple[list[tuple[bytes, int]], int | None]:

@@ -267,3 +267,51 @@ def test_tree_and_wheel_differ_where_their_yaml_differs(tree_catalog, catalog):
 def test_not_a_tree_is_refused(tmp_path):
     with pytest.raises(SourceError, match="not a PyTorch source tree"):
         load_catalog(tree=tmp_path)
+
+
+def _check_kernels_at_their_dispatch_lines(catalog, yaml_path) -> int:
+    """Each kernel the yaml names under `dispatch:` points at the line that
+    names it; one it does not name (a default composite kernel) at the
+    `- func:` line. Ground truth: the entries read with plain PyYAML, the
+    lines read from the file. Returns how many kernels were checked at their
+    dispatch lines."""
+    text = yaml_path.read_text()
+    lines = text.splitlines()
+    written = {}  # (func name, key) -> kernel, as the yaml writes it
+    for entry in yaml.load(text, Loader=yaml.CSafeLoader):
+        for keys, kernel in (entry.get("dispatch") or {}).items():
+            for key in keys.split(","):
+                written[(entry["func"].split("(")[0], key.strip())] = kernel.rsplit("::", 1)[-1]
+    at_dispatch = 0
+    for op in catalog:
+        if "generated" in op.tags:
+            continue
+        for kernel in op.dispatch:
+            assert kernel.location is not None, (op.name, kernel)
+            line = lines[kernel.location.line - 1]
+            named = written.get((str(op.name).removeprefix("aten::"), kernel.key))
+            if named is not None and kernel.symbol.rsplit("::", 1)[-1] == named:
+                keys, _, value = line.partition(":")
+                assert kernel.key in {k.strip() for k in keys.split(",")}, (op.name, kernel, line)
+                assert value.split("#")[0].strip().rsplit("::", 1)[-1] == named, (op.name, kernel, line)
+                at_dispatch += 1
+            else:  # a default composite kernel: its `- func:` line, of its own operator
+                assert kernel.location == op.location, (op.name, kernel)
+    for op in catalog:  # torchgen's own kernels of the operators it generates are named in no yaml line
+        if "generated" in op.tags:
+            assert all(k.location is None for k in op.dispatch if (str(op.name).removeprefix("aten::"), k.key) not in written), op.name
+    return at_dispatch
+
+
+def test_each_yaml_kernel_points_at_the_line_naming_it(catalog):
+    checked = _check_kernels_at_their_dispatch_lines(catalog, env.torch_install().native_yaml)
+    assert checked > 2000, checked
+    op = catalog.get("aten::native_batch_norm")
+    cuda = op.kernel_for("CUDA")
+    assert cuda.location.line > op.location.line
+    assert env.torch_install().native_yaml.read_text().splitlines()[cuda.location.line - 1].split() == ["CUDA:", "batch_norm_cuda"]
+
+
+def test_each_tree_yaml_kernel_points_at_the_line_naming_it(tree_2_6, tree_catalog):
+    checked = _check_kernels_at_their_dispatch_lines(tree_catalog, tree_2_6 / "aten/src/ATen/native/native_functions.yaml")
+    assert checked > 2000, checked

@@ -78,7 +78,7 @@ def _kind(r: dict) -> OpKind:
         return OpKind.UFUNC if r["ufunc_inner_loop"] else OpKind.STRUCTURED_OUT
     if r["composite_implicit"]:
         return OpKind.COMPOSITE_IMPLICIT
-    if any(key not in _ALIAS_KEYS for key, _, _ in r["dispatch"]):
+    if any(entry[0] not in _ALIAS_KEYS for entry in r["dispatch"]):
         return OpKind.DISPATCH
     if r["composite_explicit_non_functional"]:
         return OpKind.COMPOSITE_EXPLICIT_NON_FUNCTIONAL
@@ -222,8 +222,8 @@ class Catalog:
             python_module=r["python_module"],
             tags=tuple(r["tags"]),
             dispatch=tuple(
-                Kernel(key, symbol, location=yaml_loc, kind="native", structured=structured)
-                for key, symbol, structured in r["dispatch"]
+                Kernel(key, symbol, location=self._kernel_location(r, yaml_loc, line), kind="native", structured=structured)
+                for key, symbol, structured, line in r["dispatch"]
             ),
             structured_delegate=r["structured_delegate"],
             ufunc_inner_loop=tuple((k, v) for k, v in r["ufunc_inner_loop"]),
@@ -234,6 +234,17 @@ class Catalog:
             is_out=r["is_out"],
             manual_cpp_binding=r["manual_cpp_binding"],
         )
+
+
+    def _kernel_location(self, r: dict, yaml_loc: Location, line: int | None) -> Location | None:
+        """Where the yaml names a kernel: its `dispatch:` entry's line; for a
+        default composite kernel it names none, the `- func:` line that
+        declares it. A kernel torchgen writes for an operator it generates
+        (`_conj_copy_out` of `_conj_copy.out`) is named nowhere in the yaml,
+        and the `- func:` line is another operator's: it has no location."""
+        if line is not None:
+            return Location(NATIVE_YAML, line, origin=self.origin)
+        return None if "generated" in r["tags"] else yaml_loc
 
 
 def _validate(name: str) -> str:

@@ -49,6 +49,36 @@ def _derivative_lines(path: str) -> dict[str, int]:
     return lines
 
 
+_DISPATCH_ENTRY = re.compile(r"^\s+([A-Za-z0-9_, ]+):\s*([A-Za-z0-9_:]+)\s*(?:#.*)?$")
+
+
+def _dispatch_lines(lines: list[str], func_line: int) -> dict[str, tuple[int, str]]:
+    """Dispatch key -> (line, kernel) of the `dispatch:` entry naming its kernel, in
+    the yaml entry whose `- func:` is at `func_line` (1-based): `CUDA:
+    batch_norm_cuda` is where that kernel is written, not the `- func:` line
+    (`SparseCPU, SparseCUDA: narrow_copy_sparse` gives both keys its line)."""
+    found: dict[str, tuple[int, str]] = {}
+    indent = None  # of the `dispatch:` key, while inside its block
+    for number in range(func_line, len(lines)):  # the lines after `- func:`
+        text = lines[number]
+        if text.startswith("- "):
+            break
+        if not text.strip() or text.lstrip().startswith("#"):
+            continue
+        depth = len(text) - len(text.lstrip())
+        if indent is not None and depth <= indent:
+            indent = None
+        if indent is None:
+            if text.split("#")[0].strip() == "dispatch:":
+                indent = depth
+            continue
+        m = _DISPATCH_ENTRY.match(text)
+        if m:
+            for key in m.group(1).split(","):
+                found.setdefault(key.strip(), (number + 1, m.group(2).rsplit("::", 1)[-1]))
+    return found
+
+
 def extract(native_yaml: str, tags_yaml: str, derivatives_yaml: str) -> dict:
     import torchgen
     from torchgen.api.autograd import match_differentiability_info
@@ -63,17 +93,23 @@ def extract(native_yaml: str, tags_yaml: str, derivatives_yaml: str) -> dict:
     with_infos = match_differentiability_info(functions, infos)
     derivative_lines = _derivative_lines(derivatives_yaml)
     py = _load_python_bindings_module()
+    with open(native_yaml) as yaml_file:
+        yaml_lines = yaml_file.read().splitlines()
 
     ops = []
     for f, fn_info in zip(functions, with_infos):
         assert fn_info.func is f
+        written = _dispatch_lines(yaml_lines, f.loc.line)
         dispatch = []
         for key, index in indices.items():
             meta = index.get_kernel(f)
             if meta is None:
                 continue
             namespace = getattr(meta, "cpp_namespace", "at::native")
-            dispatch.append([str(key), f"{namespace}::{meta.kernel}", bool(meta.structured)])
+            # The entry's line where the yaml names this key's kernel, else the
+            # `- func:` line (a default composite kernel, a ufunc's CPU and CUDA ones).
+            line, kernel = written.get(str(key), (None, None))
+            dispatch.append([str(key), f"{namespace}::{meta.kernel}", bool(meta.structured), line if kernel == meta.kernel else None])
 
         autograd = None
         info = (fn_info.info or {}).get("Default")

@@ -27,7 +27,7 @@ from kernelmap.catalog.functional import functional_builtins
 from kernelmap.env import torchgen_environment
 from kernelmap.errors import KernelmapError, TorchgenError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: each dispatch entry's own yaml line
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -87,13 +87,19 @@ class CatalogFiles:
     torchgen_root: Path | None  # put first on PYTHONPATH; None: the installed torchgen
 
     def key(self) -> str:
-        """A hash of every input, so any edit to them makes a new catalog."""
+        """A hash of every input and of the code that reads them, so any edit
+        to either makes a new catalog."""
         h = hashlib.sha256(f"kernelmap-catalog-{SCHEMA_VERSION}".encode())
+        for reader in _READERS:
+            h.update(reader.read_bytes())
         for path in (self.native_yaml, self.tags_yaml, self.derivatives_yaml, self.functional_py):
             if path is not None:
                 h.update(path.read_bytes())
         h.update(str(self.torchgen_root).encode())
         return h.hexdigest()[:24]
+
+
+_READERS = (Path(__file__).with_name("_extract.py"), Path(__file__).with_name("functional.py"))
 
 
 def _run_extractor(files: CatalogFiles) -> dict:

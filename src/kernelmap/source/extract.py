@@ -63,7 +63,7 @@ from kernelmap import vendors
 from kernelmap.source import objc as objc_source
 
 QUERY_DIR = Path(__file__).with_name("queries")
-QUERY_FILES = ("scopes", "preproc", "definitions", "calls", "errors")
+QUERY_FILES = ("scopes", "preproc", "definitions", "calls", "errors", "macros")
 SOURCE_SUFFIXES = (".cpp", ".cc", ".h", ".hpp", ".cu", ".cuh", ".mm")
 MAX_FILE_BYTES = 4 * 1024 * 1024  # larger files are generated tables, not code worth parsing
 # Per-file time budget. The slowest real file of 2.6.0 takes well under a
@@ -406,9 +406,17 @@ def _starts_word(m: re.Match) -> bool:
 _BLANKS = objc_source.BLANKS  # every byte a space but newlines
 
 
+_LINE_CONTINUATION = re.compile(rb"(\\\r?\n)")
+
+
 def _spaces(m: re.Match) -> bytes:
-    """The match as spaces, its newlines kept."""
-    return m.group(0).translate(_BLANKS)
+    """The match as spaces, its newlines and line continuations kept (a
+    launch's `<<<\\` blanked in a `#define` must not end the directive there)."""
+    text = m.group(0)
+    if b"\\" not in text:
+        return text.translate(_BLANKS)
+    parts = _LINE_CONTINUATION.split(text)
+    return b"".join(part if i % 2 else part.translate(_BLANKS) for i, part in enumerate(parts))
 
 
 _DEFINED_NAME = re.compile(rb"[ \t]*#[ \t]*define[ \t]+\w+")
@@ -717,6 +725,21 @@ def _expanded_lines(macros: dict[bytes, _Macro], name: bytes, args: list[tuple[b
             return None
     return table
 
+
+# Note [calls in function-local macros]
+# `#define HANDLE_SORT_CASE(TYPE, A) sorter.template sort<A>(keyInfo, ...)`
+# written inside sortCommon's body (cuda/Sort.cu), then used in it: the
+# grammar reads no directive's body, so the call that does the sorting was
+# lost, and CUDA sort's small-input route (sortKeyValueInplace) reached no
+# kernel. The body of a `#define` that lies inside a function's body is parsed
+# on its own, as the body of a function, and its calls are the enclosing
+# function's, each at the line of the `#define` that holds its name (the
+# macro's uses hold only the macro's name); a name made by pasting (`##`) is
+# written on no line and is not kept. Its launches too are read from the
+# parsed body, under the body's own conditions (`if (isContig) {\` in
+# Shape.cu's HANDLE_CASE), not from the function's text.
+_CONTINUATION = re.compile(rb"\\(\r?\n)")
+_MAX_LOCAL_MACRO_BYTES = 16384
 
 _NESTED_USE = re.compile(rb"([A-Za-z_]\w*)[ \t]*\(")  # a word starts each match: finditer never starts inside one
 
@@ -1129,6 +1152,27 @@ class Extractor:
             points += _operator_arguments(data, root, self.ops)
         if expand and macros:
             points += [(use[0], 2, use) for use in _macro_uses(data, macros)]
+        # Launches written `kernel<<<grid, block>>>(...)`: the grammar has no such
+        # syntax (it reads shifts and comparisons), so they are found in the body
+        # text, and placed among the calls: the regions around them give their
+        # case/if and `#if` conditions (a launch in a nested definition once, as its).
+        macro_bodies = [body for cap in by_file["macros"] for body in cap["macro.body"]] if expand else []
+        if b"<<<" in original:
+            found = {}
+            # a launch in a `#define`'s body is its own macro's (Note [calls in function-local macros])
+            in_macros = [(b.start_byte, b.end_byte) for b in macro_bodies if b"<<<" in original[b.start_byte : b.end_byte]]
+            for node, _ in defs_raw:
+                body = _body(node)
+                chunk = original[body.start_byte : body.end_byte]
+                if b"<<<" in chunk:
+                    for m in _launches(chunk):
+                        at = body.start_byte + m.start()
+                        if any(start <= at < end for start, end in in_macros):
+                            continue
+                        line = body.start_point[0] + 1 + chunk.count(b"\n", 0, m.start())
+                        found[at] = ("launch", (_strip_templates(m.group(1).decode("utf-8", "replace")), line), None)
+            points += [(at, 1, payload) for at, payload in found.items()]
+        points += [(body.start_byte, 3, body) for body in macro_bodies]  # Note [calls in function-local macros]
         expansions = []
 
         definitions: list[Definition] = [None] * len(defs_raw)  # type: ignore[list-item]
@@ -1137,8 +1181,10 @@ class Extractor:
         stubs: list[StubDecl] = []
         labels: dict[tuple[str, int], str] = {}
         in_lambdas: list[tuple[int, int, str]] = []  # (call, definition, lambda name): Note [named lambdas]
+        local_macros: list[tuple[object, int, str | None]] = []  # (body, definition, preprocessor condition)
         kernels = b"__global__" in original
         seen = None
+        launches: set[tuple[int, str]] = set()  # (line, name) of each launch
         for at, kind, payload, live in _sweep(regions, points):
             if live is not seen:  # what the regions around the point say, read once per set of regions
                 seen = live
@@ -1158,12 +1204,23 @@ class Extractor:
                 if def_index == -1 and not any(tag == "class" for (_, _, tag, _) in live):
                     expansions.append((payload, [p for (_, _, tag, p) in live if tag == "scope"], pp))
                 continue
+            if kind == 3:  # the body of a `#define`: inside a function's body only
+                if def_index != -1:
+                    local_macros.append((payload, def_index, pp))
+                continue
             what, item, known = payload  # item: the called name's node, a registration's (kind, call, callee), or a lost one's (macro, args, line)
             if what == "call":
                 if lam is not None:
                     in_lambdas.append((len(calls), def_index, lam))
                 callee, short, call_kind, library, op = known
                 calls.append(Call(def_index, callee, short, call_kind, library, op, item.start_point[0] + 1, cond, pp))
+            elif what == "launch":
+                name, line = item
+                short = name.rsplit("::", 1)[-1]
+                if lam is not None:
+                    in_lambdas.append((len(calls), def_index, lam))
+                calls.append(Call(def_index, name, short, "launch", None, None, line, cond, pp))
+                launches.add((line, short))
             elif what == "lost":
                 macro, args, line = item
                 device, capability = _register_key(macro, path, args)
@@ -1173,25 +1230,30 @@ class Extractor:
                 self._registration(path, item, def_index, lib, pp, registrations, stubs)
         if in_lambdas:
             _lambda_conditions(calls, in_lambdas)
-        # Launches written `kernel<<<grid, block>>>(...)`: the grammar has no such
-        # syntax (it reads shifts and comparisons), so they are found in the body text.
-        launches = set()
-        for i, (node, _) in enumerate(defs_raw if b"<<<" in original else ()):
-            body = _body(node)
-            chunk = original[body.start_byte : body.end_byte]
-            if b"<<<" not in chunk:
-                continue
-            for m in _launches(chunk):
-                name = _strip_templates(m.group(1).decode("utf-8", "replace"))
-                line = body.start_point[0] + 1 + chunk.count(b"\n", 0, m.start())
-                calls.append(Call(i, name, name.rsplit("::", 1)[-1], "launch", None, None, line, None, definitions[i].condition))
-                launches.add((line, name.rsplit("::", 1)[-1]))
+        for body, def_index, pp in local_macros:
+            for call in self._local_macro_calls(path, original, body, def_index, pp):
+                calls.append(call)
+                if call.kind == "launch":
+                    launches.add((call.line, call.short))
         if launches:  # the blanked launch read as a call of the kernel: it is the launch
             calls = [c for c in calls if c.kind == "launch" or (c.line, c.short) not in launches]
         placed: dict = {}  # a macro used for several types defines the same function at the same line: once
         for use, scopes, pp in expansions:
             self._expansion(path, original, macros, use, scopes, pp, (definitions, calls, registrations, stubs), placed)
         return FileFacts(path, len(data), sha1, len(error_nodes), None, tuple(definitions), tuple(calls), tuple(registrations), tuple(stubs))
+
+    def _local_macro_calls(self, path: str, original: bytes, body, def_index: int, pp: str | None) -> list[Call]:
+        """The calls written in the body of a function-local `#define` (Note
+        [calls in function-local macros]), as calls of the function it is in;
+        read from the file as written (the snippet is masked on its own)."""
+        text = _CONTINUATION.sub(rb" \1", original[body.start_byte : body.end_byte])
+        if not text.strip() or len(text) > _MAX_LOCAL_MACRO_BYTES:
+            return []
+        first = body.start_point[0] + 1  # the body's first line, the snippet's second
+        snippet = b"void __macro__() {\n" + b" " * body.start_point[1] + text + b";\n}"
+        facts = self._extract(path, snippet, "", expand=False)
+        return [c._replace(definition=def_index, line=c.line - 2 + first, preproc=" && ".join(p for p in (pp, c.preproc) if p) or None)
+                for c in facts.calls if c.definition == 0 and "#" not in c.callee and 2 <= c.line < snippet.count(b"\n") + 1]
 
     def _expansion(self, path, original, macros, use, scopes, pp, facts_so_far, placed) -> None:
         """Add the facts of one macro use (Note [definitions written by

@@ -51,8 +51,43 @@ def test_a_strided_transpose_names_no_stub_though_its_sparse_arm_has_a_loop(tree
     text = (tree_2_6 / "aten/src/ATen/native/TensorShape.cpp").read_text()
     body = text[text.index("Tensor transpose(const Tensor & self, int64_t dim0, int64_t dim1)"):]
     assert re.search(r"if \(self\.layout\(\) == kSparseBsr[^{]*\{\s*return sparse_compressed_transpose\(", body)
-    ends = call_ends(graph.stack("aten::transpose.int", context("cpu")))
-    assert ends and all(any(other_layouts_only(n.condition) for n in end.path) for end in ends)
+    tree = graph.stack("aten::transpose.int", context("cpu"))
+    sparse = [n for n, _ in _walk(tree) if n.name.endswith("sparse_compressed_transpose")]
+    assert sparse and all(other_layouts_only(n.condition) for n in sparse)
+    # its only loop was at::arange's, filling indices to validate: plumbing, no end of the call
+    ends = call_ends(tree)
+    assert all(any(other_layouts_only(n.condition) for n in end.path) for end in ends)
     answer = api.where("aten::transpose.int", device="cpu", static=True, with_source=True, source=indexed_tree.name)
     roles = {s.role for s in answer.source}
     assert "entry kernel" in roles and "stub kernel" not in roles and "leaf" not in roles
+
+
+def test_an_end_reached_by_growing_a_storage_ranks_after_the_calls_work(tree_2_6, context, indexed_tree):
+    """resize_bytes_cuda (cuda/Resize.cpp, read here) copies a grown
+    storage's old data with cudaMemcpyAsync: setup of batch_norm's output, not
+    its work. The ends reached through it rank after the others, and `where`
+    leads with batch_norm's own kernels (Normalization.cuh)."""
+    from kernelmap import api, graph
+
+    text = (tree_2_6 / "aten/src/ATen/native/cuda/Resize.cpp").read_text()
+    body = text[text.index("void resize_bytes_cuda("):]
+    assert "cudaMemcpyAsync(" in body[: body.index("\n}\n")]
+    ends = call_ends(graph.stack("aten::native_batch_norm", context("cuda")))
+    grown = [any(n.name.endswith("resize_bytes_cuda") for n in end.path) for end in ends]
+    assert any(grown) and not all(grown)
+    assert [end.rank[3] > 0 for end in ends] == grown == sorted(grown)
+    assert any(end.node.name == "cudaMemcpyAsync" for end, g in zip(ends, grown) if g)
+    answer = api.where("aten::native_batch_norm", device="cuda", static=True, with_source=True, source=indexed_tree.name)
+    leaves = [s for s in answer.source if s.role == "leaf"]
+    assert leaves and all(s.name != "cudaMemcpyAsync" for s in leaves)
+    first = leaves[0]
+    assert first.location.path == "aten/src/ATen/native/cuda/Normalization.cuh"
+    assert first.name in (tree_2_6 / first.location.path).read_text().splitlines()[first.location.line - 1]
+
+
+def _walk(tree):
+    stack = [(tree.root, None)]
+    while stack:
+        node, parent = stack.pop()
+        yield node, parent
+        stack.extend((c, node) for c in node.children)

@@ -35,3 +35,51 @@ def test_a_template_parameter_called_is_the_argument_the_caller_passes(context, 
         # never the file of another device's kernel named like the parameter
         wrong = "cuda/" if device == "cpu" else "cpu/"
         assert not any(n.name.endswith(f"::{parameter}") and n.location and wrong in n.location.path for n in nodes)
+
+
+SORT = "aten/src/ATen/native/cuda/Sort.cu"
+
+
+def test_a_template_parameter_deduced_from_a_temporary_binds_the_receivers_class(context, tree_2_6, indexed_tree):
+    """sortKeyValueInplace calls `sortCommon(SmallBitonicSort{}, ...)` and
+    `sortCommon(MediumRadixSort{}, ...)` (Sort.cu, read here); sortCommon's
+    `sorter.template sort<A>(...)` (in its local HANDLE_SORT_CASE) runs each
+    class's sort, which launches its kernel. Each instantiation is its own node."""
+    from kernelmap import api
+
+    text = (tree_2_6 / SORT).read_text()
+    assert re.search(r"template <typename Sorter>\nvoid sortCommon\(Sorter sorter,", text)
+    body = text[text.index("void sortKeyValueInplace("):]
+    sorters = re.findall(r"sortCommon\((\w+)\{\}, key, value, dim, descending\);", body[: body.index("\n}\n")])
+    assert {"SmallBitonicSort", "MediumRadixSort"} <= set(sorters)
+
+    tree = graph.stack("aten::sort.stable", context("cuda"))
+    common = [n for n, _ in walk(tree) if n.name == "at::native::sortCommon"]
+    assert len(common) >= 2 and not any(n.attrs.get("repeat") for n in common)
+    reached = {}
+    for node in common:
+        for method in node.children:
+            sorter = method.name.removeprefix("at::native::").removesuffix("::sort")
+            assert method.name.endswith("::sort") and f"Sorter = {sorter}" in method.condition
+            assert re.match(r"\s*void sort\(", line_of(method)), line_of(method)
+            reached[sorter] = _launches_below(method)
+    assert set(reached.get("SmallBitonicSort", ())) == {"bitonicSortKVInPlace"}
+    assert set(reached.get("MediumRadixSort", ())) == {"radixSortKVInPlace"}
+    for name in ("bitonicSortKVInPlace", "radixSortKVInPlace"):
+        assert re.search(rf"__global__ void\s+{name}\(", (tree_2_6 / "aten/src/ATen/native/cuda/SortUtils.cuh").read_text())
+    # the small-input route is tested first (`if (should_use_small_sort(self, dim))` in Sort.cpp): its kernel leads
+    answer = api.where("aten::sort", device="cuda", static=True, with_source=True, source=indexed_tree.name)
+    leaves = [s.name for s in answer.source if s.role == "leaf"]
+    assert leaves[0] == "bitonicSortKVInPlace", leaves
+
+
+def _launches_below(node):
+    """The names of the launches below `node`, each checked at the line that defines it."""
+    found, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        if n.kind is NodeKind.LAUNCH:
+            assert line_of(n).startswith(f"{n.name}("), (n.name, str(n.location))
+            found.append(n.name)
+        stack.extend(n.children)
+    return found

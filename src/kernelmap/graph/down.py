@@ -808,6 +808,11 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
         child = _site_node(site, definition, ctx, condition, bound)
         if child is None:
             continue
+        if child.identity is not None and child.kind is NodeKind.KERNEL and child.payload is not None:
+            binds = _template_bindings(child, child.payload, ctx)
+            if binds:  # each instantiation is its own: sortCommon with SmallBitonicSort, then with MediumRadixSort
+                child.identity = (*child.identity, *sorted(binds.items()))
+                child.attrs["identity"] = ":".join(str(part) for part in child.identity)
         if site.kind is EdgeKind.DIRECT and _vectorized_math(child):
             for n in (child, *child.children):
                 n.attrs["keep"] = True
@@ -910,6 +915,15 @@ def vendor_node(callee: str, library_id: str | None, location: Location | None, 
 
 
 def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: dict[str, str] | None = None) -> Node | None:
+    if bound and site.callee.startswith(".") and ctx.index is not None:
+        # Note [template arguments]: `sorter.template sort<A>(...)` on a `Sorter sorter` calls the method of the
+        # class the call site binds Sorter to (a method named like an operator included: it is no Tensor's)
+        receiver = receiver_type(site, caller, ctx)
+        argument = bound.get(receiver) if receiver is not None else None
+        if argument is not None:
+            callee = f"{argument}::{site.callee[1:]}"
+            site = dataclasses.replace(site, callee=callee, kind=EdgeKind.DIRECT, op=None)
+            condition = f"{condition}; {receiver} = {argument}" if condition else f"{receiver} = {argument}"
     kind = site.kind
     if kind is EdgeKind.DISPATCHER:
         if not site.op or (site.callee.startswith(".") and ctx.index is not None and not _tensor_receiver(site, caller, ctx)):
@@ -920,7 +934,9 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: di
             return Node(site.callee, "op", site.location, kind, condition, {"unresolved": f"{site.op} is not in the catalog"})
         op = by_argument_count(by_out_spelling(op, site, ctx), site, ctx)
         node = op_node(op, ctx, kind, condition, site.location)
-        if is_utility_op(op.name.name, op.is_view):
+        # a utility's own kernel calling its other overload is the utility's work, not plumbing
+        # (at::native::arange calls arange.start_out, whose loop fills the range)
+        if is_utility_op(op.name.name, op.is_view) and not _own_overload(op.name.name, caller):
             node.attrs["utility"] = True
             if not ctx.all_calls:
                 node.leaf()
@@ -959,7 +975,7 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: di
     candidates = _resolve_direct(site, caller, ctx)
     if not candidates:
         return None
-    if _is_utility_kernel(site.name, candidates, ctx):
+    if _is_utility_kernel(site.name, candidates, ctx) and not _own_overload(site.name, caller):
         # `copy_(nt, t)` in Shape.cu calls at::native::copy_ itself: the same tensor
         # plumbing as `nt.copy_(t)` through the dispatcher, shown and not expanded
         node = cpp_node(candidates[0], ctx, kind, condition, site.location)
@@ -1024,8 +1040,14 @@ def _tensor_like(declared: str) -> bool:
 # BernoulliStub's operator(), which calls bernoulli_scalar_stub. The template
 # arguments a call spells are bound, in order, to the parameters of the
 # callee's template head; a call in its body of one of them is a call of the
-# argument. A parameter no call binds is unresolved (never resolved by its
-# name: at::native::bernoulli_scalar_kernel of cuda/ was drawn for CPU).
+# argument. A call that spells no template arguments binds by deduction where
+# it passes a temporary of a named class for a parameter declared with a
+# template parameter's type alone: `sortCommon(SmallBitonicSort{}, ...)` of
+# `template <typename Sorter> void sortCommon(Sorter sorter, ...)` binds
+# Sorter, and `sorter.template sort<A>(...)` in its body (a member call on a
+# receiver of that type) runs SmallBitonicSort::sort. A parameter no call binds
+# is unresolved (never resolved by its name: at::native::bernoulli_scalar_kernel
+# of cuda/ was drawn for CPU).
 
 
 def _template_bindings(node: Node, definition, ctx: GraphContext) -> dict[str, str]:
@@ -1041,10 +1063,50 @@ def _template_bindings(node: Node, definition, ctx: GraphContext) -> dict[str, s
     m = re.search(rf"\b{re.escape(short)}\s*<", text)
     head = declaration_head(definition, ctx)
     h = re.search(r"\btemplate\s*<", head)
-    if m is None or h is None:
+    if h is None:
         return {}
+    parameters = _template_parameters(head, h.end())
+    if m is None:
+        return _deduced_bindings(site, short, definition, parameters, ctx)
     arguments = _angle_items(text, m.end())
-    return {p: a for p, a in zip(_template_parameters(head, h.end()), arguments) if p and re.fullmatch(r"[A-Za-z_][\w:]*", a)}
+    return {p: a for p, a in zip(parameters, arguments) if p and re.fullmatch(r"[A-Za-z_][\w:]*", a)}
+
+
+# A temporary of a named class passed as an argument: `SmallBitonicSort{}`, `ReduceAdd()`.
+_CLASS_TEMPORARY = re.compile(r"((?:[A-Za-z_]\w*::)*[A-Z]\w*(?:<[^<>(){}]*>)?)\s*(?:\{\s*\}|\(\s*\))")
+
+
+def _deduced_bindings(site: Location, short: str, definition, parameters: list[str], ctx: GraphContext) -> dict[str, str]:
+    """Template parameters a call binds by deduction (Note [template
+    arguments]): a function parameter declared with a template parameter's
+    type alone (`template <typename Sorter> void sortCommon(Sorter sorter,
+    ...)`, also `const Sorter&`, `Sorter&&`), given a temporary of a named
+    class (`sortCommon(SmallBitonicSort{}, ...)`), binds it to that class."""
+    wanted = {p for p in parameters if p}
+    lines = file_lines(ctx.index.tree.root / definition.location.path)
+    text = "\n".join(lines[definition.location.line - 1 : definition.location.line + 12])
+    opened = re.search(rf"\b{re.escape(short)}\s*(?:<[^(){{}};]*>)?\s*\(", text)
+    declared = _bracket_items(text, opened.end(), "([{<", ")]}>") if opened else None
+    if not declared or not any(p in " ".join(declared) for p in wanted):
+        return {}
+    arguments = call_arguments(_Spelled(site, short, short), ctx)
+    bound = {}
+    for declaration, argument in zip(declared, arguments or ()):
+        words = re.findall(r"[\w:]+", _COMMENT.sub("", declaration.split("=", 1)[0]))
+        words = [w for w in words if w not in ("const", "volatile")]
+        temporary = _CLASS_TEMPORARY.fullmatch(argument)
+        if len(words) == 2 and words[0] in wanted and temporary is not None:
+            bound.setdefault(words[0], temporary.group(1))
+    return bound
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spelled:
+    """A call site as `call_arguments` reads it: where it is and the name it calls."""
+
+    location: Location
+    name: str
+    callee: str
 
 
 def _template_parameters(text: str, start: int) -> list[str]:
@@ -1090,6 +1152,12 @@ def _names_template_parameter(callee: str, caller, ctx: GraphContext) -> bool:
     if "template" not in head or name not in head:
         return False
     return any(name in _template_parameters(head, m.end()) for m in _TEMPLATE_HEAD.finditer(head))
+
+
+def _own_overload(name: str, caller) -> bool:
+    """Whether a call of utility `name` is made by that utility's own kernel
+    (at::native::arange calling another overload of arange, or arange_out)."""
+    return caller is not None and caller.name.rsplit("::", 1)[-1] in (name, f"{name}_out", f"{name}_symint", f"{name}_out_symint")
 
 
 def _is_utility_kernel(name: str, candidates: list, ctx: GraphContext) -> bool:
@@ -1449,7 +1517,7 @@ _NOT_TYPES = frozenset(("auto", "const", "return", "else", "case", "if", "while"
                         "goto", "throw", "sizeof", "using", "co_return"))
 
 
-_RECEIVER = re.compile(r"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*")
+_RECEIVER = re.compile(r"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*(?:template\s+)?")  # `sorter.template sort<A>(`
 _CALL_TAIL = re.compile(r"\s*(?:<[^()]*>)?\s*\(")
 
 

@@ -18,12 +18,19 @@ tensor's index check). Then the inputs: answers are for inputs smaller than the 
 for_each tests first and the one a row of index_select or embedding falls in,
 so an end reached only through an arm for larger inputs (index_select's
 `slice_size >= grain_size`, for_each's parallel_for) ranks after every end
-reached without one. Then closed or external vendor code is where a call
+reached without one. Then the storage: an end reached through growing a
+tensor's storage (`resize_bytes_cuda`, `maybe_resize_storage_cpu`: an output
+resized when the call sets it up, whose old data is copied over) is setup, and
+ranks after every end reached without one (batch_norm's cudaMemcpyAsync in
+Resize.cpp is not its work; its statistics kernel is). Then closed or external vendor code is where a call
 really ends, then a launch of device code, then the loop machinery, then the
 inner loop, with the C library's block copies (index_select's memcpy of a
 row) as inner loops: they are the loop that copies, not a library's work. Among ends of one
 kind, calls that do the work (cudnnConvolutionForward, cudnnBackendExecute, a
-gemm, a *_kernel) come before setup (cudnnSetStream, descriptor builders),
+gemm, a *_kernel; a launch of device code, whatever its name:
+bitonicSortKVInPlace, softmax_warp_forward) come before setup
+(cudnnSetStream, descriptor builders, a launch that only checks or fills:
+masked_scatter_size_check, fill_reverse_indices_kernel),
 then the ones reached through fewer `else` arms (the case a kernel tests for
 first), then the first in the tree's order: the order in which a kernel's
 body tests its alternatives (switch cases, if/else). Not the shallower first:
@@ -53,6 +60,10 @@ from kernelmap.model import CallNode, CallTree, NodeKind
 _KIND_RANK = {NodeKind.VENDOR: 0, NodeKind.LAUNCH: 1, NodeKind.DEVICE_LOOP: 2, NodeKind.INNER_LOOP: 3}
 # `numel < grain_size`, `slice_size >= at::internal::GRAIN_SIZE`: a test of the input's size
 _GRAIN_TEST = re.compile(r"\w\s*(>=|>|<=|<)\s*(?:at::)?(?:internal::)?(?:GRAIN_SIZE|grain_size)\b")
+# Functions that grow a tensor's storage, copying its old data (Note [ranking a call's ends]).
+_STORAGE_GROWTH = re.compile(r"(?:^|::)(?:resize_bytes_\w+|maybe_resize_storage_\w+)$")
+# A launch that only checks (masked_scatter_size_check, an assertion) or fills memory (TensorTopK's fill).
+_SETUP_LAUNCH = re.compile(r"(?i)check|assert|(?:^|_)fill(?:_|$)")
 _WORK = re.compile(r"(Execute|Forward|Backward|gemm|Gemm|compute|_kernel$|kernel_vec$|kernel$)")
 
 
@@ -62,7 +73,8 @@ class End:
 
     node: CallNode
     path: tuple[CallNode, ...]
-    rank: tuple[int, int, int, int, bool, int, int]  # arms for deterministic mode, for other layouts, for larger inputs, kind, not work, else arms, tree order
+    # arms for deterministic mode, for other layouts, for larger inputs; storage growths; kind, not work, else arms, tree order
+    rank: tuple[int, int, int, int, int, bool, int, int]
 
     @property
     def for_other_layouts(self) -> bool:
@@ -80,14 +92,15 @@ def call_ends(tree: CallTree) -> tuple[End, ...]:
         if node.attrs.get("collapsed") or node.attrs.get("branch"):
             continue
         if node.kind in _KIND_RANK:
-            works = bool(_WORK.search(node.name))
+            works = not _SETUP_LAUNCH.search(node.name) if node.kind is NodeKind.LAUNCH else bool(_WORK.search(node.name))
             elses = sum(1 for n in path if (n.condition or "").startswith("else of "))
             larger = sum(1 for n in path if for_larger_inputs(n.condition))
             opted = sum(1 for n in path if deterministic_only(n.condition))
             layouts = sum(1 for n in path if other_layouts_only(n.condition))
+            growths = sum(1 for n in path if _STORAGE_GROWTH.search(n.name))
             library = vendors.library(node.attrs.get("library")) if node.kind is NodeKind.VENDOR else None
             kind = _KIND_RANK[NodeKind.INNER_LOOP] if library is not None and library.copies else _KIND_RANK[node.kind]
-            ends.append(End(node, path, (opted, layouts, larger, kind, not works, elses, order)))
+            ends.append(End(node, path, (opted, layouts, larger, growths, kind, not works, elses, order)))
             order += 1
             if node.kind is not NodeKind.DEVICE_LOOP:
                 continue  # a device loop is followed into the kernels it launches

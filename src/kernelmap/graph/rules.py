@@ -45,13 +45,14 @@ _OTHER_BACKEND_WORDS = ("is_quantized", "is_sparse", "is_nested", "is_mkldnn", "
 # The devices a graph follows: the dispatcher's, for which branch rules exist.
 DEVICE_KEYS = {device: key for device, key in _DISPATCH_DEVICE_KEYS.items() if device in _OTHER_DEVICE_WORDS}
 
-# Operators that every kernel calls to shape, allocate or inspect tensors. They
-# are shown where they are called but not expanded (give one as TARGET to see it).
+# Operators that every kernel calls to shape, allocate, fill or inspect tensors
+# (at::arange fills the indices sort and topk return). They are shown where
+# they are called but not expanded (give one as TARGET to see it).
 # `index` is the indexing operator itself, not the kernels named after it
 # (index_select, index_add gather and scatter data: work, not plumbing).
 _UTILITY_OPS = re.compile(
     r"(empty|new_empty|is_|_is_|size|stride|sym_|numel|dim|resize|contiguous|clone|copy|to|_to_copy|fill|zero_|"
-    r"zeros|ones|full|select|unsqueeze|squeeze|view|reshape|expand|permute|transpose|t|narrow|slice|as_strided|"
+    r"zeros|ones|full|arange|select|unsqueeze|squeeze|view|reshape|expand|permute|transpose|t|narrow|slice|as_strided|"
     r"detach|resolve_conj|resolve_neg|alias|item|_local_scalar_dense|set_|conj|_conj|real|imag|index(?!_)|split|chunk|"
     r"unbind|cat|stack|flatten|unflatten|movedim|squeeze_|unsqueeze_|result_type|can_cast|promote_types|"
     r"scalar_tensor|lift|_has_compatible_shallow_copy_type|_unsafe_view|_reshape_alias|diagonal)(_|\b|$)"

@@ -31,7 +31,9 @@ class Library:
     kernels: re.Pattern[str] | None = None  # GPU kernel names (demangled) a profiler shows
     ops: tuple[tuple[re.Pattern[str], str | None], ...] = field(default=())  # (operator, device or None)
     launched_from: tuple[str, ...] = ()  # C++ callees whose call sites in ATen launch its GPU kernels
-    copies: bool = False  # its calls are block copies (memcpy): a call ends there as in an inner loop, not in a library's work
+    # its calls are an element loop themselves (memcpy's block copy, std::sort's sort): a call ends
+    # there as in an inner loop, not in a library's work (Note [ranking a call's ends])
+    inner_loop: bool = False
     in_tree: tuple[str, ...] = ()  # folders of the PyTorch tree that hold its kernels' source (a library vendored into ATen)
 
     def __post_init__(self) -> None:
@@ -61,7 +63,11 @@ LIBRARIES: tuple[Library, ...] = (
     # its memory copies are where a copy between host and device does its work (cuda/Copy.cu's cudaMemcpyAsync)
     Library("CUDA runtime", closed=True, ids=("cudart",), calls=_re(r"^cudaMemcpy\w*$"), kernels=_re(r"^(Memcpy|Memset)")),
     # libc's block copies are where a kernel's fast path does its work (index_select's rows, cat's dim-0 inputs)
-    Library("C library", closed=False, repository="https://sourceware.org/git/glibc.git", ids=("libc",), calls=_re(r"^(std::)?(memcpy|memmove)$"), copies=True),
+    Library("C library", closed=False, repository="https://sourceware.org/git/glibc.git", ids=("libc",), calls=_re(r"^(std::)?(memcpy|memmove)$"), inner_loop=True),
+    # the standard library's sorts are where a CPU sort, topk or median does its work (SortingKernel.cpp's
+    # std::sort of a row); where one only orders a few dims (an FFT's), the loop or library after it ranks first
+    Library("C++ standard library", closed=False, repository="https://gcc.gnu.org/git/gcc.git", ids=("libstdcxx",),
+            calls=_re(r"^std::(sort|stable_sort|partial_sort|nth_element)$"), inner_loop=True),
     Library("HIP runtime", closed=False, repository="https://github.com/ROCm/clr", ids=("hip",), kernels=_re(r"^hipMemcpy|^hipMemset|^__amd_rocclr_")),
     Library(
         "cuDNN",

@@ -91,3 +91,24 @@ def _walk(tree):
         node, parent = stack.pop()
         yield node, parent
         stack.extend((c, node) for c in node.children)
+
+
+def test_a_cpu_sort_ends_in_the_standard_librarys_sort_and_an_fft_in_its_execution(tree_2_6, indexed_tree):
+    """The C++ standard library's sorts are an inner loop (SortingKernel.cpp's
+    sort_kernel_impl sorts each row with std::sort/std::stable_sort, read
+    here); cuFFT's execution, not its stream setup, is where an FFT ends."""
+    from kernelmap import api
+
+    text = (tree_2_6 / "aten/src/ATen/native/cpu/SortingKernel.cpp").read_text()
+    impl = text[text.index("static inline void sort_kernel_impl("):]
+    assert re.search(r"std::stable_sort\(composite_accessor", impl) and re.search(r"std::sort\(composite_accessor", impl)
+    answer = api.where("aten::sort", device="cpu", static=True, with_source=True, source=indexed_tree.name)
+    leaves = [s for s in answer.source if s.role == "leaf"]
+    assert leaves and all(leaf.name in ("std::sort", "std::stable_sort") and leaf.detail == "C++ standard library" for leaf in leaves)
+    for leaf in leaves:
+        assert f"{leaf.name}(composite_accessor" in (tree_2_6 / leaf.location.path).read_text().splitlines()[leaf.location.line - 1]
+
+    answer = api.where("aten::_fft_c2c", device="cuda", static=True, with_source=True, source=indexed_tree.name)
+    leaves = [s for s in answer.source if s.role == "leaf"]
+    assert leaves[0].name == "cufftXtExec" and any(s.name == "cufftSetStream" for s in leaves[1:])
+    assert "cufftXtExec(" in (tree_2_6 / leaves[0].location.path).read_text().splitlines()[leaves[0].location.line - 1]

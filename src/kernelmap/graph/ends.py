@@ -25,8 +25,9 @@ ranks after every end reached without one (batch_norm's cudaMemcpyAsync in
 Resize.cpp is not its work; its statistics kernel is). Then closed or external vendor code is where a call
 really ends, then a launch of device code, then the loop machinery, then the
 inner loop, with the C library's block copies (index_select's memcpy of a
-row) as inner loops: they are the loop that copies, not a library's work. Among ends of one
-kind, calls that do the work (cudnnConvolutionForward, cudnnBackendExecute, a
+row) and the C++ standard library's sorts (a CPU sort's std::sort of a row)
+as inner loops: they are the loop that copies or sorts, not a library's work. Among ends of one
+kind, calls that do the work (cudnnConvolutionForward, cudnnBackendExecute, cufftXtExec, a
 gemm, a *_kernel; a launch of device code, whatever its name:
 bitonicSortKVInPlace, softmax_warp_forward) come before setup
 (cudnnSetStream, descriptor builders, a launch that only checks or fills:
@@ -64,7 +65,7 @@ _GRAIN_TEST = re.compile(r"\w\s*(>=|>|<=|<)\s*(?:at::)?(?:internal::)?(?:GRAIN_S
 _STORAGE_GROWTH = re.compile(r"(?:^|::)(?:resize_bytes_\w+|maybe_resize_storage_\w+)$")
 # A launch that only checks (masked_scatter_size_check, an assertion) or fills memory (TensorTopK's fill).
 _SETUP_LAUNCH = re.compile(r"(?i)check|assert|(?:^|_)fill(?:_|$)")
-_WORK = re.compile(r"(Execute|Forward|Backward|gemm|Gemm|compute|_kernel$|kernel_vec$|kernel$)")
+_WORK = re.compile(r"(Execute|Exec(?![a-z])|Forward|Backward|gemm|Gemm|compute|_kernel$|kernel_vec$|kernel$)")
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ def call_ends(tree: CallTree) -> tuple[End, ...]:
             layouts = sum(1 for n in path if other_layouts_only(n.condition))
             growths = sum(1 for n in path if _STORAGE_GROWTH.search(n.name))
             library = vendors.library(node.attrs.get("library")) if node.kind is NodeKind.VENDOR else None
-            kind = _KIND_RANK[NodeKind.INNER_LOOP] if library is not None and library.copies else _KIND_RANK[node.kind]
+            kind = _KIND_RANK[NodeKind.INNER_LOOP] if library is not None and library.inner_loop else _KIND_RANK[node.kind]
             ends.append(End(node, path, (opted, layouts, larger, growths, kind, not works, elses, order)))
             order += 1
             if node.kind is not NodeKind.DEVICE_LOOP:

@@ -502,6 +502,8 @@ void run(F f) { f.template operator()<int>(1); }
         # an attribute on each of 40,000 continued lines of one directive; 200,000 on one line
         (b"#define X \\\n" + b"__device__ \\\n" * 40_000 + b"\n", False),
         (b"__device__ " * 200_000, False),
+        # 200,000 `#` on one line that is no directive, then an attribute: directives are looked for per line
+        (b'const char* s = "' + b"#" * 200_000 + b'";\n__device__ void f() {}\n', False),
         # Objective-C: nested messages, declarations never ended, literals in literals
         (b"[x y:" * 20_000 + b"z" + b"]" * 20_000, True),
         (b"@interface " * 50_000, True),

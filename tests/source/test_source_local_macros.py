@@ -64,3 +64,21 @@ def test_blanking_keeps_line_continuations():
     masked = extract.mask_attributes(text)
     assert len(masked) == len(text) and masked.count(b"\\\n") == text.count(b"\\\n") == 2
     assert b"grid" not in masked and masked.endswith(b"int y;\n")
+
+
+def test_a_call_of_a_macros_own_parameter_names_nothing(extractor):
+    """`#define M(fn, y) fn(y); helper(y)`: `fn` is whatever each use passes."""
+    text = b"void g() {\n#define M(fn, y) fn(y); helper(y)\n  M(a, b);\n}\n"
+    assert [(c.callee, c.line) for c in extractor.extract("x.cpp", text).calls] == [("helper", 2)]
+
+
+def test_many_local_macros_with_launches_stay_within_budget(extractor):
+    """Launches in thousands of local macros: each launch is looked up among the
+    macro bodies by bisection, and at most _MAX_LOCAL_MACROS_READ bodies are
+    parsed on their own; the rest keep their launches from the function's text."""
+    n = 4000
+    body = b"".join(b"#define L%d(x) k%d<<<1, 1>>>(x)\n" % (i, i) for i in range(n)) + b"".join(b"  k%d<<<1, 1>>>(y);\n" % i for i in range(n))
+    f = extractor.extract("x.cu", b"void g() {\n" + body + b"}\n")
+    assert f.skipped is None
+    launches = [c for c in f.calls if c.kind == "launch"]
+    assert len(launches) == 2 * n and {c.short for c in launches} == {f"k{i}" for i in range(n)}

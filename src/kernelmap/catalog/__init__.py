@@ -222,7 +222,7 @@ class Catalog:
             python_module=r["python_module"],
             tags=tuple(r["tags"]),
             dispatch=tuple(
-                Kernel(key, symbol, location=self._kernel_location(r, yaml_loc, line), kind="native", structured=structured)
+                Kernel(key, symbol, location=self._kernel_location(r, key, yaml_loc, line), kind="native", structured=structured)
                 for key, symbol, structured, line in r["dispatch"]
             ),
             structured_delegate=r["structured_delegate"],
@@ -236,15 +236,18 @@ class Catalog:
         )
 
 
-    def _kernel_location(self, r: dict, yaml_loc: Location, line: int | None) -> Location | None:
+    def _kernel_location(self, r: dict, key: str, yaml_loc: Location, line: int | None) -> Location | None:
         """Where the yaml names a kernel: its `dispatch:` entry's line; for a
         default composite kernel it names none, the `- func:` line that
-        declares it. A kernel torchgen writes for an operator it generates
-        (`_conj_copy_out` of `_conj_copy.out`) is named nowhere in the yaml,
-        and the `- func:` line is another operator's: it has no location."""
+        declares it. A kernel torchgen writes itself is named nowhere in the
+        yaml and has no location: one for an operator it generates
+        (`_conj_copy_out` of `_conj_copy.out`, whose `- func:` line is another
+        operator's), and a ufunc's CPU and CUDA kernels (`ufunc_add_CPU`)."""
         if line is not None:
             return Location(NATIVE_YAML, line, origin=self.origin)
-        return None if "generated" in r["tags"] else yaml_loc
+        if "generated" in r["tags"] or (r["ufunc_inner_loop"] and key in ("CPU", "CUDA")):
+            return None
+        return yaml_loc
 
 
 def _validate(name: str) -> str:

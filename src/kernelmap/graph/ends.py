@@ -64,7 +64,7 @@ _GRAIN_TEST = re.compile(r"\w\s*(>=|>|<=|<)\s*(?:at::)?(?:internal::)?(?:GRAIN_S
 # Functions that grow a tensor's storage, copying its old data (Note [ranking a call's ends]).
 _STORAGE_GROWTH = re.compile(r"(?:^|::)(?:resize_bytes_\w+|maybe_resize_storage_\w+)$")
 # A launch that only checks (masked_scatter_size_check, an assertion) or fills memory (TensorTopK's fill).
-_SETUP_LAUNCH = re.compile(r"(?i)check|assert|(?:^|_)fill(?:_|$)")
+_SETUP_LAUNCH = re.compile(r"(?i:check|assert)|(?:^|_)[Ff]ill(?:_|$|[A-Z])")
 _WORK = re.compile(r"(Execute|Exec(?![a-z])|Forward|Backward|gemm|Gemm|compute|_kernel$|kernel_vec$|kernel$)")
 
 
@@ -93,7 +93,7 @@ def call_ends(tree: CallTree) -> tuple[End, ...]:
         if node.attrs.get("collapsed") or node.attrs.get("branch"):
             continue
         if node.kind in _KIND_RANK:
-            works = not _SETUP_LAUNCH.search(node.name) if node.kind is NodeKind.LAUNCH else bool(_WORK.search(node.name))
+            works = not _SETUP_LAUNCH.search(node.name.rsplit("::", 1)[-1]) if node.kind is NodeKind.LAUNCH else bool(_WORK.search(node.name))
             elses = sum(1 for n in path if (n.condition or "").startswith("else of "))
             larger = sum(1 for n in path if for_larger_inputs(n.condition))
             opted = sum(1 for n in path if deterministic_only(n.condition))

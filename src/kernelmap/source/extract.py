@@ -634,8 +634,9 @@ def _directive_spans(text: bytes) -> tuple[list[int], list[int]]:
             starts.append(line)
             ends.append(m.end())
             m = search(text, m.end())
-        else:  # a `#` in code, a string or a comment: a directive may start on the next line
-            m = search(text, at + 1)
+        else:  # a `#` in code, a string or a comment: a directive may start on the next line, not on this one
+            after = text.find(b"\n", at)
+            m = search(text, after + 1) if after >= 0 else None
     return starts, ends
 
 
@@ -740,6 +741,7 @@ def _expanded_lines(macros: dict[bytes, _Macro], name: bytes, args: list[tuple[b
 # Shape.cu's HANDLE_CASE), not from the function's text.
 _CONTINUATION = re.compile(rb"\\(\r?\n)")
 _MAX_LOCAL_MACRO_BYTES = 16384
+_MAX_LOCAL_MACROS_READ = 256  # a parse each: real files have a few (generated or hostile ones, thousands)
 
 _NESTED_USE = re.compile(rb"([A-Za-z_]\w*)[ \t]*\(")  # a word starts each match: finditer never starts inside one
 
@@ -1156,18 +1158,22 @@ class Extractor:
         # syntax (it reads shifts and comparisons), so they are found in the body
         # text, and placed among the calls: the regions around them give their
         # case/if and `#if` conditions (a launch in a nested definition once, as its).
-        macro_bodies = [body for cap in by_file["macros"] for body in cap["macro.body"]] if expand else []
+        # the bodies `_local_macro_calls` reads (Note [calls in function-local macros])
+        macro_bodies = [body for cap in by_file["macros"] for body in cap["macro.body"]
+                        if body.end_byte - body.start_byte <= _MAX_LOCAL_MACRO_BYTES][:_MAX_LOCAL_MACROS_READ] if expand else []
         if b"<<<" in original:
             found = {}
-            # a launch in a `#define`'s body is its own macro's (Note [calls in function-local macros])
+            # a launch in a `#define`'s body read on its own is its macro's; spans in order, none inside another
             in_macros = [(b.start_byte, b.end_byte) for b in macro_bodies if b"<<<" in original[b.start_byte : b.end_byte]]
+            macro_starts = [start for start, _ in in_macros]
             for node, _ in defs_raw:
                 body = _body(node)
                 chunk = original[body.start_byte : body.end_byte]
                 if b"<<<" in chunk:
                     for m in _launches(chunk):
                         at = body.start_byte + m.start()
-                        if any(start <= at < end for start, end in in_macros):
+                        k = bisect.bisect_right(macro_starts, at) - 1
+                        if k >= 0 and at < in_macros[k][1]:
                             continue
                         line = body.start_point[0] + 1 + chunk.count(b"\n", 0, m.start())
                         found[at] = ("launch", (_strip_templates(m.group(1).decode("utf-8", "replace")), line), None)
@@ -1247,13 +1253,17 @@ class Extractor:
         [calls in function-local macros]), as calls of the function it is in;
         read from the file as written (the snippet is masked on its own)."""
         text = _CONTINUATION.sub(rb" \1", original[body.start_byte : body.end_byte])
-        if not text.strip() or len(text) > _MAX_LOCAL_MACRO_BYTES:
+        if not text.strip():
             return []
         first = body.start_point[0] + 1  # the body's first line, the snippet's second
         snippet = b"void __macro__() {\n" + b" " * body.start_point[1] + text + b";\n}"
         facts = self._extract(path, snippet, "", expand=False)
+        # a call of one of the macro's parameters (`#define M(fn) fn(x)`) calls what each use passes: no name here
+        params = body.parent.child_by_field_name("parameters") if body.parent is not None else None
+        own = {p.text for p in params.named_children} if params is not None else set()
         return [c._replace(definition=def_index, line=c.line - 2 + first, preproc=" && ".join(p for p in (pp, c.preproc) if p) or None)
-                for c in facts.calls if c.definition == 0 and "#" not in c.callee and 2 <= c.line < snippet.count(b"\n") + 1]
+                for c in facts.calls if c.definition == 0 and "#" not in c.callee and 2 <= c.line < snippet.count(b"\n") + 1
+                and c.callee.split("::", 1)[0].encode() not in own]
 
     def _expansion(self, path, original, macros, use, scopes, pp, facts_so_far, placed) -> None:
         """Add the facts of one macro use (Note [definitions written by

@@ -282,7 +282,7 @@ def _check_kernels_at_their_dispatch_lines(catalog, yaml_path) -> int:
         for keys, kernel in (entry.get("dispatch") or {}).items():
             for key in keys.split(","):
                 written[(entry["func"].split("(")[0], key.strip())] = kernel.rsplit("::", 1)[-1]
-    at_dispatch = 0
+    at_dispatch = ufunc = 0
     for op in catalog:
         if "generated" in op.tags:
             continue
@@ -294,13 +294,17 @@ def _check_kernels_at_their_dispatch_lines(catalog, yaml_path) -> int:
                 assert kernel.key in {k.strip() for k in keys.split(",")}, (op.name, kernel, line)
                 assert value.split("#")[0].strip().rsplit("::", 1)[-1] == named, (op.name, kernel, line)
                 at_dispatch += 1
-            elif op.ufunc_inner_loop and kernel.key in ("CPU", "CUDA"):  # torchgen writes a ufunc's kernels (ufunc_add_CPU)
-                assert kernel.location is None and kernel.symbol.rsplit("::", 1)[-1] not in line, (op.name, kernel)
+            elif op.ufunc_inner_loop and kernel.key in ("CPU", "CUDA"):  # torchgen writes a ufunc's kernels: ufunc_<loop>_<key>
+                loop = re.match(r"\s+\w+:\s*(\w+)\s*\(", line)
+                assert loop and kernel.symbol.rsplit("::", 1)[-1] == f"ufunc_{loop.group(1)}_{kernel.key}", (op.name, kernel, line)
+                assert lines[kernel.location.line - 2].strip() == "ufunc_inner_loop:" or re.match(r"\s+\w+:\s*\w+\s*\(", lines[kernel.location.line - 2])
+                ufunc += 1
             else:  # a default composite kernel: its `- func:` line, of its own operator
                 assert kernel.location == op.location, (op.name, kernel)
     for op in catalog:  # torchgen's own kernels of the operators it generates are named in no yaml line
         if "generated" in op.tags:
             assert all(k.location is None for k in op.dispatch if (str(op.name).removeprefix("aten::"), k.key) not in written), op.name
+    assert ufunc > 0
     return at_dispatch
 
 

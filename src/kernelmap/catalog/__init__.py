@@ -239,10 +239,11 @@ class Catalog:
     def _kernel_location(self, r: dict, key: str, yaml_loc: Location, line: int | None) -> Location | None:
         """Where the yaml names a kernel: its `dispatch:` entry's line; for a
         default composite kernel it names none, the `- func:` line that
-        declares it. A kernel torchgen writes itself is named nowhere in the
-        yaml and has no location: one for an operator it generates
-        (`_conj_copy_out` of `_conj_copy.out`, whose `- func:` line is another
-        operator's), and a ufunc's CPU and CUDA kernels (`ufunc_add_CPU`)."""
+        declares it; a ufunc's CPU and CUDA kernels (`ufunc_add_CPU`), the
+        `ufunc_inner_loop:` line naming the loop they run (`Generic: add (...)`).
+        A kernel torchgen writes for an operator it generates (`_conj_copy_out`
+        of `_conj_copy.out`) is named nowhere in the yaml, and the `- func:`
+        line is another operator's: it has no location."""
         if line is not None:
             return Location(NATIVE_YAML, line, origin=self.origin)
         if "generated" in r["tags"] or (r["ufunc_inner_loop"] and key in ("CPU", "CUDA")):

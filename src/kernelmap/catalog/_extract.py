@@ -50,15 +50,19 @@ def _derivative_lines(path: str) -> dict[str, int]:
 
 
 _DISPATCH_ENTRY = re.compile(r"^\s+([A-Za-z0-9_, ]+):\s*([A-Za-z0-9_:]+)\s*(?:#.*)?$")
+# `Generic: add (AllAndComplex, BFloat16, Half, ComplexHalf)` under `ufunc_inner_loop:`
+_UFUNC_ENTRY = re.compile(r"^\s+(\w+):\s*(\w+)\s*\(")
 
 
 def _dispatch_lines(lines: list[str], func_line: int) -> dict[str, tuple[int, str]]:
     """Dispatch key -> (line, kernel) of the `dispatch:` entry naming its kernel, in
     the yaml entry whose `- func:` is at `func_line` (1-based): `CUDA:
     batch_norm_cuda` is where that kernel is written, not the `- func:` line
-    (`SparseCPU, SparseCUDA: narrow_copy_sparse` gives both keys its line)."""
+    (`SparseCPU, SparseCUDA: narrow_copy_sparse` gives both keys its line);
+    "ufunc" -> (line, loop) of the first `ufunc_inner_loop:` entry."""
     found: dict[str, tuple[int, str]] = {}
-    indent = None  # of the `dispatch:` key, while inside its block
+    indent = None  # of the `dispatch:` or `ufunc_inner_loop:` key, while inside its block
+    block = None
     for number in range(func_line, len(lines)):  # the lines after `- func:`
         text = lines[number]
         if text.startswith("- "):
@@ -69,8 +73,14 @@ def _dispatch_lines(lines: list[str], func_line: int) -> dict[str, tuple[int, st
         if indent is not None and depth <= indent:
             indent = None
         if indent is None:
-            if text.split("#")[0].strip() == "dispatch:":
+            block = text.split("#")[0].strip()
+            if block in ("dispatch:", "ufunc_inner_loop:"):
                 indent = depth
+            continue
+        if block == "ufunc_inner_loop:":  # torchgen names the loops' kernels ufunc_<loop>_<key>: the first names them
+            m = _UFUNC_ENTRY.match(text)
+            if m:
+                found.setdefault("ufunc", (number + 1, m.group(2)))
             continue
         m = _DISPATCH_ENTRY.match(text)
         if m:
@@ -109,6 +119,8 @@ def extract(native_yaml: str, tags_yaml: str, derivatives_yaml: str) -> dict:
             # The entry's line where the yaml names this key's kernel, else the
             # `- func:` line (a default composite kernel, a ufunc's CPU and CUDA ones).
             line, kernel = written.get(str(key), (None, None))
+            if line is None and "ufunc" in written and meta.kernel == f"ufunc_{written['ufunc'][1]}_{key}":
+                line, kernel = written["ufunc"][0], meta.kernel  # a ufunc's CPU and CUDA kernels: its loop's line
             dispatch.append([str(key), f"{namespace}::{meta.kernel}", bool(meta.structured), line if kernel == meta.kernel else None])
 
         autograd = None

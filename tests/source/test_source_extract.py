@@ -561,3 +561,15 @@ def test_tables_holding_more_than_numbers_are_kept(inside):
 def test_small_tables_are_kept():
     text = f"int t[][8] = {{ {_table(10)} }};\n".encode()
     assert len(text) < 4096 and mask_attributes(text) == text
+
+
+def test_a_definition_is_at_its_names_line_past_a_returned_reference_or_pointer(ex, tree_2_6):
+    """The reference declarator of `Tensor&\\n_scaled_mm_out_cuda(` starts at the
+    `&`, a line before the name (cuda/Blas.cpp, read here)."""
+    f = facts(ex, "namespace at {\nTensor&\nfoo(Tensor& t) { return t; }\nint *\n  *bar() { return nullptr; }\n}\n")
+    assert {(d.name, d.line) for d in f.definitions} == {("at::foo", 3), ("at::bar", 5)}
+    path = "aten/src/ATen/native/cuda/Blas.cpp"
+    lines = (tree_2_6 / path).read_text().splitlines()
+    real = ex.extract(path, (tree_2_6 / path).read_bytes())
+    (d,) = [d for d in real.definitions if d.short == "_scaled_mm_out_cuda"]
+    assert lines[d.line - 1].startswith("_scaled_mm_out_cuda(") and lines[d.line - 2] == "Tensor&"

@@ -739,7 +739,6 @@ def _expanded_lines(macros: dict[bytes, _Macro], name: bytes, args: list[tuple[b
 # written on no line and is not kept. Its launches too are read from the
 # parsed body, under the body's own conditions (`if (isContig) {\` in
 # Shape.cu's HANDLE_CASE), not from the function's text.
-_CONTINUATION = re.compile(rb"\\(\r?\n)")
 _MAX_LOCAL_MACRO_BYTES = 16384
 _MAX_LOCAL_MACROS_READ = 256  # a parse each: real files have a few (generated or hostile ones, thousands)
 
@@ -1154,13 +1153,13 @@ class Extractor:
             points += _operator_arguments(data, root, self.ops)
         if expand and macros:
             points += [(use[0], 2, use) for use in _macro_uses(data, macros)]
+        # The `#define` bodies `_local_macro_calls` reads (Note [calls in function-local macros]).
+        macro_bodies = [body for cap in by_file["macros"] for body in cap["macro.body"]
+                        if body.end_byte - body.start_byte <= _MAX_LOCAL_MACRO_BYTES][:_MAX_LOCAL_MACROS_READ] if expand else []
         # Launches written `kernel<<<grid, block>>>(...)`: the grammar has no such
         # syntax (it reads shifts and comparisons), so they are found in the body
         # text, and placed among the calls: the regions around them give their
         # case/if and `#if` conditions (a launch in a nested definition once, as its).
-        # the bodies `_local_macro_calls` reads (Note [calls in function-local macros])
-        macro_bodies = [body for cap in by_file["macros"] for body in cap["macro.body"]
-                        if body.end_byte - body.start_byte <= _MAX_LOCAL_MACRO_BYTES][:_MAX_LOCAL_MACROS_READ] if expand else []
         if b"<<<" in original:
             found = {}
             # a launch in a `#define`'s body read on its own is its macro's; spans in order, none inside another
@@ -1252,7 +1251,7 @@ class Extractor:
         """The calls written in the body of a function-local `#define` (Note
         [calls in function-local macros]), as calls of the function it is in;
         read from the file as written (the snippet is masked on its own)."""
-        text = _CONTINUATION.sub(rb" \1", original[body.start_byte : body.end_byte])
+        text = _LINE_CONTINUATION.sub(lambda m: b" " + m.group(1)[1:], original[body.start_byte : body.end_byte])
         if not text.strip():
             return []
         first = body.start_point[0] + 1  # the body's first line, the snippet's second
@@ -1431,10 +1430,16 @@ class Extractor:
         cast = name.find("operator ")  # a conversion operator's type may hold `::` (`operator const std::string&`)
         if cast >= 0 and name[cast - 2 : cast] in ("", "::"):
             short = name[cast:]
-        # The line is the declarator's, where the name is written: a return type
-        # spread over lines before it (`inline std::enable_if_t<...>\nmkldnn_gemm(`)
-        # must not move the location off the name.
-        line = (declarator if declarator is not None else node).start_point[0] + 1
+        # The line is the name's: a return type spread over lines before it
+        # (`inline std::enable_if_t<...>\nmkldnn_gemm(`) must not move the location
+        # off the name, nor a `&` or `*` it ends with (`Tensor&\n_scaled_mm_out_cuda(`:
+        # the reference declarator starts at the `&`).
+        named = declarator
+        while named is not None and named.type in _UNWRAP:
+            named = named.child_by_field_name("declarator") or (named.named_children[-1] if named.named_children else None)
+        if named is not None and named.type == "function_declarator":
+            named = named.child_by_field_name("declarator") or named
+        line = (named or declarator or node).start_point[0] + 1
         return Definition(name, lookup, short, kind, line, node.end_point[0] + 1, pp, op)
 
     # -- calls and registrations -----------------------------------------

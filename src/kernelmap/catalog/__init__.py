@@ -235,7 +235,6 @@ class Catalog:
             manual_cpp_binding=r["manual_cpp_binding"],
         )
 
-
     def _kernel_location(self, r: dict, key: str, yaml_loc: Location, line: int | None) -> Location | None:
         """Where the yaml names a kernel: its `dispatch:` entry's line; for a
         default composite kernel it names none, the `- func:` line that

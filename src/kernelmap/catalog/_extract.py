@@ -54,13 +54,14 @@ _DISPATCH_ENTRY = re.compile(r"^\s+([A-Za-z0-9_, ]+):\s*([A-Za-z0-9_:]+)\s*(?:#.
 _UFUNC_ENTRY = re.compile(r"^\s+(\w+):\s*(\w+)\s*\(")
 
 
-def _dispatch_lines(lines: list[str], func_line: int) -> dict[str, tuple[int, str]]:
-    """Dispatch key -> (line, kernel) of the `dispatch:` entry naming its kernel, in
-    the yaml entry whose `- func:` is at `func_line` (1-based): `CUDA:
-    batch_norm_cuda` is where that kernel is written, not the `- func:` line
-    (`SparseCPU, SparseCUDA: narrow_copy_sparse` gives both keys its line);
-    "ufunc" -> (line, loop) of the first `ufunc_inner_loop:` entry."""
+def _dispatch_lines(lines: list[str], func_line: int) -> tuple[dict[str, tuple[int, str]], tuple[int, str] | None]:
+    """In the yaml entry whose `- func:` is at `func_line` (1-based): dispatch
+    key -> (line, kernel) of the `dispatch:` entry naming its kernel (`CUDA:
+    batch_norm_cuda` is where that kernel is written, not the `- func:` line;
+    `SparseCPU, SparseCUDA: narrow_copy_sparse` gives both keys its line); and
+    (line, loop) of the first `ufunc_inner_loop:` entry, if any."""
     found: dict[str, tuple[int, str]] = {}
+    ufunc = None
     indent = None  # of the `dispatch:` or `ufunc_inner_loop:` key, while inside its block
     block = None
     for number in range(func_line, len(lines)):  # the lines after `- func:`
@@ -79,14 +80,14 @@ def _dispatch_lines(lines: list[str], func_line: int) -> dict[str, tuple[int, st
             continue
         if block == "ufunc_inner_loop:":  # torchgen names the loops' kernels ufunc_<loop>_<key>: the first names them
             m = _UFUNC_ENTRY.match(text)
-            if m:
-                found.setdefault("ufunc", (number + 1, m.group(2)))
+            if m and ufunc is None:
+                ufunc = (number + 1, m.group(2))
             continue
         m = _DISPATCH_ENTRY.match(text)
         if m:
             for key in m.group(1).split(","):
                 found.setdefault(key.strip(), (number + 1, m.group(2).rsplit("::", 1)[-1]))
-    return found
+    return found, ufunc
 
 
 def extract(native_yaml: str, tags_yaml: str, derivatives_yaml: str) -> dict:
@@ -109,18 +110,18 @@ def extract(native_yaml: str, tags_yaml: str, derivatives_yaml: str) -> dict:
     ops = []
     for f, fn_info in zip(functions, with_infos):
         assert fn_info.func is f
-        written = _dispatch_lines(yaml_lines, f.loc.line)
+        written, ufunc = _dispatch_lines(yaml_lines, f.loc.line)
         dispatch = []
         for key, index in indices.items():
             meta = index.get_kernel(f)
             if meta is None:
                 continue
             namespace = getattr(meta, "cpp_namespace", "at::native")
-            # The entry's line where the yaml names this key's kernel, else the
-            # `- func:` line (a default composite kernel, a ufunc's CPU and CUDA ones).
+            # The entry's line where the yaml names this key's kernel; a ufunc's CPU and
+            # CUDA kernels (torchgen's ufunc_<loop>_<key>), its loop's line; else none.
             line, kernel = written.get(str(key), (None, None))
-            if line is None and "ufunc" in written and meta.kernel == f"ufunc_{written['ufunc'][1]}_{key}":
-                line, kernel = written["ufunc"][0], meta.kernel  # a ufunc's CPU and CUDA kernels: its loop's line
+            if line is None and ufunc is not None and meta.kernel == f"ufunc_{ufunc[1]}_{key}":
+                line, kernel = ufunc[0], meta.kernel
             dispatch.append([str(key), f"{namespace}::{meta.kernel}", bool(meta.structured), line if kernel == meta.kernel else None])
 
         autograd = None

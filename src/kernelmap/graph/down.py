@@ -798,7 +798,7 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
 
     definition = node.payload
     children = []
-    bound = _template_bindings(node, definition, ctx)
+    bound = node.bound if node.bound is not None else _template_bindings(node, definition, ctx)
     for site in ctx.index.calls_from(definition):
         condition = site.condition
         if site.preproc:
@@ -809,9 +809,9 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
         if child is None:
             continue
         if child.identity is not None and child.kind is NodeKind.KERNEL and child.payload is not None:
-            binds = _template_bindings(child, child.payload, ctx)
-            if binds:  # each instantiation is its own: sortCommon with SmallBitonicSort, then with MediumRadixSort
-                child.identity = (*child.identity, *sorted(binds.items()))
+            child.bound = _template_bindings(child, child.payload, ctx)
+            if child.bound:  # each instantiation is its own: sortCommon with SmallBitonicSort, then with MediumRadixSort
+                child.identity = (*child.identity, *sorted(child.bound.items()))
                 child.attrs["identity"] = ":".join(str(part) for part in child.identity)
         if site.kind is EdgeKind.DIRECT and _vectorized_math(child):
             for n in (child, *child.children):

@@ -22,16 +22,17 @@ reached without one. Then the storage: an end reached through growing a
 tensor's storage (`resize_bytes_cuda`, `maybe_resize_storage_cpu`: an output
 resized when the call sets it up, whose old data is copied over) is setup, and
 ranks after every end reached without one (batch_norm's cudaMemcpyAsync in
-Resize.cpp is not its work; its statistics kernel is). Then closed or external vendor code is where a call
-really ends, then a launch of device code, then the loop machinery, then the
-inner loop, with the C library's block copies (index_select's memcpy of a
-row) and the C++ standard library's sorts (a CPU sort's std::sort of a row)
-as inner loops: they are the loop that copies or sorts, not a library's work. Among ends of one
-kind, calls that do the work (cudnnConvolutionForward, cudnnBackendExecute, cufftXtExec, a
-gemm, a *_kernel; a launch of device code, whatever its name:
-bitonicSortKVInPlace, softmax_warp_forward) come before setup
-(cudnnSetStream, descriptor builders, a launch that only checks or fills:
-masked_scatter_size_check, fill_reverse_indices_kernel),
+Resize.cpp is not its work; its statistics kernel is). Then closed or external
+vendor code is where a call really ends, then a launch of device code, then
+the loop machinery, then the inner loop, with the C library's block copies
+(index_select's memcpy of a row) and the C++ standard library's sorts (a CPU
+sort's std::sort of a row) as inner loops: they are the loop that copies or
+sorts, not a library's work. Among ends of one kind, calls that do the work
+(cudnnConvolutionForward, cudnnBackendExecute, cufftXtExec, a gemm, a
+*_kernel; a launch of device code, whatever its name: bitonicSortKVInPlace,
+softmax_warp_forward) come before setup (cudnnSetStream, descriptor builders,
+a launch that only checks or fills: masked_scatter_size_check,
+fill_reverse_indices_kernel),
 then the ones reached through fewer `else` arms (the case a kernel tests for
 first), then the first in the tree's order: the order in which a kernel's
 body tests its alternatives (switch cases, if/else). Not the shallower first:

@@ -29,6 +29,7 @@ class Node:
     payload: Any = None  # what expanding the node needs: a PyDef, an Op, a Definition...
     identity: tuple | None = None  # cycle and repeat detection; None: a leaf
     children: list[Node] = field(default_factory=list)
+    bound: dict[str, str] | None = None  # template parameters its call site binds, once read (Note [template arguments])
 
     def __post_init__(self) -> None:
         self.kind = NodeKind(self.kind)

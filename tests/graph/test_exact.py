@@ -125,6 +125,48 @@ def test_where_chooses_the_overload_the_schema_names(context, op, name):
     assert named and all(d.location != entry.location for d in named)
 
 
+@pytest.mark.parametrize("op, scalars", [("aten::where.self", []), ("aten::where.ScalarSelf", [1]), ("aten::where.ScalarOther", [2])])
+def test_where_tells_overloads_of_one_arity_apart_by_their_tensor_and_scalar_arguments(context, op, scalars):
+    """TensorCompare.cpp defines four at::native::where of three arguments
+    (read here); each overload of aten::where runs the one whose Tensor and
+    Scalar arguments are the schema's."""
+    roles, _ = steps(op, "cpu")
+    entry = roles["entry kernel"]
+    params = [p.strip() for p in signature(entry.location, "where").split(",")]
+    assert [i for i, p in enumerate(params) if "Scalar" in p] == scalars and len(params) == 3
+    ix = context("cpu").index
+    others = [d for d in ix.definitions("at::native::where") if d.location != entry.location
+              and d.location.path == entry.location.path and len(signature(d.location, "where").split(",")) == 3]
+    assert len(others) == 3
+
+
+def test_an_argument_a_call_returns_tells_overloads_apart(tree_2_6, context):
+    """rsub's Scalar overload (BinaryOps.cpp, read here) calls native::rsub
+    with `wrapped_scalar_tensor(other)`, which ScalarOps.h (read here) declares
+    to return a Tensor: the Tensor overload, not itself."""
+    ops = (tree_2_6 / "aten/src/ATen/ScalarOps.h").read_text()
+    assert re.search(r"inline Tensor wrapped_scalar_tensor\(", ops)
+    binary = (tree_2_6 / "aten/src/ATen/native/BinaryOps.cpp").read_text()
+    scalar = binary.index("Tensor rsub(const Tensor& self, const Scalar& other, const Scalar& alpha)")
+    assert "native::rsub(self, wrapped_scalar_tensor(other), alpha)" in binary[scalar : scalar + 200]
+    tensor_line = binary[: binary.index("Tensor rsub(const Tensor& self, const Tensor& other, const Scalar& alpha)")].count("\n") + 1
+    tree = graph.stack("aten::rsub.Scalar", context("cpu"))
+    called = [n for n, _ in walk(tree) if n.name == "at::native::rsub" and n.via == "direct"]
+    assert [n.location.line for n in called] == [tensor_line]
+
+
+def test_a_function_named_in_a_comment_is_not_passed_as_an_argument(tree_2_6, context):
+    """_linalg_check_errors (BatchLinearAlgebra.cpp, read here) names
+    `inverse` in a comment, `// inv, inverse, cholesky_inverse, etc.`: no call
+    of at::native::inverse."""
+    text = (tree_2_6 / "aten/src/ATen/native/BatchLinearAlgebra.cpp").read_text()
+    body = text[text.index("void _linalg_check_errors("):]
+    assert "// inv, inverse, cholesky_inverse, etc." in body[: body.index("\n}\n")]
+    tree = graph.stack("aten::_linalg_check_errors", context("cuda"))
+    assert not [n for n, _ in walk(tree) if n.name == "at::native::inverse"]
+    assert [n for n, _ in walk(tree) if n.name == "aten::any"]
+
+
 # -- cause 5: template specialisations per dtype -----------------------------
 
 

@@ -594,9 +594,44 @@ def by_signature(definitions: list, schema: str | None, ctx: GraphContext) -> li
     scored = []
     for d in definitions:
         params = parameters(d, ctx)
-        scored.append((_signature_distance(params, args) if params is not None else 500, d))
+        scored.append(((_signature_distance(params, args), _type_mismatches(params, args)) if params is not None else (500, 0), d))
     best = min(score for score, _ in scored)
-    return [d for score, d in scored if score == best] if best < 500 else definitions
+    return [d for score, d in scored if score == best] if best[0] < 500 else definitions
+
+
+def _schema_type_kind(argument: str) -> str | None:
+    """`tensor`, `tensors` or `scalar` for a schema argument (`Tensor(a!) out`,
+    `Tensor?[] indices`, `Scalar? alpha`), else None (not compared)."""
+    kind = argument.rsplit(None, 1)[0] if " " in argument else ""
+    if kind.startswith("Tensor"):
+        return "tensors" if "[" in kind else "tensor"
+    return "scalar" if kind in ("Scalar", "Scalar?") else None
+
+
+_CPP_TENSORS = re.compile(r"\b(?:TensorList|ITensorListRef|MaterializedITensorListRef)\b|(?:ArrayRef|vector|List)\s*<\s*(?:const\s+)?(?:at::)?(?:std::optional<\s*)?(?:at::)?Tensor\b")
+
+
+def _cpp_type_kind(param: str) -> str | None:
+    """The same for a C++ parameter (`const Tensor& self`, `TensorList tensors`,
+    `const Scalar& other`, `const std::optional<Tensor>& weight`)."""
+    if _CPP_TENSORS.search(param):
+        return "tensors"
+    if re.search(r"\bTensor\b", param):
+        return "tensor"
+    return "scalar" if re.search(r"\bScalar\b", param) else None
+
+
+def _type_mismatches(params: list[str], schema_args: list[str]) -> int:
+    """How many arguments, place by place, are of another kind in C++ than in
+    the schema, of a Tensor, a list of Tensors and a Scalar: overloads of one
+    arity told apart (where.self runs `where(const Tensor&, const Tensor&, const
+    Tensor&)`, not the ScalarSelf overload's `where(const Tensor&, const
+    Scalar&, const Tensor&)` beside it)."""
+    mismatches = 0
+    for param, argument in zip(params, schema_args):
+        want, have = _schema_type_kind(argument), _cpp_type_kind(param)
+        mismatches += want is not None and have is not None and want != have
+    return mismatches
 
 
 # The C++ element types of a dtype, as ATen spells them (at::Half, c10::Half, Half).
@@ -876,6 +911,13 @@ def _by_short_name(index, path: str) -> dict[str, list]:
     return by_short
 
 
+_CODE_ONLY = re.compile(r"""//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'""", re.S)
+
+
+def _blank_keeping_lines(m: re.Match) -> str:
+    return re.sub(r"[^\n]", " ", m.group())
+
+
 def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
     """Functions of the same file that `definition` passes as arguments: calls
     made through a function pointer, which no call site shows."""
@@ -884,12 +926,13 @@ def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
     by_short = _by_short_name(ctx.index, location.path)
     if not any(d.name != definition.name for ds in by_short.values() for d in ds):
         return []
-    body = lines[location.line - 1 : location.end_line or location.line]
+    # comments and strings blanked, lines kept: `// inv, inverse, cholesky_inverse, etc.` passes nothing
+    body = _CODE_ONLY.sub(_blank_keeping_lines, "\n".join(lines[location.line - 1 : location.end_line or location.line])).split("\n")
     head = "\n".join(body[: next((i for i, text in enumerate(body) if "{" in text), 0) + 1])
     text = "\n".join(body)
     found = []
     for number in range(location.line + 1, (location.end_line or location.line) + 1):  # not the signature
-        line = lines[number - 1] if number <= len(lines) else ""
+        line = body[number - location.line] if number - location.line < len(body) else ""
         if "," not in line and ")" not in line:  # an argument is followed by one of them
             continue
         for m in _ANY_ARGUMENT_NAME.finditer(line):
@@ -1231,11 +1274,48 @@ def _declared_type(name: str, site, ctx: GraphContext) -> str | None:
 
 def _argument_type(argument: str, site, ctx: GraphContext) -> str | None:
     """The type of an argument where it is written out: a name's declaration
-    above the call, or a cast's target (`static_cast<std::optional<Generator>>(std::nullopt)`)."""
+    above the call, a cast's target (`static_cast<std::optional<Generator>>(std::nullopt)`),
+    or what the function it calls returns (`wrapped_scalar_tensor(other)`)."""
     if re.fullmatch(r"[A-Za-z_]\w*", argument):
         return _declared_type(argument, site, ctx)
     cast = _CAST.fullmatch(argument)
-    return _type_key(cast.group(1)) if cast else None
+    if cast:
+        return _type_key(cast.group(1))
+    call = _CALL_ARGUMENT.fullmatch(argument)
+    return _returned_type(call.group(1), ctx) if call and _one_call(call.group(2)) else None
+
+
+_CALL_ARGUMENT = re.compile(r"((?:[A-Za-z_]\w*::)*[A-Za-z_]\w*)\s*\((.*)\)", re.S)
+# Words before a function's name that are not its return type (`static inline`, `C10_API`, `TORCH_API`).
+_SPECIFIERS = re.compile(r"\b(?:static|inline|constexpr|extern|virtual|explicit|friend|[A-Z][A-Z0-9_]*[A-Z0-9])\b")
+
+
+def _one_call(inside: str) -> bool:
+    """Whether `inside` (what lies between a call's first `(` and the last `)`
+    of an argument) keeps its parentheses balanced: `f(a)`, not `f(a) + g(b)`."""
+    depth = 0
+    for ch in inside:
+        depth += (ch == "(") - (ch == ")")
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def _returned_type(name: str, ctx: GraphContext) -> str | None:
+    """The type (_type_key) a call of `name` returns, when every definition of
+    that name in the tree declares the same one, written out (ScalarOps.h's
+    `inline Tensor wrapped_scalar_tensor(`); None for a template, `auto`, or
+    definitions that disagree."""
+    found = ctx.index.definitions(name)
+    if not found or len(found) > 8:
+        return None
+    types = set()
+    for d in found:
+        head = declaration_head(d, ctx)
+        if re.search(r"\b(?:template|auto|decltype|operator)\b|[#()]", head):
+            return None
+        types.add(_type_key(_SPECIFIERS.sub("", head)))
+    return types.pop() if len(types) == 1 and None not in types else None
 
 
 def _parameter_type(parameter: str) -> str | None:

@@ -75,7 +75,7 @@ def test_an_end_reached_by_growing_a_storage_ranks_after_the_calls_work(tree_2_6
     ends = call_ends(graph.stack("aten::native_batch_norm", context("cuda")))
     grown = [any(n.name.endswith("resize_bytes_cuda") for n in end.path) for end in ends]
     assert any(grown) and not all(grown)
-    assert [end.rank[3] > 0 for end in ends] == grown == sorted(grown)
+    assert [end.rank[4] > 0 for end in ends] == grown == sorted(grown)
     assert any(end.node.name == "cudaMemcpyAsync" for end, g in zip(ends, grown) if g)
     answer = api.where("aten::native_batch_norm", device="cuda", static=True, with_source=True, source=indexed_tree.name)
     leaves = [s for s in answer.source if s.role == "leaf"]
@@ -112,3 +112,91 @@ def test_a_cpu_sort_ends_in_the_standard_librarys_sort_and_an_fft_in_its_executi
     leaves = [s for s in answer.source if s.role == "leaf"]
     assert leaves[0].name == "cufftXtExec" and any(s.name == "cufftSetStream" for s in leaves[1:])
     assert "cufftXtExec(" in (tree_2_6 / leaves[0].location.path).read_text().splitlines()[leaves[0].location.line - 1]
+
+
+def test_only_a_test_for_an_empty_or_one_element_input_is_an_arm_for_trivial_inputs():
+    from kernelmap.graph.ends import for_trivial_inputs
+
+    assert for_trivial_inputs("if (self.dim() == 0 && self.numel() == 1)") and for_trivial_inputs("if (iter.numel() == 0)")
+    assert for_trivial_inputs("if (self.numel() <= 1 || self.is_empty())") and for_trivial_inputs("if (t.sizes().empty())")
+    assert not for_trivial_inputs("if (x.dim() == 1)") and not for_trivial_inputs("if (self.numel() < 20)")
+    assert not for_trivial_inputs("if (!self.is_empty())") and not for_trivial_inputs("if (self.numel() == 0 || dim > 2)")
+    assert not for_trivial_inputs("else of if (self.numel() == 0)") and not for_trivial_inputs(None)
+
+
+def test_median_on_cuda_ends_in_its_sort_not_in_the_where_that_picks_the_middle(tree_2_6, context, indexed_tree):
+    """CUDA median (cuda/Sorting.cpp, read here) sorts, then picks the middle
+    value with at::where. The sort kernel (Sorting.cpp, read here) calls its
+    stub in the `else` of its one-element case: the general case, so its ends
+    rank with the where's, and come first in the kernel's order."""
+    from kernelmap import api, graph
+
+    cuda = (tree_2_6 / "aten/src/ATen/native/cuda/Sorting.cpp").read_text()
+    impl = cuda[cuda.index("Tensor median_impl("):]
+    impl = impl[: impl.index("\n}\n")]
+    assert impl.index(".sort()") < impl.index("at::where(")
+    sort = (tree_2_6 / "aten/src/ATen/native/Sorting.cpp").read_text()
+    body = sort[sort.index("TORCH_IMPL_FUNC(sort_stable_out)"):]
+    assert re.search(r"if \(self\.dim\(\) == 0 && self\.numel\(\) == 1\) \{[^}]*\} else \{[^}]*sort_stub\(", body)
+    ends = call_ends(graph.stack("aten::median", context("cuda")))
+    assert any(n.name.endswith("where_kernel_impl") for end in ends for n in end.path)
+    assert not any(n.name.endswith("where_kernel_impl") for n in ends[0].path)
+    answer = api.where("aten::median", device="cuda", static=True, with_source=True, source=indexed_tree.name)
+    stub = next(s for s in answer.source if s.role == "stub kernel")
+    assert stub.name.endswith("::sort_cuda_kernel")
+    assert "sort_cuda_kernel(" in (tree_2_6 / stub.location.path).read_text().splitlines()[stub.location.line - 1]
+
+
+def test_a_vendor_routine_ranks_before_its_setup(tree_2_6, indexed_tree):
+    """at::cuda::blas::dot<float> (CUDABlas.cpp, read here) sets the handle's
+    stream, then calls cublasSdot: the routine is the call's end, the stream
+    its setup; likewise cublasSgetrfBatched for lu_factor."""
+    from kernelmap import api
+
+    text = (tree_2_6 / "aten/src/ATen/cuda/CUDABlas.cpp").read_text()
+    assert "cublasSdot(" in text and "cublasSetStream(" in (tree_2_6 / "aten/src/ATen/cuda/CublasHandlePool.cpp").read_text()
+    for op, routine in (("aten::dot", "cublasSdot"), ("aten::linalg_lu_factor_ex", "cublasSgetrfBatched")):
+        answer = api.where(op, device="cuda", static=True, with_source=True, source=indexed_tree.name)
+        leaves = [s for s in answer.source if s.role == "leaf"]
+        assert leaves[0].name == routine, (op, [s.name for s in leaves])
+        assert f"{routine}(" in (tree_2_6 / leaves[0].location.path).read_text().splitlines()[leaves[0].location.line - 1]
+        setup = [i for i, s in enumerate(leaves) if s.name.startswith("cublasSet")]
+        assert setup and min(setup) > 0
+
+
+def test_the_calls_own_launch_ranks_before_another_operators(tree_2_6, context, indexed_tree):
+    """embedding_renorm_cuda_ (Embedding.cu, read here) sorts its indices with
+    at::sort, then launches its own renorm_kernel: the renorm leads."""
+    from kernelmap import api
+
+    text = (tree_2_6 / "aten/src/ATen/native/cuda/Embedding.cu").read_text()
+    body = text[text.index("Tensor & embedding_renorm_cuda_("):]
+    assert body.index("indices.sort()") < body.index("renorm_kernel<<<")
+    ends = call_ends(graph_stack("aten::embedding_renorm_", context("cuda")))
+    assert ends[0].node.name == "renorm_kernel" and not ends[0].rank[7]
+    assert any(end.node.name == "bitonicSortKVInPlace" and end.rank[7] for end in ends)
+    answer = api.where("aten::embedding_renorm_", device="cuda", static=True, with_source=True, source=indexed_tree.name)
+    first = next(s for s in answer.source if s.role == "leaf")
+    assert first.name == "renorm_kernel"
+    assert "renorm_kernel" in (tree_2_6 / first.location.path).read_text().splitlines()[first.location.line - 1]
+
+
+def test_the_calls_own_stub_kernel_is_named_when_its_best_end_is_another_operators(tree_2_6, indexed_tree):
+    """linalg_cholesky_ex on CUDA calls cholesky_stub (BatchLinearAlgebra.cpp,
+    read here), whose lazy kernel's cuSOLVER calls are not followed, and at::tril
+    (another operator, whose launch is the best end): its own stub kernel is named."""
+    from kernelmap import api
+
+    text = (tree_2_6 / "aten/src/ATen/native/BatchLinearAlgebra.cpp").read_text()
+    body = text[text.index("TORCH_IMPL_FUNC(linalg_cholesky_ex_out)"):]
+    assert "cholesky_stub(" in body[: body.index("\n}\n")]
+    answer = api.where("aten::linalg_cholesky_ex", device="cuda", static=True, with_source=True, source=indexed_tree.name)
+    stub = next(s for s in answer.source if s.role == "stub kernel")
+    assert stub.name.endswith("::lazy_cholesky_kernel")
+    assert "lazy_cholesky_kernel(" in (tree_2_6 / stub.location.path).read_text().splitlines()[stub.location.line - 1]
+
+
+def graph_stack(op, ctx):
+    from kernelmap import graph
+
+    return graph.stack(op, ctx)

@@ -13,15 +13,21 @@ that tests for another layout (`if (self.layout() == kSparseCsr || ...)`,
 `self.is_mkldnn()`, `is_quantized()`, `is_nested()`; not its `else`) ranks
 after every end reached without one, and `where` names no stub kernel or leaf
 reached only so (a strided transpose is a view: its only loop is a sparse
-tensor's index check). Then the inputs: answers are for inputs smaller than the grain size
-(at::internal::GRAIN_SIZE, 32768 elements), the case TensorIterator's
-for_each tests first and the one a row of index_select or embedding falls in,
-so an end reached only through an arm for larger inputs (index_select's
-`slice_size >= grain_size`, for_each's parallel_for) ranks after every end
-reached without one. Then the storage: an end reached through growing a
-tensor's storage (`resize_bytes_cuda`, `maybe_resize_storage_cpu`: an output
-resized when the call sets it up, whose old data is copied over) is setup, and
-ranks after every end reached without one (batch_norm's cudaMemcpyAsync in
+tensor's index check). Then the inputs: answers are for inputs smaller than
+the grain size (at::internal::GRAIN_SIZE, 32768 elements), the case
+TensorIterator's for_each tests first and the one a row of index_select or
+embedding falls in, so an end reached only through an arm for larger inputs
+(index_select's `slice_size >= grain_size`, for_each's parallel_for) ranks
+after every end reached without one. Likewise the general case: answers are
+for a tensor of some elements, so an end reached only through an arm for an
+empty, zero-dimensional or one-element input (sort's `if (self.dim() == 0 &&
+self.numel() == 1)`, which copies the one value) ranks after every end reached
+without one, and that test's `else`, the general case, counts as no `else` arm
+below (median on CUDA sorts, through that `else`, before its at::where picks
+the middle value). Then the storage: an end reached through growing a tensor's
+storage (`resize_bytes_cuda`, `maybe_resize_storage_cpu`: an output resized
+when the call sets it up, whose old data is copied over) is setup, and ranks
+after every end reached without one (batch_norm's cudaMemcpyAsync in
 Resize.cpp is not its work; its statistics kernel is). Then closed or external
 vendor code is where a call really ends, then a launch of device code, then
 the loop machinery, then the inner loop, with the C library's block copies
@@ -30,25 +36,35 @@ sort's std::sort of a row) as inner loops: they are the loop that copies or
 sorts, not a library's work. Among ends of one kind, calls that do the work
 (cudnnConvolutionForward, cudnnBackendExecute, cufftXtExec, a gemm, a
 *_kernel; a launch of device code, whatever its name: bitonicSortKVInPlace,
-softmax_warp_forward) come before setup (cudnnSetStream, descriptor builders,
-a launch that only checks or fills: masked_scatter_size_check,
-fill_reverse_indices_kernel),
-then the ones reached through fewer `else` arms (the case a kernel tests for
-first), then the first in the tree's order: the order in which a kernel's
-body tests its alternatives (switch cases, if/else). Not the shallower first:
-the dispatcher adds levels (operator, wrapper, kernel), so a route through it
-(conv2d's oneDNN forward) would lose to any direct call beside it. Below a
-device loop the same holds: CUDALoops.cuh tests for the contiguous case first,
-so the vectorized kernel comes before the unrolled and legacy ones.
-Branches collapsed for another device never count. A device loop is an end
-and is followed too: the kernel templates it launches (CUDALoops.cuh's
-vectorized_elementwise_kernel) are ends below it. A stub's kernel is named on
-the path to the best ends only, never the first stub met: the first stub
-called on the way to the best end (a choice like _fused_sdp_choice_stub, or a
-fast path called before the general loop), else the first stub the path
-passes: the call's own. A stub kernel may call another operator with a stub of
-its own (sort_kernel fills the indices with at::arange, whose loop is the
-first end reached), which is not the call's.
+softmax_warp_forward) come first, then a vendor C API's other routines unless
+they set up (cublasSgetrfBatched, sgesdd_, cublasSdot), then setup
+(cudnnSetStream, descriptor builders, cublasSetWorkspace, a launch that only
+checks or fills: masked_scatter_size_check, fill_reverse_indices_kernel), then
+the call's own launches before those of the other operators it calls
+(embedding_renorm_ on CUDA sorts its indices with at::sort, then launches its
+own renorm_kernel on the weights: the renorm is its work; a composite
+operator's launches are all another's, and this decides nothing among them; a
+vendor's routine is often reached through another operator, a backend's:
+cudnn_convolution), then the ones reached through fewer `else` arms (the case
+a kernel tests for first), then the first in the tree's order: the order in
+which a kernel's body tests its alternatives (switch cases, if/else). Not the
+shallower first: the dispatcher adds levels (operator, wrapper, kernel), so a
+route through it (conv2d's oneDNN forward) would lose to any direct call
+beside it. Below a device loop the same holds: CUDALoops.cuh tests for the
+contiguous case first, so the vectorized kernel comes before the unrolled and
+legacy ones. Branches collapsed for another device never count. A device loop
+is an end and is followed too: the kernel templates it launches
+(CUDALoops.cuh's vectorized_elementwise_kernel) are ends below it. A stub's
+kernel is named on the path to the best ends only, never the first stub met:
+the first stub called on the way to the best end (a choice like
+_fused_sdp_choice_stub, or a fast path called before the general loop), else
+the first stub the path passes: the call's own. A stub kernel may call another
+operator with a stub of its own (sort_kernel fills the indices with
+at::arange, whose loop is the first end reached), which is not the call's; and
+when the best end is another operator's, the call's own stub kernel comes
+first, if it reaches one with no end below it without passing another operator
+(linalg_cholesky_ex's lazy_cholesky_kernel on CUDA, whose cuSOLVER calls are
+not followed, while its at::tril is).
 """
 
 from __future__ import annotations
@@ -62,10 +78,16 @@ from kernelmap.model import CallNode, CallTree, NodeKind
 _KIND_RANK = {NodeKind.VENDOR: 0, NodeKind.LAUNCH: 1, NodeKind.DEVICE_LOOP: 2, NodeKind.INNER_LOOP: 3}
 # `numel < grain_size`, `slice_size >= at::internal::GRAIN_SIZE`: a test of the input's size
 _GRAIN_TEST = re.compile(r"\w\s*(>=|>|<=|<)\s*(?:at::)?(?:internal::)?(?:GRAIN_SIZE|grain_size)\b")
+# `self.numel() == 0`, `x.dim() == 0`, `t.numel() <= 1`, `self.is_empty()`: a test for an empty, zero-dimensional or one-element input
+_TRIVIAL_TEST = re.compile(r"[\w.\->()\[\]]*?(?:\b(?:dim|ndimension)\(\)\s*(?:==|<=)\s*0|\bnumel\(\)\s*(?:(?:==|<=)\s*[01]|<\s*[12])|\bis_empty\(\)|\bsizes\(\)\.empty\(\))")
 # Functions that grow a tensor's storage, copying its old data (Note [ranking a call's ends]).
 _STORAGE_GROWTH = re.compile(r"(?:^|::)(?:resize_bytes_\w+|maybe_resize_storage_\w+)$")
 # A launch that only checks (masked_scatter_size_check, an assertion) or fills memory (TensorTopK's fill).
 _SETUP_LAUNCH = re.compile(r"(?i:check|assert)|(?:^|_)[Ff]ill(?:_|$|[A-Z])")
+# A call of a vendor's C API that sets up rather than computes: cublasSetStream, cusolverDnCreateGesvdjInfo,
+# cusparseSpMM_bufferSize, cufftXtMakePlanMany, cudnnBackendFinalize.
+_VENDOR_SETUP = re.compile(r"(?:Set|Get|Create|Destroy|Make|Init|Commit|Finalize|Free|Malloc|Alloc|Synchronize|Query)(?=[A-Z_]|$)"
+                           r"|[Bb]uffer_?[Ss]ize|Workspace|Occupancy|Version")
 _WORK = re.compile(r"(Execute|Exec(?![a-z])|Forward|Backward|gemm|Gemm|compute|_kernel$|kernel_vec$|kernel$)")
 
 
@@ -75,8 +97,9 @@ class End:
 
     node: CallNode
     path: tuple[CallNode, ...]
-    # arms for deterministic mode, for other layouts, for larger inputs; storage growths; kind, not work, else arms, tree order
-    rank: tuple[int, int, int, int, int, bool, int, int]
+    # arms for deterministic mode, for other layouts, for trivial inputs, for larger inputs; storage growths; kind, setup
+    # (0 work, 1 a vendor's other routine, 2 setup), another operator's, else arms, tree order
+    rank: tuple[int, int, int, int, int, int, int, bool, int, int]
 
     @property
     def for_other_layouts(self) -> bool:
@@ -94,20 +117,48 @@ def call_ends(tree: CallTree) -> tuple[End, ...]:
         if node.attrs.get("collapsed") or node.attrs.get("branch"):
             continue
         if node.kind in _KIND_RANK:
-            works = not _SETUP_LAUNCH.search(node.name.rsplit("::", 1)[-1]) if node.kind is NodeKind.LAUNCH else bool(_WORK.search(node.name))
-            elses = sum(1 for n in path if (n.condition or "").startswith("else of "))
+            library = vendors.library(node.attrs.get("library")) if node.kind is NodeKind.VENDOR else None
+            setup = _setup(node, library)
+            elses = sum(1 for n in path if (n.condition or "").startswith("else of ") and not for_trivial_inputs(n.condition[8:]))
+            trivial = sum(1 for n in path if for_trivial_inputs(n.condition))
             larger = sum(1 for n in path if for_larger_inputs(n.condition))
             opted = sum(1 for n in path if deterministic_only(n.condition))
             layouts = sum(1 for n in path if other_layouts_only(n.condition))
             growths = sum(1 for n in path if _STORAGE_GROWTH.search(n.name))
-            library = vendors.library(node.attrs.get("library")) if node.kind is NodeKind.VENDOR else None
             kind = _KIND_RANK[NodeKind.INNER_LOOP] if library is not None and library.inner_loop else _KIND_RANK[node.kind]
-            ends.append(End(node, path, (opted, layouts, larger, growths, kind, not works, elses, order)))
+            ends.append(End(node, path, (opted, layouts, trivial, larger, growths, kind, setup,
+                                           node.kind is NodeKind.LAUNCH and _borrowed(path), elses, order)))
             order += 1
             if node.kind is not NodeKind.DEVICE_LOOP:
                 continue  # a device loop is followed into the kernels it launches
         stack.extend((c, path + (c,)) for c in reversed(node.children))
     return tuple(sorted(ends, key=lambda e: e.rank))
+
+
+def _setup(node: CallNode, library) -> int:
+    """0 for an end that does the work, 2 for one that sets it up, 1 between
+    (Note [ranking a call's ends]). A launch works unless it checks or fills; a
+    call named for its work (a gemm, an Execute, a *_kernel) works; another
+    routine of a vendor's C API (cublasSgetrfBatched, sgesdd_, cublasSdot) is
+    between, unless it sets up (a handle, stream, descriptor, plan or workspace)
+    or is a checking macro (MKL_DFTI_CHECK); the rest set up (a C++ API's setup
+    has no such names: ideep::attr_t::fuse_sum)."""
+    short = node.name.rsplit("::", 1)[-1]
+    if node.kind is NodeKind.LAUNCH:
+        return 2 if _SETUP_LAUNCH.search(short) else 0
+    if _WORK.search(node.name):
+        return 0
+    if node.kind is NodeKind.VENDOR and library is not None and not library.inner_loop and "::" not in node.name:
+        return 2 if _VENDOR_SETUP.search(short) or short.isupper() else 1
+    return 2
+
+
+def _borrowed(path: tuple[CallNode, ...]) -> bool:
+    """Whether a path reaches its end through an operator other than the
+    call's own, the first on the path (another overload of its name, as
+    sort's redispatch to sort.stable, is its own)."""
+    operators = [n.name.split(".", 1)[0] for n in path if n.kind is NodeKind.OPERATOR]
+    return any(name != operators[0] for name in operators[1:])
 
 
 def deterministic_only(condition: str | None) -> bool:
@@ -166,6 +217,15 @@ def _closes_at_end(text: str) -> bool:
     return False
 
 
+def for_trivial_inputs(condition: str | None) -> bool:
+    """Whether an arm runs only for an empty, zero-dimensional or one-element
+    input (Note [ranking a call's ends]): `if (self.dim() == 0 && ...)`, a
+    conjunct made of such tests only; never an `else` arm."""
+    if not condition or not condition.startswith("if (") or not _TRIVIAL_TEST.search(condition):
+        return False
+    return any(all(_TRIVIAL_TEST.fullmatch(alternative) for alternative in _terms(conjunct, "||")) for conjunct in _terms(condition[3:], "&&"))
+
+
 def for_larger_inputs(condition: str | None) -> bool:
     """Whether an arm runs only for inputs of at least the grain size
     (Note [ranking a call's ends]): `if (x >= grain_size && ...)`, or the
@@ -195,6 +255,10 @@ def stub_kernel(tree: CallTree, ends: tuple[End, ...] | None = None) -> CallNode
     ends = ends if ends is not None else call_ends(tree)
     if not ends:  # nothing ends the call (a reduction's loop is not modelled): the first stub met
         return next((n for _, n in tree.walk() if reached(n) and not n.attrs.get("collapsed")), None)
+    if ends[0].rank[7]:  # the best end is another operator's: the call's own stub kernel, if it has one
+        own = _own_stub_kernel(tree, reached, ends[0].path)
+        if own is not None:
+            return own
     earlier = _earlier_stub_call(ends[0].path, reached)
     if earlier is not None:
         return earlier
@@ -202,6 +266,40 @@ def stub_kernel(tree: CallTree, ends: tuple[End, ...] | None = None) -> CallNode
     # the transposed convolution's stub, as good an end, is not on the way the call goes
     on_path = [n for n in ends[0].path if reached(n)]
     return on_path[0] if on_path else None
+
+
+def _own_stub_kernel(tree: CallTree, reached, best: tuple[CallNode, ...]) -> CallNode | None:
+    """The first stub-reached kernel, in tree order, with no end below it that
+    the call reaches without passing another operator (linalg_cholesky_ex's
+    lazy_cholesky_kernel on CUDA, whose cuSOLVER calls are not followed, while
+    its at::tril is), nor an arm that excludes the path to the best end `best`.
+    A stub kernel with ends of its own is one of the alternatives the ranking
+    chose among (_convolution's oneDNN transpose beside the forward)."""
+    taken = [n.condition for n in best if n.condition]
+    stack: list[tuple[CallNode, tuple[CallNode, ...]]] = [(tree.root, (tree.root,))]
+    while stack:
+        node, path = stack.pop()
+        if node.attrs.get("collapsed") or node.attrs.get("branch") or _borrowed(path):
+            continue
+        if node.condition and any(_exclusive(node.condition, other) for other in taken):
+            continue
+        if reached(node) and not _has_ends(node):
+            return node
+        stack.extend((c, path + (c,)) for c in reversed(node.children))
+    return None
+
+
+def _has_ends(node: CallNode) -> bool:
+    """Whether any end lies below `node` (collapsed branches aside)."""
+    stack = list(node.children)
+    while stack:
+        n = stack.pop()
+        if n.attrs.get("collapsed") or n.attrs.get("branch"):
+            continue
+        if n.kind in _KIND_RANK:
+            return True
+        stack.extend(n.children)
+    return False
 
 
 def _earlier_stub_call(path: tuple[CallNode, ...], reached) -> CallNode | None:
@@ -219,6 +317,8 @@ def _earlier_stub_call(path: tuple[CallNode, ...], reached) -> CallNode | None:
                 continue
             if for_larger_inputs(sibling.condition) and not for_larger_inputs(child.condition):
                 continue  # an arm for larger inputs than the path's
+            if for_trivial_inputs(sibling.condition) and not for_trivial_inputs(child.condition):
+                continue  # an arm for an empty or one-element input
             if _exclusive(sibling.condition, child.condition):
                 continue  # another case of the same switch, or the other arm of the same if: never both
             kernel = next((c for c in sibling.children if reached(c) and not c.attrs.get("collapsed") and not c.attrs.get("branch")), None)

@@ -1077,7 +1077,7 @@ class Extractor:
         # (UNTIMED_PARSE_BYTES); larger ones from a callback under the deadline,
         # then again from the bytes with the finished tree as old tree (no
         # edits): every subtree is reused, the same tree at a quarter of a parse.
-        if len(data) - data.count(b" ") <= UNTIMED_PARSE_BYTES:
+        if len(data) <= UNTIMED_PARSE_BYTES or len(data) - data.count(b" ") <= UNTIMED_PARSE_BYTES:
             tree = self.parser.parse(data)
         else:
             tree = self.parser.parse(lambda offset, point: data[offset : offset + 65536], progress_callback=past)

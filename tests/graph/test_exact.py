@@ -321,6 +321,32 @@ def test_a_test_for_the_cpu_is_another_devices_branch_on_cuda(context):
             assert bool(n.attrs.get("branch")) == (is_branch and not n.condition.startswith("else of ")), (n.name, n.condition)
 
 
+def test_a_negated_or_alternative_rocm_test_is_no_branch_for_another_device():
+    from kernelmap.graph.rules import other_device_reason
+
+    for condition in ("!defined(USE_ROCM)", "defined(USE_MEM_EFF_ATTENTION) && !defined(USE_ROCM)",
+                      "defined(CUDART_VERSION) || defined(USE_ROCM)", "AT_CUDNN_ENABLED() || AT_ROCM_ENABLED()",
+                      "!(defined(USE_ROCM) || defined(_MSC_VER) || (defined(CUDA_VERSION) && CUDA_VERSION < 11080))"):
+        assert other_device_reason(condition, "cuda") is None, condition
+    for condition in ("defined(USE_ROCM)", "AT_MKLDNN_ENABLED()", "if (self.is_mps() || self.is_xpu())", "!(!defined(USE_ROCM))"):
+        assert other_device_reason(condition, "cuda"), condition
+    assert other_device_reason("defined(__CUDACC__) || defined(__HIPCC__)", "cpu")
+
+
+def test_cholesky_on_cuda_reaches_cusolver_under_its_cuda_or_rocm_test(tree_2_6, context):
+    """CUDASolver.cpp (read here) calls cusolverDnSpotrf under `#if
+    defined(CUDART_VERSION) || defined(USE_ROCM)`, which a CUDA build compiles:
+    linalg_cholesky_ex on CUDA reaches it."""
+    text = (tree_2_6 / "aten/src/ATen/native/cuda/linalg/CUDASolver.cpp").read_text()
+    assert "defined(CUDART_VERSION) || defined(USE_ROCM)" in text and "cusolverDnSpotrf(" in text
+    roles, leaves = steps("aten::linalg_cholesky_ex", "cuda")
+    assert roles["stub kernel"].name.endswith("cholesky_kernel")
+    potrf = [leaf for leaf in leaves if leaf.name.startswith("cusolverDn") and "potrf" in leaf.name]
+    assert potrf
+    for leaf in potrf:
+        assert f"{leaf.name}(" in file_lines(leaf.location)[leaf.location.line - 1]
+
+
 # -- overloads by the call's argument count -----------------------------------
 
 

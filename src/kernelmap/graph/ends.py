@@ -73,6 +73,7 @@ import re
 from dataclasses import dataclass
 
 from kernelmap import vendors
+from kernelmap.graph.rules import terms
 from kernelmap.model import CallNode, CallTree, NodeKind
 
 _KIND_RANK = {NodeKind.VENDOR: 0, NodeKind.LAUNCH: 1, NodeKind.DEVICE_LOOP: 2, NodeKind.INNER_LOOP: 3}
@@ -169,7 +170,7 @@ def deterministic_only(condition: str | None) -> bool:
         return False
     if re.search(r"!\s*(?:at::)?(?:globalContext\(\)\s*\.\s*)?deterministicAlgorithms\(\)", condition):
         return False
-    return len(_terms(condition[3:], "||")) == 1  # `a || b` at the top: one of alternatives
+    return len(terms(condition[3:], "||")) == 1  # `a || b` at the top: one of alternatives
 
 
 # A test for a layout other than strided: `x.layout() == kSparseCsr`, `self.is_sparse()`, `t.is_mkldnn()`.
@@ -183,37 +184,12 @@ def other_layouts_only(condition: str | None) -> bool:
     a conjunct made of positive layout tests only; never an `else` arm."""
     if not condition or not condition.startswith("if (") or not _OTHER_LAYOUT.search(condition):
         return False
-    for conjunct in _terms(condition[3:], "&&"):
-        alternatives = _terms(conjunct, "||")
+    for conjunct in terms(condition[3:], "&&"):
+        alternatives = terms(conjunct, "||")
         if len(alternatives) > 1 and alternatives[-1].endswith("..."):  # the end of a long condition, cut when recorded
             alternatives.pop()
         if all(_OTHER_LAYOUT.fullmatch(alternative) for alternative in alternatives):
             return True
-    return False
-
-
-def _terms(text: str, operator: str) -> list[str]:
-    """`text` (its outer parentheses removed) split at `operator` outside any parentheses."""
-    text = text.strip()
-    while text.startswith("(") and text.endswith(")") and _closes_at_end(text):
-        text = text[1:-1].strip()
-    terms, depth, start = [], 0, 0
-    for i, c in enumerate(text):
-        depth += (c == "(") - (c == ")")
-        if depth == 0 and text.startswith(operator, i):
-            terms.append(text[start:i].strip())
-            start = i + len(operator)
-    terms.append(text[start:].strip())
-    return terms
-
-
-def _closes_at_end(text: str) -> bool:
-    """Whether the `(` that opens `text` is closed by its last character."""
-    depth = 0
-    for i, c in enumerate(text):
-        depth += (c == "(") - (c == ")")
-        if depth == 0:
-            return i == len(text) - 1
     return False
 
 
@@ -223,7 +199,7 @@ def for_trivial_inputs(condition: str | None) -> bool:
     conjunct made of such tests only; never an `else` arm."""
     if not condition or not condition.startswith("if (") or not _TRIVIAL_TEST.search(condition):
         return False
-    return any(all(_TRIVIAL_TEST.fullmatch(alternative) for alternative in _terms(conjunct, "||")) for conjunct in _terms(condition[3:], "&&"))
+    return any(all(_TRIVIAL_TEST.fullmatch(alternative) for alternative in terms(conjunct, "||")) for conjunct in terms(condition[3:], "&&"))
 
 
 def for_larger_inputs(condition: str | None) -> bool:

@@ -93,28 +93,67 @@ def other_device_reason(condition: str | None, device: str) -> str | None:
         return None
     own = _OWN_DEVICE_TESTS[device]
     words = _OTHER_DEVICE_WORDS[device] + _OTHER_BACKEND_WORDS + tuple(t for t in _OTHER_DEVICE_TESTS if t != own)
-    other = _mentions(text, words)
-    mine = _mentions(text, (own,))
-    single = "&&" not in text and "||" not in text
     if text.startswith("else of "):
+        other = _mentions(text, words)
+        mine = _mentions(text, (own,))
+        single = "&&" not in text and "||" not in text
         # the else of `if (x.is_cuda() && ...)` is the path every other device takes;
         # the else of `if (!x.is_cuda())` or of `if (x.is_cpu())` on the CPU is another device's
         if single and ((other == {True} ) or mine == {False}):
             return f"a branch for another device or backend than {device}"
         return None
-    if False in other or (single and mine == {True}):
-        return f"a branch for another device or backend than {device}"
-    return None
+    # `defined(CUDART_VERSION) || defined(USE_ROCM)`: another device's only if every alternative is
+    alternatives = terms(text[3:] if text.startswith("if ") else text, "||")
+    for alternative in alternatives:
+        other = _mentions(alternative, words)
+        single = "&&" not in alternative and "||" not in alternative
+        if not (False in other or (single and _mentions(alternative, (own,)) == {True})):
+            return None
+    return f"a branch for another device or backend than {device}"
 
 
 def _mentions(text: str, words) -> set[bool]:
     """For each mention of one of `words` in a condition: whether the name it is
-    part of is negated (`!x.is_cuda()`: True; `use_cudnn(...)`: False)."""
+    part of is negated (`!x.is_cuda()`, `!defined(USE_ROCM)`, a mention inside
+    `!(defined(USE_ROCM) || ...)`: True; `use_cudnn(...)`: False)."""
     found = set()
     for m in re.finditer("|".join(words), text):
-        atom = re.search(r"(!?)\s*[\w.:>\-]*$", text[: m.start()])  # the name the word is part of, and its `!`
-        found.add(bool(atom and atom.group(1)))
+        before = text[: m.start()]
+        atom = re.search(r"(!?)\s*(?:defined\s*\(\s*)?[\w.:>\-]*$", before)  # the name the word is part of, and its `!`
+        negated = bool(atom and atom.group(1))
+        groups = []  # whether each `(` still open before the mention follows a `!`
+        for i, ch in enumerate(before):
+            if ch == "(":
+                groups.append(before[:i].rstrip().endswith("!"))
+            elif ch == ")" and groups:
+                groups.pop()
+        found.add(negated != (sum(groups) % 2 == 1))
     return found
+
+
+def terms(text: str, operator: str) -> list[str]:
+    """`text` (its outer parentheses removed) split at `operator` outside any parentheses."""
+    text = text.strip()
+    while text.startswith("(") and text.endswith(")") and _closes_at_end(text):
+        text = text[1:-1].strip()
+    found, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        depth += (c == "(") - (c == ")")
+        if depth == 0 and text.startswith(operator, i):
+            found.append(text[start:i].strip())
+            start = i + len(operator)
+    found.append(text[start:].strip())
+    return found
+
+
+def _closes_at_end(text: str) -> bool:
+    """Whether the `(` that opens `text` is closed by its last character."""
+    depth = 0
+    for i, c in enumerate(text):
+        depth += (c == "(") - (c == ")")
+        if depth == 0:
+            return i == len(text) - 1
+    return False
 
 
 def is_utility_op(name: str, is_view: bool) -> bool:

@@ -156,14 +156,15 @@ def _source_steps(op: str, device: str, notes: list[str], source: str | None = N
         return ()
     tree = graph.stack(op, context)
     roles: dict[str, SourceStep] = {}
-    for _, node in tree.walk():
-        if node.attrs.get("collapsed") or node.location is None or node.kind not in (NodeKind.KERNEL, NodeKind.GENERATED):
-            continue
-        if node.attrs.get("symbol_kind") == "structured_meta":
-            continue  # a structured kernel's meta function checks shapes; its impl is the kernel that runs
-        if "entry kernel" not in roles:
+    pending = [tree.root]
+    while pending:
+        node = pending.pop()
+        if node.attrs.get("collapsed") or node.attrs.get("symbol_kind") == "structured_meta":
+            continue  # a structured kernel's meta function checks shapes, and so do its helpers (index's make_info)
+        if node.location is not None and node.kind in (NodeKind.KERNEL, NodeKind.GENERATED):
             roles["entry kernel"] = SourceStep("entry kernel", node.name, node.location, node.condition or "")
             break
+        pending.extend(reversed(node.children))
     # the ends a strided tensor reaches (Note [ranking a call's ends]): none named when all are another layout's
     every_end = graph.call_ends(tree)
     ends = tuple(e for e in every_end if not e.for_other_layouts)

@@ -394,3 +394,57 @@ def test_call_statement_does_not_shadow_the_definition(context):
         line = file_lines(n.location)[n.location.line - 1]
         assert re.search(r"\bgpu_reduce_kernel\s*\(", line) and not line.rstrip().endswith(";"), line
     assert [n for n, _ in walk(tree) if n.name == "at::native::launch_reduce_kernel"]
+
+
+# -- stubs passed as arguments ------------------------------------------------
+
+
+@pytest.mark.parametrize("device, kernel", [("cpu", "scatter_cpu_kernel"), ("cuda", "scatter_cuda_kernel")])
+def test_a_stub_passed_to_a_parameter_is_the_stub_the_parameter_calls(tree_2_6, device, kernel):
+    """scatter_src_out passes scatter_reduce_stub and scatter_stub to
+    scatter_impl, whose `FillStub& fill_stub` parameter (TensorAdvancedIndexing.cpp,
+    read here) shadows the global fill_stub: scatter.src runs scatter_stub's
+    kernel, in the else of `if (reduce.has_value())`."""
+    text = (tree_2_6 / "aten/src/ATen/native/TensorAdvancedIndexing.cpp").read_text()
+    impl = text[text.index("void scatter_impl("):]
+    assert "FillStub& fill_stub" in impl and re.search(r"\} else \{\s*fill_stub\(", impl)
+    assert re.search(r"scatter_impl\(self, dim, index, src, out,\s*scatter_reduce_stub,\s*scatter_stub\)", text)
+    roles, _ = steps("aten::scatter.src", device)
+    stub = roles["stub kernel"]
+    assert stub.name.endswith(f"::{kernel}") and "fill_stub = scatter_stub" in stub.detail
+    assert f"{kernel}(" in file_lines(stub.location)[stub.location.line - 1]
+
+
+def test_a_stub_passed_on_through_helpers_reaches_its_kernel(tree_2_6):
+    """abs passes abs_stub to unary_op_impl_with_complex_to_float_out, which
+    passes its `Stub& stub` on to unary_op_impl_out (UnaryOps.cpp, read here)."""
+    text = (tree_2_6 / "aten/src/ATen/native/UnaryOps.cpp").read_text()
+    assert re.search(r"unary_op_impl_with_complex_to_float_out\(result, self, abs_stub", text)
+    assert "return unary_op_impl_out(result, self, stub);" in text
+    roles, leaves = steps("aten::abs", "cuda")
+    assert roles["stub kernel"].name.endswith("::abs_kernel_cuda") and "stub = abs_stub" in roles["stub kernel"].detail
+    assert leaves and leaves[0].name == "vectorized_elementwise_kernel"
+
+
+def test_a_tensors_own_dtype_test_decides_its_branch(tree_2_6):
+    """sgn (UnaryOps.cpp, read here) runs sgn_stub for a complex tensor and
+    sign_stub otherwise: float32 runs sign's kernel."""
+    text = (tree_2_6 / "aten/src/ATen/native/UnaryOps.cpp").read_text()
+    body = text[text.index("TORCH_IMPL_FUNC(sgn_out)"):]
+    body = body[: body.index("\n}\n")]
+    assert body.index("is_complex()") < body.index("sgn_stub(") < body.index("sign_stub(")
+    roles, _ = steps("aten::sgn", "cpu")
+    assert roles["stub kernel"].name.endswith("::sign_kernel")
+    assert roles["stub kernel"].name.rsplit("::", 1)[-1] in file_lines(roles["stub kernel"].location)[roles["stub kernel"].location.line - 1]
+
+
+def test_the_entry_kernel_is_not_a_helper_of_the_meta_function(tree_2_6):
+    """index.Tensor's meta function (TensorAdvancedIndexing.cpp, read here)
+    calls make_info; the kernel that runs is structured_index_out's impl."""
+    text = (tree_2_6 / "aten/src/ATen/native/TensorAdvancedIndexing.cpp").read_text()
+    meta = text[text.index("TORCH_PRECOMPUTE_META_FUNC2(index, Tensor)"):]
+    assert "make_info(" in meta[: meta.index("\n}\n")]
+    roles, _ = steps("aten::index.Tensor", "cpu")
+    entry = roles["entry kernel"]
+    assert entry.name == "at::native::structured_index_out::impl"
+    assert "TORCH_IMPL_FUNC(index_out)" in file_lines(entry.location)[entry.location.line - 1]

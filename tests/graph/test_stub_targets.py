@@ -47,13 +47,20 @@ def test_a_route_to_a_qualified_stub_is_found(context):
 def test_a_stub_passed_to_a_helper_is_followed(context, tree_2_6):
     """structured_cumsum_out::impl runs cumsum_stub through
     `impl_func_cum_ops(self, dim, result, cumsum_stub)`, which calls its
-    parameter: the stub is reached at the line that passes it."""
+    `Stub& stub` parameter (Note [stub parameters]): the stub is reached where
+    the helper calls it, under the helper's test, and not again at the line
+    that passes it."""
     passed = line_of(tree_2_6, "aten/src/ATen/native/ReduceOps.cpp", r"impl_func_cum_ops\(self, dim, result, cumsum_stub\)")
+    called = line_of(tree_2_6, "aten/src/ATen/native/ReduceOps.cpp", r"^\s*stub\(self\.device\(\)\.type\(\), result")
     registered = line_of(tree_2_6, "aten/src/ATen/native/cpu/ReduceOpsKernel.cpp", r"REGISTER_DISPATCH\(cumsum_stub,")
-    root = graph.stack("aten::cumsum", context("cpu"), depth=4).root
+    root = graph.stack("aten::cumsum", context("cpu"), depth=5).root
     [impl] = [n for n in walk(root) if n.name == "at::native::structured_cumsum_out::impl"]
-    [stub] = [n for n in impl.children if n.kind is NodeKind.STUB]
-    assert (stub.name, stub.location.path, stub.location.line) == ("cumsum_stub", "aten/src/ATen/native/ReduceOps.cpp", passed)
+    assert not [n for n in impl.children if n.kind is NodeKind.STUB]
+    [helper] = [n for n in impl.children if n.name == "at::native::impl_func_cum_ops"]
+    assert helper.attrs["call_site"].line == passed
+    [stub] = [n for n in helper.children if n.kind is NodeKind.STUB]
+    assert (stub.name, stub.location.path, stub.location.line) == ("cumsum_stub", "aten/src/ATen/native/ReduceOps.cpp", called)
+    assert stub.condition.endswith("stub = cumsum_stub") and stub.condition.startswith("else of if (self.numel() == 0)")
     kernels = [n for n in stub.children if n.kind is NodeKind.KERNEL and n.name.endswith("::cumsum_cpu_kernel")]
     assert kernels and kernels[0].location.path == "aten/src/ATen/native/cpu/ReduceOpsKernel.cpp" and kernels[0].location.line < registered
 

@@ -546,6 +546,54 @@ def parameters(definition, ctx: GraphContext) -> list[str] | None:
     return [re.sub(r"//[^\n]*|/\*.*?\*/", "", p, flags=re.S).strip() for p in params]
 
 
+# Note [stub parameters]
+# A helper that takes a stub as a parameter (`impl_func_cum_ops(..., Stub&
+# stub)`, scatter_impl's `ReduceStub& reduce_stub, FillStub& fill_stub`) calls
+# it by the parameter's name, which may shadow a global stub (fill_stub). The
+# index records the stub passed at the caller's line (Note [stubs passed on] in
+# the extractor). When the helper's node is made, the stubs its call site
+# passes, or passes on from the caller's own parameters, are bound to its
+# parameters (`bound`, beside template arguments); a call of such a parameter
+# is a call of the bound stub, at the helper's line and under its tests
+# (`else of if (reduce.has_value()); fill_stub = scatter_stub`), and the edge
+# at the passing line is dropped. A call of a stub parameter left unbound names
+# nothing. A helper that only passes the parameter on keeps the caller's edge.
+def _stub_bindings(node: Node, definition, ctx: GraphContext, outer: dict[str, str] | None = None) -> dict[str, str]:
+    """The parameters of `definition` bound to the stubs its call site passes
+    (`scatter_impl(self, dim, index, src, out, scatter_reduce_stub, scatter_stub)`
+    binds `ReduceStub& reduce_stub` and `FillStub& fill_stub`), or passes on
+    from its caller's own bound parameters (`outer`: `unary_op_impl_out(result,
+    self, stub)`); empty when either cannot be read."""
+    site = node.attrs.get("call_site")
+    if not isinstance(site, Location) or ctx.index is None:
+        return {}
+    short = definition.name.rsplit("::", 1)[-1]
+    arguments = call_arguments(_Spelled(site, short, short), ctx)
+    passed_on = {name: stub for name, stub in (outer or {}).items() if stub.endswith("_stub")}
+    if not arguments or not any(a.endswith("_stub") or a in passed_on for a in arguments):
+        return {}
+    names = [_parameter_name(p) for p in parameters(definition, ctx) or ()]
+    bound = {}
+    for name, argument in zip(names, arguments):
+        stub = passed_on.get(argument) or argument.rsplit("::", 1)[-1]
+        if name and stub.endswith("_stub") and re.fullmatch(r"[A-Za-z_][\w:]*", argument) and ctx.index.is_stub(stub):
+            bound[name] = stub
+    return bound
+
+
+def _parameter_name(parameter: str) -> str | None:
+    """The name a parameter is declared with (`FillStub& fill_stub` -> fill_stub)."""
+    m = re.search(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*$", re.sub(r"=.*", "", parameter, flags=re.S).strip())
+    return m.group(1) if m else None
+
+
+def _parameter_names(definition, ctx: GraphContext) -> frozenset[str]:
+    """The names a definition's parameters are declared with (`FillStub& fill_stub` -> fill_stub)."""
+    if definition is None or ctx.index is None:
+        return frozenset()
+    return frozenset(filter(None, (_parameter_name(p) for p in parameters(definition, ctx) or ())))
+
+
 _SCHEMA_ARGS = re.compile(r"\((.*)\)\s*->", re.S)
 
 
@@ -833,7 +881,8 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
 
     definition = node.payload
     children = []
-    bound = node.bound if node.bound is not None else _template_bindings(node, definition, ctx)
+    bound = node.bound if node.bound is not None else {**_template_bindings(node, definition, ctx), **_stub_bindings(node, definition, ctx)}
+    passed: list[tuple[int, set[str]]] = []  # (call line, stubs) of calls that pass stubs the callee's parameters take
     for site in ctx.index.calls_from(definition):
         condition = site.condition
         if site.preproc:
@@ -844,7 +893,13 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
         if child is None:
             continue
         if child.identity is not None and child.kind is NodeKind.KERNEL and child.payload is not None:
-            child.bound = _template_bindings(child, child.payload, ctx)
+            stubs = _stub_bindings(child, child.payload, ctx, bound)
+            if stubs:  # only the parameters the callee calls: the others' stubs stay where they are passed
+                called = {c.name for c in ctx.index.calls_from(child.payload) if "::" not in c.callee and c.kind in (EdgeKind.STUB, EdgeKind.DIRECT)}
+                stubs = {name: stub for name, stub in stubs.items() if name in called}
+            child.bound = {**_template_bindings(child, child.payload, ctx), **stubs}
+            if stubs:
+                passed.append((site.location.line, set(stubs.values())))
             if child.bound:  # each instantiation is its own: sortCommon with SmallBitonicSort, then with MediumRadixSort
                 child.identity = (*child.identity, *sorted(child.bound.items()))
                 child.attrs["identity"] = ":".join(str(part) for part in child.identity)
@@ -873,6 +928,9 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
             child.attrs["keep"] = True
         children.append(child)
     children.extend(loops.iteration_nodes(node, definition, ctx))  # a CPU device loop's, called or asked for
+    if passed:  # a stub passed to a callee that calls it is shown there, under the callee's test of it
+        children = [c for c in children if not (c.kind is NodeKind.STUB and c.via is EdgeKind.STUB and c.location is not None and any(
+            c.payload in stubs and line <= c.location.line < line + 12 for line, stubs in passed))]
     return dedupe(children)
 
 
@@ -968,6 +1026,15 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: di
             site = dataclasses.replace(site, callee=callee, kind=EdgeKind.DIRECT, op=None)
             condition = f"{condition}; {receiver} = {argument}" if condition else f"{receiver} = {argument}"
     kind = site.kind
+    if kind in (EdgeKind.STUB, EdgeKind.DIRECT) and "::" not in site.callee and site.name in _parameter_names(caller, ctx):
+        # Note [stub parameters]: a call through a parameter (scatter_impl's `FillStub& fill_stub`, not the
+        # global fill_stub; a helper's `Stub& stub`) calls the stub its caller passes
+        passed = (bound or {}).get(site.name)
+        if passed is not None and passed.endswith("_stub"):
+            condition = f"{condition}; {site.name} = {passed}" if condition else f"{site.name} = {passed}"
+            return Node(passed, "stub", site.location, EdgeKind.STUB, condition, {"call_site": str(site.location)}, payload=passed, identity=("stub", passed))
+        if kind is EdgeKind.STUB:
+            return None
     if kind is EdgeKind.DISPATCHER:
         if not site.op or (site.callee.startswith(".") and ctx.index is not None and not _tensor_receiver(site, caller, ctx)):
             return None

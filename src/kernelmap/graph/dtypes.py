@@ -44,6 +44,8 @@ _INTEGRAL = {"Long", "Int", "Short", "Char", "Byte"}
 _DTYPE_EXPR = r"[\w.>\-]*(?:dtype|scalar_type)\w*(?:\(\d?\))?"
 _COMPARE = re.compile(rf"^({_DTYPE_EXPR})\s*(==|!=)\s*(?:(?:at|c10)::)?(?:ScalarType::|k)(\w+)$")
 _PREDICATE = re.compile(rf"^(?:(?:at|c10)::)?is(ReducedFloating|Floating|Complex|Integral)Type\(\s*({_DTYPE_EXPR})\s*(?:,\s*(\w+)\s*)?\)$")
+# A tensor's own test of its dtype: `self.is_complex()`, `result.is_floating_point()`.
+_TENSOR_PREDICATE = re.compile(r"^[\w.>\-]*?\bis_(complex|floating_point)\(\)$")
 
 
 def canonical(dtype: str | None) -> str | None:
@@ -72,6 +74,11 @@ def _atom(text: str, scalar: str) -> bool | None:
     m = _COMPARE.match(text)
     if m:
         value = (m.group(3) == scalar) == (m.group(2) == "==")
+    m = _TENSOR_PREDICATE.match(text) if value is None else None
+    if m:  # `self.is_complex()`: every input of the call is of the selected dtype; not always an output
+        if negated:  # (`!result.is_complex()`: abs of a complex tensor gives a real one)
+            return None
+        value = scalar in (_COMPLEX if m.group(1) == "complex" else _FLOATING)
     m = _PREDICATE.match(text) if value is None else None
     if m:
         kind = m.group(1)
@@ -155,7 +162,8 @@ def checks_dtype(condition: str | None) -> bool:
 @functools.lru_cache(maxsize=4096)
 def other_dtype_reason(condition: str | None, dtype: str | None) -> str | None:
     """Why a branch under `condition` is not taken for `dtype`; None when it may be."""
-    if not condition or ("dtype" not in condition and "scalar_type" not in condition):
+    if not condition or ("dtype" not in condition and "scalar_type" not in condition and "is_complex" not in condition
+                         and "is_floating_point" not in condition):
         return None  # most conditions test no dtype: answered without parsing them
     if evaluate(condition, dtype) is not False:
         return None

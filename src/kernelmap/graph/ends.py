@@ -7,30 +7,33 @@ Note [ranking a call's ends]
 The default settings come first: an arm taken only with deterministic
 algorithms on (`if (globalContext().deterministicAlgorithms() && ...)`, off
 unless torch.use_deterministic_algorithms(True); scatter_add's index_put_
-route on CUDA) ranks after every end reached without one. Then the layout:
-answers are for strided (dense) tensors, so an end reached only through an arm
-that tests for another layout (`if (self.layout() == kSparseCsr || ...)`,
-`self.is_mkldnn()`, `is_quantized()`, `is_nested()`; not its `else`) ranks
-after every end reached without one, and `where` names no stub kernel or leaf
-reached only so (a strided transpose is a view: its only loop is a sparse
-tensor's index check). Then the inputs: answers are for inputs smaller than
-the grain size (at::internal::GRAIN_SIZE, 32768 elements), the case
-TensorIterator's for_each tests first and the one a row of index_select or
-embedding falls in, so an end reached only through an arm for larger inputs
-(index_select's `slice_size >= grain_size`, for_each's parallel_for) ranks
-after every end reached without one. Likewise the general case: answers are
-for a tensor of some elements, so an end reached only through an arm for an
-empty, zero-dimensional or one-element input (sort's `if (self.dim() == 0 &&
-self.numel() == 1)`, which copies the one value) ranks after every end reached
-without one, and that test's `else`, the general case, counts as no `else` arm
-below (median on CUDA sorts, through that `else`, before its at::where picks
-the middle value). Then the storage: an end reached through growing a tensor's
-storage (`resize_bytes_cuda`, `maybe_resize_storage_cpu`: an output resized
-when the call sets it up, whose old data is copied over) is setup, and ranks
-after every end reached without one (batch_norm's cudaMemcpyAsync in
-Resize.cpp is not its work; its statistics kernel is). Then closed or external
-vendor code is where a call really ends, then a launch of device code, then
-the loop machinery, then the inner loop, with the C library's block copies
+route on CUDA) ranks after every end reached without one, and so does an arm
+taken only when an optional argument is given (scatter's `if
+(reduce.has_value())`: answers are for the arguments' defaults), whose `else`
+counts as no `else` arm below. Then the layout: answers are for strided
+(dense) tensors, so an end reached only through an arm that tests for another
+layout (`if (self.layout() == kSparseCsr || ...)`, `self.is_mkldnn()`,
+`is_quantized()`, `is_nested()`; not its `else`) ranks after every end reached
+without one, and `where` names no stub kernel or leaf reached only so (a
+strided transpose is a view: its only loop is a sparse tensor's index check).
+Then the inputs: answers are for inputs smaller than the grain size
+(at::internal::GRAIN_SIZE, 32768 elements), the case TensorIterator's for_each
+tests first and the one a row of index_select or embedding falls in, so an end
+reached only through an arm for larger inputs (index_select's `slice_size >=
+grain_size`, for_each's parallel_for) ranks after every end reached without
+one. Likewise the general case: answers are for a tensor of some elements, so
+an end reached only through an arm for an empty, zero-dimensional or
+one-element input (sort's `if (self.dim() == 0 && self.numel() == 1)`, which
+copies the one value) ranks after every end reached without one, and that
+test's `else`, the general case, counts as no `else` arm below (median on CUDA
+sorts, through that `else`, before its at::where picks the middle value). Then
+the storage: an end reached through growing a tensor's storage
+(`resize_bytes_cuda`, `maybe_resize_storage_cpu`: an output resized when the
+call sets it up, whose old data is copied over) is setup, and ranks after
+every end reached without one (batch_norm's cudaMemcpyAsync in Resize.cpp is
+not its work; its statistics kernel is). Then closed or external vendor code
+is where a call really ends, then a launch of device code, then the loop
+machinery, then the inner loop, with the C library's block copies
 (index_select's memcpy of a row) and the C++ standard library's sorts (a CPU
 sort's std::sort of a row) as inner loops: they are the loop that copies or
 sorts, not a library's work. Among ends of one kind, calls that do the work
@@ -81,6 +84,8 @@ _KIND_RANK = {NodeKind.VENDOR: 0, NodeKind.LAUNCH: 1, NodeKind.DEVICE_LOOP: 2, N
 _GRAIN_TEST = re.compile(r"\w\s*(>=|>|<=|<)\s*(?:at::)?(?:internal::)?(?:GRAIN_SIZE|grain_size)\b")
 # `self.numel() == 0`, `x.dim() == 0`, `t.numel() <= 1`, `self.is_empty()`: a test for an empty, zero-dimensional or one-element input
 _TRIVIAL_TEST = re.compile(r"[\w.\->()\[\]]*?(?:\b(?:dim|ndimension)\(\)\s*(?:==|<=)\s*0|\bnumel\(\)\s*(?:(?:==|<=)\s*[01]|<\s*[12])|\bis_empty\(\)|\bsizes\(\)\.empty\(\))")
+# An arm taken only when an optional argument is given: `if (reduce.has_value())` (Note [ranking a call's ends]).
+_OPTIONAL_GIVEN = re.compile(r"if \(\s*([\w.]+)\.has_value\(\)\s*\)")
 # Functions that grow a tensor's storage, copying its old data (Note [ranking a call's ends]).
 _STORAGE_GROWTH = re.compile(r"(?:^|::)(?:resize_bytes_\w+|maybe_resize_storage_\w+)$")
 # A launch that only checks (masked_scatter_size_check, an assertion) or fills memory (TensorTopK's fill).
@@ -112,6 +117,7 @@ def call_ends(tree: CallTree) -> tuple[End, ...]:
     """Every end of the call in `tree`, best first (Note [ranking a call's ends])."""
     ends: list[End] = []
     order = 0
+    optional_given = _optional_given(tree)
     stack: list[tuple[CallNode, tuple[CallNode, ...]]] = [(tree.root, (tree.root,))]
     while stack:
         node, path = stack.pop()
@@ -120,10 +126,11 @@ def call_ends(tree: CallTree) -> tuple[End, ...]:
         if node.kind in _KIND_RANK:
             library = vendors.library(node.attrs.get("library")) if node.kind is NodeKind.VENDOR else None
             setup = _setup(node, library)
-            elses = sum(1 for n in path if (n.condition or "").startswith("else of ") and not for_trivial_inputs(n.condition[8:]))
+            elses = sum(1 for n in path if (n.condition or "").startswith("else of ")
+                        and not for_trivial_inputs(n.condition[8:]) and not optional_given(n.condition[8:]))
             trivial = sum(1 for n in path if for_trivial_inputs(n.condition))
             larger = sum(1 for n in path if for_larger_inputs(n.condition))
-            opted = sum(1 for n in path if deterministic_only(n.condition))
+            opted = sum(1 for n in path if deterministic_only(n.condition) or optional_given(n.condition))
             layouts = sum(1 for n in path if other_layouts_only(n.condition))
             growths = sum(1 for n in path if _STORAGE_GROWTH.search(n.name))
             kind = _KIND_RANK[NodeKind.INNER_LOOP] if library is not None and library.inner_loop else _KIND_RANK[node.kind]
@@ -152,6 +159,28 @@ def _setup(node: CallNode, library) -> int:
     if node.kind is NodeKind.VENDOR and library is not None and not library.inner_loop and "::" not in node.name:
         return 2 if _VENDOR_SETUP.search(short) or short.isupper() else 1
     return 2
+
+
+def _optional_given(tree: CallTree):
+    """A test of whether a condition is an arm taken only when an optional
+    argument is given (`if (reduce.has_value())`), and not one the call's
+    schema requires (random_.to's `to`, tested as `to_opt.has_value()`)."""
+    required = _required_arguments(tree.root.attrs.get("schema") if tree.root.kind is NodeKind.OPERATOR else None)
+
+    def given(condition: str | None) -> bool:
+        m = _OPTIONAL_GIVEN.match(condition or "")
+        return m is not None and m.group(1).rsplit(".", 1)[-1].removesuffix("_opt") not in required
+
+    return given
+
+
+def _required_arguments(schema: str | None) -> frozenset[str]:
+    """The names of a schema's arguments that have no default (`int to` of
+    `random_.to(Tensor(a!) self, int to, *, Generator? generator=None)`)."""
+    m = re.search(r"\((.*)\)\s*->", schema or "", re.S)
+    if m is None:
+        return frozenset()
+    return frozenset(a.split()[-1] for a in terms(m.group(1), ",") if a and a != "*" and "=" not in a)
 
 
 def _borrowed(path: tuple[CallNode, ...]) -> bool:
@@ -241,7 +270,14 @@ def stub_kernel(tree: CallTree, ends: tuple[End, ...] | None = None) -> CallNode
     # the best end only: conv2d's oneDNN forward reaches ideep through the dispatcher, and
     # the transposed convolution's stub, as good an end, is not on the way the call goes
     on_path = [n for n in ends[0].path if reached(n)]
-    return on_path[0] if on_path else None
+    if on_path:
+        return on_path[0]
+    if ends[0].rank[5] == _KIND_RANK[NodeKind.INNER_LOOP]:
+        # the best end is a block copy reached through no stub (CPU scatter's memcpy, in an arm for
+        # deterministic mode the kernel tests through a local flag): the call's own stub kernel, whose
+        # loop is not modelled, tells more (a BLAS fallback's stub beside a vendor's gemm does not)
+        return _own_stub_kernel(tree, reached, ends[0].path)
+    return None
 
 
 def _own_stub_kernel(tree: CallTree, reached, best: tuple[CallNode, ...]) -> CallNode | None:
@@ -250,8 +286,12 @@ def _own_stub_kernel(tree: CallTree, reached, best: tuple[CallNode, ...]) -> Cal
     lazy_cholesky_kernel on CUDA, whose cuSOLVER calls are not followed, while
     its at::tril is), nor an arm that excludes the path to the best end `best`.
     A stub kernel with ends of its own is one of the alternatives the ranking
-    chose among (_convolution's oneDNN transpose beside the forward)."""
+    chose among (_convolution's oneDNN transpose beside the forward). Of
+    several, the one an optional argument left at its default reaches: not
+    under `if (reduce.has_value())` (scatter's reduce_stub), but its `else`."""
     taken = [n.condition for n in best if n.condition]
+    optional_given = _optional_given(tree)
+    found = []
     stack: list[tuple[CallNode, tuple[CallNode, ...]]] = [(tree.root, (tree.root,))]
     while stack:
         node, path = stack.pop()
@@ -260,9 +300,12 @@ def _own_stub_kernel(tree: CallTree, reached, best: tuple[CallNode, ...]) -> Cal
         if node.condition and any(_exclusive(node.condition, other) for other in taken):
             continue
         if reached(node) and not _has_ends(node):
-            return node
+            found.append((sum(1 for n in path if optional_given(n.condition)), len(found), node))
+            continue
         stack.extend((c, path + (c,)) for c in reversed(node.children))
-    return None
+    return min(found, key=lambda f: f[:2])[2] if found else None
+
+
 
 
 def _has_ends(node: CallNode) -> bool:

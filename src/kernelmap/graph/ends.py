@@ -64,10 +64,11 @@ _fused_sdp_choice_stub, or a fast path called before the general loop), else
 the first stub the path passes: the call's own. A stub kernel may call another
 operator with a stub of its own (sort_kernel fills the indices with
 at::arange, whose loop is the first end reached), which is not the call's; and
-when the best end is another operator's, the call's own stub kernel comes
-first, if it reaches one with no end below it without passing another operator
-(linalg_cholesky_ex's lazy_cholesky_kernel on CUDA, whose cuSOLVER calls are
-not followed, while its at::tril is).
+when the best end is another operator's launch, or a block copy reached
+through no stub, the call's own stub kernel comes first, if it reaches one
+with no end below it without passing another operator (var on CUDA:
+std_var_kernel_cuda, whose reduction is not followed, not the sqrt_kernel_cuda
+of the at::sqrt beside it).
 """
 
 from __future__ import annotations
@@ -282,9 +283,9 @@ def stub_kernel(tree: CallTree, ends: tuple[End, ...] | None = None) -> CallNode
 
 def _own_stub_kernel(tree: CallTree, reached, best: tuple[CallNode, ...]) -> CallNode | None:
     """The first stub-reached kernel, in tree order, with no end below it that
-    the call reaches without passing another operator (linalg_cholesky_ex's
-    lazy_cholesky_kernel on CUDA, whose cuSOLVER calls are not followed, while
-    its at::tril is), nor an arm that excludes the path to the best end `best`.
+    the call reaches without passing another operator (var's std_var_kernel_cuda,
+    whose reduction is not followed), nor an arm that excludes the path to the
+    best end `best`.
     A stub kernel with ends of its own is one of the alternatives the ranking
     chose among (_convolution's oneDNN transpose beside the forward). Of
     several, the one an optional argument left at its default reaches: not

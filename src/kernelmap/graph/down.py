@@ -15,7 +15,8 @@ from kernelmap.errors import BadInput, KernelmapError, UnknownName
 from kernelmap.graph import processors_for
 from kernelmap.graph.context import GraphContext
 from kernelmap.graph.grow import Node, grow
-from kernelmap.graph.rules import DEFAULT_DEPTH, DEVICE_KEYS, KERNEL_DIRS, VECTORIZED_MATH, is_utility_op, launch_kind, other_device_reason
+from kernelmap.graph.rules import (DEFAULT_DEPTH, DEVICE_KEYS, KERNEL_DIRS, VECTORIZED_MATH, balanced, is_utility_op, launch_kind,
+                                   other_device_reason, schema_arguments)
 from kernelmap.model import CallTree, EdgeKind, Location, NodeKind, Op
 
 def stack(target: str, context: GraphContext, depth: int = DEFAULT_DEPTH) -> CallTree:
@@ -594,29 +595,6 @@ def _parameter_names(definition, ctx: GraphContext) -> frozenset[str]:
     return frozenset(filter(None, (_parameter_name(p) for p in parameters(definition, ctx) or ())))
 
 
-_SCHEMA_ARGS = re.compile(r"\((.*)\)\s*->", re.S)
-
-
-def _schema_arguments(schema: str) -> list[str]:
-    m = _SCHEMA_ARGS.search(schema)
-    if m is None:
-        return []
-    depth, current, out = 0, [], []
-    for ch in m.group(1):
-        if ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append("".join(current).strip())
-            current = []
-        else:
-            current.append(ch)
-    if "".join(current).strip():
-        out.append("".join(current).strip())
-    return [a for a in out if a != "*"]
-
-
 def _signature_distance(params: list[str], schema_args: list[str]) -> int:
     """How far a C++ parameter list is from an operator schema's arguments: a
     Dimname where the schema has none (or the reverse) rules a candidate out;
@@ -638,7 +616,7 @@ def by_signature(definitions: list, schema: str | None, ctx: GraphContext) -> li
     `sort(Tensor, Dimname, bool)` in NamedTensor.cpp); all of them when none can be told apart."""
     if len(definitions) < 2 or not schema:
         return definitions
-    args = _schema_arguments(schema)
+    args = schema_arguments(schema)
     scored = []
     for d in definitions:
         params = parameters(d, ctx)
@@ -930,7 +908,7 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
     children.extend(loops.iteration_nodes(node, definition, ctx))  # a CPU device loop's, called or asked for
     if passed:  # a stub passed to a callee that calls it is shown there, under the callee's test of it
         children = [c for c in children if not (c.kind is NodeKind.STUB and c.via is EdgeKind.STUB and c.location is not None and any(
-            c.payload in stubs and line <= c.location.line < line + 12 for line, stubs in passed))]
+            c.payload in taken and line <= c.location.line < line + 12 for line, taken in passed))]
     return dedupe(children)
 
 
@@ -1026,7 +1004,8 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: di
             site = dataclasses.replace(site, callee=callee, kind=EdgeKind.DIRECT, op=None)
             condition = f"{condition}; {receiver} = {argument}" if condition else f"{receiver} = {argument}"
     kind = site.kind
-    if kind in (EdgeKind.STUB, EdgeKind.DIRECT) and "::" not in site.callee and site.name in _parameter_names(caller, ctx):
+    if (kind is EdgeKind.STUB or (kind is EdgeKind.DIRECT and bound and site.name in bound)) and "::" not in site.callee \
+            and site.name in _parameter_names(caller, ctx):
         # Note [stub parameters]: a call through a parameter (scatter_impl's `FillStub& fill_stub`, not the
         # global fill_stub; a helper's `Stub& stub`) calls the stub its caller passes
         passed = (bound or {}).get(site.name)
@@ -1349,23 +1328,13 @@ def _argument_type(argument: str, site, ctx: GraphContext) -> str | None:
     if cast:
         return _type_key(cast.group(1))
     call = _CALL_ARGUMENT.fullmatch(argument)
-    return _returned_type(call.group(1), ctx) if call and _one_call(call.group(2)) else None
+    # `f(a)`, not `f(a) + g(b)`: what lies between the first `(` and the last `)` is balanced
+    return _returned_type(call.group(1), ctx) if call and balanced(call.group(2)) else None
 
 
 _CALL_ARGUMENT = re.compile(r"((?:[A-Za-z_]\w*::)*[A-Za-z_]\w*)\s*\((.*)\)", re.S)
 # Words before a function's name that are not its return type (`static inline`, `C10_API`, `TORCH_API`).
 _SPECIFIERS = re.compile(r"\b(?:static|inline|constexpr|extern|virtual|explicit|friend|[A-Z][A-Z0-9_]*[A-Z0-9])\b")
-
-
-def _one_call(inside: str) -> bool:
-    """Whether `inside` (what lies between a call's first `(` and the last `)`
-    of an argument) keeps its parentheses balanced: `f(a)`, not `f(a) + g(b)`."""
-    depth = 0
-    for ch in inside:
-        depth += (ch == "(") - (ch == ")")
-        if depth < 0:
-            return False
-    return depth == 0
 
 
 def _returned_type(name: str, ctx: GraphContext) -> str | None:
@@ -1480,7 +1449,7 @@ def by_argument_types(definitions: list, site, ctx: GraphContext) -> list:
 
 
 def _accepts(op: Op, count: int) -> bool:
-    arguments = _schema_arguments(op.schema)
+    arguments = schema_arguments(op.schema)
     required = sum("=" not in a for a in arguments)
     return required <= count <= len(arguments)
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 import functools
 import re
 
+from kernelmap.graph.rules import balanced
+
 # torch dtype name -> (ScalarType, C++ element type as ATen spells it)
 SCALAR_TYPES = {
     "float32": ("Float", "float"), "float64": ("Double", "double"), "float16": ("Half", "Half"),
@@ -68,7 +70,7 @@ def _atom(text: str, scalar: str) -> bool | None:
     negated = False
     while text.startswith("!"):
         negated, text = not negated, text[1:].strip()
-    while text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]):
+    while text.startswith("(") and text.endswith(")") and balanced(text[1:-1]):
         text = text[1:-1].strip()
     value: bool | None = None
     m = _COMPARE.match(text)
@@ -93,16 +95,6 @@ def _atom(text: str, scalar: str) -> bool | None:
     if value is None:
         return None
     return not value if negated else value
-
-
-def _balanced(text: str) -> bool:
-    depth = 0
-    for ch in text:
-        depth += ch == "("
-        depth -= ch == ")"
-        if depth < 0:
-            return False
-    return depth == 0
 
 
 def _split(text: str, operator: str) -> list[str]:

@@ -77,7 +77,7 @@ import re
 from dataclasses import dataclass
 
 from kernelmap import vendors
-from kernelmap.graph.rules import terms
+from kernelmap.graph.rules import schema_arguments, terms
 from kernelmap.model import CallNode, CallTree, NodeKind
 
 _KIND_RANK = {NodeKind.VENDOR: 0, NodeKind.LAUNCH: 1, NodeKind.DEVICE_LOOP: 2, NodeKind.INNER_LOOP: 3}
@@ -178,10 +178,7 @@ def _optional_given(tree: CallTree):
 def _required_arguments(schema: str | None) -> frozenset[str]:
     """The names of a schema's arguments that have no default (`int to` of
     `random_.to(Tensor(a!) self, int to, *, Generator? generator=None)`)."""
-    m = re.search(r"\((.*)\)\s*->", schema or "", re.S)
-    if m is None:
-        return frozenset()
-    return frozenset(a.split()[-1] for a in terms(m.group(1), ",") if a and a != "*" and "=" not in a)
+    return frozenset(a.split()[-1] for a in schema_arguments(schema or "") if "=" not in a)
 
 
 def _borrowed(path: tuple[CallNode, ...]) -> bool:
@@ -252,7 +249,9 @@ def stub_kernel(tree: CallTree, ends: tuple[End, ...] | None = None) -> CallNode
     first stub-reached kernel on the path to the best end that passes one
     (Note [ranking a call's ends]). Not the first stub met breadth first: a
     convolution's bias add reaches `add_stub` before the convolution's own
-    work, and is not where the inputs go. None when no end's path passes a stub."""
+    work, and is not where the inputs go. The call's own stub kernel when the
+    best end is another operator's launch or a block copy (`_own_stub_kernel`);
+    None when neither is found."""
     from kernelmap.model import EdgeKind
 
     def reached(n: CallNode) -> bool:
@@ -282,14 +281,14 @@ def stub_kernel(tree: CallTree, ends: tuple[End, ...] | None = None) -> CallNode
 
 
 def _own_stub_kernel(tree: CallTree, reached, best: tuple[CallNode, ...]) -> CallNode | None:
-    """The first stub-reached kernel, in tree order, with no end below it that
-    the call reaches without passing another operator (var's std_var_kernel_cuda,
-    whose reduction is not followed), nor an arm that excludes the path to the
-    best end `best`.
-    A stub kernel with ends of its own is one of the alternatives the ranking
-    chose among (_convolution's oneDNN transpose beside the forward). Of
-    several, the one an optional argument left at its default reaches: not
-    under `if (reduce.has_value())` (scatter's reduce_stub), but its `else`."""
+    """A stub-reached kernel with no end below it that the call reaches
+    without passing another operator (var's std_var_kernel_cuda, whose
+    reduction is not followed), nor an arm that excludes the path to the best
+    end `best`; of several, the one an optional argument left at its default
+    reaches (not under scatter's `if (reduce.has_value())`, but its `else`),
+    then the first in tree order. A stub kernel with ends of its own is one of
+    the alternatives the ranking chose among (_convolution's oneDNN transpose
+    beside the forward)."""
     taken = [n.condition for n in best if n.condition]
     optional_given = _optional_given(tree)
     found = []
@@ -305,8 +304,6 @@ def _own_stub_kernel(tree: CallTree, reached, best: tuple[CallNode, ...]) -> Cal
             continue
         stack.extend((c, path + (c,)) for c in reversed(node.children))
     return min(found, key=lambda f: f[:2])[2] if found else None
-
-
 
 
 def _has_ends(node: CallNode) -> bool:

@@ -146,6 +146,42 @@ def terms(text: str, operator: str) -> list[str]:
     return found
 
 
+def balanced(text: str) -> bool:
+    """Whether `text` keeps its parentheses balanced, never closing one it did
+    not open: `a) + g(b` is not."""
+    depth = 0
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+_SCHEMA_ARGS = re.compile(r"\((.*)\)\s*->", re.S)
+
+
+def schema_arguments(schema: str) -> list[str]:
+    """The arguments of an operator schema as written (`Tensor(a!) out`,
+    `Generator? generator=None`), the `*` that starts keyword-only ones left out."""
+    m = _SCHEMA_ARGS.search(schema)
+    if m is None:
+        return []
+    depth, current, out = 0, [], []
+    for ch in m.group(1):
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+    if "".join(current).strip():
+        out.append("".join(current).strip())
+    return [a for a in out if a != "*"]
+
+
 def _closes_at_end(text: str) -> bool:
     """Whether the `(` that opens `text` is closed by its last character."""
     depth = 0

@@ -448,3 +448,81 @@ def test_the_entry_kernel_is_not_a_helper_of_the_meta_function(tree_2_6):
     entry = roles["entry kernel"]
     assert entry.name == "at::native::structured_index_out::impl"
     assert "TORCH_IMPL_FUNC(index_out)" in file_lines(entry.location)[entry.location.line - 1]
+
+
+# -- function objects brace-initialised and called ------------------------------
+
+
+def test_sum_on_cuda_runs_the_primary_templates_operator_and_reaches_the_reduction(tree_2_6, context):
+    """sum_kernel_cuda calls `sum_functor<scalar_t>{}(iter)`; ReduceSumProdKernel.cu
+    (read here) also specialises sum_functor for c10::complex<at::Half>. float32
+    runs the primary template's operator(), whose gpu_reduce_kernel launches
+    reduce_kernel."""
+    text = (tree_2_6 / "aten/src/ATen/native/cuda/ReduceSumProdKernel.cu").read_text()
+    lines = text.splitlines()
+    assert "sum_functor<scalar_t>{}(iter);" in text
+    primary = next(i + 1 for i, t in enumerate(lines) if t.startswith("struct sum_functor {"))
+    special = [i + 1 for i, t in enumerate(lines) if re.match(r"struct sum_functor<.+> \{", t)]
+    assert special and primary < min(special)
+    tree = graph.stack("at::native::sum_kernel_cuda", context("cuda"), depth=1)
+    [called] = [n for n in tree.root.children if n.name.endswith("sum_functor::operator()")]
+    assert called.kind.value == "kernel" and primary < called.location.line < min(special)
+    assert "primary template" in called.attrs["dtype_case"]
+    roles, leaves = steps("aten::sum.dim_IntList", "cuda")
+    assert roles["stub kernel"].name.endswith("::sum_kernel_cuda")
+    assert leaves and leaves[0].name == "reduce_kernel"
+    line = file_lines(leaves[0].location)[leaves[0].location.line - 1]
+    assert "__global__" in line and "reduce_kernel(" in line
+
+
+def test_a_class_specialisation_for_the_selected_dtype_is_the_one_called(tree_2_6, context):
+    """unique_cuda_template calls `UniqueCub<scalar_t>{}(...)`; UniqueCub.cu (read
+    here) specialises UniqueCub for bool: bool runs that operator(), float32 the
+    primary template's."""
+    text = (tree_2_6 / "aten/src/ATen/native/cuda/UniqueCub.cu").read_text()
+    lines = text.splitlines()
+    assert "return UniqueCub<scalar_t>{}(*self_c, consecutive, return_inverse, return_counts);" in text
+    primary = next(i + 1 for i, t in enumerate(lines) if t.startswith("struct UniqueCub {"))
+    special = next(i + 1 for i, t in enumerate(lines) if t.startswith("struct UniqueCub<bool> {"))
+    for dtype, low, high in (("float32", primary, special), ("bool", special, len(lines))):
+        tree = graph.stack("at::native::internal::unique_cuda_template", context("cuda", dtype=dtype), depth=1)
+        [called] = [n for n in tree.root.children if n.name.endswith("UniqueCub::operator()")]
+        assert low < called.location.line < high, (dtype, called.location)
+        assert "operator()" in lines[called.location.line - 1]
+
+
+# -- arguments at their defaults, and the stub named for the operator -----------
+
+
+def test_a_flag_left_at_its_default_ranks_its_other_arm_last(tree_2_6, context):
+    """linalg_matrix_rank (LinearAlgebra.cpp, read here) takes the singular
+    values from an SVD under `if (!hermitian)`, else from eigvalsh; its schema
+    (native_functions.yaml, read here) defaults hermitian to False: every end
+    of the eigvalsh route ranks after every other end."""
+    yaml = (tree_2_6 / "aten/src/ATen/native/native_functions.yaml").read_text()
+    assert re.search(r"- func: linalg_matrix_rank\.atol_rtol_float\([^\n]*bool hermitian=False\)", yaml)
+    text = (tree_2_6 / "aten/src/ATen/native/LinearAlgebra.cpp").read_text()
+    body = text[text.index("'hermitian' controls whether SVD"):]
+    assert body.index("if (!hermitian) {") < body.index("linalg_svdvals(") < body.index("linalg_eigvalsh(")
+    ends = graph.call_ends(graph.stack("aten::linalg_matrix_rank.atol_rtol_float", context("cpu")))
+    eigh = [i for i, e in enumerate(ends) if any(n.condition == "else of if (!hermitian)" for n in e.path)]
+    svd = [i for i, e in enumerate(ends) if any(n.name == "aten::linalg_svdvals" for n in e.path)]
+    assert any(n.name == "aten::linalg_eigvalsh" for i in eigh for n in ends[i].path)
+    assert svd and max(svd) < min(eigh) and eigh == list(range(len(ends) - len(eigh), len(ends))), [e.node.name for e in ends]
+
+
+@pytest.mark.parametrize("op, stub, kernel_file", [
+    ("aten::histogramdd", "histogramdd_stub", "aten/src/ATen/native/cpu/HistogramKernel.cpp"),
+    ("aten::_weight_norm", "weight_norm_stub", "aten/src/ATen/native/cpu/WeightNormKernel.cpp"),
+])
+def test_the_stub_named_for_the_operator_gives_its_stub_kernel(tree_2_6, op, stub, kernel_file):
+    """histogramdd's first end is the loop of the at::linspace_out that makes
+    its bin edges (Histogram.cpp, read here), and _weight_norm's lies in the
+    norm it divides by; the work of each is the kernel registered for the stub
+    named for it (read here), whose loop is not modelled."""
+    assert "at::linspace_out(" in (tree_2_6 / "aten/src/ATen/native/Histogram.cpp").read_text()
+    kernel = re.search(rf"REGISTER_DISPATCH\({stub}, &(\w+)\)", (tree_2_6 / kernel_file).read_text()).group(1)
+    roles, _ = steps(op, "cpu")
+    found = roles["stub kernel"]
+    assert found.name.endswith(f"::{kernel}") and found.location.path == kernel_file
+    assert kernel in file_lines(found.location)[found.location.line - 1]

@@ -358,6 +358,22 @@ void k(const Tensor& self) {
     assert calls["cuda_scatter_gather_base_kernel::operator()"].line == 4 and calls["ReduceAdd::operator()"].short == "operator()"
 
 
+def test_a_function_object_brace_initialised_to_be_called_at_once_is_a_call_of_its_operator(ex):
+    f = facts(ex, """namespace at { namespace native {
+void k(TensorIterator& iter) {
+  sum_functor<scalar_t>{}(iter);
+  at::native::VarTransform{}(var, eps);
+  std::hash<c10::Stream>{}(s);
+  decltype(op){}(1);
+}
+}}
+""")
+    calls = {c.callee: c for c in f.calls}
+    assert {"sum_functor::operator()", "at::native::VarTransform::operator()"} <= set(calls), sorted(calls)
+    assert calls["sum_functor::operator()"].line == 3 and calls["at::native::VarTransform::operator()"].short == "operator()"
+    assert not any(c.callee.startswith(("std::", "decltype")) for c in f.calls)  # the standard library's, and no named class
+
+
 def test_only_calls_of_registration_macros_and_library_methods_register(ex):
     """Note [registrations among calls]: registrations are read from the calls
     the query finds, by the callee's spelling and shape."""

@@ -704,6 +704,47 @@ def by_dtype(definitions: list, ctx: GraphContext) -> list:
     return special or typed
 
 
+def by_class_specialisation(definitions: list, ctx: GraphContext) -> tuple[list, str | None]:
+    """The methods of a class template that run for the selected dtype, of
+    several defined in its primary template and in explicit specialisations
+    (`sum_functor<scalar_t>{}(iter)` of ReduceSumProdKernel.cu: the primary's
+    `operator()`, not `sum_functor<c10::complex<at::Half>>`'s; UniqueCub<bool>'s
+    for bool): a specialisation spelled for the dtype, else the primary's.
+    Also why, or None when the definitions are not of that kind."""
+    heads = [_class_arguments(d, ctx) for d in definitions]
+    special = [a for a in heads if a is not None]
+    if not special or len(special) == len(heads):
+        return definitions, None
+    wanted = set(_DTYPE_TYPES.get(ctx.dtype, ()))
+    spelled = [d for d, a in zip(definitions, heads) if a is not None and re.sub(r"^(?:c10::|at::)", "", a.replace(" ", "")) in wanted]
+    if spelled:
+        return spelled, f"{ctx.dtype}: the class specialisation for it"
+    return [d for d, a in zip(definitions, heads) if a is None], f"{ctx.dtype}: the primary template, not its specialisation for {', '.join(dict.fromkeys(special))}"
+
+
+# The head of the class a method is defined in: `struct sum_functor<c10::complex<at::Half>> {` (arguments: a specialisation).
+_CLASS_HEAD = r"\b(?:struct|class)\s+(?:\w+\s+)*?{name}\s*(<(?:[^<>;{{}}]|<(?:[^<>;{{}}]|<[^<>;{{}}]*>)*>)*>)?\s*(?::[^;{{]*)?\{{"
+
+
+def _class_arguments(definition, ctx: GraphContext) -> str | None:
+    """The template arguments of the explicit specialisation of the class a
+    method is defined in (`c10::complex<at::Half>`), read from the nearest
+    head of that class above the method; None for the primary template, a
+    class that is no template, or a class not found within 200 lines."""
+    parts = definition.name.rsplit("::", 2)
+    if len(parts) < 3:
+        return None
+    lines = file_lines(ctx.index.tree.root / definition.location.path)
+    line = definition.location.line
+    text = "\n".join(lines[max(0, line - 200) : line])
+    m = None
+    for m in re.finditer(_CLASS_HEAD.format(name=re.escape(parts[1])), text):
+        pass
+    if m is None or m.group(1) is None:
+        return None
+    return m.group(1)[1:-1].strip()
+
+
 def declaration_head(definition, ctx: GraphContext) -> str:
     """The text of a definition's declaration up to its name: the template
     header and return type written on the lines before it (a few at most)."""
@@ -1078,6 +1119,11 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: di
             node = cpp_node(typed[0], ctx, kind, condition, site.location)
             node.attrs["dtype_case"] = f"{ctx.dtype}: the {_DTYPE_TYPES[ctx.dtype][0]} overload of {len(candidates)}"
             return node
+        candidates, chosen = by_class_specialisation(candidates, ctx)
+        if len(candidates) == 1 and chosen:
+            node = cpp_node(candidates[0], ctx, kind, condition, site.location)
+            node.attrs["dtype_case"] = chosen
+            return node
     if len(candidates) == 1:
         return cpp_node(candidates[0], ctx, kind, condition, site.location)
     built = [d for d in candidates if compiled(d.symbol.condition, ctx) is not False]
@@ -1270,17 +1316,22 @@ _TEMPORARY_CALL = re.compile(r"\s*\)\s*\(")  # the `)(` of `Functor<...>()(args)
 def call_arguments(site, ctx: GraphContext) -> list[str] | None:
     """The arguments a call site passes, as written (comments removed), read
     from its lines in the tree; a call of a temporary's `operator()`
-    (`cuda_scatter_gather_base_kernel<true, false>()(self, ...)`) too. None
-    when the call cannot be read there."""
+    (`cuda_scatter_gather_base_kernel<true, false>()(self, ...)`,
+    `UniqueCub<scalar_t>{}(self, ...)`) too. None when the call cannot be
+    read there."""
     if ctx.index is None:
         return None
     lines = file_lines(ctx.index.tree.root / site.location.path)
     start = site.location.line - 1
     text = "\n".join(lines[start : start + 12])
     if site.name == "operator()" and site.callee.endswith("::operator()"):
-        opened = _call_open(text, site.callee.removesuffix("::operator()").rsplit("::", 1)[-1])
+        made = site.callee.removesuffix("::operator()").rsplit("::", 1)[-1]
+        opened = _call_open(text, made)
         then = _TEMPORARY_CALL.match(text, opened) if opened is not None else None
         opened = then.end() if then else None
+        if opened is None:  # `UniqueCub<scalar_t>{}(self, ...)`: rare, so its pattern is compiled here
+            braced = re.search(rf"\b{re.escape(made)}\s*(?:<[^(){{;]*>)?\s*\{{[^{{}}]*\}}\s*\(", text)
+            opened = braced.end() if braced else None
     else:
         opened = _call_open(text, site.name)
     items = _bracket_items(text, opened, "([{", ")]}") if opened is not None else None

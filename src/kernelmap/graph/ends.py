@@ -9,7 +9,9 @@ algorithms on (`if (globalContext().deterministicAlgorithms() && ...)`, off
 unless torch.use_deterministic_algorithms(True); scatter_add's index_put_
 route on CUDA) ranks after every end reached without one, and so does an arm
 taken only when an optional argument is given (scatter's `if
-(reduce.has_value())`: answers are for the arguments' defaults), whose `else`
+(reduce.has_value())`: answers are for the arguments' defaults) or a flag of
+the schema is set otherwise than its default (linalg_matrix_rank's eigvalsh
+in the `else` of `if (!hermitian)`, `bool hermitian=False`), whose `else`
 counts as no `else` arm below. Then the layout: answers are for strided
 (dense) tensors, so an end reached only through an arm that tests for another
 layout (`if (self.layout() == kSparseCsr || ...)`, `self.is_mkldnn()`,
@@ -68,7 +70,10 @@ when the best end is another operator's launch, or a block copy reached
 through no stub, the call's own stub kernel comes first, if it reaches one
 with no end below it without passing another operator (var on CUDA:
 std_var_kernel_cuda, whose reduction is not followed, not the sqrt_kernel_cuda
-of the at::sqrt beside it).
+of the at::sqrt beside it). Above all these, a stub named for the call's
+operator (histogramdd_stub of aten::histogramdd), called at the arguments'
+defaults, names the kernel: histogramdd's best end is the loop of the linspace
+that makes its bin edges, and its own histogram loop is not modelled.
 """
 
 from __future__ import annotations
@@ -87,6 +92,9 @@ _GRAIN_TEST = re.compile(r"\w\s*(>=|>|<=|<)\s*(?:at::)?(?:internal::)?(?:GRAIN_S
 _TRIVIAL_TEST = re.compile(r"[\w.\->()\[\]]*?(?:\b(?:dim|ndimension)\(\)\s*(?:==|<=)\s*0|\bnumel\(\)\s*(?:(?:==|<=)\s*[01]|<\s*[12])|\bis_empty\(\)|\bsizes\(\)\.empty\(\))")
 # An arm taken only when an optional argument is given: `if (reduce.has_value())` (Note [ranking a call's ends]).
 _OPTIONAL_GIVEN = re.compile(r"if \(\s*([\w.]+)\.has_value\(\)\s*\)")
+# A test of a flag alone: `if (return_inverse)`, `else of if (!consecutive)`; what follows is the condition's
+# `#if` or a bound name (`; stub = abs_stub`).
+_FLAG_TEST = re.compile(r"(else of )?if \(\s*(!?)\s*(\w+)\s*\)(?=$|\s\s#if |; )")
 # Functions that grow a tensor's storage, copying its old data (Note [ranking a call's ends]).
 _STORAGE_GROWTH = re.compile(r"(?:^|::)(?:resize_bytes_\w+|maybe_resize_storage_\w+)$")
 # A launch that only checks (masked_scatter_size_check, an assertion) or fills memory (TensorTopK's fill).
@@ -118,7 +126,7 @@ def call_ends(tree: CallTree) -> tuple[End, ...]:
     """Every end of the call in `tree`, best first (Note [ranking a call's ends])."""
     ends: list[End] = []
     order = 0
-    optional_given = _optional_given(tree)
+    non_default = _non_default(tree)
     stack: list[tuple[CallNode, tuple[CallNode, ...]]] = [(tree.root, (tree.root,))]
     while stack:
         node, path = stack.pop()
@@ -128,10 +136,10 @@ def call_ends(tree: CallTree) -> tuple[End, ...]:
             library = vendors.library(node.attrs.get("library")) if node.kind is NodeKind.VENDOR else None
             setup = _setup(node, library)
             elses = sum(1 for n in path if (n.condition or "").startswith("else of ")
-                        and not for_trivial_inputs(n.condition[8:]) and not optional_given(n.condition[8:]))
+                        and not for_trivial_inputs(n.condition[8:]) and not non_default(n.condition[8:]))
             trivial = sum(1 for n in path if for_trivial_inputs(n.condition))
             larger = sum(1 for n in path if for_larger_inputs(n.condition))
-            opted = sum(1 for n in path if deterministic_only(n.condition) or optional_given(n.condition))
+            opted = sum(1 for n in path if deterministic_only(n.condition) or non_default(n.condition))
             layouts = sum(1 for n in path if other_layouts_only(n.condition))
             growths = sum(1 for n in path if _STORAGE_GROWTH.search(n.name))
             kind = _KIND_RANK[NodeKind.INNER_LOOP] if library is not None and library.inner_loop else _KIND_RANK[node.kind]
@@ -162,15 +170,25 @@ def _setup(node: CallNode, library) -> int:
     return 2
 
 
-def _optional_given(tree: CallTree):
-    """A test of whether a condition is an arm taken only when an optional
-    argument is given (`if (reduce.has_value())`), and not one the call's
-    schema requires (random_.to's `to`, tested as `to_opt.has_value()`)."""
-    required = _required_arguments(tree.root.attrs.get("schema") if tree.root.kind is NodeKind.OPERATOR else None)
+def _non_default(tree: CallTree):
+    """A test of whether a condition is an arm taken only when an argument is
+    not at its default: an optional argument given (`if (reduce.has_value())`;
+    not one the call's schema requires: random_.to's `to`, tested as
+    `to_opt.has_value()`), or a flag of the schema set otherwise than its
+    default (`if (return_inverse)` or `else of if (!return_inverse)` of
+    `bool return_inverse=False`)."""
+    schema = tree.root.attrs.get("schema") if tree.root.kind is NodeKind.OPERATOR else None
+    required, flags = _required_arguments(schema), _flag_defaults(schema)
 
     def given(condition: str | None) -> bool:
         m = _OPTIONAL_GIVEN.match(condition or "")
-        return m is not None and m.group(1).rsplit(".", 1)[-1].removesuffix("_opt") not in required
+        if m is not None:
+            return m.group(1).rsplit(".", 1)[-1].removesuffix("_opt") not in required
+        m = _FLAG_TEST.match(condition or "") if flags else None
+        if m is None or m.group(3) not in flags:
+            return False
+        taken_when = (not m.group(2)) != bool(m.group(1))  # the flag's value the arm runs for
+        return taken_when != flags[m.group(3)]
 
     return given
 
@@ -179,6 +197,18 @@ def _required_arguments(schema: str | None) -> frozenset[str]:
     """The names of a schema's arguments that have no default (`int to` of
     `random_.to(Tensor(a!) self, int to, *, Generator? generator=None)`)."""
     return frozenset(a.split()[-1] for a in schema_arguments(schema or "") if "=" not in a)
+
+
+def _flag_defaults(schema: str | None) -> dict[str, bool]:
+    """The `bool` arguments of a schema that have a default, and it
+    (`bool return_inverse=False` of aten::_unique2)."""
+    flags = {}
+    for argument in schema_arguments(schema or ""):
+        declared, _, default = argument.partition("=")
+        kind, _, name = declared.strip().rpartition(" ")
+        if kind.strip() == "bool" and default.strip() in ("True", "False"):
+            flags[name] = default.strip() == "True"
+    return flags
 
 
 def _borrowed(path: tuple[CallNode, ...]) -> bool:
@@ -251,15 +281,25 @@ def stub_kernel(tree: CallTree, ends: tuple[End, ...] | None = None) -> CallNode
     convolution's bias add reaches `add_stub` before the convolution's own
     work, and is not where the inputs go. The call's own stub kernel when the
     best end is another operator's launch or a block copy (`_own_stub_kernel`);
-    None when neither is found."""
+    None when neither is found. Before all these, the kernel of the stub named
+    for the call's operator, where the call reaches it at the arguments'
+    defaults (`_stub_named_for_the_call`)."""
     from kernelmap.model import EdgeKind
 
-    def reached(n: CallNode) -> bool:
-        return n.via is EdgeKind.STUB and n.kind in (NodeKind.KERNEL, NodeKind.GENERATED) and n.location is not None
+    def reached(n: CallNode) -> bool:  # a kernel registered for a stub (not the `nullptr` one stands for a device's absence)
+        return n.via is EdgeKind.STUB and n.kind in (NodeKind.KERNEL, NodeKind.GENERATED) and n.location is not None and n.name != "nullptr"
 
     ends = ends if ends is not None else call_ends(tree)
     if not ends:  # nothing ends the call (a reduction's loop is not modelled): the first stub met
         return next((n for _, n in tree.walk() if reached(n) and not n.attrs.get("collapsed")), None)
+    chosen = _stub_kernel_of_best(tree, reached, ends)
+    named = _stub_named_for_the_call(tree, reached, ends[0].path)
+    if named is not None and chosen not in named.children:
+        return next(c for c in named.children if reached(c) and not c.attrs.get("collapsed"))
+    return chosen
+
+
+def _stub_kernel_of_best(tree: CallTree, reached, ends: tuple[End, ...]) -> CallNode | None:
     if ends[0].rank[7]:  # the best end is another operator's: the call's own stub kernel, if it has one
         own = _own_stub_kernel(tree, reached, ends[0].path)
         if own is not None:
@@ -280,6 +320,31 @@ def stub_kernel(tree: CallTree, ends: tuple[End, ...] | None = None) -> CallNode
     return None
 
 
+def _stub_named_for_the_call(tree: CallTree, reached, best: tuple[CallNode, ...]) -> CallNode | None:
+    """The stub named for the call's operator (histogramdd_stub of
+    aten::histogramdd, add_stub of aten::add_), called on this device with
+    every optional argument and flag at its default and with a kernel
+    registered; None when there is none. Its kernel is the operator's own
+    work where the best end lies in another operator's (the linspace loop
+    that makes histogramdd's bin edges; the histogram's loop is not modelled)."""
+    operator = next((n.name for n in best if n.kind is NodeKind.OPERATOR), None)
+    if operator is None:
+        return None
+    stub = f"{operator.removeprefix('aten::').split('.', 1)[0].strip('_')}_stub"
+    given = _non_default(tree)
+    stack: list[tuple[CallNode, bool]] = [(tree.root, False)]
+    while stack:
+        node, opted = stack.pop()
+        opted = opted or given(node.condition)
+        if opted or node.attrs.get("collapsed") or node.attrs.get("branch"):
+            continue
+        if node.kind is NodeKind.STUB and node.name.rsplit("::", 1)[-1] == stub \
+                and any(reached(c) and not c.attrs.get("collapsed") for c in node.children):
+            return node
+        stack.extend((c, opted) for c in reversed(node.children))
+    return None
+
+
 def _own_stub_kernel(tree: CallTree, reached, best: tuple[CallNode, ...]) -> CallNode | None:
     """A stub-reached kernel with no end below it that the call reaches
     without passing another operator (var's std_var_kernel_cuda, whose
@@ -290,7 +355,7 @@ def _own_stub_kernel(tree: CallTree, reached, best: tuple[CallNode, ...]) -> Cal
     the alternatives the ranking chose among (_convolution's oneDNN transpose
     beside the forward)."""
     taken = [n.condition for n in best if n.condition]
-    optional_given = _optional_given(tree)
+    non_default = _non_default(tree)
     found = []
     stack: list[tuple[CallNode, tuple[CallNode, ...]]] = [(tree.root, (tree.root,))]
     while stack:
@@ -300,7 +365,7 @@ def _own_stub_kernel(tree: CallTree, reached, best: tuple[CallNode, ...]) -> Cal
         if node.condition and any(_exclusive(node.condition, other) for other in taken):
             continue
         if reached(node) and not _has_ends(node):
-            found.append((sum(1 for n in path if optional_given(n.condition)), len(found), node))
+            found.append((sum(1 for n in path if non_default(n.condition)), len(found), node))
             continue
         stack.extend((c, path + (c,)) for c in reversed(node.children))
     return min(found, key=lambda f: f[:2])[2] if found else None

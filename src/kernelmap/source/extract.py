@@ -1478,6 +1478,8 @@ class Extractor:
             short = callee.rsplit("::", 1)[-1]
         elif t == "call_expression" and (made := _called_temporary(callee_node)) is not None:
             callee, short = f"{made}::operator()", "operator()"  # `cuda_scatter_gather_base_kernel<true, false>()(self, ...)`
+        elif t == "compound_literal_expression" and (made := _braced_temporary(callee_node)) is not None:
+            callee, short = f"{made}::operator()", "operator()"  # `sum_functor<scalar_t>{}(iter)`
         else:
             return None  # calls of lambdas, of call results, of parenthesised expressions
         if not short or callee in _SKIPPED_FUNCTIONS or (callee.startswith("std::") and vendors.of_call(callee) is None):
@@ -1802,6 +1804,16 @@ def _called_temporary(call) -> str | None:
     if function is None or function.type != "template_function" or arguments is None or arguments.named_child_count:
         return None
     return _strip_templates(function.text.decode("utf-8", "replace"))
+
+
+def _braced_temporary(literal) -> str | None:
+    """The class of a function object brace-initialised to be called at once
+    (`UniqueCub<scalar_t>{}(self, ...)`, `sum_functor<scalar_t>{}(iter)`):
+    the literal's type, named (not `decltype(...)` or a primitive type)."""
+    kind = literal.child_by_field_name("type")
+    if kind is None or kind.type not in ("type_identifier", "template_type", "qualified_identifier"):
+        return None
+    return _strip_templates(kind.text.decode("utf-8", "replace"))
 
 
 def _kernel_name(text: str) -> str | None:

@@ -11,7 +11,7 @@ import sqlite3
 import warnings
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from kernelmap.errors import KernelmapError
@@ -41,6 +41,7 @@ def catalog_parts(session_cache):
 
 
 @given(where=flips)
+@example(where=[(0.1774930510249204, 1)])  # found by `make fuzz`: an index entry no longer its row's, which quick_check passed
 def test_a_damaged_catalog_is_rebuilt_or_refused(catalog_parts, tmp_path_factory, monkeypatch, where):
     from kernelmap.catalog import store
 

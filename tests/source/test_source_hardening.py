@@ -90,6 +90,26 @@ def test_a_damaged_index_is_rebuilt_and_reads_never_trace(tmp_path, cache):
         assert [d.name for d in ix.definitions("at::native::neg")] == ["at::native::neg"]
 
 
+def test_an_index_whose_schema_names_are_not_utf8_is_rebuilt_not_a_traceback(tmp_path, cache):
+    """A flipped bit in a table's name in the schema (found by `make fuzz`:
+    `registrations` read `\\xf2egistrations`): SQLite's error message quotes
+    the name, and reading that message raised UnicodeDecodeError on every read."""
+    tree = small(tmp_path / "t")
+    build_index(tree, jobs=1)
+    db = sqlite3.connect(index_path(tree))
+    db.execute("PRAGMA writable_schema = ON")
+    db.execute("UPDATE sqlite_master SET name = CAST(X'f2' || CAST(substr(name, 2) AS BLOB) AS TEXT) WHERE name = 'registrations'")
+    db.commit()
+    db.close()
+    with pytest.raises(SourceError, match="unreadable"):
+        open_index(tree)
+    assert_one_line_error(run("find", "at::native::neg", "--source", tree.name), "unreadable")
+    report = build_index(tree, jobs=1)
+    assert report.full and "unreadable" in report.rebuilt_reason
+    with open_index(tree) as ix:
+        assert [d.name for d in ix.definitions("at::native::neg")] == ["at::native::neg"]
+
+
 def test_a_fifo_or_a_symlink_out_of_the_tree_is_skipped_and_named(tmp_path, cache):
     outside = tmp_path / "outside.cpp"
     outside.write_text("namespace secret { void leaked() {} }\n")

@@ -354,7 +354,7 @@ def _open_previous(path: Path, meta_expected: dict[str, str]) -> str | None:
             problems = [r[0] for r in db.execute("PRAGMA quick_check(3)").fetchall()]
         finally:
             db.close()
-    except sqlite3.DatabaseError as e:
+    except (sqlite3.DatabaseError, ValueError) as e:  # ValueError: a damaged text (UnicodeDecodeError)
         return f"the database is unreadable ({one_line(e)})"
     if tables != expected_table_definitions():
         return "the database's tables are not those of the schema"

@@ -152,7 +152,7 @@ def open_index(tree: Tree) -> Index:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
         tables = table_definitions(db)
-    except sqlite3.DatabaseError as e:
+    except (sqlite3.DatabaseError, ValueError) as e:  # ValueError: a damaged text (UnicodeDecodeError)
         raise IndexMissing(f"the index of {tree.name!r} is unreadable ({one_line(e)}); run `kernelmap index --source {tree.name}` to rebuild it") from None
     if meta.get("schema_version") != str(SCHEMA_VERSION) or meta.get("complete") != "1":
         db.close()

@@ -178,6 +178,9 @@ def _source_steps(op: str, device: str, notes: list[str], source: str | None = N
     leaves: dict[str, SourceStep] = {}
     for end in ends:  # Note [ranking a call's ends]
         if end.node.name not in leaves and len(leaves) < 3:
-            detail = end.node.attrs.get("library") or end.node.condition or ""
-            leaves[end.node.name] = SourceStep("leaf", end.node.name, end.node.location, str(detail))
+            detail = str(end.node.attrs.get("library") or end.node.condition or "")
+            if end.opted_by is not None:  # no end is reached at the defaults before this one: say so
+                why = "not at the defaults" if end.opted_by == end.node.condition else f"not at the defaults: under {end.opted_by}"
+                detail = f"{detail}; {why}" if detail else why
+            leaves[end.node.name] = SourceStep("leaf", end.node.name, end.node.location, detail)
     return tuple(roles.values()) + tuple(leaves.values())

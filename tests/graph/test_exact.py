@@ -526,3 +526,59 @@ def test_the_stub_named_for_the_operator_gives_its_stub_kernel(tree_2_6, op, stu
     found = roles["stub kernel"]
     assert found.name.endswith(f"::{kernel}") and found.location.path == kernel_file
     assert kernel in file_lines(found.location)[found.location.line - 1]
+
+
+# -- the conditions around a call ------------------------------------------------
+
+
+def test_a_call_in_another_devices_arm_around_its_own_condition_is_that_arms(tree_2_6, context):
+    """softmax_out (SoftMax.cpp, read here) calls at::_softmax_out under
+    `if (!output_.is_contiguous())` twice: in an arm for a CUDA half input, and in
+    its else. On the CPU the first is another device's arm and the second runs:
+    both are shown, one collapsed, and the CPU's softmax kernel is named."""
+    text = (tree_2_6 / "aten/src/ATen/native/SoftMax.cpp").read_text()
+    body = text[text.index("Tensor& softmax_out("):]
+    body = body[: body.index("\n}\n")]
+    cuda_arm, _, other = body.partition("} else {\n    Tensor converted")
+    assert "input_.is_cuda()" in cuda_arm and cuda_arm.count("at::_softmax_out(") == 2 and other.count("at::_softmax_out(") == 2
+    tree = graph.stack("aten::softmax.int_out", context("cpu"), depth=4)
+    calls = [n for n, _ in walk(tree) if n.name == "aten::_softmax.out"]
+    collapsed = [n for n in calls if n.attrs.get("branch")]
+    assert collapsed and all("input_.is_cuda()" in " ".join(n.attrs["outer_conditions"]) for n in collapsed)
+    assert any(not n.attrs.get("branch") for n in calls)
+    roles, _ = steps("aten::softmax.int_out", "cpu")
+    assert "softmax" in roles["stub kernel"].name
+
+
+def test_a_device_type_compared_decides_the_device_of_an_arm(tree_2_6):
+    """std_var_out (ReduceOps.cpp, read here) takes std_var_all_cpu under
+    `if (result.numel() == 1 && iter.device_type() == kCPU && ...)`, else the
+    stub: on CUDA, var reaches std_var_stub's kernel and its reduction launch,
+    on the CPU the general case's stub kernel (read from the registrations)."""
+    text = (tree_2_6 / "aten/src/ATen/native/ReduceOps.cpp").read_text()
+    assert re.search(r"result\.numel\(\) == 1 &&\s*iter\.device_type\(\) == kCPU", text)
+    cuda = re.search(r"REGISTER_DISPATCH\(std_var_stub, &(\w+)\)", (tree_2_6 / "aten/src/ATen/native/cuda/ReduceMomentKernel.cu").read_text()).group(1)
+    cpu = re.search(r"REGISTER_DISPATCH\(std_var_stub, &(\w+)\)", (tree_2_6 / "aten/src/ATen/native/cpu/ReduceOpsKernel.cpp").read_text()).group(1)
+    roles, leaves = steps("aten::var.dim", "cuda")
+    assert roles["stub kernel"].name.endswith(f"::{cuda}") and leaves and leaves[0].name == "reduce_kernel"
+    roles, _ = steps("aten::var.dim", "cpu")
+    assert roles["stub kernel"].name.endswith(f"::{cpu}")
+    from kernelmap.graph.rules import other_device_reason
+
+    assert other_device_reason("if (iter.device_type() != kCPU)", "cpu") and not other_device_reason("if (iter.device_type() != kCPU)", "cuda")
+    assert other_device_reason("else of if (t.device().type() == DeviceType::CPU)", "cpu") is not None
+    assert other_device_reason("if (x.device_type() == at::kCUDA)", "cuda") is None
+
+
+def test_a_leaf_reached_only_otherwise_than_at_the_defaults_says_so(tree_2_6):
+    """compute_unique (UniqueCub.cu, read here) launches its kernels in the else
+    of `if (!return_inverse)`; _unique2's schema defaults return_inverse to False."""
+    yaml = (tree_2_6 / "aten/src/ATen/native/native_functions.yaml").read_text()
+    assert re.search(r"- func: _unique2\([^\n]*bool return_inverse=False", yaml)
+    text = (tree_2_6 / "aten/src/ATen/native/cuda/UniqueCub.cu").read_text()
+    compute = text[text.index("compute_unique("):]
+    assert compute.index("if (!return_inverse) {") < compute.index("scatter_kernel<<<")
+    _, leaves = steps("aten::_unique2", "cuda")
+    scatter = [leaf for leaf in leaves if leaf.name == "scatter_kernel"]
+    assert scatter and "not at the defaults: under else of if (!return_inverse)" in scatter[0].detail
+    assert all("not at the defaults" in leaf.detail for leaf in leaves)

@@ -163,6 +163,58 @@ Tensor f(const Tensor& t, ConvBackend backend) {
     assert {c.definition for c in f.calls if c.callee != "add_stub"} == {1}
 
 
+def test_a_call_keeps_the_conditions_around_its_innermost(ex):
+    """Note [conditions around a call]: sort_kernel_impl's shape, and a switch
+    inside an else; a call under one condition has none around it."""
+    f = facts(
+        ex,
+        """
+namespace at { namespace native {
+void f(bool descending, bool stable, int k) {
+  if (descending) {
+    if (stable) {
+      std::stable_sort(a, b);
+    } else {
+      plain_desc(a);
+    }
+  } else {
+    switch (k) {
+      case 1:
+        if (stable) { one_stable(a); }
+        break;
+    }
+    only_else(a);
+  }
+}
+}}
+""",
+    )
+    calls = {c.callee: c for c in f.calls}
+    assert (calls["std::stable_sort"].condition, calls["std::stable_sort"].outer) == ("if (stable)", "if (descending)")
+    assert (calls["plain_desc"].condition, calls["plain_desc"].outer) == ("else of if (stable)", "if (descending)")
+    assert (calls["one_stable"].condition, calls["one_stable"].outer) == ("if (stable)", "else of if (descending)\ncase 1")
+    assert (calls["only_else"].condition, calls["only_else"].outer) == ("else of if (descending)", None)
+
+
+def test_a_temporary_of_a_dependent_type_as_an_argument_keeps_its_call(ex):
+    """ReduceMomentKernel.cu's `gpu_reduce_kernel<scalar_t, out_t, 2>(iter, ops,
+    typename ops_t::acc_t{});` read as a function definition, and the call was lost."""
+    f = facts(
+        ex,
+        """
+namespace at { namespace native {
+template <typename scalar_t, typename out_t=scalar_t>
+void std_var_kernel_impl(TensorIterator& iter, double correction, bool take_sqrt) {
+  ops_t ops(static_cast<accscalar_t>(correction), take_sqrt);
+  gpu_reduce_kernel<scalar_t, out_t, 2>(iter, ops, typename ops_t::acc_t{});
+}
+}}
+""",
+    )
+    assert [d.name for d in f.definitions] == ["at::native::std_var_kernel_impl"]
+    assert [(c.callee, c.line, c.definition) for c in f.calls if c.short == "gpu_reduce_kernel"] == [("gpu_reduce_kernel", 6, 0)]
+
+
 def test_calls_in_a_named_lambda_take_the_condition_of_its_first_call(ex):
     """Note [named lambdas]: index_select's shape. `outer_loop`'s body runs where
     `outer_loop(...)` is called, not where the lambda is written; a lambda only

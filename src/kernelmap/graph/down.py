@@ -888,6 +888,18 @@ def _vectorized_math(node: Node) -> bool:
     return all(n.location is not None and n.location.path == VECTORIZED_MATH for n in nodes)
 
 
+# Note [conditions around a call]
+# A call is shown under its innermost case/if (`if (stable)`), but the ones
+# around it in its caller decide as much: sort_kernel_impl's std::stable_sort
+# is under `if (stable)` in `if (descending)`, mean_out's mean_stub under
+# `else of if (iter.numel() == 0)` in `else of if (self.device().is_cpu())`.
+# The index keeps them (calls.outer_id, outermost first); a call in another
+# device's or dtype's arm of any of them is that arm's, and the ranking of
+# ends reads all of them (Note [ranking a call's ends]; not for counting
+# `else` arms, which stay the innermost's). They are carried as the node's
+# `outer_conditions`.
+
+
 def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
     if node.kind == "generated":
         return _generated_children(node.payload, ctx)
@@ -908,9 +920,13 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
             condition = f"{condition}  #if {site.preproc}" if condition else f"#if {site.preproc}"
         branch = other_device_reason(site.condition, ctx.device) or other_device_reason(site.preproc, ctx.device)
         branch = branch or dtypes.other_dtype_reason(site.condition, ctx.dtype)
+        for around in site.outer:  # Note [conditions around a call]
+            branch = branch or other_device_reason(around, ctx.device) or dtypes.other_dtype_reason(around, ctx.dtype)
         child = _site_node(site, definition, ctx, condition, bound)
         if child is None:
             continue
+        if site.outer:
+            child.attrs["outer_conditions"] = tuple(site.outer)
         if child.identity is not None and child.kind is NodeKind.KERNEL and child.payload is not None:
             stubs = _stub_bindings(child, child.payload, ctx, bound)
             if stubs:  # only the parameters the callee calls: the others' stubs stay where they are passed
@@ -1981,15 +1997,19 @@ def _inner_loop(name: str, ctx: GraphContext) -> Node:
 
 
 def dedupe(nodes: list[Node]) -> list[Node]:
-    """One node per (kind, name, condition): a kernel calling at::empty twice
+    """One node per (kind, name, conditions): a kernel calling at::empty twice
     shows it once. Direct calls of a definition from different lines stay
     apart even under the same condition text: they sit in different branches
     (Normalization.cpp calls batch_norm_cpu_transform_input_template under
-    `if (!train)` in both its mixed-type and its plain branch)."""
+    `if (!train)` in both its mixed-type and its plain branch); so do calls
+    under the same innermost condition in different arms around it
+    (softmax_out's two `_softmax_out` under `if (!output_.is_contiguous())`,
+    one in an arm for CUDA: Note [conditions around a call])."""
     seen, out = set(), []
     for n in nodes:
         site = n.attrs.get("call_site") if n.kind is NodeKind.KERNEL and n.via is EdgeKind.DIRECT else None
-        key = (n.kind, n.name, n.condition, str(n.location) if n.kind not in ("op", "stub") else "", str(site) if site else "")
+        key = (n.kind, n.name, n.condition, str(n.location) if n.kind not in ("op", "stub") else "", str(site) if site else "",
+               tuple(n.attrs.get("outer_conditions", ())))
         if key not in seen:
             seen.add(key)
             out.append(n)

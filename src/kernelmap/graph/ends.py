@@ -115,6 +115,8 @@ class End:
     # arms for deterministic mode, for other layouts, for trivial inputs, for larger inputs; storage growths; kind, setup
     # (0 work, 1 a vendor's other routine, 2 setup), another operator's, else arms, tree order
     rank: tuple[int, int, int, int, int, int, int, bool, int, int]
+    # the first condition on the path taken only in deterministic mode or with an argument not at its default
+    opted_by: str | None = None
 
     @property
     def for_other_layouts(self) -> bool:
@@ -137,19 +139,28 @@ def call_ends(tree: CallTree) -> tuple[End, ...]:
             setup = _setup(node, library)
             elses = sum(1 for n in path if (n.condition or "").startswith("else of ")
                         and not for_trivial_inputs(n.condition[8:]) and not non_default(n.condition[8:]))
-            trivial = sum(1 for n in path if for_trivial_inputs(n.condition))
-            larger = sum(1 for n in path if for_larger_inputs(n.condition))
-            opted = sum(1 for n in path if deterministic_only(n.condition) or non_default(n.condition))
-            layouts = sum(1 for n in path if other_layouts_only(n.condition))
+            trivial = sum(1 for n in path if any(map(for_trivial_inputs, _conditions(n))))
+            larger = sum(1 for n in path if any(map(for_larger_inputs, _conditions(n))))
+            opting = [c for n in path for c in reversed(_conditions(n)) if deterministic_only(c) or non_default(c)]
+            opted = sum(1 for n in path if any(deterministic_only(c) or non_default(c) for c in _conditions(n)))
+            layouts = sum(1 for n in path if any(map(other_layouts_only, _conditions(n))))
             growths = sum(1 for n in path if _STORAGE_GROWTH.search(n.name))
             kind = _KIND_RANK[NodeKind.INNER_LOOP] if library is not None and library.inner_loop else _KIND_RANK[node.kind]
             ends.append(End(node, path, (opted, layouts, trivial, larger, growths, kind, setup,
-                                           node.kind is NodeKind.LAUNCH and _borrowed(path), elses, order)))
+                                           node.kind is NodeKind.LAUNCH and _borrowed(path), elses, order), opting[0] if opting else None))
             order += 1
             if node.kind is not NodeKind.DEVICE_LOOP:
                 continue  # a device loop is followed into the kernels it launches
         stack.extend((c, path + (c,)) for c in reversed(node.children))
     return tuple(sorted(ends, key=lambda e: e.rank))
+
+
+def _conditions(node: CallNode) -> tuple[str | None, ...]:
+    """The condition a node is called under, and those around it in its
+    caller (Note [conditions around a call] in graph.down): sort's
+    std::stable_sort is under `if (stable)`, in `if (descending)`."""
+    outer = node.attrs.get("outer_conditions")
+    return (node.condition, *outer) if outer else (node.condition,)
 
 
 def _setup(node: CallNode, library) -> int:
@@ -304,6 +315,12 @@ def _stub_kernel_of_best(tree: CallTree, reached, ends: tuple[End, ...]) -> Call
         own = _own_stub_kernel(tree, reached, ends[0].path)
         if own is not None:
             return own
+    if ends[0].rank[0] or ends[0].rank[2]:
+        # every end is under an arm for an argument not at its default or for a trivial input (var on CPU:
+        # std_var_all_cpu's `if (result.numel() == 1 && ...)`): the general case's own stub kernel, if any
+        own = _own_stub_kernel(tree, reached, (), general=True)
+        if own is not None:
+            return own
     earlier = _earlier_stub_call(ends[0].path, reached)
     if earlier is not None:
         return earlier
@@ -335,7 +352,7 @@ def _stub_named_for_the_call(tree: CallTree, reached, best: tuple[CallNode, ...]
     stack: list[tuple[CallNode, bool]] = [(tree.root, False)]
     while stack:
         node, opted = stack.pop()
-        opted = opted or given(node.condition)
+        opted = opted or any(map(given, _conditions(node)))
         if opted or node.attrs.get("collapsed") or node.attrs.get("branch"):
             continue
         if node.kind is NodeKind.STUB and node.name.rsplit("::", 1)[-1] == stub \
@@ -345,7 +362,7 @@ def _stub_named_for_the_call(tree: CallTree, reached, best: tuple[CallNode, ...]
     return None
 
 
-def _own_stub_kernel(tree: CallTree, reached, best: tuple[CallNode, ...]) -> CallNode | None:
+def _own_stub_kernel(tree: CallTree, reached, best: tuple[CallNode, ...], general: bool = False) -> CallNode | None:
     """A stub-reached kernel with no end below it that the call reaches
     without passing another operator (var's std_var_kernel_cuda, whose
     reduction is not followed), nor an arm that excludes the path to the best
@@ -353,7 +370,8 @@ def _own_stub_kernel(tree: CallTree, reached, best: tuple[CallNode, ...]) -> Cal
     reaches (not under scatter's `if (reduce.has_value())`, but its `else`),
     then the first in tree order. A stub kernel with ends of its own is one of
     the alternatives the ranking chose among (_convolution's oneDNN transpose
-    beside the forward)."""
+    beside the forward). `general`: only one reached with every argument at
+    its default and not for a trivial input."""
     taken = [n.condition for n in best if n.condition]
     non_default = _non_default(tree)
     found = []
@@ -364,8 +382,10 @@ def _own_stub_kernel(tree: CallTree, reached, best: tuple[CallNode, ...]) -> Cal
             continue
         if node.condition and any(_exclusive(node.condition, other) for other in taken):
             continue
+        if general and any(non_default(c) or deterministic_only(c) or for_trivial_inputs(c) for c in _conditions(node)):
+            continue
         if reached(node) and not _has_ends(node):
-            found.append((sum(1 for n in path if non_default(n.condition)), len(found), node))
+            found.append((sum(1 for n in path if any(map(non_default, _conditions(n)))), len(found), node))
             continue
         stack.extend((c, path + (c,)) for c in reversed(node.children))
     return min(found, key=lambda f: f[:2])[2] if found else None

@@ -38,6 +38,9 @@ _OTHER_DEVICE_WORDS = {
 # branch they guard belongs to it, their else to the other devices.
 _OWN_DEVICE_TESTS = {"cpu": "is_cpu", "cuda": "is_cuda", "mps": "is_mps", "meta": "is_meta"}
 _OTHER_DEVICE_TESTS = tuple(_OWN_DEVICE_TESTS.values())
+# A comparison with a device type (`iter.device_type() == kCPU`, `!= at::kCUDA`,
+# `== DeviceType::CPU`), as `_mentions` reads the lowered text: `!=` negates it.
+_DEVICE_TYPE = {"cpu": r"(?:\bk|devicetype::)cpu\b", "cuda": r"(?:\bk|devicetype::)cuda\b", "mps": r"(?:\bk|devicetype::)mps\b", "meta": r"(?:\bk|devicetype::)meta\b"}
 
 # Tensor layouts other than dense strided have backends of their own.
 _OTHER_BACKEND_WORDS = ("is_quantized", "is_sparse", "is_nested", "is_mkldnn", "is_vulkan", "is_metal")
@@ -93,6 +96,8 @@ def other_device_reason(condition: str | None, device: str) -> str | None:
         return None
     own = _OWN_DEVICE_TESTS[device]
     words = _OTHER_DEVICE_WORDS[device] + _OTHER_BACKEND_WORDS + tuple(t for t in _OTHER_DEVICE_TESTS if t != own)
+    words += tuple(pattern for other, pattern in _DEVICE_TYPE.items() if other != device)
+    own = f"{own}|{_DEVICE_TYPE[device]}"
     if text.startswith("else of "):
         other = _mentions(text, words)
         mine = _mentions(text, (own,))
@@ -120,7 +125,7 @@ def _mentions(text: str, words) -> set[bool]:
     for m in re.finditer("|".join(words), text):
         before = text[: m.start()]
         atom = re.search(r"(!?)\s*(?:defined\s*\(\s*)?[\w.:>\-]*$", before)  # the name the word is part of, and its `!`
-        negated = bool(atom and atom.group(1))
+        negated = bool(atom and atom.group(1)) or re.search(r"!=\s*(?:at::|c10::)*$", before) is not None  # `!= kcpu`
         groups = []  # whether each `(` still open before the mention follows a `!`
         for i, ch in enumerate(before):
             if ch == "(":

@@ -272,7 +272,7 @@ class _Writer:
         db = self.db
         # extract.Definition, Call, Registration, StubDecl, a column each
         names, lookups, shorts, kinds, lines, end_lines, conditions, ops = facts.definitions or ((),) * 8
-        c_defs, callees, c_shorts, c_kinds, libraries, c_ops, c_lines, c_conds, c_pps = facts.calls or ((),) * 9
+        c_defs, callees, c_shorts, c_kinds, libraries, c_ops, c_lines, c_conds, c_pps, c_outers = facts.calls or ((),) * 10
         r_defs, r_kinds, r_names, targets, keys, details, r_lines, r_pps = facts.registrations or ((),) * 8
         s_kinds, s_names, s_details, s_lines, s_pps = facts.stubs or ((),) * 5
         string = self.ids.__getitem__  # None as 0: see _StringIds
@@ -293,10 +293,10 @@ class _Writer:
                 map(string, conditions), map(string, ops)),
         )
         db.executemany(
-            "INSERT INTO calls(symbol_id, file_id, callee_id, short_id, kind, lib_id, op_id, line, cond_id, pp_id)"
-            " VALUES (NULLIF(?, 0), ?, ?, ?, ?, NULLIF(?, 0), NULLIF(?, 0), ?, NULLIF(?, 0), NULLIF(?, 0))",
+            "INSERT INTO calls(symbol_id, file_id, callee_id, short_id, kind, lib_id, op_id, line, cond_id, pp_id, outer_id)"
+            " VALUES (NULLIF(?, 0), ?, ?, ?, ?, NULLIF(?, 0), NULLIF(?, 0), ?, NULLIF(?, 0), NULLIF(?, 0), NULLIF(?, 0))",
             zip(map(symbol_of, c_defs), file_ids, map(string, callees), map(string, c_shorts), map(CALL_KIND_CODE.__getitem__, c_kinds),
-                map(string, libraries), map(string, c_ops), c_lines, map(string, c_conds), map(string, c_pps)),
+                map(string, libraries), map(string, c_ops), c_lines, map(string, c_conds), map(string, c_pps), map(string, c_outers)),
         )
         db.executemany(
             "INSERT INTO registrations(file_id, symbol_id, kind, name_id, target_id, key_id, detail_id, line, pp_id)"

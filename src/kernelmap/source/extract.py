@@ -298,6 +298,17 @@ _LAUNCH_CONFIG = re.compile(rb"<<<[^;{}]*?>>>")
 _TWO_WORD_TYPES = tuple((word + b" ", re.compile(re.escape(word) + rb" (?=(?:int|long|char|short)\b)")) for word in (b"unsigned", b"signed", b"long", b"short"))
 
 
+# A temporary of a dependent type as an argument (`gpu_reduce_kernel<scalar_t,
+# out_t, 2>(iter, ops, typename ops_t::acc_t{});` in ReduceMomentKernel.cu)
+# makes the grammar read the statement as a function definition, and the call
+# is lost: `typename` blanked, the argument reads as a temporary of that type.
+_TYPENAME_TEMPORARY = re.compile(rb"([(,]\s*)typename\b(?=\s+[A-Za-z_][\w:<>, ]*\{[^{};]*\})")
+
+
+def _blank_typename(m: re.Match) -> bytes:
+    return m.group(1) + b" " * len(b"typename")
+
+
 # A braced default argument (`ArrayRef<Scalar> scalarList = {}`) makes the
 # grammar read the whole function as a declaration of a variable: the braces
 # read as `0`, same length.
@@ -509,6 +520,8 @@ def _masked(data: bytes, objc: bool = False) -> tuple[bytes, dict[bytes, _Macro]
             data = pattern.sub(_join, data)
     if b"{}" in data or b"= {" in data:
         data = _BRACED_DEFAULT.sub(_zero_braces, data)
+        if b"typename" in data:
+            data = _TYPENAME_TEMPORARY.sub(_blank_typename, data)
     if b"TORCH_" in data or b"AT_" in data:
         data = _terminate_checks(data)
     if directives and b"define" in data:
@@ -804,6 +817,7 @@ class Call(NamedTuple):
     line: int
     condition: str | None  # innermost `case X` or `if (...)` in the definition
     preproc: str | None
+    outer: str | None = None  # the `case`/`if` conditions around `condition` in the definition, outermost first, a line each
 
 
 class Registration(NamedTuple):
@@ -1194,13 +1208,10 @@ class Extractor:
             if live is not seen:  # what the regions around the point say, read once per set of regions
                 seen = live
                 pp = _preproc_of(live)
-                def_index, cond, lib, lam = _context_of(live)
+                def_index, cond, lib, lam, around = _context_of(live)
                 if cond is not None:
-                    key = (cond[0], cond[1].start_byte)
-                    label = labels.get(key)
-                    if label is None:
-                        label = labels[key] = _condition_label(*cond)
-                    cond = label
+                    cond = _label(labels, cond)
+                outer = "\n".join(_label(labels, c) for c in around) if around else None
             if kind == 0:
                 i, node, info = payload
                 definitions[i] = self._definition(node, info, live, pp, original, data, kernels)
@@ -1218,13 +1229,13 @@ class Extractor:
                 if lam is not None:
                     in_lambdas.append((len(calls), def_index, lam))
                 callee, short, call_kind, library, op = known
-                calls.append(Call(def_index, callee, short, call_kind, library, op, item.start_point[0] + 1, cond, pp))
+                calls.append(Call(def_index, callee, short, call_kind, library, op, item.start_point[0] + 1, cond, pp, outer))
             elif what == "launch":
                 name, line = item
                 short = name.rsplit("::", 1)[-1]
                 if lam is not None:
                     in_lambdas.append((len(calls), def_index, lam))
-                calls.append(Call(def_index, name, short, "launch", None, None, line, cond, pp))
+                calls.append(Call(def_index, name, short, "launch", None, None, line, cond, pp, outer))
                 launches.add((line, short))
             elif what == "lost":
                 macro, args, line = item
@@ -1869,24 +1880,39 @@ def _preproc_of(live) -> str | None:
     return " && ".join(conds) if conds else None
 
 
-def _context_of(live) -> tuple[int, tuple | None, tuple | None, str | None]:
+def _label(labels: dict, cond: tuple) -> str:
+    """The label of a case/if region's condition, made once per region."""
+    key = (cond[0], cond[1].start_byte)
+    label = labels.get(key)
+    if label is None:
+        label = labels[key] = _condition_label(*cond)
+    return label
+
+
+def _context_of(live) -> tuple[int, tuple | None, tuple | None, str | None, list[tuple]]:
     """Of the regions around a point, outer to inner: (innermost definition,
     innermost case/if inside it, TORCH_LIBRARY block, the named lambda whose
-    body holds the point with no case/if between them)."""
+    body holds the point with no case/if between them, the case/ifs around
+    the innermost inside the definition, outermost first)."""
     cond = None
     def_index = -1
     lib = None
     lam = None
+    around: list[tuple] = []
     for _, _, tag, payload in reversed(live):
-        if tag == "cond" and cond is None and def_index == -1:
-            cond = payload
+        if tag == "cond" and def_index == -1:
+            if cond is None:
+                cond = payload
+            else:
+                around.append(payload)
         elif tag == "lambda" and cond is None and lam is None and def_index == -1:
             lam = payload
         elif tag == "def" and def_index == -1:
             def_index = payload
         elif tag == "lib" and lib is None:
             lib = payload
-    return def_index, cond, lib, lam
+    around.reverse()
+    return def_index, cond, lib, lam, around
 
 
 def _lambda_conditions(calls: list[Call], in_lambdas: list[tuple[int, int, str]]) -> None:
@@ -1895,13 +1921,14 @@ def _lambda_conditions(calls: list[Call], in_lambdas: list[tuple[int, int, str]]
     the same definition, so it takes that call's condition. A lambda only
     passed on (`parallel_for(0, n, grain, loop)`) keeps the condition around
     its definition."""
-    first_use: dict[tuple[int, str], str | None] = {}
+    first_use: dict[tuple[int, str], tuple[str | None, str | None]] = {}
     for c in calls:
         if c.kind == "direct" and c.callee == c.short:
-            first_use.setdefault((c.definition, c.short), c.condition)
+            first_use.setdefault((c.definition, c.short), (c.condition, c.outer))
     for i, definition, name in in_lambdas:
         if (definition, name) in first_use:
-            calls[i] = calls[i]._replace(condition=first_use[(definition, name)])
+            condition, outer = first_use[(definition, name)]
+            calls[i] = calls[i]._replace(condition=condition, outer=outer)
 
 
 def _sweep(regions, points):

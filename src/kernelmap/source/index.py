@@ -77,6 +77,7 @@ class CallSite:
     preproc: str | None = None  # enclosing preprocessor condition
     library: str | None = None  # vendor calls: cudnn, cublas, cublasLt, onednn, mkl, blas, ...
     op: str | None = None  # dispatcher calls: the operator
+    outer: tuple[str, ...] = ()  # the case/if conditions around `condition`, outermost first
 
     @property
     def edge(self) -> Edge:
@@ -355,7 +356,7 @@ class Index:
 
     # -- calls ---------------------------------------------------------------
 
-    _CALL_COLUMNS = "c.symbol_id, f.path, c.callee_id, c.short_id, c.kind, c.lib_id, c.op_id, c.line, c.cond_id, c.pp_id"
+    _CALL_COLUMNS = "c.symbol_id, f.path, c.callee_id, c.short_id, c.kind, c.lib_id, c.op_id, c.line, c.cond_id, c.pp_id, c.outer_id"
 
     def _calls(self, where: str, args: tuple, callers: dict[int, Symbol] | None = None) -> list[CallSite]:
         rows = self._db.execute(
@@ -365,7 +366,7 @@ class Index:
         ).fetchall()
         callers = dict(callers or {})
         out = []
-        for sid, path, callee_id, short_id, kind, lib_id, op_id, line, cond_id, pp_id in rows:
+        for sid, path, callee_id, short_id, kind, lib_id, op_id, line, cond_id, pp_id, outer_id in rows:
             caller = None
             if sid is not None:
                 caller = callers.get(sid)
@@ -373,7 +374,8 @@ class Index:
                     caller = callers[sid] = self._definitions("s.id = ?", (sid,))[0].symbol
             out.append(
                 CallSite(caller, self._text(callee_id), self._text(short_id), _EDGE_KINDS[kind], self._loc(path, line),
-                         self._text(cond_id), self._text(pp_id), self._text(lib_id), self._text(op_id))
+                         self._text(cond_id), self._text(pp_id), self._text(lib_id), self._text(op_id),
+                         tuple(self._text(outer_id).split("\n")) if outer_id else ())
             )
         return out
 
@@ -563,7 +565,7 @@ class Findings(Answer):
             "definitions": [{**symbol(d.symbol), "lookup": d.lookup, "op": d.op} for d in self.definitions],
             "references": [
                 {"caller": symbol(c.caller), "callee": c.callee, "called": c.name, "kind": c.kind.value, "condition": c.condition,
-                 "preproc": c.preproc, "library": c.library, "op": c.op, "location": c.location.to_json(o)}
+                 "preproc": c.preproc, "outer": list(c.outer), "library": c.library, "op": c.op, "location": c.location.to_json(o)}
                 for c in self.references
             ],
             "stub_registrations": [
@@ -597,7 +599,7 @@ class Findings(Answer):
             tuple(Definition(symbol(x), x["lookup"], x.get("op")) for x in d.get("definitions") or ()),
             tuple(
                 CallSite(symbol(c.get("caller")), c["callee"], c["called"], EdgeKind(c["kind"]), Location.from_json(c["location"], o),
-                         c.get("condition"), c.get("preproc"), c.get("library"), c.get("op"))
+                         c.get("condition"), c.get("preproc"), c.get("library"), c.get("op"), tuple(c.get("outer") or ()))
                 for c in d.get("references") or ()
             ),
             tuple(StubRegistration(r["stub"], r.get("kernel"), r["device"], r.get("capability"), Location.from_json(r["location"], o), r.get("condition"))

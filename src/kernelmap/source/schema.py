@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import re
 
-SCHEMA_VERSION = 7  # 2: masked attributes, qualified stub registrations, calls on temporaries; 3: a definition's line is its name's; 4: launches written in function-local #define macros, lost REGISTER_DISPATCH lines, cudaMemcpy* as CUDA runtime calls; 5: calls in named lambdas take their first call's condition, memcpy/memmove as C library calls, directives inside lists and between function heads masked; 6: no FTS5 table of names (a search scans them), strings' unique index made after the bulk insert; 7: stubs passed as arguments (kinds argument and stub_argument)
+SCHEMA_VERSION = 8  # 2: masked attributes, qualified stub registrations, calls on temporaries; 3: a definition's line is its name's; 4: launches written in function-local #define macros, lost REGISTER_DISPATCH lines, cudaMemcpy* as CUDA runtime calls; 5: calls in named lambdas take their first call's condition, memcpy/memmove as C library calls, directives inside lists and between function heads masked; 6: no FTS5 table of names (a search scans them), strings' unique index made after the bulk insert; 7: stubs passed as arguments (kinds argument and stub_argument); 8: the case/if conditions around a call's innermost (calls.outer_id)
 
 # Call kinds as stored; their order is part of the schema.
 # "argument": a `*_stub` name passed as an argument, no edge; "stub_argument":
@@ -55,7 +55,8 @@ CREATE TABLE calls (
     op_id INTEGER,                        -- dispatcher calls: the operator
     line INTEGER NOT NULL,
     cond_id INTEGER,                      -- innermost case label or if condition
-    pp_id INTEGER                         -- enclosing preprocessor condition
+    pp_id INTEGER,                        -- enclosing preprocessor condition
+    outer_id INTEGER                      -- the case/if conditions around cond_id's, outermost first, a line each
 );
 CREATE TABLE registrations (
     file_id INTEGER NOT NULL,

@@ -182,5 +182,7 @@ def _source_steps(op: str, device: str, notes: list[str], source: str | None = N
             if end.opted_by is not None:  # no end is reached at the defaults before this one: say so
                 why = "not at the defaults" if end.opted_by == end.node.condition else f"not at the defaults: under {end.opted_by}"
                 detail = f"{detail}; {why}" if detail else why
+            if end.checked_by is not None:  # Note [calls in checks]: a check's loop, not the work
+                detail = f"{detail}; {end.checked_by}" if detail else end.checked_by
             leaves[end.node.name] = SourceStep("leaf", end.node.name, end.node.location, detail)
     return tuple(roles.values()) + tuple(leaves.values())

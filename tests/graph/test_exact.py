@@ -582,3 +582,44 @@ def test_a_leaf_reached_only_otherwise_than_at_the_defaults_says_so(tree_2_6):
     scatter = [leaf for leaf in leaves if leaf.name == "scatter_kernel"]
     assert scatter and "not at the defaults: under else of if (!return_inverse)" in scatter[0].detail
     assert all("not at the defaults" in leaf.detail for leaf in leaves)
+
+
+# -- CPU reduction loops, launchers passed as temporaries, calls in checks -----------
+
+
+def test_a_cpu_reduction_ends_in_its_reduction_loop(tree_2_6):
+    """max_values_kernel_impl (ReduceOpsKernel.cpp, read here) hands amax's
+    work to binary_kernel_reduce_vec, the loop machinery of cpu/Reduce.h."""
+    text = (tree_2_6 / "aten/src/ATen/native/cpu/ReduceOpsKernel.cpp").read_text()
+    assert "REGISTER_DISPATCH(max_values_stub, &max_values_kernel_impl)" in text
+    body = text[text.index("static void max_values_kernel_impl("):]
+    assert body.index("binary_kernel_reduce_vec(") < body.index("\n}\n")
+    roles, leaves = steps("aten::amax", "cpu")
+    assert roles["stub kernel"].name.endswith("::max_values_kernel_impl")
+    assert leaves and leaves[0].name == "binary_kernel_reduce_vec" and leaves[0].location.path == "aten/src/ATen/native/cpu/Reduce.h"
+    assert "binary_kernel_reduce_vec(" in file_lines(leaves[0].location)[leaves[0].location.line - 1]
+
+
+@pytest.mark.parametrize("op, launcher, kernel", [("aten::kthvalue", "KthValueLauncher", "gatherKthValue"),
+                                                  ("aten::median.dim", "MedianLauncher", "gatherMedian")])
+def test_a_launcher_passed_as_a_temporary_with_arguments_is_followed(tree_2_6, op, launcher, kernel):
+    """Sorting.cu (read here) calls `run_launcher<scalar_t, index_t>(..., KthValueLauncher(k))`:
+    two template arguments spelled, the launcher's deduced from a temporary built
+    with an argument; its launch runs the kernel."""
+    text = (tree_2_6 / "aten/src/ATen/native/cuda/Sorting.cu").read_text()
+    assert re.search(rf"run_launcher<scalar_t, \w+>\(\s*\w+, \w+, self, dim, {launcher}\(\w+\)\);", text)
+    assert re.search(rf"{kernel}<scalar_t, index_t, all_dims><<<", text)
+    _, leaves = steps(op, "cuda")
+    assert leaves and leaves[0].name == kernel and f"{kernel}(" in file_lines(leaves[0].location)[leaves[0].location.line - 1]
+
+
+def test_a_check_of_the_inputs_is_not_the_work(tree_2_6):
+    """repeat_interleave (Repeat.h, read here) checks `(repeats >= 0).all()` inside
+    TORCH_CHECK, after the cumsum that is its work: the all()'s reduction is
+    marked as the check's, and the stub kernel is cumsum's."""
+    text = (tree_2_6 / "aten/src/ATen/native/Repeat.h").read_text()
+    assert re.search(r"TORCH_CHECK\(\s*\(repeats >= 0\)\.all\(\)", text) and "repeats.cumsum(0)" in text
+    kernel = re.search(r"REGISTER_DISPATCH\(cumsum_stub, &(\w+)\)", (tree_2_6 / "aten/src/ATen/native/cpu/ReduceOpsKernel.cpp").read_text()).group(1)
+    roles, leaves = steps("aten::repeat_interleave.Tensor", "cpu")
+    assert roles["stub kernel"].name.endswith(f"::{kernel}")
+    assert leaves and all("inside TORCH_CHECK" in leaf.detail for leaf in leaves)

@@ -196,6 +196,32 @@ void f(bool descending, bool stable, int k) {
     assert (calls["only_else"].condition, calls["only_else"].outer) == ("else of if (descending)", None)
 
 
+def test_a_call_in_a_checks_arguments_is_inside_the_check(ex):
+    """Note [calls in checks]: Repeat.h's `TORCH_CHECK((repeats >= 0).all()...)`."""
+    f = facts(
+        ex,
+        """
+namespace at { namespace native {
+void f(const Tensor& repeats, std::optional<int64_t> output_size) {
+  if (output_size.has_value()) {
+    total = output_size.value();
+  } else {
+    TORCH_CHECK(
+        (repeats >= 0).all().item<uint8_t>(), "repeats can not be negative");
+    work(repeats);
+  }
+  TORCH_INTERNAL_ASSERT(at::native::valid(repeats));
+}
+}}
+""",
+    )
+    calls = {c.callee: c for c in f.calls}
+    assert (calls[".all"].condition, calls[".all"].outer) == ("inside TORCH_CHECK", "else of if (output_size.has_value())")
+    assert (calls["work"].condition, calls["work"].outer) == ("else of if (output_size.has_value())", None)
+    assert calls["at::native::valid"].condition == "inside TORCH_INTERNAL_ASSERT"
+    assert "TORCH_CHECK" not in calls  # the check itself is no call kept
+
+
 def test_a_temporary_of_a_dependent_type_as_an_argument_keeps_its_call(ex):
     """ReduceMomentKernel.cu's `gpu_reduce_kernel<scalar_t, out_t, 2>(iter, ops,
     typename ops_t::acc_t{});` read as a function definition, and the call was lost."""

@@ -1220,11 +1220,15 @@ def _template_bindings(node: Node, definition, ctx: GraphContext) -> dict[str, s
     if m is None:
         return _deduced_bindings(site, short, definition, parameters, ctx)
     arguments = _angle_items(text, m.end())
-    return {p: a for p, a in zip(parameters, arguments) if p and re.fullmatch(r"[A-Za-z_][\w:]*", a)}
+    bound = {p: a for p, a in zip(parameters, arguments) if p and re.fullmatch(r"[A-Za-z_][\w:]*", a)}
+    if len(arguments) < len(parameters):  # `run_launcher<scalar_t, index_t>(..., KthValueLauncher(k))`: the rest deduced
+        rest = parameters[len(arguments):]
+        bound.update(_deduced_bindings(site, short, definition, rest, ctx))
+    return bound
 
 
-# A temporary of a named class passed as an argument: `SmallBitonicSort{}`, `ReduceAdd()`.
-_CLASS_TEMPORARY = re.compile(r"((?:[A-Za-z_]\w*::)*[A-Z]\w*(?:<[^<>(){}]*>)?)\s*(?:\{\s*\}|\(\s*\))")
+# A temporary of a named class passed as an argument: `SmallBitonicSort{}`, `ReduceAdd()`, `KthValueLauncher(k)`.
+_CLASS_TEMPORARY = re.compile(r"((?:[A-Za-z_]\w*::)*[A-Z]\w*(?:<[^<>(){}]*>)?)\s*(?:\{[^{}]*\}|\((?:[^()]|\([^()]*\))*\))")
 
 
 def _deduced_bindings(site: Location, short: str, definition, parameters: list[str], ctx: GraphContext) -> dict[str, str]:
@@ -1232,7 +1236,8 @@ def _deduced_bindings(site: Location, short: str, definition, parameters: list[s
     arguments]): a function parameter declared with a template parameter's
     type alone (`template <typename Sorter> void sortCommon(Sorter sorter,
     ...)`, also `const Sorter&`, `Sorter&&`), given a temporary of a named
-    class (`sortCommon(SmallBitonicSort{}, ...)`), binds it to that class."""
+    class (`sortCommon(SmallBitonicSort{}, ...)`, `run_launcher<scalar_t,
+    index_t>(..., KthValueLauncher(k))`), binds it to that class."""
     wanted = {p for p in parameters if p}
     lines = file_lines(ctx.index.tree.root / definition.location.path)
     text = "\n".join(lines[definition.location.line - 1 : definition.location.line + 12])

@@ -33,7 +33,10 @@ the storage: an end reached through growing a tensor's storage
 (`resize_bytes_cuda`, `maybe_resize_storage_cpu`: an output resized when the
 call sets it up, whose old data is copied over) is setup, and ranks after
 every end reached without one (batch_norm's cudaMemcpyAsync in Resize.cpp is
-not its work; its statistics kernel is). Then closed or external vendor code
+not its work; its statistics kernel is); so is an end reached through a call
+in a check's arguments (repeat_interleave's `(repeats >= 0).all()` inside
+TORCH_CHECK: Note [calls in checks] in source.extract), which names no stub
+kernel. Then closed or external vendor code
 is where a call really ends, then a launch of device code, then the loop
 machinery, then the inner loop, with the C library's block copies
 (index_select's memcpy of a row) and the C++ standard library's sorts (a CPU
@@ -119,6 +122,11 @@ class End:
     opted_by: str | None = None
 
     @property
+    def checked_by(self) -> str | None:
+        """The check the end is reached inside (`inside TORCH_CHECK`), if any."""
+        return next((c for n in self.path for c in _conditions(n) if in_check(c)), None)
+
+    @property
     def for_other_layouts(self) -> bool:
         """Whether the end is reached only for tensors of another layout than strided."""
         return self.rank[1] > 0
@@ -144,7 +152,7 @@ def call_ends(tree: CallTree) -> tuple[End, ...]:
             opting = [c for n in path for c in reversed(_conditions(n)) if deterministic_only(c) or non_default(c)]
             opted = sum(1 for n in path if any(deterministic_only(c) or non_default(c) for c in _conditions(n)))
             layouts = sum(1 for n in path if any(map(other_layouts_only, _conditions(n))))
-            growths = sum(1 for n in path if _STORAGE_GROWTH.search(n.name))
+            growths = sum(1 for n in path if _STORAGE_GROWTH.search(n.name) or any(map(in_check, _conditions(n))))
             kind = _KIND_RANK[NodeKind.INNER_LOOP] if library is not None and library.inner_loop else _KIND_RANK[node.kind]
             ends.append(End(node, path, (opted, layouts, trivial, larger, growths, kind, setup,
                                            node.kind is NodeKind.LAUNCH and _borrowed(path), elses, order), opting[0] if opting else None))
@@ -153,6 +161,12 @@ def call_ends(tree: CallTree) -> tuple[End, ...]:
                 continue  # a device loop is followed into the kernels it launches
         stack.extend((c, path + (c,)) for c in reversed(node.children))
     return tuple(sorted(ends, key=lambda e: e.rank))
+
+
+def in_check(condition: str | None) -> bool:
+    """Whether a call is made in the arguments of a check (Note [calls in
+    checks] in source.extract: `inside TORCH_CHECK`): setup, not the work."""
+    return bool(condition) and condition.startswith("inside ")
 
 
 def _conditions(node: CallNode) -> tuple[str | None, ...]:
@@ -300,9 +314,17 @@ def stub_kernel(tree: CallTree, ends: tuple[End, ...] | None = None) -> CallNode
     def reached(n: CallNode) -> bool:  # a kernel registered for a stub (not the `nullptr` one stands for a device's absence)
         return n.via is EdgeKind.STUB and n.kind in (NodeKind.KERNEL, NodeKind.GENERATED) and n.location is not None and n.name != "nullptr"
 
-    ends = ends if ends is not None else call_ends(tree)
-    if not ends:  # nothing ends the call (a reduction's loop is not modelled): the first stub met
-        return next((n for _, n in tree.walk() if reached(n) and not n.attrs.get("collapsed")), None)
+    ends = tuple(e for e in (ends if ends is not None else call_ends(tree)) if not any(in_check(c) for n in e.path for c in _conditions(n)))
+    if not ends:  # nothing but checks ends the call (a reduction's loop is not modelled): the first stub met outside a check
+        stack = [tree.root]
+        while stack:
+            n = stack.pop()
+            if n.attrs.get("collapsed") or any(map(in_check, _conditions(n))):
+                continue
+            if reached(n):
+                return n
+            stack.extend(reversed(n.children))
+        return None
     chosen = _stub_kernel_of_best(tree, reached, ends)
     named = _stub_named_for_the_call(tree, reached, ends[0].path)
     if named is not None and chosen not in named.children:
@@ -315,9 +337,10 @@ def _stub_kernel_of_best(tree: CallTree, reached, ends: tuple[End, ...]) -> Call
         own = _own_stub_kernel(tree, reached, ends[0].path)
         if own is not None:
             return own
-    if ends[0].rank[0] or ends[0].rank[2]:
+    if ends[0].rank[0] or ends[0].rank[2] or ends[0].rank[4]:
         # every end is under an arm for an argument not at its default or for a trivial input (var on CPU:
-        # std_var_all_cpu's `if (result.numel() == 1 && ...)`): the general case's own stub kernel, if any
+        # std_var_all_cpu's `if (result.numel() == 1 && ...)`), or is setup (a check's all() in repeat_interleave):
+        # the general case's own stub kernel, if any
         own = _own_stub_kernel(tree, reached, (), general=True)
         if own is not None:
             return own
@@ -382,7 +405,7 @@ def _own_stub_kernel(tree: CallTree, reached, best: tuple[CallNode, ...], genera
             continue
         if node.condition and any(_exclusive(node.condition, other) for other in taken):
             continue
-        if general and any(non_default(c) or deterministic_only(c) or for_trivial_inputs(c) for c in _conditions(node)):
+        if general and any(non_default(c) or deterministic_only(c) or for_trivial_inputs(c) or in_check(c) for c in _conditions(node)):
             continue
         if reached(node) and not _has_ends(node):
             found.append((sum(1 for n in path if any(map(non_default, _conditions(n)))), len(found), node))

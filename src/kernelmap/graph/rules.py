@@ -77,7 +77,7 @@ KERNEL_DIRS = (
 )
 
 # The loop machinery a kernel hands its per-element work to: a device loop, not a launch.
-_DEVICE_LOOPS = re.compile(r"^(cpu_kernel\w*|cpu_serial_kernel\w*|gpu_kernel\w*|opmath_gpu_kernel\w*|jitted_gpu_kernel\w*|opmath_symmetric_gpu_kernel\w*)$")
+_DEVICE_LOOPS = re.compile(r"^(cpu_kernel\w*|cpu_serial_kernel\w*|binary_kernel_reduce\w*|gpu_kernel\w*|opmath_gpu_kernel\w*|jitted_gpu_kernel\w*|opmath_symmetric_gpu_kernel\w*)$")
 
 # Kinds whose nodes are where a call's work is, not plumbing.
 INTERESTING_KINDS = frozenset(

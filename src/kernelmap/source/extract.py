@@ -317,6 +317,14 @@ _BRACED_DEFAULT = re.compile(rb"=[ \t]*\{[^{}()\n;]*\}(?=\s*[,)])")
 # left without before a `}` derails the function: the macro's name gives its
 # last letter to a `;` after the call (same length, same lines).
 _CHECK_MACROS = (b"TORCH_CHECK", b"TORCH_INTERNAL_ASSERT", b"TORCH_WARN", b"AT_ASSERT", b"AT_ERROR")
+# Note [calls in checks]
+# A call in the arguments of a check (`TORCH_CHECK((repeats >= 0).all().item<uint8_t>(),
+# ...)` in Repeat.h) validates the inputs; it is not the work. Its condition is
+# "inside TORCH_CHECK", with the case/ifs around the check as the ones around
+# it (Note [conditions around a call] in graph.down), and its ends rank as setup.
+_CHECK_CALLEES = frozenset((b"TORCH_CHECK", b"TORCH_CHECK_VALUE", b"TORCH_CHECK_INDEX", b"TORCH_CHECK_TYPE",
+                            b"TORCH_CHECK_NOT_IMPLEMENTED", b"TORCH_INTERNAL_ASSERT", b"TORCH_INTERNAL_ASSERT_DEBUG_ONLY",
+                            b"AT_ASSERT", b"TORCH_WARN", b"TORCH_WARN_ONCE"))
 _CLOSE_BEFORE_BRACE = re.compile(rb"\)(?=\s*\})")
 _NAME_BEFORE = re.compile(rb"([A-Za-z_]\w*)[ \t]*$")
 
@@ -915,7 +923,7 @@ def read_operator_names(yaml_path: Path) -> OperatorNames:
 # Call classification
 # ---------------------------------------------------------------------------
 
-_LAUNCH = re.compile(r"^(gpu_kernel\w*|cpu_kernel\w*|cpu_serial_kernel\w*|launch_\w+|\w+_kernel_launch\w*|jitted_gpu_kernel\w*)$")
+_LAUNCH = re.compile(r"^(gpu_kernel\w*|cpu_kernel\w*|cpu_serial_kernel\w*|binary_kernel_reduce\w*|launch_\w+|\w+_kernel_launch\w*|jitted_gpu_kernel\w*)$")
 _OPS_CALL = re.compile(r"^at::_ops::(\w+)::(call|redispatch)$")
 _AT_FUNC = re.compile(r"^at::(?:redispatch::)?(\w+)$")
 _TEMPLATE_ARGS = re.compile(r"<[^<>]*>")
@@ -1158,6 +1166,10 @@ class Extractor:
                     points.append((declared[0].start_byte, 1, ("call", named, known[0])))
             if known[1] is not None:
                 sites.append((known[1], callee.parent, callee))
+            if text in _CHECK_CALLEES:  # Note [calls in checks]
+                arguments = callee.parent.child_by_field_name("arguments")
+                if arguments is not None:
+                    regions.append((arguments.start_byte, arguments.end_byte, "cond", ("check", callee)))
         points += [(call.start_byte, 1, ("reg", (registers, call, callee), None)) for registers, call, callee in sites]
         if error_nodes and b"DISPATCH" in original:
             points.extend(_lost_registrations(sites, original))
@@ -1864,7 +1876,10 @@ def _negate(cond: str) -> str:
 
 
 def _condition_label(kind: str, node) -> str:
-    """"case ConvBackend::Cudnn", "default", "if (x)", "else of if (x)"."""
+    """"case ConvBackend::Cudnn", "default", "if (x)", "else of if (x)",
+    "inside TORCH_CHECK"."""
+    if kind == "check":
+        return f"inside {node.text.decode('utf-8', 'replace')}"
     if kind == "case":
         value = node.child_by_field_name("value")
         return f"case {_SPACE.sub(' ', value.text.decode('utf-8', 'replace'))}" if value else "default"

@@ -677,13 +677,18 @@ def _element_types(definition, ctx: GraphContext) -> tuple[str | None, set[str]]
     m = re.search(rf"\b{re.escape(short)}\s*<\s*([\w:<> ]+?)\s*>\s*\(", line)
     special = m.group(1).replace(" ", "").rsplit("::", 1)[-1] if m else None
     if special and "<" in m.group(1):
-        special = re.sub(r"^(?:c10::|at::)", "", m.group(1).replace(" ", ""))
+        special = _bare_type(m.group(1))
     pointers = set()
     for p in parameters(definition, ctx) or ():
         pm = _POINTER_PARAM.match(p)
         if pm:
-            pointers.add(re.sub(r"^(?:c10::|at::)", "", pm.group(1).replace(" ", "")))
+            pointers.add(_bare_type(pm.group(1)))
     return special, pointers
+
+
+def _bare_type(text: str) -> str:
+    """A type as spelled, without spaces or a leading c10::/at:: (`c10::complex<float>` -> `complex<float>`)."""
+    return re.sub(r"^(?:c10::|at::)", "", text.replace(" ", ""))
 
 
 def by_dtype(definitions: list, ctx: GraphContext) -> list:
@@ -716,7 +721,7 @@ def by_class_specialisation(definitions: list, ctx: GraphContext) -> tuple[list,
     if not special or len(special) == len(heads):
         return definitions, None
     wanted = set(_DTYPE_TYPES.get(ctx.dtype, ()))
-    spelled = [d for d, a in zip(definitions, heads) if a is not None and re.sub(r"^(?:c10::|at::)", "", a.replace(" ", "")) in wanted]
+    spelled = [d for d, a in zip(definitions, heads) if a is not None and _bare_type(a) in wanted]
     if spelled:
         return spelled, f"{ctx.dtype}: the class specialisation for it"
     return [d for d, a in zip(definitions, heads) if a is None], f"{ctx.dtype}: the primary template, not its specialisation for {', '.join(dict.fromkeys(special))}"

@@ -149,8 +149,10 @@ def call_ends(tree: CallTree) -> tuple[End, ...]:
                         and not for_trivial_inputs(n.condition[8:]) and not non_default(n.condition[8:]))
             trivial = sum(1 for n in path if any(map(for_trivial_inputs, _conditions(n))))
             larger = sum(1 for n in path if any(map(for_larger_inputs, _conditions(n))))
-            opting = [c for n in path for c in reversed(_conditions(n)) if deterministic_only(c) or non_default(c)]
-            opted = sum(1 for n in path if any(deterministic_only(c) or non_default(c) for c in _conditions(n)))
+            # per node, its condition taken only in deterministic mode or with an argument not at its default
+            opting = [c for c in (next((c for c in reversed(_conditions(n)) if deterministic_only(c) or non_default(c)), None)
+                                  for n in path) if c is not None]
+            opted = len(opting)
             layouts = sum(1 for n in path if any(map(other_layouts_only, _conditions(n))))
             growths = sum(1 for n in path if _STORAGE_GROWTH.search(n.name) or any(map(in_check, _conditions(n))))
             kind = _KIND_RANK[NodeKind.INNER_LOOP] if library is not None and library.inner_loop else _KIND_RANK[node.kind]
@@ -314,7 +316,7 @@ def stub_kernel(tree: CallTree, ends: tuple[End, ...] | None = None) -> CallNode
     def reached(n: CallNode) -> bool:  # a kernel registered for a stub (not the `nullptr` one stands for a device's absence)
         return n.via is EdgeKind.STUB and n.kind in (NodeKind.KERNEL, NodeKind.GENERATED) and n.location is not None and n.name != "nullptr"
 
-    ends = tuple(e for e in (ends if ends is not None else call_ends(tree)) if not any(in_check(c) for n in e.path for c in _conditions(n)))
+    ends = tuple(e for e in (ends if ends is not None else call_ends(tree)) if e.checked_by is None)
     if not ends:  # nothing but checks ends the call (a reduction's loop is not modelled): the first stub met outside a check
         stack = [tree.root]
         while stack:

@@ -319,12 +319,10 @@ _BRACED_DEFAULT = re.compile(rb"=[ \t]*\{[^{}()\n;]*\}(?=\s*[,)])")
 _CHECK_MACROS = (b"TORCH_CHECK", b"TORCH_INTERNAL_ASSERT", b"TORCH_WARN", b"AT_ASSERT", b"AT_ERROR")
 # Note [calls in checks]
 # A call in the arguments of a check (`TORCH_CHECK((repeats >= 0).all().item<uint8_t>(),
-# ...)` in Repeat.h) validates the inputs; it is not the work. Its condition is
-# "inside TORCH_CHECK", with the case/ifs around the check as the ones around
-# it (Note [conditions around a call] in graph.down), and its ends rank as setup.
-_CHECK_CALLEES = frozenset((b"TORCH_CHECK", b"TORCH_CHECK_VALUE", b"TORCH_CHECK_INDEX", b"TORCH_CHECK_TYPE",
-                            b"TORCH_CHECK_NOT_IMPLEMENTED", b"TORCH_INTERNAL_ASSERT", b"TORCH_INTERNAL_ASSERT_DEBUG_ONLY",
-                            b"AT_ASSERT", b"TORCH_WARN", b"TORCH_WARN_ONCE"))
+# ...)` in Repeat.h; any macro named as _CHECK_MACROS start) validates the
+# inputs; it is not the work. Its condition is "inside TORCH_CHECK", with the
+# case/ifs around the check as the ones around it (Note [conditions around a
+# call] in graph.down), and its ends rank as setup.
 _CLOSE_BEFORE_BRACE = re.compile(rb"\)(?=\s*\})")
 _NAME_BEFORE = re.compile(rb"([A-Za-z_]\w*)[ \t]*$")
 
@@ -1166,7 +1164,7 @@ class Extractor:
                     points.append((declared[0].start_byte, 1, ("call", named, known[0])))
             if known[1] is not None:
                 sites.append((known[1], callee.parent, callee))
-            if text in _CHECK_CALLEES:  # Note [calls in checks]
+            if known[0] is None and text.startswith(_CHECK_MACROS):  # a macro, never a call kept: Note [calls in checks]
                 arguments = callee.parent.child_by_field_name("arguments")
                 if arguments is not None:
                     regions.append((arguments.start_byte, arguments.end_byte, "cond", ("check", callee)))

@@ -15,8 +15,8 @@ from kernelmap.errors import BadInput, KernelmapError, UnknownName
 from kernelmap.graph import processors_for
 from kernelmap.graph.context import GraphContext
 from kernelmap.graph.grow import Node, grow
-from kernelmap.graph.rules import (DEFAULT_DEPTH, DEVICE_KEYS, KERNEL_DIRS, VECTORIZED_MATH, balanced, is_utility_op, launch_kind,
-                                   other_device_reason, schema_arguments)
+from kernelmap.graph.rules import (DEFAULT_DEPTH, DEVICE_KEYS, KERNEL_DIRS, VECTORIZED_MATH, balanced, is_symbol_text, is_utility_op,
+                                   launch_kind, other_device_reason, schema_arguments)
 from kernelmap.model import CallTree, EdgeKind, Location, NodeKind, Op
 
 def stack(target: str, context: GraphContext, depth: int = DEFAULT_DEPTH) -> CallTree:
@@ -62,7 +62,7 @@ def mismatch_note(tree, context: GraphContext) -> tuple[str, ...]:
 
 def _root_for(target: str, ctx: GraphContext) -> Node:
     text = target.strip()
-    if not text or not re.fullmatch(r"[A-Za-z_~][\w:.~<>]*", text):
+    if not text or not is_symbol_text(text, ".<>"):
         raise BadInput(f"not a target: {target!r} (a Python name, an operator like aten::conv2d, or a C++ symbol)")
     if text.startswith("aten::") or (("::" not in text) and "." not in text and _is_op(text, ctx)):
         return op_node(ctx.catalog.resolve(text)[0], ctx)

@@ -22,6 +22,7 @@ import re
 from kernelmap.errors import BadInput, KernelmapError, UnknownName
 from kernelmap.graph.context import NEEDS_TREE, GraphContext
 from kernelmap.graph.grow import grow
+from kernelmap.graph.rules import is_symbol_text
 from kernelmap.model import CallNode, NodeKind, PathAnswer, Route
 
 PATH_DEPTH = 48
@@ -43,7 +44,7 @@ def path(source: str, target: str, context: GraphContext, depth: int = PATH_DEPT
     if limit < 1:
         raise BadInput(f"limit must be 1 or more, not {limit}")
     wanted = target.strip()
-    if not wanted or not re.fullmatch(r"[A-Za-z_~][\w:.~]*", wanted):
+    if not wanted or not is_symbol_text(wanted, "."):
         raise BadInput(f"not a target: {target!r} (a C++ symbol, a vendor call, an operator or a Python name)")
     root = down._root_for(source, context)  # unknown sources raise here, exit 2
     _check_known(wanted, context)

@@ -23,6 +23,18 @@ from kernelmap.dispatch import DEVICE_KEYS as _DISPATCH_DEVICE_KEYS
 from kernelmap.model import NodeKind
 
 DEFAULT_DEPTH = 24
+
+# The operator functions a C++ name may end in (`sum_functor::operator()`,
+# `Vectorized<float>::operator+`): the index names them so.
+_OPERATOR_FUNCTION = r"operator\s*(?:\(\)|\[\]|->\*?|[-+*/%^&|!=<>~,]{1,3})"
+
+
+def is_symbol_text(text: str, more: str = "") -> bool:
+    """Whether `text` is spelled as a C++ name a user may give: identifiers
+    joined by `::` (and the characters of `more`), the last of them perhaps
+    an operator function."""
+    name = rf"[A-Za-z_~][\w:~{re.escape(more)}]*"
+    return re.fullmatch(rf"{name}|(?:{name}::)?{_OPERATOR_FUNCTION}", text) is not None
 MAX_NODES = 4000
 
 # Backend names in conditions (`case ConvBackend::Cudnn`, `if (use_mkldnn(...))`)

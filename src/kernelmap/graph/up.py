@@ -27,7 +27,7 @@ from kernelmap.errors import BadInput, KernelmapError, UnknownName
 from kernelmap.graph.context import NEEDS_TREE, GraphContext
 from kernelmap.graph.down import cpp_node, dedupe, file_lines, op_node, vendor_node
 from kernelmap.graph.grow import Node, grow
-from kernelmap.graph.rules import DEFAULT_DEPTH, KERNEL_DIRS
+from kernelmap.graph.rules import DEFAULT_DEPTH, KERNEL_DIRS, is_symbol_text
 from kernelmap.model import CallTree, EdgeKind, Location, NodeKind, Op
 
 
@@ -37,7 +37,7 @@ def callers(symbol: str, context: GraphContext, depth: int = DEFAULT_DEPTH) -> C
     if depth < 0:
         raise BadInput(f"depth must be 0 or more, not {depth}")
     text = symbol.strip()
-    if not text or not re.fullmatch(r"[A-Za-z_~][\w:~]*", text):
+    if not text or not is_symbol_text(text):
         raise BadInput(f"not a C++ symbol: {symbol!r}")
     if context.index is None:
         raise KernelmapError(f"`callers` reads C++ source: {NEEDS_TREE}")

@@ -180,7 +180,10 @@ def _source_steps(op: str, device: str, notes: list[str], source: str | None = N
         if end.node.name not in leaves and len(leaves) < 3:
             detail = str(end.node.attrs.get("library") or end.node.condition or "")
             if end.opted_by is not None:  # no end is reached at the defaults before this one: say so
-                why = "not at the defaults" if end.opted_by == end.node.condition else f"not at the defaults: under {end.opted_by}"
+                if end.opted_against is not None:  # Note [flags passed as literals]
+                    why = f"not as called: under {end.opted_by}, and {end.opted_against}"
+                else:
+                    why = "not at the defaults" if end.opted_by == end.node.condition else f"not at the defaults: under {end.opted_by}"
                 detail = f"{detail}; {why}" if detail else why
             if end.checked_by is not None:  # Note [calls in checks]: a check's loop, not the work
                 detail = f"{detail}; {end.checked_by}" if detail else end.checked_by

@@ -29,7 +29,9 @@ def test_scatter_adds_deterministic_route_ranks_after_the_others(tree_2_6, conte
     ends = call_ends(graph.stack("aten::scatter_add", context("cuda")))
     opted = [any(deterministic_only(n.condition) for n in end.path) for end in ends]
     assert any(opted)
-    assert [end.rank[0] for end in ends] == [int(o) for o in opted] == sorted(int(o) for o in opted)
+    # an end under that arm may pass more arms away from the defaults (`if (!accumulate)` below the
+    # `accumulate=true` index_put_ is passed): it counts each
+    assert [min(end.rank[0], 1) for end in ends] == [int(o) for o in opted] == sorted(int(o) for o in opted)
 
 
 def test_only_a_positive_test_of_another_layout_is_an_arm_for_other_layouts():
@@ -104,7 +106,7 @@ def test_a_cpu_sort_ends_in_the_standard_librarys_sort_and_an_fft_in_its_executi
     assert re.search(r"std::stable_sort\(composite_accessor", impl) and re.search(r"std::sort\(composite_accessor", impl)
     answer = api.where("aten::sort", device="cpu", static=True, with_source=True, source=indexed_tree.name)
     leaves = [s for s in answer.source if s.role == "leaf"]
-    assert leaves and all(leaf.name in ("std::sort", "std::stable_sort") and leaf.detail == "C++ standard library" for leaf in leaves)
+    assert leaves and all(leaf.name in ("std::sort", "std::stable_sort") and leaf.detail.startswith("C++ standard library") for leaf in leaves)
     for leaf in leaves:
         assert f"{leaf.name}(composite_accessor" in (tree_2_6 / leaf.location.path).read_text().splitlines()[leaf.location.line - 1]
 

@@ -511,6 +511,74 @@ def test_a_flag_left_at_its_default_ranks_its_other_arm_last(tree_2_6, context):
     assert svd and max(svd) < min(eigh) and eigh == list(range(len(ends) - len(eigh), len(ends))), [e.node.name for e in ends]
 
 
+def test_a_flag_passed_as_a_literal_decides_its_arms(tree_2_6, context):
+    """at::native::sort (Sorting.cpp, read here) calls `at::sort(self, false,
+    dim, descending)`: sort.stable with `stable` false. sort_kernel_impl
+    (cpu/SortingKernel.cpp, read here) calls std::stable_sort under `if
+    (stable)` and std::sort in its else, in each arm of `if (descending)`,
+    which aten::sort defaults to False: the first end is the std::sort of the
+    ascending arm, and the last the std::stable_sort of the descending arm."""
+    sorting = (tree_2_6 / "aten/src/ATen/native/Sorting.cpp").read_text()
+    native_sort = sorting[sorting.index("std::tuple<Tensor, Tensor> sort(\n"):]
+    assert "return at::sort(self, false, dim, descending);" in native_sort[:native_sort.index("}")]
+    lines = (tree_2_6 / "aten/src/ATen/native/cpu/SortingKernel.cpp").read_text().splitlines()
+    start = next(i for i, t in enumerate(lines) if "void sort_kernel_impl(" in t)
+    body = lines[start : next(i for i in range(start, len(lines)) if lines[i] == "}")]
+    at = {name: [start + 1 + i for i, t in enumerate(body) if f"{name}(" in t] for name in ("std::sort", "std::stable_sort")}
+    ascending = next(start + 1 + i for i, t in enumerate(body) if "} else {" in t and "if (stable)" in body[i + 1])
+    assert len(at["std::sort"]) == 2 and len(at["std::stable_sort"]) == 2
+    tree = graph.stack("aten::sort", context("cpu"))
+    stable_call = [n for n, _ in walk(tree) if n.kind.value == "op" and n.name == "aten::sort.stable"]
+    assert stable_call and all(n.attrs.get("given_flags") == ("stable=false",) for n in stable_call)
+    ends = [e for e in graph.call_ends(tree) if e.node.name in at]
+    assert ends[0].node.name == "std::sort" and ends[0].node.location.line == max(at["std::sort"]) > ascending
+    assert (ends[-1].node.name, ends[-1].node.location.line) == ("std::stable_sort", min(at["std::stable_sort"])), ends  # both arms not taken
+
+
+def test_a_flag_a_direct_call_passes_as_a_literal_decides_its_arms(tree_2_6, context):
+    """_fft_c2r_mkl (mkl/SpectralOps.cpp, read here) calls `_exec_fft(...,
+    /*forward=*/false)`, whose body calls DftiComputeForward under `if
+    (forward)` and DftiComputeBackward in its else: aten::_fft_c2r on the CPU
+    ends in the backward transform; its forward one ranks after it."""
+    text = (tree_2_6 / "aten/src/ATen/native/mkl/SpectralOps.cpp").read_text()
+    bodies = [b[:b.index("\n}\n")] for b in text.split("Tensor _fft_c2r_mkl(const Tensor& self")[1:]]
+    assert [b for b in bodies if "_exec_fft(" in b] == [b for b in bodies if "_exec_fft(out, input, out_sizes, dim, normalization, /*forward=*/false);" in b] != []
+    lines = text.splitlines()
+    forward = next(i for i, t in enumerate(lines, 1) if "DftiComputeForward(" in t)
+    backward = next(i for i, t in enumerate(lines, 1) if "DftiComputeBackward(" in t)
+    assert lines[forward - 2].strip() == "if (forward) {" and lines[backward - 2].strip() == "} else {"
+    roles, leaves = steps("aten::_fft_c2r", "cpu")
+    assert (leaves[0].name, leaves[0].location.line) == ("DftiComputeBackward", backward)
+    ends = graph.call_ends(graph.stack("aten::_fft_c2r", context("cpu")))
+    later = [e for e in ends if e.node.name == "DftiComputeForward"]
+    assert later and all(e.opted_by.startswith("if (forward)") and e.opted_against.startswith("forward=false is passed to ") for e in later)
+
+
+def test_an_end_reached_at_the_defaults_through_a_repeat_is_at_the_defaults(tree_2_6, context):
+    """_batch_norm_with_update_cpu_out (Normalization.cpp, read here) passes
+    `/*update*/true` as batch_norm_cpu_out's `train`, whose body calls
+    batch_norm_cpu_transform_input_template under `if (!train)` and again,
+    after the statistics, in its else: the tree expands the first and marks
+    the second a repeat. The repeat is the call made, so the transform's loop
+    is the first end, and the stub it calls first for contiguous inputs,
+    batch_norm_cpu_stub, names the stub kernel (cpu/batch_norm_kernel.cpp, read here)."""
+    text = (tree_2_6 / "aten/src/ATen/native/Normalization.cpp").read_text()
+    caller = text[text.index("_batch_norm_with_update_cpu_out("):]
+    assert "running_mean, running_var, /*update*/true, momentum, eps, out, save_mean, save_var);" in caller[:caller.index("\n}\n")]
+    body = text[text.index("batch_norm_cpu_out(const Tensor& self"):]
+    body = body[:body.index("\n}\n")]
+    assert body.index("if (!train) {") < body.index("batch_norm_cpu_transform_input_template") < body.index("} else {") \
+        < body.index("batch_norm_cpu_update_stats_template") < body.rindex("batch_norm_cpu_transform_input_template")
+    kernel = re.search(r"REGISTER_DISPATCH\(batch_norm_cpu_stub, &(\w+)\)",
+                       (tree_2_6 / "aten/src/ATen/native/cpu/batch_norm_kernel.cpp").read_text()).group(1)
+    ends = graph.call_ends(graph.stack("aten::_batch_norm_with_update.out", context("cpu")))
+    transform = [n for n in ends[0].path if n.name.endswith("::batch_norm_cpu_transform_input_template")]
+    assert ends[0].rank[0] == 0 and transform and transform[0].attrs.get("repeat") and transform[0].condition.startswith("else of if (!train)")
+    roles, _ = steps("aten::_batch_norm_with_update.out", "cpu")
+    assert roles["stub kernel"].name.endswith(f"::{kernel}")
+    assert kernel in file_lines(roles["stub kernel"].location)[roles["stub kernel"].location.line - 1]
+
+
 @pytest.mark.parametrize("op, stub, kernel_file", [
     ("aten::histogramdd", "histogramdd_stub", "aten/src/ATen/native/cpu/HistogramKernel.cpp"),
     ("aten::_weight_norm", "weight_norm_stub", "aten/src/ATen/native/cpu/WeightNormKernel.cpp"),

@@ -1085,6 +1085,7 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: di
             return Node(site.callee, "op", site.location, kind, condition, {"unresolved": f"{site.op} is not in the catalog"})
         op = by_argument_count(by_out_spelling(op, site, ctx), site, ctx)
         node = op_node(op, ctx, kind, condition, site.location)
+        _given(node, literal_flags(op, site, ctx))
         # a utility's own kernel calling its other overload is the utility's work, not plumbing
         # (at::native::arange calls arange.start_out, whose loop fills the range)
         if is_utility_op(op.name.name, op.is_view) and not _own_overload(op.name.name, caller):
@@ -1139,19 +1140,20 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: di
         if len(typed) == 1:
             node = cpp_node(typed[0], ctx, kind, condition, site.location)
             node.attrs["dtype_case"] = f"{ctx.dtype}: the {_DTYPE_TYPES[ctx.dtype][0]} overload of {len(candidates)}"
-            return node
+            return _given(node, _literal_parameters(typed[0], spelled, ctx))
         candidates, chosen = by_class_specialisation(candidates, ctx)
         if len(candidates) == 1 and chosen:
             node = cpp_node(candidates[0], ctx, kind, condition, site.location)
             node.attrs["dtype_case"] = chosen
-            return node
+            return _given(node, _literal_parameters(candidates[0], spelled, ctx))
     if len(candidates) == 1:
-        return cpp_node(candidates[0], ctx, kind, condition, site.location)
+        return _given(cpp_node(candidates[0], ctx, kind, condition, site.location), _literal_parameters(candidates[0], spelled, ctx))
     built = [d for d in candidates if compiled(d.symbol.condition, ctx) is not False]
     if _all_distinct_conditions(candidates) or (built and len(built) < len(candidates) and _one_symbol(built)):
         group = Node(site.callee, "alternatives", site.location, kind, condition, {"reason": "defined once per preprocessor condition; a build compiles one"})
         group.children = [
-            not_compiled(cpp_node(d, ctx, kind, f"#if {d.symbol.condition}" if d.symbol.condition else None, site.location), d.symbol.condition, ctx)
+            not_compiled(_given(cpp_node(d, ctx, kind, f"#if {d.symbol.condition}" if d.symbol.condition else None, site.location),
+                                _literal_parameters(d, spelled, ctx)), d.symbol.condition, ctx)
             for d in by_build(candidates, ctx)
         ]
         return group
@@ -1546,6 +1548,69 @@ def by_out_spelling(op: Op, site, ctx: GraphContext) -> Op:
     count = call_argument_count(site, ctx)
     fitting = [o for o in outs if count is None or _accepts(o, count)]
     return (fitting or outs or [op])[0]
+
+
+# Note [flags passed as literals]
+# at::native::sort calls `at::sort(self, false, dim, descending)`: aten::sort.stable
+# with `stable` false. Below that call, sort_kernel_impl's `if (stable)` arm is
+# not taken and its else is, as an arm of a flag left at its default is
+# (Note [ranking a call's ends] in graph.ends). A call of an operator records
+# the `bool` and `bool?` arguments it passes as `true` or `false`, matched to
+# the schema by position in the C++ signature: a method call's tensor is
+# `self`; `at::<name>_out` puts the out arguments first. Operators that gather
+# `dtype`, `layout`, `device` and `pin_memory` into TensorOptions are left
+# out (their C++ positions differ from the schema's). A direct call records
+# the `bool` parameters of the definition it reaches that it passes so
+# (`_exec_fft(..., /*forward=*/false)` in _fft_c2r_mkl). The flags join the
+# node's identity: _exec_fft called with `forward` false is expanded again
+# where it was expanded above with `forward` as its caller passes it.
+
+
+def _given(node: Node, flags: dict[str, bool]) -> Node:
+    """`node` with the flags its call passes as literals (Note [flags passed
+    as literals]); a call with other flags is expanded on its own."""
+    if flags and node.identity is not None:
+        node.attrs["given_flags"] = tuple(f"{name}={'true' if value else 'false'}" for name, value in flags.items())
+        node.identity = (*node.identity, *node.attrs["given_flags"])
+        node.attrs["identity"] = ":".join(str(part) for part in node.identity)
+    return node
+
+
+def literal_flags(op: Op, site, ctx: GraphContext) -> dict[str, bool]:
+    """The flags (`bool`, `bool?` arguments) a call of `op` at `site` passes
+    as `true` or `false`, by name (Note [flags passed as literals])."""
+    arguments = call_arguments(site, ctx)
+    if not arguments or not ("true" in arguments or "false" in arguments) or "Layout? layout" in op.schema:
+        return {}
+    declared = []
+    for argument in schema_arguments(op.schema):
+        kind, _, name = argument.partition("=")[0].strip().rpartition(" ")
+        declared.append((kind.strip(), name, "!" in kind))
+    if site.callee.startswith(".") and declared and declared[0][1] == "self":
+        declared = declared[1:]
+    if op.is_out and site.name.endswith(("_out", "_symint_out")):
+        declared = [d for d in declared if d[2]] + [d for d in declared if not d[2]]
+    if len(arguments) > len(declared):
+        return {}
+    return {name: text == "true" for (kind, name, _), text in zip(declared, arguments) if kind in ("bool", "bool?") and text in ("true", "false")}
+
+
+def _literal_parameters(definition, site, ctx: GraphContext) -> dict[str, bool]:
+    """The `bool` parameters of `definition` a direct call at `site` passes as
+    `true` or `false`, by name (`_exec_fft(out, self, out_sizes, dims,
+    normalization, /*forward=*/false)`): Note [flags passed as literals]."""
+    arguments = call_arguments(site, ctx)
+    if not arguments or not ("true" in arguments or "false" in arguments):
+        return {}
+    declared = parameters(definition, ctx)
+    if declared is None or len(arguments) > len(declared):
+        return {}
+    flags = {}
+    for parameter, text in zip(declared, arguments):
+        name = _parameter_name(parameter)
+        if text in ("true", "false") and name and re.fullmatch(rf"(?:const\s+)?bool\s+{name}(?:\s*=.*)?", parameter.strip(), re.S):
+            flags[name] = text == "true"
+    return flags
 
 
 def by_argument_count(op: Op, site, ctx: GraphContext) -> Op:

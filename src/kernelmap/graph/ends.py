@@ -11,8 +11,11 @@ route on CUDA) ranks after every end reached without one, and so does an arm
 taken only when an optional argument is given (scatter's `if
 (reduce.has_value())`: answers are for the arguments' defaults) or a flag of
 the schema is set otherwise than its default (linalg_matrix_rank's eigvalsh
-in the `else` of `if (!hermitian)`, `bool hermitian=False`), whose `else`
-counts as no `else` arm below. Then the layout: answers are for strided
+in the `else` of `if (!hermitian)`, `bool hermitian=False`), or a flag that
+a call on the way passes as a literal (sort_kernel_impl's `if (stable)`
+below at::native::sort's `at::sort(self, false, ...)`: Note [flags passed as
+literals] in graph.down), whose `else` counts as no `else` arm below; an end
+under two such arms ranks after one under one. Then the layout: answers are for strided
 (dense) tensors, so an end reached only through an arm that tests for another
 layout (`if (self.layout() == kSparseCsr || ...)`, `self.is_mkldnn()`,
 `is_quantized()`, `is_nested()`; not its `else`) ranks after every end reached
@@ -120,6 +123,8 @@ class End:
     rank: tuple[int, int, int, int, int, int, int, bool, int, int]
     # the first condition on the path taken only in deterministic mode or with an argument not at its default
     opted_by: str | None = None
+    # when `opted_by` tests a flag a call passes as a literal: `stable=false is passed to aten::sort.stable`
+    opted_against: str | None = None
 
     @property
     def checked_by(self) -> str | None:
@@ -133,36 +138,103 @@ class End:
 
 
 def call_ends(tree: CallTree) -> tuple[End, ...]:
-    """Every end of the call in `tree`, best first (Note [ranking a call's ends])."""
-    ends: list[End] = []
-    order = 0
-    non_default = _non_default(tree)
-    stack: list[tuple[CallNode, tuple[CallNode, ...]]] = [(tree.root, (tree.root,))]
+    """Every end of the call in `tree`, best first (Note [ranking a call's ends]),
+    reached at the defaults when any path reaches it so (Note [ends below a repeat])."""
+    arguments = _Arguments(tree)
+    ends: dict[int, End] = {}
+    for node, path, _ in _end_paths(tree, {}):
+        ends[id(node)] = _end(node, path, len(ends), arguments)
+    twins = _expanded_twins(tree)
+    if twins:
+        for node, path, through_repeat in _end_paths(tree, twins):
+            known = ends.get(id(node))
+            if through_repeat and known is not None:
+                other = _end(node, path, known.rank[-1], arguments)
+                if other.rank[0] < known.rank[0]:  # fewer arms away from the defaults: nothing else is weighed again
+                    ends[id(node)] = other
+    return tuple(sorted(ends.values(), key=lambda e: e.rank))
+
+
+def _end_paths(tree: CallTree, twins: dict[str, CallNode]):
+    """(end, path from the root, whether the path passes a repeat) for each
+    path to an end, in tree order; through the expanded twin of a repeat
+    found in `twins` (Note [ends below a repeat])."""
+    budget, sizes = _REPEAT_BUDGET, {}
+    stack: list[tuple[CallNode, tuple[CallNode, ...], bool]] = [(tree.root, (tree.root,), False)]
     while stack:
-        node, path = stack.pop()
+        node, path, through = stack.pop()
         if node.attrs.get("collapsed") or node.attrs.get("branch"):
             continue
+        children = node.children
+        identity = node.attrs.get("identity")
+        if not children and identity in twins and node.attrs.get("repeat") and budget > 0 \
+                and not any(n.attrs.get("identity") == identity for n in path[:-1]):
+            children, through = twins[identity].children, True
+            budget -= sizes[identity] if identity in sizes else sizes.setdefault(identity, _size(twins[identity]))
         if node.kind in _KIND_RANK:
-            library = vendors.library(node.attrs.get("library")) if node.kind is NodeKind.VENDOR else None
-            setup = _setup(node, library)
-            elses = sum(1 for n in path if (n.condition or "").startswith("else of ")
-                        and not for_trivial_inputs(n.condition[8:]) and not non_default(n.condition[8:]))
-            trivial = sum(1 for n in path if any(map(for_trivial_inputs, _conditions(n))))
-            larger = sum(1 for n in path if any(map(for_larger_inputs, _conditions(n))))
-            # per node, its condition taken only in deterministic mode or with an argument not at its default
-            opting = [c for c in (next((c for c in reversed(_conditions(n)) if deterministic_only(c) or non_default(c)), None)
-                                  for n in path) if c is not None]
-            opted = len(opting)
-            layouts = sum(1 for n in path if any(map(other_layouts_only, _conditions(n))))
-            growths = sum(1 for n in path if _STORAGE_GROWTH.search(n.name) or any(map(in_check, _conditions(n))))
-            kind = _KIND_RANK[NodeKind.INNER_LOOP] if library is not None and library.inner_loop else _KIND_RANK[node.kind]
-            ends.append(End(node, path, (opted, layouts, trivial, larger, growths, kind, setup,
-                                           node.kind is NodeKind.LAUNCH and _borrowed(path), elses, order), opting[0] if opting else None))
-            order += 1
+            yield node, path, through
             if node.kind is not NodeKind.DEVICE_LOOP:
                 continue  # a device loop is followed into the kernels it launches
-        stack.extend((c, path + (c,)) for c in reversed(node.children))
-    return tuple(sorted(ends, key=lambda e: e.rank))
+        stack.extend((c, path + (c,), through) for c in reversed(children))
+
+
+def _end(node: CallNode, path: tuple[CallNode, ...], order: int, arguments: _Arguments) -> End:
+    """The end `node` reached along `path`, ranked (Note [ranking a call's ends])."""
+    library = vendors.library(node.attrs.get("library")) if node.kind is NodeKind.VENDOR else None
+    setup = _setup(node, library)
+    flags = arguments.along(path)
+    elses = sum(1 for n, f in zip(path, flags) if (n.condition or "").startswith("else of ")
+                and not for_trivial_inputs(n.condition[8:]) and not arguments.non_default(n.condition[8:], f))
+    trivial = sum(1 for n in path if any(map(for_trivial_inputs, _conditions(n))))
+    larger = sum(1 for n in path if any(map(for_larger_inputs, _conditions(n))))
+    # the conditions on the path taken only in deterministic mode or with an argument not at its default
+    opting = [(c, f) for n, f in zip(path, flags) for c in reversed(_conditions(n)) if deterministic_only(c) or arguments.non_default(c, f)]
+    layouts = sum(1 for n in path if any(map(other_layouts_only, _conditions(n))))
+    growths = sum(1 for n in path if _STORAGE_GROWTH.search(n.name) or any(map(in_check, _conditions(n))))
+    kind = _KIND_RANK[NodeKind.INNER_LOOP] if library is not None and library.inner_loop else _KIND_RANK[node.kind]
+    return End(node, path, (len(opting), layouts, trivial, larger, growths, kind, setup,
+                            node.kind is NodeKind.LAUNCH and _borrowed(path), elses, order),
+               opting[0][0] if opting else None, arguments.passed(*opting[0]) if opting else None)
+
+
+# Note [ends below a repeat]
+# A definition is expanded once in a tree; where it is called again, the node
+# is marked `repeat` and has no children (graph.grow). Its ends
+# are still reached from there, under that call's own conditions: unary_op_impl_
+# with_complex_to_float_out calls unary_op_impl_float_out under `if
+# (promotes_integer_to_float)` and then unary_op_impl_out, which reach the same
+# abs_stub; abs_out passes `false` (Note [flags passed as literals] in
+# graph.down), so abs's loop is reached at the defaults only through the second
+# call, the repeat. An end reached at the defaults through some path is at
+# the defaults: the ranking also walks a repeat's expanded twin as if it were
+# below the repeat (not when the twin is on the path already: recursion),
+# within a budget of nodes walked so for the whole tree, and ranks an end by
+# such a path when it passes fewer arms away from the defaults. The ends are
+# the same, and so is their tree order; the other criteria (fewer `else` arms)
+# are not weighed again, as the expanded path is the one the tree shows.
+_REPEAT_BUDGET = 20000
+
+
+def _expanded_twins(tree: CallTree) -> dict[str, CallNode]:
+    """Identity -> the node of that identity the tree expands, for the
+    identities of its repeats."""
+    twins: dict[str, CallNode] = {}
+    repeated = set()
+    for _, node in tree.walk():
+        identity = node.attrs.get("identity")
+        if identity and node.attrs.get("repeat"):
+            repeated.add(identity)
+        elif identity and node.children:
+            twins.setdefault(identity, node)
+    return {k: v for k, v in twins.items() if k in repeated}
+
+
+def _size(node: CallNode) -> int:
+    count, stack = 0, [node]
+    while stack:
+        count += 1
+        stack.extend(stack.pop().children)
+    return count
 
 
 def in_check(condition: str | None) -> bool:
@@ -197,27 +269,59 @@ def _setup(node: CallNode, library) -> int:
     return 2
 
 
-def _non_default(tree: CallTree):
-    """A test of whether a condition is an arm taken only when an argument is
-    not at its default: an optional argument given (`if (reduce.has_value())`;
-    not one the call's schema requires: random_.to's `to`, tested as
-    `to_opt.has_value()`), or a flag of the schema set otherwise than its
-    default (`if (return_inverse)` or `else of if (!return_inverse)` of
-    `bool return_inverse=False`)."""
-    schema = tree.root.attrs.get("schema") if tree.root.kind is NodeKind.OPERATOR else None
-    required, flags = _required_arguments(schema), _flag_defaults(schema)
+class _Arguments:
+    """What a call's arguments are when they are left at their defaults (Note
+    [ranking a call's ends]): the optional arguments its schema does not
+    require and the defaults of its flags; and, below a call of another
+    operator, the flags that call passes as literals (Note [flags passed as
+    literals] in graph.down)."""
 
-    def given(condition: str | None) -> bool:
+    def __init__(self, tree: CallTree):
+        schema = tree.root.attrs.get("schema") if tree.root.kind is NodeKind.OPERATOR else None
+        self.required = _required_arguments(schema)
+        # a flag's value, and the node whose call passes it (None: the schema's default)
+        self.flags: dict[str, tuple[bool, CallNode | None]] = {name: (value, None) for name, value in _flag_defaults(schema).items()}
+
+    @staticmethod
+    def below(node: CallNode, flags: dict[str, tuple[bool, CallNode | None]]) -> dict[str, tuple[bool, CallNode | None]]:
+        """The flags in effect below `node`, `flags` in effect at it."""
+        given = node.attrs.get("given_flags")
+        if not given:
+            return flags
+        return {**flags, **{name: (value == "true", node) for name, _, value in (f.partition("=") for f in given)}}
+
+    def along(self, path: tuple[CallNode, ...]) -> list[dict[str, tuple[bool, CallNode | None]]]:
+        """The flags in effect at each node of `path` (for its own condition)."""
+        flags, out = self.flags, []
+        for node in path:
+            out.append(flags)
+            flags = self.below(node, flags)
+        return out
+
+    def non_default(self, condition: str | None, flags: dict[str, tuple[bool, CallNode | None]] | None = None) -> bool:
+        """Whether `condition` is an arm taken only when an argument is not at
+        its default: an optional argument given (`if (reduce.has_value())`;
+        not one the call's schema requires: random_.to's `to`, tested as
+        `to_opt.has_value()`), or a flag set otherwise than its default or the
+        value a call passes (`if (return_inverse)` or `else of if
+        (!return_inverse)` of `bool return_inverse=False`); `flags`: those in
+        effect where the condition is (default: the call's own)."""
+        flags = self.flags if flags is None else flags
         m = _OPTIONAL_GIVEN.match(condition or "")
         if m is not None:
-            return m.group(1).rsplit(".", 1)[-1].removesuffix("_opt") not in required
+            return m.group(1).rsplit(".", 1)[-1].removesuffix("_opt") not in self.required
         m = _FLAG_TEST.match(condition or "") if flags else None
         if m is None or m.group(3) not in flags:
             return False
         taken_when = (not m.group(2)) != bool(m.group(1))  # the flag's value the arm runs for
-        return taken_when != flags[m.group(3)]
+        return taken_when != flags[m.group(3)][0]
 
-    return given
+    @staticmethod
+    def passed(condition: str, flags: dict[str, tuple[bool, CallNode | None]]) -> str | None:
+        """`name=value by CALLEE` when `condition` tests a flag a call passes as a literal."""
+        m = _FLAG_TEST.match(condition)
+        value, node = flags.get(m.group(3), (False, None)) if m is not None else (False, None)
+        return f"{m.group(3)}={'true' if value else 'false'} is passed to {node.name}" if node is not None else None
 
 
 def _required_arguments(schema: str | None) -> frozenset[str]:
@@ -346,7 +450,7 @@ def _stub_kernel_of_best(tree: CallTree, reached, ends: tuple[End, ...]) -> Call
         own = _own_stub_kernel(tree, reached, (), general=True)
         if own is not None:
             return own
-    earlier = _earlier_stub_call(ends[0].path, reached)
+    earlier = _earlier_stub_call(ends[0].path, reached, _expanded_twins(tree))
     if earlier is not None:
         return earlier
     # the best end only: conv2d's oneDNN forward reaches ideep through the dispatcher, and
@@ -373,17 +477,18 @@ def _stub_named_for_the_call(tree: CallTree, reached, best: tuple[CallNode, ...]
     if operator is None:
         return None
     stub = f"{operator.removeprefix('aten::').split('.', 1)[0].strip('_')}_stub"
-    given = _non_default(tree)
-    stack: list[tuple[CallNode, bool]] = [(tree.root, False)]
+    arguments = _Arguments(tree)
+    stack: list[tuple[CallNode, bool, dict[str, bool]]] = [(tree.root, False, arguments.flags)]
     while stack:
-        node, opted = stack.pop()
-        opted = opted or any(map(given, _conditions(node)))
+        node, opted, flags = stack.pop()
+        opted = opted or any(arguments.non_default(c, flags) for c in _conditions(node))
         if opted or node.attrs.get("collapsed") or node.attrs.get("branch"):
             continue
         if node.kind is NodeKind.STUB and node.name.rsplit("::", 1)[-1] == stub \
                 and any(reached(c) and not c.attrs.get("collapsed") for c in node.children):
             return node
-        stack.extend((c, opted) for c in reversed(node.children))
+        below = arguments.below(node, flags)
+        stack.extend((c, opted, below) for c in reversed(node.children))
     return None
 
 
@@ -398,7 +503,7 @@ def _own_stub_kernel(tree: CallTree, reached, best: tuple[CallNode, ...], genera
     beside the forward). `general`: only one reached with every argument at
     its default and not for a trivial input."""
     taken = [n.condition for n in best if n.condition]
-    non_default = _non_default(tree)
+    arguments = _Arguments(tree)
     found = []
     stack: list[tuple[CallNode, tuple[CallNode, ...]]] = [(tree.root, (tree.root,))]
     while stack:
@@ -407,10 +512,11 @@ def _own_stub_kernel(tree: CallTree, reached, best: tuple[CallNode, ...], genera
             continue
         if node.condition and any(_exclusive(node.condition, other) for other in taken):
             continue
-        if general and any(non_default(c) or deterministic_only(c) or for_trivial_inputs(c) or in_check(c) for c in _conditions(node)):
+        flags = arguments.along(path)
+        if general and any(arguments.non_default(c, flags[-1]) or deterministic_only(c) or for_trivial_inputs(c) or in_check(c) for c in _conditions(node)):
             continue
         if reached(node) and not _has_ends(node):
-            found.append((sum(1 for n in path if any(map(non_default, _conditions(n)))), len(found), node))
+            found.append((sum(1 for n, f in zip(path, flags) if any(arguments.non_default(c, f) for c in _conditions(n))), len(found), node))
             continue
         stack.extend((c, path + (c,)) for c in reversed(node.children))
     return min(found, key=lambda f: f[:2])[2] if found else None
@@ -429,15 +535,17 @@ def _has_ends(node: CallNode) -> bool:
     return False
 
 
-def _earlier_stub_call(path: tuple[CallNode, ...], reached) -> CallNode | None:
+def _earlier_stub_call(path: tuple[CallNode, ...], reached, twins: dict[str, CallNode]) -> CallNode | None:
     """The kernel of a stub called, on the way to the best end, before the path
     goes on (Note [ranking a call's ends]): scaled_dot_product_attention calls
     _fused_sdp_choice_stub before the attention it chose; a kernel's fast path
     (cat_serial_stub for small inputs, batch_norm_cpu_stub for contiguous ones)
     is called, and returns, before its general loop. In call order, skipping
-    branches collapsed for another device."""
+    branches collapsed for another device. A repeat on the path calls what
+    its expanded twin (in `twins`) calls (Note [ends below a repeat])."""
     for parent, child in zip(path, path[1:]):
-        for sibling in parent.children:
+        called = parent.children or (twins[parent.attrs["identity"]].children if parent.attrs.get("identity") in twins else ())
+        for sibling in called:
             if sibling is child:
                 break
             if sibling.kind is not NodeKind.STUB or sibling.attrs.get("collapsed") or sibling.attrs.get("branch"):

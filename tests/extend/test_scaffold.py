@@ -104,6 +104,19 @@ def test_an_existing_folder_is_refused_unless_forced(kernelmap_cli, tmp_path):
     assert (out / "notes.txt").read_text() == "mine"  # --force rewrites the scaffold's files, nothing else
 
 
+def test_the_readmes_force_example_runs_in_the_folder_it_wrote_into(tmp_path):
+    """`python -m kernelmap` puts the current folder on the path, where the
+    first scaffold's ./myrelu is a package: no installed module."""
+    from tests.conftest import run_kernelmap
+
+    first = run_kernelmap("scaffold", "aten::relu", "--name", "myrelu", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    again = run_kernelmap("scaffold", "aten::relu", "--name", "myrelu", "--namespace", "mylib", "--force", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "mylib::myrelu" in again.stdout
+    assert "TORCH_LIBRARY_IMPL(mylib, CPU, m)" in (tmp_path / "myrelu" / "csrc" / "myrelu.cpp").read_text()
+
+
 def test_force_keeps_the_users_files_and_replaces_only_its_own(kernelmap_cli, tmp_path):
     out = tmp_path / "myrelu"
     first = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(out))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.util
+import importlib.machinery
 import json
 import os
 import shutil
@@ -216,6 +216,17 @@ def render_project(op: Op, name: str, *, namespace: str = DEFAULT_NAMESPACE, ext
     return spec, family, files
 
 
+def _installed_module(name: str) -> bool:
+    """Whether `name` is a module of the standard library or one installed
+    on the path outside the current folder: `python -m kernelmap` puts the
+    current folder first on the path, where a project scaffolded before
+    (`./NAME`) is found as a package of that name."""
+    if name in sys.stdlib_module_names or name in sys.builtin_module_names:
+        return True
+    here = {"", ".", os.getcwd()}
+    return importlib.machinery.PathFinder.find_spec(name, [p for p in sys.path if p not in here]) is not None
+
+
 def scaffold(
     op: str | Op,
     name: str,
@@ -233,7 +244,7 @@ def scaffold(
     `force`; see Note [scaffold writes only its own files]."""
     check_identifier(name, "NAME")
     check_namespace(namespace)
-    if name in sys.stdlib_module_names or importlib.util.find_spec(name) is not None:
+    if _installed_module(name):
         raise BadInput(f"NAME {name!r} is the name of an installed module; the project's package would hide it")
     if isinstance(op, str):
         op = _operator(op)

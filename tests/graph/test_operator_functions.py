@@ -9,7 +9,6 @@ import re
 import pytest
 
 from kernelmap import graph
-from kernelmap.errors import BadInput
 from kernelmap.graph.path import path
 from kernelmap.graph.rules import is_symbol_text
 from tests.conftest import run_kernelmap

@@ -145,3 +145,22 @@ def test_static_commands_import_no_trace_reader_numpy_or_torch(tree_dir, cache):
         out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env={**os.environ, "KERNELMAP_CACHE_DIR": str(cache)})
         assert out.returncode == 0, out.stderr
         assert out.stdout.rstrip().endswith("[]"), (args, out.stdout[-300:])
+
+
+def test_find_shows_an_operators_registrations_only_under_its_namespace(real_index, real_tree):
+    """`find c10::DispatchKeySet::add` is a C++ method: the registrations of
+    operators named `add` (aten::add.Scalar's fallthroughs, quantized::add's
+    impls, read from their files here) are not it; `find quantized::add`
+    shows quantized::add's and no aten::add's."""
+    text = (real_tree.root / "aten/src/ATen/native/quantized/cpu/BinaryOps.cpp").read_text()
+    assert 'm.impl(TORCH_SELECTIVE_NAME("quantized::add"),' in text
+    assert "DispatchKeySet add(DispatchKey t) const {" in (real_tree.root / "c10/core/DispatchKeySet.h").read_text()
+    r = run("find", "c10::DispatchKeySet::add", "--source", real_tree.name, "--json", "--limit", "500")
+    doc = json.loads(r.output)
+    assert doc["definitions"] and doc["library_registrations"] == []
+    r = run("find", "quantized::add", "--source", real_tree.name, "--json")
+    regs = json.loads(r.output)["library_registrations"]
+    assert regs and {g["namespace"] for g in regs} == {"quantized"}
+    assert any(g["op"] == "add" and g["location"]["path"].endswith("quantized/cpu/BinaryOps.cpp") for g in regs)
+    r = run("find", "add", "--source", real_tree.name, "--json")
+    assert {"aten", "quantized"} <= {g["namespace"] for g in json.loads(r.output)["library_registrations"]}

@@ -634,6 +634,9 @@ def find(index: Index, name: str, *, limit: int = 50) -> Findings:
     stub_decls = index.stub_declarations(bare)
     stub_regs = index.stub_registrations(bare) + index.stubs_of_kernel(bare)
     lib_regs = index.library_impls(bare) + index.library_defs(bare) if "(" not in name else []
+    if "::" in name:  # an operator's registrations only under its own namespace (`quantized::add`), not a C++ one's
+        qualifier = name.removeprefix("::").rsplit("::", 1)[0]
+        lib_regs = [r for r in lib_regs if qualifier == (r.namespace or "aten")]
     if not (defs or refs or stub_decls or stub_regs or lib_regs):
         suggestions: tuple[str, ...] = ()
         if len(bare) >= 3:

@@ -132,3 +132,18 @@ def test_answer_json_round_trips(resolver):
     assert KernelAnswer.from_json(json.loads(json.dumps(doc))) == a
     with pytest.raises(BadInput):
         KernelAnswer.from_json({**doc, "kernelmap": "kernel/9"})
+
+
+def test_a_cublas_kernels_library_calls_are_atens_calls_of_the_wrapper(resolver, real_tree_root):
+    """An sgemm kernel's library calls are ATen's calls of at::cuda::blas::gemm /
+    bgemm (cuda/Blas.cpp, read here), not CUDABlas.cpp's calls of its local
+    tunable `gemm` object nor cpublas's own bare `gemm`."""
+    answer = resolver.resolve("ampere_sgemm_128x64_nn")
+    calls = [s for s in answer.launches if s.role == "library call"]
+    assert calls and answer.library == "cuBLAS"
+    for site in calls:
+        line = line_of(real_tree_root, site.location)
+        assert site.symbol.startswith("at::cuda::blas::") and re.search(rf"{site.symbol}\s*[<(]", line), (site, line)
+        assert not site.caller.startswith("at::cuda::blas::") and not site.location.path.endswith("CPUBlas.cpp")
+    blas = (real_tree_root / "aten/src/ATen/native/cuda/Blas.cpp").read_text().splitlines()
+    assert any(site.location.path.endswith("cuda/Blas.cpp") and "at::cuda::blas::gemm<" in blas[site.location.line - 1] for site in calls)

@@ -368,10 +368,14 @@ class KernelResolver:
             return ()
         out = []
         for callee in lib.launched_from:
-            for c in self.index.callers_of(callee)[:3]:
-                if c.location.path.startswith("aten/"):
-                    caller = c.caller.qualified_name if c.caller else None
-                    out.append(Site("library call", c.callee, c.location, caller))
+            scope = callee.rpartition("::")[0]
+            # ATen calls a wrapper by its qualified name (`at::cuda::blas::gemm<float>(...)`); a bare `gemm` is
+            # another namespace's (cpublas), or the wrapper's own inside its namespace (gemm_tunable's local
+            # `gemm` object, bgemm's fallback loop): not where ATen calls the library
+            sites = [c for c in self.index.callers_of(callee) if c.location.path.startswith("aten/")
+                     and (not scope or "::" in c.callee) and not (scope and c.caller is not None and c.caller.qualified_name.startswith(f"{scope}::"))]
+            for c in sites[:3]:
+                out.append(Site("library call", c.callee, c.location, c.caller.qualified_name if c.caller else None))
             if len(out) >= 4:
                 break
         return tuple(out[:4])

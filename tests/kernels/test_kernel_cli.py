@@ -27,6 +27,9 @@ def test_library_kernel_and_empty_name():
     assert r.returncode == 0 and "NCCL (open)" in r.stdout and "https://github.com/NVIDIA/nccl" in r.stdout
     r = run_kernelmap("kernel", "")
     assert r.returncode == 2 and r.stderr == "kernelmap: error: empty kernel name\n"
+    for punctuation in ("()", "<", "::", "<>()"):
+        r = run_kernelmap("kernel", punctuation)
+        assert r.returncode == 2 and r.stderr == f"kernelmap: error: not a kernel name: {punctuation!r} (no name in it)\n", r.stderr
 
 
 def _traced_kernel_name(word: str) -> str:

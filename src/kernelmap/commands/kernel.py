@@ -47,6 +47,8 @@ def kernel(name, source, extension, as_json, width, html):
         raise SourceError(reason)
     project = _project(extension) if extension is not None else None
     answer = resolver.resolve(name)
+    if not any(c.isalnum() or c == "_" for c in answer.symbol):  # `()`, `<`: punctuation that parses to no name
+        raise BadInput(f"not a kernel name: {printable(name[:80])!r} (no name in it)")
     missing = None
     if project is not None and answer.library is None:  # Note [kernels of an extension]
         found = resolver.in_extension(answer, extension_origin(str(project)))

@@ -108,3 +108,12 @@ def test_profiler_log_lines_stay_out_of_stderr():
     r = run_kernelmap("trace", "-c", "import sys, torch\ntorch.ones(1).neg()\nprint('mine', file=sys.stderr)", "--no-tree", "--no-summary")
     assert r.returncode == 0
     assert r.stderr.strip().splitlines() == ["mine"]
+
+
+def test_html_and_chrome_export_to_one_file_is_refused(gpu_step, tmp_path):
+    """Both reports to one path would leave only the second: one line, exit 2, no file."""
+    out = tmp_path / "report.html"
+    r = run_kernelmap("trace", "--from", str(gpu_step), "--no-tree", "--no-summary", "--html", str(out),
+                      "--export-chrome", str(tmp_path / "." / "report.html"))
+    assert r.returncode == 2 and r.stderr.startswith("kernelmap: error: --html and --export-chrome name the same file")
+    assert r.stderr.count("\n") == 1 and not out.exists()

@@ -107,6 +107,8 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
     _check_options(width, top, min_us, depth, export_chrome)
     if html is not None:
         check_output_file(html, "--html")  # before the trace is run or read, not after
+        if export_chrome is not None and Path(html).resolve() == Path(export_chrome).resolve():
+            raise BadInput(f"--html and --export-chrome name the same file {html}; one would overwrite the other")
     from_file = None
     if from_files:
         from kernelmap.trace.ranks import trace_files

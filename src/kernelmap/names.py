@@ -159,6 +159,8 @@ def _entry_points_reached(name: str, root: Path, entry_points: set[str]) -> list
     seen = {definition.qualname}
     read = 0
     wanted = name.rsplit(".", 1)[-1].lower()
+    if wanted in ("forward", "__call__") and "." in definition.qualname:
+        wanted = definition.qualname.rsplit(".", 2)[-2].lower()  # nn.Conv2d.forward: named like its module, as nn.Conv2d is
     # Python that hides a binding calls the binding of its own name only on some paths (torch.norm: _VF.norm
     # for tensors that are not strided): what it returns, in source order, tells more than names
     hides = _hides_binding(name, definition, root)

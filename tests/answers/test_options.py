@@ -55,6 +55,20 @@ def test_where_accepts_module_names_like_stack():
     assert out.stdout.splitlines()[0].startswith("aten::conv2d ")
 
 
+def test_a_modules_forward_answers_as_the_module_does():
+    """nn.Conv2d's forward (torch/nn/modules/conv.py of the installed wheel,
+    read here) calls F.pad only when padding_mode is not 'zeros', its default;
+    `where torch.nn.Conv2d.forward` answers aten::conv2d, as `where torch.nn.Conv2d`."""
+    from kernelmap import env
+
+    text = (env.torch_install().torch_dir / "nn" / "modules" / "conv.py").read_text()
+    conv2d = text[text.index("class Conv2d("):text.index("class Conv3d(")]
+    assert 'if self.padding_mode != "zeros":' in conv2d and "F.pad(" in conv2d and '] = "zeros",' in conv2d
+    out = run_kernelmap("where", "torch.nn.Conv2d.forward", "--static")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0].startswith("aten::conv2d ")
+
+
 def test_static_where_imports_no_torch():
     import subprocess
     import sys

@@ -34,6 +34,9 @@ def resolve_ops(name: str, catalog: Catalog, wheel_catalog: Catalog | None = Non
 
     entry_catalog = wheel_catalog or catalog
     text = expand_python_name(name.strip()) if isinstance(name, str) else name
+    alias = pysource.tensor_method_alias(text, site_packages) if site_packages is not None else None
+    if alias is not None and alias != text:  # torch/_tensor.py's `__neg__ = _C.TensorBase.neg`
+        return resolve_ops(alias, catalog, wheel_catalog, site_packages)
     if site_packages is not None and pysource.shadowed_binding(text, site_packages):
         # `torch.norm` runs torch/functional.py's norm, not the binding of its name (Note [bindings Python hides])
         found = _entry_points_reached(text, site_packages, entry_catalog.entry_points())
@@ -178,7 +181,13 @@ def _entry_points_reached(name: str, root: Path, entry_points: set[str]) -> list
                 targets = []
                 for call in pysource.calls(current, root):
                     if call.target.startswith("self."):
-                        targets.append(f"{owner}.{call.target[5:]}")
+                        method = f"torch.Tensor.{call.target[5:]}"
+                        if owner == "torch._tensor.Tensor" and method in entry_points and not pysource.shadowed_binding(method, root):
+                            # a Tensor method of torch/_tensor.py calling a C one (`__rdiv__`: `self.reciprocal() * other`)
+                            returned, order = reached.get(method, (False, len(reached)))
+                            reached[method] = (returned or call.returned, order)
+                        else:
+                            targets.append(f"{owner}.{call.target[5:]}")
                         continue
                     entry = pysource.entry_name(call.target) or call.target  # torch.linalg.vector_norm is itself one
                     # a generated binding ends the search; a functional (even one the catalog lists) is Python to read

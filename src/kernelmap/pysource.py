@@ -232,6 +232,29 @@ def entry_name(target: str) -> str | None:
     return builtin_name(target)
 
 
+_TENSOR_BASE_METHOD = re.compile(r"(?:torch\.)?_C\._?TensorBase\.(\w+)")
+
+
+def tensor_method_alias(name: str, root: Path) -> str | None:
+    """The Tensor method a name of torch/_tensor.py's Tensor class is bound to
+    at class level (`__neg__ = _C.TensorBase.neg` -> `torch.Tensor.neg`); else None."""
+    attr = name.removeprefix("torch.Tensor.")
+    if attr == name or "." in attr:
+        return None
+    tensor = find_def("torch.Tensor", root)
+    if tensor is None or not isinstance(tensor.node, ast.ClassDef):
+        return None
+    assigned = {t.id: n.value for n in tensor.node.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    bound, seen = assigned.get(attr), {attr}
+    while isinstance(bound, ast.Name) and bound.id not in seen:  # `__rtruediv__ = __rdiv__`
+        seen.add(bound.id)
+        if bound.id not in assigned:
+            return f"torch.Tensor.{bound.id}"  # a method the class defines
+        bound = assigned[bound.id]
+    m = _TENSOR_BASE_METHOD.fullmatch(_dotted(bound) or "") if bound is not None else None
+    return f"torch.Tensor.{m.group(1)}" if m else None
+
+
 def is_python_tensor_method(name: str, root: Path) -> bool:
     """Whether `torch.Tensor.<method>` is defined in Python (torch/_tensor.py's
     `class Tensor(torch._C.TensorBase)`), which a call runs instead of the C binding."""

@@ -3,6 +3,8 @@ same error; bad dtypes and usage errors are one line and exit 2."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.conftest import run_kernelmap
@@ -67,6 +69,25 @@ def test_a_modules_forward_answers_as_the_module_does():
     out = run_kernelmap("where", "torch.nn.Conv2d.forward", "--static")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[0].startswith("aten::conv2d ")
+
+
+@pytest.mark.parametrize("dunder", ["__neg__", "__abs__", "__pos__", "__rtruediv__"])
+def test_tensor_methods_bound_at_class_level_answer_their_operator(dunder):
+    """torch/_tensor.py's Tensor binds `__neg__ = _C.TensorBase.neg` (read
+    here), and `__rtruediv__ = __rdiv__`, whose body returns
+    `self.reciprocal() * other`: the operator of the method it is bound to."""
+    from kernelmap import env
+
+    text = (env.torch_install().torch_dir / "_tensor.py").read_text()
+    bound = re.search(rf"^    {dunder} = (\w+(?:\.\w+)*)$", text, re.M).group(1)
+    if bound.startswith("__"):
+        body = text[text.index(f"def {bound}(self"):]
+        method = re.search(r"return self\.(\w+)\(\)", body[: body.index("\n\n")]).group(1)
+    else:
+        method = re.fullmatch(r"_C\.TensorBase\.(\w+)", bound).group(1)
+    out = run_kernelmap("where", f"torch.Tensor.{dunder}", "--static")
+    assert out.returncode == 0, out.stderr
+    assert re.match(rf"aten::{method}(\.\w+)? ", out.stdout.splitlines()[0]), (method, out.stdout[:200])
 
 
 def test_static_where_imports_no_torch():

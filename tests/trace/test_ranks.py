@@ -59,6 +59,25 @@ def test_a_folder_is_its_traces_and_a_fifo_is_refused(tmp_path):
     assert r.returncode == 2 and r.stderr == f"kernelmap: error: --from {fifo} is not a regular file\n"
 
 
+def test_one_trace_twice_is_refused_and_a_rank_claimed_twice_is_said(tmp_path):
+    """The same file twice would double every figure: refused. Two files whose
+    traces say one rank (a copy of rank 0's, read here) are both kept, the
+    second numbered apart, and a note says so, in the text and the document."""
+    with gzip.open(RANK0) as f:
+        assert json.load(f)["distributedInfo"]["rank"] == 0
+    r = run_kernelmap("trace", "--from", str(RANK0), "--from", str(RANK0.parent / "." / RANK0.name))
+    assert r.returncode == 2 and r.stderr.startswith("kernelmap: error: --from names one trace twice:") and r.stderr.count("\n") == 1
+    copy = tmp_path / "copy-of-rank-0.json.gz"
+    copy.write_bytes(RANK0.read_bytes())
+    r = run_kernelmap("trace", "--from", str(RANK0), "--from", str(copy), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [x["rank"] for x in doc["ranks"]] == [0, 1]
+    assert doc["notes"] == [f"{copy.name} says it is rank 0, which {RANK0.name} says too: shown as rank 1"]
+    text = run_kernelmap("trace", "--from", str(RANK0), "--from", str(copy), "--top", "1")
+    assert text.returncode == 0 and text.stdout.startswith(f"note: {copy.name} says it is rank 0")
+
+
 def test_ranks_and_kernel_answers_are_documents_that_load_back(tmp_path):
     """ranks/1 and kernel/1 are in the answer table: each document loads back
     into an equal answer, renders the same text, and `render FILE` shows it."""

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from kernelmap.errors import BadInput
+from kernelmap.printable import printable
 
 VERSION = 1
 _COLLECTIVE_LIBRARIES = ("NCCL", "RCCL")
@@ -66,6 +67,7 @@ class RanksSummary:
     merged_ops: tuple[tuple[str, int, float, float], ...]  # (operator, calls, total us, device us) over all ranks
     collectives: tuple[Collective, ...]
     differences: tuple[OpSpread, ...]  # operators by spread of device time between ranks, largest first
+    notes: tuple[str, ...] = ()  # ranks numbered otherwise than their traces say
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -74,6 +76,7 @@ class RanksSummary:
             "merged_ops": [{"name": n, "calls": c, "total_us": round(t, 3), "device_us": round(d, 3)} for n, c, t, d in self.merged_ops],
             "collectives": [{"name": c.name, "index": c.index, "us": {str(r): round(u, 3) for r, u in c.us}, "slowest": c.slowest} for c in self.collectives],
             "differences": [{"name": o.name, "device_us": {str(r): round(u, 3) for r, u in o.device_us}, "spread_us": round(o.spread_us, 3)} for o in self.differences],
+            "notes": list(self.notes),
         }
 
     @classmethod
@@ -86,13 +89,15 @@ class RanksSummary:
             tuple((o["name"], o["calls"], o["total_us"], o["device_us"]) for o in d["merged_ops"]),
             tuple(Collective(c["name"], c["index"], by_rank(c["us"])) for c in d["collectives"]),
             tuple(OpSpread(o["name"], by_rank(o["device_us"])) for o in d["differences"]),
+            tuple(str(n) for n in d.get("notes") or ()),
         )
 
     def to_text(self, top: int = 25, width: int = 120) -> str:
         from kernelmap.trace.summary import _ms, _table
 
         pct = lambda part, whole: f"{100 * part / whole:.1f}%" if whole else "-"  # noqa: E731
-        out = [_table(f"Ranks ({len(self.ranks)})", ("rank", "file", "dev ms", "with source", "in a library", "collectives ms"),
+        out = [f"note: {printable(n)}" for n in self.notes]
+        out += [_table(f"Ranks ({len(self.ranks)})", ("rank", "file", "dev ms", "with source", "in a library", "collectives ms"),
                       [(str(r.rank), r.file, _ms(r.gpu_us), pct(r.source_us, r.gpu_us), pct(r.library_us, r.gpu_us), _ms(r.collective_us)) for r in self.ranks],
                       width, limits={1: 50})]
         out.append(_table(f"Operators over all ranks (top {min(top, len(self.merged_ops))} by total time)", ("operator", "calls", "total ms", "dev ms"),
@@ -121,6 +126,14 @@ def trace_files(paths: tuple[str, ...]) -> list[Path]:
             out.extend(found)
         else:
             out.append(p)
+    seen: dict[Path, Path] = {}
+    for p in out:
+        try:
+            same = seen.setdefault(p.resolve(), p)
+        except (OSError, RuntimeError):
+            continue  # unreadable: the reader says so
+        if same is not p:
+            raise BadInput(f"--from names one trace twice: {same} and {p}")
     return out
 
 
@@ -130,13 +143,19 @@ def summarize_ranks(paths: list[Path], load) -> RanksSummary:
     ops: dict[str, list] = {}
     op_device: dict[str, dict[int, float]] = defaultdict(dict)
     launches: dict[tuple[str, int], dict[int, float]] = defaultdict(dict)
-    seen_ranks: set[int] = set()
+    seen_ranks: dict[int, tuple[str, bool]] = {}  # rank -> (file shown as it, whether the file says so)
+    notes: list[str] = []
     for position, path in enumerate(paths):
         t = load(path)
-        rank = t.meta.get("rank", position)
-        if rank in seen_ranks:
-            rank = max(seen_ranks) + 1  # two files claiming one rank: keep both, numbered apart
-        seen_ranks.add(rank)
+        claimed = t.meta.get("rank")
+        rank = claimed if claimed is not None else position
+        if rank in seen_ranks:  # two files claiming one rank: keep both, numbered apart, and say so
+            free = max(seen_ranks) + 1
+            said = f"says it is rank {rank}" if claimed is not None else f"names no rank (file {position + 1} given)"
+            other, says = seen_ranks[rank]
+            notes.append(f"{path.name} {said}, which {other} {'says too' if says else 'is shown as'}: shown as rank {free}")
+            rank = free
+        seen_ranks[rank] = (path.name, claimed is not None and claimed == rank)
         s = t.summary()
         counts: Counter = Counter()
         collective_us = 0.0
@@ -161,4 +180,4 @@ def summarize_ranks(paths: list[Path], load) -> RanksSummary:
     spreads = [o for o in spreads if o.spread_us > 0]
     spreads.sort(key=lambda o: (-o.spread_us, o.name))
     merged = tuple(sorted(((n, c, t, d) for n, (c, t, d) in ops.items()), key=lambda x: (-x[2], x[0])))
-    return RanksSummary(tuple(rows), merged, collectives, tuple(spreads))
+    return RanksSummary(tuple(rows), merged, collectives, tuple(spreads), tuple(notes))

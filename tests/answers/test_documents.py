@@ -101,6 +101,22 @@ def test_saved_tree_renders_again_with_other_options(tmp_path, indexed_tree, gen
     assert node.children == () and node.attrs["hidden"] > 0
     bad = run_kernelmap("render", str(tmp_path / "missing.json"))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    typo = run_kernelmap("render", str(saved), "--hide-below", "at::native::_convolutoin")
+    assert typo.returncode == 2 and typo.stderr == "kernelmap: error: --hide-below 'at::native::_convolutoin': no node of the tree is named so\n"
+
+
+def test_tree_options_on_a_document_without_a_tree_are_refused(tmp_path):
+    """A where/find/sources document has no call tree to cut or prune: the
+    options are refused, not ignored."""
+    out = run_kernelmap("where", "conv2d", "--static", "--json")
+    assert out.returncode == 0, out.stderr
+    saved = tmp_path / "where.json"
+    saved.write_text(out.stdout)
+    for options in (["--depth", "1"], ["--prune", "--min-us", "5"], ["--collapse-branches"], ["--hide-below", "x"]):
+        r = run_kernelmap("render", str(saved), *options)
+        assert r.returncode == 2 and r.stderr.startswith(f"kernelmap: error: {options[0]}") and "holds none (a where document)" in r.stderr, r.stderr
+        assert r.stderr.count("\n") == 1
+    assert run_kernelmap("render", str(saved)).returncode == 0
 
 
 def test_html_is_one_more_format_for_every_answer(tmp_path):

@@ -32,6 +32,7 @@ def render_(document, depth, hide, collapse_branches, prune, min_us, as_json, wi
     """
     from kernelmap import answers, processors
     from kernelmap.errors import BadInput
+    from kernelmap.printable import printable
     from kernelmap.model import CallTree
     from kernelmap.render.json import loads
 
@@ -59,6 +60,9 @@ def render_(document, depth, hide, collapse_branches, prune, min_us, as_json, wi
         raise BadInput(f"{document} is not a document kernelmap can render ({type(e).__name__}: {e})") from None
 
     def reshape(tree: CallTree) -> CallTree:
+        for name in hide:
+            if not any(n.name == name or n.name.endswith(f"::{name}") for _, n in tree.walk()):
+                raise BadInput(f"--hide-below {printable(name[:200])!r}: no node of the tree is named so")
         if collapse_branches:
             tree = processors.collapse_branches(tree)
         if prune:
@@ -73,6 +77,10 @@ def render_(document, depth, hide, collapse_branches, prune, min_us, as_json, wi
         answer = reshape(answer)
     elif getattr(answer, "DOCUMENT", "") == "trace" and answer.tree is not None:
         answer = dataclasses.replace(answer, tree=reshape(answer.tree))
+    elif depth is not None or hide or collapse_branches or prune or min_us:
+        given = [o for o, on in (("--depth", depth is not None), ("--hide-below", hide), ("--collapse-branches", collapse_branches),
+                                 ("--prune", prune), ("--min-us", min_us)) if on]
+        raise BadInput(f"{', '.join(given)} reshape call trees; {document} holds none (a {getattr(answer, 'DOCUMENT', type(answer).__name__)} document)")
     from rich.errors import ConsoleError
 
     try:

@@ -127,3 +127,27 @@ def test_empty_paths_and_names_and_huge_counts_are_refused(tmp_path, args, words
     assert out.returncode == 2 and out.stderr.startswith("kernelmap: error: ") and out.stderr.count("\n") == 1, out.stderr
     assert words in out.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json", "u.json"]  # nothing written
+
+
+@pytest.mark.parametrize("args", [
+    ("path", "torch.add", "ufunc::add", "--device", "cpu", "--width", "20"),
+    ("explain", "aten::add.Tensor", "--device", "cpu", "--width", "40"),
+    ("find", "mul_stub", "--width", "20"),
+    ("kernel", "ampere_sgemm_128x64_nn", "--width", "30"),
+    ("source", "list", "--width", "20"),
+    ("trace", "--from", "{trace}", "--top", "3", "--depth", "3", "--width", "60"),
+])
+def test_width_holds_for_every_text_answer(args, indexed_tree):
+    """No line of the text is wider than --width: a table row or a location
+    that does not fit is folded onto the next lines, indented."""
+    from pathlib import Path
+
+    trace = Path(__file__).resolve().parent.parent / "trace" / "data" / "hta-trace_filter-sampled_rank-1.json.gz"
+    words = [a.format(trace=trace) for a in args]
+    if words[0] not in ("source", "trace"):
+        words += ["--source", indexed_tree.name]
+    out = run_kernelmap(*words)
+    assert out.returncode == 0, out.stderr
+    width = int(words[words.index("--width") + 1])
+    lines = out.stdout.splitlines()
+    assert lines and max(len(line) for line in lines) <= width, [line for line in lines if len(line) > width][:3]

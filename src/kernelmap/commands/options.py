@@ -186,8 +186,28 @@ def emit(answer: Any, as_json: bool = False, width: int | None = None, html: str
             from kernelmap.render.text import terminal_width
 
             width = terminal_width(None)
-        text = render(answer, "text", width=width, color=color, **options)
+        text = fit_to_width(render(answer, "text", width=width, color=color, **options), width)
     click.echo(text, nl=False)
+
+
+def fit_to_width(text: str, width: int | None) -> str:
+    """`text` with each plain line wider than `width` folded onto more lines,
+    indented under its start: a renderer's table or location that does not fit
+    is folded, never cut (coloured lines are drawn to the width by their
+    renderer already)."""
+    if width is None or all(len(line) <= width for line in text.splitlines()):
+        return text
+    import textwrap
+
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= width or "\x1b" in line:
+            out.append(line)
+            continue
+        lead = line[: len(line) - len(line.lstrip(" "))][: width // 2]
+        out.extend(textwrap.wrap(line, width, subsequent_indent=lead + "  " if len(lead) + 2 < width // 2 else lead,
+                                 break_long_words=True, break_on_hyphens=False, drop_whitespace=True) or [""])
+    return "\n".join(out)
 
 
 class codegen_bar:

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_kernelmap
+
+DATA = Path(__file__).resolve().parent / "data"
 
 
 def event(name="aten::add", ts=1000, dur=50):
@@ -155,3 +159,26 @@ def test_an_unusable_event_is_named_by_its_number_and_no_false_byte_offset(tmp_p
     done = run_kernelmap("trace", "--from", str(trace))
     assert one_line_error(done, "event #700 ('aten::add') lacks a usable name/ts/dur: dur is not a number")
     assert "at byte" not in done.stderr  # the reader cannot tell where that event began: no offset is made up
+
+
+def test_a_truncated_gzip_trace_says_where_its_data_breaks(tmp_path):
+    """A real trace cut short inside its gzip stream: the error names how many
+    bytes decompress before the break (counted here by reading the file 1 KB
+    at a time until gzip gives up), not the reader's place in the JSON."""
+    import gzip
+
+    source = DATA / "hta-trace_filter-sampled_rank-1.json.gz"
+    for cut in (20_000, 100_000):
+        broken = tmp_path / f"cut-{cut}.json.gz"
+        broken.write_bytes(source.read_bytes()[:cut])
+        count = 0
+        with gzip.open(broken) as f:
+            try:
+                while piece := f.read(1024):
+                    count += len(piece)
+            except EOFError:
+                pass
+        r = run_kernelmap("trace", "--from", str(broken), "--no-tree")
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        found = int(re.search(r"after byte (\d+) of the decompressed data", r.stderr).group(1))
+        assert count - 1024 < found <= count + 1024 and found > cut, (found, count)

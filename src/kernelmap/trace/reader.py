@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import codecs
 import gzip
+import zlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -61,6 +62,25 @@ def open_trace(path: Path) -> BinaryIO:
     return f
 
 
+def _inflated_before_break(stream: gzip.GzipFile) -> int:
+    """How many bytes a broken gzip file decompresses to before it breaks
+    (GzipFile.read loses the part of a read that precedes the break)."""
+    raw = stream.fileobj
+    count = 0
+    try:
+        raw.seek(0)
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        while chunk := raw.read(1 << 20):
+            while chunk:
+                count += len(inflate.decompress(chunk))
+                chunk = inflate.unused_data if inflate.eof else b""
+                if inflate.eof:  # a file of several gzip members
+                    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    except (OSError, zlib.error):
+        pass
+    return count
+
+
 class _Buffer:
     """A window of decoded text over a byte stream, tracking the byte offset of
     its first character so errors can point into the file."""
@@ -88,7 +108,13 @@ class _Buffer:
         (a 400 MB string) is then decoded O(log n) times, not once per chunk."""
         if self.eof:
             return False
-        data = self.stream.read(max(CHUNK, len(self.text) - self.pos) if grow else CHUNK)
+        try:
+            data = self.stream.read(max(CHUNK, len(self.text) - self.pos) if grow else CHUNK)
+        except (OSError, EOFError) as e:  # a broken gzip stream: where its data breaks
+            if isinstance(self.stream, gzip.GzipFile):
+                raise TraceFormatError(self.path, None, f"unreadable data ({e}) after byte {_inflated_before_break(self.stream)} "
+                                       "of the decompressed data") from None
+            raise TraceFormatError(self.path, self.base + len(self.text.encode("utf-8")), f"unreadable data ({e})") from None
         if self.pos > 0:  # drop what has been consumed
             self.base += len(self.text[: self.pos].encode("utf-8"))
             self.dropped += self.pos

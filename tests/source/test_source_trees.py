@@ -67,7 +67,22 @@ def test_names_are_unique_per_root(tmp_path, cache):
     add_tree(tmp_path / "y" / "pytorch", "second")
     with pytest.raises(KernelmapError, match="tree name"):
         add_tree(tmp_path / "y" / "pytorch", "bad name/")
+    for name in ("+", "-x", ".", ".."):  # characters of a name, not its start: the message says both
+        with pytest.raises(KernelmapError, match="starting with a letter or digit"):
+            add_tree(tmp_path / "y" / "pytorch", name)
     assert [t.name for t in list_trees()] == ["pytorch", "second"]
+
+
+def test_a_directory_of_several_names_selects_the_indexed_one(tmp_path, cache):
+    """KERNELMAP_SOURCE or --source given as a directory that two registered
+    names share: the one with an index, not the first registered."""
+    from kernelmap.source import select_tree
+
+    root = small_tree(tmp_path / "pytorch")
+    add_tree(root, "first")
+    second = add_tree(root, "second")
+    build_index(second, jobs=1)
+    assert select_tree(str(root)).name == "second"
 
 
 def test_remove_forgets_the_tree_and_its_index(tmp_path, cache):

@@ -177,7 +177,7 @@ def inspect_tree(root: Path, name: str | None = None, *, kind: str = "local", co
         raise NotATree(f"{root} is not a PyTorch source tree: it has none of {', '.join(INDEXED_PARTS)}")
     tree = Tree(name or _default_name(root)[:100], root, version, commit or read_git_head(root), kind)
     if not _NAME.fullmatch(tree.name):
-        raise BadInput(f"a tree name is 1 to 100 letters, digits and . _ + -, not {tree.name[:120]!r}")
+        raise BadInput(f"a tree name is 1 to 100 letters, digits and . _ + -, starting with a letter or digit, not {tree.name[:120]!r}")
     return tree
 
 
@@ -371,8 +371,10 @@ def select_tree(name: str | None = None) -> Tree:
         if not _is_dir(Path(name).expanduser()):
             raise UnknownTree(f"no source tree named {name[:200]!r}, and no such directory")
         root = Path(name).expanduser().resolve()
-        for t in trees:
-            if t.root == root:
-                return t
+        named = [t for t in trees if t.root == root]
+        if named:  # several names for one directory: one that is indexed
+            from kernelmap.source.records import index_path
+
+            return next((t for t in named if index_path(t).exists()), named[0])
         return inspect_tree(root)
     return get_tree(name)

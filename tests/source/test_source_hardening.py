@@ -49,6 +49,27 @@ def test_find_percent_is_literal_not_a_wildcard(tmp_path, cache):
     assert_one_line_error(run("find", "_", "--source", tree.name), "unknown name '_'")
 
 
+def test_find_says_when_files_changed_since_the_index(tmp_path, cache):
+    """A file edited after `index` may have moved its lines: find answers from
+    the index and says so in one note naming the file; a file only touched
+    (same content) is no change; `index` makes the note go."""
+    tree = small(tmp_path / "t")
+    build_index(tree, jobs=1)
+    path = tree.root / "aten/src/ATen/native/cpu/NegKernel.cpp"
+    assert run("find", "neg_stub", "--source", tree.name).stderr == ""
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
+    assert run("find", "neg_stub", "--source", tree.name).stderr == ""
+    path.write_text("// a line more\n" + path.read_text())
+    r = run("find", "neg_stub", "--source", tree.name)
+    assert r.exit_code == 0 and r.stderr == (f"kernelmap: note: 1 file of {tree.name} changed since it was indexed "
+                                             f"(aten/src/ATen/native/cpu/NegKernel.cpp): its lines may have moved; "
+                                             f"run `kernelmap index --source {tree.name}`\n")
+    with open_index(tree) as ix:
+        assert ix.changed_files() == ["aten/src/ATen/native/cpu/NegKernel.cpp"]
+    build_index(tree, jobs=1)
+    assert run("find", "neg_stub", "--source", tree.name).stderr == ""
+
+
 def test_find_limit_is_zero_or_more(tmp_path, cache):
     tree = small(tmp_path / "t")
     build_index(tree, jobs=1)

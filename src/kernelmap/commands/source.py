@@ -181,4 +181,7 @@ def find(name: str, source: str | None, limit: int, as_json: bool, width: int | 
     tree = select_tree(source)
     with open_index(tree) as ix:
         found = find_name(ix, name, limit=limit)
+        stale = ix.stale_note()
     emit(found, as_json, width, html)
+    if stale:
+        click.echo(f"kernelmap: note: {_line(stale)}", err=True)

@@ -138,6 +138,9 @@ def open_context(
         tree = select_tree(source)
         index = open_index(tree)
         catalog = load_catalog(tree=tree.root, origin=tree.origin)
+        stale = index.stale_note()
+        if stale:
+            notes.append(stale)
     except KernelmapError as e:
         if source is not None or require_tree:
             raise

@@ -16,6 +16,7 @@ name structured kernels as the macros write them.
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import time
@@ -245,6 +246,36 @@ class Index:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def changed_files(self) -> list[str]:
+        """The indexed files whose size or modification time on disk is no
+        longer what the index recorded, or that are gone: their lines may
+        have moved since. A query answers from the index as built; the
+        commands that print its locations say, in one note, that some may
+        have moved (`kernelmap index` updates the changed files)."""
+        import hashlib
+
+        changed = []
+        root = self.tree.root
+        for path, sha1, size, mtime_ns in self._db.execute("SELECT path, sha1, size, mtime_ns FROM files ORDER BY path"):
+            try:
+                st = os.stat(root / path)
+                if st.st_size == size and (st.st_mtime_ns == mtime_ns or hashlib.sha1((root / path).read_bytes()).hexdigest() == sha1):
+                    continue  # as indexed (only touched, when the content is the same: as `index` judges it)
+            except OSError:
+                pass
+            changed.append(path)
+        return changed
+
+    def stale_note(self) -> str | None:
+        """One line saying which files changed since the tree was indexed, or None."""
+        changed = self.changed_files()
+        if not changed:
+            return None
+        shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+        many = len(changed) > 1
+        return (f"{len(changed)} file{'s' if many else ''} of {self.tree.name} changed since it was indexed ({shown}): "
+                f"{'their' if many else 'its'} lines may have moved; run `kernelmap index --source {self.tree.name}`")
 
     def check_intact(self) -> None:
         """Raise IndexDamaged if a read of this index found it damaged: an

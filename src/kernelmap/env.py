@@ -22,17 +22,10 @@ def cache_dir() -> Path:
     """The user cache directory (`KERNELMAP_CACHE_DIR` overrides platformdirs)."""
     env = os.environ.get(CACHE_ENV)
     if env:
-        path = Path(env)
-    else:
-        import platformdirs
+        return Path(env)
+    import platformdirs
 
-        path = Path(platformdirs.user_cache_dir("kernelmap"))
-    if path.exists() and not path.is_dir():  # every cache file would be "unreadable", and removing one would not help
-        from kernelmap.errors import BadInput
-
-        raise BadInput(f"the cache directory {str(path)[:200]} is a file, not a directory"
-                       + (f" (set by {CACHE_ENV})" if env else ""))
-    return path
+    return Path(platformdirs.user_cache_dir("kernelmap"))
 
 
 def torchgen_environment(tree: Path | None) -> tuple[dict[str, str], str | None]:

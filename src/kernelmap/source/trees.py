@@ -209,6 +209,9 @@ def _load() -> dict[str, Tree]:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         return {}
+    except NotADirectoryError:  # removing trees.json would not help
+        raise SourceError(f"the cache directory {str(path.parent)[:200]} is a file, not a directory"
+                          + (f" (set by {env.CACHE_ENV})" if os.environ.get(env.CACHE_ENV) else "")) from None
     except (OSError, ValueError, RecursionError) as e:
         raise SourceError(f"the tree registry {path} is unreadable ({e}); remove it and add the trees again") from None
     if not isinstance(data, dict) or data.get("version") != REGISTRY_VERSION or not isinstance(data.get("trees", []), list):

@@ -158,6 +158,13 @@ def test_find_shows_an_operators_registrations_only_under_its_namespace(real_ind
     r = run("find", "c10::DispatchKeySet::add", "--source", real_tree.name, "--json", "--limit", "500")
     doc = json.loads(r.output)
     assert doc["definitions"] and doc["library_registrations"] == []
+    # a bare `add(...)` calls the method only inside its class (basic.cpp's TestAdd calls at::add)
+    assert "add(" in (real_tree.root / "aten/src/ATen/test/basic.cpp").read_text()
+    refs = doc["references"]
+    assert refs and all("::" in c["callee"] or (c["caller"] or {}).get("name", "").startswith("c10::DispatchKeySet::") for c in refs)
+    inside = [c for c in refs if "::" not in c["callee"]]
+    assert inside and all("add(" in line_of(real_tree.root, c["location"]["path"], c["location"]["line"]) for c in inside)
+    assert not any(c["location"]["path"].endswith("test/basic.cpp") for c in refs)
     r = run("find", "quantized::add", "--source", real_tree.name, "--json")
     regs = json.loads(r.output)["library_registrations"]
     assert regs and {g["namespace"] for g in regs} == {"quantized"}

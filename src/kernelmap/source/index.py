@@ -642,6 +642,19 @@ class Findings(Answer):
         )
 
 
+def _may_reach(call: CallSite, name: str) -> bool:
+    """Whether a call of the method `name`'s last part may call it: one
+    written qualified (callers_of checked it agrees), or a bare one made
+    inside its class (c10::DispatchKeySet::add is not the `add(...)` of a
+    test at file scope). Not for functions of a namespace: a bare call
+    elsewhere may reach one through a using-declaration (at::cuda's
+    `using c10::cuda::getCurrentCUDAStream`), which the index does not record."""
+    if "::" in call.callee:
+        return True
+    caller = call.caller.qualified_name if call.caller is not None else ""
+    return caller.startswith(f"{name.rsplit('::', 1)[0]}::")
+
+
 def find(index: Index, name: str, *, limit: int = 50) -> Findings:
     """Definitions of `name`, calls of it, and registrations naming it (as a
     stub, as a stub's kernel, or as an operator); UnknownName with the closest
@@ -662,6 +675,8 @@ def find(index: Index, name: str, *, limit: int = 50) -> Findings:
     defs = index.definitions(name)
     bare = name.rsplit("::", 1)[-1]
     refs = [] if _MACRO_NAME.fullmatch(name) else index.callers_of(name)
+    if "::" in name.removeprefix("::") and defs and all(d.symbol.kind == "method" for d in defs):
+        refs = [c for c in refs if _may_reach(c, name.removeprefix("::"))]
     stub_decls = index.stub_declarations(bare)
     stub_regs = index.stub_registrations(bare) + index.stubs_of_kernel(bare)
     lib_regs = index.library_impls(bare) + index.library_defs(bare) if "(" not in name else []

@@ -182,6 +182,8 @@ def test_a_used_output_dir_is_refused(tmp_path):
     r = _cli("-c", "pass", "--output-dir", str(tmp_path))
     assert r.returncode == 2
     assert r.stderr.strip() == f"kernelmap: error: the output directory must be new or empty: {tmp_path}"
+    r = _cli("-c", "pass", "--output-dir", "")
+    assert r.returncode == 2 and r.stderr == "kernelmap: error: --output-dir is an empty path\n"
 
 
 def test_unknown_function_is_a_clear_error():

@@ -193,7 +193,7 @@ def test_an_override_of_an_op_that_does_not_run_warns_with_the_op_that_does(tmp_
     assert ran and dict(row.runs_instead) == ran
     assert row.runs_instead[0][1] == 2  # two batch norms per run
     done = kernelmap_cli("verify", str(path), "--override", "aten::convolution=kernelmap_test::nothing", "--runs", "1")
-    assert done.returncode == 2 and "unknown name" in done.stderr
+    assert done.returncode == 2 and "unknown name 'kernelmap_test::nothing' (is its library loaded?" in done.stderr
 
 
 def test_a_missing_model_file_is_not_blamed_on_the_override(kernelmap_cli, tmp_path):
@@ -204,6 +204,16 @@ def test_a_missing_model_file_is_not_blamed_on_the_override(kernelmap_cli, tmp_p
     done = kernelmap_cli("verify", str(broken), "--override", "aten::convolution=kernelmap_ext::absent")
     assert done.returncode == 2 and "fails to load: ValueError: my bug" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_model_that_raises_is_the_model_files_failure(kernelmap_cli, tmp_path):
+    """The original model raising, before any override runs: one line naming the
+    model file and the exception, exit 2, no traceback of kernelmap's."""
+    path = tmp_path / "raises.py"
+    path.write_text("import torch\ndef example_input(): return torch.randn(3)\n"
+                    "def model():\n    def f(x): raise ValueError('fwd\\nsecond line')\n    return f\n")
+    done = kernelmap_cli("verify", str(path), "--override", "aten::relu=aten::gelu", "--runs", "1")
+    assert done.returncode == 2 and done.stderr == f"kernelmap: error: model file {path}: the model raised ValueError: fwd\n", done.stderr
 
 
 @pytest.mark.parametrize("args, message", [(["--rtol", "-1"], "--rtol must be"), (["--atol", "nan"], "--atol must be")])

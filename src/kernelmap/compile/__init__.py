@@ -170,6 +170,8 @@ def compile_callable(fn: Callable[[], Any], *, workdir: Path | None = None, prof
 
     if not torch.cuda.is_available():
         find_cxx()
+    if workdir is not None and not str(workdir):
+        raise BadInput("--output-dir is an empty path")
     if workdir is not None and Path(workdir).exists() and (not Path(workdir).is_dir() or any(Path(workdir).iterdir())):
         # an earlier run's cache or output would mix with this one's
         raise BadInput(f"the output directory must be new or empty: {workdir}")

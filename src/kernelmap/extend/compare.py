@@ -467,7 +467,11 @@ def verify(
             fwd.append(t1 - t0)
         return Timing(statistics.median(fwd), statistics.median(bwd) if backward else None)
 
-    base_out, base_grads = run_once()  # also the warm-up: first-call costs fall on neither side's timing
+    try:  # the original model, no override yet: what it raises is the model file's failure
+        base_out, base_grads = run_once()  # also the warm-up: first-call costs fall on neither side's timing
+    except (Exception, SystemExit) as e:
+        first = (str(e).splitlines() or [""])[0]
+        raise BadInput(f"model file {model_file}: the model raised {type(e).__name__}: {first}") from None
     base_time = timed()
     with contextlib.ExitStack() as stack:
         active = [stack.enter_context(override(op, target, key=key, extra_args=wanted, warn_unused=False)) for op, target, wanted in plan]

@@ -60,8 +60,10 @@ def resolve_op(name: str):
         packet = getattr(namespace, opname.name)
         return getattr(packet, opname.overload or "default")
     except AttributeError:
-        hint = "" if opname.namespace == "aten" else " (is its library loaded? kernelmap verify --load DIR_OR_SO)"
-        raise UnknownName(str(opname) + hint) from None
+        unknown = UnknownName(str(opname))
+        if opname.namespace != "aten":  # the hint after the quoted name, not inside it
+            unknown.args = (f"{unknown.args[0]} (is its library loaded? kernelmap verify --load DIR_OR_SO)",)
+        raise unknown from None
 
 
 def _parse(schema) -> tuple[str, FunctionSchema]:

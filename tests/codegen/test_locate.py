@@ -139,6 +139,22 @@ def test_an_inplace_operator_has_its_ad_inplace_or_view_wrapper(generated):
     assert "increment_version" in adi.definition.text
 
 
+def test_an_operator_with_no_generated_autograd_wrapper_says_so(generated):
+    """copy_'s autograd, tracing and ADInplaceOrView kernels are written by
+    hand: no generated file registers one (searched here), and the layer's
+    answer says so in a note instead of an empty section."""
+    import pathlib
+
+    root = pathlib.Path(generated.root)
+    for pattern in ("VariableType_*.cpp", "TraceType_*.cpp", "ADInplaceOrViewType_*.cpp"):
+        paths = list((root / "torch/csrc/autograd/generated").glob(pattern))
+        assert paths and any('m.impl("add_.Tensor",' in p.read_text() for p in paths)  # how they register
+        assert not any(re.search(r'm\.impl\("copy_",', p.read_text()) for p in paths)
+    code = locate("aten::copy_", layers=["autograd"], files=generated)
+    assert code.registrations == ()
+    assert any(n.startswith("aten::copy_ has no generated autograd, tracing or ADInplaceOrView wrapper") for n in code.notes)
+
+
 def test_to_json_carries_locations_and_text(add_out):
     data = add_out.to_json()
     assert data["op"] == "aten::add.out"

@@ -245,9 +245,11 @@ def locate_op(files: GeneratedFiles, op: Op, layers: Iterable[Layer] = tuple(Lay
                     backward = files.definition(found[0][0], found[0][1])
         if Layer.REGISTER in layers and not any(r.layer is Layer.REGISTER for r in registrations):
             notes.append(f"{name} has no generated Register<Key> wrapper: its kernels are registered by hand in C++, or it has none")
-        if Layer.AUTOGRAD in layers and not any(r.key.startswith("Autograd") for r in registrations):
-            if any(r.layer is Layer.AUTOGRAD for r in registrations) or Layer.REGISTER in layers:
-                notes.append(f"{name} has no generated autograd kernel (VariableType): composite implicit, or not differentiable")
+        if Layer.AUTOGRAD in layers and not any(r.layer is Layer.AUTOGRAD for r in registrations):
+            notes.append(f"{name} has no generated autograd, tracing or ADInplaceOrView wrapper: its kernels for those keys are "
+                         "written by hand (tools/autograd's MANUAL_* lists), or it is composite implicit, or not differentiable")
+        elif Layer.AUTOGRAD in layers and not any(r.key.startswith("Autograd") for r in registrations):
+            notes.append(f"{name} has no generated autograd kernel (VariableType): composite implicit, or not differentiable")
 
     ufunc: tuple[UfuncKernel, ...] = ()
     if Layer.UFUNC in layers:

@@ -39,8 +39,9 @@ def test_where_callers_explain_gen_pages(client, context):
     from kernelmap.graph.explain import explain
     from kernelmap.render.json import to_json
 
+    # the app serves TREE_NAME (`serve --source`): a page that names no tree reads it
     doc = embedded(client.get("/where", params={"name": "aten::add.Tensor"}).text)["document"]
-    assert doc == json.loads(json.dumps(api.where("aten::add.Tensor", static=True).to_json()))
+    assert doc == json.loads(json.dumps(api.where("aten::add.Tensor", static=True, source=TREE_NAME).to_json()))
     doc = embedded(client.get("/callers", params={"symbol": "cudnnConvolutionForward", "depth": "4"}).text)["document"]
     assert doc == json.loads(json.dumps(to_json(graph.callers("cudnnConvolutionForward", context("cpu", require_tree=True), 4))))
     doc = embedded(client.get("/explain", params={"op": "aten::mul.Tensor", "source": TREE_NAME}).text)["document"]
@@ -51,6 +52,20 @@ def test_where_callers_explain_gen_pages(client, context):
     assert data["document"]["op"] == locate("aten::conv2d", layers=["binding"]).to_json()["op"]
     # The binding is shown from the regenerated file, highlighted.
     assert any("THPVariable_conv2d" in e for e in data["excerpts"].values())
+
+
+def test_pages_read_the_tree_serve_names_unless_they_name_one(client, monkeypatch):
+    """`serve --source` is the pages' tree: with KERNELMAP_SOURCE naming no
+    tree, a page without a "source tree" value still answers from it; one
+    that names a tree reads that one."""
+    monkeypatch.setenv("KERNELMAP_SOURCE", "no-such-tree")
+    for url, params in (("/callers", {"symbol": "cudnnConvolutionForward", "depth": "2"}), ("/explain", {"op": "aten::mul.Tensor"}),
+                        ("/where", {"name": "aten::mul.Tensor"})):
+        r = client.get(url, params=params)
+        assert r.status_code == 200, (url, r.text[-500:])
+        assert TREE_NAME in json.dumps(embedded(r.text)["document"]), url
+    r = client.get("/callers", params={"symbol": "cudnnConvolutionForward", "source": "no-such-tree"})
+    assert r.status_code == 400 and "no-such-tree" in r.text
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ def is_loopback(host: str) -> bool:
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (anything but loopback exposes your files' sources to the network).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Port to listen on (0: any free port, printed when serving).")
-@click.option("--source", default=None, help="Source tree whose index links trace kernels to their definitions (a registered name or a path).")
+@click.option("--source", default=None, help="Source tree of the answer pages, and whose index links trace kernels to their definitions (a registered name or a path).")
 @click.option("--max-upload-mb", type=click.IntRange(1, 4096), default=256, show_default=True, help="Largest trace upload accepted.")
 def serve(host: str, port: int, source: str | None, max_upload_mb: int) -> None:
     """Serve kernelmap's pages on a local web app: search, where, stack,

@@ -121,7 +121,8 @@ class Traces:
 
 def create_app(files: SourceFiles | None = None, *, max_upload: int = DEFAULT_MAX_UPLOAD, source: str | None = None) -> Starlette:
     """The app. `files` defaults to every registered tree, the generated-code
-    cache and the installed wheel; `source` names the tree for traces."""
+    cache and the installed wheel; `source` names the tree for traces and
+    the answer pages' default tree."""
     files = files or SourceFiles.discover()
     env = report.environment()
     cache = PageCache()
@@ -159,6 +160,8 @@ def create_app(files: SourceFiles | None = None, *, max_upload: int = DEFAULT_MA
             if cached is not None:
                 return HTMLResponse(cached)
             query = {p.name: request.query_params.get(p.name, "") for p in spec.params}
+            if source and "source" in query and not query["source"]:  # the tree `serve --source` names, unless the page names one
+                query["source"] = source
             if not any(query[p.name] for p in spec.params if p.required):
                 return page("app_answer.html.j2", title=f"kernelmap {spec.title}", spec=spec, values=query, view=None)
             try:

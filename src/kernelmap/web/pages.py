@@ -63,7 +63,7 @@ def _source(params: Mapping[str, str]) -> str | None:
 def where_document(params: Mapping[str, str]) -> dict[str, Any]:
     from kernelmap import api
 
-    answer = api.where(params["name"], device=params.get("device") or "cpu", static=params.get("live") != "live")
+    answer = api.where(params["name"], device=params.get("device") or "cpu", static=params.get("live") != "live", source=_source(params))
     return answer.to_json()
 
 
@@ -113,7 +113,7 @@ def register(page: Page) -> Page:
     return page
 
 
-register(Page("where", "where", (Param("name", "name", required=True), Param("device", "device", "cpu", DEVICES), Param("live", "dispatcher (live imports torch)", "static", ("static", "live"))), where_document))
+register(Page("where", "where", (Param("name", "name", required=True), Param("device", "device", "cpu", DEVICES), Param("live", "dispatcher (live imports torch)", "static", ("static", "live")), Param("source", "source tree", "")), where_document))
 register(Page("stack", "stack", (Param("target", "target", required=True), Param("device", "device", "cpu", DEVICES), Param("depth", "depth", ""), Param("source", "source tree", "")), stack_document))
 register(Page("callers", "callers", (Param("symbol", "symbol", required=True), Param("depth", "depth", ""), Param("source", "source tree", "")), callers_document))
 register(Page("explain", "explain", (Param("op", "operator", required=True), Param("device", "device", "cpu", DEVICES), Param("source", "source tree", "")), explain_document))

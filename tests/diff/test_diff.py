@@ -198,6 +198,18 @@ def test_nodes_compare_the_call_trees(diff_of, old_tree, new_tree):
     check_sides(d, old_tree, new_tree)
 
 
+def test_an_operator_one_tree_lacks_is_compared_by_its_yaml_entry_only(diff_of, old_tree, new_tree):
+    """_scaled_dot_product_attention is in 1.13's yaml, not 2.6's (both read
+    here): its yaml entry is removed, but what it reached (cpublas_gemm_impl,
+    mul_kernel: still in 2.6, reached by other operators) is not called removed."""
+    assert re.search(r"^- func: _scaled_dot_product_attention\(", (old_tree.root / YAML).read_text(), re.M)
+    assert not re.search(r"^- func: _scaled_dot_product_attention\(", (new_tree.root / YAML).read_text(), re.M)
+    assert "cpublas_gemm_impl(" in (new_tree.root / "aten/src/ATen/native/cpu/BlasKernel.cpp").read_text()
+    d = diff_of("aten::_scaled_dot_product_attention")
+    assert [(c.section, c.change, c.name) for c in d.changes] == [("yaml", "removed", "entry")]
+    assert any(n.startswith("kernels, stubs and wrappers not compared") for n in d.notes)
+
+
 def test_cli_text_and_json(old_tree, new_tree):
     args = ("diff", "aten::prelu", "--from", str(old_tree.root), "--to", TREE_2_6)
     text = run_kernelmap(*args, "--width", "200")

@@ -255,3 +255,17 @@ def test_a_cuda_reduction_shows_its_machinery_and_the_branch_float32_takes(conte
     ]
     launch = steps["device loop / launch"]
     assert (launch.location.path, launch.location.line) == (reduce, _line(tree_2_6, reduce, r"^\s*reduce_kernel<.*<<<"))
+
+
+def test_explain_never_takes_a_path_the_dtype_cannot_take(context, tree_2_6):
+    """copy_kernel's copy_same_dtype calls neg_conj_kernel, whose loop runs
+    inside AT_DISPATCH_COMPLEX_TYPES (cpu/CopyKernel.cpp, read here): a
+    float32 copy never reaches it, so explain does not walk that path and
+    never says a float32 copy fails."""
+    text = (tree_2_6 / "aten/src/ATen/native/cpu/CopyKernel.cpp").read_text()
+    body = text[text.index("static void neg_conj_kernel("):]
+    assert "AT_DISPATCH_COMPLEX_TYPES(" in body[: body.index("\n}\n")]
+    steps = explain("aten::copy_", context("cpu")).steps
+    dtype = [s for s in steps if s.title == "dtype switch"]
+    assert dtype and not any("fails here" in s.summary for s in steps), [s.summary for s in dtype]
+    assert "neg_conj_kernel" not in dtype[0].summary

@@ -131,13 +131,21 @@ def _head(text: str, lines: int = EXCERPT_LINES) -> str:
     return "\n".join(text.splitlines()[:lines])
 
 
-def _main_path(tree: CallTree) -> list[CallNode]:
+def _main_path(tree: CallTree, context: GraphContext) -> list[CallNode]:
     """The path from the root to the call's best end (Note [ranking a call's
-    ends]); when nothing ends the call (a CPU reduction hands its work to
-    Reduce.h's loops, not to loop machinery modelled as an end), the path to
-    the kernel its stub runs."""
+    ends]) that the selected dtype can take: not one through an AT_DISPATCH
+    macro with no case for it (copy_kernel's neg_conj_kernel, complex types
+    only, for float32); when nothing ends the call (a CPU reduction hands its
+    work to Reduce.h's loops, not to loop machinery modelled as an end), the
+    path to the kernel its stub runs."""
     ends = call_ends(tree)
     if ends:
+        for end in ends[:_PATHS_TRIED]:
+            path = list(end.path)
+            kernels, loop = _kernels_and_loop(path)
+            step = _dtype_step(kernels, loop, context)
+            if step is None or _FAILS not in step.summary:
+                return path
         return list(ends[0].path)
     kernel = stub_kernel(tree, ends)
     return _path_to(tree.root, kernel) if kernel is not None else [tree.root]
@@ -153,11 +161,23 @@ def _path_to(root: CallNode, target: CallNode) -> list[CallNode]:
     return [root]
 
 
+_PATHS_TRIED = 20  # ends tried, best first, for one the selected dtype takes
+_FAILS = "call fails here"
+
+
+def _kernels_and_loop(path: list[CallNode]) -> tuple[list[CallNode], CallNode]:
+    """The located kernels on `path` before its loop machinery, and the kernel's
+    own call of that machinery: the first device loop (gpu_kernel, not the
+    kernel template it launches), else the path's end."""
+    first_loop = next((i for i, n in enumerate(path) if n.kind is NodeKind.DEVICE_LOOP), len(path))
+    kernels = [n for n in path[:first_loop] if n.kind in ("kernel", "generated") and n.location is not None]
+    return kernels, next((n for n in path if n.kind is NodeKind.DEVICE_LOOP), path[-1])
+
+
 def _native_steps(tree: CallTree, context: GraphContext) -> list[Step]:
     steps: list[Step] = []
-    path = _main_path(tree)
-    first_loop = next((i for i, n in enumerate(path) if n.kind is NodeKind.DEVICE_LOOP), len(path))
-    kernels = [n for n in path[:first_loop] if n.kind in ("kernel", "generated") and n.location is not None]  # not the loop machinery
+    path = _main_path(tree, context)
+    kernels, end = _kernels_and_loop(path)
     ops = [n.name for n in path if n.kind == "op"]
     if len(ops) > 1:
         steps.append(Step("decomposition", " -> ".join(ops) + ": each arrow is a call through the dispatcher"))
@@ -188,10 +208,6 @@ def _native_steps(tree: CallTree, context: GraphContext) -> list[Step]:
     capability = _capability_step(stub_nodes[:1], context)
     if capability is not None:
         steps.append(capability)
-    end = path[-1]
-    # the kernel's own call of the loop machinery: the first device loop on the path (gpu_kernel,
-    # not the kernel template it launches)
-    end = next((n for n in path if n.kind is NodeKind.DEVICE_LOOP), end)
     dtype = _dtype_step(kernels, end, context)
     if dtype is not None:
         steps.append(dtype)
@@ -439,7 +455,7 @@ def _dtype_step(kernels: list[CallNode], end: CallNode, context: GraphContext) -
             if covered is True:
                 runs = f": the {scalar} case runs for {name} (scalar_t = {cpp})"
             elif covered is False:
-                runs = f": it has no {scalar} case (a {name} call fails here)"
+                runs = f": it has no {scalar} case (a {name} {_FAILS})"
             else:
                 runs = f": scalar_t = {cpp} for {name}" if scalar else ""
             return Step("dtype switch", f"{m.group(1)} (\"{m.group(2)}\") in {caller.name}{runs}",

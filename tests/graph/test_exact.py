@@ -579,6 +579,19 @@ def test_an_end_reached_at_the_defaults_through_a_repeat_is_at_the_defaults(tree
     assert kernel in file_lines(roles["stub kernel"].location)[roles["stub kernel"].location.line - 1]
 
 
+def test_a_foreach_kernels_per_tensor_fallback_is_not_the_default(tree_2_6, context):
+    """foreach_tensor_add_list_kernel_cuda (ForeachBinaryOpList.cu, read here)
+    runs the per-tensor slow kernel only `if (!can_use_fast_route(...))`: every
+    end through it ranks as an arm away from the defaults, and says so."""
+    text = (tree_2_6 / "aten/src/ATen/native/cuda/ForeachBinaryOpList.cu").read_text()
+    assert re.search(r"if \(!can_use_fast_route\(\{tensors1, tensors2\}, alpha\)\) \{\s*\\\s*return at::native::foreach_tensor_##NAME##_list_kernel_slow", text)
+    ends = graph.call_ends(graph.stack("aten::_foreach_add.List", context("cuda")))
+    slow = [e for e in ends if any(n.name.endswith("_list_kernel_slow") for n in e.path)]
+    assert slow and all(e.rank[0] >= 1 and e.opted_by.startswith("if (!can_use_fast_route(") for e in slow)
+    _, leaves = steps("aten::_foreach_add.List", "cuda")
+    assert leaves and all("not at the defaults: under if (!can_use_fast_route(" in s.detail for s in leaves if s.name in {e.node.name for e in slow})
+
+
 @pytest.mark.parametrize("op, stub, kernel_file", [
     ("aten::histogramdd", "histogramdd_stub", "aten/src/ATen/native/cpu/HistogramKernel.cpp"),
     ("aten::_weight_norm", "weight_norm_stub", "aten/src/ATen/native/cpu/WeightNormKernel.cpp"),

@@ -15,7 +15,9 @@ in the `else` of `if (!hermitian)`, `bool hermitian=False`), or a flag that
 a call on the way passes as a literal (sort_kernel_impl's `if (stable)`
 below at::native::sort's `at::sort(self, false, ...)`: Note [flags passed as
 literals] in graph.down), whose `else` counts as no `else` arm below; an end
-under two such arms ranks after one under one. Then the layout: answers are for strided
+under two such arms ranks after one under one. So does a foreach kernel's
+per-tensor fallback, taken only when `can_use_fast_route` says the lists
+cannot go to multi_tensor_apply (tensors of several devices or dtypes). Then the layout: answers are for strided
 (dense) tensors, so an end reached only through an arm that tests for another
 layout (`if (self.layout() == kSparseCsr || ...)`, `self.is_mkldnn()`,
 `is_quantized()`, `is_nested()`; not its `else`) ranks after every end reached
@@ -188,7 +190,8 @@ def _end(node: CallNode, path: tuple[CallNode, ...], order: int, arguments: _Arg
     trivial = sum(1 for n in path if any(map(for_trivial_inputs, _conditions(n))))
     larger = sum(1 for n in path if any(map(for_larger_inputs, _conditions(n))))
     # the conditions on the path taken only in deterministic mode or with an argument not at its default
-    opting = [(c, f) for n, f in zip(path, flags) for c in reversed(_conditions(n)) if deterministic_only(c) or arguments.non_default(c, f)]
+    opting = [(c, f) for n, f in zip(path, flags) for c in reversed(_conditions(n))
+              if deterministic_only(c) or fallback_only(c) or arguments.non_default(c, f)]
     layouts = sum(1 for n in path if any(map(other_layouts_only, _conditions(n))))
     growths = sum(1 for n in path if _STORAGE_GROWTH.search(n.name) or any(map(in_check, _conditions(n))))
     kind = _KIND_RANK[NodeKind.INNER_LOOP] if library is not None and library.inner_loop else _KIND_RANK[node.kind]
@@ -361,6 +364,17 @@ def deterministic_only(condition: str | None) -> bool:
     return len(terms(condition[3:], "||")) == 1  # `a || b` at the top: one of alternatives
 
 
+# An arm taken only when a fast route cannot be used: the foreach kernels' per-tensor fallback,
+# `if (!can_use_fast_route({tensors1, tensors2}, alpha))`, for lists of several devices, dtypes or layouts.
+_FALLBACK = re.compile(r"if \(\s*!\s*\(*\s*(?:at::native::)?can_use_fast_route\(")
+
+
+def fallback_only(condition: str | None) -> bool:
+    """Whether an arm runs only when a fast route cannot (Note [ranking a
+    call's ends]): ranked like one for an argument not at its default."""
+    return bool(condition) and _FALLBACK.match(condition) is not None
+
+
 # A test for a layout other than strided: `x.layout() == kSparseCsr`, `self.is_sparse()`, `t.is_mkldnn()`.
 _OTHER_LAYOUT = re.compile(r"[\w.\->()\[\]]*?(?:layout\(\)\s*==\s*(?:at::|c10::)?(?:Layout::)?(?:kSparse\w*|kMkldnn|kJagged)"
                            r"|\bis_(?:sparse\w*|mkldnn|quantized|nested)\(\))")
@@ -513,7 +527,8 @@ def _own_stub_kernel(tree: CallTree, reached, best: tuple[CallNode, ...], genera
         if node.condition and any(_exclusive(node.condition, other) for other in taken):
             continue
         flags = arguments.along(path)
-        if general and any(arguments.non_default(c, flags[-1]) or deterministic_only(c) or for_trivial_inputs(c) or in_check(c) for c in _conditions(node)):
+        if general and any(arguments.non_default(c, flags[-1]) or deterministic_only(c) or fallback_only(c) or for_trivial_inputs(c) or in_check(c)
+                           for c in _conditions(node)):
             continue
         if reached(node) and not _has_ends(node):
             found.append((sum(1 for n, f in zip(path, flags) if any(arguments.non_default(c, f) for c in _conditions(n))), len(found), node))

@@ -148,6 +148,8 @@ def _source_steps(op: str, device: str, notes: list[str], source: str | None = N
             raise
         notes.append(str(e))
         return ()
+    if context.stale:  # the source steps' lines come from the index as built
+        notes.append(context.stale)
     if context.index is None:
         if context.no_index:  # the selected tree's index is missing or damaged: say why there are no source steps
             from kernelmap.graph.context import NEEDS_TREE

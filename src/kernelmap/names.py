@@ -181,19 +181,17 @@ def _entry_points_reached(name: str, root: Path, entry_points: set[str]) -> list
                 targets = []
                 for call in pysource.calls(current, root):
                     if call.target.startswith("self."):
-                        method = f"torch.Tensor.{call.target[5:]}"
-                        if owner == "torch._tensor.Tensor" and method in entry_points and not pysource.shadowed_binding(method, root):
-                            # a Tensor method of torch/_tensor.py calling a C one (`__rdiv__`: `self.reciprocal() * other`)
-                            returned, order = reached.get(method, (False, len(reached)))
-                            reached[method] = (returned or call.returned, order)
-                        else:
+                        entry = f"torch.Tensor.{call.target[5:]}"
+                        # a Tensor method of torch/_tensor.py calling a C one (`__rdiv__`: `self.reciprocal() * other`)
+                        if owner != "torch._tensor.Tensor" or entry not in entry_points or pysource.shadowed_binding(entry, root):
                             targets.append(f"{owner}.{call.target[5:]}")
-                        continue
-                    entry = pysource.entry_name(call.target) or call.target  # torch.linalg.vector_norm is itself one
-                    # a generated binding ends the search; a functional (even one the catalog lists) is Python to read
-                    entry = entry if entry in entry_points and not entry.startswith(_FUNCTIONAL) else None
-                    if entry is not None and pysource.shadowed_binding(call.target, root):
-                        entry = None  # `input.norm(...)` runs torch/_tensor.py's Tensor.norm: Python to read
+                            continue
+                    else:
+                        entry = pysource.entry_name(call.target) or call.target  # torch.linalg.vector_norm is itself one
+                        # a generated binding ends the search; a functional (even one the catalog lists) is Python to read
+                        entry = entry if entry in entry_points and not entry.startswith(_FUNCTIONAL) else None
+                        if entry is not None and pysource.shadowed_binding(call.target, root):
+                            entry = None  # `input.norm(...)` runs torch/_tensor.py's Tensor.norm: Python to read
                     if entry is not None:
                         returned, order = reached.get(entry, (False, len(reached)))
                         reached[entry] = (returned or call.returned, order)

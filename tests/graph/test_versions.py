@@ -202,3 +202,30 @@ def test_generated_locations_name_the_registered_tree(context, indexed_tree):
                  and n.location.origin.kind is OriginKind.GENERATED]
     assert generated
     assert {o.label for o in generated} == {f"generated from {indexed_tree.origin.label}"}
+
+
+def test_a_file_edited_since_the_index_is_named_by_every_answer(tree_2_6, indexed_tree, generated):
+    """A line added to BinaryOps.cpp after indexing: stack, where and find
+    answer from the index as built and each names the file in one note; the
+    file put back as it was (content and mtime), the note goes."""
+    import os
+
+    from kernelmap import api, graph
+    from kernelmap.source import find, open_index
+
+    path = tree_2_6 / "aten/src/ATen/native/BinaryOps.cpp"
+    before, st = path.read_bytes(), path.stat()
+    wanted = "1 file of debian-2.6.0 changed since it was indexed (aten/src/ATen/native/BinaryOps.cpp)"
+    try:
+        path.write_bytes(b"// a line added after indexing\n" + before)
+        tree = graph.stack("aten::mul.Tensor", graph.open_context("cpu", source=TREE_NAME))
+        assert sum(wanted in n for n in tree.notes) == 1, tree.notes
+        answer = api.where("aten::mul.Tensor", device="cpu", static=True, with_source=True, source=TREE_NAME)
+        assert sum(wanted in n for n in answer.notes) == 1, answer.notes
+        with open_index(indexed_tree) as ix:
+            assert find(ix, "mul_stub").stub_declarations and wanted in (ix.stale_note() or "")
+    finally:
+        path.write_bytes(before)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with open_index(indexed_tree) as ix:
+        assert ix.stale_note() is None

@@ -387,7 +387,7 @@ def test_where_says_why_it_has_no_source_steps_when_the_index_is_damaged(tmp_pat
         open_index(tree)
     from kernelmap.graph.context import NEEDS_TREE
 
-    context = type("Context", (), {"index": None, "notes": (f"{NEEDS_TREE} [{damaged.value}]",), "no_index": str(damaged.value)})()
+    context = type("Context", (), {"index": None, "notes": (f"{NEEDS_TREE} [{damaged.value}]",), "no_index": str(damaged.value), "stale": None})()
     monkeypatch.setattr(graph, "open_context", lambda device, source=None: context)
     notes: list[str] = []
     assert api._source_steps("aten::neg", "cpu", notes) == ()

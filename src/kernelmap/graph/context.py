@@ -64,6 +64,7 @@ class GraphContext:
     progress: Reporter | None = None  # hears of generation steps done later (the headers)
     build: BuildConfig | None = None  # the release build's macros on `device` (Note [build configuration])
     no_index: str | None = None  # why the selected tree's index could not be opened (missing, damaged)
+    stale: str | None = None  # which indexed files changed since (Index.stale_note), also among `notes`
 
     @functools.cached_property
     def headers(self) -> HeaderFiles | None:
@@ -132,6 +133,7 @@ def open_context(
     notes: list[str] = []
     catalog, index, tree = wheel_catalog, None, None
     no_index: str | None = None
+    stale: str | None = None
     try:
         from kernelmap.source import open_index, select_tree
 
@@ -194,6 +196,7 @@ def open_context(
         progress,
         build,
         no_index,
+        stale,
     )
 
 

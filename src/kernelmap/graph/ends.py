@@ -190,8 +190,7 @@ def _end(node: CallNode, path: tuple[CallNode, ...], order: int, arguments: _Arg
     trivial = sum(1 for n in path if any(map(for_trivial_inputs, _conditions(n))))
     larger = sum(1 for n in path if any(map(for_larger_inputs, _conditions(n))))
     # the conditions on the path taken only in deterministic mode or with an argument not at its default
-    opting = [(c, f) for n, f in zip(path, flags) for c in reversed(_conditions(n))
-              if deterministic_only(c) or fallback_only(c) or arguments.non_default(c, f)]
+    opting = [(c, f) for n, f in zip(path, flags) for c in reversed(_conditions(n)) if arguments.opts(c, f)]
     layouts = sum(1 for n in path if any(map(other_layouts_only, _conditions(n))))
     growths = sum(1 for n in path if _STORAGE_GROWTH.search(n.name) or any(map(in_check, _conditions(n))))
     kind = _KIND_RANK[NodeKind.INNER_LOOP] if library is not None and library.inner_loop else _KIND_RANK[node.kind]
@@ -319,9 +318,15 @@ class _Arguments:
         taken_when = (not m.group(2)) != bool(m.group(1))  # the flag's value the arm runs for
         return taken_when != flags[m.group(3)][0]
 
+    def opts(self, condition: str | None, flags: dict[str, tuple[bool, CallNode | None]]) -> bool:
+        """Whether `condition` is an arm away from the defaults: taken only in
+        deterministic mode, or only when a fast route cannot be, or with an
+        argument not at its default (`non_default`)."""
+        return deterministic_only(condition) or fallback_only(condition) or self.non_default(condition, flags)
+
     @staticmethod
     def passed(condition: str, flags: dict[str, tuple[bool, CallNode | None]]) -> str | None:
-        """`name=value by CALLEE` when `condition` tests a flag a call passes as a literal."""
+        """`name=value is passed to CALLEE` when `condition` tests a flag a call passes as a literal."""
         m = _FLAG_TEST.match(condition)
         value, node = flags.get(m.group(3), (False, None)) if m is not None else (False, None)
         return f"{m.group(3)}={'true' if value else 'false'} is passed to {node.name}" if node is not None else None
@@ -492,7 +497,7 @@ def _stub_named_for_the_call(tree: CallTree, reached, best: tuple[CallNode, ...]
         return None
     stub = f"{operator.removeprefix('aten::').split('.', 1)[0].strip('_')}_stub"
     arguments = _Arguments(tree)
-    stack: list[tuple[CallNode, bool, dict[str, bool]]] = [(tree.root, False, arguments.flags)]
+    stack: list[tuple[CallNode, bool, dict[str, tuple[bool, CallNode | None]]]] = [(tree.root, False, arguments.flags)]
     while stack:
         node, opted, flags = stack.pop()
         opted = opted or any(arguments.non_default(c, flags) for c in _conditions(node))
@@ -527,8 +532,7 @@ def _own_stub_kernel(tree: CallTree, reached, best: tuple[CallNode, ...], genera
         if node.condition and any(_exclusive(node.condition, other) for other in taken):
             continue
         flags = arguments.along(path)
-        if general and any(arguments.non_default(c, flags[-1]) or deterministic_only(c) or fallback_only(c) or for_trivial_inputs(c) or in_check(c)
-                           for c in _conditions(node)):
+        if general and any(arguments.opts(c, flags[-1]) or for_trivial_inputs(c) or in_check(c) for c in _conditions(node)):
             continue
         if reached(node) and not _has_ends(node):
             found.append((sum(1 for n, f in zip(path, flags) if any(arguments.non_default(c, f) for c in _conditions(n))), len(found), node))

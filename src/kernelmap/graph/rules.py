@@ -23,6 +23,7 @@ from kernelmap.dispatch import DEVICE_KEYS as _DISPATCH_DEVICE_KEYS
 from kernelmap.model import NodeKind
 
 DEFAULT_DEPTH = 24
+MAX_NODES = 4000
 
 # The operator functions a C++ name may end in (`sum_functor::operator()`,
 # `Vectorized<float>::operator+`): the index names them so.
@@ -35,7 +36,7 @@ def is_symbol_text(text: str, more: str = "") -> bool:
     an operator function."""
     name = rf"[A-Za-z_~][\w:~{re.escape(more)}]*"
     return re.fullmatch(rf"{name}|(?:{name}::)?{_OPERATOR_FUNCTION}", text) is not None
-MAX_NODES = 4000
+
 
 # Backend names in conditions (`case ConvBackend::Cudnn`, `if (use_mkldnn(...))`)
 # that mark code for another device than the selected one (Note [branches]).

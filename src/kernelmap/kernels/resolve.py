@@ -372,13 +372,20 @@ class KernelResolver:
             # ATen calls a wrapper by its qualified name (`at::cuda::blas::gemm<float>(...)`); a bare `gemm` is
             # another namespace's (cpublas), or the wrapper's own inside its namespace (gemm_tunable's local
             # `gemm` object, bgemm's fallback loop): not where ATen calls the library
-            sites = [c for c in self.index.callers_of(callee) if c.location.path.startswith("aten/")
-                     and (not scope or "::" in c.callee) and not (scope and c.caller is not None and c.caller.qualified_name.startswith(f"{scope}::"))]
+            sites = [c for c in self.index.callers_of(callee) if _atens_call(c, scope)]
             for c in sites[:3]:
                 out.append(Site("library call", c.callee, c.location, c.caller.qualified_name if c.caller else None))
             if len(out) >= 4:
                 break
         return tuple(out[:4])
+
+
+def _atens_call(call, scope: str) -> bool:
+    """Whether `call` is ATen's call of a library's entry point whose namespace
+    is `scope` (none for a C API): made in aten/, and for a wrapper, written
+    qualified and made outside the wrapper's namespace."""
+    inside = call.caller is not None and call.caller.qualified_name.startswith(f"{scope}::")
+    return call.location.path.startswith("aten/") and (not scope or ("::" in call.callee and not inside))
 
 
 # Note [kernels of an extension]

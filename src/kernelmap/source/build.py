@@ -30,7 +30,7 @@ from kernelmap import env, vendors
 from kernelmap.errors import BadInput, SourceError
 from kernelmap.source import extract
 from kernelmap.source.extract import FileFacts, OperatorNames
-from kernelmap.source.records import file_record, index_path, read_record, write_record
+from kernelmap.source.records import as_indexed, file_record, index_path, read_record, write_record
 from kernelmap.source.schema import CALL_KIND_CODE, INDEXES, SCHEMA, SCHEMA_VERSION, expected_table_definitions, one_line, table_definitions
 from kernelmap.source.trees import INDEXED_PARTS, Tree
 
@@ -505,14 +505,9 @@ def _plan(db: sqlite3.Connection, tree: Tree, on_disk: list[tuple[str, int, int]
         file_id, sha, old_size, old_mtime = old
         if size == old_size and mtime == old_mtime:
             continue
-        if size == old_size:
-            try:
-                same = hashlib.sha1((tree.root / rel).read_bytes()).hexdigest() == sha
-            except OSError:
-                same = False
-            if same:
-                plan.touched.append((mtime, file_id))
-                continue
+        if as_indexed(tree.root / rel, size, mtime, (sha, old_size, old_mtime)):  # only touched
+            plan.touched.append((mtime, file_id))
+            continue
         plan.stale.append(file_id)
         plan.to_parse.append(rel)
     plan.removed = [v[0] for v in known.values()]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from kernelmap.errors import SourceError
 from kernelmap.model import Answer, Edge, EdgeKind, Location, Origin, OriginTable, Symbol, check_document, document
-from kernelmap.source.records import file_record, index_path, read_record
+from kernelmap.source.records import as_indexed, file_record, index_path, read_record
 from kernelmap.source.schema import CALL_KINDS, SCHEMA_VERSION, expected_table_definitions, one_line, table_definitions
 from kernelmap.source.trees import Tree
 
@@ -253,18 +253,16 @@ class Index:
         have moved since. A query answers from the index as built; the
         commands that print its locations say, in one note, that some may
         have moved (`kernelmap index` updates the changed files)."""
-        import hashlib
-
         changed = []
         root = self.tree.root
         for path, sha1, size, mtime_ns in self._db.execute("SELECT path, sha1, size, mtime_ns FROM files ORDER BY path"):
             try:
                 st = os.stat(root / path)
-                if st.st_size == size and (st.st_mtime_ns == mtime_ns or hashlib.sha1((root / path).read_bytes()).hexdigest() == sha1):
-                    continue  # as indexed (only touched, when the content is the same: as `index` judges it)
             except OSError:
-                pass
-            changed.append(path)
+                changed.append(path)
+                continue
+            if not as_indexed(root / path, st.st_size, st.st_mtime_ns, (sha1, size, mtime_ns)):  # as `index` judges it
+                changed.append(path)
         return changed
 
     def stale_note(self) -> str | None:

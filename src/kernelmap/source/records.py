@@ -58,3 +58,18 @@ def write_record(path: Path, record: dict) -> None:
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(record))
     os.replace(tmp, out)
+
+
+def as_indexed(path: Path, size: int, mtime_ns: int, indexed: tuple[str, int, int]) -> bool:
+    """Whether a source file, now `size` bytes modified at `mtime_ns`, is as
+    the index recorded it (`indexed`: its sha1, size and mtime): the same size
+    and mtime, or only touched (the same size and content)."""
+    sha1, old_size, old_mtime = indexed
+    if size != old_size:
+        return False
+    if mtime_ns == old_mtime:
+        return True
+    try:
+        return hashlib.sha1(path.read_bytes()).hexdigest() == sha1
+    except OSError:
+        return False

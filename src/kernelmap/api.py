@@ -187,6 +187,8 @@ def _source_steps(op: str, device: str, notes: list[str], source: str | None = N
                 else:
                     why = "not at the defaults" if end.opted_by == end.node.condition else f"not at the defaults: under {end.opted_by}"
                 detail = f"{detail}; {why}" if detail else why
+            if end.route is not None and end.route != detail:  # one alternative of a choice made at run time
+                detail = f"{detail}; under {end.route}" if detail else f"under {end.route}"
             if end.checked_by is not None:  # Note [calls in checks]: a check's loop, not the work
                 detail = f"{detail}; {end.checked_by}" if detail else end.checked_by
             leaves[end.node.name] = SourceStep("leaf", end.node.name, end.node.location, detail)

@@ -166,6 +166,35 @@ def test_a_vendor_routine_ranks_before_its_setup(tree_2_6, indexed_tree):
         assert setup and min(setup) > 0
 
 
+
+def test_a_vendor_classs_setup_method_is_setup_though_the_class_is_named_for_its_work(tree_2_6, context):
+    """cpu_flash_attention (cpu/FlashAttentionKernel.cpp, read here) calls
+    cpublas::brgemm_release(), whose body (CPUBlas.cpp, read here) calls
+    dnnl::ukernel::brgemm::release_hw_context(): a method of the class brgemm
+    that releases a context is setup, not a gemm; scaled_dot_product_attention
+    on the CPU does not end there first."""
+    assert "cpublas::brgemm_release()" in (tree_2_6 / "aten/src/ATen/native/cpu/FlashAttentionKernel.cpp").read_text()
+    release = (tree_2_6 / "aten/src/ATen/native/CPUBlas.cpp").read_text()
+    assert "dnnl::ukernel::brgemm::release_hw_context();" in release[release.index("void brgemm_release("):]
+    ends = call_ends(graph_stack("aten::scaled_dot_product_attention", context("cpu")))
+    released = [e for e in ends if e.node.name == "dnnl::ukernel::brgemm::release_hw_context"]
+    assert released and all(e.rank[6] == 2 for e in released)  # setup
+    assert ends[0].node.name != released[0].node.name and ends[0].rank[6] == 0
+
+
+def test_a_leaf_names_the_case_of_the_choice_it_belongs_to(tree_2_6, indexed_tree):
+    """at::native::_convolution (Convolution.cpp, read here) switches on the
+    backend _select_conv_backend chose; conv2d on CUDA ends in cuDNN under
+    `case ConvBackend::Cudnn`, and where says so beside the library."""
+    from kernelmap import api
+
+    text = (tree_2_6 / "aten/src/ATen/native/Convolution.cpp").read_text()
+    body = text[text.index("at::Tensor _convolution("):]
+    assert "switch (backend) {" in body and "case ConvBackend::Cudnn:" in body
+    answer = api.where("aten::conv2d", device="cuda", static=True, with_source=True, source=indexed_tree.name)
+    leaves = [s for s in answer.source if s.role == "leaf"]
+    assert leaves and leaves[0].name.startswith("cudnn") and leaves[0].detail == "cuDNN; under case ConvBackend::Cudnn", leaves[0]
+
 def test_the_calls_own_launch_ranks_before_another_operators(tree_2_6, context, indexed_tree):
     """embedding_renorm_cuda_ (Embedding.cu, read here) sorts its indices with
     at::sort, then launches its own renorm_kernel: the renorm leads."""

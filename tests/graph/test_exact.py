@@ -79,6 +79,21 @@ def test_build_configuration_is_read_from_the_trees_cmake(indexed_tree):
     assert "CMakeLists.txt" in cuda.why("AT_CUDNN_ENABLED()")
 
 
+
+def test_apples_phone_build_is_not_compiled(tree_2_6, context):
+    """c10/macros/Macros.h (read here) defines C10_IOS only for Apple's phones;
+    cpublas::gemm (CPUBlas.cpp, read here) calls cblas_sgemm under `#if C10_IOS`
+    and sgemm_ otherwise: a Linux release build compiles sgemm_ only."""
+    macros = (tree_2_6 / "c10/macros/Macros.h").read_text()
+    assert re.search(r"TARGET_OS_IPHONE\)\)\s*\n#define C10_IOS 1", macros)
+    lines = (tree_2_6 / "aten/src/ATen/native/CPUBlas.cpp").read_text().splitlines()
+    calls = [i for i, t in enumerate(lines) if "cblas_sgemm(" in t]
+    opened = [i for i, t in enumerate(lines) if t.strip() == "#if C10_IOS"]
+    # each call lies between an `#if C10_IOS` and that block's `#else`, with no other directive between
+    assert calls and all(any(o < c and all(not t.strip().startswith("#") for t in lines[o + 1 : c]) for o in opened) for c in calls)
+    ends = graph.call_ends(graph.stack("aten::mm", context("cpu")))
+    assert "sgemm_" in [e.node.name for e in ends] and "cblas_sgemm" not in [e.node.name for e in ends]
+
 def test_installed_torch_config_decides_its_own_device(indexed_tree):
     from kernelmap import env
     from kernelmap.source.config import build_config, installed_device
@@ -663,6 +678,45 @@ def test_a_leaf_reached_only_otherwise_than_at_the_defaults_says_so(tree_2_6):
     scatter = [leaf for leaf in leaves if leaf.name == "scatter_kernel"]
     assert scatter and "not at the defaults: under else of if (!return_inverse)" in scatter[0].detail
     assert all("not at the defaults" in leaf.detail for leaf in leaves)
+
+
+
+def test_an_argument_compared_with_a_literal_decides_its_arms_at_its_default(tree_2_6, context):
+    """cross_entropy_loss (LossNLL.cpp, read here) smooths the labels under
+    `else if (label_smoothing > 0.0)`, and its schema (native_functions.yaml,
+    read here) defaults label_smoothing to 0.0: every end reached through the
+    smoothing ranks after every end reached at the defaults, and says why."""
+    yaml = (tree_2_6 / "aten/src/ATen/native/native_functions.yaml").read_text()
+    assert re.search(r"- func: cross_entropy_loss\([^\n]*float label_smoothing=0\.0\)", yaml)
+    text = (tree_2_6 / "aten/src/ATen/native/LossNLL.cpp").read_text()
+    body = text[text.index("Tensor cross_entropy_loss_symint("):]
+    assert body.index("} else if (label_smoothing > 0.0) {") < body.index("cross_entropy_loss_label_smoothing(") < body.index("\n}\n")
+    ends = graph.call_ends(graph.stack("aten::cross_entropy_loss", context("cuda")))
+    smoothing = [i for i, e in enumerate(ends) if any(n.name.endswith("::cross_entropy_loss_label_smoothing") for n in e.path)]
+    at_defaults = [i for i, e in enumerate(ends) if e.rank[0] == 0]
+    assert smoothing and at_defaults and max(at_defaults) < min(smoothing), [e.node.name for e in ends]
+    assert all(ends[i].opted_by.startswith("if (label_smoothing > 0.0)") for i in smoothing)
+
+
+def test_arguments_at_their_defaults_decide_tests_of_numbers_enumerators_and_conjunctions():
+    """The test of an arm, read with the schema's defaults: numbers by value,
+    an enumerator by its name, `&&` and `||` by the terms that are known; an
+    `int` compared with a number is left undecided (a kernel tests it once
+    wrapped: `dim=-1` as `dim == 0`)."""
+    from kernelmap.graph.ends import _Arguments
+    from kernelmap.model import CallNode, CallTree, NodeKind
+
+    schema = ("f(Tensor self, Tensor? weight=None, float eps=1e-05, Scalar alpha=1, int reduction=Mean, int dim=-1, bool train=False)"
+              " -> Tensor")
+    arguments = _Arguments(CallTree(CallNode("aten::f", NodeKind.OPERATOR, attrs={"schema": schema})))
+    away = ["if (eps > 0.001)", "if (alpha != 1)", "else of if (eps < 1)", "if (reduction == Reduction::None && n == 2)",
+            "else of if (reduction == at::Reduction::Mean)", "if (train || weight.has_value())", "if (!(eps == 1e-05))",
+            "if (train)  #if defined(X)", "if (train && x)"]
+    default = ["if (eps < 1)", "else of if (eps > 0.001)", "if (reduction != Reduction::Sum)", "if (n == 2 || alpha == 1)",
+               "if (dim == 0)", "else of if (dim == -1)", "if (x.is_sparse())", "case Reduction::None", "if (!weight.has_value())",
+               "else of if (reduction == Reduction::None && n == 2)"]
+    assert [c for c in away if not arguments.non_default(c)] == []
+    assert [c for c in default if arguments.non_default(c)] == []
 
 
 # -- CPU reduction loops, launchers passed as temporaries, calls in checks -----------

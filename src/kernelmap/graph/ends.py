@@ -11,7 +11,11 @@ route on CUDA) ranks after every end reached without one, and so does an arm
 taken only when an optional argument is given (scatter's `if
 (reduce.has_value())`: answers are for the arguments' defaults) or a flag of
 the schema is set otherwise than its default (linalg_matrix_rank's eigvalsh
-in the `else` of `if (!hermitian)`, `bool hermitian=False`), or a flag that
+in the `else` of `if (!hermitian)`, `bool hermitian=False`) or a float or an
+enumerator of the schema is compared otherwise than its default reads
+(cross_entropy_loss's `else if (label_smoothing > 0.0)` of `float
+label_smoothing=0.0`; an `int` compared with a number is not read, as a
+kernel tests it once wrapped: `dim=-1` as `dim == 0`), or a flag that
 a call on the way passes as a literal (sort_kernel_impl's `if (stable)`
 below at::native::sort's `at::sort(self, false, ...)`: Note [flags passed as
 literals] in graph.down), whose `else` counts as no `else` arm below; an end
@@ -48,8 +52,9 @@ machinery, then the inner loop, with the C library's block copies
 sort's std::sort of a row) as inner loops: they are the loop that copies or
 sorts, not a library's work. Among ends of one kind, calls that do the work
 (cudnnConvolutionForward, cudnnBackendExecute, cufftXtExec, a gemm, a
-*_kernel; a launch of device code, whatever its name: bitonicSortKVInPlace,
-softmax_warp_forward) come first, then a vendor C API's other routines unless
+*_kernel, by its own name, not its class's: dnnl::ukernel::brgemm's
+release_hw_context sets up; a launch of device code, whatever its name:
+bitonicSortKVInPlace, softmax_warp_forward) come first, then a vendor C API's other routines unless
 they set up (cublasSgetrfBatched, sgesdd_, cublasSdot), then setup
 (cudnnSetStream, descriptor builders, cublasSetWorkspace, a launch that only
 checks or fills: masked_scatter_size_check, fill_reverse_indices_kernel), then
@@ -90,7 +95,7 @@ import re
 from dataclasses import dataclass
 
 from kernelmap import vendors
-from kernelmap.graph.rules import schema_arguments, terms
+from kernelmap.graph.rules import balanced, schema_arguments, terms
 from kernelmap.model import CallNode, CallTree, NodeKind
 
 _KIND_RANK = {NodeKind.VENDOR: 0, NodeKind.LAUNCH: 1, NodeKind.DEVICE_LOOP: 2, NodeKind.INNER_LOOP: 3}
@@ -98,11 +103,16 @@ _KIND_RANK = {NodeKind.VENDOR: 0, NodeKind.LAUNCH: 1, NodeKind.DEVICE_LOOP: 2, N
 _GRAIN_TEST = re.compile(r"\w\s*(>=|>|<=|<)\s*(?:at::)?(?:internal::)?(?:GRAIN_SIZE|grain_size)\b")
 # `self.numel() == 0`, `x.dim() == 0`, `t.numel() <= 1`, `self.is_empty()`: a test for an empty, zero-dimensional or one-element input
 _TRIVIAL_TEST = re.compile(r"[\w.\->()\[\]]*?(?:\b(?:dim|ndimension)\(\)\s*(?:==|<=)\s*0|\bnumel\(\)\s*(?:(?:==|<=)\s*[01]|<\s*[12])|\bis_empty\(\)|\bsizes\(\)\.empty\(\))")
-# An arm taken only when an optional argument is given: `if (reduce.has_value())` (Note [ranking a call's ends]).
-_OPTIONAL_GIVEN = re.compile(r"if \(\s*([\w.]+)\.has_value\(\)\s*\)")
-# A test of a flag alone: `if (return_inverse)`, `else of if (!consecutive)`; what follows is the condition's
-# `#if` or a bound name (`; stub = abs_stub`).
-_FLAG_TEST = re.compile(r"(else of )?if \(\s*(!?)\s*(\w+)\s*\)(?=$|\s\s#if |; )")
+# An arm's test, its `else`, and what follows the test: the condition's `#if` or a bound name (`; stub = abs_stub`).
+_ARM = re.compile(r"(else of )?if \((.*?)\)(?:$|\s\s#if |; )")
+# Whether an optional argument is given: `reduce.has_value()` (Note [ranking a call's ends]).
+_OPTIONAL_GIVEN = re.compile(r"([\w.]+)\.has_value\(\)")
+# A flag, or its negation: `return_inverse`, `!consecutive`.
+_FLAG = re.compile(r"(!?)\s*(\w+)")
+# An argument compared with a literal: `label_smoothing > 0.0`, `reduction == Reduction::Mean`.
+_COMPARISON = re.compile(r"(\w+)\s*(==|!=|>=|<=|>|<)\s*(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|(?:\w+::)*\w+)")
+# A case of a switch on an enumerator: `case SDPBackend::math`, `case at::LinalgBackend::Cusolver`.
+_ENUMERATOR_CASE = re.compile(r"case (?:\w+::)+\w+(?:$|\s\s#if )")
 # Functions that grow a tensor's storage, copying its old data (Note [ranking a call's ends]).
 _STORAGE_GROWTH = re.compile(r"(?:^|::)(?:resize_bytes_\w+|maybe_resize_storage_\w+)$")
 # A launch that only checks (masked_scatter_size_check, an assertion) or fills memory (TensorTopK's fill).
@@ -132,6 +142,17 @@ class End:
     def checked_by(self) -> str | None:
         """The check the end is reached inside (`inside TORCH_CHECK`), if any."""
         return next((c for n in self.path for c in _conditions(n) if in_check(c)), None)
+
+    @property
+    def route(self) -> str | None:
+        """The first case of an enumerator the path takes on its way to the end
+        (`case SDPBackend::math`, `case ConvBackend::Cudnn`): the alternative of
+        a choice made at run time the end belongs to, if any."""
+        for node in self.path[1:-1]:
+            for condition in (*node.attrs.get("outer_conditions", ()), node.condition):
+                if condition and _ENUMERATOR_CASE.match(condition):
+                    return condition.split("  #if ", 1)[0]
+        return None
 
     @property
     def for_other_layouts(self) -> bool:
@@ -264,7 +285,7 @@ def _setup(node: CallNode, library) -> int:
     short = node.name.rsplit("::", 1)[-1]
     if node.kind is NodeKind.LAUNCH:
         return 2 if _SETUP_LAUNCH.search(short) else 0
-    if _WORK.search(node.name):
+    if _WORK.search(short):  # its own name: dnnl::ukernel::brgemm::release_hw_context is no gemm
         return 0
     if node.kind is NodeKind.VENDOR and library is not None and not library.inner_loop and "::" not in node.name:
         return 2 if _VENDOR_SETUP.search(short) or short.isupper() else 1
@@ -283,6 +304,7 @@ class _Arguments:
         self.required = _required_arguments(schema)
         # a flag's value, and the node whose call passes it (None: the schema's default)
         self.flags: dict[str, tuple[bool, CallNode | None]] = {name: (value, None) for name, value in _flag_defaults(schema).items()}
+        self.values = _value_defaults(schema)
 
     @staticmethod
     def below(node: CallNode, flags: dict[str, tuple[bool, CallNode | None]]) -> dict[str, tuple[bool, CallNode | None]]:
@@ -304,19 +326,45 @@ class _Arguments:
         """Whether `condition` is an arm taken only when an argument is not at
         its default: an optional argument given (`if (reduce.has_value())`;
         not one the call's schema requires: random_.to's `to`, tested as
-        `to_opt.has_value()`), or a flag set otherwise than its default or the
+        `to_opt.has_value()`), a flag set otherwise than its default or the
         value a call passes (`if (return_inverse)` or `else of if
-        (!return_inverse)` of `bool return_inverse=False`); `flags`: those in
-        effect where the condition is (default: the call's own)."""
-        flags = self.flags if flags is None else flags
-        m = _OPTIONAL_GIVEN.match(condition or "")
-        if m is not None:
-            return m.group(1).rsplit(".", 1)[-1].removesuffix("_opt") not in self.required
-        m = _FLAG_TEST.match(condition or "") if flags else None
-        if m is None or m.group(3) not in flags:
+        (!return_inverse)` of `bool return_inverse=False`), or a float or an
+        enumerator compared otherwise (`if (label_smoothing > 0.0)` of `float
+        label_smoothing=0.0`, `reduction == Reduction::None` of `int
+        reduction=Mean`): an `if` whose test is false at the defaults, or the
+        `else` of one that is true. A test joined by `&&` and `||` is
+        decided when its known terms decide it. `flags`: those in effect
+        where the condition is (default: the call's own)."""
+        m = _ARM.match(condition or "")
+        if m is None or not balanced(m.group(2)):
             return False
-        taken_when = (not m.group(2)) != bool(m.group(1))  # the flag's value the arm runs for
-        return taken_when != flags[m.group(3)][0]
+        holds = self._at_defaults(m.group(2), self.flags if flags is None else flags)
+        return holds is not None and holds == bool(m.group(1))
+
+    def _at_defaults(self, test: str, flags: dict[str, tuple[bool, CallNode | None]]) -> bool | None:
+        """Whether `test` holds with the arguments at their defaults; None when
+        that is not known (a term that is no argument's test)."""
+        alternatives = terms(test, "||")
+        if len(alternatives) > 1:
+            found = [self._at_defaults(a, flags) for a in alternatives]
+            return True if True in found else (False if all(f is False for f in found) else None)
+        conjuncts = terms(test, "&&")
+        if len(conjuncts) > 1:
+            found = [self._at_defaults(c, flags) for c in conjuncts]
+            return False if False in found else (True if all(f is True for f in found) else None)
+        term = conjuncts[0]
+        if term.startswith("!") and term[1:].lstrip().startswith("("):
+            inner = self._at_defaults(term[1:], flags)
+            return None if inner is None else not inner
+        if (m := _OPTIONAL_GIVEN.fullmatch(term.lstrip("!").strip())) is not None:
+            if m.group(1).rsplit(".", 1)[-1].removesuffix("_opt") in self.required:
+                return None
+            return term.startswith("!")  # not given at the defaults
+        if (m := _FLAG.fullmatch(term)) is not None and m.group(2) in flags:
+            return flags[m.group(2)][0] != bool(m.group(1))
+        if (m := _COMPARISON.fullmatch(term)) is not None and m.group(1) in self.values:
+            return _compare(self.values[m.group(1)], m.group(2), m.group(3))
+        return None
 
     def opts(self, condition: str | None, flags: dict[str, tuple[bool, CallNode | None]]) -> bool:
         """Whether `condition` is an arm away from the defaults: taken only in
@@ -327,9 +375,12 @@ class _Arguments:
     @staticmethod
     def passed(condition: str, flags: dict[str, tuple[bool, CallNode | None]]) -> str | None:
         """`name=value is passed to CALLEE` when `condition` tests a flag a call passes as a literal."""
-        m = _FLAG_TEST.match(condition)
-        value, node = flags.get(m.group(3), (False, None)) if m is not None else (False, None)
-        return f"{m.group(3)}={'true' if value else 'false'} is passed to {node.name}" if node is not None else None
+        m = _ARM.match(condition)
+        name = next((w for w in re.findall(r"\w+", m.group(2)) if flags.get(w, (False, None))[1] is not None), None) if m else None
+        if name is None:
+            return None
+        value, node = flags[name]
+        return f"{name}={'true' if value else 'false'} is passed to {node.name}"
 
 
 def _required_arguments(schema: str | None) -> frozenset[str]:
@@ -348,6 +399,38 @@ def _flag_defaults(schema: str | None) -> dict[str, bool]:
         if kind.strip() == "bool" and default.strip() in ("True", "False"):
             flags[name] = default.strip() == "True"
     return flags
+
+
+def _value_defaults(schema: str | None) -> dict[str, str]:
+    """The `float` and `Scalar` arguments of a schema with a number for a
+    default, and the `int` ones with an enumerator (`float label_smoothing=0.0`,
+    `int reduction=Mean`), and it: an `int` with a number is left out, as a
+    kernel tests it once wrapped or resolved (`dim=-1` as `dim == 0`)."""
+    values = {}
+    for argument in schema_arguments(schema or ""):
+        declared, _, default = argument.partition("=")
+        kind, _, name = declared.strip().rpartition(" ")
+        default = default.strip()
+        if kind.strip() in ("float", "Scalar") and _NUMBER.fullmatch(default):
+            values[name] = default
+        elif kind.strip() == "int" and re.fullmatch(r"[A-Z]\w*", default):
+            values[name] = default
+    return values
+
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?")
+
+
+def _compare(default: str, operator: str, literal: str) -> bool | None:
+    """Whether `default OPERATOR literal` holds: numbers by value, an
+    enumerator by its last name (`Reduction::Mean` is `Mean`), for == and !=
+    only; None when the two are not alike."""
+    if _NUMBER.fullmatch(default) and _NUMBER.fullmatch(literal):
+        a, b = float(default), float(literal)
+        return {"==": a == b, "!=": a != b, ">": a > b, ">=": a >= b, "<": a < b, "<=": a <= b}[operator]
+    if not _NUMBER.fullmatch(default) and not _NUMBER.fullmatch(literal) and operator in ("==", "!="):
+        return (literal.rsplit("::", 1)[-1] == default) == (operator == "==")
+    return None
 
 
 def _borrowed(path: tuple[CallNode, ...]) -> bool:

@@ -11,11 +11,13 @@ A tree holds every alternative of an `#if`; a build compiles one. The model
 follows an official Linux x86-64 release build: CUDA builds set USE_CUDA
 (and so USE_CUDNN, USE_CUSPARSELT by CMake's dependent options), ROCm builds
 USE_ROCM, CPU builds neither; MKL-DNN, MKL, NNPACK and XNNPACK are on (CMake
-defaults on x86-64); mobile macros (C10_MOBILE) are off. `AT_X_ENABLED()` of
-ATen's config headers follows CMake's `USE_X`. Where the installed torch is
-built for the device asked about, the values its own Config.h spells win.
-Conditions naming anything else are left undecided, and the graph shows
-every alternative under its condition, as before.
+defaults on x86-64); mobile macros are off (C10_MOBILE, and C10_IOS and
+C10_ANDROID, which c10/macros/Macros.h defines for Apple's phones and
+Android only). `AT_X_ENABLED()` of ATen's config headers follows CMake's
+`USE_X`. Where the installed torch is built for the device asked about, the
+values its own Config.h spells win. Conditions naming anything else are left
+undecided, and the graph shows every alternative under its condition, as
+before.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ _DEVICE_OPTIONS = {
 }
 
 # Macros no CMake option spells, fixed for a desktop/server release build.
-_FIXED = {"AT_MKL_ENABLED": 1, "C10_MOBILE": 0, "BUILD_LITE_INTERPRETER": 0, "FBCODE_CAFFE2": 0, "C10_MOBILE_TRIM_DISPATCH_KEYS": 0,
+_FIXED = {"AT_MKL_ENABLED": 1, "C10_MOBILE": 0, "C10_IOS": 0, "C10_ANDROID": 0, "BUILD_LITE_INTERPRETER": 0, "FBCODE_CAFFE2": 0, "C10_MOBILE_TRIM_DISPATCH_KEYS": 0,
           "_WIN32": 0, "_MSC_VER": 0, "__APPLE__": 0, "__ANDROID__": 0, "AT_PER_OPERATOR_HEADERS": 1}
 
 _OPTION = re.compile(r"^\s*option\(\s*(\w+)\s+\"[^\"]*\"\s+(\w+)\s*\)", re.M)

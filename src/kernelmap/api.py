@@ -82,7 +82,7 @@ def where(
         live = LiveAnswer(_with_python_sources(qualified, dispatch.live_registrations(qualified)), dispatch.schema_location(qualified), path)
         if path.note:
             notes.append(path.note)
-    steps = _source_steps(str(ops[0].name), device, notes, source) if with_source else ()
+    steps = _source_steps(str(ops[0].name), device, notes, source, dtype) if with_source else ()
     from kernelmap.dispatch.native import overrides as native_overrides
 
     found = native_overrides(str(ops[0].name), static=static, tree=tree)
@@ -133,16 +133,17 @@ def _with_python_sources(op: str, kernels: tuple[Kernel, ...]) -> tuple[Kernel, 
     return tuple(resolved)
 
 
-def _source_steps(op: str, device: str, notes: list[str], source: str | None = None) -> tuple[SourceStep, ...]:
+def _source_steps(op: str, device: str, notes: list[str], source: str | None = None, dtype: str = "float32") -> tuple[SourceStep, ...]:
     """The entry kernel's definition, the first stub kernel and the leaves of
-    `op` on `device`, read off the call graph when a source tree is indexed."""
+    `op` on `device` for inputs of `dtype`, read off the call graph when a
+    source tree is indexed."""
     from kernelmap import graph
     from kernelmap.errors import KernelmapError
 
     if device not in graph.DEVICE_KEYS:
         return ()
     try:
-        context = graph.open_context(device, source=source)
+        context = graph.open_context(device, source=source, dtype=dtype)
     except KernelmapError as e:
         if source is not None:
             raise

@@ -185,7 +185,8 @@ LIBRARIES: tuple[Library, ...] = (
         ops=((_re(r"^aten::(mkldnn_|_mkldnn|onednn)"), None),),
     ),
     Library("NNPACK", closed=False, repository="https://github.com/Maratyszcza/NNPACK", ids=("nnpack",), ops=((_re(r"^aten::_nnpack_spatial"), None),)),
-    Library("MKL", closed=True, ids=("mkl",), calls=_re(r"^(mkl_|MKL_|Dfti[A-Z]|v[sdcz][A-Z][a-z])")),
+    # its vector math: vsExp, and the vmsExp (with a mode) that cpu/vml.h's IMPLEMENT_VML_MKL pastes together
+    Library("MKL", closed=True, ids=("mkl",), calls=_re(r"^(mkl_|MKL_|Dfti[A-Z]|vm?[sdcz][A-Z][a-z])")),
     Library("MKL/pocketfft", closed=False, ids=("pocketfft",), ops=((_re(r"^aten::(_fft_)"), "cpu"),)),
     Library(
         "BLAS",
@@ -240,6 +241,20 @@ def of_call(callee: str) -> Library | None:
     m = _ANY_CALL.match(callee)
     return _CALLERS[int(m.lastgroup[1:])] if m is not None else None
 
+
+
+# The precision a routine is written for, by its library's naming convention: BLAS and LAPACK
+# (sgemm_, cblas_dgemm, LAPACKE_zgeqrf) and MKL's vector math (vsExp, vmdLn): s and c single, d and z double.
+_PRECISION_LETTER = {"blas": re.compile(r"^(?:cblas_|LAPACKE_)?([sdcz])[a-z]"), "mkl": re.compile(r"^vm?([sdcz])[A-Z]")}
+
+
+def precision(callee: str, library_id: str | None) -> str | None:
+    """"single" or "double": the precision a routine of BLAS, LAPACK or MKL's
+    vector math is written for (`vmsExp`, `dgetrf_`); None for another library's."""
+    lib = library(library_id)
+    pattern = _PRECISION_LETTER.get(lib.id) if lib is not None else None
+    m = pattern.match(callee) if pattern is not None else None
+    return None if m is None else ("single" if m.group(1) in "sc" else "double")
 
 def of_conv_backend(backend: str | None) -> Library | None:
     """The library a `ConvBackend` value (`Cudnn`, `Mkldnn`) runs in; None for ATen's own."""

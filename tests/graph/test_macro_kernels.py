@@ -78,7 +78,7 @@ def test_a_cpu_unary_kernel_reaches_its_vectorized_loop_through_a_macro_inside_a
     `IMPLEMENT_VML(exp)` (Note [inline namespaces]). Its lambda's `x.exp()` is
     on a Vectorized, never the exp operator again."""
     use = line_of(tree_2_6, "aten/src/ATen/native/cpu/UnaryOpsKernel.cpp", r"^STATIC_IMPLEMENT_COMPLEX_KERNEL\w*\(exp\)")
-    vml = line_of(tree_2_6, "aten/src/ATen/cpu/vml.h", r"^IMPLEMENT_VML\(exp\)")
+    vml = line_of(tree_2_6, "aten/src/ATen/cpu/vml.h", r"^IMPLEMENT_VML\(log1p\)")  # exp has MKL's specialisations too: the next test
     for op, name in (("exp", "vexp"), ("log1p", "vlog1p")):
         nodes = list(walk(graph.stack(f"aten::{op}", context("cpu")).root))
         [kernel] = {n.name: n for n in nodes if n.name == f"at::native::CPU_CAPABILITY::{op}_kernel"}.values()
@@ -89,4 +89,50 @@ def test_a_cpu_unary_kernel_reaches_its_vectorized_loop_through_a_macro_inside_a
     nodes = list(walk(graph.stack("aten::exp", context("cpu")).root))
     [kernel] = [n for n in nodes if n.name == "at::native::CPU_CAPABILITY::exp_kernel"]
     assert kernel.location.line == use
-    assert vml in {n.location.line for n in walk(kernel) if n.name == "at::vml::CPU_CAPABILITY::vexp"}
+    nodes = list(walk(graph.stack("aten::log1p", context("cpu")).root))
+    assert vml in {n.location.line for n in nodes if n.name == "at::vml::CPU_CAPABILITY::vlog1p"}
+
+
+def test_a_cpu_unary_kernel_ends_in_mkls_vector_math_for_its_precision(context, tree_2_6):
+    """cpu/vml.h (read here) writes `vexp` twice: IMPLEMENT_VML(exp), a
+    template over scalar_t, and IMPLEMENT_VML_MKL(exp, Exp), whose
+    IMPLEMENT_VML_MKL_STUB specialises it for `float` and `double`, calling
+    MKL's `vm##mkltype##mklop`: vmsExp and vmdExp. exp on the CPU ends in
+    the one of the selected precision, at the use that writes it."""
+    from kernelmap import api
+    from tests.graph.conftest import TREE_NAME
+
+    text = (tree_2_6 / "aten/src/ATen/cpu/vml.h").read_text()
+    stub = text[text.index("#define IMPLEMENT_VML_MKL_STUB(op, mklop, type, mkltype)"):]
+    assert "template <>" in stub[:200] and "vm##mkltype##mklop(" in stub[:600]
+    assert re.search(r"IMPLEMENT_VML_MKL_STUB\(op, mklop, float, s\)\s*\\\s*IMPLEMENT_VML_MKL_STUB\(op, mklop, double, d\)", text)
+    use = line_of(tree_2_6, "aten/src/ATen/cpu/vml.h", r"^IMPLEMENT_VML_MKL\(exp, Exp\)")
+    for dtype, routine in (("float32", "vmsExp"), ("float64", "vmdExp")):
+        answer = api.where("aten::exp", device="cpu", dtype=dtype, with_source=True, static=True, source=TREE_NAME)
+        leaves = [s for s in answer.source if s.role == "leaf"]
+        assert [(s.name, s.location.line) for s in leaves[:1]] == [(routine, use)], (dtype, leaves)
+        assert all(s.name not in ("vmsExp", "vmdExp") or s.name == routine for s in leaves)
+        nodes = list(walk(graph.stack("aten::exp", context("cpu", dtype=dtype)).root))
+        vexp = {n.location.line for n in nodes if n.name == "at::vml::CPU_CAPABILITY::vexp"}
+        assert vexp == {use}, (dtype, vexp)  # not IMPLEMENT_VML(exp)'s template: the specialisation for the dtype
+
+
+def test_a_routine_written_for_another_precision_is_a_branch_for_another_dtype(context, tree_2_6):
+    """exponential_kernel (cpu/DistributionKernels.cpp, read here) calls MKL's
+    vdRngExponential under `if constexpr (std::is_same_v<scalar_t, double>)`
+    and vsRngExponential otherwise: the BLAS naming convention (s and c single,
+    d and z double) says which runs for a float32 or a float64 input."""
+    from kernelmap.graph.dtypes import other_precision_reason
+
+    text = (tree_2_6 / "aten/src/ATen/native/cpu/DistributionKernels.cpp").read_text()
+    body = text[text.index("if constexpr (std::is_same_v<scalar_t, double>) {"):]
+    assert body.index("vdRngExponential(") < body.index("} else {") < body.index("vsRngExponential(")
+    for dtype, taken, other in (("float32", "vsRngExponential", "vdRngExponential"), ("float64", "vdRngExponential", "vsRngExponential")):
+        nodes = list(walk(graph.stack("aten::exponential_", context("cpu", dtype=dtype)).root))
+        assert [n for n in nodes if n.name == taken] and all(not n.attrs.get("branch") for n in nodes if n.name == taken)
+        assert [n for n in nodes if n.name == other] and all("precision routine, not for" in n.attrs.get("branch", "") for n in nodes if n.name == other)
+    assert other_precision_reason("cblas_zgemm", "blas", "float32") == "a double-precision routine, not for float32"
+    assert other_precision_reason("sgeqrf_", "blas", "complex128") == "a single-precision routine, not for complex128"
+    # a routine of no such convention, or a dtype of neither precision, decides nothing
+    assert other_precision_reason("cublasDgemm", "cublas", "float32") is None and other_precision_reason("mkl_gemm_batched", "mkl", "float32") is None
+    assert other_precision_reason("vmdExp", "mkl", "bfloat16") is None

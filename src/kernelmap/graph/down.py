@@ -526,8 +526,11 @@ def parameters(definition, ctx: GraphContext) -> list[str] | None:
     text = "\n".join(lines[start : min(len(lines), (definition.location.end_line or start + 1), start + 40)])
     short = definition.name.rsplit("::", 1)[-1]
     opened = _call_open(text, short)
-    if opened is None:
-        return None
+    return None if opened is None else _parameters_from(text, opened)
+
+
+def _parameters_from(text: str, opened: int) -> list[str]:
+    """The parameter declarations of the declarator whose `(` ends before `opened` in `text`."""
     depth, i, params, current = 1, opened, [], []
     while i < len(text) and depth:
         ch = text[i]
@@ -669,21 +672,50 @@ _DTYPE_TYPES = {
 _POINTER_PARAM = re.compile(r"^(?:const\s+)?([\w:]+(?:<[\w:<> ]*>)?)\s*(?:const\s*)?\*")
 
 
-def _element_types(definition, ctx: GraphContext) -> tuple[str | None, set[str]]:
-    """(the explicit specialisation `gemm<float>`, the element types of its pointer parameters) of a definition."""
-    lines = file_lines(ctx.index.tree.root / definition.location.path)
+def _element_types(definition, ctx: GraphContext) -> list[tuple[str | None, set[str]]]:
+    """(the explicit specialisation `gemm<float>`, the element types of its
+    pointer parameters) of a definition; of each function of its name that a
+    macro's use writes there (cpu/vml.h's `IMPLEMENT_VML_MKL(exp, Exp)`: a
+    `vexp` for `float *` and one for `double *`)."""
+    path = ctx.index.tree.root / definition.location.path
+    lines = file_lines(path)
     line = lines[definition.location.line - 1] if definition.location.line <= len(lines) else ""
     short = definition.name.rsplit("::", 1)[-1]
+    if _call_open(line, short) is None:  # the name is not written on its line: a macro's use
+        expanded = _macro_expansion(path, definition.location.line)
+        if expanded:
+            found, at = [], _call_open(expanded, short)
+            while at is not None:
+                found.append(_declared_types(expanded[expanded.rfind("\n", 0, at) + 1 : at], short, _parameters_from(expanded, at)))
+                following = _call_open(expanded[at:], short)
+                at = None if following is None else at + following
+            return found
+    return [_declared_types(line, short, parameters(definition, ctx) or ())]
+
+
+def _declared_types(line: str, short: str, params) -> tuple[str | None, set[str]]:
     m = re.search(rf"\b{re.escape(short)}\s*<\s*([\w:<> ]+?)\s*>\s*\(", line)
     special = m.group(1).replace(" ", "").rsplit("::", 1)[-1] if m else None
     if special and "<" in m.group(1):
         special = _bare_type(m.group(1))
     pointers = set()
-    for p in parameters(definition, ctx) or ():
+    for p in params:
         pm = _POINTER_PARAM.match(p)
         if pm:
             pointers.add(_bare_type(pm.group(1)))
     return special, pointers
+
+
+@functools.lru_cache(maxsize=256)
+def _macro_expansion(path: Path, line: int) -> str | None:
+    from kernelmap.source import extract
+
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    expanded = extract.macro_expansion(data, line)
+    return None if expanded is None else expanded.decode("utf-8", "replace")
 
 
 def _bare_type(text: str) -> str:
@@ -701,10 +733,10 @@ def by_dtype(definitions: list, ctx: GraphContext) -> list:
         return definitions
     special, typed = [], []
     for d in definitions:
-        spec, pointers = _element_types(d, ctx)
-        if spec is not None and spec in wanted:
+        declared = _element_types(d, ctx)
+        if any(spec is not None and spec in wanted for spec, _ in declared):
             special.append(d)
-        elif spec is None and pointers and pointers <= wanted:
+        elif any(spec is None and pointers and pointers <= wanted for spec, pointers in declared):
             typed.append(d)
     return special or typed
 
@@ -925,6 +957,8 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
             condition = f"{condition}  #if {site.preproc}" if condition else f"#if {site.preproc}"
         branch = other_device_reason(site.condition, ctx.device) or other_device_reason(site.preproc, ctx.device)
         branch = branch or dtypes.other_dtype_reason(site.condition, ctx.dtype)
+        if site.kind is EdgeKind.VENDOR:
+            branch = branch or dtypes.other_precision_reason(site.callee, site.library, ctx.dtype)
         for around in site.outer:  # Note [conditions around a call]
             branch = branch or other_device_reason(around, ctx.device) or dtypes.other_dtype_reason(around, ctx.dtype)
         child = _site_node(site, definition, ctx, condition, bound)
@@ -1172,16 +1206,23 @@ _TENSOR_RECEIVERS = frozenset(("Variable", "MaybeOwned", "ExclusivelyOwned", "IV
 
 def _tensor_receiver(site, caller, ctx: GraphContext) -> bool:
     """Whether a member call named like an operator (`.equal`, `.add_`) may be
-    made on a Tensor: not when every declaration of its receiver in the caller
-    has another type (`exp_scalar.equal(.5)` on a `const Scalar& exp_scalar`
-    is c10::Scalar::equal, `a.exp()` on a `Vectorized<scalar_t> a` is
-    Vectorized::exp: no operator). True when no declaration can be read.
-    Never in ATen's vectorized math, which works on raw arrays and Vectorized
-    (`x.log1p()` on a `vec_t x` in vlog1p)."""
+    made on a Tensor: not when the receiver's declaration nearest above the
+    call has another type (`exp_scalar.equal(.5)` on a `const Scalar&
+    exp_scalar` is c10::Scalar::equal; `a.exp()` in sigmoid_kernel's
+    Vectorized lambda, on its `Vectorized<scalar_t> a`, is Vectorized::exp,
+    though the scalar lambda above declares a `scalar_t a`: no operator).
+    A receiver that is an expression (another call's result, or one in
+    parentheses) is taken to be a Tensor unless the first variable in it is
+    of another type (`x_vec.neg().exp()` on a `Vectorized<scalar_t> x_vec`,
+    `(x - Vec(max_input)).exp()` on a `Vec x`: Vectorized's methods and
+    operators give Vectorized).
+    True when no declaration can be read. Never in ATen's vectorized math,
+    which works on raw arrays and Vectorized (`x.log1p()` on a `vec_t x` in
+    vlog1p)."""
     if caller.location.path == VECTORIZED_MATH:
         return False
-    declared = receiver_declarations(site, caller, ctx)
-    return not declared or any(_tensor_like(t) for t in declared)
+    declared = receiver_declarations(site, caller, ctx) or receiver_declarations(site, caller, ctx, through_call=True)
+    return not declared or _tensor_like(declared[-1])
 
 
 def _tensor_like(declared: str) -> bool:
@@ -1810,10 +1851,13 @@ def receiver_type(site, caller, ctx: GraphContext) -> str | None:
     return name if name[:1].isupper() or "::" in name else None
 
 
-def receiver_declarations(site, caller, ctx: GraphContext) -> list[str]:
+def receiver_declarations(site, caller, ctx: GraphContext, through_call: bool = False) -> list[str]:
     """Every type the receiver of a member call is declared with in the
     calling definition, up to the call, in order (an inner scope or a lambda
-    may declare the name again); the class `this` is in for `this->`."""
+    may declare the name again); the class `this` is in for `this->`.
+    `through_call`: of a receiver that is an expression, another call's
+    result (`x_vec.neg().exp()`) or one in parentheses (`(x -
+    Vec(max_input)).exp()`), the first variable in it declared in the caller."""
     lines = file_lines(ctx.index.tree.root / site.location.path)
     if site.location.line > len(lines):
         return []
@@ -1823,19 +1867,82 @@ def receiver_declarations(site, caller, ctx: GraphContext) -> list[str]:
     # `\b(\w+)\s*(?:\.|->)\s*METHOD\s*(?:<[^()]*>)?\s*\(`, leftmost, read without
     # compiling a pattern per method: the receiver and its `.`/`->` have one end
     # each, so the method is looked for right there, then what follows it
-    variable = None
+    variables: list[str] = []
     if method[:1].isspace():
         m = re.search(rf"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*{re.escape(method)}\s*(?:<[^()]*>)?\s*\(", line)
-        variable = m.group(1) if m else None
+        variables = [m.group(1)] if m else []
+    elif not through_call:
+        variables = [m.group(1) for m in _RECEIVER.finditer(line) if line.startswith(method, m.end()) and _CALL_TAIL.match(line, m.end() + len(method))][:1]
     else:
-        for m in _RECEIVER.finditer(line):
-            if line.startswith(method, m.end()) and _CALL_TAIL.match(line, m.end() + len(method)):
-                variable = m.group(1)
+        variables = _expression_variables(line, method)
+    for variable in variables:
+        if variable == "this":
+            return [caller.lookup.rsplit("::", 2)[-2]] if caller.lookup.count("::") >= 1 else []
+        found = _declarations(variable, site, caller, lines)
+        if found:
+            return found
+    return []
+
+
+def _expression_variables(line: str, method: str) -> list[str]:
+    """The variables a receiver that is an expression starts from, for the
+    first `.METHOD(` of `line` whose receiver is one: of calls on calls
+    (`x_vec.exp().log1p().tanh(`), the variable the first is made on; of an
+    expression in parentheses (`(a - b).abs().neg().exp(`), the names in it
+    that are no call, type or namespace, outside the arguments of its calls
+    (`max_vec` of `(Vec::loadu(data + d) - max_vec).exp(`)."""
+    for m in re.finditer(rf"(?:\.|->)\s*{re.escape(method)}\s*\(", line):
+        j = m.start() - 1
+        while j >= 0 and line[j].isspace():
+            j -= 1
+        if j < 0 or line[j] != ")":
+            continue  # a plain variable's member call: not an expression
+        while j >= 0 and line[j] == ")":
+            opened = _opening(line, j)
+            if opened is None:
                 break
-    if variable is None:
-        return []
-    if variable == "this":
-        return [caller.lookup.rsplit("::", 2)[-2]] if caller.lookup.count("::") >= 1 else []
+            k = opened - 1
+            while k >= 0 and line[k].isspace():
+                k -= 1
+            name_end = k + 1
+            while k >= 0 and (line[k].isalnum() or line[k] == "_"):
+                k -= 1
+            if k + 1 == name_end or line[k + 1 : name_end] in _KEYWORDS_BEFORE_EXPRESSIONS:  # `(...)` is the expression itself
+                flat = line[opened + 1 : j]
+                while flat != (flat := re.sub(r"\([^()]*\)", "()", flat)):
+                    pass  # what nested parentheses hold is arguments, not the expression's own operands
+                return [w.group(1) for w in re.finditer(r"\b([A-Za-z_]\w*)\b(?!\s*(?:\(|::|<))", flat) if not w.group(1)[0].isupper()]
+            while k >= 0 and line[k].isspace():
+                k -= 1
+            if k >= 1 and line[k] == "." or line[k - 1 : k + 1] == "->":  # `.name(...)`: a call on what stands before
+                j = k - (2 if line[k] == ">" else 1)
+                while j >= 0 and line[j].isspace():
+                    j -= 1
+                if j >= 0 and (line[j].isalnum() or line[j] == "_"):
+                    e = j + 1
+                    while j >= 0 and (line[j].isalnum() or line[j] == "_"):
+                        j -= 1
+                    return [line[j + 1 : e]]
+                continue
+            break  # a free function's call (`f(x).exp(`): no variable
+    return []
+
+
+_KEYWORDS_BEFORE_EXPRESSIONS = frozenset(("return", "co_return", "case", "throw", "else", "do", "and", "or", "not"))
+
+
+def _opening(line: str, close: int) -> int | None:
+    """Where the `(` that the `)` at `close` closes is, if on the line."""
+    depth = 0
+    for i in range(close, -1, -1):
+        depth += (line[i] == ")") - (line[i] == "(")
+        if depth == 0:
+            return i
+    return None
+
+
+def _declarations(variable: str, site, caller, lines) -> list[str]:
+    """The types `variable` is declared with in `caller`, above the call `site`, in order."""
     start = caller.location.line - 1
     if start >= site.location.line:  # the call is written in the body of the macro whose use defines the caller
         start = macro_start(lines, site.location.line)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import re
 
+from kernelmap import vendors
 from kernelmap.graph.rules import balanced
 
 # torch dtype name -> (ScalarType, C++ element type as ATen spells it)
@@ -161,6 +162,20 @@ def other_dtype_reason(condition: str | None, dtype: str | None) -> str | None:
         return None
     return f"a branch for another dtype than {canonical(dtype)}"
 
+
+
+_PRECISIONS = {"float32": "single", "complex64": "single", "float64": "double", "complex128": "double"}
+
+
+def other_precision_reason(callee: str, library_id: str | None, dtype: str | None) -> str | None:
+    """Why a call of a vendor's routine written for another precision (`vmdExp`
+    for double beside `vmsExp` in one macro's expansion, cpu/vml.h) does not run
+    for `dtype`; None when it may (a dtype of neither precision decides nothing)."""
+    wanted = _PRECISIONS.get(canonical(dtype) or "")
+    written = vendors.precision(callee, library_id) if wanted else None
+    if written is None or written == wanted:
+        return None
+    return f"a {written}-precision routine, not for {canonical(dtype)}"
 
 # AT_DISPATCH_CASE(at::ScalarType::Float, ...) of a generated ufunc kernel
 _CASE = re.compile(r"AT_DISPATCH_CASE\(\s*(?:at::|c10::)?ScalarType::(\w+)")

@@ -35,7 +35,9 @@ grain_size`, for_each's parallel_for) ranks after every end reached without
 one. Likewise the general case: answers are for a tensor of some elements, so
 an end reached only through an arm for an empty, zero-dimensional or
 one-element input (sort's `if (self.dim() == 0 && self.numel() == 1)`, which
-copies the one value) ranks after every end reached without one, and that
+copies the one value), or for one value of a scalar argument (pow's `if
+(exp_scalar.equal(.5))`, which takes a square root), ranks after every end
+reached without one, and that
 test's `else`, the general case, counts as no `else` arm below (median on CUDA
 sorts, through that `else`, before its at::where picks the middle value). Then
 the storage: an end reached through growing a tensor's storage
@@ -101,8 +103,10 @@ from kernelmap.model import CallNode, CallTree, NodeKind
 _KIND_RANK = {NodeKind.VENDOR: 0, NodeKind.LAUNCH: 1, NodeKind.DEVICE_LOOP: 2, NodeKind.INNER_LOOP: 3}
 # `numel < grain_size`, `slice_size >= at::internal::GRAIN_SIZE`: a test of the input's size
 _GRAIN_TEST = re.compile(r"\w\s*(>=|>|<=|<)\s*(?:at::)?(?:internal::)?(?:GRAIN_SIZE|grain_size)\b")
-# `self.numel() == 0`, `x.dim() == 0`, `t.numel() <= 1`, `self.is_empty()`: a test for an empty, zero-dimensional or one-element input
-_TRIVIAL_TEST = re.compile(r"[\w.\->()\[\]]*?(?:\b(?:dim|ndimension)\(\)\s*(?:==|<=)\s*0|\bnumel\(\)\s*(?:(?:==|<=)\s*[01]|<\s*[12])|\bis_empty\(\)|\bsizes\(\)\.empty\(\))")
+# `self.numel() == 0`, `x.dim() == 0`, `t.numel() <= 1`, `self.is_empty()`: a test for an empty, zero-dimensional or one-element input;
+# `exp_scalar.equal(.5)`, `exp.equal(true)`: for a scalar argument of one value (pow's sqrt for an exponent of 0.5)
+_TRIVIAL_TEST = re.compile(r"[\w.\->()\[\]]*?(?:\b(?:dim|ndimension)\(\)\s*(?:==|<=)\s*0|\bnumel\(\)\s*(?:(?:==|<=)\s*[01]|<\s*[12])|\bis_empty\(\)|\bsizes\(\)\.empty\(\)"
+                           r"|\bequal\(\s*(?:-?\d*\.?\d+|true|false)\s*\))")
 # An arm's test, its `else`, and what follows the test: the condition's `#if` or a bound name (`; stub = abs_stub`).
 _ARM = re.compile(r"(else of )?if \((.*?)\)(?:$|\s\s#if |; )")
 # Whether an optional argument is given: `reduce.has_value()` (Note [ranking a call's ends]).
@@ -485,8 +489,9 @@ def other_layouts_only(condition: str | None) -> bool:
 
 def for_trivial_inputs(condition: str | None) -> bool:
     """Whether an arm runs only for an empty, zero-dimensional or one-element
-    input (Note [ranking a call's ends]): `if (self.dim() == 0 && ...)`, a
-    conjunct made of such tests only; never an `else` arm."""
+    input, or one value of a scalar argument (Note [ranking a call's ends]):
+    `if (self.dim() == 0 && ...)`, `if (exp_scalar.equal(.5))`, a conjunct
+    made of such tests only; never an `else` arm."""
     if not condition or not condition.startswith("if (") or not _TRIVIAL_TEST.search(condition):
         return False
     return any(all(_TRIVIAL_TEST.fullmatch(alternative) for alternative in terms(conjunct, "||")) for conjunct in terms(condition[3:], "&&"))

@@ -746,6 +746,24 @@ def _expanded_lines(macros: dict[bytes, _Macro], name: bytes, args: list[tuple[b
     return table
 
 
+
+def macro_expansion(data: bytes, line: int) -> bytes | None:
+    """What the use, starting at `line`, of a macro the file defines to write
+    functions expands to (Note [definitions written by macros]): cpu/vml.h's
+    `IMPLEMENT_VML_MKL(exp, Exp)` is `template <> inline void vexp(float * out,
+    ...)` and its double twin. None when no such use starts there."""
+    if b"define" not in data:
+        return None
+    _, macros = _local_macros(data, data)
+    for at, name, args, close in _macro_uses(data, macros):
+        use_line = data.count(b"\n", 0, at) + 1
+        if use_line == line:
+            table = _expanded_lines(macros, name, [(a.replace(b"\n", b" "), use_line, True) for a, _ in args], use_line)
+            return None if table is None else b"\n".join(text for text, _, _, _ in table)
+        if use_line > line:
+            break
+    return None
+
 # Note [calls in function-local macros]
 # `#define HANDLE_SORT_CASE(TYPE, A) sorter.template sort<A>(keyInfo, ...)`
 # written inside sortCommon's body (cuda/Sort.cu), then used in it: the

@@ -124,6 +124,22 @@ def test_only_a_test_for_an_empty_or_one_element_input_is_an_arm_for_trivial_inp
     assert not for_trivial_inputs("if (x.dim() == 1)") and not for_trivial_inputs("if (self.numel() < 20)")
     assert not for_trivial_inputs("if (!self.is_empty())") and not for_trivial_inputs("if (self.numel() == 0 || dim > 2)")
     assert not for_trivial_inputs("else of if (self.numel() == 0)") and not for_trivial_inputs(None)
+    # one value of a scalar argument: pow's fast specialisations
+    assert for_trivial_inputs("if (exp_scalar.equal(.5))") and for_trivial_inputs("if (exp.equal(0.0) || exp.equal(false))")
+    assert not for_trivial_inputs("if (x.equal(y))") and not for_trivial_inputs("else of if (exp_scalar.equal(-0.5))")
+
+
+def test_pow_of_a_scalar_ends_in_its_general_loop_not_in_the_square_root_of_an_exponent_of_a_half(tree_2_6, context):
+    """pow_tensor_scalar_kernel (cpu/PowKernel.cpp, read here) returns
+    sqrt_kernel(iter) under `if (exp_scalar.equal(.5))`, a fast specialisation
+    for one exponent: the ends of that arm rank after the general case's."""
+    text = (tree_2_6 / "aten/src/ATen/native/cpu/PowKernel.cpp").read_text()
+    body = text[text.index("static void pow_tensor_scalar_kernel("):]
+    assert body.index("if (exp_scalar.equal(.5)) {") < body.index("return sqrt_kernel(iter);") < body.index("pow_tensor_scalar_optimized_kernel<")
+    ends = call_ends(graph_stack("aten::pow.Tensor_Scalar", context("cpu")))
+    special = [i for i, e in enumerate(ends) if any(n.condition and "exp_scalar.equal(.5)" in n.condition for n in e.path)]
+    assert special and 0 not in special and all(ends[i].rank[2] > 0 for i in special), [e.node.name for e in ends]
+    assert not any(n.condition and n.condition.startswith("if (") and ".equal(" in n.condition for n in ends[0].path)  # only their else arms
 
 
 def test_median_on_cuda_ends_in_its_sort_not_in_the_where_that_picks_the_middle(tree_2_6, context, indexed_tree):

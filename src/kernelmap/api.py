@@ -180,6 +180,8 @@ def _source_steps(op: str, device: str, notes: list[str], source: str | None = N
         roles["stub kernel"] = SourceStep("stub kernel", stub.name, stub.location, detail)
     leaves: dict[str, SourceStep] = {}
     for end in ends:  # Note [ranking a call's ends]
+        if end.iteration and end is not ends[0]:
+            continue  # the loop an end above runs in (sort's std::sort, in _dim_apply's for_each): named when nothing else is
         if end.node.name not in leaves and len(leaves) < 3:
             detail = str(end.node.attrs.get("library") or end.node.condition or "")
             if end.opted_by is not None:  # no end is reached at the defaults before this one: say so

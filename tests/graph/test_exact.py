@@ -751,10 +751,15 @@ def test_a_launcher_passed_as_a_temporary_with_arguments_is_followed(tree_2_6, o
 def test_a_check_of_the_inputs_is_not_the_work(tree_2_6):
     """repeat_interleave (Repeat.h, read here) checks `(repeats >= 0).all()` inside
     TORCH_CHECK, after the cumsum that is its work: the all()'s reduction is
-    marked as the check's, and the stub kernel is cumsum's."""
+    marked as the check's, and the stub kernel and the first leaf are cumsum's
+    (its kernel's own loop over its iterator, cpu_cum_base_kernel's, read here)."""
     text = (tree_2_6 / "aten/src/ATen/native/Repeat.h").read_text()
     assert re.search(r"TORCH_CHECK\(\s*\(repeats >= 0\)\.all\(\)", text) and "repeats.cumsum(0)" in text
     kernel = re.search(r"REGISTER_DISPATCH\(cumsum_stub, &(\w+)\)", (tree_2_6 / "aten/src/ATen/native/cpu/ReduceOpsKernel.cpp").read_text()).group(1)
+    ops_kernel = (tree_2_6 / "aten/src/ATen/native/cpu/ReduceOpsKernel.cpp").read_text()
+    base = ops_kernel[ops_kernel.index("static inline void cpu_cum_base_kernel("):]
+    assert "iter.for_each(loop, grain_size);" in base[: base.index("\n}\n")]
     roles, leaves = steps("aten::repeat_interleave.Tensor", "cpu")
     assert roles["stub kernel"].name.endswith(f"::{kernel}")
-    assert leaves and all("inside TORCH_CHECK" in leaf.detail for leaf in leaves)
+    assert leaves[0].name == "at::TensorIteratorBase::for_each" and "inside TORCH_CHECK" not in leaves[0].detail
+    assert leaves[1:] and all("inside TORCH_CHECK" in leaf.detail for leaf in leaves[1:])

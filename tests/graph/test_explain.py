@@ -220,10 +220,11 @@ def _line(tree_root, path: str, pattern: str, start: int = 1) -> int:
 
 
 def test_a_cpu_reduction_is_explained_down_to_the_work_its_stub_kernel_calls(context, tree_2_6):
-    """sum's CPU kernel hands its work to cascade_sum, no loop machinery: explain
-    follows the stub to sum_kernel_impl, names the AT_DISPATCH with a float
-    case (not the integral one sum_kernel_impl tests first) and the call of
-    cascade_sum, each at its line."""
+    """sum's CPU kernel hands its work to cascade_sum, which runs its own
+    `iter.parallel_reduce(...)`, not cpu_kernel_vec: explain follows the stub
+    to sum_kernel_impl, names the AT_DISPATCH with a float case (not the
+    integral one sum_kernel_impl tests first) and the reduction's loop at
+    its call in cascade_sum, each at its line."""
     steps = by_title(explain("aten::sum.dim_IntList", context("cpu")))
     ops, kernel = "aten/src/ATen/native/ReduceOps.cpp", "aten/src/ATen/native/cpu/SumKernel.cpp"
     assert steps["native kernel"].location.line == _line(tree_2_6, ops, r"^TORCH_IMPL_FUNC\(sum_out\)")
@@ -234,8 +235,10 @@ def test_a_cpu_reduction_is_explained_down_to_the_work_its_stub_kernel_calls(con
     assert integral < floating  # the case float32 takes is not the first macro of the kernel
     dtype = steps["dtype switch"]
     assert (dtype.location.path, dtype.location.line) == (kernel, floating) and "Float case runs" in dtype.summary
-    work = steps["kernel work"]
-    assert (work.location.path, work.location.line) == (kernel, _line(tree_2_6, kernel, r"^\s*cascade_sum<", floating))
+    loop = steps["device loop / launch"]
+    cascade = _line(tree_2_6, kernel, r"^void cascade_sum\(")
+    assert (loop.location.path, loop.location.line) == (kernel, _line(tree_2_6, kernel, r"^\s*iter\.parallel_reduce\(", cascade))
+    assert loop.summary.startswith("at::TensorIteratorBase::parallel_reduce runs the per-element loop")
 
 
 def test_a_cuda_reduction_shows_its_machinery_and_the_branch_float32_takes(context, tree_2_6):

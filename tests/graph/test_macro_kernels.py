@@ -136,3 +136,40 @@ def test_a_routine_written_for_another_precision_is_a_branch_for_another_dtype(c
     # a routine of no such convention, or a dtype of neither precision, decides nothing
     assert other_precision_reason("cublasDgemm", "cublas", "float32") is None and other_precision_reason("mkl_gemm_batched", "mkl", "float32") is None
     assert other_precision_reason("vmdExp", "mkl", "bfloat16") is None
+
+
+def test_a_kernels_own_loop_over_its_iterator_is_a_device_loop(context, tree_2_6):
+    """cascade_sum (cpu/SumKernel.cpp, read here) runs its reduction in
+    `iter.parallel_reduce(...)`, and the unary kernels IMPLEMENT_FLOAT_KERNEL
+    writes (cpu/UnaryOpsKernel.cpp, read here) theirs in `iter.for_each(...)`,
+    not through cpu_kernel_vec: each is a device loop, at TensorIteratorBase's
+    definition of the method, called at the kernel's line; so is a loop over
+    an `auto` the kernel sets to an iterator it builds."""
+    from kernelmap import api
+    from tests.graph.conftest import TREE_NAME
+
+    summing = (tree_2_6 / "aten/src/ATen/native/cpu/SumKernel.cpp").read_text().splitlines()
+    cascade = next(i for i, t in enumerate(summing, 1) if t.startswith("void cascade_sum("))
+    called = next(i for i in range(cascade, len(summing)) if "iter.parallel_reduce(" in summing[i - 1])
+    reduce_cpp = (tree_2_6 / "aten/src/ATen/native/TensorIteratorReduce.cpp").read_text().splitlines()
+    defined = next(i for i, t in enumerate(reduce_cpp, 1) if t.startswith("void TensorIteratorBase::parallel_reduce("))
+    answer = api.where("aten::sum.dim_IntList", device="cpu", with_source=True, static=True, source=TREE_NAME)
+    leaves = [s for s in answer.source if s.role == "leaf"]
+    assert [(s.name, s.location.path, s.location.line) for s in leaves[:1]] == [
+        ("at::TensorIteratorBase::parallel_reduce", "aten/src/ATen/native/TensorIteratorReduce.cpp", defined)]
+    loops = [n for n in walk(graph.stack("aten::sum.dim_IntList", context("cpu")).root) if n.name == "at::TensorIteratorBase::parallel_reduce"]
+    assert loops and all(n.kind is NodeKind.DEVICE_LOOP and n.attrs["call_site"].line == called for n in loops)
+    text = (tree_2_6 / "aten/src/ATen/native/cpu/UnaryOpsKernel.cpp").read_text()
+    assert "iter.for_each(IMPLEMENT_ITERATOR_LAMBDA(op), grain_size);" in text[text.index("#define IMPLEMENT_FLOAT_KERNEL(op)"):]
+    leaves = [s for s in api.where("aten::exp", device="cpu", dtype="bfloat16", with_source=True, static=True, source=TREE_NAME).source if s.role == "leaf"]
+    assert "at::TensorIteratorBase::for_each" in [s.name for s in leaves]
+    # an `auto` the kernel sets to the iterator it builds: compare_base_kernel_core's, which max.dim's kernel calls
+    compare = (tree_2_6 / "aten/src/ATen/native/cpu/TensorCompareKernel.cpp").read_text()
+    core = compare[compare.index("static inline void compare_base_kernel_core("):]
+    core = core[: core.index("\n}\n")]
+    assert core.index("auto iter = TensorIteratorConfig()") < core.index("iter.for_each(loop")
+    leaves = [s for s in api.where("aten::max.dim", device="cpu", with_source=True, static=True, source=TREE_NAME).source if s.role == "leaf"]
+    assert leaves and leaves[0].name == "at::TensorIteratorBase::for_each"
+    # the machinery's own calls stay its steps: cpu_kernel_vec's for_each is no device loop of its own
+    nodes = list(walk(graph.stack("aten::add.Tensor", context("cpu")).root))
+    assert not [n for n in nodes if n.kind is NodeKind.DEVICE_LOOP and n.name.startswith("at::TensorIteratorBase::")]

@@ -1158,6 +1158,10 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: di
         callee = f"{argument}::{rest}" if rest else argument
         site = dataclasses.replace(site, callee=callee, name=callee.rsplit("::", 1)[-1])
         condition = f"{condition}; {parameter} = {argument}" if condition else f"{parameter} = {argument}"
+    if site.callee in _ITERATOR_LOOPS and ctx.index is not None:
+        loop = _iterator_loop(site, caller, ctx, condition)
+        if loop is not None:
+            return loop
     candidates = _resolve_direct(site, caller, ctx)
     if not candidates:
         return None
@@ -1708,6 +1712,55 @@ def _device_loop(site, caller, ctx: GraphContext, condition: str | None) -> Node
     if len(loops) > 1:
         attrs["candidates"] = len(loops)
     return Node(site.callee, NodeKind.DEVICE_LOOP, d.location, site.kind, condition, attrs, payload=d, identity=("cpp", d.name, str(d.location)))
+
+
+# A kernel's own loop over a TensorIterator, not through cpu_kernel_vec: `iter.for_each(loop, grain_size)`
+# (the unary kernels IMPLEMENT_FLOAT_KERNEL writes), `iter.parallel_reduce(loop)` (cascade_sum's).
+_ITERATOR_LOOPS = (".for_each", ".serial_for_each", ".parallel_reduce")
+_ITERATORS = ("TensorIterator", "TensorIteratorBase")
+
+
+def _iterator_loop(site, caller, ctx: GraphContext, condition: str | None) -> Node | None:
+    """A kernel's own `iter.for_each(...)`, `serial_for_each` or
+    `parallel_reduce` on a TensorIterator (declared so, or an `auto` set to
+    one it builds): a device loop as cpu_kernel_vec is, at TensorIteratorBase's definition of the method; the loop it runs is
+    the lambda at the call, whose calls are the kernel's. Not the machinery's
+    own calls of it (Note [device loop machinery])."""
+    from kernelmap.graph import loops
+
+    if caller.location.path.startswith((*loops.MACHINERY_FILES, *LOOP_HEADERS, *_REDUCTION_MACHINERY)):
+        return None
+    receiver = receiver_type(site, caller, ctx)
+    if (receiver is None or receiver.rsplit("::", 1)[-1] not in _ITERATORS) and not _made_iterator(site, caller, ctx):
+        return None
+    found = ctx.index.definitions(f"at::TensorIteratorBase::{site.callee[1:]}")
+    found = [d for d in found if d.location.path.endswith(".cpp")] or found  # the loop2d_t overload the others wrap
+    if not found:
+        return None
+    d = found[0]
+    attrs: dict[str, Any] = {"call_site": site.location, "symbol_kind": d.symbol.kind, "loop": "iteration"}
+    return Node(d.name, NodeKind.DEVICE_LOOP, d.location, EdgeKind.DIRECT, condition, attrs, payload=d, identity=("cpp", d.name, str(d.location)))
+
+
+def _made_iterator(site, caller, ctx: GraphContext) -> bool:
+    """Whether the receiver of a member call is an `auto` the caller sets to a
+    TensorIterator it builds above the call (`auto iter =
+    TensorIteratorConfig()...build();`, compare_base_kernel's)."""
+    lines = file_lines(ctx.index.tree.root / site.location.path)
+    if site.location.line > len(lines):
+        return False
+    m = re.search(rf"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*{re.escape(site.callee[1:])}\s*\(", lines[site.location.line - 1])
+    if m is None:
+        return False
+    start = caller.location.line - 1
+    if start >= site.location.line:  # the call is written in the body of the macro whose use defines the caller
+        start = macro_start(lines, site.location.line)
+    made = re.compile(rf"\bauto\s+{re.escape(m.group(1))}\s*=\s*(?:at::)?TensorIterator(?:Config|Base)?\b")
+    return any(made.search(lines[i]) for i in range(start, site.location.line))
+
+
+# The CPU reductions' own machinery: binary_kernel_reduce's loops, and parallel_reduce itself.
+_REDUCTION_MACHINERY = ("aten/src/ATen/native/cpu/Reduce.h", "aten/src/ATen/native/TensorIteratorReduce.cpp")
 
 
 def _all_distinct_conditions(candidates) -> bool:

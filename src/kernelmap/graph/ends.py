@@ -52,7 +52,10 @@ is where a call really ends, then a launch of device code, then the loop
 machinery, then the inner loop, with the C library's block copies
 (index_select's memcpy of a row) and the C++ standard library's sorts (a CPU
 sort's std::sort of a row) as inner loops: they are the loop that copies or
-sorts, not a library's work. Among ends of one kind, calls that do the work
+sorts, not a library's work; last a kernel's own loop over its TensorIterator
+(`iter.for_each(...)`, cascade_sum's `iter.parallel_reduce(...)`: Note
+[device loop machinery] in graph.loops), as what its lambda calls is the
+work where it calls any (the std::sort in sort's _dim_apply, exp's vmsExp). Among ends of one kind, calls that do the work
 (cudnnConvolutionForward, cudnnBackendExecute, cufftXtExec, a gemm, a
 *_kernel, by its own name, not its class's: dnnl::ukernel::brgemm's
 release_hw_context sets up; a launch of device code, whatever its name:
@@ -101,6 +104,7 @@ from kernelmap.graph.rules import balanced, schema_arguments, terms
 from kernelmap.model import CallNode, CallTree, NodeKind
 
 _KIND_RANK = {NodeKind.VENDOR: 0, NodeKind.LAUNCH: 1, NodeKind.DEVICE_LOOP: 2, NodeKind.INNER_LOOP: 3}
+_ITERATION_RANK = 4  # a kernel's own `iter.for_each(...)` (Note [ranking a call's ends])
 # `numel < grain_size`, `slice_size >= at::internal::GRAIN_SIZE`: a test of the input's size
 _GRAIN_TEST = re.compile(r"\w\s*(>=|>|<=|<)\s*(?:at::)?(?:internal::)?(?:GRAIN_SIZE|grain_size)\b")
 # `self.numel() == 0`, `x.dim() == 0`, `t.numel() <= 1`, `self.is_empty()`: a test for an empty, zero-dimensional or one-element input;
@@ -157,6 +161,12 @@ class End:
                 if condition and _ENUMERATOR_CASE.match(condition):
                     return condition.split("  #if ", 1)[0]
         return None
+
+    @property
+    def iteration(self) -> bool:
+        """Whether the end is a kernel's own loop over its TensorIterator
+        (`iter.for_each(...)`), whose lambda's calls are the work where there are any."""
+        return self.rank[5] == _ITERATION_RANK
 
     @property
     def for_other_layouts(self) -> bool:
@@ -218,7 +228,12 @@ def _end(node: CallNode, path: tuple[CallNode, ...], order: int, arguments: _Arg
     opting = [(c, f) for n, f in zip(path, flags) for c in reversed(_conditions(n)) if arguments.opts(c, f)]
     layouts = sum(1 for n in path if any(map(other_layouts_only, _conditions(n))))
     growths = sum(1 for n in path if _STORAGE_GROWTH.search(n.name) or any(map(in_check, _conditions(n))))
-    kind = _KIND_RANK[NodeKind.INNER_LOOP] if library is not None and library.inner_loop else _KIND_RANK[node.kind]
+    if library is not None and library.inner_loop:
+        kind = _KIND_RANK[NodeKind.INNER_LOOP]
+    elif node.kind is NodeKind.DEVICE_LOOP and node.attrs.get("loop") == "iteration":
+        kind = _ITERATION_RANK  # a kernel's own loop over its iterator: its lambda's calls are the work
+    else:
+        kind = _KIND_RANK[node.kind]
     return End(node, path, (len(opting), layouts, trivial, larger, growths, kind, setup,
                             node.kind is NodeKind.LAUNCH and _borrowed(path), elses, order),
                opting[0][0] if opting else None, arguments.passed(*opting[0]) if opting else None)
@@ -281,7 +296,8 @@ def _conditions(node: CallNode) -> tuple[str | None, ...]:
 def _setup(node: CallNode, library) -> int:
     """0 for an end that does the work, 2 for one that sets it up, 1 between
     (Note [ranking a call's ends]). A launch works unless it checks or fills; a
-    call named for its work (a gemm, an Execute, a *_kernel) works; another
+    call named for its work (a gemm, an Execute, a *_kernel) works, and so
+    does a device loop, whatever its name (TensorIteratorBase::for_each); another
     routine of a vendor's C API (cublasSgetrfBatched, sgesdd_, cublasSdot) is
     between, unless it sets up (a handle, stream, descriptor, plan or workspace)
     or is a checking macro (MKL_DFTI_CHECK); the rest set up (a C++ API's setup
@@ -289,6 +305,8 @@ def _setup(node: CallNode, library) -> int:
     short = node.name.rsplit("::", 1)[-1]
     if node.kind is NodeKind.LAUNCH:
         return 2 if _SETUP_LAUNCH.search(short) else 0
+    if node.kind is NodeKind.DEVICE_LOOP:
+        return 0  # a loop works, whatever its name (TensorIteratorBase::for_each)
     if _WORK.search(short):  # its own name: dnnl::ukernel::brgemm::release_hw_context is no gemm
         return 0
     if node.kind is NodeKind.VENDOR and library is not None and not library.inner_loop and "::" not in node.name:
@@ -565,7 +583,7 @@ def _stub_kernel_of_best(tree: CallTree, reached, ends: tuple[End, ...]) -> Call
     on_path = [n for n in ends[0].path if reached(n)]
     if on_path:
         return on_path[0]
-    if ends[0].rank[5] == _KIND_RANK[NodeKind.INNER_LOOP]:
+    if ends[0].rank[5] >= _KIND_RANK[NodeKind.INNER_LOOP]:
         # the best end is a block copy reached through no stub (CPU scatter's memcpy, in an arm for
         # deterministic mode the kernel tests through a local flag): the call's own stub kernel, whose
         # loop is not modelled, tells more (a BLAS fallback's stub beside a vendor's gemm does not)

@@ -20,6 +20,12 @@ lambda itself is then the loop object, and its body calls `basic_loop`.
 The CUDA launchers are ordinary calls in Loops.cuh / CUDALoops.cuh
 (`gpu_kernel` -> `gpu_kernel_impl` -> `launch_vectorized_kernel` ->
 `vectorized_elementwise_kernel<<<...>>>`) and are followed as such.
+A kernel that calls `iter.for_each(...)`, `iter.serial_for_each(...)` or
+`iter.parallel_reduce(...)` itself (cascade_sum, the unary kernels that
+UnaryOpsKernel.cpp's IMPLEMENT_FLOAT_KERNEL writes) has that call for its
+device loop, at TensorIteratorBase's definition (graph.down's
+`_iterator_loop`); the loop it runs is the lambda at the call, whose calls
+are the kernel's own.
 """
 
 from __future__ import annotations

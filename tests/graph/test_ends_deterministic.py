@@ -247,3 +247,47 @@ def graph_stack(op, ctx):
     from kernelmap import graph
 
     return graph.stack(op, ctx)
+
+
+def test_a_channels_last_arm_ranks_after_the_contiguous_one(tree_2_6, indexed_tree):
+    """max_pool2d_with_indices_out_cuda_template (cuda/DilatedMaxPool2d.cu,
+    read here) launches max_pool_forward_nhwc under `case
+    MemoryFormat::ChannelsLast`, before max_pool_forward_nchw under `case
+    MemoryFormat::Contiguous`: answers are for contiguous tensors, so the nchw
+    kernel comes first; on the CPU, the pooling kernel's own at::parallel_for
+    (cpu/MaxPoolKernel.cpp, read here) is its loop."""
+    from kernelmap import api
+    from kernelmap.graph.ends import for_channels_last
+
+    lines = (tree_2_6 / "aten/src/ATen/native/cuda/DilatedMaxPool2d.cu").read_text().splitlines()
+    nhwc = next(i for i, t in enumerate(lines) if "case MemoryFormat::ChannelsLast:" in t)
+    nchw = next(i for i, t in enumerate(lines) if "case MemoryFormat::Contiguous:" in t)
+    assert nhwc < nchw and "max_pool_forward_nhwc<" in "\n".join(lines[nhwc:nchw]) and "max_pool_forward_nchw<" in "\n".join(lines[nchw:nchw + 8])
+    leaves = [s for s in api.where("aten::max_pool2d", device="cuda", static=True, with_source=True, source=indexed_tree.name).source if s.role == "leaf"]
+    assert [s.name for s in leaves[:2]] == ["max_pool_forward_nchw", "max_pool_forward_nhwc"], leaves
+    kernel = (tree_2_6 / "aten/src/ATen/native/cpu/MaxPoolKernel.cpp").read_text()
+    assert "at::parallel_for(0, nbatch * output_depth * output_height * output_width, 0, [&](int64_t begin, int64_t end) {" in kernel
+    leaves = [s for s in api.where("aten::max_pool2d", device="cpu", static=True, with_source=True, source=indexed_tree.name).source if s.role == "leaf"]
+    assert leaves and leaves[0].name == "at::parallel_for" and "parallel_for(" in (tree_2_6 / leaves[0].location.path).read_text().splitlines()[leaves[0].location.line - 1]
+    assert for_channels_last("if (input.is_contiguous(at::MemoryFormat::ChannelsLast) || input.is_contiguous(at::MemoryFormat::ChannelsLast3d))")
+    assert for_channels_last("case at::MemoryFormat::ChannelsLast") and for_channels_last("if (input.suggest_memory_format() == at::MemoryFormat::ChannelsLast)")
+    assert not for_channels_last("else of if (input.is_contiguous(c10::MemoryFormat::ChannelsLast))")
+    assert not for_channels_last("if (!output.is_contiguous(at::MemoryFormat::ChannelsLast))") and not for_channels_last("case at::MemoryFormat::Contiguous")
+
+
+def test_a_fallback_for_offsets_past_32_bits_ranks_after_the_kernel(tree_2_6, indexed_tree):
+    """grid_sampler_2d_cpu (GridSampler.cpp, read here) calls its scalar
+    fallback under `if (max_gather_offset > std::numeric_limits<int32_t>::max())`
+    and its stub otherwise: the stub's kernel is named, the fallback's loop
+    ranks after it."""
+    from kernelmap import api
+    from kernelmap.graph.ends import for_larger_inputs
+
+    text = (tree_2_6 / "aten/src/ATen/native/GridSampler.cpp").read_text()
+    body = text[text.index("Tensor grid_sampler_2d_cpu("):]
+    assert body.index("if (max_gather_offset > std::numeric_limits<int32_t>::max()) {") < body.index("_grid_sampler_2d_cpu_fallback(") < body.index("grid_sampler_2d_cpu_kernel(")
+    answer = api.where("aten::grid_sampler_2d", device="cpu", static=True, with_source=True, source=indexed_tree.name)
+    stub = next(s for s in answer.source if s.role == "stub kernel")
+    assert stub.name.endswith("::grid_sampler_2d_cpu_kernel_impl")
+    assert for_larger_inputs("else of if (N <= std::numeric_limits<int>::max())") and for_larger_inputs("else of if (canUse32BitIndexMath(input))")
+    assert not for_larger_inputs("if (N <= std::numeric_limits<int>::max())") and not for_larger_inputs("if (canUse32BitIndexMath(input))")

@@ -1158,7 +1158,7 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: di
         callee = f"{argument}::{rest}" if rest else argument
         site = dataclasses.replace(site, callee=callee, name=callee.rsplit("::", 1)[-1])
         condition = f"{condition}; {parameter} = {argument}" if condition else f"{parameter} = {argument}"
-    if site.callee in _ITERATOR_LOOPS and ctx.index is not None:
+    if (site.callee in _ITERATOR_LOOPS or site.callee in _PARALLEL_LOOPS) and ctx.index is not None:
         loop = _iterator_loop(site, caller, ctx, condition)
         if loop is not None:
             return loop
@@ -1718,27 +1718,34 @@ def _device_loop(site, caller, ctx: GraphContext, condition: str | None) -> Node
 # (the unary kernels IMPLEMENT_FLOAT_KERNEL writes), `iter.parallel_reduce(loop)` (cascade_sum's).
 _ITERATOR_LOOPS = (".for_each", ".serial_for_each", ".parallel_reduce")
 _ITERATORS = ("TensorIterator", "TensorIteratorBase")
+# A kernel's own parallel loop: `at::parallel_for(0, n, grain_size, [&](int64_t begin, int64_t end) {...})`
+# (the pooling, padding and upsampling kernels', softmax's).
+_PARALLEL_LOOPS = ("at::parallel_for", "parallel_for")
 
 
 def _iterator_loop(site, caller, ctx: GraphContext, condition: str | None) -> Node | None:
     """A kernel's own `iter.for_each(...)`, `serial_for_each` or
     `parallel_reduce` on a TensorIterator (declared so, or an `auto` set to
-    one it builds): a device loop as cpu_kernel_vec is, at TensorIteratorBase's definition of the method; the loop it runs is
+    one it builds), or its own `at::parallel_for(...)`: a device loop as
+    cpu_kernel_vec is, at TensorIteratorBase's definition of the method; the loop it runs is
     the lambda at the call, whose calls are the kernel's. Not the machinery's
     own calls of it (Note [device loop machinery])."""
     from kernelmap.graph import loops
 
     if caller.location.path.startswith((*loops.MACHINERY_FILES, *LOOP_HEADERS, *_REDUCTION_MACHINERY)):
         return None
-    receiver = receiver_type(site, caller, ctx)
-    if (receiver is None or receiver.rsplit("::", 1)[-1] not in _ITERATORS) and not _made_iterator(site, caller, ctx):
-        return None
-    found = ctx.index.definitions(f"at::TensorIteratorBase::{site.callee[1:]}")
-    found = [d for d in found if d.location.path.endswith(".cpp")] or found  # the loop2d_t overload the others wrap
+    if site.callee in _PARALLEL_LOOPS:
+        found, role = [d for d in ctx.index.definitions("at::parallel_for") if d.location.path == "aten/src/ATen/Parallel-inl.h"], "threads"
+    else:
+        receiver = receiver_type(site, caller, ctx)
+        if (receiver is None or receiver.rsplit("::", 1)[-1] not in _ITERATORS) and not _made_iterator(site, caller, ctx):
+            return None
+        found, role = ctx.index.definitions(f"at::TensorIteratorBase::{site.callee[1:]}"), "iteration"
+        found = [d for d in found if d.location.path.endswith(".cpp")] or found  # the loop2d_t overload the others wrap
     if not found:
         return None
     d = found[0]
-    attrs: dict[str, Any] = {"call_site": site.location, "symbol_kind": d.symbol.kind, "loop": "iteration"}
+    attrs: dict[str, Any] = {"call_site": site.location, "symbol_kind": d.symbol.kind, "loop": role}
     return Node(d.name, NodeKind.DEVICE_LOOP, d.location, EdgeKind.DIRECT, condition, attrs, payload=d, identity=("cpp", d.name, str(d.location)))
 
 
@@ -1759,8 +1766,8 @@ def _made_iterator(site, caller, ctx: GraphContext) -> bool:
     return any(made.search(lines[i]) for i in range(start, site.location.line))
 
 
-# The CPU reductions' own machinery: binary_kernel_reduce's loops, and parallel_reduce itself.
-_REDUCTION_MACHINERY = ("aten/src/ATen/native/cpu/Reduce.h", "aten/src/ATen/native/TensorIteratorReduce.cpp")
+# The CPU reductions' own machinery (binary_kernel_reduce's loops, parallel_reduce itself) and the threads'.
+_REDUCTION_MACHINERY = ("aten/src/ATen/native/cpu/Reduce.h", "aten/src/ATen/native/TensorIteratorReduce.cpp", "aten/src/ATen/Parallel")
 
 
 def _all_distinct_conditions(candidates) -> bool:

@@ -31,13 +31,17 @@ Then the inputs: answers are for inputs smaller than the grain size
 (at::internal::GRAIN_SIZE, 32768 elements), the case TensorIterator's for_each
 tests first and the one a row of index_select or embedding falls in, so an end
 reached only through an arm for larger inputs (index_select's `slice_size >=
-grain_size`, for_each's parallel_for) ranks after every end reached without
+grain_size`, for_each's parallel_for; grid_sampler_2d's fallback for offsets
+past `std::numeric_limits<int32_t>::max()`, the `else` of a CUDA kernel's
+`if (canUse32BitIndexMath(input))`) ranks after every end reached without
 one. Likewise the general case: answers are for a tensor of some elements, so
 an end reached only through an arm for an empty, zero-dimensional or
 one-element input (sort's `if (self.dim() == 0 && self.numel() == 1)`, which
 copies the one value), or for one value of a scalar argument (pow's `if
-(exp_scalar.equal(.5))`, which takes a square root), ranks after every end
-reached without one, and that
+(exp_scalar.equal(.5))`, which takes a square root), or a channels-last
+input (max_pool2d's `case at::MemoryFormat::ChannelsLast`, upsample's `if
+(memory_format == at::MemoryFormat::ChannelsLast)`: answers are for
+contiguous tensors), ranks after every end reached without one, and that
 test's `else`, the general case, counts as no `else` arm below (median on CUDA
 sorts, through that `else`, before its at::where picks the middle value). Then
 the storage: an end reached through growing a tensor's storage
@@ -54,8 +58,9 @@ machinery, then the inner loop, with the C library's block copies
 sort's std::sort of a row) as inner loops: they are the loop that copies or
 sorts, not a library's work; last a kernel's own loop over its TensorIterator
 (`iter.for_each(...)`, cascade_sum's `iter.parallel_reduce(...)`: Note
-[device loop machinery] in graph.loops), as what its lambda calls is the
-work where it calls any (the std::sort in sort's _dim_apply, exp's vmsExp). Among ends of one kind, calls that do the work
+[device loop machinery] in graph.loops) or its threads (the pooling kernels'
+`at::parallel_for(...)`), as what its lambda calls is the work where it calls
+any (the std::sort in sort's _dim_apply, exp's vmsExp). Among ends of one kind, calls that do the work
 (cudnnConvolutionForward, cudnnBackendExecute, cufftXtExec, a gemm, a
 *_kernel, by its own name, not its class's: dnnl::ukernel::brgemm's
 release_hw_context sets up; a launch of device code, whatever its name:
@@ -105,6 +110,8 @@ from kernelmap.model import CallNode, CallTree, NodeKind
 
 _KIND_RANK = {NodeKind.VENDOR: 0, NodeKind.LAUNCH: 1, NodeKind.DEVICE_LOOP: 2, NodeKind.INNER_LOOP: 3}
 _ITERATION_RANK = 4  # a kernel's own `iter.for_each(...)` (Note [ranking a call's ends])
+# `max_gather_offset > std::numeric_limits<int32_t>::max()`: a test of whether the input's size fits 32-bit indices
+_INT32_LIMIT_TEST = re.compile(r"\w\)?\s*(>=|>|<=|<)\s*(?:static_cast<\w+>\()?std::numeric_limits<(?:int|int32_t|uint32_t|unsigned int|unsigned)>::max\(\)")
 # `numel < grain_size`, `slice_size >= at::internal::GRAIN_SIZE`: a test of the input's size
 _GRAIN_TEST = re.compile(r"\w\s*(>=|>|<=|<)\s*(?:at::)?(?:internal::)?(?:GRAIN_SIZE|grain_size)\b")
 # `self.numel() == 0`, `x.dim() == 0`, `t.numel() <= 1`, `self.is_empty()`: a test for an empty, zero-dimensional or one-element input;
@@ -165,7 +172,8 @@ class End:
     @property
     def iteration(self) -> bool:
         """Whether the end is a kernel's own loop over its TensorIterator
-        (`iter.for_each(...)`), whose lambda's calls are the work where there are any."""
+        (`iter.for_each(...)`) or its threads (`at::parallel_for(...)`), whose
+        lambda's calls are the work where there are any."""
         return self.rank[5] == _ITERATION_RANK
 
     @property
@@ -221,8 +229,8 @@ def _end(node: CallNode, path: tuple[CallNode, ...], order: int, arguments: _Arg
     setup = _setup(node, library)
     flags = arguments.along(path)
     elses = sum(1 for n, f in zip(path, flags) if (n.condition or "").startswith("else of ")
-                and not for_trivial_inputs(n.condition[8:]) and not arguments.non_default(n.condition[8:], f))
-    trivial = sum(1 for n in path if any(map(for_trivial_inputs, _conditions(n))))
+                and not special_case(n.condition[8:]) and not arguments.non_default(n.condition[8:], f))
+    trivial = sum(1 for n in path if any(map(special_case, _conditions(n))))
     larger = sum(1 for n in path if any(map(for_larger_inputs, _conditions(n))))
     # the conditions on the path taken only in deterministic mode or with an argument not at its default
     opting = [(c, f) for n, f in zip(path, flags) for c in reversed(_conditions(n)) if arguments.opts(c, f)]
@@ -230,7 +238,7 @@ def _end(node: CallNode, path: tuple[CallNode, ...], order: int, arguments: _Arg
     growths = sum(1 for n in path if _STORAGE_GROWTH.search(n.name) or any(map(in_check, _conditions(n))))
     if library is not None and library.inner_loop:
         kind = _KIND_RANK[NodeKind.INNER_LOOP]
-    elif node.kind is NodeKind.DEVICE_LOOP and node.attrs.get("loop") == "iteration":
+    elif node.kind is NodeKind.DEVICE_LOOP and node.attrs.get("loop") in ("iteration", "threads"):
         kind = _ITERATION_RANK  # a kernel's own loop over its iterator: its lambda's calls are the work
     else:
         kind = _KIND_RANK[node.kind]
@@ -515,16 +523,49 @@ def for_trivial_inputs(condition: str | None) -> bool:
     return any(all(_TRIVIAL_TEST.fullmatch(alternative) for alternative in terms(conjunct, "||")) for conjunct in terms(condition[3:], "&&"))
 
 
+# A test for a channels-last input: `x.is_contiguous(at::MemoryFormat::ChannelsLast)`, `memory_format ==
+# MemoryFormat::ChannelsLast3d`, `input.suggest_memory_format() == ...`, `isChannelsLast(x)`.
+_CHANNELS_LAST_TEST = re.compile(r"[\w.\->()\[\]]*?(?:is_contiguous\(\s*(?:at::|c10::)?MemoryFormat::ChannelsLast(?:3d)?\s*\)"
+                                 r"|(?:\b\w+|suggest_memory_format\(\))\s*==\s*(?:at::|c10::)?MemoryFormat::ChannelsLast(?:3d)?|\b[iI]sChannelsLast(?:3d)?\([^()]*\))")
+# A switch's case for it: `case at::MemoryFormat::ChannelsLast`, batch_norm's `case Impl::ChannelsLast`.
+_CHANNELS_LAST_CASE = re.compile(r"case (?:\w+::)*(?:MemoryFormat|Impl)::ChannelsLast(?:3d)?(?:$|\s\s#if )")
+
+
+def for_channels_last(condition: str | None) -> bool:
+    """Whether an arm runs only for a channels-last input (Note [ranking a
+    call's ends]: answers are for contiguous tensors): `if
+    (input.is_contiguous(at::MemoryFormat::ChannelsLast) || ...)`, `case
+    at::MemoryFormat::ChannelsLast`; a conjunct made of such tests only;
+    never an `else` arm."""
+    if not condition or "ChannelsLast" not in condition:
+        return False
+    if condition.startswith("case "):
+        return _CHANNELS_LAST_CASE.match(condition) is not None
+    if not condition.startswith("if ("):
+        return False
+    return any(all(_CHANNELS_LAST_TEST.fullmatch(alternative) for alternative in terms(conjunct, "||")) for conjunct in terms(condition[3:], "&&"))
+
+
+def special_case(condition: str | None) -> bool:
+    """Whether an arm runs only for an input of a special kind (Note [ranking a
+    call's ends]): empty, zero-dimensional or of one element, one value of a
+    scalar argument, or channels-last."""
+    return for_trivial_inputs(condition) or for_channels_last(condition)
+
+
 def for_larger_inputs(condition: str | None) -> bool:
-    """Whether an arm runs only for inputs of at least the grain size
-    (Note [ranking a call's ends]): `if (x >= grain_size && ...)`, or the
-    `else` of `if (x < grain_size || ...)`."""
-    if not condition or "grain" not in condition.lower():
+    """Whether an arm runs only for inputs of at least the grain size, or too
+    large to index with 32 bits (Note [ranking a call's ends]): `if (x >=
+    grain_size && ...)`, or the `else` of `if (x < grain_size || ...)`; `if
+    (max_gather_offset > std::numeric_limits<int32_t>::max())`, the `else`
+    of `if (N <= std::numeric_limits<int>::max())` or of `if
+    (canUse32BitIndexMath(input))`."""
+    if not condition or ("grain" not in condition.lower() and "numeric_limits" not in condition and "canUse32BitIndexMath" not in condition):
         return False
     otherwise = condition.startswith("else of ")
-    tests = [m.group(1) for m in _GRAIN_TEST.finditer(condition)]
+    tests = [m.group(1) for m in _GRAIN_TEST.finditer(condition)] + [m.group(1) for m in _INT32_LIMIT_TEST.finditer(condition)]
     if not tests:
-        return False
+        return otherwise and "||" not in condition and re.match(r"else of if \(\s*(?:at::native::|at::cuda::detail::)?canUse32BitIndexMath\(", condition) is not None
     if otherwise:
         return "&&" not in condition and all(t in ("<", "<=") for t in tests)
     return "||" not in condition and any(t in (">", ">=") for t in tests)
@@ -638,7 +679,7 @@ def _own_stub_kernel(tree: CallTree, reached, best: tuple[CallNode, ...], genera
         if node.condition and any(_exclusive(node.condition, other) for other in taken):
             continue
         flags = arguments.along(path)
-        if general and any(arguments.opts(c, flags[-1]) or for_trivial_inputs(c) or in_check(c) for c in _conditions(node)):
+        if general and any(arguments.opts(c, flags[-1]) or special_case(c) or in_check(c) for c in _conditions(node)):
             continue
         if reached(node) and not _has_ends(node):
             found.append((sum(1 for n, f in zip(path, flags) if any(arguments.non_default(c, f) for c in _conditions(n))), len(found), node))
@@ -677,7 +718,7 @@ def _earlier_stub_call(path: tuple[CallNode, ...], reached, twins: dict[str, Cal
                 continue
             if for_larger_inputs(sibling.condition) and not for_larger_inputs(child.condition):
                 continue  # an arm for larger inputs than the path's
-            if for_trivial_inputs(sibling.condition) and not for_trivial_inputs(child.condition):
+            if special_case(sibling.condition) and not special_case(child.condition):
                 continue  # an arm for an empty or one-element input
             if _exclusive(sibling.condition, child.condition):
                 continue  # another case of the same switch, or the other arm of the same if: never both

@@ -190,9 +190,30 @@ def _source_steps(op: str, device: str, notes: list[str], source: str | None = N
                 else:
                     why = "not at the defaults" if end.opted_by == end.node.condition else f"not at the defaults: under {end.opted_by}"
                 detail = f"{detail}; {why}" if detail else why
+            if not _written_at(end.node):  # Note [definitions written by macros] in source.extract: `vm##mkltype##mklop`
+                detail = f"{detail}; its name is pasted together by the macro used on this line" if detail else \
+                    "its name is pasted together by the macro used on this line"
             if end.route is not None and end.route != detail:  # one alternative of a choice made at run time
                 detail = f"{detail}; under {end.route}" if detail else f"under {end.route}"
             if end.checked_by is not None:  # Note [calls in checks]: a check's loop, not the work
                 detail = f"{detail}; {end.checked_by}" if detail else end.checked_by
             leaves[end.node.name] = SourceStep("leaf", end.node.name, end.node.location, detail)
     return tuple(roles.values()) + tuple(leaves.values())
+
+
+def _written_at(node) -> bool:
+    """Whether a node's name is written on the line of its location: not a
+    name a macro pastes together (cpu/vml.h's `vm##mkltype##mklop`, placed at
+    the line of the use that gives `Exp`). True when the line cannot be read."""
+    import re
+
+    from kernelmap.graph.down import file_lines
+
+    location = node.location
+    if location is None or location.origin is None or location.origin.root is None:
+        return True
+    lines = file_lines(location.disk_path)
+    if not 0 < location.line <= len(lines):
+        return True
+    short = re.sub(r"<.*", "", node.name).rsplit("::", 1)[-1]
+    return re.search(rf"(?<!\w){re.escape(short)}(?!\w)", lines[location.line - 1]) is not None

@@ -185,8 +185,10 @@ LIBRARIES: tuple[Library, ...] = (
         ops=((_re(r"^aten::(mkldnn_|_mkldnn|onednn)"), None),),
     ),
     Library("NNPACK", closed=False, repository="https://github.com/Maratyszcza/NNPACK", ids=("nnpack",), ops=((_re(r"^aten::_nnpack_spatial"), None),)),
-    # its vector math: vsExp, and the vmsExp (with a mode) that cpu/vml.h's IMPLEMENT_VML_MKL pastes together
-    Library("MKL", closed=True, ids=("mkl",), calls=_re(r"^(mkl_|MKL_|Dfti[A-Z]|vm?[sdcz][A-Z][a-z])")),
+    Library("MKL", closed=True, ids=("mkl",), calls=_re(r"^(mkl_|MKL_|Dfti[A-Z]|v[sd]Rng[A-Z])")),
+    # its vector math (vsLn, and the vmsExp, with a mode, that cpu/vml.h's IMPLEMENT_VML_MKL pastes together)
+    # is a loop over an array, element by element, as an inner loop is: not a library's work
+    Library("MKL VM", closed=True, ids=("mkl_vml",), calls=_re(r"^vm?[sdcz](?!Rng)[A-Z][a-z]"), inner_loop=True),
     Library("MKL/pocketfft", closed=False, ids=("pocketfft",), ops=((_re(r"^aten::(_fft_)"), "cpu"),)),
     Library(
         "BLAS",
@@ -245,7 +247,8 @@ def of_call(callee: str) -> Library | None:
 
 # The precision a routine is written for, by its library's naming convention: BLAS and LAPACK
 # (sgemm_, cblas_dgemm, LAPACKE_zgeqrf) and MKL's vector math (vsExp, vmdLn): s and c single, d and z double.
-_PRECISION_LETTER = {"blas": re.compile(r"^(?:cblas_|LAPACKE_)?([sdcz])[a-z]"), "mkl": re.compile(r"^vm?([sdcz])[A-Z]")}
+_PRECISION_LETTER = {"blas": re.compile(r"^(?:cblas_|LAPACKE_)?([sdcz])[a-z]"), "mkl": re.compile(r"^v([sd])Rng[A-Z]"),
+                     "mkl_vml": re.compile(r"^vm?([sdcz])[A-Z]")}
 
 
 def precision(callee: str, library_id: str | None) -> str | None:

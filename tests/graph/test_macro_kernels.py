@@ -111,6 +111,8 @@ def test_a_cpu_unary_kernel_ends_in_mkls_vector_math_for_its_precision(context, 
         answer = api.where("aten::exp", device="cpu", dtype=dtype, with_source=True, static=True, source=TREE_NAME)
         leaves = [s for s in answer.source if s.role == "leaf"]
         assert [(s.name, s.location.line) for s in leaves[:1]] == [(routine, use)], (dtype, leaves)
+        # the name is written on no line: the leaf says the macro used on its line pastes it together
+        assert routine not in text.splitlines()[use - 1] and leaves[0].detail == "MKL VM; its name is pasted together by the macro used on this line"
         assert all(s.name not in ("vmsExp", "vmdExp") or s.name == routine for s in leaves)
         nodes = list(walk(graph.stack("aten::exp", context("cpu", dtype=dtype)).root))
         vexp = {n.location.line for n in nodes if n.name == "at::vml::CPU_CAPABILITY::vexp"}
@@ -135,7 +137,7 @@ def test_a_routine_written_for_another_precision_is_a_branch_for_another_dtype(c
     assert other_precision_reason("sgeqrf_", "blas", "complex128") == "a single-precision routine, not for complex128"
     # a routine of no such convention, or a dtype of neither precision, decides nothing
     assert other_precision_reason("cublasDgemm", "cublas", "float32") is None and other_precision_reason("mkl_gemm_batched", "mkl", "float32") is None
-    assert other_precision_reason("vmdExp", "mkl", "bfloat16") is None
+    assert other_precision_reason("vmdExp", "mkl_vml", "bfloat16") is None and other_precision_reason("vmdExp", "mkl_vml", "float32") is not None
 
 
 def test_a_kernels_own_loop_over_its_iterator_is_a_device_loop(context, tree_2_6):

@@ -388,7 +388,7 @@ def test_where_says_why_it_has_no_source_steps_when_the_index_is_damaged(tmp_pat
     from kernelmap.graph.context import NEEDS_TREE
 
     context = type("Context", (), {"index": None, "notes": (f"{NEEDS_TREE} [{damaged.value}]",), "no_index": str(damaged.value), "stale": None})()
-    monkeypatch.setattr(graph, "open_context", lambda device, source=None: context)
+    monkeypatch.setattr(graph, "open_context", lambda device, source=None, dtype="float32": context)
     notes: list[str] = []
     assert api._source_steps("aten::neg", "cpu", notes) == ()
     assert len(notes) == 1 and f"kernelmap index --source {tree.name}" in notes[0]

@@ -55,8 +55,9 @@ kernel. Then closed or external vendor code
 is where a call really ends, then a launch of device code, then the loop
 machinery, then the inner loop, with the C library's block copies
 (index_select's memcpy of a row) and the C++ standard library's sorts (a CPU
-sort's std::sort of a row) as inner loops: they are the loop that copies or
-sorts, not a library's work; last a kernel's own loop over its TensorIterator
+sort's std::sort of a row) and MKL's vector math (exp's vmsExp, and the
+vmsSqrt of the at::sqrt that batch_norm takes of its variance) as inner
+loops: they are the loop that copies, sorts or maps, not a library's work; last a kernel's own loop over its TensorIterator
 (`iter.for_each(...)`, cascade_sum's `iter.parallel_reduce(...)`: Note
 [device loop machinery] in graph.loops) or its threads (the pooling kernels'
 `at::parallel_for(...)`), as what its lambda calls is the work where it calls

@@ -7,6 +7,7 @@ returns plain model data that any renderer can show.
 
 from __future__ import annotations
 
+import re
 
 from kernelmap import env
 from kernelmap.errors import UnknownName
@@ -173,40 +174,44 @@ def _source_steps(op: str, device: str, notes: list[str], source: str | None = N
     ends = tuple(e for e in every_end if not e.for_other_layouts)
     stub = graph.stub_kernel(tree, ends) if ends or not every_end else None  # on the path to the call's ends, not the first stub met
     if stub is not None:
-        detail = stub.condition or ""
         call = next((n for _, n in tree.walk() if n.kind is NodeKind.STUB and any(c is stub for c in n.children)), None)
-        if call is not None and call.condition:  # when the kernel calls the stub: cat_serial_stub only for small inputs
-            detail = f"{detail}; the stub is called {call.condition}" if detail else f"the stub is called {call.condition}"
-        roles["stub kernel"] = SourceStep("stub kernel", stub.name, stub.location, detail)
+        # when the kernel calls the stub: cat_serial_stub only for small inputs
+        called = f"the stub is called {call.condition}" if call is not None and call.condition else None
+        roles["stub kernel"] = SourceStep("stub kernel", stub.name, stub.location, _joined(stub.condition, called))
     leaves: dict[str, SourceStep] = {}
     for end in ends:  # Note [ranking a call's ends]
         if end.iteration and end is not ends[0]:
             continue  # the loop an end above runs in (sort's std::sort, in _dim_apply's for_each): named when nothing else is
         if end.node.name not in leaves and len(leaves) < 3:
-            detail = str(end.node.attrs.get("library") or end.node.condition or "")
+            why = None
             if end.opted_by is not None:  # no end is reached at the defaults before this one: say so
                 if end.opted_against is not None:  # Note [flags passed as literals]
                     why = f"not as called: under {end.opted_by}, and {end.opted_against}"
                 else:
                     why = "not at the defaults" if end.opted_by == end.node.condition else f"not at the defaults: under {end.opted_by}"
-                detail = f"{detail}; {why}" if detail else why
-            if not _written_at(end.node):  # Note [definitions written by macros] in source.extract: `vm##mkltype##mklop`
-                detail = f"{detail}; its name is pasted together by the macro used on this line" if detail else \
-                    "its name is pasted together by the macro used on this line"
-            if end.route is not None and end.route != detail:  # one alternative of a choice made at run time
-                detail = f"{detail}; under {end.route}" if detail else f"under {end.route}"
-            if end.checked_by is not None:  # Note [calls in checks]: a check's loop, not the work
-                detail = f"{detail}; {end.checked_by}" if detail else end.checked_by
+            shown = str(end.node.attrs.get("library") or end.node.condition or "")  # the library, else the leaf's own condition
+            detail = _joined(
+                shown,
+                why,
+                # Note [definitions written by macros] in source.extract: `vm##mkltype##mklop`
+                None if _written_at(end.node) else "its name is pasted together by the macro used on this line",
+                # one alternative of a choice made at run time
+                f"under {end.route}" if end.route is not None and end.route != shown else None,
+                end.checked_by,  # Note [calls in checks]: a check's loop, not the work
+            )
             leaves[end.node.name] = SourceStep("leaf", end.node.name, end.node.location, detail)
     return tuple(roles.values()) + tuple(leaves.values())
+
+
+def _joined(*parts: str | None) -> str:
+    """A step's detail: the parts given, in order, joined by `; `."""
+    return "; ".join(p for p in parts if p)
 
 
 def _written_at(node) -> bool:
     """Whether a node's name is written on the line of its location: not a
     name a macro pastes together (cpu/vml.h's `vm##mkltype##mklop`, placed at
     the line of the use that gives `Exp`). True when the line cannot be read."""
-    import re
-
     from kernelmap.graph.down import file_lines
 
     location = node.location

@@ -244,7 +244,6 @@ def of_call(callee: str) -> Library | None:
     return _CALLERS[int(m.lastgroup[1:])] if m is not None else None
 
 
-
 # The precision a routine is written for, by its library's naming convention: BLAS and LAPACK
 # (sgemm_, cblas_dgemm, LAPACKE_zgeqrf) and MKL's vector math (vsExp, vmdLn): s and c single, d and z double.
 _PRECISION_LETTER = {"blas": re.compile(r"^(?:cblas_|LAPACKE_)?([sdcz])[a-z]"), "mkl": re.compile(r"^v([sd])Rng[A-Z]"),
@@ -258,6 +257,7 @@ def precision(callee: str, library_id: str | None) -> str | None:
     pattern = _PRECISION_LETTER.get(lib.id) if lib is not None else None
     m = pattern.match(callee) if pattern is not None else None
     return None if m is None else ("single" if m.group(1) in "sc" else "double")
+
 
 def of_conv_backend(backend: str | None) -> Library | None:
     """The library a `ConvBackend` value (`Cudnn`, `Mkldnn`) runs in; None for ATen's own."""

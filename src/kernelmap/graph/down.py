@@ -1159,7 +1159,7 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: di
         site = dataclasses.replace(site, callee=callee, name=callee.rsplit("::", 1)[-1])
         condition = f"{condition}; {parameter} = {argument}" if condition else f"{parameter} = {argument}"
     if (site.callee in _ITERATOR_LOOPS or site.callee in _PARALLEL_LOOPS) and ctx.index is not None:
-        loop = _iterator_loop(site, caller, ctx, condition)
+        loop = _own_loop(site, caller, ctx, condition)
         if loop is not None:
             return loop
     candidates = _resolve_direct(site, caller, ctx)
@@ -1723,13 +1723,14 @@ _ITERATORS = ("TensorIterator", "TensorIteratorBase")
 _PARALLEL_LOOPS = ("at::parallel_for", "parallel_for")
 
 
-def _iterator_loop(site, caller, ctx: GraphContext, condition: str | None) -> Node | None:
+def _own_loop(site, caller, ctx: GraphContext, condition: str | None) -> Node | None:
     """A kernel's own `iter.for_each(...)`, `serial_for_each` or
     `parallel_reduce` on a TensorIterator (declared so, or an `auto` set to
     one it builds), or its own `at::parallel_for(...)`: a device loop as
-    cpu_kernel_vec is, at TensorIteratorBase's definition of the method; the loop it runs is
-    the lambda at the call, whose calls are the kernel's. Not the machinery's
-    own calls of it (Note [device loop machinery])."""
+    cpu_kernel_vec is, at the method's definition in TensorIteratorBase (at
+    Parallel-inl.h's parallel_for); the loop it runs is the lambda at the
+    call, whose calls are the kernel's. Not the machinery's own calls of it
+    (Note [device loop machinery])."""
     from kernelmap.graph import loops
 
     if caller.location.path.startswith((*loops.MACHINERY_FILES, *LOOP_HEADERS, *_REDUCTION_MACHINERY)):
@@ -1974,7 +1975,7 @@ def _expression_variables(line: str, method: str) -> list[str]:
                 return [w.group(1) for w in re.finditer(r"\b([A-Za-z_]\w*)\b(?!\s*(?:\(|::|<))", flat) if not w.group(1)[0].isupper()]
             while k >= 0 and line[k].isspace():
                 k -= 1
-            if k >= 1 and line[k] == "." or line[k - 1 : k + 1] == "->":  # `.name(...)`: a call on what stands before
+            if (k >= 0 and line[k] == ".") or (k >= 1 and line[k - 1 : k + 1] == "->"):  # `.name(...)`: a call on what stands before
                 j = k - (2 if line[k] == ">" else 1)
                 while j >= 0 and line[j].isspace():
                     j -= 1

@@ -163,7 +163,6 @@ def other_dtype_reason(condition: str | None, dtype: str | None) -> str | None:
     return f"a branch for another dtype than {canonical(dtype)}"
 
 
-
 _PRECISIONS = {"float32": "single", "complex64": "single", "float64": "double", "complex128": "double"}
 
 
@@ -176,6 +175,7 @@ def other_precision_reason(callee: str, library_id: str | None, dtype: str | Non
     if written is None or written == wanted:
         return None
     return f"a {written}-precision routine, not for {canonical(dtype)}"
+
 
 # AT_DISPATCH_CASE(at::ScalarType::Float, ...) of a generated ufunc kernel
 _CASE = re.compile(r"AT_DISPATCH_CASE\(\s*(?:at::|c10::)?ScalarType::(\w+)")

@@ -21,8 +21,8 @@ below at::native::sort's `at::sort(self, false, ...)`: Note [flags passed as
 literals] in graph.down), whose `else` counts as no `else` arm below; an end
 under two such arms ranks after one under one. So does a foreach kernel's
 per-tensor fallback, taken only when `can_use_fast_route` says the lists
-cannot go to multi_tensor_apply (tensors of several devices or dtypes). Then the layout: answers are for strided
-(dense) tensors, so an end reached only through an arm that tests for another
+cannot go to multi_tensor_apply (tensors of several devices or dtypes).
+Then the layout: answers are for strided (dense) tensors, so an end reached only through an arm that tests for another
 layout (`if (self.layout() == kSparseCsr || ...)`, `self.is_mkldnn()`,
 `is_quantized()`, `is_nested()`; not its `else`) ranks after every end reached
 without one, and `where` names no stub kernel or leaf reached only so (a
@@ -57,16 +57,18 @@ machinery, then the inner loop, with the C library's block copies
 (index_select's memcpy of a row) and the C++ standard library's sorts (a CPU
 sort's std::sort of a row) and MKL's vector math (exp's vmsExp, and the
 vmsSqrt of the at::sqrt that batch_norm takes of its variance) as inner
-loops: they are the loop that copies, sorts or maps, not a library's work; last a kernel's own loop over its TensorIterator
-(`iter.for_each(...)`, cascade_sum's `iter.parallel_reduce(...)`: Note
-[device loop machinery] in graph.loops) or its threads (the pooling kernels'
-`at::parallel_for(...)`), as what its lambda calls is the work where it calls
-any (the std::sort in sort's _dim_apply, exp's vmsExp). Among ends of one kind, calls that do the work
+loops: they are the loop that copies, sorts or maps, not a library's work;
+last a kernel's own loop over its TensorIterator (`iter.for_each(...)`,
+cascade_sum's `iter.parallel_reduce(...)`: Note [device loop machinery] in
+graph.loops) or its threads (the pooling kernels' `at::parallel_for(...)`),
+as what its lambda calls is the work where it calls any (the std::sort in
+sort's _dim_apply, exp's vmsExp). Among ends of one kind, calls that do the work
 (cudnnConvolutionForward, cudnnBackendExecute, cufftXtExec, a gemm, a
 *_kernel, by its own name, not its class's: dnnl::ukernel::brgemm's
 release_hw_context sets up; a launch of device code, whatever its name:
-bitonicSortKVInPlace, softmax_warp_forward) come first, then a vendor C API's other routines unless
-they set up (cublasSgetrfBatched, sgesdd_, cublasSdot), then setup
+bitonicSortKVInPlace, softmax_warp_forward) come first, then a vendor C
+API's other routines unless they set up (cublasSgetrfBatched, sgesdd_,
+cublasSdot), then setup
 (cudnnSetStream, descriptor builders, cublasSetWorkspace, a launch that only
 checks or fills: masked_scatter_size_check, fill_reverse_indices_kernel), then
 the call's own launches before those of the other operators it calls
@@ -114,6 +116,8 @@ _ITERATION_RANK = 4  # a kernel's own `iter.for_each(...)` (Note [ranking a call
 # `max_gather_offset > std::numeric_limits<int32_t>::max()`: a test of whether the input's size fits 32-bit indices
 _INT32_LIMIT_TEST = re.compile(r"\w\)?\s*(>=|>|<=|<)\s*(?:static_cast<\w+>\()?std::numeric_limits<(?:int|int32_t|uint32_t|unsigned int|unsigned)>::max\(\)")
 # `numel < grain_size`, `slice_size >= at::internal::GRAIN_SIZE`: a test of the input's size
+# The `else` of a test that the input can be indexed with 32 bits, on CUDA
+_ELSE_OF_32_BIT_INDEXING = re.compile(r"else of if \(\s*(?:at::native::|at::cuda::detail::)?canUse32BitIndexMath\(")
 _GRAIN_TEST = re.compile(r"\w\s*(>=|>|<=|<)\s*(?:at::)?(?:internal::)?(?:GRAIN_SIZE|grain_size)\b")
 # `self.numel() == 0`, `x.dim() == 0`, `t.numel() <= 1`, `self.is_empty()`: a test for an empty, zero-dimensional or one-element input;
 # `exp_scalar.equal(.5)`, `exp.equal(true)`: for a scalar argument of one value (pow's sqrt for an exponent of 0.5)
@@ -125,8 +129,10 @@ _ARM = re.compile(r"(else of )?if \((.*?)\)(?:$|\s\s#if |; )")
 _OPTIONAL_GIVEN = re.compile(r"([\w.]+)\.has_value\(\)")
 # A flag, or its negation: `return_inverse`, `!consecutive`.
 _FLAG = re.compile(r"(!?)\s*(\w+)")
+# A number as a schema's default or a C++ literal spells it: `0.0`, `-100`, `1e-05`.
+_NUMBER = re.compile(r"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?")
 # An argument compared with a literal: `label_smoothing > 0.0`, `reduction == Reduction::Mean`.
-_COMPARISON = re.compile(r"(\w+)\s*(==|!=|>=|<=|>|<)\s*(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|(?:\w+::)*\w+)")
+_COMPARISON = re.compile(rf"(\w+)\s*(==|!=|>=|<=|>|<)\s*({_NUMBER.pattern}|(?:\w+::)*\w+)")
 # A case of a switch on an enumerator: `case SDPBackend::math`, `case at::LinalgBackend::Cusolver`.
 _ENUMERATOR_CASE = re.compile(r"case (?:\w+::)+\w+(?:$|\s\s#if )")
 # Functions that grow a tensor's storage, copying its old data (Note [ranking a call's ends]).
@@ -449,8 +455,6 @@ def _value_defaults(schema: str | None) -> dict[str, str]:
     return values
 
 
-_NUMBER = re.compile(r"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?")
-
 
 def _compare(default: str, operator: str, literal: str) -> bool | None:
     """Whether `default OPERATOR literal` holds: numbers by value, an
@@ -521,7 +525,13 @@ def for_trivial_inputs(condition: str | None) -> bool:
     made of such tests only; never an `else` arm."""
     if not condition or not condition.startswith("if (") or not _TRIVIAL_TEST.search(condition):
         return False
-    return any(all(_TRIVIAL_TEST.fullmatch(alternative) for alternative in terms(conjunct, "||")) for conjunct in terms(condition[3:], "&&"))
+    return _a_conjunct_of(condition, _TRIVIAL_TEST)
+
+
+def _a_conjunct_of(condition: str, test: re.Pattern[str]) -> bool:
+    """Whether the test of the arm `if (...)` has a conjunct whose alternatives
+    all are `test`s: `if (a && (x.numel() == 0 || x.is_empty()))`."""
+    return any(all(test.fullmatch(alternative) for alternative in terms(conjunct, "||")) for conjunct in terms(condition[3:], "&&"))
 
 
 # A test for a channels-last input: `x.is_contiguous(at::MemoryFormat::ChannelsLast)`, `memory_format ==
@@ -542,9 +552,7 @@ def for_channels_last(condition: str | None) -> bool:
         return False
     if condition.startswith("case "):
         return _CHANNELS_LAST_CASE.match(condition) is not None
-    if not condition.startswith("if ("):
-        return False
-    return any(all(_CHANNELS_LAST_TEST.fullmatch(alternative) for alternative in terms(conjunct, "||")) for conjunct in terms(condition[3:], "&&"))
+    return condition.startswith("if (") and _a_conjunct_of(condition, _CHANNELS_LAST_TEST)
 
 
 def special_case(condition: str | None) -> bool:
@@ -566,7 +574,7 @@ def for_larger_inputs(condition: str | None) -> bool:
     otherwise = condition.startswith("else of ")
     tests = [m.group(1) for m in _GRAIN_TEST.finditer(condition)] + [m.group(1) for m in _INT32_LIMIT_TEST.finditer(condition)]
     if not tests:
-        return otherwise and "||" not in condition and re.match(r"else of if \(\s*(?:at::native::|at::cuda::detail::)?canUse32BitIndexMath\(", condition) is not None
+        return otherwise and "||" not in condition and _ELSE_OF_32_BIT_INDEXING.match(condition) is not None
     if otherwise:
         return "&&" not in condition and all(t in ("<", "<=") for t in tests)
     return "||" not in condition and any(t in (">", ">=") for t in tests)

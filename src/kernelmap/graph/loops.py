@@ -22,10 +22,10 @@ The CUDA launchers are ordinary calls in Loops.cuh / CUDALoops.cuh
 `vectorized_elementwise_kernel<<<...>>>`) and are followed as such.
 A kernel that calls `iter.for_each(...)`, `iter.serial_for_each(...)` or
 `iter.parallel_reduce(...)` itself (cascade_sum, the unary kernels that
-UnaryOpsKernel.cpp's IMPLEMENT_FLOAT_KERNEL writes) has that call for its
-device loop, at TensorIteratorBase's definition (graph.down's
-`_iterator_loop`); the loop it runs is the lambda at the call, whose calls
-are the kernel's own.
+UnaryOpsKernel.cpp's IMPLEMENT_FLOAT_KERNEL writes), or `at::parallel_for(...)`
+(the pooling kernels), has that call for its device loop, at its definition
+(graph.down's `_own_loop`); the loop it runs is the lambda at the call, whose
+calls are the kernel's own.
 """
 
 from __future__ import annotations

@@ -746,7 +746,6 @@ def _expanded_lines(macros: dict[bytes, _Macro], name: bytes, args: list[tuple[b
     return table
 
 
-
 def macro_expansion(data: bytes, line: int) -> bytes | None:
     """What the use, starting at `line`, of a macro the file defines to write
     functions expands to (Note [definitions written by macros]): cpu/vml.h's
@@ -763,6 +762,7 @@ def macro_expansion(data: bytes, line: int) -> bytes | None:
         if use_line > line:
             break
     return None
+
 
 # Note [calls in function-local macros]
 # `#define HANDLE_SORT_CASE(TYPE, A) sorter.template sort<A>(keyInfo, ...)`

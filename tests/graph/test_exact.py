@@ -612,10 +612,10 @@ def test_a_foreach_kernels_per_tensor_fallback_is_not_the_default(tree_2_6, cont
     ("aten::_weight_norm", "weight_norm_stub", "aten/src/ATen/native/cpu/WeightNormKernel.cpp"),
 ])
 def test_the_stub_named_for_the_operator_gives_its_stub_kernel(tree_2_6, op, stub, kernel_file):
-    """histogramdd's first end is the loop of the at::linspace_out that makes
-    its bin edges (Histogram.cpp, read here), and _weight_norm's lies in the
-    norm it divides by; the work of each is the kernel registered for the stub
-    named for it (read here), whose loop is not modelled."""
+    """histogramdd calls at::linspace_out for its bin edges (Histogram.cpp,
+    read here) and _weight_norm the norm it divides by, whose loops may rank
+    first; the work of each is the kernel registered for the stub named for it
+    (read here)."""
     assert "at::linspace_out(" in (tree_2_6 / "aten/src/ATen/native/Histogram.cpp").read_text()
     kernel = re.search(rf"REGISTER_DISPATCH\({stub}, &(\w+)\)", (tree_2_6 / kernel_file).read_text()).group(1)
     roles, _ = steps(op, "cpu")

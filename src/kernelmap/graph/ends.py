@@ -62,7 +62,11 @@ last a kernel's own loop over its TensorIterator (`iter.for_each(...)`,
 cascade_sum's `iter.parallel_reduce(...)`: Note [device loop machinery] in
 graph.loops) or its threads (the pooling kernels' `at::parallel_for(...)`),
 as what its lambda calls is the work where it calls any (the std::sort in
-sort's _dim_apply, exp's vmsExp). Among ends of one kind, calls that do the work
+sort's _dim_apply, exp's vmsExp); where it calls none, no other end being
+below the stub or operator it is reached through, it ranks as the loop
+machinery does (mean on the CPU sums, then divides: cascade_sum's
+parallel_reduce comes before the cpu_kernel_vec of the div_, by the tree's
+order). Among ends of one kind, calls that do the work
 (cudnnConvolutionForward, cudnnBackendExecute, cufftXtExec, a gemm, a
 *_kernel, by its own name, not its class's: dnnl::ukernel::brgemm's
 release_hw_context sets up; a launch of device code, whatever its name:
@@ -92,18 +96,19 @@ _fused_sdp_choice_stub, or a fast path called before the general loop), else
 the first stub the path passes: the call's own. A stub kernel may call another
 operator with a stub of its own (sort_kernel fills the indices with
 at::arange, whose loop is the first end reached), which is not the call's; and
-when the best end is another operator's launch, or a block copy reached
-through no stub, the call's own stub kernel comes first, if it reaches one
-with no end below it without passing another operator (var on CUDA:
-std_var_kernel_cuda, whose reduction is not followed, not the sqrt_kernel_cuda
-of the at::sqrt beside it). Above all these, a stub named for the call's
-operator (histogramdd_stub of aten::histogramdd), called at the arguments'
-defaults, names the kernel: histogramdd's best end is the loop of the linspace
-that makes its bin edges, and its own histogram loop is not modelled.
+when the best end is another operator's launch, or a block copy or a
+kernel's own loop reached through no stub (linalg_ldl_factor_ex's triu), the
+call's own stub kernel comes first, if it reaches one with no end below it
+without passing another operator (var on CUDA: std_var_kernel_cuda, whose
+reduction is not followed, not the sqrt_kernel_cuda of the at::sqrt beside
+it). Above all these, a stub named for the call's operator (histogramdd_stub
+of aten::histogramdd), called at the arguments' defaults, names the kernel,
+whichever end ranks first.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -204,7 +209,30 @@ def call_ends(tree: CallTree) -> tuple[End, ...]:
                 other = _end(node, path, known.rank[-1], arguments)
                 if other.rank[0] < known.rank[0]:  # fewer arms away from the defaults: nothing else is weighed again
                     ends[id(node)] = other
-    return tuple(sorted(ends.values(), key=lambda e: e.rank))
+    return tuple(sorted(_lone_loops_as_machinery(ends.values()), key=lambda e: e.rank))
+
+
+def _lone_loops_as_machinery(ends) -> list[End]:
+    """`ends`, with a kernel's own loop ranked as the loop machinery is when
+    no other end lies below the stub or operator it belongs to: it ranks last
+    because its lambda's calls are the work, and there are none (cascade_sum's
+    `iter.parallel_reduce(...)` under mean's at::sum_out, beside the div_ that
+    follows it: Note [ranking a call's ends])."""
+    ends = list(ends)
+    working = {_owner(e.path) for e in ends if e.rank[5] != _ITERATION_RANK}
+    return [dataclasses.replace(e, rank=e.rank[:5] + (_KIND_RANK[NodeKind.DEVICE_LOOP],) + e.rank[6:])
+            if e.rank[5] == _ITERATION_RANK and _owner(e.path) not in working else e for e in ends]
+
+
+def own_loop(node: CallNode) -> bool:
+    """Whether an end is a kernel's own loop over its TensorIterator
+    (`iter.for_each(...)`) or its threads (`at::parallel_for(...)`)."""
+    return node.kind is NodeKind.DEVICE_LOOP and node.attrs.get("loop") in ("iteration", "threads")
+
+
+def _owner(path: tuple[CallNode, ...]) -> tuple[str, str] | None:
+    """The stub or operator an end is reached through last: whose work it is."""
+    return next(((n.kind.value, n.name) for n in reversed(path[:-1]) if n.kind in (NodeKind.STUB, NodeKind.OPERATOR)), None)
 
 
 def _end_paths(tree: CallTree, twins: dict[str, CallNode]):
@@ -245,7 +273,7 @@ def _end(node: CallNode, path: tuple[CallNode, ...], order: int, arguments: _Arg
     growths = sum(1 for n in path if _STORAGE_GROWTH.search(n.name) or any(map(in_check, _conditions(n))))
     if library is not None and library.inner_loop:
         kind = _KIND_RANK[NodeKind.INNER_LOOP]
-    elif node.kind is NodeKind.DEVICE_LOOP and node.attrs.get("loop") in ("iteration", "threads"):
+    elif own_loop(node):
         kind = _ITERATION_RANK  # a kernel's own loop over its iterator: its lambda's calls are the work
     else:
         kind = _KIND_RANK[node.kind]
@@ -633,10 +661,11 @@ def _stub_kernel_of_best(tree: CallTree, reached, ends: tuple[End, ...]) -> Call
     on_path = [n for n in ends[0].path if reached(n)]
     if on_path:
         return on_path[0]
-    if ends[0].rank[5] >= _KIND_RANK[NodeKind.INNER_LOOP]:
-        # the best end is a block copy reached through no stub (CPU scatter's memcpy, in an arm for
-        # deterministic mode the kernel tests through a local flag): the call's own stub kernel, whose
-        # loop is not modelled, tells more (a BLAS fallback's stub beside a vendor's gemm does not)
+    if ends[0].rank[5] >= _KIND_RANK[NodeKind.INNER_LOOP] or own_loop(ends[0].node):
+        # the best end is a block copy or a kernel's own loop reached through no stub (CPU scatter's memcpy,
+        # in an arm for deterministic mode the kernel tests through a local flag; linalg_ldl_factor_ex's
+        # triu): the call's own stub kernel, whose loop is not modelled, tells more (a BLAS fallback's stub
+        # beside a vendor's gemm does not)
         return _own_stub_kernel(tree, reached, ends[0].path)
     return None
 

@@ -1117,12 +1117,12 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: di
             op = ctx.catalog.resolve(site.op)[0]
         except KernelmapError:
             return Node(site.callee, "op", site.location, kind, condition, {"unresolved": f"{site.op} is not in the catalog"})
-        op = by_argument_count(by_out_spelling(op, site, ctx), site, ctx)
+        op = by_literal_types(by_argument_count(by_out_spelling(op, site, ctx), site, ctx), site, ctx)
         node = op_node(op, ctx, kind, condition, site.location)
         _given(node, literal_flags(op, site, ctx))
         # a utility's own kernel calling its other overload is the utility's work, not plumbing
         # (at::native::arange calls arange.start_out, whose loop fills the range)
-        if is_utility_op(op.name.name, op.is_view) and not _own_overload(op.name.name, caller):
+        if is_utility_op(op.name.name, op.is_view) and not _own_overload(op.name.name, caller) and not _utility_kernel(caller, ctx):
             node.attrs["utility"] = True
             if not ctx.all_calls:
                 node.leaf()
@@ -1164,8 +1164,11 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: di
             return loop
     candidates = _resolve_direct(site, caller, ctx)
     if not candidates:
-        return None
-    if _is_utility_kernel(site.name, candidates, ctx) and not _own_overload(site.name, caller):
+        op = _unqualified_operator(spelled, caller, ctx)
+        if op is None:
+            return None
+        return _site_node(dataclasses.replace(spelled, kind=EdgeKind.DISPATCHER, op=op), caller, ctx, condition, bound)
+    if _is_utility_kernel(site.name, candidates, ctx) and not _own_overload(site.name, caller) and not _utility_kernel(caller, ctx):
         # `copy_(nt, t)` in Shape.cu calls at::native::copy_ itself: the same tensor
         # plumbing as `nt.copy_(t)` through the dispatcher, shown and not expanded
         node = cpp_node(candidates[0], ctx, kind, condition, site.location)
@@ -1227,6 +1230,42 @@ def _tensor_receiver(site, caller, ctx: GraphContext) -> bool:
         return False
     declared = receiver_declarations(site, caller, ctx) or receiver_declarations(site, caller, ctx, through_call=True)
     return not declared or _tensor_like(declared[-1])
+
+
+# Note [unqualified operator calls]
+# rms_norm_symint, in namespace at::native, calls `rsqrt(at::pow(...)...)`:
+# no rsqrt is defined in at::native (structured kernels define
+# structured_rsqrt_out), so C++ finds at::rsqrt, the operator's function, in
+# the enclosing namespace and by the Tensor argument's. An unqualified call
+# that resolves to no definition, made in namespace at, of the name of an
+# operator with a function variant (or its `_out`, `_symint` spelling), that
+# passes a Tensor, is that operator's call through the dispatcher. A Tensor:
+# a variable declared one nearest above the call, or a call of at::
+# (`at::pow(x, 2).mean(...)`); not the scalars of `fmax(a, b)` in a CUDA
+# kernel's lambda, CUDA's own function.
+_FUNCTION_SPELLINGS = ("", "_symint", "_out", "_outf", "_symint_out", "_symint_outf")
+_TENSOR_DECLARED = re.compile(r"(?:const\s+)?(?:at::)?Tensor\s*&{0,2}")
+_AT_CALL = re.compile(r"at::\w+\s*\(")
+
+
+def _unqualified_operator(site, caller, ctx: GraphContext) -> str | None:
+    """The operator an unqualified call of no definition reaches (Note
+    [unqualified operator calls]), by its base name; None when it is none."""
+    if "::" in site.callee or site.callee.startswith(".") or caller is None or not caller.name.startswith("at::") or ctx.index is None:
+        return None
+    base = next((site.name.removesuffix(s) for s in _FUNCTION_SPELLINGS if site.name.endswith(s) and site.name.removesuffix(s)
+                 and any("function" in op.variants for op in ctx.catalog.overloads(site.name.removesuffix(s)))), None)
+    if base is None:
+        return None
+    lines = file_lines(ctx.index.tree.root / site.location.path)
+    for argument in call_arguments(site, ctx) or ():
+        if _AT_CALL.match(argument):
+            return base
+        if re.fullmatch(r"[A-Za-z_]\w*", argument):
+            declared = _declarations(argument, site, caller, lines)
+            if declared and _TENSOR_DECLARED.fullmatch(declared[-1].strip()):
+                return base
+    return None
 
 
 def _tensor_like(declared: str) -> bool:
@@ -1366,6 +1405,17 @@ def _own_overload(name: str, caller) -> bool:
     """Whether a call of utility `name` is made by that utility's own kernel
     (at::native::arange calling another overload of arange, or arange_out)."""
     return caller is not None and caller.name.rsplit("::", 1)[-1] in (name, f"{name}_out", f"{name}_symint", f"{name}_out_symint")
+
+
+def _utility_kernel(caller, ctx: GraphContext) -> bool:
+    """Whether `caller` is a utility operator's own kernel (at::native::stack,
+    at::native::zero_): the other utilities it calls are its work (stack's
+    at::cat, zero_'s fill_), followed when it is expanded, as a target is. A
+    utility called from other kernels is a leaf, and its kernel is not reached."""
+    if caller is None:
+        return False
+    short = caller.name.rsplit("::", 1)[-1].removesuffix("_symint")
+    return is_utility_op(short, False) and bool(ctx.catalog.overloads(short.rstrip("_")))
 
 
 def _is_utility_kernel(name: str, candidates: list, ctx: GraphContext) -> bool:
@@ -1627,17 +1677,56 @@ def literal_flags(op: Op, site, ctx: GraphContext) -> dict[str, bool]:
     arguments = call_arguments(site, ctx)
     if not arguments or not ("true" in arguments or "false" in arguments) or "Layout? layout" in op.schema:
         return {}
+    declared = _passed_parameters(op, site)
+    if len(arguments) > len(declared):
+        return {}
+    return {name: text == "true" for (kind, name), text in zip(declared, arguments) if kind in ("bool", "bool?") and text in ("true", "false")}
+
+
+def _passed_parameters(op: Op, site) -> list[tuple[str, str]]:
+    """(type, name) of the schema's arguments in the order a C++ call passes
+    them: a member call's receiver is `self`; `at::<op>_out` passes its
+    outputs first."""
     declared = []
     for argument in schema_arguments(op.schema):
         kind, _, name = argument.partition("=")[0].strip().rpartition(" ")
-        declared.append((kind.strip(), name, "!" in kind))
+        declared.append((kind.strip(), name))
     if site.callee.startswith(".") and declared and declared[0][1] == "self":
         declared = declared[1:]
     if op.is_out and site.name.endswith(("_out", "_symint_out")):
-        declared = [d for d in declared if d[2]] + [d for d in declared if not d[2]]
-    if len(arguments) > len(declared):
-        return {}
-    return {name: text == "true" for (kind, name, _), text in zip(declared, arguments) if kind in ("bool", "bool?") and text in ("true", "false")}
+        declared = [d for d in declared if "!" in d[0]] + [d for d in declared if "!" not in d[0]]
+    return declared
+
+
+# A number as C++ writes it: `2`, `-1`, `0.5`, `.5`, `1e-5`, `2.0f`.
+_NUMBER_LITERAL = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?[fFlLuU]*")
+
+
+def by_literal_types(op: Op, site, ctx: GraphContext) -> Op:
+    """Note [overloads told apart by a literal]: the overload a dispatcher call
+    reaches when it passes a number where the resolved overload takes a
+    Tensor: rms_norm's `at::pow(upcasted_input, 2)` is pow.Tensor_Scalar,
+    not pow.Tensor_Tensor, and `x.add(1)` is add.Scalar. The resolved
+    operator stays when it takes the numbers, or when no other overload of
+    its name and kind (out=, in-place) takes every argument passed."""
+    arguments = call_arguments(site, ctx)
+    if not arguments or not any(_NUMBER_LITERAL.fullmatch(a) for a in arguments):
+        return op
+
+    count = len(arguments) + site.callee.startswith(".")  # `self.add(1)`: the tensor is the first argument
+
+    def fits(candidate: Op) -> bool:
+        declared = _passed_parameters(candidate, site)
+        if not _accepts(candidate, count) or len(arguments) > len(declared):
+            return False
+        return not any(kind.startswith("Tensor") and _NUMBER_LITERAL.fullmatch(text) for (kind, _), text in zip(declared, arguments))
+
+    if fits(op):
+        return op
+    for other in ctx.catalog.overloads(op.name.name.rstrip("_")):
+        if other.name.name == op.name.name and other.is_out == op.is_out and other.is_inplace == op.is_inplace and fits(other):
+            return other
+    return op
 
 
 def _literal_parameters(definition, site, ctx: GraphContext) -> dict[str, bool]:

@@ -198,6 +198,7 @@ def _source_steps(op: str, device: str, notes: list[str], source: str | None = N
                 # one alternative of a choice made at run time
                 f"under {end.route}" if end.route is not None and end.route != shown else None,
                 end.checked_by,  # Note [calls in checks]: a check's loop, not the work
+                f"as {end.grown_by} grows a tensor's storage" if end.grown_by else None,
             )
             leaves[end.node.name] = SourceStep("leaf", end.node.name, end.node.location, detail)
     return tuple(roles.values()) + tuple(leaves.values())

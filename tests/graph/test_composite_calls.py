@@ -123,3 +123,20 @@ def test_a_utility_targeted_follows_the_utilities_that_are_its_work(tree_2_6):
         roles, leaves = steps(op, "cpu")
         assert roles["stub kernel"].name.endswith(f"::{kernel}") and roles["stub kernel"].location.path == kernel_file, op
         assert leaves, op
+
+
+def test_a_leaf_reached_while_growing_a_storage_says_so(tree_2_6):
+    """empty_out (TensorFactories.cpp, read here) resizes its output with
+    `result.resize_(size)`, a utility followed as empty's work; on CUDA a
+    storage that grows copies its old data with cudaMemcpyAsync in
+    resize_bytes_cuda (Resize.cpp, read here): the leaf says it is reached so."""
+    factories = (tree_2_6 / "aten/src/ATen/native/TensorFactories.cpp").read_text()
+    empty = factories[factories.index("Tensor& empty_out(IntArrayRef size,"):]
+    assert "result.resize_(size);" in empty[: empty.index("\n}\n")]
+    resize = (tree_2_6 / "aten/src/ATen/native/cuda/Resize.cpp").read_text()
+    grow = resize[resize.index("void resize_bytes_cuda("):]
+    assert "cudaMemcpyAsync(" in grow[: grow.index("\n}\n")]
+    _, leaves = steps("aten::empty.out", "cuda")
+    copies = [s for s in leaves if s.name == "cudaMemcpyAsync"]
+    assert copies and copies[0].location.path == "aten/src/ATen/native/cuda/Resize.cpp"
+    assert re.search(r"as at::native::\w*resize\w*_cuda grows a tensor's storage", copies[0].detail)

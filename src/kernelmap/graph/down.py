@@ -4,6 +4,7 @@ Note [branches])."""
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import re
@@ -29,7 +30,11 @@ def stack(target: str, context: GraphContext, depth: int = DEFAULT_DEPTH) -> Cal
     if depth < 0:
         raise BadInput(f"depth must be 0 or more, not {depth}")
     root = _root_for(target, context)
-    grown = grow(root, lambda node: _expand_down(node, context), depth)
+    asked = _ASKED_UTILITY.set(_utility_asked(root))
+    try:
+        grown = grow(root, lambda node: _expand_down(node, context), depth)
+    finally:
+        _ASKED_UTILITY.reset(asked)
     context.check_index_intact()
     meta = {"kind": "stack", "target": target, "device": context.device, "dtype": context.dtype, "depth": depth,
             "requires_grad": context.requires_grad, "all_branches": context.all_branches, "all_calls": context.all_calls}
@@ -1407,15 +1412,27 @@ def _own_overload(name: str, caller) -> bool:
     return caller is not None and caller.name.rsplit("::", 1)[-1] in (name, f"{name}_out", f"{name}_symint", f"{name}_out_symint")
 
 
+# Note [a utility asked for]
+# A tensor utility (Note on _UTILITY_OPS in graph.rules) is a leaf where a
+# kernel calls it. Asked for itself, its kernel's calls of other utilities are
+# its work: at::native::stack concatenates with at::cat, zero_ fills with
+# fill_. They are followed from the asked operator's own kernels only, not
+# from the utilities they reach in turn (flatten's reshape is followed, and
+# the clone reshape makes of a tensor no view can describe is not), and not
+# for a view, which moves no element (moveaxis's movedim sorts its dims).
+_ASKED_UTILITY: contextvars.ContextVar[str | None] = contextvars.ContextVar("asked_utility", default=None)
+
+
+def _utility_asked(root: Node) -> str | None:
+    """The base name of the utility operator a tree is grown for, if it is one."""
+    op = root.payload if root.kind is NodeKind.OPERATOR else None
+    return op.name.name if isinstance(op, Op) and not op.is_view and is_utility_op(op.name.name, False) else None
+
+
 def _utility_kernel(caller, ctx: GraphContext) -> bool:
-    """Whether `caller` is a utility operator's own kernel (at::native::stack,
-    at::native::zero_): the other utilities it calls are its work (stack's
-    at::cat, zero_'s fill_), followed when it is expanded, as a target is. A
-    utility called from other kernels is a leaf, and its kernel is not reached."""
-    if caller is None:
-        return False
-    short = caller.name.rsplit("::", 1)[-1].removesuffix("_symint")
-    return is_utility_op(short, False) and bool(ctx.catalog.overloads(short.rstrip("_")))
+    """Whether `caller` is a kernel of the utility asked for (Note [a utility asked for])."""
+    asked = _ASKED_UTILITY.get()
+    return asked is not None and _own_overload(asked, caller)
 
 
 def _is_utility_kernel(name: str, candidates: list, ctx: GraphContext) -> bool:

@@ -171,6 +171,13 @@ class End:
         return next((c for n in self.path for c in _conditions(n) if in_check(c)), None)
 
     @property
+    def grown_by(self) -> str | None:
+        """The function growing a tensor's storage the end is reached through
+        (`at::native::resize_bytes_cuda`, whose cudaMemcpyAsync copies the old
+        data over), if any: setup, not the work (Note [ranking a call's ends])."""
+        return next((n.name for n in self.path if _STORAGE_GROWTH.search(n.name)), None)
+
+    @property
     def route(self) -> str | None:
         """The first case of an enumerator the path takes on its way to the end
         (`case SDPBackend::math`, `case ConvBackend::Cudnn`): the alternative of

@@ -1248,7 +1248,6 @@ def _tensor_receiver(site, caller, ctx: GraphContext) -> bool:
 # a variable declared one nearest above the call, or a call of at::
 # (`at::pow(x, 2).mean(...)`); not the scalars of `fmax(a, b)` in a CUDA
 # kernel's lambda, CUDA's own function.
-_FUNCTION_SPELLINGS = ("", "_symint", "_out", "_outf", "_symint_out", "_symint_outf")
 _TENSOR_DECLARED = re.compile(r"(?:const\s+)?(?:at::)?Tensor\s*&{0,2}")
 _AT_CALL = re.compile(r"at::\w+\s*\(")
 
@@ -1258,8 +1257,10 @@ def _unqualified_operator(site, caller, ctx: GraphContext) -> str | None:
     [unqualified operator calls]), by its base name; None when it is none."""
     if "::" in site.callee or site.callee.startswith(".") or caller is None or not caller.name.startswith("at::") or ctx.index is None:
         return None
-    base = next((site.name.removesuffix(s) for s in _FUNCTION_SPELLINGS if site.name.endswith(s) and site.name.removesuffix(s)
-                 and any("function" in op.variants for op in ctx.catalog.overloads(site.name.removesuffix(s)))), None)
+    from kernelmap.source.extract import FUNCTION_SUFFIXES
+
+    spelled_as = (site.name, *(site.name.removesuffix(s) for s in FUNCTION_SUFFIXES if site.name.endswith(s)))
+    base = next((b for b in spelled_as if b and any("function" in op.variants for op in ctx.catalog.overloads(b))), None)
     if base is None:
         return None
     lines = file_lines(ctx.index.tree.root / site.location.path)

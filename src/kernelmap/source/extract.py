@@ -875,6 +875,10 @@ class FileFacts(NamedTuple):
     stubs: tuple[StubDecl, ...]
 
 
+# How ATen's C++ API spells an operator's function besides its name: `add_out`, `conv2d_symint`.
+FUNCTION_SUFFIXES = ("_symint", "_outf", "_out", "_symint_out", "_symint_outf")
+
+
 @dataclass(frozen=True)
 class OperatorNames:
     """Operator names of a tree's native_functions.yaml, for telling
@@ -887,7 +891,7 @@ class OperatorNames:
         """The op base name behind a C++ API function name (`add_out`, `conv2d_symint`)."""
         if name in self.functions:
             return name
-        for suffix in ("_symint", "_outf", "_out", "_symint_out", "_symint_outf"):
+        for suffix in FUNCTION_SUFFIXES:
             if name.endswith(suffix) and name[: -len(suffix)] in self.functions:
                 return name[: -len(suffix)]
         return None

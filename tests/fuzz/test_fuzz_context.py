@@ -146,18 +146,25 @@ def regions_and_points(draw):
     regions = []
 
     def nest(start: int, end: int, depth: int) -> None:
-        at = start
-        while depth < 5 and at < end - 2 and draw(st.booleans()):
-            s = draw(st.integers(at, end - 2))
-            e = draw(st.integers(s + 1, end))
-            regions.append((s, e, "scope", len(regions)))
+        # up to three regions side by side, each nesting its own: trees of
+        # every tag five deep, with points in each (see `places`)
+        count = draw(st.integers(0, 3)) if depth < 5 else 0
+        width = (end - start) // max(count, 1)
+        for k in range(count):
+            s = start + k * width + draw(st.integers(0, 1))
+            e = start + (k + 1) * width - draw(st.integers(0, 1))
+            if e - s < 1:
+                break
+            tag = draw(st.sampled_from(("scope", "class", "cond", "def", "lambda", "lib", "pp")))
+            regions.append((s, e, tag, f"c{len(regions)}" if tag == "pp" else len(regions)))
             nest(s, e, depth + 1)
-            at = e
     nest(0, 200, 0)
     for _ in range(draw(st.integers(0, 6))):  # crossing
         s = draw(st.integers(0, 199))
-        regions.append((s, draw(st.integers(s + 1, 200)), "pp", len(regions)))
-    points = [(at, draw(st.integers(0, 1)), None) for at in draw(st.lists(st.integers(0, 199), max_size=60))]
+        regions.append((s, draw(st.integers(s + 1, 200)), "pp", f"c{len(regions)}"))
+    # every place, so that each region holds points, and drawn ones (repeats, kinds)
+    places = [*range(200), *draw(st.lists(st.integers(0, 199), max_size=60))]
+    points = [(at, draw(st.integers(0, 1)), None) for at in places]
     return regions, points
 
 
@@ -166,8 +173,13 @@ def test_the_sweep_gives_each_point_exactly_the_regions_around_it(case):
     regions, points = case
     order = sorted(regions, key=lambda r: (r[0], -r[1]))
     previous = None
-    for at, _, _, live in extract._sweep(list(regions), list(points)):
+    for at, _, _, context in extract._sweep(list(regions), list(points)):
+        live = context[0]
         assert live == [r for r in order if r[0] <= at < r[1]], at
-        if previous is not None and live is previous[1]:
-            assert previous[0] <= at  # a list is reused only for points in order
-        previous = (at, live)
+        # what the context says, built region by region, is what reading all of them says
+        def_index, cond, lib, lam, around = extract._context_of(live)
+        assert context[1:] == (min((r[1] for r in live), default=float("inf")), extract._preproc_of(live), def_index, cond, lib, lam,
+                               tuple(around)), at
+        if previous is not None and context is previous[1]:
+            assert previous[0] <= at  # a context is reused only for points in order
+        previous = (at, context)

@@ -48,6 +48,7 @@ import functools
 import hashlib
 import itertools
 import operator
+import _signal
 import re
 import signal
 import threading
@@ -302,11 +303,19 @@ _TWO_WORD_TYPES = tuple((word + b" ", re.compile(re.escape(word) + rb" (?=(?:int
 # out_t, 2>(iter, ops, typename ops_t::acc_t{});` in ReduceMomentKernel.cu)
 # makes the grammar read the statement as a function definition, and the call
 # is lost: `typename` blanked, the argument reads as a temporary of that type.
-_TYPENAME_TEMPORARY = re.compile(rb"([(,]\s*)typename\b(?=\s+[A-Za-z_][\w:<>, ]*\{[^{};]*\})")
+# The pattern starts with the word, which the regex engine finds by a fast
+# search; what must come before it (an opening parenthesis or a comma, and
+# blanks) is read back from there: a pattern starting with them was tried at
+# every `(` and `,` of a file.
+_TYPENAME_TEMPORARY = re.compile(rb"typename\b(?=\s+[A-Za-z_][\w:<>, ]*\{[^{};]*\})")
+_WHITESPACE = b" \t\n\r\f\v"  # what `\s` matches in a bytes pattern
 
 
 def _blank_typename(m: re.Match) -> bytes:
-    return m.group(1) + b" " * len(b"typename")
+    text, i = m.string, m.start()
+    while i > 0 and text[i - 1] in _WHITESPACE:
+        i -= 1
+    return b" " * len(b"typename") if i > 0 and text[i - 1] in b"(," else m.group(0)
 
 
 # A braced default argument (`ArrayRef<Scalar> scalarList = {}`) makes the
@@ -596,22 +605,36 @@ def _defining_macros(directives: list[re.Match], original: bytes) -> dict[bytes,
 def _macro_uses(data: bytes, macros: dict[bytes, _Macro]) -> list[tuple[int, bytes, list[tuple[bytes, int]], int]]:
     """(offset, macro, [(argument, its offset)], offset of the closing
     parenthesis) of each use of `macros` that starts a line outside a directive."""
-    names = sorted((n for n in macros if n in data), key=len, reverse=True)
-    if not names:
+    # Each name is found by a substring search: a regex of the file's own names
+    # would be compiled anew for every file, which cost more than the search.
+    # A name starts a line (blanks before it) and is a whole word, as `(`
+    # follows it: at most one name starts at a place.
+    starts = []
+    for name in macros:
+        i = data.find(name)
+        while i >= 0:
+            line = data.rfind(b"\n", 0, i) + 1
+            if (line == i or not data[line:i].translate(None, b" \t")) and (opening := _OPENING.match(data, i + len(name))):
+                starts.append((i, name, opening.end() - 1))
+            i = data.find(name, i + 1)
+    if not starts:
         return []
+    starts.sort()
     uses = []
     directives = Directives(data)
-    pattern = re.compile(rb"^[ \t]*(" + b"|".join(map(re.escape, names)) + rb")[ \t]*\(", re.M)
-    for m in pattern.finditer(data):
-        if directives.start_of(m.start(1)) is not None:
+    for at, name, open_at in starts:
+        if directives.start_of(at) is not None:
             continue
-        args, close = _macro_arguments(data, m.end() - 1)
-        if close is None or len(args) != len(macros[m.group(1)].params):
+        args, close = _macro_arguments(data, open_at)
+        if close is None or len(args) != len(macros[name].params):
             continue
-        uses.append((m.start(1), m.group(1), args, close))
+        uses.append((at, name, args, close))
         if len(uses) >= _MAX_MACRO_USES:
             break
     return uses
+
+
+_OPENING = re.compile(rb"[ \t]*\(")
 
 
 # A `#` and the rest of its line, continued lines included (a loop unrolled:
@@ -693,6 +716,8 @@ _EXPANSION_TOKEN = re.compile(rb'"(?:\\.|[^"\\])*"|##|#[ \t]*([A-Za-z_]\w*)|[A-Z
 def _expand_line(line: bytes, values: dict[bytes, bytes]) -> bytes:
     """One line of a macro's body with its parameters replaced (Note
     [definitions written by macros])."""
+    if b"#" not in line and not any(p in line for p in values):
+        return line  # no parameter, no `#`: as written
 
     def token(m: re.Match) -> bytes:
         word = m.group(0)
@@ -723,7 +748,7 @@ def _expanded_lines(macros: dict[bytes, _Macro], name: bytes, args: list[tuple[b
     for k, written in enumerate(macro.lines):
         origin = macro.line + k
         text = _expand_line(written, values)
-        inner = next((u for u in _NESTED_USE.finditer(text) if u.group(1) in macros), None)
+        inner = next((u for u in _NESTED_USE.finditer(text) if u.group(1) in macros), None) if any(n in text for n in macros) else None
         if inner is not None:
             if depth >= _MAX_EXPANSION_DEPTH:
                 return None
@@ -1236,11 +1261,10 @@ class Extractor:
         kernels = b"__global__" in original
         seen = None
         launches: set[tuple[int, str]] = set()  # (line, name) of each launch
-        for at, kind, payload, live in _sweep(regions, points):
-            if live is not seen:  # what the regions around the point say, read once per set of regions
-                seen = live
-                pp = _preproc_of(live)
-                def_index, cond, lib, lam, around = _context_of(live)
+        for at, kind, payload, here in _sweep(regions, points):
+            if here is not seen:  # what the regions around the point say, read once per set of regions
+                seen = here
+                live, _, pp, def_index, cond, lib, lam, around = here
                 if cond is not None:
                     cond = _label(labels, cond)
                 outer = "\n".join(_label(labels, c) for c in around) if around else None
@@ -1967,45 +1991,79 @@ def _lambda_conditions(calls: list[Call], in_lambdas: list[tuple[int, int, str]]
 
 
 def _sweep(regions, points):
-    """(start, kind, payload, live) for each point in byte order, `live` the
-    regions around the point, outer to inner (Note [regions]): the same list
-    object as for the previous point when they are the same regions, so a
-    reader works out what they say once for a run of points.
+    """(start, kind, payload, context) for each point in byte order (Note
+    [regions]). A context is what the regions around the point say: (the
+    regions, outer to inner; the first end among them; then as `_preproc_of`
+    and `_context_of` read them: preprocessor condition, innermost
+    definition, case/if, TORCH_LIBRARY block, named lambda, the case/ifs
+    around the case/if). It is the same object as for the previous point when
+    the regions are the same, so a reader works out what they say once for a
+    run of points.
 
-    The stack may hold regions that ended before the point (preprocessor
-    regions can cross syntax regions, and only the top is popped): those are
-    left out of `live`. Nothing changes before `boundary`, the next start of
-    a region or the first end of a live one."""
+    Each region pushed on the stack gets its context from the one below it
+    (`_inner`): reading all the regions again at every change cost more than
+    the rest of the sweep. The stack may hold regions that ended before the
+    point (preprocessor regions can cross syntax regions, and only the top is
+    popped): those are left out, and the context is read from the rest.
+    Nothing changes before `boundary`, the next start of a region or the
+    first end of a region around the point."""
     regions.sort(key=_region_order)
     points.sort(key=_POINT_ORDER)
-    stack: list = []
-    live: list = []
+    stack: list[tuple] = []  # contexts, each of the stack up to its region (the last of its regions)
+    here = _OUTSIDE
     boundary = -1
     ri = 0
     n = len(regions)
     for start, kind, payload in points:
         if start < boundary:
-            yield start, kind, payload, live
+            yield start, kind, payload, here
             continue
         while ri < n and regions[ri][0] <= start:
             r = regions[ri]
             ri += 1
-            while stack and stack[-1][1] <= r[0]:
+            while stack and stack[-1][0][-1][1] <= r[0]:
                 stack.pop()
             if r[1] > start:
-                stack.append(r)
-        while stack and stack[-1][1] <= start:
+                stack.append(_inner(stack[-1] if stack else _OUTSIDE, r))
+        while stack and stack[-1][0][-1][1] <= start:
             stack.pop()
-        fresh = [r for r in stack if r[1] > start]
-        if fresh != live:
-            live = fresh
-        boundary = min([r[1] for r in live], default=_NEVER)
+        top = stack[-1] if stack else _OUTSIDE
+        if top[1] > start:  # no region on the stack has ended
+            here = top
+        else:
+            live = [c[0][-1] for c in stack if c[0][-1][1] > start]
+            if live != here[0]:
+                def_index, cond, lib, lam, around = _context_of(live)
+                here = (live, min(map(_END, live), default=_NEVER), _preproc_of(live), def_index, cond, lib, lam, tuple(around))
+        boundary = here[1]
         if ri < n and regions[ri][0] < boundary:
             boundary = regions[ri][0]
-        yield start, kind, payload, live
+        yield start, kind, payload, here
+
+
+def _inner(outer: tuple, region: tuple) -> tuple:
+    """The context (see `_sweep`) of the regions of `outer` and `region`
+    inside them: what `_preproc_of` and `_context_of` read of them, from what
+    they read of `outer`'s."""
+    live, end, pp, def_index, cond, lib, lam, around = outer
+    tag, payload = region[2], region[3]
+    if tag == "cond":
+        around = (*around, cond) if cond is not None else ()
+        cond, lam = payload, None
+    elif tag == "def":
+        def_index, cond, lam, around = payload, None, None, ()
+    elif tag == "lambda":
+        lam = payload
+    elif tag == "pp":
+        pp = payload if pp is None else f"{pp} && {payload}"
+    elif tag == "lib":
+        lib = payload
+    return [*live, region], min(end, region[1]), pp, def_index, cond, lib, lam, around
 
 
 _NEVER = float("inf")
+_END = operator.itemgetter(1)
+_OUTSIDE = ([], _NEVER, None, -1, None, None, None, ())  # the context of a point in no region
 
 
 def _region_order(r):
@@ -2029,13 +2087,15 @@ class _time_budget:
     def __enter__(self) -> None:
         if self.seconds <= 0 or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
             return
-        self.previous = signal.signal(signal.SIGALRM, _expire)
-        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        # _signal's own functions: signal.signal converts handlers to and from
+        # enums, which cost more than the timer, twice a file.
+        self.previous = _signal.signal(signal.SIGALRM, _expire)
+        _signal.setitimer(signal.ITIMER_REAL, self.seconds)
 
     def __exit__(self, *exc) -> None:
         if self.previous is not None:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, self.previous)
+            _signal.setitimer(signal.ITIMER_REAL, 0)
+            _signal.signal(signal.SIGALRM, self.previous)
 
 
 def _expire(signum, frame):

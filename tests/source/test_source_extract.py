@@ -631,12 +631,18 @@ def _table(rows: int) -> str:
 
 def test_data_tables_are_emptied_in_place(ex):
     """Note [data tables]: a large initializer of numbers is blanked inside
-    its braces, offsets and lines kept; what follows is read as before."""
+    its braces and made a comment, offsets and lines kept; what follows is
+    read as before."""
     text = f"namespace at {{\nstatic const int64_t table[][8] = {{\n{_table(200)}\n}};\nvoid after() {{ helper(1); }}\n}}\n"
     masked = mask_attributes(text.encode())
     assert len(masked) == len(text.encode()) and masked.count(b"\n") == text.count("\n")
     inside = masked[masked.index(b"= {") + 3 : masked.index(b"};")]
-    assert inside.strip() == b"" and len(inside) > 4096
+    assert len(inside) > 4096 and inside.count(b"\n") == text[text.index("= {") + 3 : text.index("};")].count("\n")
+    comment = inside.strip()
+    assert comment.startswith(b"/*") and comment.endswith(b"*/") and comment[2:-2].strip() == b""
+    tree = ex.parser.parse(masked)  # an empty initializer list: the comment is all it holds
+    table = tree.root_node.descendant_for_byte_range(masked.index(b"= {") + 2, masked.index(b"};") + 1)
+    assert table.type == "initializer_list" and [c.type for c in table.named_children] == ["comment"]
     f = facts(ex, text)
     line = text.split("\n").index("void after() { helper(1); }") + 1
     assert [(d.name, d.line) for d in f.definitions] == [("at::after", line)]

@@ -153,6 +153,26 @@ def test_a_fifo_or_a_symlink_out_of_the_tree_is_skipped_and_named(tmp_path, cach
     assert time.monotonic() - started < 5
 
 
+@pytest.mark.parametrize("nofollow", [True, False], ids=["O_NOFOLLOW", "without O_NOFOLLOW"])
+def test_a_link_out_of_the_tree_is_refused_however_files_are_opened(tmp_path, monkeypatch, nofollow):
+    """A file is opened where its directory really is, without following a
+    link (O_NOFOLLOW); a link is followed only after where it leads is read,
+    and where the system has no O_NOFOLLOW, every file's path is read."""
+    if not nofollow:
+        monkeypatch.setattr(build_module, "_NOFOLLOW", 0)
+    outside = tmp_path / "outside.cpp"
+    outside.write_text("void leaked() {}\n")
+    native = tmp_path / "t" / "aten/src/ATen/native"
+    native.mkdir(parents=True)
+    (native / "Neg.cpp").write_text("void neg() {}\n")
+    (native / "Leak.cpp").symlink_to(outside)
+    (native / "Inside.cpp").symlink_to(native / "Neg.cpp")
+    dirs: dict[str, str] = {}
+    read = [build_module.read_source(tmp_path / "t", f"aten/src/ATen/native/{name}", None, dirs) for name in ("Neg.cpp", "Leak.cpp", "Inside.cpp")]
+    assert read == [b"void neg() {}\n", "a symlink out of the tree", b"void neg() {}\n"]
+    assert list(dirs) == [str(native)]  # the directory was resolved once for its three files
+
+
 def test_a_file_deleted_during_a_parallel_build_is_named(tmp_path, cache, monkeypatch):
     tree = small(tmp_path / "t", **{f"aten/src/ATen/native/F{i}.cpp": f"namespace at {{ void f{i}() {{}} }}\n" for i in range(60)})
     real_scan = build_module.scan

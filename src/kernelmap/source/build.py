@@ -176,12 +176,15 @@ def read_source(root: Path, path: str, real_root: str | None = None, real_dirs: 
             return "a symlink out of the tree"
         # O_NONBLOCK: opening a FIFO with no writer returns at once; fstat then refuses it.
         flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
-        try:
-            fd = os.open(full, flags | _NOFOLLOW)
-        except OSError as e:
-            if not _NOFOLLOW or e.errno != errno.ELOOP:
-                raise
-            if not os.path.realpath(full).startswith(inside):  # the file is a link
+        fd = None
+        if _NOFOLLOW:
+            try:
+                fd = os.open(full, flags | _NOFOLLOW)
+            except OSError as e:
+                if e.errno != errno.ELOOP:
+                    raise
+        if fd is None:  # the file is a link (or a system without O_NOFOLLOW): where it leads decides
+            if not os.path.realpath(full).startswith(inside):
                 return "a symlink out of the tree"
             fd = os.open(full, flags)
     except (OSError, ValueError) as e:

@@ -10,7 +10,11 @@ Measures, in one run on one copy of the tree:
   * an incremental re-index after one file is touched, and after one is
     edited (goal: under 1 s);
   * peak memory of the build, main process plus its workers (goal: under 1 GB);
-  * the database's size against the indexed sources' (goal: under 1.5x).
+  * the database's size against the indexed sources' (goal: under 1.5x);
+  * where the CPU time goes: each stage of extracting every file in one
+    process (masking, tree-sitter's parse, its query's walk and matches,
+    freeing the tree, the rest in Python), and the build's work beyond it,
+    each as the wall ratio to ctags it adds on idle cores.
 
   * definitions and call sites per file, written to --counts FILE; given
     --baseline FILE (the counts of an earlier run, e.g. before a change to the
@@ -107,18 +111,10 @@ def bench(src: Path, work: Path) -> int:
             worker_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # the largest child (ctags included)
     tags = sum(1 for line in (work / "tags").open(errors="replace") if not line.startswith("!")) if have_ctags else 0
 
-    # The floor of any tree-sitter index: parsing alone, in one process; after
-    # the builds, as ctags and the workers fork from this process and would
-    # count the memory of its parsing as theirs.
-    import tree_sitter
-    import tree_sitter_cpp
-
-    parser = tree_sitter.Parser(tree_sitter.Language(tree_sitter_cpp.language()))
-    t0 = time.perf_counter()
-    for rel, _, _ in files:
-        parser.parse((root / rel).read_bytes())
-    parse_s = time.perf_counter() - t0
-    del parser
+    # Where one process's extraction goes, stage by stage; after the builds, as
+    # ctags and the workers fork from this process and would count the memory
+    # of its parsing as theirs.
+    stages = extraction_stages(root, [p for p, _, _ in files])
 
     ratios = [full / ctags for ctags, _, full, _, _ in pairs]
     # The pair of the median ratio (the lower of two) stands for the run in the
@@ -165,8 +161,7 @@ def bench(src: Path, work: Path) -> int:
     per_core = max(main_cpu, (main_cpu + workers_cpu) / jobs)
     print(f"  CPU time per core on {jobs} cores: {per_core:.2f} s = {per_core / ctags_cpu:.2f}x ctags' CPU time"
           f" (the wall ratio of an idle machine; goal <= 6x: {goal(per_core / ctags_cpu <= 6)})")
-    print(f"tree-sitter parse only, one process: {parse_s:6.2f} s = {parse_s / ctags_s:.2f}x ctags"
-          f" ({parse_s / jobs:.2f} s = {parse_s / jobs / ctags_s:.2f}x on {jobs} cores, the floor)")
+    print_stages(stages, ctags_cpu, jobs, main_cpu, workers_cpu)
     print(f"incremental, one file touched: {touch_s:6.3f} s  (goal < 1 s: {goal(touch_s < 1)})")
     print(f"incremental, one file edited:  {edit_s:6.3f} s  (goal < 1 s: {goal(edit_s < 1)})")
     print(f"no change:                     {noop_s:6.3f} s")
@@ -177,6 +172,64 @@ def bench(src: Path, work: Path) -> int:
           f"  (goal < 1.5x: {goal(size_ratio < 1.5)})")
     compare_counts(per_file)
     return 0
+
+
+def extraction_stages(root: Path, paths: list[str]) -> dict[str, float]:
+    """CPU seconds of each stage of extracting every file in one process:
+    masking, tree-sitter's parse of the masked text, its query walking the
+    tree with one pattern (the cost of any query) and with the extractor's
+    patterns, freeing the tree; then the extractor's whole work, read
+    separately (what is left of it is Python)."""
+    import tree_sitter
+
+    from kernelmap.source import extract
+    from kernelmap.source.build import NATIVE_YAML
+
+    ex = extract.Extractor(extract.read_operator_names(root / NATIVE_YAML))
+    one_pattern = tree_sitter.Query(ex.language, "(translation_unit) @unit")
+    clock = time.process_time
+    stages = dict.fromkeys(("mask", "parse", "walk", "query", "free", "extract"), 0.0)
+    for rel in paths:
+        data = (root / rel).read_bytes()
+        t0 = clock()
+        masked = extract.mask_attributes(data, extract.objc_source.is_objc(rel, data))
+        t1 = clock()
+        tree = ex.parser.parse(masked)
+        t2 = clock()
+        tree_sitter.QueryCursor(one_pattern).matches(tree.root_node)
+        t3 = clock()
+        found = tree_sitter.QueryCursor(ex.query).matches(tree.root_node)
+        t4 = clock()
+        del found, tree
+        t5 = clock()
+        ex.extract(rel, data)
+        t6 = clock()
+        for stage, seconds in zip(stages, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5)):
+            stages[stage] += seconds
+    return stages
+
+
+def print_stages(stages: dict[str, float], ctags_cpu: float, jobs: int, main_cpu: float, workers_cpu: float) -> None:
+    """Each stage as CPU seconds in one process and, shared out on `jobs`
+    cores, as a multiple of ctags' CPU time (the wall ratio it adds on an idle
+    machine)."""
+    rest = stages["extract"] - stages["mask"] - stages["parse"] - stages["query"] - stages["free"]
+    rows = [
+        ("masking (regexes, Python)", stages["mask"]),
+        ("tree-sitter: parse", stages["parse"]),
+        ("tree-sitter: query, walking the tree", stages["walk"]),
+        ("tree-sitter: query, the patterns' matches", stages["query"] - stages["walk"]),
+        ("tree-sitter: freeing the tree", stages["free"]),
+        ("the rest of extraction (Python; macro expansions parsed too)", rest),
+        ("extraction, one process", stages["extract"]),
+        ("the build beyond extraction (main process, workers' reading and sending)", main_cpu + workers_cpu - stages["extract"]),
+    ]
+    print(f"where the build's CPU time goes (one process, then per core on {jobs} cores in ctags' CPU time):")
+    for label, seconds in rows:
+        print(f"  {label:<75} {seconds:6.2f} s = {seconds / jobs / ctags_cpu:5.2f}x")
+    floor = stages["parse"] + stages["walk"] + stages["free"]
+    print(f"tree-sitter alone (parse, one walk, free): {floor:.2f} s = {floor / jobs / ctags_cpu:.2f}x on {jobs} cores,"
+          f" the floor of an index read with tree-sitter queries")
 
 
 def per_file_counts(db_path: Path) -> dict[str, list[int]]:

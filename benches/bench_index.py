@@ -97,7 +97,7 @@ def bench(src: Path, work: Path) -> int:
     for _ in range(max(1, RUNS)):
         c0 = cpu(resource.RUSAGE_CHILDREN)
         ctags_s = run_ctags(root, [p for p, _, _ in files], work / "tags") if have_ctags else float("nan")
-        ctags_cpu = cpu(resource.RUSAGE_CHILDREN) - c0
+        ctags_cpu = cpu(resource.RUSAGE_CHILDREN) - c0 if have_ctags else float("nan")  # no ctags: no ratio, not a division by 0
         for old in (index_path(tree), record_path(index_path(tree))):  # each build is a full one
             old.unlink(missing_ok=True)
         c0, m0 = cpu(resource.RUSAGE_CHILDREN), cpu(resource.RUSAGE_SELF)

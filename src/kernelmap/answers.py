@@ -19,6 +19,7 @@ answer, which any renderer can show again.
 | verify/1      | kernelmap.extend.compare.VerifyReport    | verify (see its to_json)                  |
 | kernel/1      | kernelmap.kernels.resolve.KernelAnswer   | kernel (one GPU kernel name)              |
 | ranks/1       | kernelmap.trace.ranks.RanksSummary       | trace --from of several ranks             |
+| impact/1      | kernelmap.impact.model.ImpactAnswer      | impact (what an edit rebuilds)            |
 
 A document is a JSON object: `{"kernelmap": "<name>/<version>", ...fields}`.
 Documents that carry locations have an `origins` table (key -> kind,
@@ -56,6 +57,12 @@ ranks/1:    {"ranks": [{"rank", "file", "gpu_us", "source_us", "library_us", "co
              "merged_ops": [{"name", "calls", "total_us", "device_us"}],
              "collectives": [{"name", "index", "us": {rank: us}, "slowest"}],
              "differences": [{"name", "device_us": {rank: us}, "spread_us"}]}
+impact/1:   {"query", "target" (file|line|symbol|operator), "device", "tree": origin key, "origins", "notes",
+             "edited": [{"path", "reason", "location": LOCATION | null}], "counts": {"cpp", "cu", "capability",
+             "capability AVX2", ...}, "libraries": {library: units}, "maybe", "estimate": {"cpu_seconds",
+             "wall_seconds", "jobs", "model", "error", "measured"}, "advice": [{"summary", "path", "location",
+             "units", "cpu_seconds"}], "operators": [str], "third_party": [str],
+             "units": [{"path", "kind" (cpp|cu|capability), "capability", "library", "seconds", "maybe", "via"}]}
 """
 
 from __future__ import annotations
@@ -81,6 +88,7 @@ ANSWERS: dict[str, tuple[int, str]] = {
     "diff": (1, "kernelmap.diff:OpDiff"),
     "kernel": (1, "kernelmap.kernels.resolve:KernelAnswer"),
     "ranks": (1, "kernelmap.trace.ranks:RanksSummary"),
+    "impact": (1, "kernelmap.impact.model:ImpactAnswer"),
 }
 
 

@@ -120,6 +120,16 @@ register(Page("explain", "explain", (Param("op", "operator", required=True), Par
 register(Page("gen", "gen", (Param("op", "operator", required=True), Param("layer", "layer", "all", _layers())), gen_document))
 
 
+def impact_document(params: Mapping[str, str]) -> dict[str, Any]:
+    from kernelmap.impact import impact
+
+    return impact(params["target"], device=params.get("device") or "cpu", source=_source(params)).to_json()
+
+
+register(Page("impact", "impact", (Param("target", "path[:line], symbol or operator", required=True), Param("device", "device", "cpu", ("cpu", "cuda", "rocm")),
+                                    Param("source", "source tree", "")), impact_document))
+
+
 def produce(page: Page, query: Mapping[str, str]) -> dict[str, Any]:
     """The page's document for `query`; BadInput when a required parameter is
     missing or a choice is not one of its choices."""

@@ -15,9 +15,12 @@ model against real compiles.
                  lacks), CPU time of the compiler (the machine is shared:
                  wall time follows the neighbours' load), fit the cost model
                  (kernelmap.impact.cost) and print its leave-one-out error;
-                 --write stores it in src/kernelmap/impact/cost_model.json
+                 --write stores it in src/kernelmap/impact/cost_model.json;
+                 --measured RECORD fits to the compiles of an earlier
+                 --record file instead of compiling again
 
-    python benches/bench_impact.py [--speed] [--check N] [--calibrate N [--write]] [--device cpu|cuda] [--cache DIR] [--runs N]
+    python benches/bench_impact.py [--speed] [--check N] [--calibrate N [--write] [--measured RECORD]] [--device cpu|cuda]
+                                   [--cache DIR] [--runs N] [--record FILE]
 
 --cache reuses a kernelmap cache that already holds the indexed tree and its
 generated files; without it a fresh one is built first (minutes).
@@ -60,6 +63,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache", type=Path, help="a kernelmap cache to reuse (it may already hold the indexed tree)")
     parser.add_argument("--record", type=Path, help="with --check / --calibrate: write each unit's result here (JSON lines)")
+    parser.add_argument("--kinds", default="cpp,capability", help="with --calibrate: the kinds of unit to compile")
+    parser.add_argument("--measured", type=Path, help="with --calibrate: fit to the compiles a --record file holds instead of compiling")
     args = parser.parse_args()
     if not (args.speed or args.check or args.calibrate):
         args.speed = True
@@ -78,7 +83,7 @@ def main() -> int:
         if args.check:
             status |= check(args.check, args.device, args.seed, Path(scratch), args.record)
         if args.calibrate:
-            status |= calibrate(args.calibrate, args.seed, Path(scratch), args.write, args.record)
+            status |= calibrate(args.calibrate, args.seed, Path(scratch), args.write, args.record, args.measured, tuple(args.kinds.split(",")))
         return status
 
 
@@ -160,38 +165,50 @@ def check(n: int, device: str, seed: int, work: Path, record: Path | None) -> in
     return int(bool(low))
 
 
-def calibrate(n: int, seed: int, work: Path, write: bool, record: Path | None) -> int:
+def calibrate(n: int, seed: int, work: Path, write: bool, record: Path | None, measured: Path | None, kinds: tuple[str, ...]) -> int:
     from kernelmap import env
     from kernelmap.impact.check import compile_seconds, sample_units
     from kernelmap.impact.cost import MODEL_FILE, fit
 
     tree, data = _data("cpu")
-    layout = _layout(tree, data, work, "cpu")
-    import sysconfig
-
-    third_party = [env.torch_install().torch_dir / "include", Path(sysconfig.get_paths()["include"])]
-    units = sample_units(data.units, n, seed + 1, ("cpp", "capability"))
+    graph = data.graph
+    by_name = {u.name: u for u in data.units}
     samples = []
-    out = record.open("a") if record else None
-    print(f"compiling {len(units)} units for real (g++ -O2, CPU time of the compiler; load average {os.getloadavg()[0]:.1f})")
-    for unit in units:
-        seconds, error = compile_seconds(layout, unit, work, third_party)
-        nbytes = data.unit_bytes[unit.name]
-        print(f"  {seconds:6.1f} s  {nbytes / 1e6:6.2f} MB  {unit.name}" + (f"  [failed: {error[:100]}]" if error else ""), flush=True)
+    if measured is not None:  # refit from compiles measured before (a --record file), compiling nothing
+        rows = [json.loads(line) for line in measured.read_text().splitlines() if line.strip()]
+        print(f"fitting to the {len(rows)} compiles recorded in {measured}")
+        for row in rows:
+            unit = by_name.get(row["unit"])
+            if unit is not None and row.get("error") is None:
+                samples.append((unit.kind, data.unit_bytes[unit.name], graph.sizes[graph.node(unit.path)], row["seconds"]))
+    else:
+        import sysconfig
+
+        layout = _layout(tree, data, work, "cpu")
+        third_party = [env.torch_install().torch_dir / "include", Path(sysconfig.get_paths()["include"])]
+        units = sample_units(data.units, n, seed + 1, kinds)
+        out = record.open("a") if record else None
+        print(f"compiling {len(units)} units for real (g++ -O2, CPU time of the compiler; load average {os.getloadavg()[0]:.1f})")
+        for unit in units:
+            seconds, error = compile_seconds(layout, unit, work, third_party)
+            nbytes, own = data.unit_bytes[unit.name], graph.sizes[graph.node(unit.path)]
+            print(f"  {seconds:6.1f} s  {nbytes / 1e6:6.2f} MB read, {own / 1e6:5.2f} MB its own  {unit.name}"
+                  + (f"  [failed: {error[:100]}]" if error else ""), flush=True)
+            if out:
+                out.write(json.dumps({"unit": unit.name, "kind": unit.kind, "bytes": nbytes, "own": own, "seconds": seconds, "error": error}) + "\n")
+            if error is None:
+                samples.append((unit.kind, nbytes, own, seconds))
         if out:
-            out.write(json.dumps({"unit": unit.name, "kind": unit.kind, "bytes": nbytes, "seconds": seconds, "error": error}) + "\n")
-        if error is None:
-            samples.append((unit.kind, nbytes, seconds))
-    if out:
-        out.close()
+            out.close()
     compiler = subprocess.run(["g++", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
     model = fit(samples, machine=f"{platform.machine()}, {os.cpu_count()} cores, shared", compiler=compiler)
     text, error = model.describe()
-    print(f"{len(samples)} compiled of {len(units)}; model: {text}")
+    print(f"{len(samples)} units measured; model: {text}")
     print(f"error: {error}")
-    measured = sum(s for _, _, s in samples)
-    predicted = sum(model.predict(k, b) for k, b, _ in samples)
-    print(f"summed over the units: measured {measured:.0f} CPU-s, model {predicted:.0f} CPU-s ({predicted / measured - 1:+.1%})")
+    for kind in sorted({k for k, _, _, _ in samples}):
+        mine = [(b, o, s) for k, b, o, s in samples if k == kind]
+        errors = sorted(abs(model.predict(kind, b, o) - s) / s for b, o, s in mine)
+        print(f"  {kind}: {len(mine)} units, median error of the full fit {statistics.median(errors):.0%}")
     if write:
         MODEL_FILE.write_text(json.dumps(model.to_json(), indent=1) + "\n")
         print(f"wrote {MODEL_FILE.relative_to(ROOT)}")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelmap.impact.cost import fit, fit_line
+from kernelmap.impact.cost import fit, least_squares
 from kernelmap.impact.graph import LEAF_KINDS, TEMPLATE, Sources, build_graph
 from kernelmap.impact.units import cpu_capabilities, torch_source_lists, translation_units
 from kernelmap.source.includes import read
@@ -124,12 +124,20 @@ def test_build_variables_are_read_as_data_never_run(tmp_path):
     assert torch_source_lists(tmp_path) == {"a": ("x.cpp", "y.cpp"), "b": ("w.cpp", "x.cpp", "y.cpp")}
 
 
-def test_the_cost_line_and_its_leave_one_out_error():
-    assert fit_line([(0, 1.0), (1, 3.0), (2, 5.0)]) == pytest.approx((1.0, 2.0))
-    samples = [("cpp", int(mb * 1e6), 1.0 + 2.0 * mb) for mb in (0.5, 1, 2, 3, 5, 8)]
+def test_the_cost_model_and_its_leave_one_out_error():
+    import math
+
+    assert least_squares([[1, 0], [1, 1], [1, 2]], [1.0, 3.0, 5.0]) == pytest.approx([1.0, 2.0])
+    # seconds = 3 * closure^0.5 * own^0.25, exactly: the fit finds it and errs by nothing
+    samples = [("cpp", int(cb * 1e6), int(ob * 1e6), 3 * (cb + 0.01) ** 0.5 * (ob + 0.01) ** 0.25)
+               for cb, ob in ((0.5, 0.01), (1, 0.1), (2, 0.05), (4, 0.2), (8, 0.02), (3, 0.5), (6, 1.0))]
     model = fit(samples, machine="here", compiler="g++")
-    line = model.line("cpp")
-    assert (line.a, line.b) == pytest.approx((1.0, 2.0)) and line.median_error == pytest.approx(0.0, abs=1e-9) and line.within_25 == 1.0
-    assert model.predict("capability", 4_000_000) == pytest.approx(9.0)  # no line of its own: the cpp line
+    f = model.fit
+    assert (math.exp(f.a), f.b, f.c, f.smear) == pytest.approx((3.0, 0.5, 0.25, 1.0))
+    assert f.median_error == pytest.approx(0.0, abs=1e-9) and f.within_50 == 1.0 and f.total_error == pytest.approx(0.0, abs=1e-9)
+    assert model.predict("cpp", 4_000_000, 1_000_000) == pytest.approx(round(3 * 4.01 ** 0.5 * 1.01 ** 0.25, 2))
+    assert model.calibrated("cpp") and not model.calibrated("cu")
     text, error = model.describe()
-    assert "1.00 s + 2.00 s per MB" in text and "median error 0%" in error
+    assert "x (MB its closure reads)^0.50 x (MB of its own file)^0.25" in text and "median error 0%" in error
+    with pytest.raises(ValueError, match="too few"):
+        fit(samples[:3], machine="here", compiler="g++")

@@ -229,7 +229,7 @@ def build_impact(tree, index, device: str, headers_dir: Path, sources_dir: Path)
         node = graph.node(u.path)
         nbytes = graph.bytes_of(closures[u.context][node][1])[1] if node is not None else 0
         unit_bytes[u.name] = nbytes
-        unit_seconds[u.name] = round(model.predict(u.kind, nbytes), 2)
+        unit_seconds[u.name] = model.predict(u.kind, nbytes, graph.sizes[node] if node is not None else 0)
     unit_ops = {p: tuple(sorted(v)) for p, v in ops.items()}
     return ImpactData(graph, units, unit_ops, unit_seconds, unit_bytes, closures, str(headers_dir), str(sources_dir), extra)
 
@@ -291,7 +291,7 @@ def _answer(target: str, device: str, tree, index, data: ImpactData, jobs: int) 
     from kernelmap.impact.cost import cost_model
 
     model = cost_model()
-    if not model.line("cpp").samples:
+    if not model.fit.samples:
         notes.append("the cost model was never calibrated (run benches/bench_impact.py --calibrate): the times are a rough guess")
     if any(u.kind == "cu" for u in units) and not model.calibrated("cu"):
         notes.append("no .cu compile was measured on this machine: a .cu unit is costed as host C++ of the same size; "
@@ -336,7 +336,7 @@ def _estimate(data: ImpactData, units: tuple[RebuiltUnit, ...], jobs: int) -> Es
     total = sum(u.seconds for u in units)
     longest = max((u.seconds for u in units), default=0.0)
     text, error = model.describe()
-    measured = bool(model.line("cpp").samples) and all(model.calibrated(u.kind) or u.kind != "cu" for u in units)
+    measured = bool(model.fit.samples) and all(model.calibrated(u.kind) or u.kind != "cu" for u in units)
     return Estimate(round(total, 1), round(max(total / jobs, longest), 1), jobs, text, error, measured)
 
 

@@ -1,8 +1,8 @@
-"""README.md stays true: each example of a static command that reads a
-source tree (find, stack, callers, path, explain, diff, kernel, where
---static) runs against the real trees, as written but for the tree names
-(the README's names of the 2.6.0 and 1.13.1 trees become the tests'), and
-exits 0 with an answer."""
+"""The documentation site stays true: each example of a static command that
+reads a source tree (find, stack, callers, path, explain, diff, kernel, where
+--static) on any page under docs/ runs against the real trees, as written but
+for the tree names (the pages' names of the 2.6.0 and 1.13.1 trees become the
+tests'), and exits 0 with an answer."""
 
 from __future__ import annotations
 
@@ -16,16 +16,17 @@ from tests.conftest import run_kernelmap
 from tests.diff.conftest import indexed_tree, new_tree, old_tree  # noqa: F401 - the shared indexed trees
 from tests.graph.conftest import TREE_NAME
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+DOCS = Path(__file__).resolve().parent.parent / "docs"
 COMMANDS = ("find", "stack", "callers", "path", "explain", "diff", "kernel", "where")
 
 
 def examples() -> list[str]:
-    """The README's example lines of COMMANDS that run from the tree alone:
+    """The pages' example lines of COMMANDS that run from the tree alone:
     no GPU, no torch import (`where` only with --static), no files of the
     user's (`--extension ./x`, `--html`, redirections), no error shown on purpose."""
     found = []
-    for block in re.findall(r"```\n(.*?)```", README.read_text(), re.S):
+    blocks = [b for page in sorted(DOCS.rglob("*.md")) for b in re.findall(r"^```[\w-]*\n(.*?)^```", page.read_text(), re.S | re.M)]
+    for block in blocks:
         for line in block.splitlines():
             line = line.strip().removeprefix("$ ")
             line = re.sub(r"\s+#.*$", "", line)
@@ -38,16 +39,16 @@ def examples() -> list[str]:
     return found
 
 
-def test_the_readme_has_examples_of_each():
+def test_the_docs_have_examples_of_each():
     assert {line.split()[1] for line in examples()} == set(COMMANDS)
 
 
 @pytest.mark.parametrize("line", examples())
-def test_a_readme_example_runs(line, new_tree, old_tree):
+def test_a_docs_example_runs(line, new_tree, old_tree):
     import shlex
 
     words = shlex.split(line)[1:]
-    # the README's tree names, as the tests register the trees
+    # the pages' tree names, as the tests register the trees
     names = {"pytorch-2.6.0+dfsg": TREE_NAME, "debian-2.6.0": TREE_NAME, "pytorch-1.13.1+dfsg": str(old_tree.root)}
     words = [names.get(w, w) for w in words]
     if words[0] not in ("diff",) and "--source" not in words and "--from" not in words:

@@ -16,7 +16,9 @@ from kernelmap.impact.units import cpu_capabilities, torch_source_lists, transla
 from kernelmap.source.includes import read
 
 FILES = {
-    "aten/src/ATen/native/Kernel.cpp": '#include <ATen/native/Loops.h>\n#include "Local.h"\n#include <ATen/Config.h>\n#include <vector>\n#include <fmt/format.h>\n',
+    "aten/src/ATen/native/Kernel.cpp": '#include <ATen/native/Loops.h>\n#include "Local.h"\n#include <ATen/Config.h>\n#include <vector>\n#include <fmt/format.h>\n'
+                                       '#include <torch/version.h>\n',
+    "torch/csrc/api/include/torch/version.h.in": "#pragma once\n#define TORCH_VERSION_MAJOR @TORCH_VERSION_MAJOR@\n",
     "aten/src/ATen/native/Local.h": "#pragma once\n",
     "aten/src/ATen/native/Loops.h": """#pragma once
 #include <ATen/native/Flags.h>
@@ -82,7 +84,7 @@ def test_roots_templates_and_leaves(sources):
     got = closure(graph, "aten/src/ATen/native/Kernel.cpp", "cpp")
     assert got == {"aten/src/ATen/native/Kernel.cpp", "aten/src/ATen/native/Loops.h", "aten/src/ATen/native/Local.h",
                    "aten/src/ATen/native/Flags.h", "aten/src/ATen/vec256.h", "aten/src/ATen/feature.h", "aten/src/ATen/Config.h.in",
-                   "build/aten/src/ATen/ops/add.h", "build/aten/src/ATen/ops/add_ops.h"}
+                   "build/aten/src/ATen/ops/add.h", "build/aten/src/ATen/ops/add_ops.h", "torch/csrc/api/include/torch/version.h.in"}
     assert graph.origin[graph.node("aten/src/ATen/Config.h.in")] == TEMPLATE
     leaves = {(name, LEAF_KINDS[kind]) for name, kind, _, _ in graph.leaves[graph.node("aten/src/ATen/native/Kernel.cpp")]}
     assert leaves == {("fmt/format.h", "third-party")}  # <vector> is a system header: no edge, no leaf

@@ -125,9 +125,9 @@ class CompileLayout:
             if not (config_dir / name).exists() and (device != "cpu" or name not in TEMPLATE_CONFIG_HEADERS):
                 (config_dir / name).parent.mkdir(parents=True, exist_ok=True)
                 (config_dir / name).write_text(configure(tree_root / template, env))
-        defines = [f"-D{k}" for k, v in sorted(env.context_macros("cpp").items())
-                   if v and k.startswith("USE_") or k in ("AT_PER_OPERATOR_HEADERS", "HAVE_AVX2_CPU_DEFINITION", "HAVE_AVX512_CPU_DEFINITION") and v]
-        defines.append("-DNDEBUG")
+        # the -D flags of the model's configuration: every option on, and the release build's own
+        flags = ("AT_PER_OPERATOR_HEADERS", "HAVE_AVX2_CPU_DEFINITION", "HAVE_AVX512_CPU_DEFINITION", "NDEBUG")
+        defines = [f"-D{k}" for k, v in sorted(env.context_macros("cpp").items()) if v and (k.startswith("USE_") or k in flags)]
         return cls(device, tree_root, headers_dir, sources_dir, config_dir, templates, defines, wheel_only)
 
     def include_flags(self) -> list[str]:

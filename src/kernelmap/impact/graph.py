@@ -18,7 +18,8 @@ target directories), and `"..."` looks beside the including file first.
 regenerates them: kernelmap.codegen.headers), `torch/csrc/autograd/generated/`
 the autograd ones. A configured header (`ATen/Config.h`,
 `c10/macros/cmake_macros.h`, `caffe2/core/macros.h`, `torch/version.h`) is
-its `.h.in` template in the tree: editing the template rebuilds what
+its `.h.in` template in the tree, at the root where the build writes it (a
+build folder, or beside the template): editing the template rebuilds what
 includes the header. A name found nowhere in the tree is a third-party
 header (named, never followed: the Debian tree has none, and a release
 build's are outside the tree) or a system header (no edge at all).
@@ -362,8 +363,10 @@ def build_graph(sources: Sources, device: str) -> IncludeGraph:
                 # a build folder holds the configured headers too: the template's place in the tree (Note [include roots])
                 source_root = root[len("build/"):] if root.startswith("build/") else ""
                 node = on_disk(_normal(f"{source_root}/{name}.in" if source_root else f"{name}.in") or "")
-            else:
+            else:  # or a header cmake configures into the tree itself (torch/version.h from its .h.in)
                 node = on_disk(rel)
+                if node is None and root is not None:
+                    node = on_disk(f"{rel}.in")
             if node is not None:
                 result = (node, -1)
                 break

@@ -48,7 +48,8 @@ HEADERS = (
     "aten/src/ATen/cpu/vec/vec256/vec256_float.h",
     "aten/src/ATen/native/cpu/Loops.h",
     "aten/src/ATen/native/cuda/Loops.cuh",
-    "aten/src/ATen/core/TensorBody.h",
+    "aten/src/ATen/core/TensorBase.h",
+    "aten/src/ATen/templates/TensorBody.h",
 )
 
 

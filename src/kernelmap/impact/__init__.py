@@ -64,23 +64,6 @@ class ImpactData:
     sources_dir: str  # the regenerated sources' root
     extra: dict[str, tuple[int, int]] = field(default_factory=dict)  # files read from disk beyond the index -> (size, mtime_ns)
 
-    def units_of(self) -> dict[int, list[Unit]]:
-        """Graph node -> the units compiled from it."""
-        found = self.__dict__.get("_units_of")
-        if found is None:
-            found = {}
-            for u in self.units:
-                node = self.graph.node(u.path)
-                if node is not None:
-                    found.setdefault(node, []).append(u)
-            self.__dict__["_units_of"] = found
-        return found
-
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state.pop("_units_of", None)
-        return state
-
 
 # ---------------------------------------------------------------------------
 # Opening (and building) the data

@@ -666,7 +666,7 @@
     var units = d.units || [], counts = d.counts || {};
     var head = el("div", "impact-counts");
     head.setAttribute("data-testid", "impact-units");
-    head.appendChild(el("strong", null, units.length + " units rebuild"));
+    head.appendChild(el("strong", null, units.length + " units rebuild "));
     Object.keys(counts).forEach(function (k) { head.appendChild(badge(k + " " + counts[k], "kind")); });
     if (d.maybe) head.appendChild(badge(d.maybe + " maybe", "marker", "reached only through #if conditions kernelmap cannot decide"));
     mount.appendChild(head);

@@ -20,7 +20,7 @@ model against real compiles.
                  --record file instead of compiling again
 
     python benches/bench_impact.py [--speed] [--check N] [--calibrate N [--write] [--measured RECORD]] [--device cpu|cuda]
-                                   [--cache DIR] [--runs N] [--record FILE]
+                                   [--tree 2.6|1.13] [--cache DIR] [--runs N] [--record FILE]
 
 --cache reuses a kernelmap cache that already holds the indexed tree and its
 generated files; without it a fresh one is built first (minutes).
@@ -63,13 +63,17 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache", type=Path, help="a kernelmap cache to reuse (it may already hold the indexed tree)")
+    parser.add_argument("--tree", default="2.6", choices=("2.6", "1.13"), help="the test tree: Debian's 2.6.0 (default) or 1.13.1")
     parser.add_argument("--record", type=Path, help="with --check / --calibrate: write each unit's result here (JSON lines)")
     parser.add_argument("--kinds", default="cpp,capability", help="with --calibrate: the kinds of unit to compile")
     parser.add_argument("--measured", type=Path, help="with --calibrate: fit to the compiles a --record file holds instead of compiling")
     args = parser.parse_args()
     if not (args.speed or args.check or args.calibrate):
         args.speed = True
-    tree = subprocess.run([str(ROOT / "scripts/fetch-test-tree")], capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+    global TREE
+    TREE = "debian-2.6.0" if args.tree == "2.6" else "debian-1.13.1"
+    fetch = [str(ROOT / "scripts/fetch-test-tree")] + ([] if args.tree == "2.6" else ["1.13"])
+    tree = subprocess.run(fetch, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
     with tempfile.TemporaryDirectory(prefix="kernelmap-bench-") as scratch:
         cache = str(args.cache or Path(scratch) / "cache")
         env = {**os.environ, "KERNELMAP_CACHE_DIR": cache, "KERNELMAP_SOURCE": TREE}
@@ -162,7 +166,7 @@ def check(n: int, device: str, seed: int, work: Path, record: Path | None) -> in
         print(f"  {cause}: {len(items)} units, {len(files)} distinct files, e.g. {', '.join(files[:4])}")
     wheel = sorted({p for r in results for p in r.wheel_only})
     if wheel:
-        print(f"  left out on the compiler's side: {', '.join(wheel)} (the wheel's newer configuration headers include them; the 2.6.0 tree has no such file)")
+        print(f"  left out on the compiler's side: {', '.join(wheel)} (the wheel's newer configuration headers include them; the tree has no such file)")
     return int(bool(low))
 
 

@@ -143,3 +143,13 @@ def test_the_cost_model_and_its_leave_one_out_error():
     assert "x (MB its closure reads)^0.50 x (MB of its own file)^0.25" in text and "median error 0%" in error
     with pytest.raises(ValueError, match="too few"):
         fit(samples[:3], machine="here", compiler="g++")
+
+
+def test_macros_that_name_each_other_end():
+    from kernelmap.impact.graph import MacroEnvironment
+
+    defines = [("a.h", "A", "B", None), ("b.h", "B", "A", None), ("c.h", "C", "C", None), ("d.h", "D", "2", "!defined(D)"), ("e.h", "E", "D", None)]
+    env = MacroEnvironment(Path("/nonexistent"), "cpu", defines)
+    assert env.evaluate("A", "cpp") is False and env.evaluate("C", "cpp") is False  # a name left unexpanded: 0
+    assert env.evaluate("defined(A) && defined(C)", "cpp") is True
+    assert env.evaluate("E == 2", "cpp") is True  # `#ifndef D` around D's own definition

@@ -502,6 +502,7 @@ class MacroEnvironment:
         self._context_macros: dict[str, dict[str, int | None]] = {}
         self._cache: dict[tuple[str | None, str], bool | None] = {}
         self._resolving: set[tuple[str, str]] = set()
+        self._macros: dict[tuple[str, str], tuple[bool | None, int | None]] = {}
 
     def context_macros(self, context: str) -> dict[str, int | None]:
         found = self._context_macros.get(context)
@@ -525,20 +526,31 @@ class MacroEnvironment:
         if not defs:
             return False, 0
         key = (name, context)
-        if key in self._resolving:  # `#ifndef X` around X's own definition: not defined before it
+        found = self._macros.get(key)
+        if found is not None:
+            return found
+        if key in self._resolving:
+            # `#ifndef X` around X's own definition: not defined before it; and a
+            # macro whose value names itself (`#define X X`, or through others)
+            # is, as the preprocessor reads it in an #if, an unknown name: 0
             return False, 0
         self._resolving.add(key)
         try:
-            live = []
-            for value, cond in defs:
-                holds = self.evaluate(cond, context)
-                if holds is False:
-                    continue
-                if holds is None or value is None:  # an undecided definition, or an #undef
-                    return None, None
-                live.append(value)
+            found = self._resolve(defs, context)
         finally:
             self._resolving.discard(key)
+        self._macros[key] = found
+        return found
+
+    def _resolve(self, defs: list[tuple[str | None, str | None]], context: str) -> tuple[bool | None, int | None]:
+        live = []
+        for value, cond in defs:
+            holds = self.evaluate(cond, context)
+            if holds is False:
+                continue
+            if holds is None or value is None:  # an undecided definition, or an #undef
+                return None, None
+            live.append(value)
         if not live:
             return False, 0
         values = {_value(v, self, context) for v in live}

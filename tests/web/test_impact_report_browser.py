@@ -1,4 +1,4 @@
-"""The impact answer's HTML report in headless Chromium: the heading, the
+"""The impact answer's HTML report (kernelmap.impact) in headless Chromium: the heading, the
 units by kind, the estimate, the advice and a sortable table of every unit,
 with no script error (the page fixture fails the test on one)."""
 
@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 
 from kernelmap.render import render
-from tests.web.conftest import browser, page  # noqa: F401 - the shared headless browser
+from tests.impact.conftest import answer  # noqa: F401 - impact answers over the real tree, each asked once
 
 pytestmark = pytest.mark.slow
 
 
-def test_the_report_shows_every_unit_sorted_by_cost(answer, page, tmp_path):  # noqa: F811
+def test_the_report_shows_every_unit_sorted_by_cost(answer, page, tmp_path):  # noqa: F811 - fixtures
     found = answer("aten/src/ATen/native/UnaryOps.h:26")
     out = tmp_path / "impact.html"
     out.write_text(render(found, "html"))

@@ -94,11 +94,13 @@ def op_names():
 
 
 def ops_structs():
-    """at::_ops struct name (`add_Tensor`) -> operator (`aten::add.Tensor`), from the installed torch's schemas."""
+    """at::_ops struct name (`add_Tensor`) -> operator (`aten::add.Tensor`), from the installed torch's
+    schemas (only aten's operators have at::_ops structs; prims::exp is no at::_ops::exp)."""
     code = (
         "import json, torch\nd={}\n"
         "for s in torch._C._jit_get_all_schemas():\n"
         "    ns, _, name = s.name.partition('::')\n"
+        "    if ns != 'aten': continue\n"
         "    d.setdefault(name + ('_' + s.overload_name if s.overload_name else ''), s.name + ('.' + s.overload_name if s.overload_name else ''))\n"
         "print(json.dumps(d))"
     )

@@ -402,7 +402,7 @@ class Agent:
 
     def run(self):
         self.setup()
-        gdb.execute("run", to_string=True)
+        gdb.execute("run")  # not to a string: gdb's warnings (ptrace refused) stay in the log the capture reads
         while True:
             event, self.stop_event = self.stop_event, None
             if event is None or not gdb.selected_inferior().pid:

@@ -119,7 +119,7 @@ class Capture:
 
 
 def find_gdb() -> str:
-    gdb = os.environ.get("KERNELMAP_GDB") or shutil.which("gdb")
+    gdb = shutil.which(os.environ.get("KERNELMAP_GDB") or "gdb")
     if not gdb:
         raise NoDebugger("observe needs gdb, which is not installed: install it (apt-get install gdb) and try again")
     return gdb

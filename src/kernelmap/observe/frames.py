@@ -186,7 +186,9 @@ def parse_frame(raw: str) -> NativeFrame:
     cm = _CAPABILITY.search(name)
     if cm:
         capability = cm.group(1)
-    return NativeFrame(raw, function, lookup, tuple(lambdas), capability, frame_dtype(name), clone, _callback_target(parts))
+    # only ATen's AT_DISPATCH lambdas name a dtype case: a library's `(int, int)` lambda is its thread range
+    dtype = frame_dtype(name) if "at::native::" in name or "at::vec::" in name else None
+    return NativeFrame(raw, function, lookup, tuple(lambdas), capability, dtype, clone, _callback_target(parts))
 
 
 def _callback_target(parts: list[str]) -> str | None:
@@ -202,7 +204,9 @@ def _callback_target(parts: list[str]) -> str | None:
             if depth == 0:
                 end = i
                 break
-    target = parse_frame(inner[:end] + "()") if "{lambda" not in inner[:end].split("::")[-1] else parse_frame(inner[:end])
+    arg = inner[:end].strip()
+    last = split_scope(arg)[-1] if arg else ""
+    target = parse_frame(arg if last.startswith("{lambda") or "(" in last else arg + "()")
     return target.lookup or None
 
 

@@ -205,8 +205,11 @@ def python_location(file: str | None, line: int | None, wheel: Origin | None) ->
     own files, else `path:line` as a string (the user's file)."""
     if not file or not line:
         return None, None
-    if wheel is not None and wheel.root and file.startswith(wheel.root.rstrip("/") + "/"):
-        return Location(file[len(wheel.root.rstrip("/")) + 1 :], int(line), origin=wheel), None
+    if wheel is not None and wheel.root:
+        root = os.path.realpath(wheel.root).rstrip("/") + "/"
+        real = os.path.realpath(file)
+        if real.startswith(root):
+            return Location(real[len(root) :], int(line), origin=wheel), None
     return None, f"{file}:{line}"
 
 
@@ -247,7 +250,12 @@ def observed_tree(capture: Capture, sources: SourceMap, target: str, *, wheel: O
             if previous is not None:
                 for name, location, via in sources.inlined_between(previous, nf):
                     cur = _child(cur, ("inl", name), name, NodeKind.KERNEL, location, {"observed": "inlined"}, via=via)
-            location, why = sources.definition(nf)
+            if nf.runs:  # a function_ref callback is named, and placed, for the loop it runs (its operator(), inlined into it)
+                is_class = split_scope(nf.runs)[-1][:1].isupper()
+                label_name = nf.runs + ("::operator()" if is_class else "")
+                location, why = sources.definition(parse_frame(label_name + ("" if is_class else "()")))
+            else:
+                location, why = sources.definition(nf)
             attrs: dict[str, Any] = {"observed": "observed"}
             attrs["native_frame"] = nf.raw if len(nf.raw) <= 2000 else nf.raw[:2000] + "…"
             if f.lib:
@@ -267,7 +275,7 @@ def observed_tree(capture: Capture, sources: SourceMap, target: str, *, wheel: O
                 attrs["hidden"] = hidden
                 hidden = 0
             label = nf.lookup + ("::" + "::".join("lambda" for _ in nf.lambda_path) if nf.lambda_path else "")
-            if nf.runs:  # a function_ref callback is named for the loop it runs (its operator(), inlined into it)
+            if nf.runs:
                 label = nf.runs + ("::operator()" if split_scope(nf.runs)[-1][:1].isupper() else "::lambda")
             key = ("native", nf.lookup, len(nf.lambda_path), nf.dtype)
             cur = _child(cur, key, label, node_kind(nf, f.lib), location, attrs)

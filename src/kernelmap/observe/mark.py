@@ -90,15 +90,20 @@ class Observed:
             self.keys.add(name_key(node.name))
             self.shorts.add(_short(node.name))
 
-    def ran_below(self, node: CallNode, above: str | None) -> bool:
-        """Whether `node` ran, below the observed step `above` when there is one."""
+    def ran_below(self, node: CallNode, above: tuple[str, ...]) -> bool:
+        """Whether `node` ran below one of the observed static steps `above`
+        (any of them: a tail call leaves its caller's frame off the stack)."""
         if not self.ran(node):
             return False
-        if above is None or node.kind in (NodeKind.PYTHON, NodeKind.MODULE, NodeKind.OPERATOR):
+        if not above or node.kind in (NodeKind.PYTHON, NodeKind.MODULE, NodeKind.OPERATOR):
             return True
         key = name_key(node.name)
-        return (above, key) in self.below or (above.split("::")[-1], key) in self.below or ("::" not in key and any(
-            b.split("::")[-1] == key for a, b in self.below if a in (above, above.split("::")[-1])))
+        short = key.split("::")[-1]
+        for a in above:
+            for a_key in (a, a.split("::")[-1]):
+                if (a_key, key) in self.below or ("::" not in key and any(b.split("::")[-1] == short for x, b in self.below if x == a_key)):
+                    return True
+        return False
 
     def ran(self, node: CallNode) -> bool:
         if node.kind in (NodeKind.PYTHON, NodeKind.MODULE):
@@ -125,15 +130,19 @@ def mark_tree(static: CallTree, observed: CallTree) -> CallTree:
     status: dict[int, str | None] = {}
     order: list[CallNode] = []
     ran: set[int] = set()
-    stack: list[tuple[CallNode, str | None]] = [(static.root, None)]
+    # (node, keys of the observed static steps above it, whether a step above that cannot be
+    # inlined, an operator's entry or a dispatcher-registered wrapper, did not run)
+    stack: list[tuple[CallNode, tuple[str, ...], bool]] = [(static.root, (), False)]
     while stack:
-        n, above = stack.pop()
+        n, above, blocked = stack.pop()
         order.append(n)
-        if n.kind not in _SKIP_KINDS and seen.ran_below(n, above):
+        if n.kind not in _SKIP_KINDS and not blocked and seen.ran_below(n, above):
             ran.add(id(n))
             if n.kind not in (NodeKind.OPERATOR, NodeKind.BUILTIN, NodeKind.PYTHON, NodeKind.MODULE):
-                above = name_key(n.name)
-        stack.extend((c, above) for c in n.children)
+                above = above + (name_key(n.name),)
+        elif n.kind in (NodeKind.OPS_ENTRY, NodeKind.OPERATOR, NodeKind.WRAPPER):
+            blocked = True
+        stack.extend((c, above, blocked) for c in n.children)
     # post-order: a step is inlined when something below it ran
     below: dict[int, bool] = {}
     for n in reversed(order):

@@ -68,7 +68,7 @@ def _named(frame, keys: set[str], shorts: set[str]) -> bool:
     from kernelmap.observe.mark import name_key
 
     key = name_key(frame.function)
-    return key in keys or key.split("::")[-1] in shorts and "::" not in key or (frame.is_vendor and key.split("::")[-1] in shorts)
+    return key in keys or key.split("::")[-1] in shorts
 
 
 class Versions:
@@ -116,7 +116,8 @@ def grade(golden, ops_limit: int | None, callers_limit: int, verbose: bool) -> d
         frames_seen: dict[str, object] = {}
         leaves_seen: dict[str, object] = {}
         for stack in by_op[op]:
-            below = [f for f in golden.below_entry(stack) if f.is_real]
+            graded, above = golden.graded(stack)
+            below = graded[above:]
             for f in below:
                 frames_seen.setdefault(f.function, f)
             if below:
@@ -161,17 +162,24 @@ def grade(golden, ops_limit: int | None, callers_limit: int, verbose: bool) -> d
     # bottom-up: callers of a sample of leaves, up to the binding
     bu = Counter()
     bu_missed: Counter = Counter()
-    for fn, stack in sorted(leaves_for_callers.items())[:callers_limit]:
-        frames = [f for f in golden.below_entry(stack) if f.is_real]
-        if not frames or versions.differs(frames[-1]):
+    import random
+
+    sample = sorted(leaves_for_callers.items())
+    random.Random(0).shuffle(sample)
+    for fn, stack in sample[:callers_limit]:
+        frames, _ = golden.graded(stack)
+        inner = [k for k, f in enumerate(frames) if not f.is_vendor and not versions.differs(f)]
+        if not inner:
             continue
+        leaf = frames[inner[-1]]
+        name = leaf.parsed.runs + "::operator()" if leaf.parsed.runs else leaf.parsed.lookup
         try:
-            up = graph.callers(frames[-1].function, context, 30)
+            up = graph.callers(name, context, 40)
         except KernelmapError:
             bu["no callers answer"] += 1
             continue
         keys, shorts = _keys(up)
-        for f in frames[:-1]:
+        for f in frames[: inner[-1]]:
             if versions.differs(f):
                 bu["version"] += 1
                 continue

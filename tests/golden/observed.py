@@ -69,6 +69,23 @@ class Frame:
         return self.is_vendor or self.function.startswith(_REAL)
 
 
+# Of those, the frames inside work `stack` shows as one step by design are
+# not graded either: below a utility operator the entry calls (empty, copy_,
+# resize_, as_strided...: kernelmap.graph.rules), TensorIterator's set-up
+# (build, compute_*), DispatchStub's choice of a CPU capability, and the
+# allocation helpers (at::detail::empty_*). The utility operator's entry
+# itself is graded: `stack` names the call. When the entry is itself a
+# utility (`to`), the utilities it calls are its work and are graded.
+_TI_KEEP = ("for_each", "serial_for_each", "parallel_reduce", "foreach_reduced_elt", "loop_2d_from_1d", "serial_for_each")
+_SETUP = ("at::native::DispatchStubImpl::", "at::detail::empty", "at::native::empty_cpu", "at::native::empty_strided_cpu")
+
+
+def _is_setup(function: str) -> bool:
+    if function.startswith(("at::TensorIteratorBase::", "at::TensorIterator::", "at::TensorIteratorConfig::")):
+        return function.rsplit("::", 1)[-1] not in _TI_KEEP
+    return function.startswith(_SETUP)
+
+
 @dataclass(frozen=True)
 class Call:
     opinfo: str
@@ -106,6 +123,35 @@ class ObservedGolden:
         frames = [self.frames[i] for i in stack]
         first = next((k for k, f in enumerate(frames) if (f.name or "").startswith("at::_ops::")), None)
         return frames[first + 1 :] if first is not None else []
+
+    def graded(self, stack: tuple[int, ...]) -> tuple[list[Frame], int]:
+        """(the graded frames of a stack, outermost first, from the binding
+        down; how many of them lie above the entry's first frame below it):
+        real code (Note [real code]) outside the set-up subtrees."""
+        from kernelmap.graph.rules import is_utility_op
+
+        entry = self.entry(stack)
+        # asked about a utility (`to`), the utilities it calls are its work: `to -> _to_copy -> copy_`
+        entry_is_utility = bool(entry) and is_utility_op(entry.split("::", 1)[-1].split(".", 1)[0], False)
+        out: list[Frame] = []
+        above = 0
+        seen_entry = False
+        for i in stack:
+            f = self.frames[i]
+            name = f.name or ""
+            if name.startswith("at::_ops::") and seen_entry:
+                op = self.structs.get(name.split("::")[2], "")
+                if op and op != entry and not entry_is_utility and is_utility_op(op.split("::", 1)[-1].split(".", 1)[0], False):
+                    out.append(f)
+                    break
+            if f.parsed is not None and _is_setup(f.function):
+                break
+            if f.is_real or "THPVariable_" in name:
+                out.append(f)
+            if name.startswith("at::_ops::") and not seen_entry:
+                seen_entry = True
+                above = len(out)
+        return out, above
 
     def by_operator(self) -> dict[str, list[tuple[int, ...]]]:
         """Each entry operator and the stacks that enter it."""

@@ -58,3 +58,25 @@ def test_break_shows_the_python_line_above_the_blas_call(indexed_tree):
     assert [n.name for n in path if n.kind is NodeKind.PYTHON] == ["<module>"]
     assert path[1].attrs["source"] == "<string>:3"
     assert any(n.name == "at::native::structured_mm_out_cpu::impl" for n in path)
+
+
+def test_stack_of_conv2d_leads_with_the_observed_path(conv_run):
+    """`stack torch.nn.Conv2d --device cpu --observe`: at every step the
+    children that ran come first, and the first path down reaches oneDNN."""
+    from kernelmap import graph
+    from kernelmap.observe.mark import INLINED, NOT_TAKEN, OBSERVED, mark_tree
+
+    static = graph.stack("torch.nn.Conv2d", graph.open_context("cpu", source=TREE_NAME), 24)
+    marked = mark_tree(static, conv_run)
+    order = {OBSERVED: 0, INLINED: 1, None: 2, NOT_TAKEN: 3}
+    for node, _ in walk(marked):
+        states = [order.get(c.attrs.get("observed"), 0) for c in node.children]
+        assert states == sorted(states), node.name
+    first, node = [], marked.root
+    while node.children:
+        node = node.children[0]
+        first.append(node)
+    assert all(n.attrs.get("observed") != NOT_TAKEN for n in first)
+    names = [n.name for n in first]
+    assert any("mkldnn_convolution" in n for n in names), names
+    assert any(n.attrs.get("observed") == NOT_TAKEN for n, _ in walk(marked))

@@ -158,6 +158,9 @@ def demangle(name: str) -> str:
 def parse_frame(raw: str) -> NativeFrame:
     """Read a demangled native frame name (Note [capability and dtype from a frame])."""
     name = demangle(raw.strip())
+    libc = re.fullmatch(r"__(memcpy|memmove|memset|mempcpy)_\w+", name)
+    if libc:  # glibc's implementation picked for this CPU (__memcpy_avx512_unaligned_erms) is memcpy
+        return NativeFrame(raw, libc.group(1), libc.group(1))
     clone = None
     m = re.search(r" \[clone ([^\]]+)\]$", name)
     while m:

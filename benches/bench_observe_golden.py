@@ -171,8 +171,8 @@ def grade(golden, ops_limit: int | None, callers_limit: int, verbose: bool) -> d
         inner = [k for k, f in enumerate(frames) if not f.is_vendor and not versions.differs(f)]
         if not inner:
             continue
-        leaf = frames[inner[-1]]
-        name = leaf.parsed.runs + "::operator()" if leaf.parsed.runs else leaf.parsed.lookup
+        deepest = frames[inner[-1]]
+        name = deepest.parsed.runs + "::operator()" if deepest.parsed.runs else deepest.parsed.lookup
         try:
             up = graph.callers(name, context, 40)
         except KernelmapError:

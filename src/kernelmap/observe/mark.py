@@ -131,7 +131,7 @@ def mark_tree(static: CallTree, observed: CallTree) -> CallTree:
     order: list[CallNode] = []
     ran: set[int] = set()
     # (node, keys of the observed static steps above it, whether a step above that cannot be
-    # inlined, an operator's entry or a dispatcher-registered wrapper, did not run)
+    # inlined, an operator's entry, did not run)
     stack: list[tuple[CallNode, tuple[str, ...], bool]] = [(static.root, (), False)]
     while stack:
         n, above, blocked = stack.pop()
@@ -140,8 +140,8 @@ def mark_tree(static: CallTree, observed: CallTree) -> CallTree:
             ran.add(id(n))
             if n.kind not in (NodeKind.OPERATOR, NodeKind.BUILTIN, NodeKind.PYTHON, NodeKind.MODULE):
                 above = above + (name_key(n.name),)
-        elif n.kind in (NodeKind.OPS_ENTRY, NodeKind.OPERATOR, NodeKind.WRAPPER):
-            blocked = True
+        elif n.kind in (NodeKind.OPS_ENTRY, NodeKind.OPERATOR):
+            blocked = True  # an operator's entry is always a frame of its own (a wrapper may be folded into the functor)
         stack.extend((c, above, blocked) for c in n.children)
     # post-order: a step is inlined when something below it ran
     below: dict[int, bool] = {}
@@ -161,8 +161,13 @@ def mark_tree(static: CallTree, observed: CallTree) -> CallTree:
             status[id(n)] = NOT_TAKEN
     added = _additions(static, observed, seen)
     done: dict[int, CallNode] = {}
+    attached: set[str] = set()
     for n in reversed(order):
-        children = [done.pop(id(c)) for c in n.children] + list(added.get(name_key(n.name), ())) if n.kind not in _SKIP_KINDS else [done.pop(id(c)) for c in n.children]
+        children = [done.pop(id(c)) for c in n.children]
+        short = name_key(n.name).split("::")[-1]
+        if status.get(id(n)) == OBSERVED and short in added and short not in attached:
+            attached.add(short)  # under one observed step of that name (post-order: the deepest)
+            children += added[short]
         children.sort(key=lambda c: _ORDER.get(c.attrs.get("observed"), 2))
         attrs = dict(n.attrs)
         if status.get(id(n)):
@@ -186,30 +191,31 @@ def _additions(static: CallTree, observed: CallTree, seen: Observed) -> dict[str
     while stack:
         node, anchor = stack.pop()
         key = name_key(node.name)
-        known = key in static_keys or ("::" not in key and key in static_shorts) or node.kind is NodeKind.TRACE
-        if node.kind is NodeKind.PYTHON:
-            known = True  # Python frames above the binding: the static tree starts lower or names them otherwise
+        short = key.split("::")[-1]
+        # Python frames above the binding: the static tree starts lower or names them otherwise
+        known = key in static_keys or short in static_shorts or node.kind in (NodeKind.TRACE, NodeKind.PYTHON)
         if known:
-            here = key if node.kind not in (NodeKind.TRACE, NodeKind.PYTHON) else anchor
+            here = short if node.kind not in (NodeKind.TRACE, NodeKind.PYTHON) else anchor
             stack.extend((c, here) for c in node.children)
-            continue
-        if anchor is None:
-            continue
-        out.setdefault(anchor, []).append(_flag(node))
+        elif anchor is None:
+            stack.extend((c, None) for c in node.children)
+        else:
+            out.setdefault(anchor, []).append(_flag(node, lambda n: name_key(n.name) in static_keys or name_key(n.name).split("::")[-1] in static_shorts))
     return out
 
 
-def _flag(node: CallNode) -> CallNode:
-    """An observed subtree, each node flagged as absent from the static map."""
+def _flag(node: CallNode, known) -> CallNode:
+    """An observed subtree, each node flagged as absent from the static map;
+    a step the static map has (elsewhere) ends the subtree there."""
     order, stack = [], [node]
     while stack:
         n = stack.pop()
         order.append(n)
-        stack.extend(n.children)
+        stack.extend(c for c in n.children if not known(c))
     done: dict[int, CallNode] = {}
     for n in reversed(order):
-        attrs = dict(n.attrs, observed=ADDED)
-        done[id(n)] = CallNode(n.name, n.kind, n.location, n.via, n.condition, tuple(done.pop(id(c)) for c in n.children), attrs)
+        kids = tuple(done.pop(id(c)) for c in n.children if id(c) in done)
+        done[id(n)] = CallNode(n.name, n.kind, n.location, n.via, n.condition, kids, dict(n.attrs, observed=ADDED))
     return done[id(node)]
 
 

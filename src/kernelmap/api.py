@@ -24,6 +24,7 @@ def where(
     static: bool = False,
     source: str | None = None,
     with_source: bool = False,
+    context=None,
 ) -> WhereAnswer:
     """Where the operator behind `name` is declared, which kernels it has per
     dispatch key, and (unless `static`) what the live dispatcher runs for a call
@@ -31,7 +32,9 @@ def where(
     kernel, stub kernel and leaves on `device`. `source` selects a tree (a
     registered name or a directory): its yaml and derivatives answer the
     operator, its index the source steps; the Python names are resolved with
-    the installed wheel's (Note [graph versions]). Static answers never import torch."""
+    the installed wheel's (Note [graph versions]). Static answers never import torch.
+    `context`, a graph context already open for `device` (kernelmap.graph.open_context),
+    spares opening one for the source steps (a server keeps its contexts open)."""
     from kernelmap.catalog import load_catalog
     from kernelmap.names import resolve_ops
 
@@ -83,7 +86,7 @@ def where(
         live = LiveAnswer(_with_python_sources(qualified, dispatch.live_registrations(qualified)), dispatch.schema_location(qualified), path)
         if path.note:
             notes.append(path.note)
-    steps = _source_steps(str(ops[0].name), device, notes, source, dtype) if with_source else ()
+    steps = _source_steps(str(ops[0].name), device, notes, source, dtype, context) if with_source else ()
     from kernelmap.dispatch.native import overrides as native_overrides
 
     found = native_overrides(str(ops[0].name), static=static, tree=tree)
@@ -134,7 +137,7 @@ def _with_python_sources(op: str, kernels: tuple[Kernel, ...]) -> tuple[Kernel, 
     return tuple(resolved)
 
 
-def _source_steps(op: str, device: str, notes: list[str], source: str | None = None, dtype: str = "float32") -> tuple[SourceStep, ...]:
+def _source_steps(op: str, device: str, notes: list[str], source: str | None = None, dtype: str = "float32", context=None) -> tuple[SourceStep, ...]:
     """The entry kernel's definition, the first stub kernel and the leaves of
     `op` on `device` for inputs of `dtype`, read off the call graph when a
     source tree is indexed."""
@@ -144,7 +147,7 @@ def _source_steps(op: str, device: str, notes: list[str], source: str | None = N
     if device not in graph.DEVICE_KEYS:
         return ()
     try:
-        context = graph.open_context(device, source=source, dtype=dtype)
+        context = context if context is not None else graph.open_context(device, source=source, dtype=dtype)
     except KernelmapError as e:
         if source is not None:
             raise

@@ -656,6 +656,7 @@ FACTS: dict[str, Fact] = {
     "truncated": Fact("str", "children not shown: a depth or size limit was reached"),
     "unresolved": Fact("str", "why the node could not be followed further"),
     "hidden": Fact("int", "how many children a processor hid"),
+    "folded": Fact("dict", "children a bounded reply left out: {id (expand it for them), children, nodes} (Note [bounded answers] in kernelmap.mcp.bound)"),
     # traces: the event
     "frame": Fact("str", "the profiler's name of a Python frame"),
     "pid": Fact("any", "process id of the event"),

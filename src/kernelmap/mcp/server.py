@@ -580,7 +580,9 @@ def summarize(reply: dict[str, Any]) -> str:
     lines = [_SUMMARIES.get(name, _generic)(reply)]
     pinned = reply.get("pinned")
     if pinned:
-        lines.append("answered by: " + ("; ".join(pinned["answered_by"]) or f"torch {pinned['torch']['version']}")
+        tree = pinned["selected_tree"]
+        lines.append(("answered by: " + "; ".join(pinned["answered_by"]) if pinned["answered_by"] else
+                      f"no file locations (selected tree {tree['name'] if tree else 'none'}, torch {pinned['torch']['version']})")
                      + (" (mixed: each location names its origin)" if pinned["mixed"] else ""))
     b = reply.get("bounded") or {}
     if b.get("folded"):

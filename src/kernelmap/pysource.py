@@ -116,9 +116,12 @@ def import_names(module: str, root: Path) -> dict[str, str]:
     return names
 
 
+@functools.lru_cache(maxsize=8192)
 def find_def(dotted: str, root: Path, _depth: int = 0) -> PyDef | None:
     """Where `dotted` is defined under `root`, following `from x import y` and
-    `from x import *` re-exports the way the package itself does."""
+    `from x import *` re-exports the way the package itself does. Remembered
+    like the parsed modules it reads (`_parse`): a long-lived process (a
+    server) asks for the same names again and again."""
     if _depth > 12:
         return None
     parts = dotted.split(".")

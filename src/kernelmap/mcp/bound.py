@@ -21,6 +21,7 @@ what the full answer holds there.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
@@ -53,11 +54,17 @@ LISTS: dict[str, tuple[str, ...]] = {
 _FOLD_ID = re.compile(r"(a\d+)\.([nl])(\d+)\.(\d+)")
 
 
+_COMPACT = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=str).encode
+
+
 def size(value: Any) -> int:
     """Characters of `value` as compact JSON (the measure of Note [bounded answers])."""
-    from kernelmap.render.json import dumps
+    try:
+        return len(_COMPACT(value))
+    except RecursionError:  # deeper than the C encoder goes: kernelmap's own writer has no depth limit
+        from kernelmap.render.json import dumps
 
-    return len(dumps(value, indent=None)) - 1  # dumps ends its text with a newline
+        return len(dumps(value, indent=None)) - 1  # dumps ends its text with a newline
 
 
 def tokens(value: Any) -> int:
@@ -138,6 +145,9 @@ class Answers:
         while len(self._kept) > self.keep:
             self._kept.popitem(last=False)
         return aid
+
+    def holds(self, aid: str) -> bool:
+        return aid in self._kept
 
     def get(self, aid: str) -> Kept:
         kept = self._kept.get(aid)

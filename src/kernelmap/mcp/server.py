@@ -90,19 +90,23 @@ async def _answer(warm: Warm, question: tuple, produce: Callable[[], tuple[dict[
     def work() -> tuple[dict[str, Any], str]:
         warm.fresh()
         found = warm.remembered(question) if remember else None
+        if found is not None and limit_tokens in found[1]:
+            return found[1][limit_tokens]  # the same question, bounded the same way: the same reply
         if found is not None:
-            aid = found[0]
+            aid, replies = found
         else:
             doc, tree = produce()
             _annotate(doc, warm)
-            aid = warm.answers.add(doc, tree)
-            if remember:
-                warm.remember(question, aid, None)
+            aid, replies = warm.answers.add(doc, tree), {}
         reply = bounding.bound(aid, warm.answers.get(aid), limit_tokens)
-        return reply, summarize(reply)
+        replies[limit_tokens] = reply, summarize(reply)
+        if remember:
+            warm.remember(question, aid, replies)
+        return replies[limit_tokens]
 
     try:
-        reply, text = await warm.run(work)
+        hit = warm.quick(question, limit_tokens) if remember else None
+        reply, text = hit if hit is not None else await warm.run(work)
     except KernelmapError as e:
         raise ToolError(_one_line(str(e))) from None
     except OSError as e:

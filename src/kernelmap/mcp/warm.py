@@ -52,7 +52,7 @@ class Warm:
         self.answers = Answers()
         self.traces: dict[str, Any] = {}  # trace key -> kernelmap.trace.Trace
         self._contexts: dict[Hashable, Any] = {}
-        self._memo: OrderedDict[Hashable, tuple[str, Any]] = OrderedDict()  # question -> (answer id, summary)
+        self._memo: OrderedDict[Hashable, tuple[str, dict]] = OrderedDict()  # question -> (answer id, replies by limit)
         self._files: ServedFiles | None = None
         self._resolvers: dict[str | None, tuple[Any, str | None]] = {}
         self._stamp: tuple | None = None
@@ -115,8 +115,8 @@ class Warm:
 
     # -- answers remembered by question ------------------------------------------
 
-    def remembered(self, question: Hashable) -> tuple[str, Any] | None:
-        """(answer id, its summary) of a question answered before and still kept."""
+    def remembered(self, question: Hashable) -> tuple[str, dict] | None:
+        """(answer id, its replies by token limit) of a question answered before and still kept."""
         found = self._memo.get(question)
         if found is None:
             return None
@@ -128,8 +128,19 @@ class Warm:
         self._memo.move_to_end(question)
         return found
 
-    def remember(self, question: Hashable, aid: str, summary: Any) -> None:
-        self._memo[question] = (aid, summary)
+    def quick(self, question: Hashable, limit_tokens: int) -> Any | None:
+        """The reply given before to the same question and limit, when nothing
+        it was read from changed: read on the event loop, without waiting for
+        the producer thread (which alone writes what is remembered)."""
+        if _stamp() != self._stamp:
+            return None
+        found = self._memo.get(question)
+        if found is None or not self.answers.holds(found[0]):
+            return None
+        return found[1].get(limit_tokens)
+
+    def remember(self, question: Hashable, aid: str, replies: dict) -> None:
+        self._memo[question] = (aid, replies)
         while len(self._memo) > MEMO:
             self._memo.popitem(last=False)
 

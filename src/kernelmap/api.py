@@ -44,7 +44,7 @@ def where(
     tree = selected.root if selected is not None else None
     catalog, python_catalog, python_root = wheel, wheel, install.site_packages
     if selected is not None:
-        from kernelmap.graph.context import has_python
+        from kernelmap.source.trees import has_python  # not the graph's context: a static answer imports no graph
 
         catalog = load_catalog(tree=selected.root, origin=selected.origin)
         if has_python(selected.root):  # Note [graph versions]: the tree's own Python names

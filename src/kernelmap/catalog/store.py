@@ -154,11 +154,12 @@ def _write(db: sqlite3.Connection, files: CatalogFiles, extracted: dict) -> None
 _TABLES = frozenset(("meta", "ops", "entries"))
 
 
-def _is_complete(db: sqlite3.Connection) -> bool:
+def _is_complete(db: sqlite3.Connection, path: Path | None = None) -> bool:
     """A finished build of this schema with every table and its operators;
     damaged pages anywhere raise sqlite3.DatabaseError (integrity_check reads
     them all, ~6 ms for the ~3,500 operators, and finds an index entry that
-    no longer matches its row, which quick_check passes)."""
+    no longer matches its row, which quick_check passes). The check runs once
+    per file at `path` (kernelmap.verified), not on every open."""
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if _TABLES - tables:
         return False
@@ -166,8 +167,15 @@ def _is_complete(db: sqlite3.Connection) -> bool:
     version = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     if not (bool(row) and version is not None and version[0] == str(SCHEMA_VERSION)):
         return False
+    from kernelmap.verified import is_verified, mark_verified
+
+    if path is not None and is_verified(path, "integrity_check"):
+        return db.execute("SELECT count(*) FROM ops").fetchone()[0] > 0
+    before = os.stat(path) if path is not None else None
     if db.execute("PRAGMA integrity_check(1)").fetchone()[0] != "ok":
         raise sqlite3.DatabaseError("the file is damaged")
+    if before is not None:
+        mark_verified(path, "integrity_check", before)
     return db.execute("SELECT count(*) FROM ops").fetchone()[0] > 0
 
 
@@ -187,7 +195,7 @@ def open_catalog_db(files: CatalogFiles, cache: Path) -> sqlite3.Connection:
         try:
             db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
             try:
-                if _is_complete(db):
+                if _is_complete(db, path):
                     return db
             except (sqlite3.DatabaseError, ValueError):
                 db.close()

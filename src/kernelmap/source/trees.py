@@ -381,3 +381,8 @@ def select_tree(name: str | None = None) -> Tree:
             return next((t for t in named if index_path(t).exists()), named[0])
         return inspect_tree(root)
     return get_tree(name)
+
+
+def has_python(root: Path) -> bool:
+    """Whether a tree holds its own Python package (torch/__init__.py, torch/nn/)."""
+    return (root / "torch/__init__.py").is_file() and (root / "torch/nn/modules").is_dir()

@@ -129,3 +129,25 @@ def test_old_answers_are_dropped_with_a_clear_error():
     kept.add({"kernelmap": "sources/1", "trees": []})
     with pytest.raises(BadInput, match="no longer kept"):
         kept.get(first)
+
+
+def test_the_warm_state_is_opened_again_when_a_source_file_was_edited(monkeypatch):
+    """Contexts are dropped, and remembered replies with them, when their
+    index finds source files edited since it was built (as each CLI run says)."""
+    from types import SimpleNamespace
+
+    from kernelmap.mcp import warm as warm_module
+
+    notes = {"now": None}
+    index = SimpleNamespace(stale_note=lambda: notes["now"])
+    state = warm_module.Warm()
+    state.fresh()
+    state._contexts["cpu"] = SimpleNamespace(index=index, stale=None)
+    state.remember(("where", "torch.add"), state.answers.add({"kernelmap": "sources/1", "trees": []}), {8000: ("reply", "text")})
+    monkeypatch.setattr(warm_module, "STALE_EVERY", 0.0)
+    assert state.quick(("where", "torch.add"), 8000) is None  # the producer thread looks first
+    state.fresh()
+    assert state._contexts and state.remembered(("where", "torch.add"))  # nothing edited: all kept
+    notes["now"] = "1 file of debian-2.6.0 changed since it was indexed"
+    state.fresh()
+    assert not state._contexts and state.remembered(("where", "torch.add")) is None

@@ -16,9 +16,7 @@ import hashlib
 import json
 import os
 import sqlite3
-import subprocess
 import sys
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,6 +103,8 @@ _READERS = (Path(__file__).with_name("_extract.py"), Path(__file__).with_name("f
 def _run_extractor(files: CatalogFiles) -> dict:
     script = Path(__file__).with_name("_extract.py")
     environ, cwd = torchgen_environment(files.torchgen_root)
+    import subprocess  # building only: an open catalog is read without it
+
     proc = subprocess.run(
         [sys.executable, str(script), str(files.native_yaml), str(files.tags_yaml), str(files.derivatives_yaml)],
         capture_output=True,
@@ -208,6 +208,8 @@ def open_catalog_db(files: CatalogFiles, cache: Path) -> sqlite3.Connection:
     extracted = _run_extractor(files)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        import tempfile
+
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
         os.close(fd)
     except OSError as e:

@@ -8,7 +8,10 @@ every producer call runs on one worker thread (`Warm.run`), one at a time,
 while the event loop keeps serving the transport. A client that goes away
 mid-call cancels its wait; the worker finishes and the result is dropped.
 Rebuilding an index or regenerating code changes the stamp `Warm.fresh`
-reads (a few `stat`s a call): the warm state is then opened again.
+reads (a few `stat`s a call): the warm state is then opened again. A source
+file edited since its tree was indexed is looked for every STALE_EVERY
+seconds (a `stat` per indexed file, as each CLI run does): answers then say
+so again, as the CLI's do.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +32,7 @@ from kernelmap.web.files import SourceFiles
 
 T = TypeVar("T")
 MEMO = 512  # answers remembered by question
+STALE_EVERY = 30.0  # seconds between looks for source files edited since they were indexed
 
 
 class ServedFiles(SourceFiles):
@@ -56,6 +61,7 @@ class Warm:
         self._files: ServedFiles | None = None
         self._resolvers: dict[str | None, tuple[Any, str | None]] = {}
         self._stamp: tuple | None = None
+        self._looked = time.monotonic()  # when edited source files were last looked for
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernelmap-mcp")
         self._thread: threading.Thread | None = None
 
@@ -74,7 +80,12 @@ class Warm:
         """Drop what was opened when the caches it came from changed (an index
         rebuilt, code regenerated, a tree added or removed)."""
         stamp = _stamp()
-        if stamp != self._stamp:
+        edited = False
+        if stamp == self._stamp and time.monotonic() - self._looked > STALE_EVERY:
+            self._looked = time.monotonic()
+            # a source file edited (or put back) since the contexts were opened
+            edited = any(c.index is not None and c.index.stale_note() != c.stale for c in self._contexts.values())
+        if stamp != self._stamp or edited:
             self._contexts.clear()
             self._memo.clear()
             self._resolvers.clear()
@@ -132,8 +143,8 @@ class Warm:
         """The reply given before to the same question and limit, when nothing
         it was read from changed: read on the event loop, without waiting for
         the producer thread (which alone writes what is remembered)."""
-        if _stamp() != self._stamp:
-            return None
+        if _stamp() != self._stamp or time.monotonic() - self._looked > STALE_EVERY:
+            return None  # the producer thread looks first (`fresh`)
         found = self._memo.get(question)
         if found is None or not self.answers.holds(found[0]):
             return None

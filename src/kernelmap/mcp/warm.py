@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -63,7 +62,6 @@ class Warm:
         self._stamp: tuple | None = None
         self._looked = time.monotonic()  # when edited source files were last looked for
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernelmap-mcp")
-        self._thread: threading.Thread | None = None
 
     # -- running producers ------------------------------------------------------
 

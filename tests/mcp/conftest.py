@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -58,10 +59,13 @@ def http_url(served):
     """`kernelmap mcp --http --port 0`, as a user starts it: its URL."""
     proc = subprocess.Popen([sys.executable, "-m", "kernelmap", "mcp", "--http", "--port", "0"], stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ))
+    said: list[str] = []
     try:
         line = proc.stderr.readline()
         m = re.search(r"serving MCP on (http://127\.0\.0\.1:\d+/mcp)", line)
         assert m, f"no URL on stderr: {line!r}"
+        reader = threading.Thread(target=lambda: said.extend(proc.stderr), daemon=True)  # a full pipe would stall the server
+        reader.start()
         yield m.group(1)
     finally:
         proc.terminate()
@@ -69,6 +73,7 @@ def http_url(served):
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+    assert not any("Traceback" in line for line in said), "".join(said)[-3000:]  # every error was a reply, never a crash
 
 
 def structured(result) -> dict:

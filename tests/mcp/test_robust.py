@@ -49,6 +49,7 @@ def test_bad_arguments_are_tool_errors_and_the_server_goes_on(served):
         ("path", {"start": "torch.add", "target": "no_such_symbol_anywhere"}, "no_such_symbol_anywhere"),
         ("find", {"name": ""}, "name"),
         ("find", {"name": "\x00\x01"}, ""),
+        ("where", {"name": "x" * 5000}, "at most 4096"),
         ("kernel", {"name": "<<<>>>"}, "not a kernel name"),
         ("trace", {"file": "/no/such/trace.json"}, "cannot read"),
         ("trace", {"file": str(TRACE), "op": "aten::no_such_op"}, "no operator"),

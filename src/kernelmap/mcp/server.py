@@ -37,10 +37,11 @@ bounded (limit_tokens): nodes with facts.folded and lists named in `bounded.fold
 location has a `resource` URI (kernelmap://tree/NAME/PATH#L10-L20) that reads its lines."""
 
 Device = Literal["cpu", "cuda", "mps", "meta"]
+MAX_TEXT = 4096  # characters of a name, a symbol or a path: no PyTorch name comes near
 Limit = Annotated[int, Field(ge=bounding.MIN_LIMIT, le=bounding.MAX_LIMIT,
                              description="Largest reply in tokens; what does not fit is folded (continue with `expand`).")]
 Source = Annotated[str | None, Field(description="Source tree to read (a registered name or a directory); default: the selected tree.")]
-Dtype = Annotated[str, Field(description="dtype of the call's tensors, a torch dtype name (float32, bfloat16, int64...).")]
+Dtype = Annotated[str, Field(min_length=1, max_length=MAX_TEXT, description="dtype of the call's tensors, a torch dtype name (float32, bfloat16, int64...).")]
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
 
@@ -160,7 +161,7 @@ def where_tool(warm: Warm):
     and the dispatch keys a call passes (imports torch once: seconds). Use it first for any PyTorch name."""
 
     async def where(
-        name: Annotated[str, Field(description="A Python name or an operator: torch.nn.functional.conv2d, aten::add.Tensor, add.out")],
+        name: Annotated[str, Field(min_length=1, max_length=MAX_TEXT, description="A Python name or an operator: torch.nn.functional.conv2d, aten::add.Tensor, add.out")],
         device: Annotated[Device | None, Field(description="Show the kernel's source on this device (entry kernel, stub kernel, leaves).")] = None,
         dtype: Dtype = "float32",
         requires_grad: bool = False,
@@ -190,7 +191,7 @@ def stack_tool(warm: Warm):
     first; branches for other devices are collapsed. Use it to see the whole call; `path` for one route."""
 
     async def stack(
-        target: Annotated[str, Field(description="A Python name, an operator or a C++ symbol.")],
+        target: Annotated[str, Field(min_length=1, max_length=MAX_TEXT, description="A Python name, an operator or a C++ symbol.")],
         device: Device = "cpu",
         dtype: Dtype = "float32",
         requires_grad: Annotated[bool, Field(description="Show the autograd layer (VariableType wrapper, backward node).")] = False,
@@ -227,8 +228,8 @@ def path_tool(warm: Warm):
     Use it to connect a Python entry point to a kernel or library call (or any two names)."""
 
     async def path(
-        start: Annotated[str, Field(description="FROM: a Python name, an operator or a C++ symbol.")],
-        target: Annotated[str, Field(description="TO: a C++ symbol, a vendor call, an operator or a Python name.")],
+        start: Annotated[str, Field(min_length=1, max_length=MAX_TEXT, description="FROM: a Python name, an operator or a C++ symbol.")],
+        target: Annotated[str, Field(min_length=1, max_length=MAX_TEXT, description="TO: a C++ symbol, a vendor call, an operator or a Python name.")],
         device: Device = "cpu",
         dtype: Dtype = "float32",
         depth: Annotated[int, Field(ge=1, le=96, description="How deep to search from FROM.")] = 48,
@@ -254,7 +255,7 @@ def callers_tool(warm: Warm):
     what an edit of a kernel affects."""
 
     async def callers(
-        symbol: Annotated[str, Field(description="A C++ function (at::native::add_kernel, raw_cudnn_convolution_forward_out) or a vendor API.")],
+        symbol: Annotated[str, Field(min_length=1, max_length=MAX_TEXT, description="A C++ function (at::native::add_kernel, raw_cudnn_convolution_forward_out) or a vendor API.")],
         depth: Annotated[int, Field(ge=0, le=64, description="How many levels to climb.")] = 24,
         source: Source = None,
         limit_tokens: Limit = bounding.DEFAULT_LIMIT,
@@ -276,7 +277,7 @@ def explain_tool(warm: Warm):
     or GPU launch, the inner loop and the vendor call. Use it to understand how one call works."""
 
     async def explain(
-        op: Annotated[str, Field(description="An operator or Python name: aten::add.Tensor, aten::conv2d, torch.mul.")],
+        op: Annotated[str, Field(min_length=1, max_length=MAX_TEXT, description="An operator or Python name: aten::add.Tensor, aten::conv2d, torch.mul.")],
         device: Device = "cpu",
         dtype: Dtype = "float32",
         source: Source = None,
@@ -322,7 +323,7 @@ def gen_tool(warm: Warm):
     native kernel."""
 
     async def gen(
-        op: Annotated[str, Field(description="An operator: aten::conv2d, conv2d, add.out.")],
+        op: Annotated[str, Field(min_length=1, max_length=MAX_TEXT, description="An operator: aten::conv2d, conv2d, add.out.")],
         layer: Literal["all", "binding", "ops", "autograd", "register", "ufunc"] = "all",
         source: Annotated[str | None, Field(description="Generate from this tree with its own torchgen (default: the installed torch).")] = None,
         limit_tokens: Limit = bounding.DEFAULT_LIMIT,
@@ -380,9 +381,9 @@ def diff_tool(warm: Warm):
     and the generated wrappers (each tree's own torchgen). Use it to see what changed between PyTorch versions."""
 
     async def diff(
-        target: Annotated[str, Field(description="An operator (aten::prelu) or a Python name (torch.relu).")],
-        from_tree: Annotated[str, Field(description="The older tree: a registered name or a directory.")],
-        to_tree: Annotated[str, Field(description="The newer tree: a registered name or a directory.")],
+        target: Annotated[str, Field(min_length=1, max_length=MAX_TEXT, description="An operator (aten::prelu) or a Python name (torch.relu).")],
+        from_tree: Annotated[str, Field(min_length=1, max_length=MAX_TEXT, description="The older tree: a registered name or a directory.")],
+        to_tree: Annotated[str, Field(min_length=1, max_length=MAX_TEXT, description="The newer tree: a registered name or a directory.")],
         device: Device = "cpu",
         nodes: Annotated[bool, Field(description="Also compare every call-tree node read from each tree.")] = False,
         limit_tokens: Limit = bounding.DEFAULT_LIMIT,

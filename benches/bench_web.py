@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import socket
 import statistics
@@ -30,7 +31,6 @@ import time
 from pathlib import Path
 
 import httpx
-import psutil
 
 STACKS = ("torch.add", "torch.mul", "torch.relu", "torch.nn.Conv2d", "torch.matmul")
 LONG = "/callers?symbol=at::native::empty_cpu&depth=3"
@@ -69,7 +69,7 @@ class Server:
         return httpx.Client(base_url=self.base, cookies=self.cookies, timeout=timeout)
 
     def rss(self) -> int:
-        return psutil.Process(self.proc.pid).memory_info().rss
+        return int(Path(f"/proc/{self.proc.pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")  # resident bytes (Linux)
 
     def stop(self) -> None:
         self.proc.terminate()

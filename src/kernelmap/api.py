@@ -87,9 +87,11 @@ def where(
         if path.note:
             notes.append(path.note)
     steps = _source_steps(str(ops[0].name), device, notes, source, dtype, context) if with_source else ()
-    from kernelmap.dispatch.native import overrides as native_overrides
+    found: tuple = ()
+    if not (static and tree is not None and not (tree / "torch/_native/ops").is_dir()):  # a tree before 2.12 registers none
+        from kernelmap.dispatch.native import overrides as native_overrides
 
-    found = native_overrides(str(ops[0].name), static=static, tree=tree)
+        found = native_overrides(str(ops[0].name), static=static, tree=tree)
     return WhereAnswer(name, ops, install.version, install.commit, delegate, live, tuple(notes), steps, found)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from kernelmap.commands.options import codegen_bar, device_option, dtype_option, emit, output_options, source_option
+from kernelmap.commands.options import all_option, codegen_bar, device_option, dtype_option, emit, output_options, source_option
 
 
 @click.command()
@@ -15,15 +15,18 @@ from kernelmap.commands.options import codegen_bar, device_option, dtype_option,
 @dtype_option
 @click.option("--depth", type=int, default=48, show_default=True, help="How deep to search from FROM.")
 @click.option("--limit", type=int, default=5, show_default=True, help="How many routes to show (shortest first).")
+@all_option
 @source_option
 @output_options
-def path(start, target, device, dtype, depth, limit, source, as_json, width, html):
+def path(start, target, device, dtype, depth, limit, show_all, source, as_json, width, html):
     """Show the routes from FROM to TO on one device, each step at its file:line.
 
     FROM is a Python name (torch.nn.Conv2d, torch.mm), an operator
     (aten::conv2d) or a C++ symbol; TO is a C++ symbol, a vendor call
     (cudnnConvolutionForward, cublasSgemm), an operator or a Python name.
-    Exit status 1 when TO is not reached from FROM; 2 when a name is unknown.
+    The first route is shown step by step, the others folded to a line each
+    saying where they leave it; --all shows every route in full. Exit status 1
+    when TO is not reached from FROM; 2 when a name is unknown.
 
     \b
     Example:
@@ -37,6 +40,6 @@ def path(start, target, device, dtype, depth, limit, source, as_json, width, htm
     with codegen_bar() as bar:
         context = graph.open_context(device, source=source, dtype=dtype, progress=bar)
     answer = find_routes(start, target, context, depth, limit)
-    emit(answer, as_json, width, html)
+    emit(answer, as_json, width, html, full=show_all)
     if not answer.routes:
         click.get_current_context().exit(1)

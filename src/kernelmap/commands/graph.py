@@ -7,6 +7,7 @@ import click
 
 from kernelmap.commands.options import all_option, codegen_bar, depth_check, device_option, dtype_option, emit, output_options, source_option
 from kernelmap.graph.rules import DEFAULT_DEPTH
+from kernelmap.suggest import closest_names
 
 
 @click.command()
@@ -42,7 +43,8 @@ def stack(target, device, dtype, requires_grad, depth, all_branches, all_calls, 
     depth_check(depth)
     with codegen_bar() as bar:
         context = graph.open_context(device, requires_grad, all_branches, source, all_calls=all_calls, dtype=dtype, progress=bar)
-        tree = graph.stack(target, context, depth)  # a tree's headers are generated on first use, under the bar
+        with closest_names(python_root=context.python_dir, index=context.index):
+            tree = graph.stack(target, context, depth)  # a tree's headers are generated on first use, under the bar
     from kernelmap.processors import compact_layers, mark_main_path
 
     ends = graph.call_ends(tree)
@@ -80,7 +82,8 @@ def callers(symbol, depth, show_all, source, as_json, width, html):
         context = graph.open_context(source=source, require_tree=True, progress=bar)
     from kernelmap.processors import callers_main_path, mark_main_path
 
-    tree = graph.callers(symbol, context, depth)
+    with closest_names(index=context.index):
+        tree = graph.callers(symbol, context, depth)
     emit(mark_main_path(tree, callers_main_path(tree)), as_json, width, html, full=show_all)
 
 
@@ -94,6 +97,9 @@ def callers(symbol, depth, show_all, source, as_json, width, html):
 def explain(op, device, dtype, show_all, source, as_json, width, html):
     """Explain one operator call step by step, with the real code of each step.
 
+    OP is an operator (aten::add.Tensor) or any name where and stack take
+    (torch.nn.Conv2d, F.relu): then the first operator it reaches.
+
     Python argument parsing, autograd, the registration wrapper, then the
     native kernel's checks, output allocation, dtype switch, iteration, device
     loop and vendor call (the native steps need an indexed source tree).
@@ -102,11 +108,34 @@ def explain(op, device, dtype, show_all, source, as_json, width, html):
     \b
     Example:
       kernelmap explain aten::add.Tensor --device cpu
-      kernelmap explain aten::conv2d --device cuda
+      kernelmap explain torch.nn.Conv2d --device cuda
     """
     from kernelmap import graph
     from kernelmap.graph.explain import explain as explain_op
 
     with codegen_bar() as bar:
         context = graph.open_context(device, source=source, dtype=dtype, progress=bar)
-    emit(explain_op(op, context), as_json, width, html, full=show_all)
+    with closest_names(python_root=context.python_dir):
+        answer = _explain_any_name(op, context, explain_op)
+    emit(answer, as_json, width, html, full=show_all)
+
+
+def _explain_any_name(name, context, explain_op):
+    """`explain` of an operator, or of any name `where` and `stack` take
+    (torch.nn.Conv2d, F.relu, torch.Tensor.add_): the first operator it
+    reaches, said in a note."""
+    from dataclasses import replace
+
+    from kernelmap.errors import UnknownName
+    from kernelmap.names import resolve_ops
+
+    try:
+        return explain_op(name, context)
+    except UnknownName:
+        if "." not in name or "::" in name:
+            raise
+        ops = resolve_ops(name, context.catalog, context.entry_catalog, context.python_dir)
+    op = str(ops[0].name)
+    answer = explain_op(op, context)
+    others = f" (also: {', '.join(str(o.name) for o in ops[1:4])})" if len(ops) > 1 else ""
+    return replace(answer, notes=(*answer.notes, f"{name} runs {op}: its steps follow{others}"))

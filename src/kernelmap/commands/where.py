@@ -31,9 +31,16 @@ def where(name, device, dtype, requires_grad, autocast, inference_mode, static, 
       kernelmap where torch.nn.functional.conv2d --device cuda
       kernelmap where aten::add.Tensor --requires-grad --json
     """
-    from kernelmap import api
+    from kernelmap import api, env
+    from kernelmap.suggest import closest_names
 
-    answer = api.where(
+    with closest_names(python_root=env.torch_install().site_packages):
+        answer = _where(api, name, device, dtype, requires_grad, autocast, inference_mode, static, source)
+    emit(answer, as_json, width, html, full=show_all)
+
+
+def _where(api, name, device, dtype, requires_grad, autocast, inference_mode, static, source):
+    return api.where(
         name,
         device=device or "cpu",
         with_source=device is not None,
@@ -44,4 +51,3 @@ def where(name, device, dtype, requires_grad, autocast, inference_mode, static, 
         static=static,
         source=source,
     )
-    emit(answer, as_json, width, html, full=show_all)

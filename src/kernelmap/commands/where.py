@@ -34,6 +34,11 @@ def where(name, device, dtype, requires_grad, autocast, inference_mode, static, 
     from kernelmap import api, env
     from kernelmap.suggest import closest_names
 
+    if not static:  # the live sections import torch: begin now, beside a first build of the catalog (a subprocess)
+        import threading
+
+        threading.Thread(target=_import_torch, name="import torch", daemon=True).start()
+
     with closest_names(python_root=env.torch_install().site_packages):
         answer = _where(api, name, device, dtype, requires_grad, autocast, inference_mode, static, source)
     emit(answer, as_json, width, html, full=show_all)
@@ -51,3 +56,10 @@ def _where(api, name, device, dtype, requires_grad, autocast, inference_mode, st
         static=static,
         source=source,
     )
+
+
+def _import_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except Exception:  # noqa: BLE001 - the live dispatcher imports it again and reports the error there
+        pass

@@ -45,11 +45,10 @@ def stack(target, device, dtype, requires_grad, depth, all_branches, all_calls, 
         context = graph.open_context(device, requires_grad, all_branches, source, all_calls=all_calls, dtype=dtype, progress=bar)
         with closest_names(python_root=context.python_dir, index=context.index):
             tree = graph.stack(target, context, depth)  # a tree's headers are generated on first use, under the bar
-    from kernelmap.processors import compact_layers, mark_main_path
+    from kernelmap.api import with_main_path
+    from kernelmap.processors import compact_layers
 
-    ends = graph.call_ends(tree)
-    if ends:  # Note [the main path] in kernelmap.processors
-        tree = mark_main_path(tree, ends[0].path)
+    tree = with_main_path(tree)  # Note [the main path] in kernelmap.processors
     if compact:
         tree = compact_layers(tree)
     emit(tree, as_json, width, html, full=show_all)

@@ -252,6 +252,21 @@
     this.rows = {};
     this.body.textContent = "";
     this.body.appendChild(this.row(0));
+    // The main path (the fact `main`, Note [the main path]) opened to its end, the rest closed.
+    var main = [0], cur = 0, self = this;
+    while (this.isMain(cur)) {
+      var next = this.nodes[cur].kids.filter(function (k) { return self.isMain(k); })[0];
+      this.open(cur);
+      if (next === undefined) break;
+      main.push(next);
+      cur = next;
+    }
+    if (main.length > 1) {
+      main.forEach(function (id) { if (self.rows[id]) self.rows[id].classList.add("main"); });
+      this.count.textContent = this.nodes.length + " nodes; the main path opened";
+      this.body.setAttribute("data-applied", "");
+      return;
+    }
     // Open the first levels, as far as a screenful of rows goes.
     var queue = [0], shown = 1;
     while (queue.length) {
@@ -263,6 +278,10 @@
     }
     this.count.textContent = this.nodes.length + " nodes";
     this.body.setAttribute("data-applied", "");
+  };
+  TreeView.prototype.isMain = function (id) {
+    var x = this.nodes[id];
+    return !!(x && (x.n.facts || x.n.attrs || {}).main);
   };
   TreeView.prototype.expandAll = function () {
     var stack = [0], n = 0;
@@ -605,12 +624,24 @@
     mount.appendChild(head);
     mount.appendChild(el("pre", "schema", op.schema));
     if (op.location) mount.appendChild(this.location(op.location, true));
-    if (d.also && d.also.length) mount.appendChild(el("p", null, "also: " + d.also.join(", ")));
+    if (d.also && d.also.length) mount.appendChild(el("p", null, "also: " + d.also.map(function (o) { return (o && o.name) || String(o); }).join(", ")));
     if (op.python_entry_points && op.python_entry_points.length) mount.appendChild(el("p", null, "Python: " + op.python_entry_points.join(", ")));
     if (d.structured_delegate) mount.appendChild(el("p", null, "structured delegate: " + d.structured_delegate.name));
     this.locPane = el("div", "loc-pane");
     mount.appendChild(el("h3", null, "kernels per dispatch key (yaml)"));
     mount.appendChild(this.kernels(op.dispatch || []));
+    var delegate = d.structured_delegate;
+    if (delegate && delegate.dispatch && delegate.dispatch.length) {  // the kernels that run it, as the CLI lists them
+      var own = {};
+      (op.dispatch || []).forEach(function (k) { own[k.key] = 1; });
+      var via = delegate.dispatch.filter(function (k) { return !own[k.key]; });
+      if (via.length) {
+        var h = el("h3", null, "kernels via its structured delegate " + delegate.name);
+        h.setAttribute("data-testid", "delegate-kernels");
+        mount.appendChild(h);
+        mount.appendChild(this.kernels(via));
+      }
+    }
     if (op.autograd) {
       mount.appendChild(el("h3", null, "autograd: " + op.autograd.backward_node));
       if (op.autograd.location) mount.appendChild(this.location(op.autograd.location, true));
@@ -626,8 +657,26 @@
       }
       mount.appendChild(this.kernels(d.live.registrations || []));
     }
+    if (d.source && d.source.length) {  // entry kernel, stub kernel and leaves on the device, as the CLI's source section
+      var first = d.source[0].location;
+      var sh = el("h3", null, "source" + (first && first.origin ? " (" + first.origin + ")" : ""));
+      sh.setAttribute("data-testid", "source-section");
+      mount.appendChild(sh);
+      var table = el("table", "source-steps");
+      d.source.forEach(function (s) {
+        var tr = el("tr");
+        tr.appendChild(el("td", "role", s.role));
+        tr.appendChild(el("td", "name", s.name));
+        var at = el("td");
+        if (s.location) at.appendChild(self.location(s.location, false));
+        tr.appendChild(at);
+        tr.appendChild(el("td", "detail", s.detail || ""));
+        table.appendChild(tr);
+      });
+      mount.appendChild(table);
+    }
     mount.appendChild(this.locPane);
-    this.rest(mount, d, { kernelmap: 1, query: 1, torch: 1, notes: 1, operator: 1, also: 1, structured_delegate: 1, live: 1 });
+    this.rest(mount, d, { kernelmap: 1, query: 1, torch: 1, notes: 1, operator: 1, also: 1, structured_delegate: 1, live: 1, source: 1, origins: 1 });
   };
   Viewer.prototype.explain = function (mount) {
     var d = this.doc, self = this;
@@ -657,6 +706,7 @@
     if (depth > 12) { dl.appendChild(el("span", "val", JSON.stringify(value))); return dl; }
     Object.keys(value).forEach(function (k) {
       if (Array.isArray(value)) { var li = el("li"); li.appendChild(self.object(value[k], depth + 1)); dl.appendChild(li); return; }
+      if (k === "file" || k === "origins" || k === "root") return;  // paths of this machine, and the origin table: never shown
       dl.appendChild(el("dt", null, k));
       var dd = el("dd");
       dd.appendChild(self.object(value[k], depth + 1));

@@ -5,6 +5,7 @@ source section, no "[object Object]"); no page shows a path of this machine."""
 
 from __future__ import annotations
 
+import re
 import struct
 import subprocess
 import zlib
@@ -97,3 +98,48 @@ def test_the_app_where_page_is_the_clis(page, app_server, files, tmp_path):
     assert not any(p in body for p in _machine_paths(files))
     assert '"origins"' not in body and "call_site" not in body
     screenshot(page, tmp_path, "app-where")
+
+
+def test_a_source_link_follows_the_build_configuration(app_server, indexed_tree):
+    """/goto of raw_cudnn_convolution_forward_out goes to the definition a CUDA
+    release build compiles (Conv_v8.cpp, under #if AT_CUDNN_ENABLED()), not
+    ConvPlaceholders.cpp's placeholder under #if !AT_CUDNN_ENABLED()."""
+    import httpx
+
+    r = httpx.get(f"{app_server.url}/goto", params={"name": "at::native::raw_cudnn_convolution_forward_out", "root": f"tree:{indexed_tree.name}"},
+                  follow_redirects=False, timeout=120)
+    assert r.status_code == 303
+    target = httpx.URL(r.headers["location"])
+    path, line = target.params["path"], int(target.params["line"])
+    assert path == "aten/src/ATen/native/cudnn/Conv_v8.cpp"
+    assert "raw_cudnn_convolution_forward_out(" in (indexed_tree.root / path).read_text().splitlines()[line - 1]
+
+
+def test_trace_tables_read_at_1400_px_and_the_icicle_zooms(page, resnet_document, files, tmp_path):
+    out = tmp_path / "resnet50.html"
+    out.write_text(html.render(resnet_document, excerpt=files.excerpt))
+    page.goto(out.as_uri())
+    page.wait_for_selector("[data-km-ready]")
+    page.click("[data-testid=tab-operators]")
+    table = page.locator("[data-testid=pane-operators] table.sortable")
+    line = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('table.sortable td')).lineHeight) || 16")
+    heights = table.locator("tbody tr").evaluate_all("rows => rows.slice(0, 40).map(r => r.getBoundingClientRect().height)")
+    assert heights and max(heights) <= 2 * line + 8, heights  # a row is at most two lines
+    source = table.locator("th", has_text="source").bounding_box()
+    assert source is not None and source["x"] + min(source["width"], 200) <= 1400  # the source column is in view
+    cells = table.locator("tbody tr td:nth-child(2)").all_inner_texts()
+    assert any(re.search(r"\.(cpp|cu|h):\d+$", c) for c in cells)  # with its file:line whole, shortened from the left
+    screenshot(page, tmp_path, "operators-1400")
+
+    page.click("[data-testid=tab-time]")
+    cells = page.locator("[data-testid=icicle] .cell.k-op")
+    durations = cells.evaluate_all("cs => cs.slice(0, 20).map(c => c.dataset.dur)")
+    assert cells.count() > 20 and all(d and d.split()[-1] in ("us", "ms", "s") for d in durations)  # labelled with their time
+    widths = cells.evaluate_all("cs => cs.slice(0, 200).map(c => c.getBoundingClientRect().width)")
+    narrow = min((i for i, w in enumerate(widths) if w >= 12), key=lambda i: widths[i])  # a narrow block, wide enough to click
+    box = page.locator("[data-testid=icicle]").bounding_box()
+    cells.nth(narrow).click(modifiers=["Shift"])
+    assert float(page.get_attribute("[data-testid=icicle]", "data-zoom")) > 1
+    zoomed = cells.nth(narrow).bounding_box()
+    assert zoomed["width"] >= 0.8 * box["width"]  # the sliver fills the view
+    screenshot(page, tmp_path, "icicle-zoomed")

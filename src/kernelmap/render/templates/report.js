@@ -405,8 +405,15 @@
       if (HIDDEN_ATTRS[k]) return;
       var tr = el("tr");
       tr.appendChild(el("th", null, k));
-      var v = a[k];
-      tr.appendChild(el("td", null, typeof v === "object" ? JSON.stringify(v) : v));
+      var v = a[k], td = el("td");
+      if (v && typeof v === "object" && typeof v.path === "string" && typeof v.line === "number") {
+        td.appendChild(self.location(v, false));  // a location fact (call_site, declared_at): linked, never raw JSON
+      } else if (Array.isArray(v)) {
+        td.textContent = v.map(function (x) { return x && typeof x === "object" ? (x.name || x.path || "") : String(x); }).join(", ");
+      } else {
+        td.textContent = v && typeof v === "object" ? Object.keys(v).filter(function (x) { return x !== "file"; }).map(function (x) { return x + ": " + v[x]; }).join("; ") : v;
+      }
+      tr.appendChild(td);
       table.appendChild(tr);
     });
     box.appendChild(table);
@@ -454,6 +461,8 @@
         columns.forEach(function (c) {
           var v = c.get ? c.get(r) : r[c.key];
           var td = el("td", c.num ? "num" : null, c.num ? (v === null || v === undefined ? "" : (c.fmt ? c.fmt(v) : v)) : (v === null || v === undefined ? "" : v));
+          if (!c.num && td.textContent.length > 40) td.title = td.textContent;  // shown whole on hover; the cell keeps one line
+          if (c.loc && td.textContent.length > 34) td.textContent = "\u2026" + td.textContent.slice(-33);  // a location keeps its file:line
           tr.appendChild(td);
         });
         if (onRow) { tr.classList.add("clickable"); tr.onclick = function () { onRow(r); }; }
@@ -487,7 +496,13 @@
   // Icicle: time by module -> op -> kernel; other frames are passed through.
   var ICICLE_KINDS = { trace: 1, module: 1, op: 1, autograd: 1, gpu_kernel: 1, kernel: 1, gpu_memcpy: 1 };
   Viewer.prototype.icicle = function (tv) {
-    var box = el("div", "icicle");
+    var outer = el("div", "icicle-wrap"), bar = el("div", "toolbar"), box = el("div", "icicle");
+    var hint = el("span", "hint", "click a block to open it in the tree; shift-click to zoom to it");
+    var unzoom = el("button", null, "zoom out");
+    bar.appendChild(hint);
+    bar.appendChild(unzoom);
+    outer.appendChild(bar);
+    outer.appendChild(box);
     box.setAttribute("data-testid", "icicle");
     var rootDur = Number((tv.nodes[0].n.facts || tv.nodes[0].n.attrs || {}).duration_us) || 0;
     if (!rootDur) return box;
@@ -518,7 +533,10 @@
           c.style.width = (w * 100) + "%";
           c.style.top = (depth * ROW) + "px";
           c.textContent = tv.label(n);
+          c.dataset.dur = us(d);  // drawn after the label (CSS): what and how long; a zoom makes a sliver readable
           c.title = tv.label(n) + " (" + n.kind + ") " + us(d);
+          c.dataset.left = x;
+          c.dataset.width = w;
           c.dataset.id = f;
           frag.appendChild(c);
           cells++;
@@ -528,13 +546,24 @@
         x += w;
       }
     }
-    box.style.height = (maxDepth * ROW + 4) + "px";
-    box.appendChild(frag);
+    var inner = el("div", "icicle-inner");
+    inner.style.height = (maxDepth * ROW + 4) + "px";
+    inner.appendChild(frag);
+    box.appendChild(inner);
     box.addEventListener("click", function (ev) {
-      var id = ev.target.dataset && ev.target.dataset.id;
-      if (id !== undefined) tv.reveal(Number(id));
+      var d = ev.target.dataset || {};
+      if (ev.shiftKey && d.width !== undefined) { ev.preventDefault(); zoom(Number(d.left), Number(d.width)); return; }
+      if (d.id !== undefined) tv.reveal(Number(d.id));
     });
-    return box;
+    // Zoom: the block double-clicked fills the width; its neighbours scroll beside it.
+    function zoom(left, width) {
+      var factor = Math.min(1 / Math.max(width, 1e-6), 2000);
+      inner.style.width = (factor * 100) + "%";
+      box.scrollLeft = left * box.scrollWidth;
+      box.setAttribute("data-zoom", factor.toFixed(2));
+    }
+    unzoom.onclick = function () { zoom(0, 1); };
+    return outer;
   };
 
   Viewer.prototype.tabs = function (mount, names) {
@@ -586,10 +615,10 @@
         tv.applyFilter();
       };
       tabs.panes.operators.appendChild(this.table(s.ops.slice(), [
-        { title: "operator", key: "name" }, { title: "overload", key: "op" }, { title: "calls", key: "calls", num: 1 },
+        { title: "operator", key: "name" }, { title: "source", key: "source", loc: 1 }, { title: "calls", key: "calls", num: 1 },
         { title: "self", key: "self_us", num: 1, fmt: us }, { title: "total", key: "total_us", num: 1, fmt: us },
         { title: "device", key: "device_us", num: 1, fmt: us }, { title: "key", key: "dispatch_key" }, { title: "kernel", key: "kernel" },
-        { title: "source", key: "source" }, { title: "vendor", get: function (r) { var lib = r.library || r.vendor; return lib ? lib + (r.closed ? " (closed)" : "") : (r.closed ? "closed below" : ""); } },
+        { title: "overload", key: "op" }, { title: "vendor", get: function (r) { var lib = r.library || r.vendor; return lib ? lib + (r.closed ? " (closed)" : "") : (r.closed ? "closed below" : ""); } },
         { title: "GPU kernels", get: function (r) { return (r.kernels || []).map(function (k) { return k.name; }).join(", "); } }
       ], findOp));
       var group = [{ title: "name", key: "name" }, { title: "calls", key: "calls", num: 1 }, { title: "total", key: "total_us", num: 1, fmt: us },

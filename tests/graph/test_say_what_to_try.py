@@ -55,3 +55,13 @@ def test_module_names_follow_star_imports():
 
     names = module_names("torch.nn", env.torch_install().site_packages)
     assert {"Conv2d", "Linear", "functional", "Module"} <= names
+
+
+def test_gen_takes_a_python_name(generated):
+    done = run_kernelmap("gen", "torch.nn.Conv2d", "--layer", "ops", "--json")
+    assert done.returncode == 0, done.stderr
+    import json
+
+    doc = json.loads(done.stdout)
+    assert any("torch.nn.Conv2d runs aten::conv2d" in n for n in doc["notes"])
+    assert "closest: torch.nn.Conv2d" in _error("gen", "torch.nn.Conv2D")

@@ -30,7 +30,7 @@ def _names(node: dict) -> list[str]:
 
 
 def _folds(node: dict) -> list[dict]:
-    return [n["facts"]["folded"] for n in _walk(node) if "folded" in n["facts"]]
+    return [n["facts"]["more"] for n in _walk(node) if "more" in n["facts"]]
 
 
 def _walk(node: dict):

@@ -33,7 +33,7 @@ def _without_resources(value):
 
 
 def _folds(node):
-    return [n["facts"]["folded"] for n in walk(node) if "folded" in n["facts"]]
+    return [n["facts"]["more"] for n in walk(node) if "more" in n["facts"]]
 
 
 def test_bad_arguments_are_tool_errors_and_the_server_goes_on(served):
@@ -103,7 +103,7 @@ def test_an_oversized_answer_is_bounded_and_every_fold_expands(served):
     while chain[-1]["children"]:
         chain.append(chain[-1]["children"][0])
     ranked = graph.call_ends(full)[0].node
-    assert chain[-1]["name"] == ranked.name or "folded" in chain[-1]["facts"]
+    assert chain[-1]["name"] == ranked.name or "more" in chain[-1]["facts"]
     # every node once: the first reply's, then each expand's below its root (shown before)
     assert first["bounded"]["shown"] + sum(p["bounded"]["shown"] - 1 for p in pages) == total
     for reply in [first, *pages]:

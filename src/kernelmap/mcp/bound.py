@@ -4,7 +4,7 @@ coding agent whose client refuses long replies (Note [bounded answers]).
 Nothing is cut in half: a call tree keeps whole nodes, the main path first
 (the route to the call's first-ranked end), then the rest breadth first while
 the limit allows; a node whose children did not all fit carries the fact
-`folded` = {"id", "children", "nodes"}, and `expand(id)` gives them, bounded
+`more` = {"id", "children", "nodes"}, and `expand(id)` gives them, bounded
 the same way. A document of lists (find's references, a trace's operators)
 keeps a prefix of each list and names the rest by a fold id in its
 `bounded` section; expanding one gives the next page as a `fold/1` document.
@@ -36,7 +36,7 @@ DEFAULT_LIMIT = 8000  # tokens
 MIN_LIMIT = 500
 MAX_LIMIT = 200_000
 KEEP = 256  # answers kept for expand
-FOLD_COST = 80  # characters a `folded` fact adds to a node, at most
+FOLD_COST = 80  # characters a `more` fact adds to a node, at most
 
 # The lists of each document that may be shown in part, most important first.
 LISTS: dict[str, tuple[str, ...]] = {
@@ -277,7 +277,7 @@ def _bound_tree(aid: str, kept: Kept, top: int, offset: int, limit_tokens: int) 
         hidden = shown[i][start + len(taken[i]):]
         if hidden:
             folds += 1
-            node["facts"] = {**node["facts"], "folded": {"id": f"{aid}.n{i}.{start + len(taken[i])}", "children": len(hidden),
+            node["facts"] = {**node["facts"], "more": {"id": f"{aid}.n{i}.{start + len(taken[i])}", "children": len(hidden),
                                                          "nodes": sum(counts[c] for c in hidden)}}
         return node
 
@@ -292,7 +292,7 @@ def _bound_tree(aid: str, kept: Kept, top: int, offset: int, limit_tokens: int) 
     result = {**head, "root": root}
     total = counts[top] - sum(counts[c] for c in shown[top][:offset])
     result["bounded"] = {"limit_tokens": limit_tokens, "answer": aid, "nodes": total, "shown": len(taken), "folded": folds,
-                         "expand": "nodes with facts.folded hold more: call expand with its id" if folds else None}
+                         "expand": "nodes with facts.more hold more: call expand with its id" if folds else None}
     result["bounded"]["tokens"] = tokens(result)
     return result
 

@@ -33,7 +33,7 @@ a pinned version), and how it is reached. Start with `where` (the operator behin
 then `stack` (the whole call top-down for a device), `path` (how one name reaches another), `callers` (bottom-up), \
 `explain` (one call step by step). `find` locates C++ names, `gen` shows generated code, `kernel` names a GPU kernel's \
 source, `trace` reads a profiler trace, `diff` compares two source trees, `trees` lists and selects trees. Replies are \
-bounded (limit_tokens): nodes with facts.folded and lists named in `bounded.folded` continue with `expand`. Every \
+bounded (limit_tokens): nodes with facts.more and lists named in `bounded.folded` continue with `expand`. Every \
 location has a `resource` URI (kernelmap://tree/NAME/PATH#L10-L20) that reads its lines."""
 
 Device = Literal["cpu", "cuda", "mps", "meta"]
@@ -501,7 +501,7 @@ def trees_tool(warm: Warm):
 
 
 def expand_tool(warm: Warm):
-    """More of a bounded answer: a folded call-tree node's children (the id in its facts.folded) or the next items
+    """More of a bounded answer: a folded call-tree node's children (the id in its facts.more) or the next items
     of a folded list (an id in the reply's bounded.folded), bounded again. Use it when a reply says it folded what
     you need."""
 
@@ -595,7 +595,7 @@ def summarize(reply: dict[str, Any]) -> str:
             lines.append("folded: " + ", ".join(f"{f['at']} {f['shown']} of {f['total']} shown (expand {f['id']})" for f in b["folded"]))
         else:
             lines.append(f"bounded to {b['limit_tokens']} tokens: {b['shown']} of {b['nodes']} nodes shown, {b['folded']} folded "
-                         "(expand the ids in facts.folded)")
+                         "(expand the ids in facts.more)")
     return "\n".join(line for line in lines if line)
 
 

@@ -219,6 +219,24 @@ def _flag(node: CallNode, known) -> CallNode:
     return done[id(node)]
 
 
+def observed_path(tree: CallTree) -> tuple[CallNode, ...]:
+    """The path the call took, root first, in a marked tree: down steps that
+    ran (or were inlined) to the deepest vendor call, loop or kernel that ran;
+    the main path `stack --observe` shows (processors.mark_main_path)."""
+    best: tuple[tuple[int, int], tuple[CallNode, ...]] = ((-1, -1), (tree.root,))
+    stack: list[tuple[CallNode, tuple[CallNode, ...]]] = [(tree.root, (tree.root,))]
+    while stack:
+        node, path = stack.pop()
+        if node.attrs.get("observed") in (OBSERVED, ADDED):
+            rank = (2 if node.kind in (NodeKind.VENDOR, NodeKind.DEVICE_LOOP, NodeKind.INNER_LOOP) else 1, len(path))
+            if rank > best[0]:
+                best = (rank, path)
+        for c in reversed(node.children):
+            if c.attrs.get("observed") in (OBSERVED, INLINED, ADDED) or c.kind in _SKIP_KINDS:
+                stack.append((c, path + (c,)))
+    return best[1]
+
+
 def mark_path(answer: PathAnswer, observed: CallTree) -> PathAnswer:
     """Each route's steps marked; routes whose every step ran come first."""
     seen = Observed(observed)

@@ -676,6 +676,7 @@ FACTS: dict[str, Fact] = {
     "inferred": Fact("list", "facts inferred rather than recorded"),
     "unknown": Fact("str", "why the name is unknown to the catalog or the vendor table"),
     "dispatch_key": Fact("str", "the dispatch key whose kernel answered"),
+    "kernel_key": Fact("str", "the alias key the answering kernel is registered under (CompositeImplicitAutograd)"),
     "dispatch_keys": Fact("list", "the dispatch keys the call passed through"),
     "dispatch_error": Fact("str", "why the dispatch path could not be computed"),
     "dispatch_note": Fact("str", "a note on the dispatch path (a backend this build lacks)"),

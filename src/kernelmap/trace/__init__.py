@@ -65,6 +65,8 @@ class Trace:
         self.file = file  # the Chrome trace the tree was read from
         self.error = error  # what the traced code raised, for a partial trace
         self._cleanup: Any = None
+        self.id: str | None = None  # its id in the trace store (Note [trace store] in kernelmap.trace.store), when stored
+        self.stored: Path | None = None  # the folder of its tables
 
     @property
     def tree(self) -> CallTree:

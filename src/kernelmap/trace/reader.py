@@ -110,7 +110,7 @@ class _Buffer:
             return False
         try:
             data = self.stream.read(max(CHUNK, len(self.text) - self.pos) if grow else CHUNK)
-        except (OSError, EOFError) as e:  # a broken gzip stream: where its data breaks
+        except (OSError, EOFError, zlib.error) as e:  # a broken gzip stream (a cut, flipped bits): where its data breaks
             if isinstance(self.stream, gzip.GzipFile):
                 raise TraceFormatError(self.path, None, f"unreadable data ({e}) after byte {_inflated_before_break(self.stream)} "
                                        "of the decompressed data") from None
@@ -146,7 +146,7 @@ class _Buffer:
     def _read_more(self, grow: bool = False) -> bool:
         try:
             return self.more(grow)
-        except (OSError, EOFError) as e:
+        except (OSError, EOFError, zlib.error) as e:
             raise self.fail(f"unreadable data ({e})") from None
 
     def expect(self, ch: str, what: str) -> None:
@@ -219,6 +219,9 @@ def _read(path: Path | str, header: TraceHeader | None, events) -> Iterator[Any]
         buf = _Buffer(stream, name)
         decode = json.JSONDecoder().raw_decode
         first = buf.skip_ws()
+        if first == "\ufeff":  # a byte order mark, as some editors and Windows tools write UTF-8: not part of the JSON
+            buf.pos += 1
+            first = buf.skip_ws()
         if first == "[":
             buf.pos += 1
             yield from events(buf, decode)

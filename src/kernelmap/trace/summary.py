@@ -31,7 +31,8 @@ class OpRow:
     shapes: Counter = field(default_factory=Counter)  # "[1, 3, 224, 224], [64, 3, 7, 7]" -> calls
     kernels: Counter = field(default_factory=Counter)  # device kernel name -> launches
     kernel_sources: dict = field(default_factory=dict)  # device kernel name -> "file:line" or its library
-    dispatch_key: str | None = None
+    dispatch_key: str | None = None  # the runtime key that answered (CPU, CUDA, AutogradCUDA)
+    kernel_key: str | None = None  # the alias key its kernel is registered under, where it is one
     kernel: str | None = None
     source: str | None = None  # file:line of the kernel, or the catalog entry
     library: str | None = None  # the library its own kernel calls, else the closed one it ends in
@@ -100,7 +101,10 @@ class GpuTime:
 
     @property
     def unresolved_us(self) -> float:
-        return self.total_us - self.source_us - self.library_us
+        # The difference of float sums: where every kernel is named it is a rounding
+        # error either side of 0, never a negative time ("-0.0% unresolved").
+        rest = self.total_us - self.source_us - self.library_us
+        return rest if rest > 1e-9 * max(self.total_us, 1.0) else 0.0
 
     def fraction(self, us: float) -> float:
         return us / self.total_us if self.total_us else 0.0
@@ -417,6 +421,7 @@ def _row_facts(rows_list, rows, row_key, group, facts, below_node, closed_lib) -
         a = facts[g]
         row.op = row.op or a.get("op")
         row.dispatch_key = row.dispatch_key or a.get("dispatch_key")
+        row.kernel_key = row.kernel_key or a.get("kernel_key")
         row.kernel = row.kernel or a.get("kernel")
         row.source = row.source or a.get("source") or a.get("yaml")
         if a.get("library"):

@@ -137,15 +137,23 @@ def load(
     source_tree: Path | None = None,
     live: bool = False,
     meta: dict[str, Any] | None = None,
+    store: bool = False,
 ) -> Trace:
     """Read a Chrome/Kineto trace (`.json` or `.json.gz`) into a resolved Trace.
 
     keep_frames: keep every Python frame (by default frames that ran no
     operator and per-call wrappers are dropped). resolve: add catalog,
     dispatch, source and vendor facts. source_tree: a PyTorch tree whose
-    index links kernels to source. Raises TraceFormatError for a file that is
-    not a well-formed trace, naming the byte offset.
+    index links kernels to source. store: keep the imported tables in the
+    cache, keyed by the file's content, and open them from there the next
+    time (Note [trace store] in kernelmap.trace.store). Raises
+    TraceFormatError for a file that is not a well-formed trace, naming the
+    byte offset.
     """
+    if store and not live:
+        from kernelmap.trace import store as stored
+
+        return stored.load(path, keep_frames=keep_frames, resolve=resolve, source_tree=source_tree, meta=meta)
     # Reading makes millions of short-lived lists and records, one window at a
     # time, that hold no cycles: the cyclic collector would only rescan them.
     was_enabled = gc.isenabled()
@@ -210,7 +218,7 @@ def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None
 
 
 _LINK_KEYS = (
-    "op", "yaml", "op_kind", "dispatch_key", "kernel", "registered_at", "source", "source_url", "source_file",
+    "op", "yaml", "op_kind", "dispatch_key", "kernel_key", "kernel", "registered_at", "source", "source_url", "source_file",
     "source_reason", "functor", "launcher", "library", "closed", "conv_backend", "conv_backend_ran", "launched_by", "unknown", "forward_op",
 )
 

@@ -93,10 +93,19 @@ def resolved_pairs(tmp_path_factory):
 
 
 def test_resolved_summaries_and_full_trees_are_the_same_from_the_tables(resolved_pairs):
+    """... and the full tree's document streamed from the tables (`--json --full-tree`) is the same data."""
+    import io
+
+    from kernelmap.render.json import loads
+    from kernelmap.trace.views import write_full_json
+
     for path, memory, reopened in resolved_pairs:
         a, b = documents(memory), documents(reopened)
         assert a[0] == b[0], path.name
         assert a[1] == b[1], path.name
+        streamed = io.StringIO()
+        write_full_json(reopened, streamed)
+        assert loads(streamed.getvalue()) == a[1], path.name
         assert memory.summary().to_text(width=160) == reopened.summary().to_text(width=160)
 
 

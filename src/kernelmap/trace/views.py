@@ -1,0 +1,252 @@
+"""A trace's columns -> the views of its call tree a person or a program can
+take in, without making the whole CallNode tree:
+
+- `hot_tree`: the hottest nodes (by host time or the device time below
+  them), every ancestor of a shown node shown too, to a depth; what is left
+  out under a node is one `note` node saying how many calls and how much
+  time. Memory grows with the nodes shown, not with the trace.
+- `write_full_json`: the `trace/2` document of the whole tree, streamed
+  node by node in pre-order (the same data as `TraceReport.to_json()` of the
+  full tree), a slice of nodes at a time.
+- `export_tree`: the whole tree as JSON Lines (one node a line, with its id
+  and its parent's) or Parquet (one row a node, written a row group at a
+  time), for other tools (DuckDB, pandas, Polars) in bounded memory.
+
+Note [hot subtrees]
+A node's weight is the larger of its duration and the device time of the
+device events below it: a host call that launched a long kernel is hot even
+when the launch itself was short. Weights shrink going down the tree (a
+child's interval lies in its parent's, its device events are among its
+parent's), so the `top` heaviest nodes are nearly closed under "parent of";
+their ancestors are added so that every shown node hangs where it ran. Ties
+go to the earlier node, so the view is the same on every run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from kernelmap.model import CallNode, CallTree, NodeKind, OriginTable, _node_json, _plain
+from kernelmap.trace.build import DEVICE_KINDS, KIND, KINDS, Attrs, _call_node, _slices, attrs_of
+
+_OP = KIND["op"]
+
+DEFAULT_NODES = 1000  # what a bounded view shows at most: a screen's worth of lines, many times over
+
+
+def weights(t) -> np.ndarray:
+    """Per node: max(duration, device time below it) (Note [hot subtrees])."""
+    n = len(t)
+    device = np.isin(t.kind, DEVICE_KINDS)
+    cs = np.concatenate([[0.0], np.cumsum(np.where(device, t.dur, 0.0))])
+    starts = np.arange(n)
+    below = cs[starts + t.size] - cs[starts]
+    return np.maximum(t.dur, below)
+
+
+def hot_nodes(t, top: int = DEFAULT_NODES, depth: int | None = None) -> np.ndarray:
+    """The nodes a bounded view shows, in pre-order (Note [hot subtrees])."""
+    n = len(t)
+    if n <= top and depth is None:
+        return np.arange(n)
+    w = weights(t)
+    k = min(top, n)
+    if k < n:
+        # the k heaviest, ties to the earlier node: sort by (-weight, position) among those at or above the k-th weight
+        cut = np.partition(w, n - k)[n - k]
+        above = np.flatnonzero(w > cut)
+        at = np.flatnonzero(w == cut)[: k - len(above)]
+        chosen = np.concatenate([above, at])
+    else:
+        chosen = np.arange(n)
+    keep = np.zeros(n, dtype=bool)
+    keep[0] = True
+    keep[chosen] = True
+    # every ancestor of a chosen node
+    frontier = t.parent[chosen].astype(np.int64)
+    frontier = frontier[frontier >= 0]
+    while len(frontier):
+        frontier = frontier[~keep[frontier]]
+        keep[frontier] = True
+        frontier = t.parent[frontier].astype(np.int64)
+        frontier = frontier[frontier >= 0]
+    nodes = np.flatnonzero(keep)
+    if depth is not None:
+        d = _depths(t, nodes)
+        nodes = nodes[d <= depth]
+    return nodes
+
+
+def _depths(t, nodes: np.ndarray) -> np.ndarray:
+    """Depth of each of `nodes` (pre-order, closed under parent: parents first)."""
+    index = {int(i): j for j, i in enumerate(nodes.tolist())}
+    out = np.zeros(len(nodes), dtype=np.int64)
+    parents = t.parent[nodes].tolist()
+    for j, p in enumerate(parents):
+        if p >= 0:
+            out[j] = out[index[p]] + 1
+    return out
+
+
+def hot_tree(trace, top: int = DEFAULT_NODES, depth: int | None = None) -> CallTree:
+    """The bounded tree of a trace: its hottest `top` nodes (and their
+    ancestors) to `depth`, each node's left-out children as one note node."""
+    t = trace._table
+    if t is None:
+        return trace.tree
+    n = len(t)
+    nodes = hot_nodes(t, top, depth)
+    if len(nodes) == n:
+        return trace.tree
+    notes = list(trace.notes)
+    if len(nodes) < n:
+        notes.append(f"the {len(nodes):,} hottest of {n:,} nodes (host time, or the device time below them)"
+                     + (f" to depth {depth}" if depth is not None else "")
+                     + "; --full-tree shows them all, --export-tree FILE writes them (JSON Lines or Parquet)")
+    return CallTree(_subset_root(t, nodes), tuple(notes), trace.meta)
+
+
+def _subset_root(t, nodes: np.ndarray) -> CallNode:
+    """CallNodes for `nodes` (pre-order, closed under parent), each parent's
+    left-out children folded into a note node."""
+    display, locations = t.c.labels.display, t.c.labels.location
+    kinds, labels = t.kind[nodes].tolist(), t.label[nodes].tolist()
+    attrs = attrs_of(t, nodes)
+    position = {int(i): j for j, i in enumerate(nodes.tolist())}
+    # children shown per shown node, and what is left out (count, time)
+    shown_children = np.bincount([position[p] for p in t.parent[nodes[1:]].tolist()], minlength=len(nodes)) if len(nodes) > 1 else np.zeros(1, np.int64)
+    all_children = np.bincount(t.parent[1:], minlength=len(t))[nodes] if len(t) > 1 else np.zeros(1, np.int64)
+    child_time = np.bincount(t.parent[1:], weights=t.dur[1:], minlength=len(t))[nodes] if len(t) > 1 else np.zeros(1)
+    shown_time = np.bincount([position[p] for p in t.parent[nodes[1:]].tolist()], weights=t.dur[nodes[1:]], minlength=len(nodes)) if len(nodes) > 1 else np.zeros(1)
+    checked: set = set()
+    done: list[CallNode] = []
+    counts = shown_children.tolist()
+    for j in range(len(nodes) - 1, -1, -1):
+        c = counts[j]
+        children: tuple = tuple(done[-1 : -c - 1 : -1]) if c else ()
+        if c:
+            del done[-c:]
+        hidden = int(all_children[j]) - c
+        if hidden > 0:
+            us = max(float(child_time[j] - shown_time[j]), 0.0)
+            children += (CallNode(f"… {hidden:,} more call{'s' if hidden != 1 else ''} not shown", NodeKind.NOTE,
+                                  attrs={"duration_us": round(us, 3)}),)
+        a = attrs[j]
+        location = locations[labels[j]]
+        if kinds[j] == _OP and isinstance(a, Attrs):  # an operator: its catalog entry
+            location = a.shared.get("_location")
+        done.append(_call_node(display[labels[j]], KINDS[kinds[j]], location, children, a, checked))
+    return done[0]
+
+
+# ---------------------------------------------------------------------------
+# The whole tree, streamed
+# ---------------------------------------------------------------------------
+
+
+def _nodes_json(t, origins: OriginTable) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """(node, parent, node JSON without children) of every node in pre-order, a slice at a time."""
+    display, locations = t.c.labels.display, t.c.labels.location
+    checked: set = set()
+    for lo, hi in _slices(len(t)):
+        nodes = np.arange(lo, hi)
+        attrs = attrs_of(t, nodes)
+        kinds, labels, parents = t.kind[lo:hi].tolist(), t.label[lo:hi].tolist(), t.parent[lo:hi].tolist()
+        for j in range(hi - lo):
+            a = attrs[j]
+            location = locations[labels[j]]
+            if kinds[j] == _OP and isinstance(a, Attrs):
+                location = a.shared.get("_location")
+            node = _call_node(display[labels[j]], KINDS[kinds[j]], location, (), a, checked)
+            d = _node_json(node, origins)
+            del d["children"]
+            yield lo + j, parents[j], d
+
+
+_ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+
+
+def write_full_json(trace, out: IO[str], summary: bool = True) -> None:
+    """The trace/2 document of the whole tree (and the summary), written to
+    `out` node by node: memory holds a slice of nodes, not the tree."""
+    t = trace._table
+    origins = OriginTable()
+    out.write('{"kernelmap": "trace/2", "tree": {"kernelmap": "calltree/2", "kind": "trace", "notes": ')
+    out.write(_ENCODE(list(trace.notes)))
+    out.write(', "meta": ' + _ENCODE(_plain(dict(trace.meta), origins)) + ', "root": ')
+    ends: list[int] = []  # the subtree ends of the open nodes, innermost last
+    size = t.size
+    for i, _, d in _nodes_json(t, origins):
+        while ends and ends[-1] <= i:
+            ends.pop()
+            out.write("]}")
+        if ends and i > 0 and t.parent[i] != i - 1:  # not its parent's first child
+            out.write(",\n")
+        elif ends:
+            out.write("\n")
+        text = _ENCODE(d)
+        out.write(text[:-1] + ', "children": [')
+        ends.append(i + int(size[i]))
+    while ends:
+        ends.pop()
+        out.write("]}")
+    out.write(', "origins": ' + _ENCODE(origins.to_json()) + "}")
+    out.write(', "summary": ' + (_ENCODE(trace.summary().to_json()) if summary else "null") + "}\n")
+
+
+def export_tree(trace, path: Path, fmt: str | None = None) -> int:
+    """Write the whole tree to `path`: Parquet (`fmt`, else a `.parquet`
+    name), else JSON Lines (one node a line: id, parent, and the node's
+    calltree/2 fields but its children). Returns the number of nodes."""
+    t = trace._table
+    if t is None:
+        raise ValueError("a trace without columns")
+    origins = OriginTable()
+    if (fmt or ("parquet" if path.name.endswith(".parquet") else "jsonl")) == "parquet":
+        return _export_parquet(t, path, origins)
+    n = 0
+    with open(path, "w", encoding="utf-8") as f:
+        for i, parent, d in _nodes_json(t, origins):
+            d = {"id": i, "parent": parent if parent >= 0 else None, **d}
+            f.write(_ENCODE(d) + "\n")
+            n += 1
+        f.write(_ENCODE({"origins": origins.to_json(), "notes": list(trace.notes)}) + "\n")
+    return n
+
+
+def _export_parquet(t, path: Path, origins: OriginTable) -> int:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([("id", pa.int64()), ("parent", pa.int64()), ("size", pa.int64()), ("kind", pa.string()), ("name", pa.large_string()),
+                        ("start_us", pa.float64()), ("duration_us", pa.float64()), ("location", pa.string()), ("facts", pa.large_string())])
+    n = 0
+    with pq.ParquetWriter(str(path), schema, compression="zstd") as writer:
+        batch: dict[str, list] = {k: [] for k in schema.names}
+
+        def flush() -> None:
+            if batch["id"]:
+                writer.write_table(pa.table(batch, schema=schema))
+                for v in batch.values():
+                    v.clear()
+
+        for i, parent, d in _nodes_json(t, origins):
+            batch["id"].append(i)
+            batch["parent"].append(parent)
+            batch["size"].append(int(t.size[i]))
+            batch["kind"].append(d["kind"])
+            batch["name"].append(d["name"])
+            batch["start_us"].append(float(t.ts[i]))
+            batch["duration_us"].append(d["facts"].get("duration_us"))
+            batch["location"].append(_ENCODE(d["location"]) if d["location"] else None)
+            batch["facts"].append(_ENCODE(d["facts"]))
+            n += 1
+            if len(batch["id"]) >= 1 << 16:
+                flush()
+        flush()
+    return n

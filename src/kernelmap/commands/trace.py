@@ -37,11 +37,12 @@ def _check_options(width, top, min_us, depth, export_chrome) -> None:
             raise BadInput(f"cannot write --export-chrome {export_chrome}: {parent} is not a writable folder")
 
 
-def _several_ranks(files, source_tree, all_frames, as_json, top, width) -> None:
-    from kernelmap import trace as tracing
+def _several_ranks(files, source_tree, all_frames, as_json, top, width, use_store, workers, scheduler) -> None:
     from kernelmap.trace.ranks import summarize_ranks
 
-    result = summarize_ranks(files, lambda p: tracing.load(p, keep_frames=all_frames, source_tree=source_tree))
+    if workers is None:
+        workers = min(len(files), os.cpu_count() or 1)
+    result = summarize_ranks(files, keep_frames=all_frames, source_tree=source_tree, store=use_store, workers=workers, scheduler=scheduler)
     columns = width or max(120, shutil.get_terminal_size((120, 24)).columns)
     emit(result, as_json, columns, top=top)
 
@@ -93,11 +94,13 @@ def _print_error(error: BaseException) -> None:
 @click.option("--hot", "hot", type=click.IntRange(min=1), default=None, help="Show the tree's hottest N nodes and their ancestors, each node's other children folded into one line [default: 1000].")
 @click.option("--full-tree", is_flag=True, help="Show every node of the tree (text, --json, --html); --json then streams the document.")
 @click.option("--export-tree", type=click.Path(dir_okay=False), default=None, help="Write the whole tree to this file, streamed: Parquet for a .parquet name, else JSON Lines (one node a line).")
+@click.option("--workers", type=click.IntRange(min=1, max=1024), default=None, help="Import the ranks of several --from traces in this many processes [default: one per CPU].")
+@click.option("--scheduler", default=None, help="Import the ranks of several --from traces on the Dask distributed cluster at this address (tcp://HOST:PORT); the workers read the files by their paths.")
 @click.option("--store/--no-store", "use_store", default=True, show_default=True, help="Keep a trace read --from a file as tables in the cache, and open them from there the next time.")
 @click.option("--warmup", type=click.IntRange(min=0, max=MAX_RUNS), default=0, show_default=True, help="Run the target this many times unprofiled first, so the cold first call is not traced.")
 @click.option("--steps", type=click.IntRange(min=1, max=MAX_RUNS), default=1, show_default=True, help="Profile this many runs of the target (after the warm-up ones).")
 def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, min_us, top, all_frames, source, export_chrome, width, html, warmup, steps,
-          hot, full_tree, export_tree, use_store):
+          hot, full_tree, export_tree, workers, scheduler, use_store):
     """Run Python code under the profiler (or read a trace) and show what ran.
 
     TARGET is a script (run as `python script.py ARGS...`) or
@@ -152,8 +155,10 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
                 raise BadInput("give one of: a script or module:function, -c CODE, or --from TRACE")
             if html is not None or export_chrome is not None:
                 raise BadInput("--html and --export-chrome write one trace; several ranks are summarised together (give one --from FILE)")
-            _several_ranks(files, source, all_frames, as_json, top, width)
+            _several_ranks(files, source, all_frames, as_json, top, width, use_store, workers, scheduler)
             return
+        if scheduler is not None or workers is not None:
+            raise BadInput("--workers and --scheduler import the ranks of several traces; give more than one --from")
         from_file = str(files[0])
     sources = sum(x is not None for x in (target, code, from_file))
     if sources != 1:

@@ -666,6 +666,9 @@ FACTS: dict[str, Fact] = {
     "functor": Fact("str", "a GPU kernel's functor or lambda: the op's arithmetic"),
     "launcher": Fact("str", "path:line of a GPU kernel's __global__ definition: launcher template or op-specific kernel"),
     "input_shapes": Fact("list", "shapes of the inputs as recorded"),
+    "schema": Fact("str", "the operator's schema as an execution trace recorded it (its exact overload)"),
+    "et_node": Fact("int", "the node's id in the PyTorch execution trace"),
+    "output_shapes": Fact("list", "shapes of the outputs, as an execution trace recorded them"),
     "sequence_nr": Fact("any", "autograd sequence number"),
     "forward_op": Fact("str", "the forward operator that recorded an autograd node"),
     # traces: the operator's resolution

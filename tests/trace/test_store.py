@@ -1,7 +1,7 @@
 """The trace store (Note [trace store] in kernelmap.trace.store): every test
 trace's summary and the trace/2 JSON of its full tree are the same read from
 the JSON, re-opened from its tables, and as the importer made them before
-the store existed (digests in data/golden-before-store.json, written by this
+the store existed (digests in golden-before-store.json, written by this
 module's `__main__` with the code of that time); a re-open reads no JSON; a
 killed import leaves no tables; an edited file is imported again."""
 
@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 TRACES = sorted([*(HERE / "data").glob("hta-*.json.gz"), HERE / "data" / "rocm-miopen-rocblas.json", *(HERE / "cuda").glob("*.json.gz"),
                  *(HERE / "cuda" / "extension").glob("*.json.gz")])
-GOLDEN = HERE / "data" / "golden-before-store.json"
+GOLDEN = HERE / "golden-before-store.json"
 
 
 def _normal(doc):

@@ -94,13 +94,14 @@ def _print_error(error: BaseException) -> None:
 @click.option("--hot", "hot", type=click.IntRange(min=1), default=None, help="Show the tree's hottest N nodes and their ancestors, each node's other children folded into one line [default: 1000].")
 @click.option("--full-tree", is_flag=True, help="Show every node of the tree (text, --json, --html); --json then streams the document.")
 @click.option("--export-tree", type=click.Path(dir_okay=False), default=None, help="Write the whole tree to this file, streamed: Parquet for a .parquet name, else JSON Lines (one node a line).")
+@click.option("--execution-trace", "execution_trace", type=click.Path(dir_okay=False), default=None, help="A PyTorch execution trace (ExecutionTraceObserver JSON) of the same run as the --from trace: each operator gains its schema, node id and output shapes.")
 @click.option("--workers", type=click.IntRange(min=1, max=1024), default=None, help="Import the ranks of several --from traces in this many processes [default: one per CPU].")
 @click.option("--scheduler", default=None, help="Import the ranks of several --from traces on the Dask distributed cluster at this address (tcp://HOST:PORT); the workers read the files by their paths.")
 @click.option("--store/--no-store", "use_store", default=True, show_default=True, help="Keep a trace read --from a file as tables in the cache, and open them from there the next time.")
 @click.option("--warmup", type=click.IntRange(min=0, max=MAX_RUNS), default=0, show_default=True, help="Run the target this many times unprofiled first, so the cold first call is not traced.")
 @click.option("--steps", type=click.IntRange(min=1, max=MAX_RUNS), default=1, show_default=True, help="Profile this many runs of the target (after the warm-up ones).")
 def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, min_us, top, all_frames, source, export_chrome, width, html, warmup, steps,
-          hot, full_tree, export_tree, workers, scheduler, use_store):
+          hot, full_tree, export_tree, execution_trace, workers, scheduler, use_store):
     """Run Python code under the profiler (or read a trace) and show what ran.
 
     TARGET is a script (run as `python script.py ARGS...`) or
@@ -159,7 +160,11 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
             return
         if scheduler is not None or workers is not None:
             raise BadInput("--workers and --scheduler import the ranks of several traces; give more than one --from")
+        if execution_trace is not None:
+            check_input_file(execution_trace, "--execution-trace")
         from_file = str(files[0])
+    elif execution_trace is not None:
+        raise BadInput("--execution-trace links an execution trace to the Kineto trace of the same run: give that one with --from")
     sources = sum(x is not None for x in (target, code, from_file))
     if sources != 1:
         raise BadInput("give one of: a script or module:function, -c CODE, or --from TRACE")
@@ -171,7 +176,7 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
         raise BadInput("--warmup and --steps run code; a trace read --from a file was recorded already")
     if from_file is not None:
         try:
-            result = tracing.load(from_file, keep_frames=all_frames, source_tree=source_tree, store=use_store)
+            result = tracing.load(from_file, keep_frames=all_frames, source_tree=source_tree, store=use_store, execution_trace=execution_trace)
         except KeyboardInterrupt:
             click.echo(f"kernelmap: interrupted while reading {from_file}", err=True)
             sys.exit(130)

@@ -138,6 +138,7 @@ def load(
     live: bool = False,
     meta: dict[str, Any] | None = None,
     store: bool = False,
+    execution_trace: Path | str | None = None,
 ) -> Trace:
     """Read a Chrome/Kineto trace (`.json` or `.json.gz`) into a resolved Trace.
 
@@ -146,10 +147,18 @@ def load(
     dispatch, source and vendor facts. source_tree: a PyTorch tree whose
     index links kernels to source. store: keep the imported tables in the
     cache, keyed by the file's content, and open them from there the next
-    time (Note [trace store] in kernelmap.trace.store). Raises
+    time (Note [trace store] in kernelmap.trace.store). A PyTorch execution
+    trace (ExecutionTraceObserver JSON) at `path` is read as one (its operator
+    graph, with no times); `execution_trace` links one to the Kineto trace at
+    `path` recorded in the same run (kernelmap.trace.execution). Raises
     TraceFormatError for a file that is not a well-formed trace, naming the
     byte offset.
     """
+    from kernelmap.trace import execution
+
+    if execution_trace is not None or execution.is_execution_trace(Path(path)):
+        return execution.load(Path(path), Path(execution_trace) if execution_trace is not None else None,
+                              keep_frames=keep_frames, resolve=resolve, source_tree=source_tree, meta=meta, store=store)
     if store and not live:
         from kernelmap.trace import store as stored
 
@@ -165,7 +174,8 @@ def load(
             gc.enable()
 
 
-def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None, live: bool, meta: dict[str, Any] | None) -> Trace:
+def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None, live: bool, meta: dict[str, Any] | None,
+          batches=None) -> Trace:
     from kernelmap.trace import build
     from kernelmap.trace.reader import TraceHeader, read_batches
 
@@ -180,7 +190,7 @@ def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None
     # A trace recorded here ran the installed torch; one read from a file may come from another.
     frames = build.PythonFrames(origin, check=not live)
     try:
-        collected = build.collect(read_batches(path, header), python_frames=frames)
+        collected = build.collect(read_batches(path, header) if batches is None else batches, python_frames=frames)
     except ValueError as e:
         raise TraceFormatError(path.name, None, f"unusable event: {e}") from None  # it names the event by its number
     table = build.build(collected, keep_frames=keep_frames)

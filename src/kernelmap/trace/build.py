@@ -473,15 +473,15 @@ class Collected:
 _ROW_COLUMNS = {  # name -> dtype
     "label": np.int32, "cat": np.int8, "thread": np.int32, "ts": np.float64, "dur": np.float64, "event": np.int64,
     "corr": np.int64, "ext": np.int64, "seq": np.int64, "dims": np.int32, "types": np.int32,
-    "gpu": np.int64, "stream": np.int64, "grid": np.int32, "block": np.int32,
+    "gpu": np.int64, "stream": np.int64, "grid": np.int32, "block": np.int32, "rf": np.int64,
 }
-_EMPTY = {"corr": NONE, "ext": NONE, "seq": NONE, "gpu": NONE, "stream": NONE, "dims": -1, "types": -1, "grid": -1, "block": -1}
+_EMPTY = {"corr": NONE, "ext": NONE, "seq": NONE, "gpu": NONE, "stream": NONE, "dims": -1, "types": -1, "grid": -1, "block": -1, "rf": NONE}
 # Which args each category keeps, as (column, Args attribute): the rest (Ev
-# Idx, Record function id, Python ids...) is never stored.
+# Idx, Python ids...) is never stored.
 _RUNTIME_ARGS = (("corr", "correlation"), ("ext", "external_id"))
 _COPY_ARGS = (*_RUNTIME_ARGS, ("gpu", "device"), ("stream", "stream"))
 _KEPT_ARGS = {
-    "cpu_op": (("ext", "external_id"), ("seq", "sequence_number"), ("dims", "input_dims"), ("types", "input_type")),
+    "cpu_op": (("ext", "external_id"), ("seq", "sequence_number"), ("dims", "input_dims"), ("types", "input_type"), ("rf", "record_function_id")),
     "cuda_runtime": _RUNTIME_ARGS,
     "cuda_driver": _RUNTIME_ARGS,
     "kernel": (*_COPY_ARGS, ("grid", "grid"), ("block", "block")),
@@ -650,6 +650,7 @@ _ARG_COLUMNS = {  # Note [columns from records]
     "block": lambda args: [a.block for a in args],
     "input_dims": lambda args: [a.input_dims for a in args],
     "input_type": lambda args: [a.input_type for a in args],
+    "record_function_id": lambda args: [a.record_function_id for a in args],
 }
 
 
@@ -706,7 +707,7 @@ def _checked(e: dict) -> tuple[str, float, float]:
     if args is not None and not isinstance(args, dict):
         raise TypeError("args is not an object")
     if isinstance(args, dict):
-        for k in ("correlation", "External id", "stream", "device"):
+        for k in ("correlation", "External id", "stream", "device", "Record function id"):
             _id(args.get(k))
     return name, ts, dur
 

@@ -308,7 +308,7 @@ _Id = int | str | None
 
 class Args(msgspec.Struct, gc=False, rename={
     "external_id": "External id", "input_dims": "Input Dims", "input_type": "Input type", "input_strides": "Input Strides",
-    "concrete_inputs": "Concrete Inputs", "sequence_number": "Sequence number",
+    "concrete_inputs": "Concrete Inputs", "sequence_number": "Sequence number", "record_function_id": "Record function id",
 }):
     """The args kernelmap reads (build._KEPT_ARGS, build._CONV_ARGS, thread names)."""
 
@@ -326,6 +326,7 @@ class Args(msgspec.Struct, gc=False, rename={
     input_strides: msgspec.Raw = None  # type: ignore[assignment]
     concrete_inputs: msgspec.Raw = None  # type: ignore[assignment]
     sequence_number: Any = None
+    record_function_id: _Id = None  # joins an operator to its execution-trace node (rf_id)
     name: Any = None
 
 

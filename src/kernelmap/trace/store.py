@@ -56,7 +56,7 @@ import numpy as np
 from kernelmap.errors import BadInput
 from kernelmap.model import Location, OriginTable
 
-STORE_VERSION = 1
+STORE_VERSION = 2  # 2: the events' record function ids (rf)
 _ID_LENGTH = 32
 
 

@@ -29,12 +29,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+import msgspec
 import numpy as np
 
-from kernelmap.model import CallNode, CallTree, NodeKind, OriginTable, _node_json, _plain
+from kernelmap.model import CallNode, CallTree, NodeKind, OriginTable, _plain
 from kernelmap.trace.build import DEVICE_KINDS, KIND, KINDS, Attrs, _call_node, _slices, attrs_of
 
 _OP = KIND["op"]
+_ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
 
 DEFAULT_NODES = 1000  # what a bounded view shows at most: a screen's worth of lines, many times over
 
@@ -149,26 +151,80 @@ def _subset_root(t, nodes: np.ndarray) -> CallNode:
 # ---------------------------------------------------------------------------
 
 
-def _nodes_json(t, origins: OriginTable) -> Iterator[tuple[int, int, dict[str, Any]]]:
-    """(node, parent, node JSON without children) of every node in pre-order, a slice at a time."""
+def _node_parts(t, origins: OriginTable) -> Iterator[tuple[int, int, str, str, str, str]]:
+    """(node, parent, name JSON, kind, location JSON, facts JSON) of every node
+    in pre-order, a slice at a time: the JSON of each node's calltree/2 fields.
+    What many nodes share (a label's name and location, an operator's shared
+    facts) is encoded once; each node's own facts are encoded per node."""
+    from kernelmap.model import FACT_NAMES
+
     display, locations = t.c.labels.display, t.c.labels.location
+    label_parts: dict[int, tuple[str, str]] = {}  # label -> (name JSON, location JSON)
+    shared_parts: dict[int, tuple[frozenset, str, str]] = {}  # facts number -> (keys, items JSON, operator location JSON)
     checked: set = set()
+    facts_of = t.facts
     for lo, hi in _slices(len(t)):
         nodes = np.arange(lo, hi)
         attrs = attrs_of(t, nodes)
         kinds, labels, parents = t.kind[lo:hi].tolist(), t.label[lo:hi].tolist(), t.parent[lo:hi].tolist()
+        fids = facts_of[lo:hi].tolist() if facts_of is not None else [-1] * (hi - lo)
         for j in range(hi - lo):
-            a = attrs[j]
-            location = locations[labels[j]]
-            if kinds[j] == _OP and isinstance(a, Attrs):
-                location = a.shared.get("_location")
-            node = _call_node(display[labels[j]], KINDS[kinds[j]], location, (), a, checked)
-            d = _node_json(node, origins)
-            del d["children"]
-            yield lo + j, parents[j], d
+            a, label = attrs[j], labels[j]
+            parts = label_parts.get(label)
+            if parts is None:
+                loc = locations[label]
+                parts = label_parts[label] = (_ENCODE(display[label]), _ENCODE(loc.to_json(origins)) if loc is not None else "null")
+            name, location = parts
+            own = a.own if isinstance(a, Attrs) else a
+            key = tuple(own)
+            if key not in checked:
+                undeclared = set(key) - FACT_NAMES
+                if undeclared:
+                    raise ValueError(f"{display[label]}: undeclared node facts {sorted(undeclared)}; every fact is declared in model.FACTS")
+                checked.add(key)
+            try:  # a node's own facts are plain data (numbers, names, shapes): msgspec writes tuples as arrays
+                own_text = _encode_plain(own).decode()
+            except (TypeError, ValueError, OverflowError):
+                own_text = _ENCODE({k: _plain(v, origins) for k, v in own.items()})
+            if isinstance(a, Attrs):
+                fid = fids[j]
+                sp = shared_parts.get(fid)
+                if sp is None:
+                    shared = {k: v for k, v in a.shared.items() if k[:1] != "_"}
+                    undeclared = shared.keys() - FACT_NAMES
+                    if undeclared:
+                        raise ValueError(f"{display[label]}: undeclared node facts {sorted(undeclared)}; every fact is declared in model.FACTS")
+                    op_location = a.shared.get("_location")
+                    sp = shared_parts[fid] = (frozenset(shared), _ENCODE({k: _plain(v, origins) for k, v in shared.items()})[1:-1],
+                                              _ENCODE(op_location.to_json(origins)) if op_location is not None else "null")
+                keys, shared_text, location = sp
+                if keys & own.keys():  # an own fact over a shared one: the mapping decides
+                    facts = _ENCODE({k: _plain(v, origins) for k, v in a.items()})
+                elif not shared_text:
+                    facts = own_text
+                elif own_text == "{}":
+                    facts = "{" + shared_text + "}"
+                else:
+                    facts = own_text[:-1] + ", " + shared_text + "}"
+            else:
+                facts = own_text
+            yield lo + j, parents[j], name, KINDS[kinds[j]], location, facts
 
 
-_ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+_LAYERS = {k.value: _ENCODE(k.layer) for k in NodeKind}
+
+
+def _no_hook(value: Any) -> Any:
+    raise TypeError(type(value).__name__)
+
+
+_encode_plain = msgspec.json.Encoder(enc_hook=_no_hook).encode
+
+
+def _body(name: str, kind: str, location: str, facts: str) -> str:
+    """A node's calltree/2 fields but its children, as JSON object members."""
+    return (f'"name": {name}, "kind": "{kind}", "layer": {_LAYERS[kind]}, "location": {location}, '
+            f'"via": null, "condition": null, "facts": {facts}')
 
 
 def write_full_json(trace, out: IO[str], summary: bool = True) -> None:
@@ -181,7 +237,7 @@ def write_full_json(trace, out: IO[str], summary: bool = True) -> None:
     out.write(', "meta": ' + _ENCODE(_plain(dict(trace.meta), origins)) + ', "root": ')
     ends: list[int] = []  # the subtree ends of the open nodes, innermost last
     size = t.size
-    for i, _, d in _nodes_json(t, origins):
+    for i, _, name, kind, location, facts in _node_parts(t, origins):
         while ends and ends[-1] <= i:
             ends.pop()
             out.write("]}")
@@ -189,8 +245,7 @@ def write_full_json(trace, out: IO[str], summary: bool = True) -> None:
             out.write(",\n")
         elif ends:
             out.write("\n")
-        text = _ENCODE(d)
-        out.write(text[:-1] + ', "children": [')
+        out.write("{" + _body(name, kind, location, facts) + ', "children": [')
         ends.append(i + int(size[i]))
     while ends:
         ends.pop()
@@ -211,9 +266,8 @@ def export_tree(trace, path: Path, fmt: str | None = None) -> int:
         return _export_parquet(t, path, origins)
     n = 0
     with open(path, "w", encoding="utf-8") as f:
-        for i, parent, d in _nodes_json(t, origins):
-            d = {"id": i, "parent": parent if parent >= 0 else None, **d}
-            f.write(_ENCODE(d) + "\n")
+        for i, parent, name, kind, location, facts in _node_parts(t, origins):
+            f.write(f'{{"id": {i}, "parent": {parent if parent >= 0 else "null"}, ' + _body(name, kind, location, facts) + "}\n")
             n += 1
         f.write(_ENCODE({"origins": origins.to_json(), "notes": list(trace.notes)}) + "\n")
     return n
@@ -235,16 +289,17 @@ def _export_parquet(t, path: Path, origins: OriginTable) -> int:
                 for v in batch.values():
                     v.clear()
 
-        for i, parent, d in _nodes_json(t, origins):
+        display = t.c.labels.display
+        for i, parent, _, kind, location, facts in _node_parts(t, origins):
             batch["id"].append(i)
             batch["parent"].append(parent)
             batch["size"].append(int(t.size[i]))
-            batch["kind"].append(d["kind"])
-            batch["name"].append(d["name"])
+            batch["kind"].append(kind)
+            batch["name"].append(display[int(t.label[i])])
             batch["start_us"].append(float(t.ts[i]))
-            batch["duration_us"].append(d["facts"].get("duration_us"))
-            batch["location"].append(_ENCODE(d["location"]) if d["location"] else None)
-            batch["facts"].append(_ENCODE(d["facts"]))
+            batch["duration_us"].append(round(float(t.dur[i]), 3))
+            batch["location"].append(None if location == "null" else location)
+            batch["facts"].append(facts)
             n += 1
             if len(batch["id"]) >= 1 << 16:
                 flush()

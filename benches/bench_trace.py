@@ -347,7 +347,7 @@ def build_from_real(path: Path, size_mb: int, source: Path = DATA / "hta-trace_d
     return n
 
 
-def bench_scale(two_gb: bool, big: bool, hta_path: str | None, full_tree_max: int) -> None:
+def bench_scale(two_gb: bool, big: bool, hta_path: str | None, full_tree_max: int, small: bool = True) -> None:
     """Every view of every input: MB/s of JSON per core (CPU time), wall time,
     peak RSS; the parse floor and HTA on the same inputs."""
     from kernelmap import env
@@ -362,8 +362,8 @@ def bench_scale(two_gb: bool, big: bool, hta_path: str | None, full_tree_max: in
         environ = {"KERNELMAP_CACHE_DIR": str(cache), "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
         km = [sys.executable, "-m", "kernelmap", "trace", "--from"]
         run_measured([*km, str(REAL[0]), "--no-tree", "--no-store"], environ)  # fills the dispatcher's cache once
-        inputs: list[tuple[str, Path, int | None]] = [(p.name.split(".")[0][:40], p, None) for p in REAL]
-        synthetic = [("1M synthetic events", 1_000_000)] + ([("10M synthetic events", 10_000_000)] if big else [])
+        inputs: list[tuple[str, Path, int | None]] = [(p.name.split(".")[0][:40], p, None) for p in REAL] if small else []
+        synthetic = ([("1M synthetic events", 1_000_000)] if small else []) + ([("10M synthetic events", 10_000_000)] if big else [])
         for label, events in synthetic:
             p = d / f"{events}.json"
             n = synthesise(p, events=events)
@@ -422,10 +422,11 @@ def main() -> None:
     ap.add_argument("--big", action="store_true", help="with --scale, also 10M synthetic events (about 2 GB)")
     ap.add_argument("--two-gb", action="store_true", help="with --scale, also a 2 GB trace built from the real ones (needs 2 GB of disk)")
     ap.add_argument("--hta", default=None, help="with --scale, a folder holding HolisticTraceAnalysis==0.5.0 (PYTHONPATH for it)")
+    ap.add_argument("--large-only", action="store_true", help="with --scale, only --big and --two-gb (not the real traces and 1M events)")
     ap.add_argument("--full-tree-max", type=int, default=1_500_000, help="events above which --json --full-tree is not run")
     args = ap.parse_args()
     if args.scale:
-        bench_scale(args.two_gb, args.big, args.hta, args.full_tree_max)
+        bench_scale(args.two_gb, args.big, args.hta, args.full_tree_max, small=not args.large_only)
         return
     if not args.skip_model:
         m = bench_model(args.repeat)

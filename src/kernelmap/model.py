@@ -668,6 +668,7 @@ FACTS: dict[str, Fact] = {
     "input_shapes": Fact("list", "shapes of the inputs as recorded"),
     "schema": Fact("str", "the operator's schema as an execution trace recorded it (its exact overload)"),
     "et_node": Fact("int", "the node's id in the PyTorch execution trace"),
+    "node": Fact("int", "on a bounded view's note of left-out calls: the number of the node they are under (pre-order), to open its subtree"),
     "output_shapes": Fact("list", "shapes of the outputs, as an execution trace recorded them"),
     "sequence_nr": Fact("any", "autograd sequence number"),
     "forward_op": Fact("str", "the forward operator that recorded an autograd node"),

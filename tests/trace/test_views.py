@@ -102,3 +102,38 @@ def test_view_options_are_checked(tmp_path):
     assert done.returncode == 2
     text = run_kernelmap("trace", "--from", str(TRAIN), "--hot", "30", "--no-summary", "--width", "160")
     assert text.returncode == 0 and "more calls not shown" in text.stdout and "the 3" in text.stdout
+
+
+def test_a_note_of_left_out_calls_opens_its_subtree(train):
+    """The `node` fact of a note is the node the calls are under: its subtree,
+    bounded in turn, shows them (what the web app opens on a click)."""
+    from kernelmap.trace.views import hot_tree, node_tree
+
+    t = train._table
+    notes = [(n, p) for n, p in _walk(hot_tree(train, 60).root) if n.kind.value == "note"]
+    assert notes
+    for note, parent in notes[:5]:
+        node = note.attrs["node"]
+        sub = node_tree(train, node, top=10_000)
+        assert sub.root.name == parent.name and sum(1 for _ in sub.walk()) == int(t.size[node])  # all of it, nothing folded
+        assert "more call" not in str([n.name for _, n in sub.walk()])
+    import pytest as _pytest
+
+    from kernelmap.errors import BadInput
+
+    with _pytest.raises(BadInput):
+        node_tree(train, len(t))
+
+
+def test_a_stored_traces_summary_and_hot_nodes_are_kept_beside_its_tables(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELMAP_CACHE_DIR", str(tmp_path))
+    from kernelmap.render.json import to_json
+    from kernelmap.trace import load
+    from kernelmap.trace.views import hot_tree
+
+    first = load(TRAIN, resolve=False, store=True)
+    summary, hot = first.summary(), to_json(hot_tree(first, 50))
+    kept = sorted(p.name.split("-")[0] for p in first.stored.iterdir() if p.name.startswith(("summary-", "hot-")))
+    assert kept == ["hot", "summary"]
+    again = load(TRAIN, resolve=False, store=True)
+    assert again.summary() == summary and to_json(hot_tree(again, 50)) == hot

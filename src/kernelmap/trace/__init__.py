@@ -89,9 +89,16 @@ class Trace:
             self._tree = CallTree(self._tree.root, self.notes, self._tree.meta)
 
     def summary(self):
-        """Per operator, module and source file (`kernelmap.trace.summary.Summary`)."""
+        """Per operator, module and source file (`kernelmap.trace.summary.Summary`);
+        a stored trace's is computed once and kept beside its tables."""
         from kernelmap.trace.summary import summarize, summarize_table
 
+        if self.stored is not None:
+            from kernelmap.trace.store import stored_summary
+
+            found = stored_summary(self)
+            if found is not None:
+                return found
         if self._table is not None:
             return summarize_table(self._table, self.notes)
         return summarize(self.tree)

@@ -351,6 +351,30 @@ def load(path: Path | str, *, keep_frames: bool = False, resolve: bool = True, s
     return t
 
 
+def stored_summary(t):
+    """The summary of a stored trace, read from its folder (computed and
+    written there the first time); None when it cannot be kept (the trace's
+    notes changed since it was stored: linked to an execution trace, say)."""
+    from kernelmap.trace.summary import dump, summarize_table, undump
+
+    folder = t.stored
+    path = folder / f"summary-{hashlib.sha256(json.dumps(list(t.notes)).encode()).hexdigest()[:12]}.json"
+    try:
+        return undump(path.read_bytes())
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    if t._table is None:
+        return None
+    summary = summarize_table(t._table, t.notes)
+    try:
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(dump(summary))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return summary
+
+
 def open_stored(trace_id: str, *, keep_frames: bool = False, resolve: bool = True, source_tree: Path | None = None):
     """A trace imported before, by its store id (the web app opens traces so);
     raises UnknownTrace when the store holds no such import."""

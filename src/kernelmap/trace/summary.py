@@ -588,6 +588,44 @@ def _gpu_time(f: Flat, is_device, name_code, distinct_names) -> GpuTime:
     return gpu
 
 
+def dump(summary: Summary) -> bytes:
+    """The whole summary as JSON (every shape, operator and kernel, in order:
+    `to_json` keeps only the top ones), for the trace store."""
+    import msgspec
+
+    def counter(c: Counter) -> list:
+        return [[k, v] for k, v in c.items()]
+
+    def group(r: GroupRow) -> dict:
+        return {"name": r.name, "calls": r.calls, "total_us": r.total_us, "device_us": r.device_us, "ops": counter(r.ops), "lines": list(r.lines.items())}
+
+    ops = []
+    for r in summary.ops:
+        d = {k: getattr(r, k) for k in OpRow.__dataclass_fields__}
+        d["shapes"], d["kernels"], d["kernel_sources"] = counter(r.shapes), counter(r.kernels), list(r.kernel_sources.items())
+        ops.append(d)
+    g = summary.gpu
+    return msgspec.json.encode({"ops": ops, "modules": [group(r) for r in summary.modules], "files": [group(r) for r in summary.files],
+                                "notes": list(summary.notes),
+                                "gpu": {"total_us": g.total_us, "source_us": g.source_us, "library_us": g.library_us, "unresolved": counter(g.unresolved)}})
+
+
+def undump(data: bytes) -> Summary:
+    """`dump`'s summary back, equal in every field."""
+    import msgspec
+
+    d = msgspec.json.decode(data)
+    ops = []
+    for r in d["ops"]:
+        row = OpRow(**{k: v for k, v in r.items() if k not in ("shapes", "kernels", "kernel_sources")})
+        row.shapes, row.kernels, row.kernel_sources = Counter(dict(r["shapes"])), Counter(dict(r["kernels"])), dict(r["kernel_sources"])
+        ops.append(row)
+    groups = lambda rows: [GroupRow(r["name"], r["calls"], r["total_us"], r["device_us"], Counter(dict(r["ops"])), dict(r["lines"])) for r in rows]  # noqa: E731
+    g = d["gpu"]
+    return Summary(ops, groups(d["modules"]), groups(d["files"]), tuple(d["notes"]),
+                   GpuTime(g["total_us"], g["source_us"], g["library_us"], Counter(dict(g["unresolved"]))))
+
+
 TRACE_VERSION = 2
 
 

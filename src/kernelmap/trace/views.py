@@ -51,8 +51,10 @@ def weights(t) -> np.ndarray:
     return np.maximum(t.dur, below)
 
 
-def hot_nodes(t, top: int = DEFAULT_NODES, depth: int | None = None) -> np.ndarray:
-    """The nodes a bounded view shows, in pre-order (Note [hot subtrees])."""
+def hot_nodes(t, top: int = DEFAULT_NODES, depth: int | None = None, root: int = 0) -> np.ndarray:
+    """The nodes a bounded view of `root`'s subtree shows, in pre-order (Note [hot subtrees])."""
+    if root:
+        return root + hot_nodes(_Slice(t, root), top, depth)
     n = len(t)
     if n <= top and depth is None:
         return np.arange(n)
@@ -84,6 +86,57 @@ def hot_nodes(t, top: int = DEFAULT_NODES, depth: int | None = None) -> np.ndarr
     return nodes
 
 
+class _Slice:
+    """The columns of one node's subtree, its parents renumbered from it."""
+
+    def __init__(self, t, root: int):
+        end = root + int(t.size[root])
+        self.kind, self.dur, self.size = t.kind[root:end], t.dur[root:end], t.size[root:end]
+        self.parent = t.parent[root:end].astype(np.int64) - root
+        self.parent[0] = -1
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+
+def node_tree(trace, node: int, top: int = DEFAULT_NODES, depth: int | None = None) -> CallTree:
+    """The bounded view of one node's subtree (`node`: its number, as a note
+    of left-out calls names it in its `node` fact, and as --export-tree numbers
+    nodes): what the web app opens when such a note is clicked."""
+    t = trace._table
+    if t is None or not isinstance(node, int) or not 0 <= node < len(t):
+        from kernelmap.errors import BadInput
+
+        raise BadInput(f"no node {node} in this trace (it has {len(t) if t is not None else 0})")
+    nodes = hot_nodes(t, top, depth, root=node)
+    notes = [f"the subtree of node {node}: {len(nodes):,} of its {int(t.size[node]):,} nodes"]
+    return CallTree(_subset_root(t, nodes), tuple(notes), {**trace.meta, "node": node})
+
+
+def _stored_hot(trace, top: int, depth: int | None) -> np.ndarray:
+    """`hot_nodes`, kept beside a stored trace's tables once chosen: a re-opened
+    trace then reads the few nodes it shows, not every node's weight."""
+    t = trace._table
+    folder = getattr(trace, "stored", None)
+    if folder is None or len(t) <= top:
+        return hot_nodes(t, top, depth)
+    path = Path(folder) / f"hot-{top}-{depth}.npy"
+    try:
+        nodes = np.load(path, allow_pickle=False)
+        if nodes.ndim == 1 and nodes.dtype == np.int64 and (not len(nodes) or (nodes[0] == 0 and int(nodes.max()) < len(t))):
+            return nodes
+    except (OSError, ValueError):
+        pass
+    nodes = hot_nodes(t, top, depth).astype(np.int64)
+    try:
+        tmp = path.with_name(f"{path.name}.{__import__('os').getpid()}.tmp.npy")
+        np.save(tmp, nodes, allow_pickle=False)
+        tmp.replace(path)
+    except OSError:
+        pass
+    return nodes
+
+
 def _depths(t, nodes: np.ndarray) -> np.ndarray:
     """Depth of each of `nodes` (pre-order, closed under parent: parents first)."""
     index = {int(i): j for j, i in enumerate(nodes.tolist())}
@@ -102,7 +155,7 @@ def hot_tree(trace, top: int = DEFAULT_NODES, depth: int | None = None) -> CallT
     if t is None:
         return trace.tree
     n = len(t)
-    nodes = hot_nodes(t, top, depth)
+    nodes = _stored_hot(trace, top, depth)
     if len(nodes) == n:
         return trace.tree
     notes = list(trace.notes)
@@ -137,7 +190,7 @@ def _subset_root(t, nodes: np.ndarray) -> CallNode:
         if hidden > 0:
             us = max(float(child_time[j] - shown_time[j]), 0.0)
             children += (CallNode(f"… {hidden:,} more call{'s' if hidden != 1 else ''} not shown", NodeKind.NOTE,
-                                  attrs={"duration_us": round(us, 3)}),)
+                                  attrs={"duration_us": round(us, 3), "node": int(nodes[j])}),)
         a = attrs[j]
         location = locations[labels[j]]
         if kinds[j] == _OP and isinstance(a, Attrs):  # an operator: its catalog entry

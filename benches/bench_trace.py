@@ -347,7 +347,15 @@ def build_from_real(path: Path, size_mb: int, source: Path = DATA / "hta-trace_d
     return n
 
 
-def bench_scale(two_gb: bool, big: bool, hta_path: str | None, full_tree_max: int, small: bool = True) -> None:
+# A trace above this size is imported twice (the summary without the store,
+# then into the store) and its other views are measured re-opened from the
+# store: each import of one takes minutes.
+LARGE_MB = 1000
+STORED_VIEWS = ("text tree", "--html", "--json")
+
+
+def bench_scale(two_gb: bool, big: bool, hta_path: str | None, full_tree_max: int, small: bool = True,
+                given: tuple[Path, ...] = ()) -> None:
     """Every view of every input: MB/s of JSON per core (CPU time), wall time,
     peak RSS; the parse floor and HTA on the same inputs."""
     from kernelmap import env
@@ -372,30 +380,38 @@ def bench_scale(two_gb: bool, big: bool, hta_path: str | None, full_tree_max: in
             p = d / "two-gb.json"
             n = build_from_real(p, 2048)
             inputs.append(("2 GB built from the real traces", p, n))
-        print(f"{'input':42} {'MB':>7} {'view':20} {'wall s':>8} {'cpu s':>8} {'MB/s/core':>9} {'peak MB':>8}")
+        inputs += [(p.name[:40], p, None) for p in given]
+        print(f"{'input':42} {'MB':>7} {'view':22} {'wall s':>8} {'cpu s':>8} {'MB/s/core':>9} {'peak MB':>8}", flush=True)
         for label, path, n in inputs:
             mb = json_mb(path)
-            results = {}
+            large = mb > LARGE_MB
+
+            def line(view: str, r: dict, extra: str = "") -> None:
+                status = "" if r["rc"] == 0 else f"  FAILED: {r['err'].strip().splitlines()[-1] if r['err'].strip() else r['rc']}"
+                rate = f"{mb / r['cpu_s']:9.1f}" if extra == "" else f"{'':>9}"
+                print(f"{label:42} {mb:7.1f} {view:22} {r['wall_s']:8.2f} {r['cpu_s']:8.2f} {rate} {r['peak_mb']:8.0f}{status}{extra}", flush=True)
+
             for view, args in VIEWS.items():
                 if view == "--json --full-tree" and (n or 0) > full_tree_max:
                     continue
+                if large and view != "summary":
+                    continue
                 args = [a.replace("{out}", str(d / "out")) for a in args]
-                r = run_measured([*km, str(path), *args], environ)
-                results[view] = r
-                status = "" if r["rc"] == 0 else f"  FAILED: {r['err'].strip().splitlines()[-1] if r['err'].strip() else r['rc']}"
-                print(f"{label:42} {mb:7.1f} {view:20} {r['wall_s']:8.2f} {r['cpu_s']:8.2f} {mb / r['cpu_s']:9.1f} {r['peak_mb']:8.0f}{status}", flush=True)
+                line(view, run_measured([*km, str(path), *args], environ))
             # the store: import once, then re-open
-            imported = run_measured([*km, str(path), "--no-tree"], environ)
+            line("import into store", run_measured([*km, str(path), "--no-tree"], environ))
             reopen = run_measured([sys.executable, "-c", _REOPEN, str(path)], environ, capture=True)
             ro = json.loads(reopen["out"].strip().splitlines()[-1]) if reopen["rc"] == 0 else {}
-            print(f"{label:42} {mb:7.1f} {'import into store':20} {imported['wall_s']:8.2f} {imported['cpu_s']:8.2f} {mb / imported['cpu_s']:9.1f} {imported['peak_mb']:8.0f}")
             if ro:
-                print(f"{label:42} {mb:7.1f} {'re-open + summary':20} {reopen['wall_s']:8.2f} {reopen['cpu_s']:8.2f} {'':>9} {reopen['peak_mb']:8.0f}"
-                      f"   (open {ro['open_s']:.3f} s, summary {ro['summary_s']:.2f} s)")
+                line("re-open + summary", reopen, f"   (open {ro['open_s']:.3f} s, summary {ro['summary_s']:.2f} s, wall)")
+            if large:  # the views, each re-opened from the store
+                for view in STORED_VIEWS:
+                    args = [a.replace("{out}", str(d / "out")) for a in VIEWS[view] if a != "--no-store"]
+                    line(f"{view} (stored)", run_measured([*km, str(path), *args], environ), " ")
             floor = run_measured([sys.executable, "-c", _FLOOR, str(path)], environ, capture=True)
             if floor["rc"] == 0:
                 count, secs = floor["out"].split()
-                print(f"{label:42} {mb:7.1f} {'parse floor (msgspec)':20} {floor['wall_s']:8.2f} {float(secs):8.2f} {mb / float(secs):9.1f} {floor['peak_mb']:8.0f}")
+                print(f"{label:42} {mb:7.1f} {'parse floor (msgspec)':22} {floor['wall_s']:8.2f} {float(secs):8.2f} {mb / float(secs):9.1f} {floor['peak_mb']:8.0f}", flush=True)
             if hta_path is not None and mb < 400:  # HTA holds every event in pandas: not run on the largest
                 hd = d / "hta"
                 hd.mkdir(exist_ok=True)
@@ -404,9 +420,9 @@ def bench_scale(two_gb: bool, big: bool, hta_path: str | None, full_tree_max: in
                 os.symlink(path, hd / path.name)
                 h = run_measured([sys.executable, "-c", _HTA, str(hd)], {"PYTHONPATH": hta_path})
                 if h["rc"] == 0:
-                    print(f"{label:42} {mb:7.1f} {'HTA 0.5.0 load':20} {h['wall_s']:8.2f} {h['cpu_s']:8.2f} {mb / h['cpu_s']:9.1f} {h['peak_mb']:8.0f}")
+                    print(f"{label:42} {mb:7.1f} {'HTA 0.5.0 load':22} {h['wall_s']:8.2f} {h['cpu_s']:8.2f} {mb / h['cpu_s']:9.1f} {h['peak_mb']:8.0f}", flush=True)
                 else:
-                    print(f"{label:42} {mb:7.1f} {'HTA 0.5.0 load':20} failed: {h['err'].strip().splitlines()[-1] if h['err'].strip() else h['rc']}")
+                    print(f"{label:42} {mb:7.1f} {'HTA 0.5.0 load':22} failed: {h['err'].strip().splitlines()[-1] if h['err'].strip() else h['rc']}")
             if path.parent == d:
                 path.unlink()  # the inputs made here are large: one on disk at a time
             shutil.rmtree(cache / "trace" / "store", ignore_errors=True)
@@ -423,10 +439,11 @@ def main() -> None:
     ap.add_argument("--two-gb", action="store_true", help="with --scale, also a 2 GB trace built from the real ones (needs 2 GB of disk)")
     ap.add_argument("--hta", default=None, help="with --scale, a folder holding HolisticTraceAnalysis==0.5.0 (PYTHONPATH for it)")
     ap.add_argument("--large-only", action="store_true", help="with --scale, only --big and --two-gb (not the real traces and 1M events)")
+    ap.add_argument("--input", action="append", default=[], help="with --scale, also this trace file (kept)")
     ap.add_argument("--full-tree-max", type=int, default=1_500_000, help="events above which --json --full-tree is not run")
     args = ap.parse_args()
     if args.scale:
-        bench_scale(args.two_gb, args.big, args.hta, args.full_tree_max, small=not args.large_only)
+        bench_scale(args.two_gb, args.big, args.hta, args.full_tree_max, small=not args.large_only, given=tuple(Path(p) for p in args.input))
         return
     if not args.skip_model:
         m = bench_model(args.repeat)

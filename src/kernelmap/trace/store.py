@@ -282,7 +282,8 @@ def _pool_item(v: Any) -> Any:
 
 def open_variant(folder: Path, file: Path | None = None):
     """The Trace whose tables are in `folder`."""
-    import pyarrow.ipc as ipc  # noqa: F401 - imported here so that a missing pyarrow fails before any file is touched
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
 
     from kernelmap.trace import Trace
     from kernelmap.trace.build import Collected, Labels, Table
@@ -293,9 +294,6 @@ def open_variant(folder: Path, file: Path | None = None):
     origins = OriginTable.from_json(doc["origins"])
     nodes = _read_arrow(folder / "nodes.arrow")
     events = _read_arrow(folder / "events.arrow")
-    import pyarrow as pa
-    import pyarrow.ipc as ipc
-
     with pa.memory_map(str(folder / "labels.arrow"), "r") as source:
         lt = ipc.open_file(source).read_all()
         raw, display, kinds = lt.column("raw").to_pylist(), lt.column("display").to_pylist(), lt.column("kind").to_pylist()

@@ -150,3 +150,16 @@ def test_a_stored_trace_opens_by_its_id(tmp_path, monkeypatch):
 
 if __name__ == "__main__":  # python -m tests.trace.test_store: the digests of the code on the path
     GOLDEN.write_text(json.dumps({p.name: golden_of(p) for p in TRACES}, indent=1) + "\n")
+
+
+def test_a_reopened_tables_columns_are_views_of_the_mapped_files(tmp_path, monkeypatch):
+    """Every column is one record batch, so opening copies nothing: the arrays
+    are read-only views whose memory is the file's."""
+    monkeypatch.setenv("KERNELMAP_CACHE_DIR", str(tmp_path))
+    from kernelmap.trace import load
+
+    path = HERE / "data" / "hta-trace_filter-sampled_rank-1.json.gz"
+    load(path, resolve=False, store=True)
+    t = load(path, resolve=False, store=True)._table
+    for column in (t.kind, t.parent, t.size, t.dur, *t.c.columns.values()):
+        assert not column.flags.writeable and not column.flags.owndata

@@ -179,7 +179,7 @@ def _write_arrow(path: Path, columns: dict[str, Any]) -> None:
 
     table = pa.table(columns)
     with pa.OSFile(str(path), "wb") as sink, ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table, max_chunksize=1 << 22)
+        writer.write_table(table, max_chunksize=max(table.num_rows, 1))  # one record batch: each column one mapped array
 
 
 def save(t, folder: Path) -> None:

@@ -792,6 +792,8 @@ class Table:
     facts: np.ndarray | None = None  # int32 per node: shared[facts[i]] are node i's shared facts (-1: none)
     shared: list[dict[str, Any]] = field(default_factory=list)
     resolved: bool = False
+    n_children: np.ndarray | None = None  # int32 per node: its children (kept by the trace store; None: counted when asked)
+    children_us: np.ndarray | None = None  # float64 per node: its children's durations summed (kept likewise)
 
     def __len__(self) -> int:
         return len(self.kind)

@@ -56,7 +56,7 @@ import numpy as np
 from kernelmap.errors import BadInput
 from kernelmap.model import Location, OriginTable
 
-STORE_VERSION = 2  # 2: the events' record function ids (rf)
+STORE_VERSION = 3  # 2: the events' record function ids (rf); 3: each node's children and their time
 _ID_LENGTH = 32
 
 
@@ -194,10 +194,18 @@ def save(t, folder: Path) -> None:
     tmp.mkdir()
     try:
         facts = table.facts if table.facts is not None else np.full(len(table), -1, dtype=np.int32)
+        n = len(table)
+        children = np.bincount(table.parent[1:], minlength=n).astype(np.int32) if n > 1 else np.zeros(n, np.int32)
+        child_us = np.bincount(table.parent[1:], weights=table.dur[1:], minlength=n) if n > 1 else np.zeros(n)
         _write_arrow(tmp / "nodes.arrow", {
             "kind": table.kind, "label": table.label, "row": table.row, "parent": table.parent, "size": table.size,
-            "ts": table.ts, "dur": table.dur, "linked": table.linked, "facts": facts,
+            "ts": table.ts, "dur": table.dur, "linked": table.linked, "facts": facts, "children": children, "child_us": child_us,
         })
+        del children, child_us
+        from kernelmap.trace.views import DEFAULT_NODES, hot_nodes
+
+        if n > DEFAULT_NODES:  # the default view's nodes, chosen now, while the columns are in memory (views._stored_hot)
+            np.save(tmp / f"hot-{DEFAULT_NODES}-None.npy", hot_nodes(table, DEFAULT_NODES).astype(np.int64), allow_pickle=False)
         _write_arrow(tmp / "events.arrow", dict(c.columns))
         labels = c.labels
         _write_arrow(tmp / "labels.arrow", {
@@ -313,6 +321,7 @@ def open_variant(folder: Path, file: Path | None = None):
     table.facts = nodes["facts"] if doc["has_facts"] else None
     table.shared = [_decode(f, origins) for f in doc["shared"]]
     table.resolved = doc["resolved"]
+    table.n_children, table.children_us = nodes.get("children"), nodes.get("child_us")
     meta = _decode(doc["meta"], origins)
     t = Trace(None, file if file is not None else Path(doc["file"]), table=table, notes=tuple(doc["notes"]), meta=meta)
     t.id = folder.parent.name

@@ -175,8 +175,11 @@ def _subset_root(t, nodes: np.ndarray) -> CallNode:
     position = {int(i): j for j, i in enumerate(nodes.tolist())}
     # children shown per shown node, and what is left out (count, time)
     shown_children = np.bincount([position[p] for p in t.parent[nodes[1:]].tolist()], minlength=len(nodes)) if len(nodes) > 1 else np.zeros(1, np.int64)
-    all_children = np.bincount(t.parent[1:], minlength=len(t))[nodes] if len(t) > 1 else np.zeros(1, np.int64)
-    child_time = np.bincount(t.parent[1:], weights=t.dur[1:], minlength=len(t))[nodes] if len(t) > 1 else np.zeros(1)
+    if t.n_children is not None and t.children_us is not None:  # kept by the store: read for the shown nodes only
+        all_children, child_time = t.n_children[nodes].astype(np.int64), t.children_us[nodes]
+    else:
+        all_children = np.bincount(t.parent[1:], minlength=len(t))[nodes] if len(t) > 1 else np.zeros(1, np.int64)
+        child_time = np.bincount(t.parent[1:], weights=t.dur[1:], minlength=len(t))[nodes] if len(t) > 1 else np.zeros(1)
     shown_time = np.bincount([position[p] for p in t.parent[nodes[1:]].tolist()], weights=t.dur[nodes[1:]], minlength=len(nodes)) if len(nodes) > 1 else np.zeros(1)
     checked: set = set()
     done: list[CallNode] = []

@@ -676,6 +676,10 @@ FACTS: dict[str, Fact] = {
     "functor": Fact("str", "a GPU kernel's functor or lambda: the op's arithmetic"),
     "launcher": Fact("str", "path:line of a GPU kernel's __global__ definition: launcher template or op-specific kernel"),
     "input_shapes": Fact("list", "shapes of the inputs as recorded"),
+    "schema": Fact("str", "the operator's schema as an execution trace recorded it (its exact overload)"),
+    "et_node": Fact("int", "the node's id in the PyTorch execution trace"),
+    "node": Fact("int", "on a bounded view's note of left-out calls: the number of the node they are under (pre-order), to open its subtree"),
+    "output_shapes": Fact("list", "shapes of the outputs, as an execution trace recorded them"),
     "sequence_nr": Fact("any", "autograd sequence number"),
     "forward_op": Fact("str", "the forward operator that recorded an autograd node"),
     # traces: the operator's resolution
@@ -686,6 +690,7 @@ FACTS: dict[str, Fact] = {
     "inferred": Fact("list", "facts inferred rather than recorded"),
     "unknown": Fact("str", "why the name is unknown to the catalog or the vendor table"),
     "dispatch_key": Fact("str", "the dispatch key whose kernel answered"),
+    "kernel_key": Fact("str", "the alias key the answering kernel is registered under (CompositeImplicitAutograd)"),
     "dispatch_keys": Fact("list", "the dispatch keys the call passed through"),
     "dispatch_error": Fact("str", "why the dispatch path could not be computed"),
     "dispatch_note": Fact("str", "a note on the dispatch path (a backend this build lacks)"),

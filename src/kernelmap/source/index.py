@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernelmap.connections import PerThread
 from kernelmap.errors import SourceError
 from kernelmap.model import Answer, Edge, EdgeKind, Location, Origin, OriginTable, Symbol, check_document, document
 from kernelmap.source.records import as_indexed, file_record, index_path, read_record
@@ -171,7 +172,7 @@ def open_index(tree: Tree) -> Index:
         db.close()
         raise IndexMissing(f"the index of {tree.name!r} changed since it was built (damaged or replaced); "
                            f"run `kernelmap index --source {tree.name}` to rebuild it")
-    return Index(_CheckedDb(db, tree.name), tree, path)
+    return Index(_CheckedDb(PerThread(db), tree.name), tree, path)
 
 
 def _as_built(path: Path) -> bool:
@@ -202,7 +203,7 @@ class _CheckedDb:
     """The index's connection, turning SQLite's errors about a damaged file
     (which can show on any page a query reads) into IndexMissing."""
 
-    def __init__(self, db: sqlite3.Connection, tree: str):
+    def __init__(self, db: PerThread, tree: str):
         self._db, self._tree = db, tree
         self.damaged: str | None = None  # what was found, once it was
 
@@ -255,10 +256,10 @@ class Index:
         have moved (`kernelmap index` updates the changed files)."""
         changed = []
         root = self.tree.root
-        base = str(root)  # joined as text: a Path per file cost more than its stat
+        prefix = f"{root}{os.sep}"  # a string, not a Path per file: this runs on every question, over ~4,000 files
         for path, sha1, size, mtime_ns in self._db.execute("SELECT path, sha1, size, mtime_ns FROM files ORDER BY path"):
             try:
-                st = os.stat(os.path.join(base, path))
+                st = os.stat(prefix + path)
             except OSError:
                 changed.append(path)
                 continue
@@ -380,6 +381,17 @@ class Index:
         rows = self._db.execute(
             "SELECT s.text FROM strings s WHERE instr(lower(s.text), lower(?)) > 0"
             " AND EXISTS (SELECT 1 FROM symbols WHERE lookup_id = s.id) ORDER BY length(s.text) LIMIT ?",
+            (text, limit),
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def names_like(self, text: str, *, limit: int = 20_000) -> list[str]:
+        """Short names of definitions, callees (vendor calls included) and
+        stubs that contain `text`, any case: the pool closest names are
+        drawn from (kernelmap.suggest)."""
+        rows = self._db.execute(
+            "SELECT s.text FROM strings s WHERE instr(lower(s.text), lower(?)) > 0 AND (EXISTS (SELECT 1 FROM symbols WHERE short_id = s.id)"
+            " OR EXISTS (SELECT 1 FROM calls WHERE short_id = s.id) OR EXISTS (SELECT 1 FROM stubs WHERE name_id = s.id)) LIMIT ?",
             (text, limit),
         ).fetchall()
         return [r[0] for r in rows]

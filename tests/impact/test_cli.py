@@ -64,13 +64,18 @@ def test_bad_input_is_one_line_and_status_2(ready, args, pattern):
 
 
 def test_the_serve_page_shows_the_library_answer(ready):
+    import warnings
+
     from starlette.testclient import TestClient
 
     from kernelmap.impact import impact
     from kernelmap.render import html
     from kernelmap.web.app import create_app
 
-    client = TestClient(create_app())
+    app = create_app()
+    warnings.simplefilter("ignore")
+    client = TestClient(app, base_url="http://127.0.0.1")
+    client.get("/?token=" + app.state.token)  # the link `serve` prints: its cookie opens the pages
     r = client.get("/impact", params={"target": "aten/src/ATen/native/BinaryOps.cpp", "source": TREE_NAME})
     assert r.status_code == 200
     m = re.search(r'<script type="application/json" class="km-data" data-encoding="([a-z0-9-]+)">(.*?)</script>', r.text, re.S)
@@ -79,3 +84,6 @@ def test_the_serve_page_shows_the_library_answer(ready):
     assert data["document"] == json.loads(json.dumps(impact("aten/src/ATen/native/BinaryOps.cpp", source=TREE_NAME).to_json()))
     bad = client.get("/impact", params={"target": "no/such/file.h", "source": TREE_NAME})
     assert bad.status_code == 400 and "no file no/such/file.h" in bad.text
+    for target in ("../../etc/passwd", "/etc/passwd", "aten/src/../../x.h", "~/x.h"):  # never a path out of the tree
+        refused = client.get("/impact", params={"target": target, "source": TREE_NAME})
+        assert refused.status_code == 400 and "a path relative to the tree" in refused.text, target

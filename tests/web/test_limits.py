@@ -291,7 +291,7 @@ def test_each_thread_reads_through_its_own_connection(tmp_path):
 
     def read() -> None:
         try:
-            out.extend(db.execute("SELECT x FROM t").fetchone()[0] for db in shared)
+            out.append(tuple(db.execute("SELECT x FROM t").fetchone()[0] for db in shared))
         except Exception as e:  # noqa: BLE001 - the test reports what failed
             out.append(e)
 
@@ -300,7 +300,7 @@ def test_each_thread_reads_through_its_own_connection(tmp_path):
         t.start()
     for t in threads:
         t.join(30)
-    assert out == [1, 2] * 4, out
+    assert out == [(1, 2)] * 4, out
     replacement = tmp_path / "new.sqlite"
     with sqlite3.connect(replacement) as db:
         db.execute("CREATE TABLE t (x)")

@@ -82,6 +82,22 @@ def myconv(projects) -> Built:
     return build(root)
 
 
+@pytest.fixture(scope="session")
+def mydconv(projects) -> Built:
+    """aten::convolution's direct kernel (a loop of its own, not ATen's), unmodified."""
+    root = projects / "mydconv"
+    scaffold("aten::convolution", "mydconv", out=root, kernel="direct", cuda=True)
+    return build(root)
+
+
+@pytest.fixture(scope="session")
+def mybn(projects) -> Built:
+    """aten::native_batch_norm's reference kernel (a loop over channels), unmodified."""
+    root = projects / "mybn"
+    scaffold("aten::native_batch_norm", "mybn", out=root)
+    return build(root)
+
+
 def first_line_number(path: Path, pattern: str) -> int:
     for number, line in enumerate(path.read_text().splitlines(), 1):
         if re.search(pattern, line):

@@ -16,6 +16,7 @@ from kernelmap.extend import load_extension, scaffold
 
 ROOT = Path(__file__).resolve().parents[2]
 RESNET50 = ROOT / "examples" / "resnet50.py"
+MODE = """str mode='fast, "exact"'"""  # myadd's second extra argument
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,8 @@ def myrelu(projects) -> Built:
 
 @pytest.fixture(scope="session")
 def myadd(projects) -> Built:
-    scaffold("aten::add.Tensor", "myadd", out=projects / "myadd", extra=["float beta=1.0"])
+    # a string default with a comma and the other quote inside: C++ and Python must hold it as a string
+    scaffold("aten::add.Tensor", "myadd", out=projects / "myadd", extra=["float beta=1.0", MODE])
     return build(projects / "myadd")
 
 

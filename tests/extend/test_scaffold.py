@@ -392,3 +392,31 @@ def test_force_over_a_manifest_without_digests_keeps_every_file_that_differs(ker
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["kept"] == ["csrc/myrelu.cpp"]
     assert (out / "csrc" / "myrelu.cpp").read_text() == "// mine\n"
+
+
+@pytest.mark.parametrize("extra", ['str mode="fast"', """str mode='");import os;os.getcwd("'"""])
+def test_a_string_extra_gives_python_that_compiles_and_holds_it(kernelmap_cli, tmp_path, extra):
+    out = tmp_path / "p"
+    done = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(out), "--extra", extra)
+    assert done.returncode == 0, done.stderr
+    value = extra.split("=", 1)[1][1:-1]
+    for path in out.rglob("*.py"):
+        compile(path.read_text(), str(path), "exec")  # every Python file parses
+    import ast
+
+    tree = ast.parse((out / "myrelu" / "__init__.py").read_text())
+    assert not [n for n in ast.walk(tree) if isinstance(n, ast.Import) and any(a.name == "os" for a in n.names)]
+    fake = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_fake")
+    assert [ast.literal_eval(d) for d in fake.args.kw_defaults] == [value]
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("str mode=\"a\tb\"", "not one scaffold can write"),
+    ("ScalarType d=os", "not one scaffold can write"),
+    ("str mode=\"a\\\"b\"", "not a str torch can read"),
+])
+def test_a_default_scaffold_cannot_write_is_one_line_and_status_2(kernelmap_cli, tmp_path, extra, message):
+    done = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(tmp_path / "p"), "--extra", extra)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "p").exists()

@@ -15,6 +15,7 @@ import hashlib
 import importlib.machinery
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -57,6 +58,28 @@ _ENV = jinja2.Environment(
     lstrip_blocks=True,
     autoescape=False,
 )
+
+
+def cpp_string(text: str) -> str:
+    """`text` as a C++ string literal that holds exactly its UTF-8 bytes:
+    quotes and backslashes escaped, a question mark after another too (no
+    trigraph), every byte outside printable ASCII as a three-digit octal
+    escape (Note [defaults are values] in kernelmap.extend.schema)."""
+    out: list[str] = []
+    for byte in text.encode("utf-8"):
+        ch = chr(byte)
+        if ch in '"\\' or (ch == "?" and out and out[-1] in ("?", "\\?")):
+            out.append("\\" + ch)
+        elif 0x20 <= byte < 0x7F:
+            out.append(ch)
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
+
+
+_ENV.filters["py"] = repr  # a Python string literal
+_ENV.filters["cpp"] = cpp_string
+_ENV.filters["shell"] = shlex.quote  # one word of a shell command line
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,8 @@ overrides, and the report's numbers (no compiler needed)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -294,3 +296,15 @@ def test_float32_is_compared_without_tf32_and_the_settings_come_back(model_file)
         assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == (True, True)
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def test_the_model_files_prints_stay_out_of_the_report(kernelmap_cli, custom_file, tmp_path):
+    """verify --json is JSON when the model file prints, at import and in the
+    forward (Note [user code and kernelmap's output] in kernelmap.runscript)."""
+    noisy = tmp_path / "noisy.py"
+    noisy.write_text("print('imported')\n" + CUSTOM.replace("    return torch.randn(1, 2, 6, 6)",
+                                                             "    print('an input')\n    return torch.randn(1, 2, 6, 6)"))
+    done = verify_cli(kernelmap_cli, noisy, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["kernelmap"] == "verify/2"
+    assert "imported" in done.stderr and "an input" in done.stderr

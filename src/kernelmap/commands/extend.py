@@ -84,10 +84,13 @@ def verify(model_file: str, overrides: tuple[str, ...], key: str, load: tuple[st
     from kernelmap.extend.compare import parse_extra_args, parse_override
     from kernelmap.extend.compare import verify as run
     from kernelmap.commands.options import emit
+    from kernelmap.runscript import absolute, user_code
 
     pairs = dict(parse_override(o) for o in overrides)
-    report = run(model_file, pairs, key=key, backward=backward, runs=runs, load=load,
-                 extra_args=parse_extra_args(extra_args), model_fn=model_fn, rtol=rtol, atol=atol)
-    emit(report, as_json, width, html)
+    html_path = absolute(html)  # before the model file's code runs, which may change folder
+    with user_code():  # the model file's prints (and a build's) go to stderr, the report alone to stdout
+        report = run(model_file, pairs, key=key, backward=backward, runs=runs, load=load,
+                     extra_args=parse_extra_args(extra_args), model_fn=model_fn, rtol=rtol, atol=atol)
+    emit(report, as_json, width, html_path)
     if not report.passed:
         click.get_current_context().exit(1)

@@ -103,7 +103,11 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
       kernelmap trace --from trace.json.gz --export-chrome annotated.json
     """
     from kernelmap import trace as tracing
+    from kernelmap.runscript import absolute, user_code
 
+    # where the outputs go, fixed before any code runs: a script that changes folder
+    # does not move them (Note [user code and kernelmap's output])
+    export_path, html_path = absolute(export_chrome), absolute(html)
     _check_options(width, top, min_us, depth, export_chrome)
     if html is not None:
         check_output_file(html, "--html")  # before the trace is run or read, not after
@@ -142,16 +146,18 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
         except KeyboardInterrupt:
             click.echo(f"kernelmap: interrupted while reading {from_file}", err=True)
             sys.exit(130)
-    elif code is not None:
-        result = tracing.run_code(code, **options)
-    elif ":" in target and not target.endswith(".py"):
-        result = tracing.run_function(target, **options)
     else:
-        result = tracing.run_script(target, tuple(args), **options)
+        with user_code():  # its prints go to stderr, kernelmap's answer alone to stdout
+            if code is not None:
+                result = tracing.run_code(code, **options)
+            elif ":" in target and not target.endswith(".py"):
+                result = tracing.run_function(target, **options)
+            else:
+                result = tracing.run_script(target, tuple(args), **options)
 
     if export_chrome:
         try:
-            result.export_chrome(export_chrome)
+            result.export_chrome(export_path)
         except OSError as e:
             raise BadInput(f"cannot write --export-chrome {export_chrome}: {e.strerror}") from None
     from kernelmap.trace.summary import TraceReport
@@ -159,7 +165,7 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
     if html is not None:
         from kernelmap.commands.options import write_html
 
-        write_html(TraceReport(result.tree, result.summary()), html)
+        write_html(TraceReport(result.tree, result.summary()), html_path)
 
     if as_json:
         emit(TraceReport(result.tree if tree else None, result.summary() if summary else None), True)

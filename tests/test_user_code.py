@@ -1,4 +1,4 @@
-"""The user's code run by `trace` never writes into kernelmap's
+"""The user's code run by `trace` and `compile` never writes into kernelmap's
 output (Note [user code and kernelmap's output] in kernelmap.runscript): what
 it prints, from Python, straight to file descriptor 1 or from C, goes to
 standard error, so `--json > t.json` is JSON; a folder it changes to moves
@@ -44,3 +44,26 @@ def test_trace_outputs_stay_where_they_were_named_when_the_code_changes_folder(k
     assert (tmp_path / "report.html").is_file() and (tmp_path / "annotated.json").is_file()
     assert list(elsewhere.iterdir()) == []
     assert "wrote annotated.json" in done.stdout.splitlines()
+
+
+def test_compile_json_holds_only_the_answer_and_the_exit_status_is_the_scripts(kernelmap_cli, tmp_path):
+    done = kernelmap_cli("compile", "-c", PRINTS + "sys.exit(3)\n", "--json", cwd=tmp_path)
+    assert done.returncode == 3, done.stderr  # as python would exit, not 1
+    assert json.loads(done.stdout)["kernelmap"] == "compile/1"
+    for text in SAID:
+        assert text in done.stderr and text not in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+def test_compile_says_why_it_compiled_no_graph(kernelmap_cli, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    code = f"import os, torch\nos.chdir({str(elsewhere)!r})\ntorch.ones(3).add(1)\n"
+    done = kernelmap_cli("compile", "-c", code, "--output-dir", "out", "--html", "report.html", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].endswith(": 0 graph(s), 0 generated kernel(s), 0 ATen call(s)")
+    assert lines[1].startswith("no graph: the code called no function or module wrapped in torch.compile")
+    # named before the code ran: not in the folder it changed to
+    assert (tmp_path / "out").is_dir() and (tmp_path / "report.html").is_file()
+    assert list(elsewhere.iterdir()) == []

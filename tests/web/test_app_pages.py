@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 
-import httpx
 import pytest
 
 from kernelmap.render import html
@@ -23,7 +22,7 @@ def embedded(page: str) -> dict:
 
 @pytest.fixture(scope="module")
 def client(app_server):
-    with httpx.Client(base_url=app_server.url, timeout=300) as c:
+    with app_server.client() as c:
         yield c
 
 
@@ -100,7 +99,8 @@ def test_static_pages_never_import_torch(indexed_tree, generated):
         "app = create_app()\n"
         "from starlette.testclient import TestClient\n"
         "import warnings; warnings.simplefilter('ignore')\n"
-        "c = TestClient(app)\n"
+        "c = TestClient(app, base_url='http://127.0.0.1')\n"
+        "c.get('/?token=' + app.state.token)\n"
         "for u in ['/stack?target=torch.nn.Conv2d&device=cuda', '/where?name=conv2d', '/search?q=conv2d',"
         " '/gen?op=conv2d&layer=binding', '/explain?op=aten::add.Tensor', '/source?root=tree:debian-2.6.0&path=aten/src/ATen/native/Convolution.cpp']:\n"
         "    assert c.get(u).status_code == 200, u\n"

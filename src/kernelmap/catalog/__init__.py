@@ -29,6 +29,7 @@ from pathlib import Path
 
 from kernelmap import env
 from kernelmap.catalog.store import FUNCTIONAL, CatalogFiles, CatalogWarning, open_catalog_db
+from kernelmap.connections import PerThread
 from kernelmap.errors import BadInput, SourceError, UnknownName
 from kernelmap.model import (
     Autograd,
@@ -91,7 +92,7 @@ class Catalog:
     """Operators of one set of yaml files (the installed wheel's, or a tree's)."""
 
     def __init__(self, db: sqlite3.Connection, origin: Origin):
-        self._db = db
+        self._db = PerThread(db)  # read from any thread (a graph context is kept and shared)
         self.origin = origin
         self._names: list[str] | None = None
 

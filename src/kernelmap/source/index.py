@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernelmap.connections import PerThread
 from kernelmap.errors import SourceError
 from kernelmap.model import Answer, Edge, EdgeKind, Location, Origin, OriginTable, Symbol, check_document, document
 from kernelmap.source.records import as_indexed, file_record, index_path, read_record
@@ -171,7 +172,7 @@ def open_index(tree: Tree) -> Index:
         db.close()
         raise IndexMissing(f"the index of {tree.name!r} changed since it was built (damaged or replaced); "
                            f"run `kernelmap index --source {tree.name}` to rebuild it")
-    return Index(_CheckedDb(db, tree.name), tree, path)
+    return Index(_CheckedDb(PerThread(db), tree.name), tree, path)
 
 
 def _as_built(path: Path) -> bool:
@@ -202,7 +203,7 @@ class _CheckedDb:
     """The index's connection, turning SQLite's errors about a damaged file
     (which can show on any page a query reads) into IndexMissing."""
 
-    def __init__(self, db: sqlite3.Connection, tree: str):
+    def __init__(self, db: PerThread, tree: str):
         self._db, self._tree = db, tree
         self.damaged: str | None = None  # what was found, once it was
 

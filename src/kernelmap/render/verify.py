@@ -123,9 +123,11 @@ def to_text(report, width: int | None = None, color: bool | None = None, **_: ob
             verdict = "identical" if e.identical else ("within" if e.within else "OUTSIDE")
             table.add_row(label, str(o.calls_per_run), verdict, _ms(o.original_s), _ms(o.override_s), _ratio(o.override_s, o.original_s))
             worst = e.worst
-            if worst is not None:
-                which = "identical in every tensor" if e.identical else f"farthest {tensor_line(worst)}"
-                notes.append(f"{o.op}: {o.sampled} call(s) replayed on each side alone, {e.count} tensor(s); {which}")
+            if worst is not None and e.identical:
+                notes.append(f"{o.op}: {o.sampled} call(s) replayed on each side alone: identical in every tensor")
+            elif worst is not None:
+                notes.append(f"{o.op}: {o.sampled} call(s) replayed on each side alone; of their {e.count} tensor(s), the farthest:")
+                notes.append(f"  {tensor_line(worst)}")
         if o.calls_per_run == 0:
             if o.runs_instead:
                 ran = ", ".join(f"{op} ({n} call(s))" for op, n in o.runs_instead)

@@ -19,6 +19,7 @@ answer, which any renderer can show again.
 | verify/2      | kernelmap.extend.compare.VerifyReport    | verify (see its to_json)                  |
 | kernel/1      | kernelmap.kernels.resolve.KernelAnswer   | kernel (one GPU kernel name)              |
 | ranks/1       | kernelmap.trace.ranks.RanksSummary       | trace --from of several ranks             |
+| fold/1        | kernelmap.mcp.bound.Fold                 | mcp expand: the next page of a list       |
 
 A document is a JSON object: `{"kernelmap": "<name>/<version>", ...fields}`.
 Documents that carry locations have an `origins` table (key -> kind,
@@ -56,6 +57,9 @@ ranks/1:    {"ranks": [{"rank", "file", "gpu_us", "source_us", "library_us", "co
              "merged_ops": [{"name", "calls", "total_us", "device_us"}],
              "collectives": [{"name", "index", "us": {rank: us}, "slowest"}],
              "differences": [{"name", "device_us": {rank: us}, "spread_us"}]}
+fold/1:     {"answer": "<name>/<version>" of the answer it continues, "at": JSON pointer of its list, "start", "total",
+             "items": [...], "next": fold id | null, "origins"}; replies of `kernelmap mcp` also add "pinned",
+             "bounded" (Note [bounded answers] in kernelmap.mcp.bound) and a LOCATION's "resource" to any document
 """
 
 from __future__ import annotations
@@ -81,6 +85,7 @@ ANSWERS: dict[str, tuple[int, str]] = {
     "diff": (1, "kernelmap.diff:OpDiff"),
     "kernel": (1, "kernelmap.kernels.resolve:KernelAnswer"),
     "ranks": (1, "kernelmap.trace.ranks:RanksSummary"),
+    "fold": (1, "kernelmap.mcp.bound:Fold"),
 }
 
 

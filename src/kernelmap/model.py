@@ -649,6 +649,13 @@ FACTS: dict[str, Fact] = {
     "aten_runs_when": Fact("str", "when ATen's kernel runs instead of the override"),
     "registered": Fact("any", "whether the override is registered in this process (None: not asked)"),
     "served_by": Fact("str", "the torch._native DSL override that may serve a traced operator instead of ATen's kernel"),
+    # observation (kernelmap.observe): what a run of the installed torch showed
+    "observed": Fact("str", "observed (ran), inlined (folded into the frame above), not taken (never ran for these inputs), or observed, not in the static map"),
+    "native_frame": Fact("str", "the frame's function as the binary's symbol table names it, demangled"),
+    "library_file": Fact("str", "the native library file the frame ran in"),
+    "capability": Fact("str", "the CPU capability the frame's code was compiled for (DEFAULT, AVX2, AVX512)"),
+    "ran": Fact("str", "what ran, in a word: the CPU capability and the dtype case"),
+    "hits": Fact("int", "how many observed stacks pass through the node"),
     # markers set by the builders and processors
     "collapsed": Fact("str", "children not shown: a branch for another device or backend"),
     "cycle": Fact("str", "recursion cut: the node is already on the path above"),
@@ -656,6 +663,9 @@ FACTS: dict[str, Fact] = {
     "truncated": Fact("str", "children not shown: a depth or size limit was reached"),
     "unresolved": Fact("str", "why the node could not be followed further"),
     "hidden": Fact("int", "how many children a processor hid"),
+    "more": Fact("dict", "children a bounded reply left out: {id (expand it for them), children, nodes} (Note [bounded answers] in kernelmap.mcp.bound)"),
+    "main": Fact("bool", "on the main path: the path a default call takes (observed when observed, else the ranked static path)"),
+    "folded": Fact("list", "a note's folded alternatives, each [name, condition or null, path:line or null]"),
     # traces: the event
     "frame": Fact("str", "the profiler's name of a Python frame"),
     "pid": Fact("any", "process id of the event"),
@@ -666,6 +676,10 @@ FACTS: dict[str, Fact] = {
     "functor": Fact("str", "a GPU kernel's functor or lambda: the op's arithmetic"),
     "launcher": Fact("str", "path:line of a GPU kernel's __global__ definition: launcher template or op-specific kernel"),
     "input_shapes": Fact("list", "shapes of the inputs as recorded"),
+    "schema": Fact("str", "the operator's schema as an execution trace recorded it (its exact overload)"),
+    "et_node": Fact("int", "the node's id in the PyTorch execution trace"),
+    "node": Fact("int", "on a bounded view's note of left-out calls: the number of the node they are under (pre-order), to open its subtree"),
+    "output_shapes": Fact("list", "shapes of the outputs, as an execution trace recorded them"),
     "sequence_nr": Fact("any", "autograd sequence number"),
     "forward_op": Fact("str", "the forward operator that recorded an autograd node"),
     # traces: the operator's resolution
@@ -676,6 +690,7 @@ FACTS: dict[str, Fact] = {
     "inferred": Fact("list", "facts inferred rather than recorded"),
     "unknown": Fact("str", "why the name is unknown to the catalog or the vendor table"),
     "dispatch_key": Fact("str", "the dispatch key whose kernel answered"),
+    "kernel_key": Fact("str", "the alias key the answering kernel is registered under (CompositeImplicitAutograd)"),
     "dispatch_keys": Fact("list", "the dispatch keys the call passed through"),
     "dispatch_error": Fact("str", "why the dispatch path could not be computed"),
     "dispatch_note": Fact("str", "a note on the dispatch path (a backend this build lacks)"),

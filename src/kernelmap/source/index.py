@@ -256,14 +256,15 @@ class Index:
         have moved (`kernelmap index` updates the changed files)."""
         changed = []
         root = self.tree.root
+        prefix = f"{root}{os.sep}"  # a string, not a Path per file: this runs on every question, over ~4,000 files
         for path, sha1, size, mtime_ns in self._db.execute("SELECT path, sha1, size, mtime_ns FROM files ORDER BY path"):
             try:
-                st = os.stat(root / path)
+                st = os.stat(prefix + path)
             except OSError:
                 changed.append(path)
                 continue
-            if not as_indexed(root / path, st.st_size, st.st_mtime_ns, (sha1, size, mtime_ns)):  # as `index` judges it
-                changed.append(path)
+            if (st.st_size, st.st_mtime_ns) != (size, mtime_ns) and not as_indexed(root / path, st.st_size, st.st_mtime_ns, (sha1, size, mtime_ns)):
+                changed.append(path)  # as `index` judges it
         return changed
 
     def stale_note(self) -> str | None:
@@ -380,6 +381,17 @@ class Index:
         rows = self._db.execute(
             "SELECT s.text FROM strings s WHERE instr(lower(s.text), lower(?)) > 0"
             " AND EXISTS (SELECT 1 FROM symbols WHERE lookup_id = s.id) ORDER BY length(s.text) LIMIT ?",
+            (text, limit),
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def names_like(self, text: str, *, limit: int = 20_000) -> list[str]:
+        """Short names of definitions, callees (vendor calls included) and
+        stubs that contain `text`, any case: the pool closest names are
+        drawn from (kernelmap.suggest)."""
+        rows = self._db.execute(
+            "SELECT s.text FROM strings s WHERE instr(lower(s.text), lower(?)) > 0 AND (EXISTS (SELECT 1 FROM symbols WHERE short_id = s.id)"
+            " OR EXISTS (SELECT 1 FROM calls WHERE short_id = s.id) OR EXISTS (SELECT 1 FROM stubs WHERE name_id = s.id)) LIMIT ?",
             (text, limit),
         ).fetchall()
         return [r[0] for r in rows]

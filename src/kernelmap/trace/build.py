@@ -383,22 +383,27 @@ class Pool:
     def __init__(self) -> None:
         self.items: list[Any] = []
         self._ids: dict[Any, int] = {}
-        self._texts: dict[bytes, int] = {}
+        self._texts: dict[Any, dict[bytes, int]] = {}
 
-    def encode(self, values: list[Any], raw: bool) -> np.ndarray:
-        """Ids of `values` (-1 for none); `raw`: they are raw JSON or None, no Python values."""
-        texts = self._texts.get
+    def encode(self, values: list[Any], raw: bool, check=None) -> np.ndarray:
+        """Ids of `values` (-1 for none); `raw`: they are raw JSON or None, no
+        Python values. `check(value)` says whether a value has the type its
+        column holds (a list of shapes, of dtype names): one that has not is
+        kept as none, as if the trace had not recorded it."""
+        seen = self._texts.setdefault(check, {})  # a text's id per check: "[1, 1]" is a grid, but no list of dtype names
+        texts = seen.get
+        add = self._add if check is None else (lambda v: self._add(v) if check(v) else -2)
         try:  # the common case: raw JSON only (bytes(None) raises)
             if not raw:
                 raise TypeError
             out = list(map(texts, map(bytes, values)))
         except TypeError:  # absent values, or a dict event's Python values
-            out = [texts(bytes(v)) if type(v) is Raw else (-2 if v is None else self._add(v)) for v in values]
+            out = [texts(bytes(v)) if type(v) is Raw else (-2 if v is None else add(v)) for v in values]
         if None in out:
             for i, x in enumerate(out):  # first sightings of a text
                 if x is None:
                     text = bytes(values[i])
-                    out[i] = self._texts[text] = self._add(msgspec.json.decode(text))
+                    out[i] = seen[text] = add(msgspec.json.decode(text))
         codes = np.array(out, dtype=np.int32)
         codes[codes < -1] = -1
         return codes
@@ -468,15 +473,15 @@ class Collected:
 _ROW_COLUMNS = {  # name -> dtype
     "label": np.int32, "cat": np.int8, "thread": np.int32, "ts": np.float64, "dur": np.float64, "event": np.int64,
     "corr": np.int64, "ext": np.int64, "seq": np.int64, "dims": np.int32, "types": np.int32,
-    "gpu": np.int64, "stream": np.int64, "grid": np.int32, "block": np.int32,
+    "gpu": np.int64, "stream": np.int64, "grid": np.int32, "block": np.int32, "rf": np.int64,
 }
-_EMPTY = {"corr": NONE, "ext": NONE, "seq": NONE, "gpu": NONE, "stream": NONE, "dims": -1, "types": -1, "grid": -1, "block": -1}
+_EMPTY = {"corr": NONE, "ext": NONE, "seq": NONE, "gpu": NONE, "stream": NONE, "dims": -1, "types": -1, "grid": -1, "block": -1, "rf": NONE}
 # Which args each category keeps, as (column, Args attribute): the rest (Ev
-# Idx, Record function id, Python ids...) is never stored.
+# Idx, Python ids...) is never stored.
 _RUNTIME_ARGS = (("corr", "correlation"), ("ext", "external_id"))
 _COPY_ARGS = (*_RUNTIME_ARGS, ("gpu", "device"), ("stream", "stream"))
 _KEPT_ARGS = {
-    "cpu_op": (("ext", "external_id"), ("seq", "sequence_number"), ("dims", "input_dims"), ("types", "input_type")),
+    "cpu_op": (("ext", "external_id"), ("seq", "sequence_number"), ("dims", "input_dims"), ("types", "input_type"), ("rf", "record_function_id")),
     "cuda_runtime": _RUNTIME_ARGS,
     "cuda_driver": _RUNTIME_ARGS,
     "kernel": (*_COPY_ARGS, ("grid", "grid"), ("block", "block")),
@@ -486,6 +491,19 @@ _KEPT_ARGS = {
 # Convolutions keep what select_conv_backend needs besides (Note [conv backend] in resolve).
 _CONV_ARGS = (("Input Strides", "input_strides"), ("Concrete Inputs", "concrete_inputs"))
 _POOLED = frozenset({"dims", "types", "grid", "block"})
+
+
+def _is_list(v: Any) -> bool:
+    return type(v) is list
+
+
+def _is_names(v: Any) -> bool:
+    return type(v) is list and all(type(x) is str for x in v)
+
+
+# What a pooled column's values must be; any other value is read as not recorded
+# (`"Input type": 5`, `"Input Dims": true`).
+_POOL_CHECKS = {"dims": _is_list, "types": _is_names, "grid": _is_list, "block": _is_list}
 
 
 def collect(batches: Iterable[list[Any]], python_frames: PythonFrames | None = None) -> Collected:
@@ -533,7 +551,7 @@ def collect(batches: Iterable[list[Any]], python_frames: PythonFrames | None = N
                 selected = [a or empty_args for a in selected]
             for column, attr in fields:
                 values = _ARG_COLUMNS[attr](selected)
-                encoded = c.pool.encode(values, raw) if column in _POOLED else c.values.encode(values)
+                encoded = c.pool.encode(values, raw, _POOL_CHECKS[column]) if column in _POOLED else c.values.encode(values)
                 rows[column][where] = encoded
         if conv_labels:
             for i in np.flatnonzero(np.isin(rows["label"], list(conv_labels))).tolist():
@@ -632,6 +650,7 @@ _ARG_COLUMNS = {  # Note [columns from records]
     "block": lambda args: [a.block for a in args],
     "input_dims": lambda args: [a.input_dims for a in args],
     "input_type": lambda args: [a.input_type for a in args],
+    "record_function_id": lambda args: [a.record_function_id for a in args],
 }
 
 
@@ -688,7 +707,7 @@ def _checked(e: dict) -> tuple[str, float, float]:
     if args is not None and not isinstance(args, dict):
         raise TypeError("args is not an object")
     if isinstance(args, dict):
-        for k in ("correlation", "External id", "stream", "device"):
+        for k in ("correlation", "External id", "stream", "device", "Record function id"):
             _id(args.get(k))
     return name, ts, dur
 
@@ -709,7 +728,7 @@ def _loose(raw: dict, index: int):
         except (KeyError, TypeError, ValueError, OverflowError) as err:
             raise ValueError(f"event #{index} ({printable(str(raw.get('name', '?'))[:80])!r}) lacks a usable name/ts/dur: {err}") from None
         a = raw.get("args") or {}
-        kept = [(ARG_FIELDS[attr], attr) for _, attr in _KEPT_ARGS[cat]] + (list(_CONV_ARGS) if name in CONV_OPS else [])
+        kept = [(ARG_FIELDS[attr], attr) for _, attr in _KEPT_ARGS.get(cat, ())] + (list(_CONV_ARGS) if name in CONV_OPS else [])
         args = Args(**{attr: a[key] for key, attr in kept if key in a})
         return Event("X", cat, name, raw.get("pid"), raw.get("tid"), ts, dur, None, args)
     if ph in ("s", "f") and raw.get("cat") == "ac2g":
@@ -773,6 +792,8 @@ class Table:
     facts: np.ndarray | None = None  # int32 per node: shared[facts[i]] are node i's shared facts (-1: none)
     shared: list[dict[str, Any]] = field(default_factory=list)
     resolved: bool = False
+    n_children: np.ndarray | None = None  # int32 per node: its children (kept by the trace store; None: counted when asked)
+    children_us: np.ndarray | None = None  # float64 per node: its children's durations summed (kept likewise)
 
     def __len__(self) -> int:
         return len(self.kind)

@@ -110,7 +110,7 @@ class _Buffer:
             return False
         try:
             data = self.stream.read(max(CHUNK, len(self.text) - self.pos) if grow else CHUNK)
-        except (OSError, EOFError) as e:  # a broken gzip stream: where its data breaks
+        except (OSError, EOFError, zlib.error) as e:  # a broken gzip stream (a cut, flipped bits): where its data breaks
             if isinstance(self.stream, gzip.GzipFile):
                 raise TraceFormatError(self.path, None, f"unreadable data ({e}) after byte {_inflated_before_break(self.stream)} "
                                        "of the decompressed data") from None
@@ -146,7 +146,7 @@ class _Buffer:
     def _read_more(self, grow: bool = False) -> bool:
         try:
             return self.more(grow)
-        except (OSError, EOFError) as e:
+        except (OSError, EOFError, zlib.error) as e:
             raise self.fail(f"unreadable data ({e})") from None
 
     def expect(self, ch: str, what: str) -> None:
@@ -219,6 +219,9 @@ def _read(path: Path | str, header: TraceHeader | None, events) -> Iterator[Any]
         buf = _Buffer(stream, name)
         decode = json.JSONDecoder().raw_decode
         first = buf.skip_ws()
+        if first == "\ufeff":  # a byte order mark, as some editors and Windows tools write UTF-8: not part of the JSON
+            buf.pos += 1
+            first = buf.skip_ws()
         if first == "[":
             buf.pos += 1
             yield from events(buf, decode)
@@ -305,7 +308,7 @@ _Id = int | str | None
 
 class Args(msgspec.Struct, gc=False, rename={
     "external_id": "External id", "input_dims": "Input Dims", "input_type": "Input type", "input_strides": "Input Strides",
-    "concrete_inputs": "Concrete Inputs", "sequence_number": "Sequence number",
+    "concrete_inputs": "Concrete Inputs", "sequence_number": "Sequence number", "record_function_id": "Record function id",
 }):
     """The args kernelmap reads (build._KEPT_ARGS, build._CONV_ARGS, thread names)."""
 
@@ -323,6 +326,7 @@ class Args(msgspec.Struct, gc=False, rename={
     input_strides: msgspec.Raw = None  # type: ignore[assignment]
     concrete_inputs: msgspec.Raw = None  # type: ignore[assignment]
     sequence_number: Any = None
+    record_function_id: _Id = None  # joins an operator to its execution-trace node (rf_id)
     name: Any = None
 
 

@@ -16,7 +16,7 @@ answer, which any renderer can show again.
 | scaffold/1    | kernelmap.model.ScaffoldAnswer           | scaffold                                  |
 | compile/1     | kernelmap.compile.model.CompileAnswer    | compile (see kernelmap.compile.model)     |
 | diff/1        | kernelmap.diff.OpDiff                    | diff                                      |
-| verify/1      | kernelmap.extend.compare.VerifyReport    | verify (see its to_json)                  |
+| verify/2      | kernelmap.extend.compare.VerifyReport    | verify (see its to_json)                  |
 | kernel/1      | kernelmap.kernels.resolve.KernelAnswer   | kernel (one GPU kernel name)              |
 | ranks/1       | kernelmap.trace.ranks.RanksSummary       | trace --from of several ranks             |
 | fold/1        | kernelmap.mcp.bound.Fold                 | mcp expand: the next page of a list       |
@@ -86,7 +86,7 @@ ANSWERS: dict[str, tuple[int, str]] = {
     "trace": (2, "kernelmap.trace.summary:TraceReport"),
     "path": (1, "kernelmap.model:PathAnswer"),
     "sources": (1, "kernelmap.model:SourceList"),
-    "verify": (1, "kernelmap.extend.compare:VerifyReport"),
+    "verify": (2, "kernelmap.extend.compare:VerifyReport"),
     "scaffold": (1, "kernelmap.model:ScaffoldAnswer"),
     "compile": (1, "kernelmap.compile.model:CompileAnswer"),
     "diff": (1, "kernelmap.diff:OpDiff"),

@@ -110,7 +110,7 @@ def node_tree(trace, node: int, top: int = DEFAULT_NODES, depth: int | None = No
         raise BadInput(f"no node {node} in this trace (it has {len(t) if t is not None else 0})")
     nodes = hot_nodes(t, top, depth, root=node)
     notes = [f"the subtree of node {node}: {len(nodes):,} of its {int(t.size[node]):,} nodes"]
-    return CallTree(_subset_root(t, nodes), tuple(notes), {**trace.meta, "node": node})
+    return CallTree(subset_root(t, nodes), tuple(notes), {**trace.meta, "node": node})
 
 
 def _stored_hot(trace, top: int, depth: int | None) -> np.ndarray:
@@ -163,10 +163,15 @@ def hot_tree(trace, top: int = DEFAULT_NODES, depth: int | None = None) -> CallT
         notes.append(f"the {len(nodes):,} hottest of {n:,} nodes (host time, or the device time below them)"
                      + (f" to depth {depth}" if depth is not None else "")
                      + "; --full-tree shows them all, --export-tree FILE writes them (JSON Lines or Parquet)")
-    return CallTree(_subset_root(t, nodes), tuple(notes), trace.meta)
+    root = None
+    if getattr(trace, "stored", None) is not None:  # kept beside the tables at import (Note [trace store] in kernelmap.trace.store)
+        from kernelmap.trace.store import stored_view
+
+        root = stored_view(trace, top, depth)
+    return CallTree(root if root is not None else subset_root(t, nodes), tuple(notes), trace.meta)
 
 
-def _subset_root(t, nodes: np.ndarray) -> CallNode:
+def subset_root(t, nodes: np.ndarray) -> CallNode:
     """CallNodes for `nodes` (pre-order, closed under parent), each parent's
     left-out children folded into a note node."""
     display, locations = t.c.labels.display, t.c.labels.location

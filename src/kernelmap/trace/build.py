@@ -202,7 +202,39 @@ _UNPLACED = PythonFrames(None, check=False)  # no torch to place frames in
 def _function_spans(file) -> dict[str, list[tuple[int, int]]] | None:
     """Name -> (first, last) lines of each function, lambda and comprehension
     of a Python file, and of the module itself (`<module>`); None when the file
-    cannot be read or parsed."""
+    cannot be read or parsed. Kept in the cache by the file's path, size and
+    mtime: parsing torch/nn/functional.py costs a third of a second, every
+    import of a trace that names it."""
+    import hashlib
+    import json
+    import os
+
+    try:
+        st = os.stat(file)
+        from kernelmap import env
+
+        key = hashlib.sha256(f"{os.path.realpath(file)}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:32]
+        kept = env.cache_dir() / "trace" / "spans" / f"{key}.json"
+    except (OSError, TypeError, ValueError):
+        kept = None
+    if kept is not None:
+        try:
+            return {k: [tuple(x) for x in v] for k, v in json.loads(kept.read_text()).items()}
+        except (OSError, ValueError, TypeError, AttributeError):
+            pass
+    spans = _parsed_spans(file)
+    if kept is not None and spans is not None:
+        try:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            tmp = kept.with_name(f"{kept.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(spans))
+            os.replace(tmp, kept)
+        except OSError:
+            pass  # an unwritable cache: parsed again next time
+    return spans
+
+
+def _parsed_spans(file) -> dict[str, list[tuple[int, int]]] | None:
     import ast
 
     try:
@@ -272,8 +304,13 @@ class Values:
         try:  # the common case: every value an int
             out = np.array(values, dtype=np.int64)
         except (TypeError, ValueError, OverflowError):
-            code = self._code  # bools read as ints, as numpy reads them (and a dict: True == 1)
-            out = np.array([v if isinstance(v, int) and _ODD < v < -_ODD else code(v) for v in values], dtype=np.int64)
+            try:  # the next most common: ints, some absent (an arg one category of events has and another not)
+                if None not in values:
+                    raise TypeError
+                out = np.array([NONE if v is None else v for v in values], dtype=np.int64)
+            except (TypeError, ValueError, OverflowError):
+                code = self._code  # bools read as ints, as numpy reads them (and a dict: True == 1)
+                out = np.array([v if isinstance(v, int) and _ODD < v < -_ODD else code(v) for v in values], dtype=np.int64)
         if len(out) and out.min() < _ODD:
             for i in np.flatnonzero((out < _ODD) & (out > _SOME)).tolist():  # an int that falls among the codes: kept aside too
                 if isinstance(values[i], int):
@@ -655,7 +692,17 @@ _ARG_COLUMNS = {  # Note [columns from records]
 
 
 def _thread_ids(c: Collected, events: list) -> np.ndarray:
-    """The thread id of each event's (pid, tid)."""
+    """The thread id of each event's (pid, tid): looked up once per distinct
+    pair where both are ints (the usual case), else once per event."""
+    pids, tids = [e.pid for e in events], [e.tid for e in events]
+    try:
+        p, t = np.array(pids, dtype=np.int64), np.array(tids, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):  # a string, or an absent id
+        p = None
+    if p is not None and len(p):
+        distinct, first, inverse = np.unique(combine(p, t), return_index=True, return_inverse=True)
+        ids = np.array([c.thread_id((pids[i], tids[i])) for i in first.tolist()], dtype=np.int32)
+        return ids[inverse.reshape(-1)]
     get = c.thread_ids.get
     ids = [get((e.pid, e.tid)) for e in events]
     if None in ids:

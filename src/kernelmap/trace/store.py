@@ -207,6 +207,9 @@ def _write_arrow(path: Path, columns: dict[str, Any]) -> None:
         writer.write_table(table, max_chunksize=max(table.num_rows, 1))  # one record batch: each column one mapped array
 
 
+_VIEW_DEPTH = 200  # a deeper view is not kept (its JSON would nest past what the json module reads): it is made again when shown
+
+
 def _dumps(value: Any) -> bytes:
     """JSON as the standard library writes it (ASCII: a lone surrogate stays an escape)."""
     return json.dumps(value).encode("ascii")
@@ -275,7 +278,9 @@ def save(t, folder: Path) -> None:
         }
         _write_facts(tmp / "own.arrow", table.own, origins)
         _write_facts(tmp / "conv.arrow", c.conv, origins)
-        if n > DEFAULT_NODES:  # the default view itself, for a re-open to show without touching the columns
+        from kernelmap.trace.views import _depths
+
+        if n > DEFAULT_NODES and int(_depths(table, hot).max()) <= _VIEW_DEPTH:  # the default view itself, for a re-open
             from kernelmap.model import CallTree
             from kernelmap.trace.views import subset_root
 

@@ -550,7 +550,7 @@ def collect(batches: Iterable[list[Any]], python_frames: PythonFrames | None = N
     from kernelmap.trace.reader import Args, Event
 
     c = Collected()
-    chunks: dict[str, list[np.ndarray]] = {k: [] for k in _ROW_COLUMNS}
+    chunks = _Blocks(_ROW_COLUMNS)
     flow_chunks: dict[str, list[np.ndarray]] = {k: [] for k in ("id", "thread", "ts", "end")}
     empty_args = Args()
     conv_labels: set[int] = set()
@@ -578,7 +578,7 @@ def collect(batches: Iterable[list[Any]], python_frames: PythonFrames | None = N
         rows = _collect_rows(c, xs, xi, base, python_frames, conv_labels)
         args = [e.args for e in xs]
         cats = rows["cat"]
-        n_before = sum(len(a) for a in chunks["ts"])
+        n_before = chunks.rows
         for cat, fields in _KEPT_ARGS.items():
             where = np.flatnonzero(cats == CAT[cat])
             if not len(where):
@@ -597,14 +597,54 @@ def collect(batches: Iterable[list[Any]], python_frames: PythonFrames | None = N
                 kept = {k: v for k, v in values if v is not None}
                 if kept:
                     c.conv[n_before + i] = kept
-        for k, v in rows.items():
-            chunks[k].append(v)
-    for k in list(chunks):  # a column at a time, each one's windows freed as it is joined
-        parts = chunks.pop(k)
-        c.columns[k] = np.concatenate(parts) if parts else np.zeros(0, dtype=_ROW_COLUMNS[k])
-        del parts
+        chunks.add(rows)
+        del rows
+    c.columns = chunks.columns()
     c.flows = {k: np.concatenate(v) if v else np.zeros(0) for k, v in flow_chunks.items()}
     return c
+
+
+_BLOCK = 1 << 18  # rows per block of the collected columns
+
+
+class _Blocks:
+    """The collected row columns, filled a window at a time into blocks of
+    _BLOCK rows. A window's few thousand rows kept as arrays of their own
+    would lie among the window's freed temporaries on the heap, which then
+    cannot shrink (a million events: 75 MB held for nothing); a block is one
+    allocation of its own, and its pages are taken only as rows are written."""
+
+    def __init__(self, dtypes: dict[str, Any]):
+        self.dtypes = dtypes
+        self.blocks: dict[str, list[np.ndarray]] = {k: [] for k in dtypes}
+        self.rows = 0
+        self._fill = _BLOCK  # rows written in the last block
+
+    def add(self, rows: dict[str, np.ndarray]) -> None:
+        m = len(next(iter(rows.values())))
+        at = 0
+        while at < m:
+            if self._fill == _BLOCK:
+                for k, dtype in self.dtypes.items():
+                    self.blocks[k].append(np.empty(_BLOCK, dtype=dtype))
+                self._fill = 0
+            take = min(m - at, _BLOCK - self._fill)
+            for k, v in rows.items():
+                self.blocks[k][-1][self._fill : self._fill + take] = v[at : at + take]
+            self._fill += take
+            at += take
+        self.rows += m
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Each column joined, a column at a time (its blocks freed as it is)."""
+        out = {}
+        for k in list(self.blocks):
+            parts = self.blocks.pop(k)
+            if parts:
+                parts[-1] = parts[-1][: self._fill]
+            out[k] = np.concatenate(parts) if len(parts) > 1 else parts[0].copy() if parts else np.zeros(0, dtype=self.dtypes[k])
+            del parts
+        return out
 
 
 def _collect_rows(c: Collected, xs: list, xi: list[int], base: int, python_frames: PythonFrames | None,
@@ -1038,10 +1078,10 @@ def _nest(ts: np.ndarray, dur: np.ndarray, thread: np.ndarray) -> np.ndarray:
 _SLICE = 1 << 16  # rows turned into Python lists at a time (a list of a million ints is 36 MB)
 
 
-def _slices(n: int, backwards: bool = False):
-    starts = range(0, n, _SLICE)
+def _slices(n: int, backwards: bool = False, size: int = _SLICE):
+    starts = range(0, n, size)
     for lo in reversed(starts) if backwards else starts:
-        yield lo, min(lo + _SLICE, n)
+        yield lo, min(lo + size, n)
 
 
 def _propagate_up(flag: np.ndarray, parent: np.ndarray) -> np.ndarray:

@@ -180,12 +180,18 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
         except KeyboardInterrupt:
             click.echo(f"kernelmap: interrupted while reading {from_file}", err=True)
             sys.exit(130)
-    elif code is not None:
-        result = tracing.run_code(code, **options)
-    elif ":" in target and not target.endswith(".py"):
-        result = tracing.run_function(target, **options)
     else:
-        result = tracing.run_script(target, tuple(args), **options)
+        import contextlib
+
+        # What the traced code prints goes to stderr when stdout carries a JSON document
+        # (`kernelmap trace train.py --json > trace.json` stays one document).
+        with contextlib.redirect_stdout(sys.stderr) if as_json or fmt == "json" else contextlib.nullcontext():
+            if code is not None:
+                result = tracing.run_code(code, **options)
+            elif ":" in target and not target.endswith(".py"):
+                result = tracing.run_function(target, **options)
+            else:
+                result = tracing.run_script(target, tuple(args), **options)
 
     if export_chrome:
         try:

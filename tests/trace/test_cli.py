@@ -117,3 +117,16 @@ def test_html_and_chrome_export_to_one_file_is_refused(gpu_step, tmp_path):
                       "--export-chrome", str(tmp_path / "." / "report.html"))
     assert r.returncode == 2 and r.stderr.startswith("kernelmap: error: --html and --export-chrome name the same file")
     assert r.stderr.count("\n") == 1 and not out.exists()
+
+
+def test_what_the_traced_code_prints_goes_to_stderr_beside_a_json_document():
+    """The defect: `kernelmap trace examples/resnet50.py --json > trace.json`
+    wrote the script's own "(1, 1000)" before the document, which then did not load."""
+    code = "import torch\nprint('from the traced code')\ntorch.ones(3).add_(1)"
+    for form in (("--json",), ("--format", "json")):
+        r = run_kernelmap("trace", "-c", code, *form)
+        assert r.returncode == 0, r.stderr
+        json.loads(r.stdout)
+        assert "from the traced code" in r.stderr and "from the traced code" not in r.stdout
+    text = run_kernelmap("trace", "-c", code, "--no-summary")
+    assert "from the traced code" in text.stdout  # the text view keeps the code's output where it was

@@ -417,6 +417,12 @@
       table.appendChild(tr);
     });
     box.appendChild(table);
+    if (this.links.expand && n.kind === "note" && typeof a.node === "number") {
+      var ex = el("a", "app-link", "open the calls not shown");  // the app's page of that node's bounded subtree
+      ex.setAttribute("data-testid", "expand-node");
+      ex.href = this.links.expand + "/" + a.node;
+      box.appendChild(ex);
+    }
     if (this.links.stack && n.kind === "op") {
       var st = el("a", "app-link", "stack of " + tv.label(n));
       st.href = this.links.stack + "?target=" + encodeURIComponent(tv.label(n));

@@ -181,16 +181,12 @@ def first_screen(code: GeneratedCode) -> list[tuple[str, str, str]]:
 def summary_text(code: GeneratedCode, width: int | None = None) -> str:
     """The first screen (`first_screen`) as plain text in `width` columns: a
     row and its location on one line where they fit, else the location on a
-    line of its own below; a name is shortened only where it alone is wider,
-    a location never (kernelmap.render.tree.fit)."""
+    line of its own below (kernelmap.render.tree.fit_whole)."""
     from kernelmap.printable import printable
-    from kernelmap.render.tree import fit
+    from kernelmap.render.tree import fit_whole
 
     def rows(prefix: str, text: str, where: str) -> list[str]:
-        if width is None or not where or len(f"{prefix}{text}  @ {where}") <= width:
-            return fit(prefix, text, where, width)
-        below = f"{' ' * (len(prefix) + 2)}@ {where}"
-        return fit(prefix, text, "", width) + [below if len(below) <= width else f"@ {where}"]
+        return fit_whole(prefix, text, where, width)
 
     out = [printable(f"{code.op}  (generated from {code.origin.label.removeprefix('generated from ')})")]
     if code.schema is not None:

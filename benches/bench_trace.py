@@ -14,8 +14,8 @@
    of the largest real one (each generated into a temporary folder): for
    every view as a user runs it (summary, text tree, --html, --json,
    --json --full-tree, --export-tree), wall and CPU seconds, MB of JSON per
-   CPU second and peak RSS, each in a fresh process; the store's import and
-   re-open; a typed msgspec decode of the same file keeping only the fields
+   CPU second and peak RSS, each in a fresh process; the store's import,
+   re-open, and the text tree, --html and --json re-opened; a typed msgspec decode of the same file keeping only the fields
    kernelmap reads (the parse floor); and HTA 0.5.0 loading the same file
    (--hta FOLDER holding it).
 
@@ -349,7 +349,7 @@ def build_from_real(path: Path, size_mb: int, source: Path = DATA / "hta-trace_d
 
 # A trace above this size is imported twice (the summary without the store,
 # then into the store) and its other views are measured re-opened from the
-# store: each import of one takes minutes.
+# store only (those of every trace are too): each import of one takes minutes.
 LARGE_MB = 1000
 STORED_VIEWS = ("text tree", "--html", "--json")
 
@@ -404,10 +404,9 @@ def bench_scale(two_gb: bool, big: bool, hta_path: str | None, full_tree_max: in
             ro = json.loads(reopen["out"].strip().splitlines()[-1]) if reopen["rc"] == 0 else {}
             if ro:
                 line("re-open + summary", reopen, f"   (open {ro['open_s']:.3f} s, summary {ro['summary_s']:.2f} s, wall)")
-            if large:  # the views, each re-opened from the store
-                for view in STORED_VIEWS:
-                    args = [a.replace("{out}", str(d / "out")) for a in VIEWS[view] if a != "--no-store"]
-                    line(f"{view} (stored)", run_measured([*km, str(path), *args], environ), " ")
+            for view in STORED_VIEWS:  # the views, each re-opened from the store
+                args = [a.replace("{out}", str(d / "out")) for a in VIEWS[view] if a != "--no-store"]
+                line(f"{view} (stored)", run_measured([*km, str(path), *args], environ), " ")
             floor = run_measured([sys.executable, "-c", _FLOOR, str(path)], environ, capture=True)
             if floor["rc"] == 0:
                 count, secs = floor["out"].split()

@@ -1125,17 +1125,19 @@ class ScaffoldAnswer(Answer):
     family: str  # the reference kernel it starts with
     files: tuple[str, ...]  # relative to root
     cuda: bool
+    kept: tuple[str, ...] = ()  # of `files`, those the user edited, left as they were (--force)
 
     DOCUMENT = "scaffold"
 
     def to_json(self) -> dict[str, Any]:
         return document(self.DOCUMENT, SCAFFOLD_VERSION, root=self.root, custom_op=self.custom_op, schema=self.schema, op=self.op,
-                        family=self.family, files=list(self.files), cuda=self.cuda)
+                        family=self.family, files=list(self.files), cuda=self.cuda, kept=list(self.kept))
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ScaffoldAnswer:
         d = check_document(d, cls.DOCUMENT, SCAFFOLD_VERSION)
-        return cls(d["root"], d["custom_op"], d["schema"], d["op"], d["family"], tuple(d["files"]), bool(d["cuda"]))
+        return cls(d["root"], d["custom_op"], d["schema"], d["op"], d["family"], tuple(d["files"]), bool(d["cuda"]),
+                   tuple(d.get("kept", ())))
 
 
 # ---------------------------------------------------------------------------

@@ -163,3 +163,69 @@ def test_a_reopened_tables_columns_are_views_of_the_mapped_files(tmp_path, monke
     t = load(path, resolve=False, store=True)._table
     for column in (t.kind, t.parent, t.size, t.dur, *t.c.columns.values()):
         assert not column.flags.writeable and not column.flags.owndata
+
+
+def test_a_reopened_traces_own_facts_and_default_view_are_read_from_their_files(tmp_path, monkeypatch):
+    """Per-node facts are a mapped table, decoded per node asked (facts.json
+    holds none); the default bounded view is kept at import, and the one a
+    re-open shows is the one the columns give; facts set after opening (an
+    execution trace linked) are held over the table, and the kept view is then
+    not used."""
+    monkeypatch.setenv("KERNELMAP_CACHE_DIR", str(tmp_path))
+    from kernelmap.trace import load
+    from kernelmap.trace.store import MappedFacts
+    from kernelmap.trace.views import DEFAULT_NODES, hot_nodes, hot_tree, subset_root
+
+    path = HERE / "cuda" / "resnet50_train_fp32_bench.json.gz"
+    fresh = load(path, store=True)
+    again = load(path, store=True)
+    own = again._table.own
+    assert isinstance(own, MappedFacts) and dict(own.items()) == fresh._table.own and len(own) > 0
+    doc = json.loads((again.stored / "facts.json").read_text())
+    assert "own" not in doc and "conv" not in doc
+    assert dict(again._table.c.conv.items()) == fresh._table.c.conv
+    assert sorted(own.library_nodes()) == sorted(i for i, o in fresh._table.own.items() if "library" in o or "closed" in o)
+    assert (again.stored / f"view-{DEFAULT_NODES}-None.json").is_file()
+    kept, computed = hot_tree(again), hot_tree(fresh)
+    assert kept.to_json() == computed.to_json()
+    from kernelmap.render import render
+
+    assert render(kept, "text", width=160) == render(computed, "text", width=160)
+    node = next(iter(own))
+    own.setdefault(node, {})["schema"] = "aten::x(Tensor self) -> Tensor"
+    assert own.changed and own[node]["schema"].startswith("aten::x")
+    from kernelmap.trace.store import stored_view
+
+    assert stored_view(again, DEFAULT_NODES, None) is None
+    assert hot_tree(again).root == subset_root(again._table, hot_nodes(again._table, DEFAULT_NODES))
+
+
+def test_the_store_is_bounded_least_recently_used_first(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELMAP_CACHE_DIR", str(tmp_path))
+    from kernelmap.errors import BadInput
+    from kernelmap.trace import load
+    from kernelmap.trace.store import evict, stored
+
+    a, b, c = (HERE / "data" / name for name in ("hta-trace_filter-sampled_rank-1.json.gz", "hta-timeline_analysis-sampled_rank-0.json.gz",
+                                                  "hta-critical_path-alexnet-benchmark_result_2869224_1695835535_trace.json.gz"))
+    first, second = load(a, resolve=False, store=True), load(b, resolve=False, store=True)
+    sizes = {s["id"]: s["bytes"] for s in stored()}
+    assert set(sizes) == {first.id, second.id}
+    os.utime(second.stored / "used", (time.time() - 100, time.time() - 100))
+    load(a, resolve=False, store=True)  # opened again: now the most recently used
+    # room for one more besides the first: the second, least recently used, goes
+    monkeypatch.setenv("KERNELMAP_TRACE_STORE_MB", str((sizes[first.id] + sizes[first.id]) / 2**20))
+    third = load(c, resolve=False, store=True)
+    assert {s["id"] for s in stored()} == {first.id, third.id}
+    assert not (second.stored.parent).exists()
+    latest = load(b, resolve=False, store=True)  # imported again, and the first, now least recently used, goes
+    assert latest.summary().to_json() == second.summary().to_json() and {s["id"] for s in stored()} == {third.id, latest.id}
+    # a store smaller than the trace just imported keeps that trace alone
+    monkeypatch.setenv("KERNELMAP_TRACE_STORE_MB", "0")
+    for s in stored():
+        os.utime(tmp_path / "trace" / "store" / s["id"] / s["variant"] / "used", (0, 0))
+    assert evict(0, keep=latest.stored) == [third.stored]
+    assert [s["id"] for s in stored()] == [latest.id]
+    monkeypatch.setenv("KERNELMAP_TRACE_STORE_MB", "lots")
+    with pytest.raises(BadInput, match="KERNELMAP_TRACE_STORE_MB must be a number"):
+        load(c, resolve=False, store=True)

@@ -137,3 +137,25 @@ def test_a_stored_traces_summary_and_hot_nodes_are_kept_beside_its_tables(tmp_pa
     assert kept[:2] == ["hot-1000-None.npy", "hot-50-None.npy"] and kept[2].startswith("summary-")  # the default view's, chosen at import
     again = load(TRAIN, resolve=False, store=True)
     assert again.summary() == summary and to_json(hot_tree(again, 50)) == hot
+
+
+def test_the_hot_nodes_are_the_same_weighed_a_slice_at_a_time(train, monkeypatch):
+    """hot_nodes weighs a slice of nodes at a time (bounded memory on a re-opened
+    trace of any size): the nodes are those of the weights taken at once."""
+    from kernelmap.trace import views
+
+    t = train._table
+    w = views.weights(t)
+    rng = np.random.default_rng(0)
+    for root in [0, *rng.integers(0, len(t), 12).tolist()]:
+        end = root + int(t.size[root])
+        for top, depth in ((40, None), (300, 4), (5, 0)):
+            once = views.hot_nodes(t, top, depth, root=root)
+            monkeypatch.setattr(views, "_HOT_SLICE", 97)
+            sliced = views.hot_nodes(t, top, depth, root=root)
+            monkeypatch.undo()
+            assert np.array_equal(once, sliced), (root, top, depth)
+            if depth is None and end - root > top:  # the heaviest of the subtree (ties to the earlier), and their ancestors
+                sub = w[root:end].copy()
+                heaviest = set((root + np.lexsort((np.arange(end - root), -sub))[:top]).tolist())
+                assert heaviest <= set(once.tolist())

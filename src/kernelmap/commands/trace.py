@@ -131,7 +131,11 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
       kernelmap trace --from rank0.json.gz --hot 200 --export-tree tree.parquet
     """
     from kernelmap import trace as tracing
+    from kernelmap.runscript import absolute, user_code
 
+    # where the outputs go, fixed before any code runs: a script that changes folder
+    # does not move them (Note [user code and kernelmap's output])
+    export_path, html_path, tree_path = absolute(export_chrome), absolute(html), absolute(export_tree)
     _check_options(width, top, min_us, depth, export_chrome)
     if hot is not None and full_tree:
         raise BadInput("--hot shows part of the tree and --full-tree all of it: give one")
@@ -180,23 +184,25 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
         except KeyboardInterrupt:
             click.echo(f"kernelmap: interrupted while reading {from_file}", err=True)
             sys.exit(130)
-    elif code is not None:
-        result = tracing.run_code(code, **options)
-    elif ":" in target and not target.endswith(".py"):
-        result = tracing.run_function(target, **options)
     else:
-        result = tracing.run_script(target, tuple(args), **options)
+        with user_code():  # its prints go to stderr, kernelmap's answer alone to stdout
+            if code is not None:
+                result = tracing.run_code(code, **options)
+            elif ":" in target and not target.endswith(".py"):
+                result = tracing.run_function(target, **options)
+            else:
+                result = tracing.run_script(target, tuple(args), **options)
 
     if export_chrome:
         try:
-            result.export_chrome(export_chrome)
+            result.export_chrome(export_path)
         except OSError as e:
             raise BadInput(f"cannot write --export-chrome {export_chrome}: {e.strerror}") from None
     from kernelmap.trace import views
     from kernelmap.trace.summary import TraceReport
 
     if export_tree is not None:
-        _export_tree(result, export_tree)
+        _export_tree(result, tree_path)
 
     def shown():  # the tree a view shows: bounded unless every node is asked for (Note [hot subtrees] in kernelmap.trace.views)
         return result.tree if full_tree else views.hot_tree(result, hot or views.DEFAULT_NODES)
@@ -204,7 +210,7 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
     if html is not None:
         from kernelmap.commands.options import write_html
 
-        write_html(TraceReport(shown(), result.summary()), html)
+        write_html(TraceReport(shown(), result.summary()), html_path)
 
     if as_json and full_tree and tree:
         views.write_full_json(result, sys.stdout, summary=summary)  # streamed: no tree in memory

@@ -202,7 +202,39 @@ _UNPLACED = PythonFrames(None, check=False)  # no torch to place frames in
 def _function_spans(file) -> dict[str, list[tuple[int, int]]] | None:
     """Name -> (first, last) lines of each function, lambda and comprehension
     of a Python file, and of the module itself (`<module>`); None when the file
-    cannot be read or parsed."""
+    cannot be read or parsed. Kept in the cache by the file's path, size and
+    mtime: parsing torch/nn/functional.py costs a third of a second, every
+    import of a trace that names it."""
+    import hashlib
+    import json
+    import os
+
+    try:
+        st = os.stat(file)
+        from kernelmap import env
+
+        key = hashlib.sha256(f"{os.path.realpath(file)}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:32]
+        kept = env.cache_dir() / "trace" / "spans" / f"{key}.json"
+    except (OSError, TypeError, ValueError):
+        kept = None
+    if kept is not None:
+        try:
+            return {k: [tuple(x) for x in v] for k, v in json.loads(kept.read_text()).items()}
+        except (OSError, ValueError, TypeError, AttributeError):
+            pass
+    spans = _parsed_spans(file)
+    if kept is not None and spans is not None:
+        try:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            tmp = kept.with_name(f"{kept.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(spans))
+            os.replace(tmp, kept)
+        except OSError:
+            pass  # an unwritable cache: parsed again next time
+    return spans
+
+
+def _parsed_spans(file) -> dict[str, list[tuple[int, int]]] | None:
     import ast
 
     try:
@@ -272,8 +304,13 @@ class Values:
         try:  # the common case: every value an int
             out = np.array(values, dtype=np.int64)
         except (TypeError, ValueError, OverflowError):
-            code = self._code  # bools read as ints, as numpy reads them (and a dict: True == 1)
-            out = np.array([v if isinstance(v, int) and _ODD < v < -_ODD else code(v) for v in values], dtype=np.int64)
+            try:  # the next most common: ints, some absent (an arg one category of events has and another not)
+                if None not in values:
+                    raise TypeError
+                out = np.array([NONE if v is None else v for v in values], dtype=np.int64)
+            except (TypeError, ValueError, OverflowError):
+                code = self._code  # bools read as ints, as numpy reads them (and a dict: True == 1)
+                out = np.array([v if isinstance(v, int) and _ODD < v < -_ODD else code(v) for v in values], dtype=np.int64)
         if len(out) and out.min() < _ODD:
             for i in np.flatnonzero((out < _ODD) & (out > _SOME)).tolist():  # an int that falls among the codes: kept aside too
                 if isinstance(values[i], int):
@@ -513,7 +550,7 @@ def collect(batches: Iterable[list[Any]], python_frames: PythonFrames | None = N
     from kernelmap.trace.reader import Args, Event
 
     c = Collected()
-    chunks: dict[str, list[np.ndarray]] = {k: [] for k in _ROW_COLUMNS}
+    chunks = _Blocks(_ROW_COLUMNS)
     flow_chunks: dict[str, list[np.ndarray]] = {k: [] for k in ("id", "thread", "ts", "end")}
     empty_args = Args()
     conv_labels: set[int] = set()
@@ -541,7 +578,7 @@ def collect(batches: Iterable[list[Any]], python_frames: PythonFrames | None = N
         rows = _collect_rows(c, xs, xi, base, python_frames, conv_labels)
         args = [e.args for e in xs]
         cats = rows["cat"]
-        n_before = sum(len(a) for a in chunks["ts"])
+        n_before = chunks.rows
         for cat, fields in _KEPT_ARGS.items():
             where = np.flatnonzero(cats == CAT[cat])
             if not len(where):
@@ -560,14 +597,54 @@ def collect(batches: Iterable[list[Any]], python_frames: PythonFrames | None = N
                 kept = {k: v for k, v in values if v is not None}
                 if kept:
                     c.conv[n_before + i] = kept
-        for k, v in rows.items():
-            chunks[k].append(v)
-    for k in list(chunks):  # a column at a time, each one's windows freed as it is joined
-        parts = chunks.pop(k)
-        c.columns[k] = np.concatenate(parts) if parts else np.zeros(0, dtype=_ROW_COLUMNS[k])
-        del parts
+        chunks.add(rows)
+        del rows
+    c.columns = chunks.columns()
     c.flows = {k: np.concatenate(v) if v else np.zeros(0) for k, v in flow_chunks.items()}
     return c
+
+
+_BLOCK = 1 << 18  # rows per block of the collected columns
+
+
+class _Blocks:
+    """The collected row columns, filled a window at a time into blocks of
+    _BLOCK rows. A window's few thousand rows kept as arrays of their own
+    would lie among the window's freed temporaries on the heap, which then
+    cannot shrink (a million events: 75 MB held for nothing); a block is one
+    allocation of its own, and its pages are taken only as rows are written."""
+
+    def __init__(self, dtypes: dict[str, Any]):
+        self.dtypes = dtypes
+        self.blocks: dict[str, list[np.ndarray]] = {k: [] for k in dtypes}
+        self.rows = 0
+        self._fill = _BLOCK  # rows written in the last block
+
+    def add(self, rows: dict[str, np.ndarray]) -> None:
+        m = len(next(iter(rows.values())))
+        at = 0
+        while at < m:
+            if self._fill == _BLOCK:
+                for k, dtype in self.dtypes.items():
+                    self.blocks[k].append(np.empty(_BLOCK, dtype=dtype))
+                self._fill = 0
+            take = min(m - at, _BLOCK - self._fill)
+            for k, v in rows.items():
+                self.blocks[k][-1][self._fill : self._fill + take] = v[at : at + take]
+            self._fill += take
+            at += take
+        self.rows += m
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Each column joined, a column at a time (its blocks freed as it is)."""
+        out = {}
+        for k in list(self.blocks):
+            parts = self.blocks.pop(k)
+            if parts:
+                parts[-1] = parts[-1][: self._fill]
+            out[k] = np.concatenate(parts) if len(parts) > 1 else parts[0].copy() if parts else np.zeros(0, dtype=self.dtypes[k])
+            del parts
+        return out
 
 
 def _collect_rows(c: Collected, xs: list, xi: list[int], base: int, python_frames: PythonFrames | None,
@@ -655,7 +732,17 @@ _ARG_COLUMNS = {  # Note [columns from records]
 
 
 def _thread_ids(c: Collected, events: list) -> np.ndarray:
-    """The thread id of each event's (pid, tid)."""
+    """The thread id of each event's (pid, tid): looked up once per distinct
+    pair where both are ints (the usual case), else once per event."""
+    pids, tids = [e.pid for e in events], [e.tid for e in events]
+    try:
+        p, t = np.array(pids, dtype=np.int64), np.array(tids, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):  # a string, or an absent id
+        p = None
+    if p is not None and len(p):
+        distinct, first, inverse = np.unique(combine(p, t), return_index=True, return_inverse=True)
+        ids = np.array([c.thread_id((pids[i], tids[i])) for i in first.tolist()], dtype=np.int32)
+        return ids[inverse.reshape(-1)]
     get = c.thread_ids.get
     ids = [get((e.pid, e.tid)) for e in events]
     if None in ids:
@@ -991,10 +1078,10 @@ def _nest(ts: np.ndarray, dur: np.ndarray, thread: np.ndarray) -> np.ndarray:
 _SLICE = 1 << 16  # rows turned into Python lists at a time (a list of a million ints is 36 MB)
 
 
-def _slices(n: int, backwards: bool = False):
-    starts = range(0, n, _SLICE)
+def _slices(n: int, backwards: bool = False, size: int = _SLICE):
+    starts = range(0, n, size)
     for lo in reversed(starts) if backwards else starts:
-        yield lo, min(lo + _SLICE, n)
+        yield lo, min(lo + size, n)
 
 
 def _propagate_up(flag: np.ndarray, parent: np.ndarray) -> np.ndarray:

@@ -298,7 +298,8 @@ def _array_ends(buf: _Buffer) -> bool:
 # fields kernelmap does not use without building them. A cut inside a
 # string or a nested object cannot decode (JSON is read left to right, so
 # the window's text ends inside that string or object); a window that does
-# decode therefore ends on an event boundary. Any failure (a bad cut, a
+# decode therefore ends on an event boundary. A window that ends inside a
+# string (a kernel name holding "}, ") is tried again up to the '}' before. Any failure (a bad cut, a
 # malformed event, a field of an unexpected type, a value longer than the
 # window) sends that window through the one-event-at-a-time path, which
 # gives the same errors, byte offsets included, as `read_trace`.
@@ -362,6 +363,7 @@ class Mixed(list):
 
 _WINDOW = msgspec.json.Decoder(list[Event])
 _MAX_CUTS = 16  # '}' tried per window before it goes the slow way
+_RETRIES = 8  # cuts that fall inside a string tried per window before it goes the slow way
 
 
 def _fast_events(buf: _Buffer, decode) -> Iterator[list[Event | Loose]]:
@@ -376,11 +378,18 @@ def _fast_events(buf: _Buffer, decode) -> Iterator[list[Event | Loose]]:
         text, pos = buf.text, buf.pos
         cut = _cut(text, pos)
         batch = None
-        if cut > pos:
+        for _ in range(_RETRIES):  # a cut inside a string ("{lambda(float)#1}, std::array" in a kernel name): the '}' before it
+            if cut <= pos:
+                break
             try:
                 batch = _WINDOW.decode("[" + text[pos : cut + 1] + "]")
-            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-                batch = None
+                break
+            except msgspec.DecodeError as e:
+                if "truncated" not in str(e):
+                    break  # malformed text: the slow way says where
+                cut = _cut(text, pos, cut)
+            except (msgspec.ValidationError, RecursionError):
+                break
         if batch is not None:
             buf.pos = cut + 1
             yield batch
@@ -403,10 +412,10 @@ def _fast_events(buf: _Buffer, decode) -> Iterator[list[Event | Loose]]:
             return
 
 
-def _cut(text: str, pos: int) -> int:
-    """The last '}' after `pos` followed (after blanks) by ',' or ']', or -1."""
+def _cut(text: str, pos: int, before: int | None = None) -> int:
+    """The last '}' after `pos` (and before `before`) followed (after blanks) by ',' or ']', or -1."""
     n = len(text)
-    j = text.rfind("}", pos)
+    j = text.rfind("}", pos) if before is None else text.rfind("}", pos, before)
     for _ in range(_MAX_CUTS):
         if j < 0:
             return -1

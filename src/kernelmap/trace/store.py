@@ -20,17 +20,33 @@ and source tree): the import's result depends on those too. A variant holds
                 device, stream, grid, block)
   labels.arrow  each distinct (name, category): kind, display name, raw name,
                 Python location (interned strings: nodes refer to them)
+  own.arrow     the facts of single nodes (a convolution's backend, an
+                autograd node's forward operator...): node, its facts as JSON
+                text, and whether they name a library; sorted by node, mapped,
+                each decoded when a view reads that node
+  conv.arrow    likewise per event row: the args a convolution keeps
   facts.json    the resolved facts shared by many nodes (one per distinct
                 operator call and kernel name: resolution ran once per name),
-                facts of single nodes, pooled shapes, odd ids, threads,
-                notes and meta
+                pooled shapes, odd ids, threads, notes and meta: what grows
+                with the distinct names of a trace, not with its events
+  view-*.json   the default bounded view (views.hot_tree), as its calltree/2
+                document, made at import: a re-opened trace shows it without
+                touching its columns
 
 Arrow IPC files are written uncompressed, so they are memory-mapped on
 opening: the columns are numpy views of the file's pages, read as the
-queries touch them. Any Arrow reader (pyarrow, DuckDB through pyarrow,
+queries touch them (mapped for random access: a view that reads a thousand
+scattered nodes brings in their pages, not the kernel's read-ahead around
+each). Any Arrow reader (pyarrow, DuckDB through pyarrow,
 Polars) reads them as tables. A variant is written in a temporary folder
 and renamed into place, so a killed import leaves no half-written tables;
 leftovers of killed imports are removed by the next import.
+
+The store is bounded (Note [trace store bound]): after each import, the
+variants least recently opened are removed until the store holds at most
+`KERNELMAP_TRACE_STORE_MB` megabytes (default 10,240); the trace just
+imported is kept even when it alone is larger. A removed trace is imported
+again from its file the next time it is read.
 
 Why these choices: Arrow's IPC format is the one columnar format that maps
 without decoding (Parquet decodes every page), which is what makes re-opening
@@ -45,9 +61,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 import shutil
 import time
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +74,7 @@ import numpy as np
 from kernelmap.errors import BadInput
 from kernelmap.model import Location, OriginTable
 
-STORE_VERSION = 3  # 2: the events' record function ids (rf); 3: each node's children and their time
+STORE_VERSION = 4  # 2: the events' record function ids (rf); 3: each node's children and their time; 4: own and conv facts mapped, the default view
 _ID_LENGTH = 32
 
 
@@ -70,10 +88,13 @@ def store_dir() -> Path:
     return env.cache_dir() / "trace" / "store"
 
 
-def content_id(path: Path) -> str:
+def content_id(path: Path, memo: bool = True) -> str:
     """The store id of a trace file: its content's SHA-256 (the first 32 hex
     digits). A file seen before with the same size, mtime and inode is not
-    read again (the answer is remembered by those)."""
+    read again (the answer is remembered by those, unless `memo` is False:
+    a temporary file is never seen again)."""
+    if not memo:
+        return _digest(path)
     st = path.stat()
     stamp = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}".encode()).hexdigest()[:32]
     memo = store_dir() / "by-stat" / stamp
@@ -83,13 +104,17 @@ def content_id(path: Path) -> str:
             return known
     except OSError:
         pass
+    found = _digest(path)
+    _write_atomic(memo, found)
+    return found
+
+
+def _digest(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(1 << 22):
             digest.update(chunk)
-    found = digest.hexdigest()[:_ID_LENGTH]
-    _write_atomic(memo, found)
-    return found
+    return digest.hexdigest()[:_ID_LENGTH]
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -182,6 +207,25 @@ def _write_arrow(path: Path, columns: dict[str, Any]) -> None:
         writer.write_table(table, max_chunksize=max(table.num_rows, 1))  # one record batch: each column one mapped array
 
 
+_VIEW_DEPTH = 200  # a deeper view is not kept (its JSON would nest past what the json module reads): it is made again when shown
+
+
+def _dumps(value: Any) -> bytes:
+    """JSON as the standard library writes it (ASCII: a lone surrogate stays an escape)."""
+    return json.dumps(value).encode("ascii")
+
+
+def _write_facts(path: Path, facts: dict[int, Any], origins: OriginTable) -> None:
+    """key -> facts (a dict) as a table sorted by key: the facts as JSON text,
+    and whether they name a library (what the summary looks for)."""
+    import pyarrow as pa
+
+    keys = np.array(sorted(facts), dtype=np.int64)
+    texts = [json.dumps(_encode(facts[k], origins)) for k in keys.tolist()]
+    library = [isinstance(facts[k], dict) and ("library" in facts[k] or "closed" in facts[k]) for k in keys.tolist()]
+    _write_arrow(path, {"key": keys, "facts": pa.array(texts, type=pa.large_string()), "library": pa.array(library, type=pa.bool_())})
+
+
 def save(t, folder: Path) -> None:
     """Write the trace `t` (a Trace with its columns) as a variant folder, atomically."""
     import pyarrow as pa
@@ -205,7 +249,8 @@ def save(t, folder: Path) -> None:
         from kernelmap.trace.views import DEFAULT_NODES, hot_nodes
 
         if n > DEFAULT_NODES:  # the default view's nodes, chosen now, while the columns are in memory (views._stored_hot)
-            np.save(tmp / f"hot-{DEFAULT_NODES}-None.npy", hot_nodes(table, DEFAULT_NODES).astype(np.int64), allow_pickle=False)
+            hot = hot_nodes(table, DEFAULT_NODES).astype(np.int64)
+            np.save(tmp / f"hot-{DEFAULT_NODES}-None.npy", hot, allow_pickle=False)
         _write_arrow(tmp / "events.arrow", dict(c.columns))
         labels = c.labels
         _write_arrow(tmp / "labels.arrow", {
@@ -223,22 +268,32 @@ def save(t, folder: Path) -> None:
             "has_facts": table.facts is not None,
             "label_locations": [_encode(loc, origins) for loc in labels.location],
             "shared": [_encode(f, origins) for f in table.shared],
-            "own": [[i, _encode(f, origins)] for i, f in table.own.items()],
             "threads": [[i, _encode(k, origins)] for i, k in table.threads.items()],
             "table_notes": list(table.notes),
             "pool": [_encode(x, origins) for x in c.pool.items],
             "odd": [str(v) if isinstance(v, int) else v for v in c.values.odd],
             "odd_int": [i for i, v in enumerate(c.values.odd) if isinstance(v, int)],
             "event_threads": [_encode(k, origins) for k in c.threads],
-            "conv": [[r, _encode(d, origins)] for r, d in c.conv.items()],
             "counts": {"events": c.events, "skipped": c.skipped, "device_count": c.device_count},
         }
+        _write_facts(tmp / "own.arrow", table.own, origins)
+        _write_facts(tmp / "conv.arrow", c.conv, origins)
+        from kernelmap.trace.views import _depths
+
+        if n > DEFAULT_NODES and int(_depths(table, hot).max()) <= _VIEW_DEPTH:  # the default view itself, for a re-open
+            from kernelmap.model import CallTree
+            from kernelmap.trace.views import subset_root
+
+            view = CallTree(subset_root(table, hot), (), {}).to_json()
+            (tmp / f"view-{DEFAULT_NODES}-None.json").write_bytes(_dumps(view))
+            del view
         doc["origins"] = origins.to_json()
         (tmp / "facts.json").write_text(json.dumps(doc), encoding="utf-8")  # ASCII: a lone surrogate stays an escape
         try:
             os.rename(tmp, folder)
         except OSError:  # another import of the same trace finished first: its tables stand
             shutil.rmtree(tmp, ignore_errors=True)
+        _touch(folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # a full disk, an interrupt: no half-written variant
         raise
@@ -265,13 +320,24 @@ def _clean_leftovers(parent: Path, older_than_s: float = 3600.0) -> None:
 # ---------------------------------------------------------------------------
 
 
-def _read_arrow(path: Path) -> dict[str, np.ndarray]:
-    """The columns of an Arrow IPC file as numpy views of the mapped file (no copy)."""
+def _mapped_table(path: Path):
+    """An Arrow IPC file as a table over the file's pages, mapped for random
+    access (no read-ahead around each page a view touches)."""
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
-    source = pa.memory_map(str(path), "r")
-    table = ipc.open_file(source).read_all()
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            raise ValueError(f"an empty table: {path.name}")
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    if hasattr(mapped, "madvise") and hasattr(mmap, "MADV_RANDOM"):
+        mapped.madvise(mmap.MADV_RANDOM)
+    return ipc.open_file(pa.BufferReader(pa.py_buffer(mapped))).read_all()
+
+
+def _read_arrow(path: Path) -> dict[str, np.ndarray]:
+    """The columns of an Arrow IPC file as numpy views of the mapped file (no copy)."""
+    table = _mapped_table(path)
     out = {}
     for name in table.column_names:
         col = table.column(name)
@@ -286,6 +352,84 @@ def _pool_item(v: Any) -> Any:
     if type(v) is list:  # as build.Pool keeps them: arrays one level down are tuples too
         return tuple(tuple(x) if isinstance(x, list) else x for x in v)
     return v
+
+
+class MappedFacts(MutableMapping):
+    """key (a node, an event row) -> its facts, read from a mapped table
+    (`_write_facts`) and decoded when asked; facts set after opening (an
+    execution trace linked to a re-opened trace) are held in memory over them."""
+
+    def __init__(self, path: Path, origins: OriginTable):
+        table = _mapped_table(path)
+        self._keys = table.column("key").chunk(0).to_numpy(zero_copy_only=True) if table.num_rows else np.zeros(0, np.int64)
+        self._texts = table.column("facts").chunk(0) if table.num_rows else None
+        self._library = table.column("library").chunk(0) if table.num_rows else None
+        self._origins = origins
+        self._set: dict[int, Any] = {}
+        self._gone: set[int] = set()
+
+    @property
+    def changed(self) -> bool:
+        """Whether facts were set or removed since the table was written."""
+        return bool(self._set or self._gone)
+
+    def _row(self, key: Any) -> int:
+        if not isinstance(key, (int, np.integer)) or key in self._gone:
+            return -1
+        at = int(np.searchsorted(self._keys, key))
+        return at if at < len(self._keys) and self._keys[at] == key else -1
+
+    def __getitem__(self, key: Any) -> Any:
+        if key in self._set:
+            return self._set[key]
+        at = self._row(key)
+        if at < 0:
+            raise KeyError(key)
+        return _decode(json.loads(self._texts[at].as_py()), self._origins)
+
+    def setdefault(self, key: int, default: Any = None) -> Any:
+        """The facts of `key`, held in memory from now on: the caller may change them in place."""
+        value = self[key] if key in self else default
+        self[key] = value
+        return value
+
+    def __setitem__(self, key: int, value: Any) -> None:
+        self._gone.discard(key)
+        self._set[key] = value
+
+    def __delitem__(self, key: int) -> None:
+        if key not in self:
+            raise KeyError(key)
+        self._set.pop(key, None)
+        self._gone.add(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._set or self._row(key) >= 0
+
+    def __iter__(self) -> Iterator[int]:
+        seen = set(self._set)
+        yield from self._set
+        for k in self._keys.tolist():
+            if k not in seen and k not in self._gone:
+                yield k
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def library_nodes(self) -> list[int]:
+        """The keys whose facts name a library (or say it is closed), without decoding the others."""
+        flagged = self._keys[self._library.to_numpy(zero_copy_only=False)] if self._library is not None else self._keys
+        out = {k for k in flagged.tolist() if k not in self._set and k not in self._gone}
+        out |= {k for k, v in self._set.items() if "library" in v or "closed" in v}
+        return sorted(out)
+
+
+def _touch(folder: Path) -> None:
+    """Mark a variant as used now (Note [trace store bound])."""
+    try:
+        (folder / "used").touch()
+    except OSError:
+        pass
 
 
 def open_variant(folder: Path, file: Path | None = None):
@@ -311,13 +455,13 @@ def open_variant(folder: Path, file: Path | None = None):
     odd_int = set(doc["odd_int"])
     c.values.odd = [int(v) if i in odd_int else v for i, v in enumerate(doc["odd"])]
     c.threads = [tuple(_decode(k, origins)) for k in doc["event_threads"]]
-    c.conv = {int(r): _decode(d, origins) for r, d in doc["conv"]}
+    c.conv = MappedFacts(folder / "conv.arrow", origins)
     c.columns = events
     c.events, c.skipped, c.device_count = doc["counts"]["events"], doc["counts"]["skipped"], doc["counts"]["device_count"]
     table = Table(c, nodes["kind"], nodes["label"], nodes["row"], nodes["parent"], nodes["size"], nodes["ts"], nodes["dur"], nodes["linked"])
     table.notes = list(doc["table_notes"])
     table.threads = {int(i): tuple(_decode(k, origins)) for i, k in doc["threads"]}
-    table.own = {int(i): _decode(f, origins) for i, f in doc["own"]}
+    table.own = MappedFacts(folder / "own.arrow", origins)
     table.facts = nodes["facts"] if doc["has_facts"] else None
     table.shared = [_decode(f, origins) for f in doc["shared"]]
     table.resolved = doc["resolved"]
@@ -326,18 +470,35 @@ def open_variant(folder: Path, file: Path | None = None):
     t = Trace(None, file if file is not None else Path(doc["file"]), table=table, notes=tuple(doc["notes"]), meta=meta)
     t.id = folder.parent.name
     t.stored = folder
+    _touch(folder)
     return t
 
 
+def stored_view(t, top: int, depth: int | None):
+    """The root CallNode of the bounded view kept beside a re-opened trace's
+    tables (None when none is kept, or when its facts changed since)."""
+    from kernelmap.model import CallTree
+
+    folder, table = t.stored, t._table
+    if folder is None or table is None or not isinstance(table.own, MappedFacts) or table.own.changed:
+        return None
+    try:
+        return CallTree.from_json(json.loads((folder / f"view-{top}-{depth}.json").read_bytes())).root
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def load(path: Path | str, *, keep_frames: bool = False, resolve: bool = True, source_tree: Path | None = None,
-         meta: dict[str, Any] | None = None):
+         meta: dict[str, Any] | None = None, memo: bool = True):
     """The trace at `path`, from its tables in the store when it was imported
-    before (with the same options), else imported and stored (Note [trace store])."""
+    before (with the same options), else imported and stored (Note [trace
+    store]). `memo`: remember the file's id by its size, mtime and inode
+    (`content_id`)."""
     from kernelmap.trace import TraceFormatError, load as import_trace
 
     path = Path(path)
     try:
-        tid = content_id(path)
+        tid = content_id(path, memo)
     except OSError as e:
         raise TraceFormatError(path.name, None, f"cannot open ({e.strerror})") from None
     folder = store_dir() / tid / variant_key(keep_frames=keep_frames, resolve=resolve, source_tree=source_tree)
@@ -348,14 +509,82 @@ def load(path: Path | str, *, keep_frames: bool = False, resolve: bool = True, s
             return t
         except (OSError, ValueError, KeyError, TypeError):
             shutil.rmtree(folder, ignore_errors=True)  # damaged or of another version: imported again
+    limit = limit_bytes()  # a bad bound is refused before the import, not after it
     t = import_trace(path, keep_frames=keep_frames, resolve=resolve, source_tree=source_tree, meta=meta)
     try:
         save(t, folder)
     except OSError:
         return t  # an unwritable cache: the trace is still answered, from memory
+    evict(limit, keep=folder)
     t.id = tid
     t.stored = folder
     return t
+
+
+# Note [trace store bound]
+# Each variant folder holds a `used` file touched whenever it is opened (or
+# written): its mtime says when the variant was last used. After an import,
+# `evict` removes whole variants, least recently used first, until the store
+# holds at most the limit; the variant just written is never removed (a trace
+# larger than the limit is still answered and kept until the next import).
+# A process that has a removed variant open keeps reading it (its mapped
+# files stay until they are closed).
+
+DEFAULT_LIMIT_MB = 10_240
+
+
+def limit_bytes() -> int:
+    """The store's bound: KERNELMAP_TRACE_STORE_MB megabytes (default 10,240)."""
+    text = os.environ.get("KERNELMAP_TRACE_STORE_MB", "").strip()
+    try:
+        mb = float(text) if text else DEFAULT_LIMIT_MB
+    except ValueError:
+        raise BadInput(f"KERNELMAP_TRACE_STORE_MB must be a number of megabytes, not {text[:40]!r}") from None
+    if not mb >= 0 or mb == float("inf"):
+        raise BadInput(f"KERNELMAP_TRACE_STORE_MB must be a finite number of megabytes of 0 or more, not {text[:40]!r}")
+    return int(mb * 1024 * 1024)
+
+
+def _variants() -> list[tuple[float, int, Path]]:
+    """(last used, bytes, folder) of every variant in the store."""
+    out = []
+    root = store_dir()
+    for d in root.iterdir() if root.is_dir() else ():
+        if len(d.name) != _ID_LENGTH or not d.is_dir():
+            continue
+        for v in d.iterdir():
+            if ".tmp-" in v.name or not v.is_dir():
+                continue
+            try:
+                files = list(v.iterdir())
+                size = sum(p.stat().st_size for p in files)
+                used = max((v / name).stat().st_mtime for name in ("used", "facts.json") if (v / name).exists())
+            except (OSError, ValueError):
+                continue
+            out.append((used, size, v))
+    return out
+
+
+def evict(limit: int | None = None, keep: Path | None = None) -> list[Path]:
+    """Remove the least recently used variants until the store holds at most
+    `limit` bytes (default `limit_bytes()`), never `keep`; the folders removed."""
+    limit = limit_bytes() if limit is None else limit
+    variants = sorted(_variants(), key=lambda v: v[0])
+    total = sum(size for _, size, _ in variants)
+    removed = []
+    for _, size, folder in variants:
+        if total <= limit:
+            break
+        if keep is not None and folder == keep:
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        total -= size
+        removed.append(folder)
+        try:
+            folder.parent.rmdir()  # the trace's last variant: its folder too
+        except OSError:
+            pass
+    return removed
 
 
 def stored_summary(t):
@@ -390,7 +619,11 @@ def open_stored(trace_id: str, *, keep_frames: bool = False, resolve: bool = Tru
     folder = store_dir() / trace_id / variant_key(keep_frames=keep_frames, resolve=resolve, source_tree=source_tree)
     if not (folder / "facts.json").is_file():
         raise UnknownTrace(f"no stored trace {trace_id} imported with these options; import it first (kernelmap trace --from FILE)")
-    return open_variant(folder)
+    try:
+        t = open_variant(folder)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UnknownTrace(f"the stored trace {trace_id} cannot be opened ({type(e).__name__}); import it again") from None
+    return t
 
 
 def stored() -> list[dict[str, Any]]:

@@ -313,7 +313,8 @@ def flat_of_table(t) -> Flat:
     n = len(t)
     facts = t.facts if t.facts is not None else np.full(n, -1, dtype=np.int32)
     single = np.full(n, -1, dtype=np.int64)
-    own = [i for i, o in t.own.items() if "library" in o or "closed" in o]
+    flagged = getattr(t.own, "library_nodes", None)  # a re-opened trace's: read without decoding every node's facts
+    own = flagged() if flagged is not None else [i for i, o in t.own.items() if "library" in o or "closed" in o]
     single[own] = own
     first, _, group = first_seen(combine(t.label, facts, single))
     display = t.c.labels.display

@@ -52,51 +52,51 @@ def weights(t) -> np.ndarray:
 
 
 def hot_nodes(t, top: int = DEFAULT_NODES, depth: int | None = None, root: int = 0) -> np.ndarray:
-    """The nodes a bounded view of `root`'s subtree shows, in pre-order (Note [hot subtrees])."""
-    if root:
-        return root + hot_nodes(_Slice(t, root), top, depth)
-    n = len(t)
+    """The nodes a bounded view of `root`'s subtree shows, in pre-order (Note
+    [hot subtrees]). The weights are worked out a slice of nodes at a time,
+    keeping the `top` heaviest so far: what this holds beyond the shown nodes
+    is one float per node of the subtree (its device time prefix), not the
+    dozen temporaries of `weights`."""
+    end = root + int(t.size[root])
+    n = end - root
     if n <= top and depth is None:
-        return np.arange(n)
-    w = weights(t)
+        return np.arange(root, end)
     k = min(top, n)
-    if k < n:
-        # the k heaviest, ties to the earlier node: sort by (-weight, position) among those at or above the k-th weight
-        cut = np.partition(w, n - k)[n - k]
-        above = np.flatnonzero(w > cut)
-        at = np.flatnonzero(w == cut)[: k - len(above)]
-        chosen = np.concatenate([above, at])
-    else:
-        chosen = np.arange(n)
-    keep = np.zeros(n, dtype=bool)
-    keep[0] = True
-    keep[chosen] = True
-    # every ancestor of a chosen node
+    # device time before each node of the subtree, in pre-order: one running sum (np.cumsum adds in order,
+    # so each slice's sums, carried on from the last, are those of one sum over the whole)
+    cs = np.empty(n + 1)
+    cs[0] = 0.0
+    for lo, hi in _slices(n, size=_HOT_SLICE):
+        device = np.isin(t.kind[root + lo : root + hi], DEVICE_KINDS)
+        cs[lo : hi + 1] = np.cumsum(np.concatenate([cs[lo : lo + 1], np.where(device, t.dur[root + lo : root + hi], 0.0)]))
+    best_w = np.zeros(0)
+    best_at = np.zeros(0, dtype=np.int64)
+    for lo, hi in _slices(n, size=_HOT_SLICE):
+        at = np.arange(lo, hi)
+        w = np.maximum(t.dur[root + lo : root + hi], cs[at + t.size[root + lo : root + hi]] - cs[at])
+        best_w, best_at = np.concatenate([best_w, w]), np.concatenate([best_at, at])
+        if len(best_at) > k:  # the k heaviest so far, ties to the earlier node
+            order = np.lexsort((best_at, -best_w))[:k]
+            best_w, best_at = best_w[order], best_at[order]
+    del cs
+    chosen = np.unique(np.concatenate([[0], best_at])) + root
+    # every ancestor of a chosen node (the subtree's root is one of them)
+    shown = chosen
     frontier = t.parent[chosen].astype(np.int64)
-    frontier = frontier[frontier >= 0]
-    while len(frontier):
-        frontier = frontier[~keep[frontier]]
-        keep[frontier] = True
+    while True:
+        frontier = np.setdiff1d(frontier[frontier >= root], shown)
+        if not len(frontier):
+            break
+        shown = np.union1d(shown, frontier)
         frontier = t.parent[frontier].astype(np.int64)
-        frontier = frontier[frontier >= 0]
-    nodes = np.flatnonzero(keep)
+    nodes = shown.astype(np.int64)
     if depth is not None:
         d = _depths(t, nodes)
         nodes = nodes[d <= depth]
     return nodes
 
 
-class _Slice:
-    """The columns of one node's subtree, its parents renumbered from it."""
-
-    def __init__(self, t, root: int):
-        end = root + int(t.size[root])
-        self.kind, self.dur, self.size = t.kind[root:end], t.dur[root:end], t.size[root:end]
-        self.parent = t.parent[root:end].astype(np.int64) - root
-        self.parent[0] = -1
-
-    def __len__(self) -> int:
-        return len(self.kind)
+_HOT_SLICE = 1 << 18  # nodes weighed at a time
 
 
 def node_tree(trace, node: int, top: int = DEFAULT_NODES, depth: int | None = None) -> CallTree:
@@ -110,7 +110,7 @@ def node_tree(trace, node: int, top: int = DEFAULT_NODES, depth: int | None = No
         raise BadInput(f"no node {node} in this trace (it has {len(t) if t is not None else 0})")
     nodes = hot_nodes(t, top, depth, root=node)
     notes = [f"the subtree of node {node}: {len(nodes):,} of its {int(t.size[node]):,} nodes"]
-    return CallTree(_subset_root(t, nodes), tuple(notes), {**trace.meta, "node": node})
+    return CallTree(subset_root(t, nodes), tuple(notes), {**trace.meta, "node": node})
 
 
 def _stored_hot(trace, top: int, depth: int | None) -> np.ndarray:
@@ -143,7 +143,7 @@ def _depths(t, nodes: np.ndarray) -> np.ndarray:
     out = np.zeros(len(nodes), dtype=np.int64)
     parents = t.parent[nodes].tolist()
     for j, p in enumerate(parents):
-        if p >= 0:
+        if p in index:  # the first node's parent (a subtree's root's) is not among them
             out[j] = out[index[p]] + 1
     return out
 
@@ -163,10 +163,15 @@ def hot_tree(trace, top: int = DEFAULT_NODES, depth: int | None = None) -> CallT
         notes.append(f"the {len(nodes):,} hottest of {n:,} nodes (host time, or the device time below them)"
                      + (f" to depth {depth}" if depth is not None else "")
                      + "; --full-tree shows them all, --export-tree FILE writes them (JSON Lines or Parquet)")
-    return CallTree(_subset_root(t, nodes), tuple(notes), trace.meta)
+    root = None
+    if getattr(trace, "stored", None) is not None:  # kept beside the tables at import (Note [trace store] in kernelmap.trace.store)
+        from kernelmap.trace.store import stored_view
+
+        root = stored_view(trace, top, depth)
+    return CallTree(root if root is not None else subset_root(t, nodes), tuple(notes), trace.meta)
 
 
-def _subset_root(t, nodes: np.ndarray) -> CallNode:
+def subset_root(t, nodes: np.ndarray) -> CallNode:
     """CallNodes for `nodes` (pre-order, closed under parent), each parent's
     left-out children folded into a note node."""
     display, locations = t.c.labels.display, t.c.labels.location

@@ -1,11 +1,12 @@
 # Two entry points: `make demo` (install, then run the main job) and
-# `make test` (install, fetch the real 2.6.0 test tree, run the tests).
+# `make test` (install, fetch the real 2.6.0 test tree, run the tests);
+# `make docs` builds the documentation site into site/.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 
-.PHONY: install demo test fuzz bench clean
+.PHONY: install demo test docs fuzz bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -13,7 +14,7 @@ $(BIN)/python:
 # torch is pinned and installed before the package so pip never resolves a CUDA build.
 $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check $(TORCH)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]'
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[test,docs]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -33,6 +34,11 @@ test: install
 	scripts/install-browser
 	$(BIN)/python -m pytest -q
 
+# The documentation site: warnings (a broken link or anchor, a page not in nav,
+# a command mkdocs-click cannot load) are errors.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 # The property tests of tests/fuzz with many more examples than `make test` gives them.
 fuzz: install
 	scripts/fetch-test-tree >/dev/null
@@ -42,4 +48,4 @@ bench: install
 	for b in benches/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .cache
+	rm -rf $(VENV) .cache site

@@ -223,3 +223,23 @@ def _written_at(node) -> bool:
         return True
     short = re.sub(r"<.*", "", node.name).rsplit("::", 1)[-1]
     return re.search(rf"(?<!\w){re.escape(short)}(?!\w)", lines[location.line - 1]) is not None
+
+
+def observed(answer, target: str, *, device: str = "cpu", dtype: str = "float32", source: str | None = None):
+    """`answer` (a stack or callers tree, a path or a where answer) with each
+    step marked observed, inlined or not taken by a run of `target` on the
+    installed torch with example inputs (kernelmap.observe.mark); the
+    observed path first. Observation runs this machine's CPU build."""
+    from kernelmap.errors import BadInput
+    from kernelmap.model import CallTree, PathAnswer
+    from kernelmap.observe import observe
+    from kernelmap.observe import mark
+
+    if device != "cpu":
+        raise BadInput(f"--observe runs the call on this machine's torch, on the CPU; --device {device} needs its own build and device (use --device cpu)")
+    run = observe(target, source=source, dtype=dtype)
+    if isinstance(answer, CallTree):
+        return mark.mark_tree(answer, run)
+    if isinstance(answer, PathAnswer):
+        return mark.mark_path(answer, run)
+    return mark.mark_where(answer, run)

@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "verify": "kernelmap.commands.extend:verify",
     "render": "kernelmap.commands.render:render_",
     "serve": "kernelmap.commands.serve:serve",
+    "observe": "kernelmap.commands.observe:observe",
 }
 
 

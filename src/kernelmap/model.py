@@ -649,6 +649,13 @@ FACTS: dict[str, Fact] = {
     "aten_runs_when": Fact("str", "when ATen's kernel runs instead of the override"),
     "registered": Fact("any", "whether the override is registered in this process (None: not asked)"),
     "served_by": Fact("str", "the torch._native DSL override that may serve a traced operator instead of ATen's kernel"),
+    # observation (kernelmap.observe): what a run of the installed torch showed
+    "observed": Fact("str", "observed (ran), inlined (folded into the frame above), not taken (never ran for these inputs), or observed, not in the static map"),
+    "native_frame": Fact("str", "the frame's function as the binary's symbol table names it, demangled"),
+    "library_file": Fact("str", "the native library file the frame ran in"),
+    "capability": Fact("str", "the CPU capability the frame's code was compiled for (DEFAULT, AVX2, AVX512)"),
+    "ran": Fact("str", "what ran, in a word: the CPU capability and the dtype case"),
+    "hits": Fact("int", "how many observed stacks pass through the node"),
     # markers set by the builders and processors
     "collapsed": Fact("str", "children not shown: a branch for another device or backend"),
     "cycle": Fact("str", "recursion cut: the node is already on the path above"),

@@ -62,7 +62,9 @@ def test_scaffold_text():
     answer = ScaffoldAnswer("/p/myrelu", "kernelmap_ext::myrelu", "myrelu(Tensor self) -> Tensor", "aten::relu", "pointwise", ("csrc/myrelu.cpp",), False)
     assert render(answer, "text", width=80, color=False) == (
         "kernelmap_ext::myrelu: myrelu(Tensor self) -> Tensor\n  starts as aten::relu (pointwise reference kernel)\n"
-        "  /p/myrelu/csrc/myrelu.cpp\nnext: cd /p/myrelu && python -m pytest tests\n"
+        "  /p/myrelu/csrc/myrelu.cpp\n"
+        "build just in time:  cd /p/myrelu && python -m pytest tests   (cpp_extension.load)\n"
+        "build ahead of time: cd /p/myrelu && pip install --no-build-isolation -e .   (setup.py)\n"
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from kernelmap.commands.options import codegen_bar, depth_check, device_option, dtype_option, emit, output_options, source_option
+from kernelmap.commands.options import codegen_bar, depth_check, device_option, dtype_option, emit, observe_option, output_options, source_option
 from kernelmap.graph.rules import DEFAULT_DEPTH
 
 
@@ -18,9 +18,10 @@ from kernelmap.graph.rules import DEFAULT_DEPTH
 @click.option("--all-branches", is_flag=True, help="Follow branches for other devices too, instead of collapsing them.")
 @click.option("--all-calls", is_flag=True, help="Also show tensor utility calls and helpers that reach nothing else.")
 @click.option("--compact", is_flag=True, help="One line per layer: nodes of their parent's layer are spliced out.")
+@observe_option
 @source_option
 @output_options
-def stack(target, device, dtype, requires_grad, depth, all_branches, all_calls, compact, source, as_json, width, html):
+def stack(target, device, dtype, requires_grad, depth, all_branches, all_calls, compact, observe, source, as_json, width, html):
     """Show what a call of TARGET runs, top-down, down to kernels and vendor calls.
 
     TARGET is a Python name (torch.nn.Conv2d, torch.nn.functional.conv2d,
@@ -32,6 +33,7 @@ def stack(target, device, dtype, requires_grad, depth, all_branches, all_calls, 
       kernelmap stack torch.nn.Conv2d --device cuda
       kernelmap stack aten::add.Tensor --device cpu --requires-grad --depth 8
       kernelmap stack torch.nn.Conv2d --device cuda --compact --width 100
+      kernelmap stack torch.nn.Conv2d --device cpu --observe
     """
     from kernelmap import graph
 
@@ -39,6 +41,10 @@ def stack(target, device, dtype, requires_grad, depth, all_branches, all_calls, 
     with codegen_bar() as bar:
         context = graph.open_context(device, requires_grad, all_branches, source, all_calls=all_calls, dtype=dtype, progress=bar)
         tree = graph.stack(target, context, depth)  # a tree's headers are generated on first use, under the bar
+    if observe:
+        from kernelmap.api import observed
+
+        tree = observed(tree, target, device=device, dtype=dtype, source=source)
     if compact:
         from kernelmap.processors import compact_layers
 

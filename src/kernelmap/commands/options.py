@@ -91,6 +91,18 @@ def output_options(f: Callable) -> Callable:
     return f
 
 
+def _observe_timeout(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    if not math.isfinite(value) or not 0 < value <= 3600:
+        raise BadInput(f"--timeout is seconds above 0 and at most 3600, not {value:g}")
+    return value
+
+
+observe_timeout_option = click.option("--timeout", type=float, default=120.0, show_default=True, callback=_observe_timeout,
+                                      help="Seconds the observed run may take; it is stopped past them.")
+observe_option = click.option("--observe", "observe", is_flag=True,
+                              help="Run the call on the installed torch under gdb (example inputs) and mark each step observed, inlined or not taken; the observed path first.")
+
+
 def depth_check(value: int) -> int:
     if value < 0:
         raise BadInput(f"depth must be 0 or more, not {value}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from kernelmap.commands.options import codegen_bar, device_option, dtype_option, emit, output_options, source_option
+from kernelmap.commands.options import codegen_bar, device_option, dtype_option, emit, observe_option, output_options, source_option
 
 
 @click.command()
@@ -15,9 +15,10 @@ from kernelmap.commands.options import codegen_bar, device_option, dtype_option,
 @dtype_option
 @click.option("--depth", type=int, default=48, show_default=True, help="How deep to search from FROM.")
 @click.option("--limit", type=int, default=5, show_default=True, help="How many routes to show (shortest first).")
+@observe_option
 @source_option
 @output_options
-def path(start, target, device, dtype, depth, limit, source, as_json, width, html):
+def path(start, target, device, dtype, depth, limit, observe, source, as_json, width, html):
     """Show the routes from FROM to TO on one device, each step at its file:line.
 
     FROM is a Python name (torch.nn.Conv2d, torch.mm), an operator
@@ -30,6 +31,7 @@ def path(start, target, device, dtype, depth, limit, source, as_json, width, htm
       kernelmap path torch.nn.Conv2d cudnnConvolutionForward --device cuda
       kernelmap path torch.nn.Conv2d cudnnBackendExecute --device cuda --limit 1
       kernelmap path torch.add ufunc::add --device cpu --json
+      kernelmap path torch.Tensor.to at::native::copy_kernel --device cpu --observe
     """
     from kernelmap import graph
     from kernelmap.graph.path import path as find_routes
@@ -37,6 +39,10 @@ def path(start, target, device, dtype, depth, limit, source, as_json, width, htm
     with codegen_bar() as bar:
         context = graph.open_context(device, source=source, dtype=dtype, progress=bar)
     answer = find_routes(start, target, context, depth, limit)
+    if observe:
+        from kernelmap.api import observed
+
+        answer = observed(answer, start, device=device, dtype=dtype, source=source)
     emit(answer, as_json, width, html)
     if not answer.routes:
         click.get_current_context().exit(1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kernelmap.commands.options import DEVICES, device_option, dtype_option, emit, output_options, source_option
+from kernelmap.commands.options import DEVICES, device_option, dtype_option, emit, observe_option, output_options, source_option
 
 
 @click.command()
@@ -15,9 +15,10 @@ from kernelmap.commands.options import DEVICES, device_option, dtype_option, emi
 @click.option("--autocast", is_flag=True, help="Run the call under torch.autocast.")
 @click.option("--inference-mode", is_flag=True, help="Run the call under torch.inference_mode.")
 @click.option("--static", is_flag=True, help="Answer from the catalog only: never import torch.")
+@observe_option
 @source_option
 @output_options
-def where(name, device, dtype, requires_grad, autocast, inference_mode, static, source, as_json, width, html):
+def where(name, device, dtype, requires_grad, autocast, inference_mode, static, observe, source, as_json, width, html):
     """Show where the operator behind NAME is declared and which kernels run it.
 
     NAME is an operator (conv2d, aten::conv2d, aten::add.Tensor) or a Python
@@ -28,6 +29,7 @@ def where(name, device, dtype, requires_grad, autocast, inference_mode, static, 
     Example:
       kernelmap where torch.nn.functional.conv2d --device cuda
       kernelmap where aten::add.Tensor --requires-grad --json
+      kernelmap where aten::conv2d --device cpu --observe
     """
     from kernelmap import api
 
@@ -42,4 +44,8 @@ def where(name, device, dtype, requires_grad, autocast, inference_mode, static, 
         static=static,
         source=source,
     )
+    if observe:
+        from kernelmap.api import observed
+
+        answer = observed(answer, name, device=device or "cpu", dtype=dtype, source=source)
     emit(answer, as_json, width, html)

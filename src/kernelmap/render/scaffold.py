@@ -1,5 +1,6 @@
 """Render a `scaffold` answer (kernelmap.model.ScaffoldAnswer) as text: the
-custom operator, what it starts as, every file written, what to do next."""
+custom operator, what it starts as, every file written, and its two ways
+to build: just in time by its tests, or ahead of time with setup.py."""
 
 from __future__ import annotations
 
@@ -12,5 +13,6 @@ from kernelmap.printable import printable
 def to_text(answer: Any, **_: Any) -> str:
     lines = [f"{answer.custom_op}: {answer.schema}", f"  starts as {answer.op} ({answer.family} reference kernel)"]
     lines += [f"  {os.path.join(answer.root, f)}" for f in answer.files]
-    lines.append(f"next: cd {answer.root} && python -m pytest tests")
+    lines.append(f"build just in time:  cd {answer.root} && python -m pytest tests   (cpp_extension.load)")
+    lines.append(f"build ahead of time: cd {answer.root} && pip install --no-build-isolation -e .   (setup.py)")
     return "".join(printable(line) + "\n" for line in lines)

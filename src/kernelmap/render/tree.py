@@ -100,6 +100,8 @@ _MARKERS = (
     ("repeat", "expanded above"),
     ("truncated", "cut"),
     ("unresolved", "unresolved"),
+    ("observed", ""),  # kernelmap.observe: observed, inlined, not taken
+    ("ran", ""),
 )
 
 GUIDES = ("├── ", "└── ", "│   ", "    ")

@@ -122,12 +122,15 @@ def test_a_kernels_own_loop_is_expanded(op, context):
 def test_sum_names_the_loop_that_runs(context):
     """sum on the CPU runs cascade_sum's `iter.parallel_reduce(lambda)`, whose
     lambda serial_for_each calls (SumKernel.cpp, read here): the lambda is a
-    step, at the line that hands it to parallel_reduce."""
+    step, at the line of its head, in the call that hands it to parallel_reduce."""
     tree = graph.stack("aten::sum.dim_IntList", context("cpu"))
     reduce = below(tree.root, lambda n: n.name == "at::TensorIteratorBase::parallel_reduce")
     assert reduce is not None
     lam = below(reduce, lambda n: n.attrs.get("loop") == "loop object" and "cascade_sum" in n.name)
-    assert lam is not None and "parallel_reduce(" in line_at(lam.location)
+    assert lam is not None and "[&](char** data" in line_at(lam.location)
+    lines = lam.location.disk_path.read_text().splitlines()
+    call = max(i for i in range(1, lam.location.line + 1) if "parallel_reduce(" in lines[i - 1])
+    assert lam.location.line - call < 3  # the lambda is the call's argument
 
 
 # -- 4. helpers reached through a lambda or a template ------------------------------

@@ -723,6 +723,7 @@ def _kernel_nodes(op: Op, kernel, code, ctx: GraphContext) -> list[Node]:
             for d in ctx.index.structured_kernels(functional, kind="structured_meta"):
                 nodes.append(cpp_node(d, ctx, EdgeKind.DIRECT, "meta: shapes and dtypes"))
                 nodes[-1].attrs["keep"] = True
+                nodes[-1].helper_levels = _META_HELPER_LEVELS  # Note [steps that run]
         ufunc = [u for u in (code.ufunc if code else ()) if u.key == DEVICE_KEYS[ctx.device]]
         impls = [u for u in ufunc if u.name.endswith("::impl")]
         if impls:
@@ -1231,6 +1232,24 @@ def _composite_utilities(children: list[Node], spelled: dict[int, str], ctx: Gra
     return followed
 
 
+# Note [steps that run]
+# A direct call whose callee reaches no operator, stub, loop or library is
+# plumbing, pruned from `stack` unless all calls are asked for. Two kinds of
+# them are steps a native stack shows, kept: a structured kernel's meta
+# function's helpers, two levels down (resize_reduction, make_reduction:
+# every call runs them), and a call of a function another translation unit
+# defines (a .cpp of its own: at::native::resize_output from a kernel of
+# another file), which the compiler cannot inline without link-time
+# optimisation, which release builds do not use: a real frame.
+_META_HELPER_LEVELS = 2
+
+
+def _another_unit(caller, callee) -> bool:
+    """Whether `callee` is defined in another translation unit (.cpp) of kernel code than `caller` (Note [steps that run])."""
+    path = callee.location.path
+    return path.endswith(".cpp") and path != caller.location.path and path.startswith(KERNEL_DIRS)
+
+
 def _vectorized_math(node: Node) -> bool:
     """Whether a direct call's node is (every candidate of it is) in ATen's vectorized math."""
     nodes = node.children if node.kind in (NodeKind.AMBIGUOUS, NodeKind.ALTERNATIVES) and node.children else [node]
@@ -1343,10 +1362,13 @@ def _site_children(node: Node, ctx: GraphContext, definition, sites, span, lambd
             child = entered(child, site.callee, ctx)  # Note [the way into the dispatcher]
         elif child.kind is NodeKind.OPERATOR and child.attrs.get("utility"):
             spelled[id(child)] = site.callee
-        if site.kind is EdgeKind.DIRECT and child.kind is NodeKind.KERNEL and not child.attrs.get("branch") and child.payload is not None \
-                and (span is not None or (node.loop_work and is_template(child.payload, ctx))):
-            child.loop_work = True  # the lambda's work (layer_norm's RowwiseMoments), and the templates it runs (RowwiseMomentsImpl)
-            child.attrs["keep"] = True
+        if site.kind is EdgeKind.DIRECT and child.kind is NodeKind.KERNEL and not child.attrs.get("branch") and child.payload is not None:
+            if span is not None or (node.loop_work and is_template(child.payload, ctx)):
+                child.loop_work = True  # the lambda's work (layer_norm's RowwiseMoments), and the templates it runs (RowwiseMomentsImpl)
+                child.attrs["keep"] = True
+            if node.helper_levels > 0 or _another_unit(definition, child.payload):  # Note [steps that run]
+                child.attrs["keep"] = True
+                child.helper_levels = max(0, node.helper_levels - 1)
         children.append(child)
     for target, site in _callbacks(definition, ctx):
         if (span is not None and not span[0] <= site.line <= span[1]) or any(first <= site.line <= last for first, last in lambdas):

@@ -44,6 +44,8 @@ class Node:
     known: dict[str, bool] | None = None
     # the number of dimensions the call's input has, when its operator's name fixes it (Note [arms that cannot run])
     rank: int | None = None
+    # how many levels of its direct helpers are steps that run (a meta function's resize_reduction), not plumbing
+    helper_levels: int = 0
 
     def __post_init__(self) -> None:
         self.kind = NodeKind(self.kind)

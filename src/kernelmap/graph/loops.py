@@ -225,7 +225,18 @@ def step_children(node: Node, ctx: GraphContext) -> list[Node]:
     for site in sites:
         condition = site.condition
         if site in object_site:
-            nodes.append(_object_node(step.loop_object, site, condition, step.operations, definition.location.path in _THREAD_FILES, step.lambdas))
+            threads = definition.location.path in _THREAD_FILES
+            obj = _object_node(step.loop_object, site, None if threads else None, step.operations, threads, step.lambdas)
+            wrapper = None if threads else _from_1d(step.loop_object, site, ctx)
+            if wrapper is not None:  # a 1-d lambda runs inside the 2-d loop TensorIterator makes of it
+                obj.attrs["call_site"] = wrapper.attrs.pop("inner_call_site", obj.attrs["call_site"])
+                obj.condition = "called for each row by the 2-d loop loop_2d_from_1d makes of it"
+                wrapper.condition = _joined_condition(condition, "called through loop2d_t (c10::function_ref): the 2-d loop made of the 1-d lambda")
+                wrapper.children = [obj]
+                nodes.append(wrapper)
+            else:
+                obj.condition = _joined_condition(condition, obj.condition)
+                nodes.append(obj)
             continue
         if site.callee in parameters:
             continue
@@ -251,6 +262,47 @@ def step_children(node: Node, ctx: GraphContext) -> list[Node]:
             attrs["loop"] = "iteration"
             nodes.append(_step_node(target, step.loop_object, step.operations, condition, attrs, step.lambdas))
     return nodes
+
+
+def _joined_condition(condition: str | None, why: str | None) -> str | None:
+    return f"{condition}; {why}" if condition and why else condition or why
+
+
+# A lambda's parameters: a 1-d loop takes (char** data, const int64_t* strides, int64_t n).
+_ONE_D = re.compile(r"\(\s*char\s*\*\s*\*\s*\w*\s*,[^,()]*,[^,()]*\)")
+
+
+def _from_1d(loop_object, site, ctx: GraphContext) -> Node | None:
+    """TensorIteratorBase::loop_2d_from_1d's 2-d loop, when the loop object is
+    a 1-d lambda: `for_each(loop1d_t)` wraps it (TensorIterator.h), and the
+    wrapper is the frame serial_for_each calls (Note [device loop machinery])."""
+    if not isinstance(loop_object, Lambda) or not _is_one_d(loop_object, ctx):
+        return None
+    found = [d for d in ctx.index.definitions("at::TensorIteratorBase::loop_2d_from_1d") if d.location.path.startswith(MACHINERY_FILES)]
+    if not found:
+        return None
+    d = found[0]
+    attrs: dict[str, Any] = {"call_site": site.location, "loop": "loop object", "keep": True, "symbol_kind": d.symbol.kind}
+    inner = next((s for s in ctx.index.calls_from(d) if s.callee == "loop"), None)
+    if inner is not None:
+        attrs["inner_call_site"] = inner.location
+    node = Node(d.name, NodeKind.KERNEL, d.location, EdgeKind.DIRECT, None, attrs)
+    return node
+
+
+def _is_one_d(lam: Lambda, ctx: GraphContext) -> bool:
+    """Whether a lambda takes a 1-d loop's parameters, read from its head, or
+    from the macro that writes it (`IMPLEMENT_ITERATOR_LAMBDA(op)`)."""
+    if lam.text.startswith("["):
+        return _ONE_D.search(lam.text) is not None
+    macro = re.match(r"([A-Z_][A-Z0-9_]*)\s*\(", lam.text)
+    if macro is None:
+        return False
+    from kernelmap.graph.down import tree_lines
+
+    lines = tree_lines(ctx, lam.location.path)
+    at = next((i for i, t in enumerate(lines) if re.match(rf"\s*#\s*define\s+{macro.group(1)}\b", t)), None)
+    return at is not None and any(_ONE_D.search(t) for t in lines[at : at + 4])
 
 
 def _object_node(loop_object, site, condition: str | None, operations: tuple, threads: bool = False, lambdas: tuple = ()) -> Node:

@@ -69,7 +69,11 @@ LIBRARIES: tuple[Library, ...] = (
     # the standard library's sorts are where a CPU sort, topk or median does its work (SortingKernel.cpp's
     # std::sort of a row); where one only orders a few dims (an FFT's), the loop or library after it ranks first
     Library("C++ standard library", closed=False, repository="https://gcc.gnu.org/git/gcc.git", ids=("libstdcxx",),
-            calls=_re(r"^std::(sort|stable_sort|partial_sort|nth_element)$"), inner_loop=True),
+            calls=_re(r"^std::(sort|stable_sort|partial_sort|nth_element)$"), inner_loop=True,
+            # libstdc++'s sorts run these (std::sort is inlined into its caller; its introsort loop is a frame)
+            entries=((_re(r"^std::sort$"), ("std::__introsort_loop",)),
+                     (_re(r"^std::stable_sort$"), ("std::__merge_sort_with_buffer",)),
+                     (_re(r"^std::nth_element$"), ("std::__introselect",)))),
     Library("HIP runtime", closed=False, repository="https://github.com/ROCm/clr", ids=("hip",), kernels=_re(r"^hipMemcpy|^hipMemset|^__amd_rocclr_")),
     Library(
         "cuDNN",
@@ -213,6 +217,9 @@ LIBRARIES: tuple[Library, ...] = (
             r"|geev|sytrf|hetrf|sytrs|hetrs|pstrf|lu|gemm_batch)_$)"
         ),
         ops=((_re(_CPU_GEMM_OPS), "cpu"),),
+        # the wheel's LAPACK is MKL's: a Fortran entry runs MKL's implementation of the routine (sgetrf_ -> mkl_lapack_sgetrf)
+        entries=((_re(r"^[sdcz](?:getrf|getrs|getri|gesdd|gesvd|geqrf|orgqr|ungqr|ormqr|unmqr|potrf|potrs|potri|syevd|heevd|geev|gels[dsy]?|trtrs"
+                      r"|sytrf|hetrf|sytrs|hetrs|pstrf)_$"), ("mkl_lapack_{name}",)),),
     ),
     Library("LAPACK", closed=False, repository="https://github.com/Reference-LAPACK/lapack", ids=("lapack",), ops=((_re(_LINALG_OPS), "cpu"),)),
     Library("ATen", closed=False, repository="https://github.com/pytorch/pytorch", ids=("aten",)),
@@ -257,9 +264,11 @@ _ANY_CALL = re.compile("|".join(f"(?P<l{i}>{lib.calls.pattern})" for i, lib in e
 # `ideep::convolution_forward::compute_v3` is inlined into ATen's caller, and
 # `compute_dispatch`, `do_compute`, `dnnl::primitive::execute` and the C
 # entry `dnnl_primitive_execute` run below it (torch 2.13's stacks of
-# Conv2d; the wheel's symbol table holds each name). A library row lists,
-# per call, the functions that run so, outermost first (`{class}` is the
-# call's class); the first row that matches a call answers.
+# Conv2d; the wheel's symbol table holds each name). So do libstdc++'s
+# std::sort (its __introsort_loop) and MKL's LAPACK (sgetrf_ runs
+# mkl_lapack_sgetrf). A library row lists, per call, the functions that run
+# so, outermost first (`{class}` is the call's class, `{name}` the call
+# without its trailing `_`); the first row that matches a call answers.
 
 
 def entries(callee: str, library_id: str | None) -> tuple[str, ...]:
@@ -268,7 +277,7 @@ def entries(callee: str, library_id: str | None) -> tuple[str, ...]:
     for pattern, names in (lib.entries if lib is not None else ()):
         if pattern.match(callee):
             owner = callee.rsplit("::", 1)[0]
-            return tuple(n.replace("{class}", owner) for n in names)
+            return tuple(n.replace("{class}", owner).replace("{name}", callee.rstrip("_")) for n in names)
     return ()
 
 

@@ -734,6 +734,7 @@ def _kernel_nodes(op: Op, kernel, code, ctx: GraphContext) -> list[Node]:
             for d in impls:
                 nodes.append(cpp_node(d, ctx, EdgeKind.DIRECT, "impl"))
                 nodes[-1].attrs["keep"] = True
+                nodes[-1].helper_levels = _META_HELPER_LEVELS  # Note [steps that run]
             if impls:
                 return nodes
     if ctx.index is None:
@@ -744,6 +745,7 @@ def _kernel_nodes(op: Op, kernel, code, ctx: GraphContext) -> list[Node]:
         nodes.append(Node(kernel.symbol, "kernel", None, EdgeKind.DISPATCHER, attrs={"unresolved": f"no definition in {ctx.index.tree.name}"}))
     for d in by_build(definitions, ctx):
         nodes.append(not_compiled(cpp_node(d, ctx, EdgeKind.DISPATCHER, d.symbol.condition and f"#if {d.symbol.condition}"), d.symbol.condition, ctx))
+        nodes[-1].helper_levels = 1  # an operator's kernel's own helpers run with it (Note [steps that run])
     return nodes
 
 
@@ -1234,13 +1236,15 @@ def _composite_utilities(children: list[Node], spelled: dict[int, str], ctx: Gra
 
 # Note [steps that run]
 # A direct call whose callee reaches no operator, stub, loop or library is
-# plumbing, pruned from `stack` unless all calls are asked for. Two kinds of
-# them are steps a native stack shows, kept: a structured kernel's meta
-# function's helpers, two levels down (resize_reduction, make_reduction:
-# every call runs them), and a call of a function another translation unit
-# defines (a .cpp of its own: at::native::resize_output from a kernel of
-# another file), which the compiler cannot inline without link-time
-# optimisation, which release builds do not use: a real frame.
+# plumbing, pruned from `stack` unless all calls are asked for. Some are
+# steps a native stack shows, kept: the helpers of a structured kernel's meta
+# and impl functions, two levels down (resize_reduction, make_reduction,
+# review_reduce_result: every call runs them), those an operator's kernel
+# calls itself (wrapped_scalar_tensor, batchCount), and a call of a function
+# another translation unit defines (a .cpp of its own: at::native::resize_output
+# from a kernel of another file), which the compiler cannot inline without
+# link-time optimisation, which release builds do not use: a real frame, and
+# its own helpers (_resize_output_check).
 _META_HELPER_LEVELS = 2
 
 
@@ -1368,7 +1372,7 @@ def _site_children(node: Node, ctx: GraphContext, definition, sites, span, lambd
                 child.attrs["keep"] = True
             if node.helper_levels > 0 or _another_unit(definition, child.payload):  # Note [steps that run]
                 child.attrs["keep"] = True
-                child.helper_levels = max(0, node.helper_levels - 1)
+                child.helper_levels = max(node.helper_levels - 1, 1 if _another_unit(definition, child.payload) else 0)
         children.append(child)
     for target, site in _callbacks(definition, ctx):
         if (span is not None and not span[0] <= site.line <= span[1]) or any(first <= site.line <= last for first, last in lambdas):

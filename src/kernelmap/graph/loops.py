@@ -232,7 +232,7 @@ def step_children(node: Node, ctx: GraphContext) -> list[Node]:
                 obj.attrs["call_site"] = wrapper.attrs.pop("inner_call_site", obj.attrs["call_site"])
                 obj.condition = "called for each row by the 2-d loop loop_2d_from_1d makes of it"
                 wrapper.condition = _joined_condition(condition, "called through loop2d_t (c10::function_ref): the 2-d loop made of the 1-d lambda")
-                wrapper.children = [obj]
+                wrapper.children = [*wrapper.children, obj]  # the pointers copied (memcpy), then the lambda per row
                 nodes.append(wrapper)
             else:
                 obj.condition = _joined_condition(condition, obj.condition)
@@ -287,7 +287,35 @@ def _from_1d(loop_object, site, ctx: GraphContext) -> Node | None:
     if inner is not None:
         attrs["inner_call_site"] = inner.location
     node = Node(d.name, NodeKind.KERNEL, d.location, EdgeKind.DIRECT, None, attrs)
+    copy = _pointer_copy(d, ctx)
+    if copy is not None:
+        node.children.append(copy)
     return node
+
+
+def _pointer_copy(definition, ctx: GraphContext) -> Node | None:
+    """The copy loop_2d_from_1d's 2-d loop makes on each call: `PtrVector
+    data(base, base + ntensor)` copies the operands' data pointers into a
+    c10::SmallVector, whose uninitialized_copy copies them with memcpy (a
+    frame the binary shows under nearly every 1-d loop). Set-up, not the
+    work: the memcpy is a call made inside the container's code, ranked after
+    every other end (Note [ranking a call's ends] in graph.ends)."""
+    from kernelmap.graph.down import cpp_node, tree_lines, vendor_node
+
+    lines = tree_lines(ctx, definition.location.path)
+    last = min(len(lines), definition.location.end_line or definition.location.line)
+    line = next((n for n in range(definition.location.line, last + 1) if re.search(r"\bPtrVector\s+\w+\s*\(", lines[n - 1])), None)
+    copies = [(d, s) for d in ctx.index.definitions("c10::SmallVectorTemplateBase::uninitialized_copy")
+              for s in ctx.index.calls_from(d) if s.kind is EdgeKind.VENDOR and s.callee == "memcpy"]
+    if line is None or not copies:
+        return None
+    copy, memcpy = copies[0]
+    site = Location(definition.location.path, line, origin=definition.location.origin)
+    node = cpp_node(copy, ctx, EdgeKind.DIRECT, "inside c10::SmallVector's constructor: the operands' data pointers, copied", site)
+    node.attrs["keep"] = True
+    node.children = [vendor_node("memcpy", memcpy.library, memcpy.location, EdgeKind.VENDOR, f"inside {copy.name.rsplit('::', 2)[-2]}: {memcpy.condition}"
+                                 if memcpy.condition else f"inside {copy.name.rsplit('::', 2)[-2]}")]
+    return node.leaf()
 
 
 def _is_one_d(lam: Lambda, ctx: GraphContext) -> bool:

@@ -102,10 +102,36 @@ def test_tensor_to_reaches_the_copy_kernel(tree_2_6, context):
     assert names[-1].endswith("copy_kernel")
 
 
+def test_dropout_in_training_reaches_the_bernoulli_kernel(tree_2_6, context):
+    """F.dropout(training=True) runs at::native::dropout -> _dropout_impl ->
+    bernoulli_ -> bernoulli_scalar_kernel (Dropout.cpp, read here): the
+    composite is followed through the in-place operator it calls."""
+    source = (tree_2_6 / "aten/src/ATen/native/Dropout.cpp").read_text()
+    assert ".bernoulli_(1 - p)" in source
+    from kernelmap.graph.path import path
+
+    answer = path("torch.nn.functional.dropout", "bernoulli_scalar_kernel", context("cpu"))
+    assert answer.routes
+    names = [s.name for s in answer.routes[0].steps]
+    assert "aten::bernoulli_.float" in names and names[-1].endswith("bernoulli_scalar_kernel")
+
+
+def test_an_operator_written_as_a_cpp_operator_is_called(tree_2_6, context):
+    """margin_ranking_loss (Loss.cpp, read here) computes
+    `-target * (input1 - input2)` on Tensors it declares: the `*` and `-`
+    are Tensor's operators, which call mul.Tensor and sub.Tensor, at that line."""
+    lines = (tree_2_6 / "aten/src/ATen/native/Loss.cpp").read_text().splitlines()
+    line = next(i for i, t in enumerate(lines, 1) if "auto unclamped_output = (-target * (input1 - input2)" in t)
+    tree = graph.stack("aten::margin_ranking_loss", context("cpu"))
+    kernel = below(tree.root, lambda n: n.name == "at::native::margin_ranking_loss")
+    called = {called_operator(c).name: c.attrs["call_site"].line for c in kernel.children if c.kind is NodeKind.HEADER}
+    assert called.get("aten::mul.Tensor") == line and called.get("aten::sub.Tensor") == line
+
+
 # -- 3. iteration internals -------------------------------------------------------
 
 
-@pytest.mark.parametrize("op", ["exp", "tanh", "sqrt", "cumsum", "argmax"])
+@pytest.mark.parametrize("op", ["exp", "tanh", "sqrt", "sort", "topk", "cumsum", "argmax"])
 def test_a_kernels_own_loop_is_expanded(op, context):
     """A kernel's own `iter.for_each(...)` (or the loop of its reduction) runs
     TensorIteratorBase::for_each, serial_for_each and the loop it was given,
@@ -174,6 +200,20 @@ def test_library_entries_are_named(context, binary_names):
     assert inner == ["ideep::convolution_forward::compute_dispatch"]
     for name in ("ideep::convolution_forward::compute_dispatch<", "dnnl_primitive_execute", "cblas_sgemm_batch"):
         assert name in binary_names
+
+
+def test_the_standard_librarys_sort_and_memcpy_are_named(tree_2_6, context, binary_names):
+    """sort's CPU kernel calls std::sort (SortingKernel.cpp, read here), which
+    runs libstdc++'s std::__introsort_loop, a frame the binary keeps; an
+    embedding's rows are copied with memcpy by index_select."""
+    assert "std::sort(" in (tree_2_6 / "aten/src/ATen/native/cpu/SortingKernel.cpp").read_text()
+    ctx = context("cpu")
+    sort = _vendor(graph.stack("aten::sort", ctx), "std::sort")
+    assert sort is not None and "std::sort(" in line_at(sort.location)
+    assert [n.name for n in sort.children] == ["std::__introsort_loop"]  # the library's own frame, below the call
+    assert "std::__introsort_loop<" in binary_names
+    memcpy = _vendor(graph.stack("aten::embedding", ctx), "memcpy")
+    assert memcpy is not None and "memcpy(" in line_at(memcpy.location)
 
 
 # -- 6. generated inline functions ----------------------------------------------------

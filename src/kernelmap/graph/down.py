@@ -402,6 +402,65 @@ def _called_at(node: Node, start: Location, symbol: str, lines: int = 6) -> None
             return
 
 
+# Note [operators written as C++ operators]
+# `self * other`, `x == 0`, `out += bias` on a Tensor call the operator
+# TensorOperators.h defines for it, which calls the Tensor's method
+# (`operator*` -> `Tensor::mul`): an operator call like any, at the line of
+# the expression, though the index records no call there. An expression is
+# read so when its left operand is a variable the caller declares a Tensor
+# (`const Tensor& self`, `Tensor out`); a number on the right picks the
+# Scalar overload (`x * 2` is mul.Scalar); a compound assignment is the
+# in-place operator (`+=` is add_). The arms around it are the recorded
+# call's on the same line, if any.
+_TENSOR_OPERATORS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "==": "eq", "!=": "ne", "<": "lt", ">": "gt", "<=": "le", ">=": "ge",
+                     "&": "bitwise_and", "|": "bitwise_or", "^": "bitwise_xor", "+=": "add_", "-=": "sub_", "*=": "mul_", "/=": "div_"}
+_OPERATOR_EXPRESSION = re.compile(r"(?<![\w.>:\]])([A-Za-z_]\w*)\s*(==|!=|<=|>=|\+=|-=|\*=|/=|[-+*/<>&|^])(?![=\-+>&|<*/])\s*(\(|[A-Za-z_]\w*|\.?\d[\w.]*)")
+_TENSOR_TYPE = re.compile(r"(?:at::)?Tensor")
+_TENSOR_DECLARATION = re.compile(r"(?<![\w:])(?:at::)?Tensor\s*&{0,2}\s*([A-Za-z_]\w*)\s*[,)=;({]")
+
+
+def _operator_sites(definition, sites, span, ctx: GraphContext) -> list:
+    """Call sites for the operators a definition writes as C++ operators on
+    Tensors (Note [operators written as C++ operators]), in `span` if given."""
+    from kernelmap.source.index import CallSite
+
+    location = definition.location
+    lines = tree_lines(ctx, location.path)
+    first, last = (span if span is not None else (location.line, location.end_line or location.line))
+    body = _CODE_ONLY.sub(_blank_keeping_lines, "\n".join(lines[first - 1 : last])).split("\n")
+    if not any(("Tensor" in line) for line in lines[location.line - 1 : location.end_line or location.line]):
+        return []
+    # the names the definition declares a Tensor (its parameters, its locals): one reading of its text
+    whole = _CODE_ONLY.sub(_blank_keeping_lines, "\n".join(lines[location.line - 1 : location.end_line or location.line]))
+    tensors = set(_TENSOR_DECLARATION.findall(whole))
+    if not tensors:
+        return []
+    by_line: dict[int, Any] = {}
+    for s in sites:
+        by_line.setdefault(s.location.line, s)
+    found = []
+    for offset, text in enumerate(body):
+        if not any(c in text for c in "+-*/<>=!&|^"):
+            continue
+        number = first + offset
+        for m in _OPERATOR_EXPRESSION.finditer(text):
+            left, operator, right = m.group(1), m.group(2), m.group(3)
+            if left not in tensors or (operator == "<" and right[:1].isupper()):  # `Foo<Bar>`, not a comparison
+                continue
+            spelled = _Spelled(Location(location.path, number, origin=location.origin), left, left)
+            declared = _declarations(left, spelled, definition, lines)  # the nearest declaration above: a Tensor still
+            if not declared or not _TENSOR_TYPE.fullmatch(declared[-1].strip()):
+                continue
+            base = _TENSOR_OPERATORS[operator]
+            overload = "Scalar" if _is_number(right, spelled, ctx) else "Tensor"
+            op = f"{base}.{overload}" if any(o.name.name == base and o.name.overload == overload for o in ctx.catalog.overloads(base)) else base
+            near = by_line.get(number)
+            site = CallSite(definition.symbol, f".{base}", base, EdgeKind.DISPATCHER, spelled.location,
+                                near.condition if near else None, near.preproc if near else None, None, op, near.outer if near else ())
+            found.append(site)
+    return found
+
+
 # Note [the way into the dispatcher]
 # A call of an operator from C++ is compiled as a call of the inline function
 # the generated headers define for it: `at::convolution_symint(...)`
@@ -1238,14 +1297,15 @@ def _composite_utilities(children: list[Node], spelled: dict[int, str], ctx: Gra
 # A direct call whose callee reaches no operator, stub, loop or library is
 # plumbing, pruned from `stack` unless all calls are asked for. Some are
 # steps a native stack shows, kept: the helpers of a structured kernel's meta
-# and impl functions, two levels down (resize_reduction, make_reduction,
-# review_reduce_result: every call runs them), those an operator's kernel
+# and impl functions, three levels down (resize_reduction,
+# make_reduction_from_out_ty's make_reduction and its review_reduce_result:
+# every call runs them), those an operator's kernel
 # calls itself (wrapped_scalar_tensor, batchCount), and a call of a function
 # another translation unit defines (a .cpp of its own: at::native::resize_output
 # from a kernel of another file), which the compiler cannot inline without
 # link-time optimisation, which release builds do not use: a real frame, and
 # its own helpers (_resize_output_check).
-_META_HELPER_LEVELS = 2
+_META_HELPER_LEVELS = 3
 
 
 def _another_unit(caller, callee) -> bool:
@@ -1295,6 +1355,7 @@ def _code_children(node: Node, ctx: GraphContext, owner=None, span: tuple[int, i
     if span is not None:  # a lambda's calls, not the loop's own call it is written in
         sites = [s for s in sites if span[0] <= s.location.line <= span[1] and not (s.location.line == span[0] and _loop_call(s))]
     lambdas = [] if span is not None else _loop_lambdas(sites, definition, ctx)
+    sites = [*sites, *_operator_sites(definition, sites, span, ctx)]  # Note [operators written as C++ operators]
     if lambdas:  # made in the lambdas its loops are given: below the loops (Note [device loop machinery])
         sites = [s for s in sites if _loop_call(s) or not any(first <= s.location.line <= last for first, last in lambdas)]
     bound = node.bound if node.bound is not None else {**_template_bindings(node, definition, ctx), **_stub_bindings(node, definition, ctx)}
@@ -1986,6 +2047,14 @@ def _type_key(text: str) -> str | None:
 def _declared_type(name: str, site, ctx: GraphContext) -> str | None:
     """The type (_type_key) of the nearest declaration of `name` above a
     call site in its file; None when not found."""
+    cache = ctx.__dict__.setdefault("_declared_types", {})
+    key = (name, site.location.path, site.location.line)
+    if key not in cache:
+        cache[key] = _find_declared_type(name, site, ctx)
+    return cache[key]
+
+
+def _find_declared_type(name: str, site, ctx: GraphContext) -> str | None:
     lines = tree_lines(ctx, site.location.path)
     pattern = re.compile(_DECLARED.format(name=re.escape(name)), re.M)
     for i in range(site.location.line - 1, -1, -1):
@@ -2290,11 +2359,19 @@ def by_literal_types(op: Op, site, ctx: GraphContext) -> Op:
     """Note [overloads told apart by a literal]: the overload a dispatcher call
     reaches when it passes a number where the resolved overload takes a
     Tensor: rms_norm's `at::pow(upcasted_input, 2)` is pow.Tensor_Scalar,
-    not pow.Tensor_Tensor, and `x.add(1)` is add.Scalar. The resolved
-    operator stays when it takes the numbers, or when no other overload of
-    its name and kind (out=, in-place) takes every argument passed."""
+    not pow.Tensor_Tensor, and `x.add(1)` is add.Scalar. A number is a
+    literal, or a name or arithmetic of names the caller declares as
+    numbers (`double p`: dropout's `noise.bernoulli_(1 - p)` is
+    bernoulli_.float, not bernoulli_.Tensor). The resolved operator stays
+    when it takes the numbers, or when no other overload of its name and
+    kind (out=, in-place) takes every argument passed."""
     arguments = call_arguments(site, ctx)
-    if not arguments or not any(_NUMBER_LITERAL.fullmatch(a) for a in arguments):
+    if not arguments:
+        return op
+    declared = _passed_parameters(op, site)
+    numbers = {i for i, ((kind, _), text) in enumerate(zip(declared, arguments))
+               if kind.startswith("Tensor") and _is_number(text, site, ctx)}
+    if not numbers:
         return op
 
     count = len(arguments) + site.callee.startswith(".")  # `self.add(1)`: the tensor is the first argument
@@ -2303,14 +2380,30 @@ def by_literal_types(op: Op, site, ctx: GraphContext) -> Op:
         declared = _passed_parameters(candidate, site)
         if not _accepts(candidate, count) or len(arguments) > len(declared):
             return False
-        return not any(kind.startswith("Tensor") and _NUMBER_LITERAL.fullmatch(text) for (kind, _), text in zip(declared, arguments))
+        return not any(declared[i][0].startswith("Tensor") for i in numbers)
 
-    if fits(op):
-        return op
-    for other in ctx.catalog.overloads(op.name.name.rstrip("_")):
+    for other in ctx.catalog.overloads(op.name.name):  # an in-place operator's overloads are listed under its own name (bernoulli_)
         if other.name.name == op.name.name and other.is_out == op.is_out and other.is_inplace == op.is_inplace and fits(other):
             return other
     return op
+
+
+# Types of a number a C++ caller declares (`double p`, `const Scalar& alpha`).
+_NUMBER_TYPES = frozenset(("double", "float", "int", "long", "int64_t", "int32_t", "uint8_t", "size_t", "Scalar", "SymInt"))
+_ARITHMETIC = re.compile(r"[\w\s.+\-*/()]+")
+_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
+
+
+def _is_number(text: str, site, ctx: GraphContext) -> bool:
+    """Whether an argument is a number: a literal, or a name or arithmetic of
+    names and literals whose names the caller declares with a number's type
+    (`1 - p` of `double p`); a call or a member in it is not read."""
+    if _NUMBER_LITERAL.fullmatch(text):
+        return True
+    if not _ARITHMETIC.fullmatch(text) or re.search(r"\w\s*\(|\.\s*[A-Za-z_]", text):
+        return False
+    names = _NAME.findall(text)
+    return bool(names) and all(_declared_type(name, site, ctx) in _NUMBER_TYPES for name in names)
 
 
 def _literal_parameters(definition, site, ctx: GraphContext) -> dict[str, bool]:
@@ -2632,7 +2725,9 @@ def _resolve_direct(site, caller, ctx: GraphContext) -> list:
         callee = f"{receiver}::{callee[1:]}"
     if callee.startswith("std::") or len(site.name) < 3:
         return []
-    found = [d for d in ctx.index.definitions(callee) if d.location.path.startswith(KERNEL_DIRS)]
+    # kernel code: its folders, and ATen's functions of namespace at::native elsewhere (ScalarOps.h's wrapped_scalar_tensor)
+    found = [d for d in ctx.index.definitions(callee)
+             if d.location.path.startswith(KERNEL_DIRS) or (d.lookup.startswith("at::native::") and d.location.path.startswith("aten/src/ATen/"))]
     if not found:
         return []
     bodies = [d for d in found if not _is_statement(d, ctx)]

@@ -297,9 +297,9 @@ def _pointer_copy(definition, ctx: GraphContext) -> Node | None:
     """The copy loop_2d_from_1d's 2-d loop makes on each call: `PtrVector
     data(base, base + ntensor)` copies the operands' data pointers into a
     c10::SmallVector, whose uninitialized_copy copies them with memcpy (a
-    frame the binary shows under nearly every 1-d loop). Set-up, not the
-    work: the memcpy is a call made inside the container's code, ranked after
-    every other end (Note [ranking a call's ends] in graph.ends)."""
+    frame the binary shows under nearly every 1-d loop). Bookkeeping, not the
+    work: a step in c10's code, never an end (Note [ranking a call's ends] in
+    graph.ends)."""
     from kernelmap.graph.down import cpp_node, tree_lines, vendor_node
 
     lines = tree_lines(ctx, definition.location.path)

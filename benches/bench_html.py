@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -100,7 +101,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def load(url: str, seconds: float, clients: int) -> dict:
+def load(url: str, seconds: float, clients: int, cookies: dict[str, str]) -> dict:
     """`clients` threads GET `url` in a loop for `seconds`: latencies and errors."""
     import httpx
 
@@ -110,7 +111,7 @@ def load(url: str, seconds: float, clients: int) -> dict:
     stop = time.monotonic() + seconds
 
     def client() -> None:
-        with httpx.Client(timeout=30) as c:
+        with httpx.Client(timeout=30, cookies=cookies) as c:
             while time.monotonic() < stop:
                 start = time.perf_counter()
                 try:
@@ -139,22 +140,27 @@ def bench_app(seconds: float, clients: int, shot: Path | None, browser) -> dict:
     base = f"http://127.0.0.1:{port}"
     server = subprocess.Popen([sys.executable, "-m", "kernelmap", "serve", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
+        line = server.stderr.readline().decode()
+        token = re.search(r"token=([\w-]+)", line)
+        if token is None:
+            raise RuntimeError("kernelmap serve did not start: " + line + server.stderr.read().decode()[-500:])
+        cookies = {f"kernelmap-token-{port}": token.group(1)}  # what its link sets in a browser
         deadline = time.monotonic() + 60
         while True:
             try:
-                httpx.get(base + "/", timeout=2)
+                httpx.get(base + "/static/app.js", timeout=2)
                 break
             except httpx.HTTPError:
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise RuntimeError("kernelmap serve did not start: " + server.stderr.read().decode()[-500:])
                 time.sleep(0.2)
         start = time.perf_counter()
-        r = httpx.get(base + STACK, timeout=300)
+        r = httpx.get(base + STACK, timeout=300, cookies=cookies)
         cold_ms = (time.perf_counter() - start) * 1000
         r.raise_for_status()
         if shot is not None:
             page = browser.new_page()
-            page.goto(base + "/search?q=conv2d")
+            page.goto(base + "/search?q=conv2d&token=" + token.group(1))
             page.goto(base + STACK)
             page.wait_for_selector("[data-km-ready]")
             page.fill("[data-testid=tree-search]", "cudnn_convolution")
@@ -162,8 +168,8 @@ def bench_app(seconds: float, clients: int, shot: Path | None, browser) -> dict:
             page.locator(".row.hit").first.click()
             page.screenshot(path=str(shot))
             page.close()
-        reference = load(base + "/static/app.js", seconds, clients)
-        stack = load(base + STACK, seconds, clients)
+        reference = load(base + "/static/app.js", seconds, clients, cookies)
+        stack = load(base + STACK, seconds, clients, cookies)
     finally:
         server.terminate()
         server.wait(10)

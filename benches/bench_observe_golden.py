@@ -13,7 +13,8 @@ Figures, over the distinct (operator, frame) pairs of the set:
                     reaches from the stack's innermost frame (a sample of --callers leaves)
   leaf recall       observed innermost functions (a stack's last real-code frame) that `stack` names
   leaf precision    leaves `where OP --device cpu` names that ran for the sample inputs
-                    (only names the set can see: functions the recording broke on)
+                    (only names the set can see: functions the recording broke on, and loop
+                    templates, inlined always, judged by the loop machinery they expand into)
 
 Frames matched on their function's last two scope parts (kernelmap.observe.mark.name_key).
 A frame whose function the 2.6.0 tree does not define at all (renamed or new in 2.13) is a
@@ -147,13 +148,25 @@ def grade(golden, ops_limit: int | None, callers_limit: int, verbose: bool) -> d
             steps = api._source_steps(op, "cpu", notes, TREE_NAME)
         except (KernelmapError, Exception):
             steps = ()
-        ran = {name_key_of(f.function) for f in frames_seen.values()} | {name_key_of(f.function).split("::")[-1] for f in frames_seen.values()}
+        everything = [golden.frames[i] for stack in by_op[op] for i in stack]
+        ran = {name_key_of(f.function) for f in everything} | {name_key_of(f.function).split("::")[-1] for f in everything}
+        looped = any(any(m in (f.name or "") for m in _LOOP_FRAMES) for f in everything)
         for s in steps:
             if s.role != "leaf":
                 continue
             k = name_key_of(s.name)
+            short = k.split("::")[-1]
+            if short in _LOOP_TEMPLATES:  # inlined templates: they ran when their loop machinery ran
+                prec["total"] += 1
+                prec["ran"] += looped
+                if not looped:
+                    never_ran[f"{op}: {s.name}"] += 1
+                continue
+            if k not in ran and short not in ran and not (does_work(s.name) or s.name.startswith(("ideep::", "dnnl"))):
+                prec["unseen"] += 1  # a function the recording did not break on: the set cannot say it never ran
+                continue
             prec["total"] += 1
-            if k in ran or k.split("::")[-1] in ran:
+            if k in ran or short in ran:
                 prec["ran"] += 1
             else:
                 never_ran[f"{op}: {s.name}"] += 1
@@ -190,6 +203,20 @@ def grade(golden, ops_limit: int | None, callers_limit: int, verbose: bool) -> d
                 bu_missed[f.function] += 1
     return {"ops": len(ops), "failed": failed, "td": td, "leaf": leaf, "prec": prec, "bu": bu, "missed": missed,
             "leaf_missed": leaf_missed, "never_ran": never_ran, "bu_missed": bu_missed, "seconds": time.monotonic() - t0}
+
+
+# Loop templates `where` names as leaves are always inlined into the kernel that calls them, so
+# they are never frames: they ran when the loop machinery they expand into ran.
+_LOOP_TEMPLATES = {"cpu_kernel", "cpu_kernel_vec", "cpu_serial_kernel", "cpu_serial_kernel_vec", "binary_kernel_reduce",
+                   "binary_kernel_reduce_vec", "binary_kernel_reduce_lastdim", "parallel_for", "parallel_reduce"}
+_LOOP_FRAMES = ("TensorIteratorBase::for_each", "serial_for_each", "loop_2d_from_1d", "VectorizedLoop2d", "basic_loop",
+                "parallel_reduce", "invoke_parallel", "lambda(long, long)")
+
+
+def does_work(name: str) -> bool:
+    from kernelmap.observe.symbols import does_work as work
+
+    return work(name)
 
 
 def name_key_of(name: str) -> str:
@@ -248,7 +275,7 @@ def main() -> int:
     print(f"top-down recall:  {pct(r['td'], 'named')}   version differences apart: {r['td']['version']}")
     print(f"bottom-up recall: {pct(r['bu'], 'named')}   version differences apart: {r['bu']['version']}")
     print(f"leaf recall:      {pct(r['leaf'], 'named')}   version differences apart: {r['leaf']['version']}")
-    print(f"leaf precision:   {pct(r['prec'], 'ran')}")
+    print(f"leaf precision:   {pct(r['prec'], 'ran')}   leaves the set cannot see apart (no breakpoint on them): {r['prec']['unseen']}")
     for title, c in (("missed below the entry", r["missed"]), ("leaves missed", r["leaf_missed"]), ("where leaves that never ran", r["never_ran"]),
                      ("missed by callers", r["bu_missed"])):
         print(f"most {title}:")

@@ -33,11 +33,13 @@ COMMANDS: dict[str, str] = {
     "compile": "kernelmap.commands.compile:compile",
     "explain": "kernelmap.commands.graph:explain",
     "diff": "kernelmap.commands.diff:diff",
+    "impact": "kernelmap.commands.impact:impact",
     "scaffold": "kernelmap.commands.extend:scaffold",
     "verify": "kernelmap.commands.extend:verify",
     "render": "kernelmap.commands.render:render_",
     "serve": "kernelmap.commands.serve:serve",
     "observe": "kernelmap.commands.observe:observe",
+    "mcp": "kernelmap.commands.mcp:mcp",
 }
 
 
@@ -113,6 +115,9 @@ def main() -> None:
     from kernelmap.commands.source import one_line_warnings
 
     one_line_warnings()
+    from kernelmap import progress
+
+    progress.enable()  # a spinner on a terminal's stderr for slow first steps
     try:
         status = cli.main(prog_name="kernelmap", standalone_mode=False)
     except click.exceptions.NoArgsIsHelpError as e:  # `kernelmap`, `kernelmap source`: no command named

@@ -663,6 +663,9 @@ FACTS: dict[str, Fact] = {
     "truncated": Fact("str", "children not shown: a depth or size limit was reached"),
     "unresolved": Fact("str", "why the node could not be followed further"),
     "hidden": Fact("int", "how many children a processor hid"),
+    "more": Fact("dict", "children a bounded reply left out: {id (expand it for them), children, nodes} (Note [bounded answers] in kernelmap.mcp.bound)"),
+    "main": Fact("bool", "on the main path: the path a default call takes (observed when observed, else the ranked static path)"),
+    "folded": Fact("list", "a note's folded alternatives, each [name, condition or null, path:line or null]"),
     # traces: the event
     "frame": Fact("str", "the profiler's name of a Python frame"),
     "pid": Fact("any", "process id of the event"),
@@ -673,6 +676,10 @@ FACTS: dict[str, Fact] = {
     "functor": Fact("str", "a GPU kernel's functor or lambda: the op's arithmetic"),
     "launcher": Fact("str", "path:line of a GPU kernel's __global__ definition: launcher template or op-specific kernel"),
     "input_shapes": Fact("list", "shapes of the inputs as recorded"),
+    "schema": Fact("str", "the operator's schema as an execution trace recorded it (its exact overload)"),
+    "et_node": Fact("int", "the node's id in the PyTorch execution trace"),
+    "node": Fact("int", "on a bounded view's note of left-out calls: the number of the node they are under (pre-order), to open its subtree"),
+    "output_shapes": Fact("list", "shapes of the outputs, as an execution trace recorded them"),
     "sequence_nr": Fact("any", "autograd sequence number"),
     "forward_op": Fact("str", "the forward operator that recorded an autograd node"),
     # traces: the operator's resolution
@@ -683,6 +690,7 @@ FACTS: dict[str, Fact] = {
     "inferred": Fact("list", "facts inferred rather than recorded"),
     "unknown": Fact("str", "why the name is unknown to the catalog or the vendor table"),
     "dispatch_key": Fact("str", "the dispatch key whose kernel answered"),
+    "kernel_key": Fact("str", "the alias key the answering kernel is registered under (CompositeImplicitAutograd)"),
     "dispatch_keys": Fact("list", "the dispatch keys the call passed through"),
     "dispatch_error": Fact("str", "why the dispatch path could not be computed"),
     "dispatch_note": Fact("str", "a note on the dispatch path (a backend this build lacks)"),
@@ -1117,17 +1125,19 @@ class ScaffoldAnswer(Answer):
     family: str  # the reference kernel it starts with
     files: tuple[str, ...]  # relative to root
     cuda: bool
+    kept: tuple[str, ...] = ()  # of `files`, those the user edited, left as they were (--force)
 
     DOCUMENT = "scaffold"
 
     def to_json(self) -> dict[str, Any]:
         return document(self.DOCUMENT, SCAFFOLD_VERSION, root=self.root, custom_op=self.custom_op, schema=self.schema, op=self.op,
-                        family=self.family, files=list(self.files), cuda=self.cuda)
+                        family=self.family, files=list(self.files), cuda=self.cuda, kept=list(self.kept))
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ScaffoldAnswer:
         d = check_document(d, cls.DOCUMENT, SCAFFOLD_VERSION)
-        return cls(d["root"], d["custom_op"], d["schema"], d["op"], d["family"], tuple(d["files"]), bool(d["cuda"]))
+        return cls(d["root"], d["custom_op"], d["schema"], d["op"], d["family"], tuple(d["files"]), bool(d["cuda"]),
+                   tuple(d.get("kept", ())))
 
 
 # ---------------------------------------------------------------------------

@@ -51,3 +51,13 @@ def test_a_stub_the_compiler_folded_is_inlined(marked):
     """add_stub's call operator is inlined into impl: no frame, yet add_kernel below it ran."""
     stubs = [n for n, _ in walk(marked) if n.name == "add_stub"]
     assert stubs and all(n.attrs["observed"] in (INLINED, OBSERVED) for n in stubs)
+
+
+def test_the_main_path_is_the_observed_path(marked):
+    """`stack --observe` marks as its main path the path the call took, down to its deepest work."""
+    from kernelmap.observe.mark import observed_path
+
+    path = observed_path(marked)
+    assert path[0] is marked.root and len(path) > 3
+    assert all(n.attrs.get("observed") in (OBSERVED, INLINED, ADDED, None) for n in path)
+    assert path[-1].attrs.get("observed") in (OBSERVED, ADDED)

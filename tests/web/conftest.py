@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.graph.conftest import TREE_NAME, context, generated, indexed_tree  # noqa: F401 - shared fixtures
@@ -41,11 +42,12 @@ def files(indexed_tree, generated):
 
 @pytest.fixture(scope="session")
 def stack_document(context):
-    """`stack torch.nn.Conv2d --device cuda` over the real 2.6.0 tree."""
+    """`stack torch.nn.Conv2d --device cuda` over the real 2.6.0 tree, its main path marked as the command marks it."""
     from kernelmap import graph
+    from kernelmap.api import with_main_path
     from kernelmap.render.json import to_json
 
-    return to_json(graph.stack("torch.nn.Conv2d", context("cuda")))
+    return to_json(with_main_path(graph.stack("torch.nn.Conv2d", context("cuda"))))
 
 
 @pytest.fixture(scope="session")
@@ -140,14 +142,24 @@ def free_port() -> int:
 
 
 class Served:
-    """An ASGI app served by uvicorn on 127.0.0.1 in a thread."""
+    """An ASGI app made by `create_app`, served by uvicorn on 127.0.0.1 in a
+    thread, with the configuration `kernelmap serve` uses. `link(path)` is
+    the URL of a page with the app's token in it (what `serve` prints): a
+    browser that opens one gets the token's cookie; `client()` is an HTTP
+    client that holds that cookie."""
 
     def __init__(self, app):
         import uvicorn
 
+        from kernelmap.web.guard import cookie_name
+        from kernelmap.web.server import config
+
+        self.app = app
+        self.token = app.state.token
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"))
+        self.cookies = {cookie_name(self.port): self.token}
+        self.server = uvicorn.Server(config(app, host="127.0.0.1", port=self.port))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 20
@@ -155,6 +167,14 @@ class Served:
             if time.monotonic() > deadline or not self.thread.is_alive():
                 raise RuntimeError("the app did not start")
             time.sleep(0.05)
+
+    def link(self, path: str = "/") -> str:
+        """`path` on this server, with the token (as `serve` prints it)."""
+        return f"{self.url}{path}{'&' if '?' in path else '?'}token={self.token}"
+
+    def client(self, **options) -> httpx.Client:
+        options.setdefault("timeout", 300)
+        return httpx.Client(base_url=self.url, cookies=self.cookies, **options)
 
     def stop(self) -> None:
         self.server.should_exit = True

@@ -23,7 +23,7 @@ def source_line(page) -> tuple[int, str]:
 
 
 def test_search_stack_expand_source(page, app_server, files, tmp_path):
-    page.goto(app_server.url + "/")
+    page.goto(app_server.link("/"))
     page.fill("[data-testid=app-search]", "conv2d")
     page.press("[data-testid=app-search]", "Enter")
     page.wait_for_selector("[data-testid=results]")
@@ -64,11 +64,11 @@ def test_search_stack_expand_source(page, app_server, files, tmp_path):
 
 
 def test_trace_import_kernel_to_source(page, app_server, gpu_document, files, tmp_path):
-    page.goto(app_server.url + "/trace")
-    page.fill("[data-testid=trace-path]", str(GPU_TRACE))
+    page.goto(app_server.link("/trace"))
+    page.set_input_files("[data-testid=trace-file]", str(GPU_TRACE))
     page.click("[data-testid=trace-submit]")
     page.wait_for_selector("[data-km-ready]")
-    assert re.search(r"/trace/[0-9a-f]{16}$", page.url)
+    assert re.search(r"/trace/[0-9a-f]{32}$", page.url)  # its id in the trace store
 
     kernel = next(n for n, _ in walk(gpu_document["tree"]["root"])
                   if n["kind"] == "gpu_kernel" and re.search(r":\d+$", n["facts"].get("source") or ""))
@@ -84,7 +84,7 @@ def test_trace_import_kernel_to_source(page, app_server, gpu_document, files, tm
     screenshot(page, tmp_path, "app-trace-source")
 
     # The GPU kernel's name is now searchable from the app's search box.
-    page.goto(app_server.url + "/search?q=" + kernel["facts"]["kernel"].rsplit("::", 1)[-1])
+    page.goto(app_server.url + "/search?q=" + kernel["facts"]["kernel"].rsplit("::", 1)[-1])  # the cookie the link set lets it in
     kinds = page.locator("[data-testid=results] tbody tr td:nth-child(2)").all_inner_texts()
     assert "GPU kernel" in kinds
 
@@ -99,7 +99,24 @@ def test_trace_import_kernel_to_source(page, app_server, gpu_document, files, tm
     ],
 )
 def test_answer_pages_draw(page, app_server, url, marker, tmp_path):
-    page.goto(app_server.url + url)
+    page.goto(app_server.link(url))
     page.wait_for_selector("[data-km-ready]")
     assert marker in page.inner_text("[data-km-root]")
     screenshot(page, tmp_path, url.strip("/").split("?")[0])
+
+
+def test_the_printed_link_works_from_another_page_and_no_other_link_does(page, app_server, tmp_path):
+    """A link to the app on another site's page is refused, even where this
+    browser holds the token's cookie; the printed link, clicked in another
+    page (a terminal in a browser), still lets the user in."""
+    other = tmp_path / "other.html"
+    other.write_text(f'<!doctype html><a id="plain" href="{app_server.url}/search?q=relu">plain</a> '
+                     f'<a id="printed" href="{app_server.link("/search?q=relu")}">printed</a>')
+    page.goto(other.as_uri())
+    page.click("#plain")
+    page.wait_for_selector("[data-testid=refused]")
+    assert "requests from other sites are refused" in page.inner_text("body")
+    page.goto(other.as_uri())
+    page.click("#printed")
+    page.wait_for_selector("[data-testid=results]")
+    assert page.url == f"{app_server.url}/search?q=relu"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 
-import httpx
 import pytest
 
 from kernelmap.render import html
@@ -23,7 +22,7 @@ def embedded(page: str) -> dict:
 
 @pytest.fixture(scope="module")
 def client(app_server):
-    with httpx.Client(base_url=app_server.url, timeout=300) as c:
+    with app_server.client() as c:
         yield c
 
 
@@ -34,16 +33,17 @@ def test_stack_page_is_the_library_answer(client, stack_document):
 
 
 def test_where_callers_explain_gen_pages(client, context):
-    from kernelmap import api, graph
+    from kernelmap import api, graph, processors
     from kernelmap.codegen import locate
     from kernelmap.graph.explain import explain
     from kernelmap.render.json import to_json
 
     # the app serves TREE_NAME (`serve --source`): a page that names no tree reads it
     doc = embedded(client.get("/where", params={"name": "aten::add.Tensor"}).text)["document"]
-    assert doc == json.loads(json.dumps(api.where("aten::add.Tensor", static=True, source=TREE_NAME).to_json()))
+    assert doc == json.loads(json.dumps(api.where("aten::add.Tensor", static=True, source=TREE_NAME, with_source=True).to_json()))
     doc = embedded(client.get("/callers", params={"symbol": "cudnnConvolutionForward", "depth": "4"}).text)["document"]
-    assert doc == json.loads(json.dumps(to_json(graph.callers("cudnnConvolutionForward", context("cpu", require_tree=True), 4))))
+    tree = graph.callers("cudnnConvolutionForward", context("cpu", require_tree=True), 4)
+    assert doc == json.loads(json.dumps(to_json(processors.mark_main_path(tree, processors.callers_main_path(tree)))))
     doc = embedded(client.get("/explain", params={"op": "aten::mul.Tensor", "source": TREE_NAME}).text)["document"]
     assert doc == json.loads(json.dumps(explain("aten::mul.Tensor", context("cpu")).to_json()))
     r = client.get("/gen", params={"op": "aten::conv2d", "layer": "binding"})
@@ -100,7 +100,8 @@ def test_static_pages_never_import_torch(indexed_tree, generated):
         "app = create_app()\n"
         "from starlette.testclient import TestClient\n"
         "import warnings; warnings.simplefilter('ignore')\n"
-        "c = TestClient(app)\n"
+        "c = TestClient(app, base_url='http://127.0.0.1')\n"
+        "c.get('/?token=' + app.state.token)\n"
         "for u in ['/stack?target=torch.nn.Conv2d&device=cuda', '/where?name=conv2d', '/search?q=conv2d',"
         " '/gen?op=conv2d&layer=binding', '/explain?op=aten::add.Tensor', '/source?root=tree:debian-2.6.0&path=aten/src/ATen/native/Convolution.cpp']:\n"
         "    assert c.get(u).status_code == 200, u\n"

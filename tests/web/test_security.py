@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import httpx
 import pytest
 
 from kernelmap.commands.serve import is_loopback
@@ -46,15 +45,17 @@ def evil(tmp_path_factory):
 @pytest.fixture(scope="module")
 def client(evil):
     served, _ = evil
-    with httpx.Client(base_url=served.url, follow_redirects=False, timeout=30) as c:
+    with served.client(follow_redirects=False, timeout=30) as c:
         yield c
 
 
 def test_server_listens_on_loopback_only(evil):
     served, _ = evil
     assert served.server.config.host == "127.0.0.1"
-    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
-    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.2") and not is_loopback("example.org")
+    for spelling in ("127.0.0.1", "::1", "localhost", "127.1", "127.0.1", "2130706433", "0x7f.1", "127.255.255.254", "[::1]", "::ffff:127.0.0.1"):
+        assert is_loopback(spelling), spelling
+    for other in ("0.0.0.0", "::", "192.168.1.2", "example.org", "127.0.0.1 example.org", "128.1", ""):
+        assert not is_loopback(other), other
 
 
 @pytest.mark.parametrize(
@@ -105,7 +106,7 @@ def test_file_contents_are_escaped(client, evil, page, tmp_path):
     assert r.status_code == 200
     assert "<script>alert" not in r.text and "<img src=x" not in r.text
     assert "&lt;/script&gt;" in r.text or "&lt;script&gt;" in r.text
-    page.goto(served.url + "/source?root=tree:evil&path=aten/evil.cpp")
+    page.goto(served.link("/source?root=tree:evil&path=aten/evil.cpp"))
     assert page.locator("main img").count() == 0
     assert "<script>alert(3)</script>" in page.inner_text("[data-testid=source]")
     screenshot(page, tmp_path, "escaped-source")
@@ -136,7 +137,7 @@ def test_trace_names_are_escaped(client, evil, page, tmp_path):
     for bad in ("<script>alert", "<img src=x", "<b>evil"):
         assert bad not in r.text, bad
     # In the browser: the names show as text, no element is made of them, no script runs.
-    page.goto(served.url + view)
+    page.goto(served.link(view))
     page.wait_for_selector("[data-km-ready]")
     page.click("text=expand all")
     tree = page.inner_text("[data-testid=tree]")
@@ -169,11 +170,12 @@ def test_uploads_beyond_the_limit_are_refused(client):
 def test_uploads_without_a_length_are_counted(evil):
     served, _ = evil
 
-    def chunks():
+    def chunks():  # a well-formed file part that goes on past the limit, sent without a length
+        yield b'--x\r\nContent-Disposition: form-data; name="file"; filename="t.json"\r\nContent-Type: application/json\r\n\r\n'
         for _ in range(LIMIT // 1024 + 8):
             yield b"x" * 1024
 
-    with httpx.Client(base_url=served.url, timeout=30) as c:
+    with served.client(timeout=30) as c:
         r = c.post("/trace", content=chunks(), headers={"content-type": "multipart/form-data; boundary=x"})
     assert r.status_code == 413
 
@@ -201,8 +203,6 @@ def test_serve_refuses_a_bad_port(kernelmap_cli):
     assert "70000" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_names_and_paths_too_long_for_the_os_are_a_400_page(client):
-    r = client.post("/trace", data={"path": "/tmp/" + "a" * 300})
-    assert r.status_code == 400 and "no such trace file" in r.text
+def test_names_too_long_for_the_os_are_a_400_page(client):
     r = client.get("/where", params={"name": "torch." + "a" * 300 + ".x"})
     assert r.status_code == 400 and "unknown name" in r.text

@@ -19,7 +19,6 @@ no kernel. Views, in-place and out= are flags beside the kind.
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 import sqlite3
@@ -29,6 +28,7 @@ from pathlib import Path
 
 from kernelmap import env
 from kernelmap.catalog.store import FUNCTIONAL, CatalogFiles, CatalogWarning, open_catalog_db
+from kernelmap.connections import PerThread
 from kernelmap.errors import BadInput, SourceError, UnknownName
 from kernelmap.model import (
     Autograd,
@@ -91,7 +91,7 @@ class Catalog:
     """Operators of one set of yaml files (the installed wheel's, or a tree's)."""
 
     def __init__(self, db: sqlite3.Connection, origin: Origin):
-        self._db = db
+        self._db = PerThread(db)  # read from any thread (a graph context is kept and shared)
         self.origin = origin
         self._names: list[str] | None = None
 
@@ -188,6 +188,8 @@ class Catalog:
             self._names = sorted(names)
         text = expand_python_name(name.strip()).removeprefix("aten::")
         pool = self._names
+        import difflib  # only for a name that is not found: a question that is answered never imports it
+
         if text.startswith("torch."):
             matches = difflib.get_close_matches(text, [p for p in pool if p.startswith("torch.")], n, 0.75)
         else:

@@ -25,6 +25,7 @@ from kernelmap.codegen.sites import (
     StructuredClass,
     UfuncKernel,
 )
+from kernelmap.connections import PerThread
 from kernelmap.model import Location, Op, OperatorName, Origin
 
 # The Python name a binding gets from the file its method table is in.
@@ -144,7 +145,7 @@ class GeneratedFiles:
         self.root = root
         self.manifest = manifest
         self.origin = origin  # kind GENERATED, root = the cache directory
-        self.db = sqlite3.connect(f"file:{root / 'index.sqlite'}?mode=ro", uri=True)
+        self.db = PerThread(sqlite3.connect(f"file:{root / 'index.sqlite'}?mode=ro", uri=True))  # read from any thread
         self._lines: dict[str, Sequence[str]] = {}
 
     def __repr__(self) -> str:

@@ -101,6 +101,10 @@ observe_timeout_option = click.option("--timeout", type=float, default=120.0, sh
                                       help="Seconds the observed run may take; it is stopped past them.")
 observe_option = click.option("--observe", "observe", is_flag=True,
                               help="Run the call on the installed torch under gdb (example inputs) and mark each step observed, inlined or not taken; the observed path first.")
+all_option = click.option(
+    "--all", "show_all", is_flag=True,
+    help="Show everything: the whole tree (or every route, step and leaf), not the main path with the rest folded.",
+)
 
 
 def depth_check(value: int) -> int:

@@ -200,7 +200,14 @@ def _additions(static: CallTree, observed: CallTree, seen: Observed) -> dict[str
         elif anchor is None:
             stack.extend((c, None) for c in node.children)
         else:
-            out.setdefault(anchor, []).append(_flag(node, lambda n: name_key(n.name) in static_keys or name_key(n.name).split("::")[-1] in static_shorts))
+            is_known = lambda n: name_key(n.name) in static_keys or name_key(n.name).split("::")[-1] in static_shorts  # noqa: E731
+            out.setdefault(anchor, []).append(_flag(node, is_known))
+            # below the added frames, steps the static map has (at::convolution_symint -> at::_ops::convolution::call): walk on there
+            inner = [node]
+            while inner:
+                n = inner.pop()
+                for c in n.children:
+                    (stack.append((c, None)) if is_known(c) else inner.append(c))
     return out
 
 
@@ -217,6 +224,33 @@ def _flag(node: CallNode, known) -> CallNode:
         kids = tuple(done.pop(id(c)) for c in n.children if id(c) in done)
         done[id(n)] = CallNode(n.name, n.kind, n.location, n.via, n.condition, kids, dict(n.attrs, observed=ADDED))
     return done[id(node)]
+
+
+def observed_path(tree: CallTree) -> tuple[CallNode, ...]:
+    """The path the call took, root first, in a marked tree: down steps that
+    ran (or were inlined) to the deepest vendor call, loop or kernel that ran;
+    the main path `stack --observe` shows (processors.mark_main_path)."""
+    # rank: the static steps that ran along the path; then a vendor call or loop at its end, the
+    # one with the most below it (oneDNN's compute_dispatch, not the string formatting deep inside it)
+    size: dict[int, int] = {}
+    order = [n for _, n in tree.walk()]
+    for n in reversed(order):
+        size[id(n)] = 1 + sum(size[id(c)] for c in n.children)
+    best: tuple[tuple[int, int, int, int], tuple[CallNode, ...]] = ((-1, -1, -1, 0), (tree.root,))
+    stack: list[tuple[CallNode, tuple[CallNode, ...], int]] = [(tree.root, (tree.root,), 0)]
+    while stack:
+        node, path, ran = stack.pop()
+        state = node.attrs.get("observed")
+        ran += state == OBSERVED
+        if state in (OBSERVED, ADDED):
+            vendor = node.kind in (NodeKind.VENDOR, NodeKind.DEVICE_LOOP, NodeKind.INNER_LOOP)
+            rank = (ran, int(vendor), size[id(node)] if vendor else 0, -len(path) if vendor else len(path))
+            if rank > best[0]:
+                best = (rank, path)
+        for c in reversed(node.children):
+            if c.attrs.get("observed") in (OBSERVED, INLINED, ADDED) or c.kind in _SKIP_KINDS:
+                stack.append((c, path + (c,), ran))
+    return best[1]
 
 
 def mark_path(answer: PathAnswer, observed: CallTree) -> PathAnswer:

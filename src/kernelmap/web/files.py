@@ -13,6 +13,8 @@ opened. The same reader gives the HTML report its excerpts.
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -22,6 +24,7 @@ from kernelmap.model import is_generated_path
 
 # Largest file the source viewer shows (the biggest generated file is ~10 MB).
 MAX_FILE_BYTES = 16 * 1024 * 1024
+KEPT_FILES = 64  # files whose lines are kept for excerpts (the pages that need them are cached too)
 _ENCODED = re.compile(r"%[0-9A-Fa-f]{2}")
 
 
@@ -68,7 +71,8 @@ class SourceFiles:
     def __init__(self, roots: list[Root], default_tree: str | None = None):
         self.roots = {r.name: r for r in roots}
         self.default_tree = default_tree
-        self._lines: dict[tuple[str, str], list[str] | None] = {}
+        self._lines: OrderedDict[tuple[str, str, str], list[str] | None] = OrderedDict()  # the last files excerpted
+        self._lock = threading.Lock()
 
     @staticmethod
     def discover() -> SourceFiles:
@@ -217,7 +221,14 @@ class SourceFiles:
             return None
         # two generated sets (the wheel's, a tree's) share build paths: their files tell them apart
         key = (root.name if root else "", str(location.get("path")), str(location.get("file") or ""))
-        if key not in self._lines:
-            opened = self.open_location(location)
-            self._lines[key] = opened.text.split("\n") if opened else None
-        return self._lines[key]
+        with self._lock:
+            if key in self._lines:
+                self._lines.move_to_end(key)
+                return self._lines[key]
+        opened = self.open_location(location)
+        lines = opened.text.split("\n") if opened else None
+        with self._lock:
+            self._lines[key] = lines
+            while len(self._lines) > KEPT_FILES:
+                self._lines.popitem(last=False)
+        return lines

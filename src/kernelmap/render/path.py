@@ -13,6 +13,7 @@ from typing import Any
 
 from kernelmap.printable import printable
 from kernelmap.render.text import terminal_width
+from kernelmap.render.tree import SCREEN_LINES
 
 
 def _cut(text: str, width: int) -> str:
@@ -97,10 +98,20 @@ def _main_route(answer: Any, width: int) -> str:
     out.append(f"route 1: {len(first.steps)} steps")
     for i, step in enumerate(first.steps, 1):
         out.extend(_step_line(i, step, width))
+    others: dict[str, list[tuple[int, Any]]] = {}  # routes leaving the first at the same step, one line
     for number, route in enumerate(answer.routes[1:], 2):
-        out.append(_cut(f"+ route {number}: {len(route.steps)} steps, {_leaves_first(route, first)}", width))
+        others.setdefault(_leaves_first(route, first), []).append((number, route))
+    for leaves, group in others.items():
+        numbers = [n for n, _ in group]
+        low, high = min(len(r.steps) for _, r in group), max(len(r.steps) for _, r in group)
+        named = f"route {numbers[0]}" if len(numbers) == 1 else f"routes {numbers[0]}-{numbers[-1]}" if numbers[-1] - numbers[0] == len(numbers) - 1 else "routes " + ", ".join(map(str, numbers))
+        out.append(_cut(f"+ {named}: {low if low == high else f'{low}-{high}'} steps, {leaves}", width))
     more = int(answer.searched.get("more") or 0)
     if more:
         out.append(f"+ {more} more route{'s' if more != 1 else ''} (--limit)")
     out.append("(--all shows every route with its kinds, edges and conditions)")
+    if len(out) > SCREEN_LINES:  # the first screen (Note [the first screen] in render.tree): the spacing goes first
+        out.remove("")
+    if len(out) > SCREEN_LINES and len(answer.routes) > 1:
+        out[-2:] = [out[-2].rstrip("…") + " (--all)" if len(out[-2]) + 8 <= width else _cut(out[-2], width - 8) + " (--all)"]
     return "".join(printable(line) + "\n" for line in out)

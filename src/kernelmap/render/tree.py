@@ -158,6 +158,13 @@ def main_lines(tree: CallTree, *, sources: bool = True):
     """The lines of a tree with a main path (Note [the main path] in
     kernelmap.processors): its steps numbered at the left margin, each step's
     other children (folded notes, or subtrees) indented under it."""
+    for _, _, rows in main_groups(tree, sources=sources):
+        yield from rows
+
+
+def main_groups(tree: CallTree, *, sources: bool = True):
+    """The rows of `main_lines` in groups: (the step a group is under, the
+    other child it shows or None for the step's own row, its rows)."""
     chain = [tree.root]
     while True:
         nxt = next((c for c in chain[-1].children if c.attrs.get("main")), None)
@@ -169,13 +176,59 @@ def main_lines(tree: CallTree, *, sources: bool = True):
     digits = len(str(len(chain)))
     indent = " " * (digits + 2)
     for number, node in enumerate(chain, 1):
-        yield (f"{number:>{digits}}. ", node, *label_parts(node, sources=sources))
+        yield node, None, [(f"{number:>{digits}}. ", node, *label_parts(node, sources=sources))]
         nxt = chain[number] if number < len(chain) else None
         others = [c for c in node.children if c is not nxt]
         if others and not all(c.kind is NodeKind.NOTE and c.attrs.get("folded") for c in others):
             others = list(fold_notes(others, nxt))  # a tree marked but not folded (a saved document): folded as it is read
         for child in others:
-            yield from lines(tree, sources=sources, root=child, base=indent)
+            yield node, child, list(lines(tree, sources=sources, root=child, base=indent))
+
+
+# Note [the first screen]
+# ~~~~~~~~~~~~~~~~~~~~~~~
+# Shown on a screen (a width given), the main path's steps all stay and the
+# `+` lines under them fill what the screen has left (SCREEN_LINES with the
+# notes and the closing line). Where they do not all fit, the least telling go
+# first, each from the top: what the generated layers hold (a binding's other
+# overload, a wrapper's other #if), then the calls a step makes whatever the
+# branch, then other branches; a switch's other cases (conv's backends) and
+# subtrees go last. The closing line counts what was left out; piped output
+# and --all keep every line.
+SCREEN_LINES = 40
+_GLUE = {NodeKind.BINDING, NodeKind.HEADER, NodeKind.OPS_ENTRY, NodeKind.OPERATOR, NodeKind.WRAPPER, NodeKind.ALTERNATIVES}
+
+
+def _telling(step: CallNode, other: CallNode) -> int:
+    """How much a `+` line under `step` tells (Note [the first screen]): the lower, the sooner left out."""
+    if step.kind in _GLUE:
+        return 0
+    if other.kind is NodeKind.NOTE and other.attrs.get("folded"):
+        if " other call" in other.name:
+            return 1
+        if " other branch" in other.name:
+            return 2
+    return 3
+
+
+def _footer(steps: int, left_out: int) -> str:
+    shown = f"; {left_out} + lines left out" if left_out else ""
+    return f"(the main path, {steps} steps; + lines fold the rest, --all shows the whole tree{shown})"
+
+
+def fit_screen(groups: list, room: int, width: int | None) -> tuple[list, int]:
+    """`groups` of main_groups without the `+` groups that do not fit in `room`
+    lines (Note [the first screen]), and how many were left out."""
+    size = [sum(len(fit(prefix, text, where, width)) for prefix, _, text, where in rows) for _, _, rows in groups]
+    over = sum(size) - room
+    dropped: set[int] = set()
+    order = sorted((i for i, (_, other, _) in enumerate(groups) if other is not None), key=lambda i: (_telling(groups[i][0], groups[i][1]), i))
+    for i in order:
+        if over <= 0:
+            break
+        dropped.add(i)
+        over -= size[i]
+    return [g for i, g in enumerate(groups) if i not in dropped], len(dropped)
 
 
 def fit(prefix: str, text: str, where: str, width: int | None, sep: str = "  @ ") -> list[str]:
@@ -248,7 +301,15 @@ def render(
         out.extend(printable(f"note: {note}") for note in tree.notes)
     styled = []
     main = tree.root.attrs.get("main") and not full
-    rows = main_lines(tree, sources=sources) if main else lines(tree, max_depth=max_depth, min_us=min_us, sources=sources)
+    left_out = 0
+    if main:
+        groups = list(main_groups(tree, sources=sources))
+        if width is not None:
+            footer = len(_footer(999, 999))  # the closing line's longest, folded to the width as the CLI folds it
+            groups, left_out = fit_screen(groups, SCREEN_LINES - len(out) - -(-footer // max(width, 1)), width)
+        rows = [row for _, _, part in groups for row in part]
+    else:
+        rows = lines(tree, max_depth=max_depth, min_us=min_us, sources=sources)
     for prefix, node, text, where in rows:
         style = _KIND_STYLE.get(node.kind, "") if node is not None and node.kind is not NodeKind.NOTE else "dim"
         for n, line in enumerate(fit(prefix, text, where, width)):
@@ -256,7 +317,7 @@ def render(
             styled.append((line, len(prefix) if n == 0 else len(line), style))
     if main:
         steps = sum(1 for prefix, node, *_ in main_lines(tree, sources=False) if node is not None and node.attrs.get("main"))
-        out.append(f"(the main path, {steps} steps; + lines fold the rest, --all shows the whole tree)")
+        out.append(_footer(steps, left_out))
         styled.append((out[-1], 0, "dim"))
     if not color:
         return "\n".join(out) + "\n"

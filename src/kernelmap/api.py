@@ -223,3 +223,13 @@ def _written_at(node) -> bool:
         return True
     short = re.sub(r"<.*", "", node.name).rsplit("::", 1)[-1]
     return re.search(rf"(?<!\w){re.escape(short)}(?!\w)", lines[location.line - 1]) is not None
+
+
+def with_main_path(tree):
+    """`tree` (a stack) with its main path marked: the path to the call's
+    best end as graph.ends ranks it (Note [the main path] in
+    kernelmap.processors); as it is when the call has no end."""
+    from kernelmap import graph, processors
+
+    ends = graph.call_ends(tree)
+    return processors.mark_main_path(tree, ends[0].path) if ends else tree

@@ -112,6 +112,9 @@ def main() -> None:
     from kernelmap.commands.source import one_line_warnings
 
     one_line_warnings()
+    from kernelmap import progress
+
+    progress.enable()  # a spinner on a terminal's stderr for slow first steps
     try:
         status = cli.main(prog_name="kernelmap", standalone_mode=False)
     except click.exceptions.NoArgsIsHelpError as e:  # `kernelmap`, `kernelmap source`: no command named

@@ -656,6 +656,8 @@ FACTS: dict[str, Fact] = {
     "truncated": Fact("str", "children not shown: a depth or size limit was reached"),
     "unresolved": Fact("str", "why the node could not be followed further"),
     "hidden": Fact("int", "how many children a processor hid"),
+    "main": Fact("bool", "on the main path: the path a default call takes (observed when observed, else the ranked static path)"),
+    "folded": Fact("list", "a note's folded alternatives, each [name, condition or null, path:line or null]"),
     # traces: the event
     "frame": Fact("str", "the profiler's name of a Python frame"),
     "pid": Fact("any", "process id of the event"),

@@ -232,3 +232,151 @@ def compact_layers(tree: CallTree) -> CallTree:
         done[id(n)] = children if spliced else (kept,)
     (root,) = done[id(tree.root)]
     return replace(tree, root=root)
+
+
+# Note [the main path]
+# Every answer puts the path a default call takes first: the path of the
+# call's best end as graph.ends ranks it for the device and dtype (a path
+# observed on the installed torch, where one was observed, takes its place).
+# The producer's caller marks it on the tree as data (`mark_main_path`, fact
+# `main`), so that text, JSON, HTML and the app read the same path and no
+# renderer ranks anything. The text view then folds everything off that path
+# (`fold_to_main_path`): each node of the path keeps the next one, and its
+# other children become one note each, `+ 11 other backends: Miopen, ...`,
+# with their conditions; `--all` shows the whole tree instead.
+
+
+def mark_main_path(tree: CallTree, path) -> CallTree:
+    """`tree` with the nodes of `path` (root first: an `End.path` of
+    graph.ends, or an observed path) marked `main`. A path that continues
+    below a repeat ("expanded above") through its expanded twin gets the
+    twin's children there, so the marked path is whole in the tree. A path
+    that does not start at the root leaves the tree as it is."""
+    path = tuple(path)
+    if not path or path[0] is not tree.root:
+        return tree
+    twins = {n.attrs["identity"]: n for n in _nodes(tree) if n.attrs.get("identity") and n.children and not n.attrs.get("repeat")}
+    below: CallNode = replace(path[-1], attrs={**path[-1].attrs, "main": True})
+    for k in range(len(path) - 2, -1, -1):
+        node, nxt = path[k], path[k + 1]
+        children, attrs = node.children, {**node.attrs, "main": True}
+        if not any(c is nxt for c in children):
+            twin = twins.get(node.attrs.get("identity"))
+            if twin is None or not any(c is nxt for c in twin.children):
+                return tree  # not a path of this tree
+            children = twin.children
+            attrs.pop("repeat", None)
+        below = replace(node, children=tuple(below if c is nxt else c for c in children), attrs=attrs)
+    return replace(tree, root=below)
+
+
+def has_main_path(tree: CallTree) -> bool:
+    return bool(tree.root.attrs.get("main"))
+
+
+def fold_to_main_path(tree: CallTree) -> CallTree:
+    """The main path alone (Note [the main path]): each node on it keeps its
+    child on the path, and its other children are folded into one note
+    (`+ 2 other calls: _select_conv_backend, ...`) that lists them, with
+    their conditions and locations, in the fact `folded`. The path's last
+    node folds its children the same way. A tree with no main path is
+    returned as it is."""
+    if not has_main_path(tree):
+        return tree
+    chain = [tree.root]
+    while True:
+        nxt = next((c for c in chain[-1].children if c.attrs.get("main")), None)
+        if nxt is None:
+            break
+        chain.append(nxt)
+    below: CallNode | None = None
+    for i in range(len(chain) - 1, -1, -1):
+        node, nxt = chain[i], chain[i + 1] if i + 1 < len(chain) else None
+        others = tuple(c for c in node.children if c is not nxt)
+        kept = (below,) if below is not None else ()
+        below = replace(node, children=kept + fold_notes(others, nxt))
+    return replace(tree, root=below)
+
+
+def fold_notes(nodes, main: CallNode | None = None) -> tuple[CallNode, ...]:
+    """`nodes` (the children of a step off the main path) folded into one note
+    per group, in the order the groups first appear: the cases of one switch
+    (`+ 11 other backends: Miopen, Mkldnn, ...`), the other branches (an `if`,
+    another `#if`), and the calls made whatever the branch (no condition, or
+    the `#if` the main path's own step is under)."""
+    groups: dict[object, list[CallNode]] = {}
+    shared = main.condition if main is not None and (main.condition or "").startswith("#if") else None
+    for n in nodes:
+        case = _case(n.condition)
+        if case is not None:
+            key: object = ("case", case[0])
+        elif (n.condition and n.condition != shared) or n.attrs.get("branch"):
+            key = "branch"
+        else:
+            key = "call"
+        groups.setdefault(key, []).append(n)
+    return tuple(fold_note(group) for group in groups.values())
+
+
+def fold_note(nodes) -> CallNode:
+    """One note standing for `nodes`: what they are, how many, their short
+    names (the enumerators of switch cases: `Miopen`, `Mkldnn`), and each
+    with its condition and location in the fact `folded`."""
+    nodes = tuple(nodes)
+    cases = [_case(n.condition) for n in nodes]
+    if all(cases) and len({c[0] for c in cases}) == 1:
+        enum = cases[0][0]
+        word = "backends" if enum.endswith("Backend") else f"{enum} cases"
+        names = [c[1] for c in cases]
+    else:
+        word = "branches" if all(n.condition or n.attrs.get("branch") for n in nodes) else "calls"
+        names = [_short(n) + (f" [{n.condition}]" if n.condition and len(nodes) <= 2 else "") for n in nodes]
+    if len(nodes) == 1:
+        word = word.removesuffix("es") if word.endswith("ches") else word.removesuffix("s")
+    counts: dict[str, int] = {}
+    for name in names:  # one name per definition: gemm x9, not nine gemms
+        counts[name] = counts.get(name, 0) + 1
+    text = f"+ {len(nodes)} other {word}: {', '.join(n + (f' x{c}' if c > 1 else '') for n, c in counts.items())}"
+    folded = tuple((n.name, n.condition, str(n.location) if n.location is not None else None) for n in nodes)
+    return CallNode(text, NodeKind.NOTE, attrs={"folded": folded})
+
+
+def _case(condition: str | None) -> tuple[str, str] | None:
+    """`case ConvBackend::Miopen` -> (ConvBackend, Miopen)."""
+    import re
+
+    m = re.match(r"case (?:[\w:]*::)?(\w+)::(\w+)\b", condition or "")
+    return (m.group(1), m.group(2)) if m else None
+
+
+def _short(node: CallNode) -> str:
+    """A folded node's name as a line of names reads it: an operator as
+    `aten::name`, a C++ name by its last part."""
+    name = node.name
+    if node.kind is NodeKind.OPERATOR or "::" not in name or "(" in name:
+        return name
+    return name.rsplit("::", 1)[-1] or name
+
+
+_ENTRY_KINDS = (NodeKind.MODULE, NodeKind.PYTHON, NodeKind.BUILTIN, NodeKind.BINDING, NodeKind.OPERATOR)
+
+
+def callers_main_path(tree: CallTree) -> tuple[CallNode, ...]:
+    """The main path of a callers tree: up to the entry nearest the user (an
+    nn.Module, else a Python function, a builtin, a binding, an operator),
+    the shortest such route, first in the tree's order among equals; the
+    deepest route when none reaches one."""
+    best: tuple[tuple[int, int, int], tuple[CallNode, ...]] | None = None
+    order = 0
+    stack: list[tuple[CallNode, tuple[CallNode, ...]]] = [(tree.root, (tree.root,))]
+    while stack:
+        node, path = stack.pop()
+        if not node.children:
+            order += 1
+            rank = _ENTRY_KINDS.index(node.kind) if node.kind in _ENTRY_KINDS else len(_ENTRY_KINDS)
+            key = (rank, len(path) if rank < len(_ENTRY_KINDS) else -len(path), order)
+            if best is None or key < best[0]:
+                best = (key, path)
+            continue
+        stack.extend((c, path + (c,)) for c in reversed(node.children))
+    return best[1] if best is not None and len(best[1]) > 1 else ()

@@ -53,8 +53,11 @@ def test_find_text():
 
 def test_explain_text():
     answer = Explanation("aten::add.Tensor", "cpu", (Step("stub", "add_stub dispatches", Location("a.cpp", 3, None, TREE), "add_stub(kCPU, iter);"),), ("a note",))
-    assert render(answer, "text", width=80, color=False) == (
+    assert render(answer, "text", width=80, color=False, full=True) == (
         "note: a note\naten::add.Tensor on cpu, float32\n\n1. stub  add_stub dispatches\n   a.cpp:3\n   add_stub(kCPU, iter);\n"
+    )
+    assert render(answer, "text", width=80, color=False) == (  # the steps without their code
+        "note: a note\naten::add.Tensor on cpu, float32\n1. stub  a.cpp:3\n   add_stub dispatches\n(--all shows each step's code)\n"
     )
 
 

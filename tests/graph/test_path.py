@@ -245,7 +245,17 @@ def test_text_at_a_fixed_width():
         CallNode("sgemm_", NodeKind.VENDOR, Location("aten/src/ATen/native/CPUBlas.cpp", 213), EdgeKind.VENDOR, None, (), {"library": "BLAS", "closed": False}),
     )
     answer = PathAnswer("aten::mm", "sgemm_", "cpu", (Route(steps),), (), {"nodes": 9, "depth": 48, "cut": "", "routes": 1, "more": 0})
+    # the first route one line a step: the name and condition shortened, the location whole
     assert render(answer, "text", width=62) == (
+        "aten::mm -> sgemm_ on cpu: 1 route\n"
+        "\n"
+        "route 1: 3 steps\n"
+        "  1. aten::mm  aten/src/ATen/native/native_functions.yaml:4000\n"
+        "  2. at::native:…  aten/src/ATen/native/LinearAlgebra.cpp:1395\n"
+        "  3. sgemm_  <BLAS>  aten/src/ATen/native/CPUBlas.cpp:213\n"
+        "(--all shows every route with its kinds, edges and conditions)\n"
+    )
+    assert render(answer, "text", width=62, full=True) == (
         "aten::mm -> sgemm_ on cpu: 1 route\n"
         "\n"
         "route 1: 3 steps\n"

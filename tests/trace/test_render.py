@@ -46,7 +46,7 @@ def test_text_tree_exact_at_fixed_width():
         "        │   └── aten::cudnn_convolution  900.0 us  CUDA: at::native::cudnn_convolution  <cuDNN, clo…\n"
         "        │       └── cudaLaunchKernel  [runtime]  4.0 us\n"
         "        │           └── sm80_xmma_fprop_implicit_gemm  [gpu_kernel]  40.0 us  <cuDNN, closed>\n"
-        "        └── aten::add_.Tensor  12.5 us  CUDA: at::native::add_out  @ aten/src/ATen/native/BinaryOps…\n"
+        "        └── aten::add_.Tensor  12.5 us  CUDA: at::native:…  @ aten/src/ATen/native/BinaryOps.cpp:123\n"  # the location kept whole
     )
 
 

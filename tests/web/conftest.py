@@ -42,11 +42,12 @@ def files(indexed_tree, generated):
 
 @pytest.fixture(scope="session")
 def stack_document(context):
-    """`stack torch.nn.Conv2d --device cuda` over the real 2.6.0 tree."""
+    """`stack torch.nn.Conv2d --device cuda` over the real 2.6.0 tree, its main path marked as the command marks it."""
     from kernelmap import graph
+    from kernelmap.api import with_main_path
     from kernelmap.render.json import to_json
 
-    return to_json(graph.stack("torch.nn.Conv2d", context("cuda")))
+    return to_json(with_main_path(graph.stack("torch.nn.Conv2d", context("cuda"))))
 
 
 @pytest.fixture(scope="session")

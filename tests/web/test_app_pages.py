@@ -33,16 +33,17 @@ def test_stack_page_is_the_library_answer(client, stack_document):
 
 
 def test_where_callers_explain_gen_pages(client, context):
-    from kernelmap import api, graph
+    from kernelmap import api, graph, processors
     from kernelmap.codegen import locate
     from kernelmap.graph.explain import explain
     from kernelmap.render.json import to_json
 
     # the app serves TREE_NAME (`serve --source`): a page that names no tree reads it
     doc = embedded(client.get("/where", params={"name": "aten::add.Tensor"}).text)["document"]
-    assert doc == json.loads(json.dumps(api.where("aten::add.Tensor", static=True, source=TREE_NAME).to_json()))
+    assert doc == json.loads(json.dumps(api.where("aten::add.Tensor", static=True, source=TREE_NAME, with_source=True).to_json()))
     doc = embedded(client.get("/callers", params={"symbol": "cudnnConvolutionForward", "depth": "4"}).text)["document"]
-    assert doc == json.loads(json.dumps(to_json(graph.callers("cudnnConvolutionForward", context("cpu", require_tree=True), 4))))
+    tree = graph.callers("cudnnConvolutionForward", context("cpu", require_tree=True), 4)
+    assert doc == json.loads(json.dumps(to_json(processors.mark_main_path(tree, processors.callers_main_path(tree)))))
     doc = embedded(client.get("/explain", params={"op": "aten::mul.Tensor", "source": TREE_NAME}).text)["document"]
     assert doc == json.loads(json.dumps(explain("aten::mul.Tensor", context("cpu")).to_json()))
     r = client.get("/gen", params={"op": "aten::conv2d", "layer": "binding"})

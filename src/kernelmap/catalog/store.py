@@ -103,20 +103,27 @@ _READERS = (Path(__file__).with_name("_extract.py"), Path(__file__).with_name("f
 
 
 def _run_extractor(files: CatalogFiles) -> dict:
+    from kernelmap import progress
+
     script = Path(__file__).with_name("_extract.py")
     environ, cwd = torchgen_environment(files.torchgen_root)
-    proc = subprocess.run(
+    with progress.step(f"reading {files.native_yaml.name} with torchgen (once per torch version or tree)"):
+        proc = _extract(script, files, environ, cwd)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        who = f"the torchgen of {files.torchgen_root}" if files.torchgen_root else "the installed torchgen"
+        raise TorchgenError(f"{who} could not read {files.native_yaml.name}: {last}")
+    return json.loads(proc.stdout)
+
+
+def _extract(script: Path, files: CatalogFiles, environ, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [sys.executable, str(script), str(files.native_yaml), str(files.tags_yaml), str(files.derivatives_yaml)],
         capture_output=True,
         text=True,
         env=environ,
         cwd=cwd,
     )
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        who = f"the torchgen of {files.torchgen_root}" if files.torchgen_root else "the installed torchgen"
-        raise TorchgenError(f"{who} could not read {files.native_yaml.name}: {last}")
-    return json.loads(proc.stdout)
 
 
 def _write(db: sqlite3.Connection, files: CatalogFiles, extracted: dict) -> None:

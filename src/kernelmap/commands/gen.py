@@ -27,7 +27,8 @@ def gen(op: str, layer: str, source: str | None, regenerate: bool, as_json: bool
     in a PyTorch build directory, regenerated with torchgen and cached.
 
     OP is an operator name: aten::conv2d, conv2d, add.out (a base name such
-    as `add` picks its most common overload). With --source, the files are
+    as `add` picks its most common overload), or a Python name where and
+    stack take (torch.nn.Conv2d: the first operator it reaches). With --source, the files are
     generated from that tree with its own torchgen.
 
     \b
@@ -45,6 +46,35 @@ def gen(op: str, layer: str, source: str | None, regenerate: bool, as_json: bool
 
         tree = select_tree(source).root
     layers = tuple(Layer) if layer == "all" else (Layer(layer),)
+    from kernelmap.errors import UnknownName
+
+    note = None
+    try:
+        from kernelmap.codegen import resolve_op
+
+        resolve_op(op, tree)
+    except UnknownName:  # a Python name (torch.nn.Conv2d, F.relu): the first operator it reaches, as where and stack take it
+        if "." not in op or "::" in op:
+            raise
+        op, note = _operator_of(op, tree)
     with codegen_bar() as bar:
         code = locate(op, layers=layers, tree=tree, progress=bar, regenerate=regenerate)
+    if note is not None:
+        from dataclasses import replace
+
+        code = replace(code, notes=(*code.notes, note))
     emit(code, as_json, width, html)
+
+
+def _operator_of(name: str, tree) -> tuple[str, str]:
+    from kernelmap import env
+    from kernelmap.catalog import load_catalog
+    from kernelmap.names import resolve_ops
+    from kernelmap.suggest import closest_names
+
+    install = env.torch_install()
+    catalog = load_catalog(tree=tree) if tree is not None else load_catalog()
+    with closest_names(python_root=install.site_packages):
+        ops = resolve_ops(name, catalog, load_catalog(), install.site_packages)
+    op = str(ops[0].name)
+    return op, f"{name} runs {op}: its generated code follows"

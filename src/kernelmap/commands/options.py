@@ -91,6 +91,12 @@ def output_options(f: Callable) -> Callable:
     return f
 
 
+all_option = click.option(
+    "--all", "show_all", is_flag=True,
+    help="Show everything: the whole tree (or every route, step and leaf), not the main path with the rest folded.",
+)
+
+
 def depth_check(value: int) -> int:
     if value < 0:
         raise BadInput(f"depth must be 0 or more, not {value}")

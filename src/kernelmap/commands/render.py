@@ -6,7 +6,7 @@ import dataclasses
 
 import click
 
-from kernelmap.commands.options import check_input_file, check_min_us, emit, output_options
+from kernelmap.commands.options import all_option, check_input_file, check_min_us, emit, output_options
 
 
 @click.command("render")
@@ -16,8 +16,9 @@ from kernelmap.commands.options import check_input_file, check_min_us, emit, out
 @click.option("--collapse-branches", is_flag=True, help="Collapse branches for another device or backend.")
 @click.option("--prune", is_flag=True, help="Drop tensor utility calls and helpers that reach nothing else.")
 @click.option("--min-us", type=float, default=0.0, help="Hide trace nodes shorter than this many microseconds.")
+@all_option
 @output_options
-def render_(document, depth, hide, collapse_branches, prune, min_us, as_json, width, html):
+def render_(document, depth, hide, collapse_branches, prune, min_us, show_all, as_json, width, html):
     """Render a saved answer (any kernelmap --json document) again, as text or JSON.
 
     Call trees (stack, callers, trace) can be reshaped: cut at a depth,
@@ -84,7 +85,7 @@ def render_(document, depth, hide, collapse_branches, prune, min_us, as_json, wi
     from rich.errors import ConsoleError
 
     try:
-        emit(answer, as_json, width, html, min_us=min_us)
+        emit(answer, as_json, width, html, min_us=min_us, full=show_all)
     except (AttributeError, TypeError, KeyError, IndexError, ValueError, ConsoleError) as e:  # ConsoleError: rich cannot draw a value
         raise BadInput(f"{document} is not a document kernelmap can render ({type(e).__name__}: {e})") from None
 

@@ -179,8 +179,11 @@ def find(name: str, source: str | None, limit: int, as_json: bool, width: int | 
 
     one_line_warnings()
     tree = select_tree(source)
+    from kernelmap.suggest import closest_names
+
     with open_index(tree) as ix:
-        found = find_name(ix, name, limit=limit)
+        with closest_names(index=ix):
+            found = find_name(ix, name, limit=limit)
         stale = ix.stale_note()
     emit(found, as_json, width, html)
     if stale:

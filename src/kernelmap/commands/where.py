@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kernelmap.commands.options import DEVICES, device_option, dtype_option, emit, output_options, source_option
+from kernelmap.commands.options import DEVICES, all_option, device_option, dtype_option, emit, output_options, source_option
 
 
 @click.command()
@@ -15,23 +15,37 @@ from kernelmap.commands.options import DEVICES, device_option, dtype_option, emi
 @click.option("--autocast", is_flag=True, help="Run the call under torch.autocast.")
 @click.option("--inference-mode", is_flag=True, help="Run the call under torch.inference_mode.")
 @click.option("--static", is_flag=True, help="Answer from the catalog only: never import torch.")
+@all_option
 @source_option
 @output_options
-def where(name, device, dtype, requires_grad, autocast, inference_mode, static, source, as_json, width, html):
+def where(name, device, dtype, requires_grad, autocast, inference_mode, static, show_all, source, as_json, width, html):
     """Show where the operator behind NAME is declared and which kernels run it.
 
     NAME is an operator (conv2d, aten::conv2d, aten::add.Tensor) or a Python
     name (torch.add, torch.Tensor.add_, torch.nn.functional.conv2d, F.relu,
-    torch.nn.Conv2d).
+    torch.nn.Conv2d). The live registrations off the dispatch path and every
+    leaf after the first are folded to one line each; --all lists them.
 
     \b
     Example:
       kernelmap where torch.nn.functional.conv2d --device cuda
       kernelmap where aten::add.Tensor --requires-grad --json
     """
-    from kernelmap import api
+    from kernelmap import api, env
+    from kernelmap.suggest import closest_names
 
-    answer = api.where(
+    if not static:  # the live sections import torch: begin now, beside a first build of the catalog (a subprocess)
+        import threading
+
+        threading.Thread(target=_import_torch, name="import torch", daemon=True).start()
+
+    with closest_names(python_root=env.torch_install().site_packages):
+        answer = _where(api, name, device, dtype, requires_grad, autocast, inference_mode, static, source)
+    emit(answer, as_json, width, html, full=show_all)
+
+
+def _where(api, name, device, dtype, requires_grad, autocast, inference_mode, static, source):
+    return api.where(
         name,
         device=device or "cpu",
         with_source=device is not None,
@@ -42,4 +56,10 @@ def where(name, device, dtype, requires_grad, autocast, inference_mode, static, 
         static=static,
         source=source,
     )
-    emit(answer, as_json, width, html)
+
+
+def _import_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except Exception:  # noqa: BLE001 - the live dispatcher imports it again and reports the error there
+        pass

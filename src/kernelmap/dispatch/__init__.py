@@ -51,8 +51,16 @@ _REDISPATCHING_KEYS = {"ADInplaceOrView", "BackendSelect", "Tracer"}
 
 
 def _torch():
+    import sys
+
+    from kernelmap import progress
+
     try:
-        import torch
+        if "torch" in sys.modules:
+            import torch
+        else:
+            with progress.step("importing torch for the live dispatcher"):
+                import torch
     except ImportError as e:  # pragma: no cover - torch is a requirement
         raise TorchUnavailable(f"the live dispatcher needs torch: {e}") from None
     return torch

@@ -1,6 +1,7 @@
-"""Render an `Explanation` (kernelmap explain) for a terminal: numbered steps
-with their code, syntax-highlighted in colour. Its JSON document, `explain/2`,
-is the answer's own `to_json()`."""
+"""Render an `Explanation` (kernelmap explain) for a terminal: numbered steps,
+each its title and file:line on one line (the location never cut) and what
+it does on the next; with `full`, each with its code too, syntax-highlighted
+in colour. Its JSON document, `explain/2`, is the answer's own `to_json()`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import io
 import sys
 
 
-def to_text(result, width: int | None = None, color: bool | None = None, **_: object) -> str:
+def to_text(result, width: int | None = None, color: bool | None = None, full: bool = False, **_: object) -> str:
+    if not full:
+        return _steps(result, width)
     from rich.console import Console
     from rich.syntax import Syntax
     from rich.text import Text
@@ -34,3 +37,19 @@ def to_text(result, width: int | None = None, color: bool | None = None, **_: ob
                 for line in step.excerpt.splitlines():
                     console.print(Text("   " + line), overflow="ignore", crop=False, no_wrap=True)
     return "".join(line.rstrip() + "\n" for line in out.getvalue().splitlines())
+
+
+def _steps(result, width: int | None) -> str:
+    """The steps without their code: one screen for a whole call."""
+    from kernelmap.printable import printable
+    from kernelmap.render.tree import _crop, fit
+
+    out = [printable(f"note: {note}") for note in result.notes]
+    out.append(printable(f"{result.op} on {result.device}, {result.dtype}"))
+    digits = len(str(len(result.steps)))
+    for n, step in enumerate(result.steps, 1):
+        where = printable(str(step.location)) if step.location is not None else ""
+        out.extend(fit(f"{n:>{digits}}. ", printable(step.title), where, width, sep="  "))
+        out.append(_crop(" " * (digits + 2) + printable(step.summary), width))
+    out.append("(--all shows each step's code)")
+    return "\n".join(out) + "\n"

@@ -216,6 +216,40 @@ def view_data(document: dict[str, Any], *, excerpt: Excerpt | None = None) -> di
     }
 
 
+def first_screen(document: dict[str, Any]) -> str:
+    """The first screen of a report as static HTML, drawn before any script
+    runs (and without one): a call tree's main path (Note [the main path] in
+    kernelmap.processors), one numbered step a line with its file:line and a
+    count of what else each step may call; a `where` answer's operator, its
+    yaml line and its kernels. The viewer replaces it when it starts. Paths
+    are the documents' own (relative to their tree), never a file of this machine."""
+    from markupsafe import escape
+
+    def where(loc: Any) -> str:
+        if not isinstance(loc, dict) or not isinstance(loc.get("path"), str):
+            return ""
+        return f' <span class="loc">{escape(loc["path"])}:{escape(loc.get("line"))}</span>'
+
+    kind, _ = kind_of(document)
+    if kind == "calltree":
+        node, steps = document.get("root"), []
+        while isinstance(node, dict):
+            others = [c for c in node.get("children") or () if not (c.get("facts") or {}).get("main")]
+            steps.append(f"<li><b>{escape(node.get('name'))}</b> <i>{escape(node.get('kind'))}</i>{where(node.get('location'))}"
+                         + (f' <span class="fold">+ {len(others)} other</span>' if others and len(steps) else "") + "</li>")
+            node = next((c for c in node.get("children") or () if (c.get("facts") or {}).get("main")), None)
+        if len(steps) < 2:
+            return ""
+        return f'<p class="hint">main path, {len(steps)} steps</p><ol class="first-screen" data-testid="first-screen">{"".join(steps)}</ol>'
+    if kind == "where":
+        op = document.get("operator") or {}
+        rows = "".join(f"<li>{escape(k.get('key'))}: <b>{escape(k.get('symbol'))}</b></li>" for k in op.get("dispatch") or ())
+        source = "".join(f"<li>{escape(s.get('role'))}: <b>{escape(s.get('name'))}</b>{where(s.get('location'))}</li>" for s in document.get("source") or ())
+        return (f'<div data-testid="first-screen"><h2>{escape(op.get("name"))}</h2><pre>{escape(op.get("schema"))}</pre>'
+                f"<p>yaml{where(op.get('location'))}</p><ul>{rows}</ul><ul>{source}</ul></div>")
+    return ""
+
+
 def fragment(document: dict[str, Any], *, excerpt: Excerpt | None = None, links: dict[str, str] | None = None) -> str:
     """The viewer's mount point and data, without page chrome: what the web app
     puts in its pages. `links` maps link kinds ("source", "stack") to URL
@@ -224,7 +258,7 @@ def fragment(document: dict[str, Any], *, excerpt: Excerpt | None = None, links:
     if links:
         data["links"] = links
     encoding, text = embedded(data)
-    return environment().get_template("fragment.html.j2").render(encoding=encoding, data_json=Markup(text))
+    return environment().get_template("fragment.html.j2").render(encoding=encoding, data_json=Markup(text), first=Markup(first_screen(document)))
 
 
 def render(document: dict[str, Any], *, excerpt: Excerpt | None = None, title: str | None = None, **_: Any) -> str:
@@ -238,6 +272,7 @@ def render(document: dict[str, Any], *, excerpt: Excerpt | None = None, title: s
         js=Markup(asset("report.js").replace("</", "<\\/")),
         encoding=encoding,
         data_json=Markup(text),
+        first=Markup(first_screen(document)),
     )
 
 

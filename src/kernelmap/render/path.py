@@ -1,8 +1,11 @@
 """Render a `path` answer (kernelmap.model.PathAnswer) as text: a heading with
-how many routes lead from the source to the target, then each route as
-numbered steps (name and file:line, then its kind, how it is reached and the
-condition on that edge) with the conditions it needs listed once under its
-heading. Plain text: stable at a fixed width."""
+how many routes lead from the source to the target, then the first route as
+numbered steps, one line each (name, the condition on its edge, file:line:
+the location is never cut), and each other route folded to one line saying
+where it leaves the first (Note [the main path] in kernelmap.processors).
+With `full`, every route as numbered steps (name and file:line, then its
+kind, how it is reached and the condition on that edge) with the conditions
+it needs listed once under its heading. Plain text: stable at a fixed width."""
 
 from __future__ import annotations
 
@@ -16,8 +19,35 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(width - 3, 1)] + "..."
 
 
-def to_text(answer: Any, width: int | None = None, **_: Any) -> str:
+def _step_line(number: int, step: Any, width: int) -> list[str]:
+    """One step on one line: the name and condition shortened first, the location kept."""
+    from kernelmap.render.tree import fit
+
+    where = str(step.location) if step.location is not None else ""
+    site = step.attrs.get("call_site")
+    if not where and site is not None:
+        where = f"called at {site}"
+    text = step.name + (f"  [{step.condition}]" if step.condition else "")
+    if step.attrs.get("library"):
+        text += f"  <{step.attrs['library']}{', closed' if step.attrs.get('closed') else ''}>"
+    return fit(f"{number:>3}. ", text, where, width, sep="  ")
+
+
+def _leaves_first(route: Any, first: Any) -> str:
+    """Where `route` leaves `first`: its first step that differs, with the condition on its edge."""
+    for i, step in enumerate(route.steps):
+        if i >= len(first.steps) or step.name != first.steps[i].name:
+            condition = step.condition
+            if not condition and i and route.steps[i - 1].condition != first.steps[i - 1].condition:
+                condition = route.steps[i - 1].condition  # the branch is taken on the step before
+            return f"from step {i + 1}: {step.name}" + (f" [{condition}]" if condition else "")
+    return "the same steps under other conditions"
+
+
+def to_text(answer: Any, width: int | None = None, full: bool = False, **_: Any) -> str:
     width = terminal_width(width)
+    if answer.routes and not full:
+        return _main_route(answer, width)
     out: list[str] = []
     count = len(answer.routes) + int(answer.searched.get("more") or 0)
     heading = f"{answer.source} -> {answer.target} on {answer.device}: "
@@ -52,4 +82,24 @@ def to_text(answer: Any, width: int | None = None, **_: Any) -> str:
                 kind += f" <{step.attrs['library']}{', closed' if step.attrs.get('closed') else ''}>"
             how = f"via {step.via.value}" if step.via is not None else "start"
             out.append(_cut(f"       {kind}, {how}" + (f" [{step.condition}]" if step.condition else ""), width))
+    return "".join(printable(line) + "\n" for line in out)
+
+
+def _main_route(answer: Any, width: int) -> str:
+    out: list[str] = []
+    count = len(answer.routes) + int(answer.searched.get("more") or 0)
+    out.append(f"{answer.source} -> {answer.target} on {answer.device}: {count} route{'s' if count != 1 else ''}")
+    for note in answer.notes:
+        out.append(f"  note: {note}")
+    first = answer.routes[0]
+    out.append("")
+    out.append(f"route 1: {len(first.steps)} steps")
+    for i, step in enumerate(first.steps, 1):
+        out.extend(_step_line(i, step, width))
+    for number, route in enumerate(answer.routes[1:], 2):
+        out.append(_cut(f"+ route {number}: {len(route.steps)} steps, {_leaves_first(route, first)}", width))
+    more = int(answer.searched.get("more") or 0)
+    if more:
+        out.append(f"+ {more} more route{'s' if more != 1 else ''} (--limit)")
+    out.append("(--all shows every route with its kinds, edges and conditions)")
     return "".join(printable(line) + "\n" for line in out)

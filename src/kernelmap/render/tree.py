@@ -48,7 +48,16 @@ def _shapes(shapes: Any) -> str:
 
 def label(node: CallNode, *, sources: bool = True) -> str:
     """The one-line text of a node."""
+    head, where = label_parts(node, sources=sources)
+    return head + (f"  @ {where}" if where else "")
+
+
+def label_parts(node: CallNode, *, sources: bool = True) -> tuple[str, str]:
+    """A node's line as (what it is, its location): the location is the part
+    never cut when the line is too wide (`fit`)."""
     a = node.attrs
+    if node.kind is NodeKind.NOTE and a.get("folded"):
+        return printable(node.name), ""
     parts = [str(a.get("op") or node.name)]
     if node.kind not in (NodeKind.OPERATOR, NodeKind.TRACE):
         parts.append(f"[{node.kind.value}]")
@@ -83,14 +92,15 @@ def label(node: CallNode, *, sources: bool = True) -> str:
             detail = a[key] if isinstance(a[key], str) else ""
             # "recursion cut: already on the path above" says its marker itself
             parts.append(f"({detail})" if detail.startswith(text) else f"({text}{': ' + detail if detail else ''})")
+    where = ""
     if sources:
         if a.get("source"):
-            parts.append(f"@ {a['source']}")
+            where = str(a["source"])
         elif a.get("source_file"):
-            parts.append(f"@ {a['source_file']}")
+            where = str(a["source_file"])
         elif node.location is not None and node.kind is not NodeKind.OPERATOR:
-            parts.append(f"@ {node.location}")
-    return printable("  ".join(parts))
+            where = str(node.location)
+    return printable("  ".join(parts)), printable(where)
 
 
 # Static-graph facts worth a word on the line (attr -> what it says).
@@ -105,20 +115,22 @@ _MARKERS = (
 GUIDES = ("├── ", "└── ", "│   ", "    ")
 
 
-def lines(tree: CallTree, *, max_depth: int | None = None, min_us: float = 0.0, sources: bool = True):
-    """(prefix, node or None, text) per output line, pre-order, explicit stack.
-    `node` is None for the "… hidden" lines."""
-    stack: list[tuple[CallNode, str, str, int]] = [(tree.root, "", "", 0)]
+def lines(tree: CallTree, *, max_depth: int | None = None, min_us: float = 0.0, sources: bool = True,
+          root: CallNode | None = None, base: str = ""):
+    """(prefix, node or None, text, location) per output line, pre-order,
+    explicit stack, from `root` (default the tree's), each prefix starting
+    with `base`. `node` is None for the "… hidden" lines."""
+    stack: list[tuple[CallNode, str, str, int]] = [(root or tree.root, base, base, 0)]
     while stack:
         node, prefix, child_prefix, depth = stack.pop()
         if depth < 0:  # a "… hidden" line: its text is its name
-            yield prefix, None, node.name
+            yield prefix, None, node.name, ""
             continue
-        yield prefix, node, label(node, sources=sources)
+        yield (prefix, node, *label_parts(node, sources=sources))
         if not node.children:
             continue
         if max_depth is not None and depth >= max_depth:
-            yield child_prefix + GUIDES[1], None, f"… {len(node.children)} children below depth {max_depth}"
+            yield child_prefix + GUIDES[1], None, f"… {len(node.children)} children below depth {max_depth}", ""
             continue
         shown = [c for c in node.children if not min_us or float(c.attrs.get("duration_us", min_us)) >= min_us]
         hidden = len(node.children) - len(shown)
@@ -140,6 +152,51 @@ def lines(tree: CallTree, *, max_depth: int | None = None, min_us: float = 0.0, 
                 stack.append((child, guide, below, depth + 1))
 
 
+def main_lines(tree: CallTree, *, sources: bool = True):
+    """The lines of a tree with a main path (Note [the main path] in
+    kernelmap.processors): its steps numbered at the left margin, each step's
+    other children (folded notes, or subtrees) indented under it."""
+    chain = [tree.root]
+    while True:
+        nxt = next((c for c in chain[-1].children if c.attrs.get("main")), None)
+        if nxt is None:
+            break
+        chain.append(nxt)
+    from kernelmap.processors import fold_notes
+
+    digits = len(str(len(chain)))
+    indent = " " * (digits + 2)
+    for number, node in enumerate(chain, 1):
+        yield (f"{number:>{digits}}. ", node, *label_parts(node, sources=sources))
+        nxt = chain[number] if number < len(chain) else None
+        others = [c for c in node.children if c is not nxt]
+        if others and not all(c.kind is NodeKind.NOTE and c.attrs.get("folded") for c in others):
+            others = list(fold_notes(others, nxt))  # a tree marked but not folded (a saved document): folded as it is read
+        for child in others:
+            yield from lines(tree, sources=sources, root=child, base=indent)
+
+
+def fit(prefix: str, text: str, where: str, width: int | None, sep: str = "  @ ") -> list[str]:
+    """A line of `text` and its location `where` in `width` columns: the name
+    and conditions are shortened first ("…"); the location is never cut. A
+    prefix of tree guides wider than half the line keeps its last two levels;
+    where even then the location leaves too little room, it takes a line of
+    its own below."""
+    tail = f"{sep}{where}" if where else ""
+    full = prefix + text + tail
+    if width is None or len(full) <= width:
+        return [full]
+    if not where:
+        return [_crop(prefix + text, width)]
+    if len(prefix) > width // 2:
+        prefix = "…" + prefix[-(len(GUIDES[0]) * 2 - 1):]
+    room = width - len(prefix) - len(tail)
+    if room >= 12:
+        return [prefix + _crop(text, room) + tail]
+    below = prefix[: -len(GUIDES[0])] + (GUIDES[2] if prefix.endswith(GUIDES[0]) else GUIDES[3]) if prefix.endswith(GUIDES[:2]) else " " * len(prefix)
+    return [_crop(prefix + text, width), below + tail.lstrip()]
+
+
 def _crop(text: str, width: int | None) -> str:
     if width is None or len(text) <= width:
         return text
@@ -155,14 +212,19 @@ def render(
     min_us: float = 0.0,
     sources: bool = True,
     notes: bool = True,
+    full: bool = False,
     **_: Any,
 ) -> str:
-    """The text tree, one line per node, each cut to `width` with "…".
+    """The text tree, one line per node, each fitted to `width` (`fit`: the
+    name is shortened, the location never cut).
 
-    `max_depth` cuts the tree below that depth; `min_us` hides nodes shorter
-    than that many microseconds (a count of hidden children is shown instead);
-    `color=True` styles node kinds with ANSI colours (rich), `False` is plain
-    text, `None` colours only when standard output is a terminal.
+    A tree with a main path (kernelmap.processors.mark_main_path) shows it as
+    numbered steps, each step's other children under it, unless `full` asks
+    for the whole tree as a tree. `max_depth` cuts the tree below that depth;
+    `min_us` hides nodes shorter than that many microseconds (a count of
+    hidden children is shown instead); `color=True` styles node kinds with
+    ANSI colours (rich), `False` is plain text, `None` colours only when
+    standard output is a terminal.
     """
     if color is None:
         import sys
@@ -172,10 +234,17 @@ def render(
     if notes:
         out.extend(printable(f"note: {note}") for note in tree.notes)
     styled = []
-    for prefix, node, text in lines(tree, max_depth=max_depth, min_us=min_us, sources=sources):
-        full = _crop(prefix + text, width)
-        out.append(full)
-        styled.append((full, len(prefix), _KIND_STYLE.get(node.kind, "") if node is not None else "dim"))
+    main = tree.root.attrs.get("main") and not full
+    rows = main_lines(tree, sources=sources) if main else lines(tree, max_depth=max_depth, min_us=min_us, sources=sources)
+    for prefix, node, text, where in rows:
+        style = _KIND_STYLE.get(node.kind, "") if node is not None and node.kind is not NodeKind.NOTE else "dim"
+        for n, line in enumerate(fit(prefix, text, where, width)):
+            out.append(line)
+            styled.append((line, len(prefix) if n == 0 else len(line), style))
+    if main:
+        steps = sum(1 for prefix, node, *_ in main_lines(tree, sources=False) if node is not None and node.attrs.get("main"))
+        out.append(f"(the main path, {steps} steps; + lines fold the rest, --all shows the whole tree)")
+        styled.append((out[-1], 0, "dim"))
     if not color:
         return "\n".join(out) + "\n"
     from rich.console import Console
@@ -184,7 +253,7 @@ def render(
     buf = io.StringIO()
     console = Console(file=buf, width=10**6, force_terminal=True, color_system="standard", highlight=False, emoji=False)
     for note in tree.notes if notes else ():
-        console.print(Text(f"note: {note}", style="yellow"))
+        console.print(Text(printable(f"note: {note}"), style="yellow"))
     for full, start, style in styled:
         t = Text(full)
         if style:

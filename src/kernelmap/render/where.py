@@ -15,9 +15,16 @@ def _flags(op: Op) -> str:
     return ", ".join(flags)
 
 
-def to_text(answer, width: int | None = None, color: bool | None = None, links: bool = True, **_: object) -> str:
+def _folded(word: str, names: list[str]) -> str:
+    return f"+ {len(names)} other {word}{'s' if len(names) != 1 else ''}: {', '.join(names)}"
+
+
+def to_text(answer, width: int | None = None, color: bool | None = None, links: bool = True, full: bool = False, **_: object) -> str:
     """The answer as terminal text. `color=None` colours only a terminal;
-    `color=False` with a fixed `width` gives stable text for tests."""
+    `color=False` with a fixed `width` gives stable text for tests. The
+    live registrations of keys the dispatch path does not pass, and every
+    leaf after the first (the main path's: graph.ends ranks them), are folded
+    to one line each unless `full`."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -98,9 +105,16 @@ def to_text(answer, width: int | None = None, color: bool | None = None, links: 
         regs.add_column(no_wrap=True)
         regs.add_column(no_wrap=True, style="dim")
         regs.add_column(overflow="fold")
+        passed = {step.key for step in path.steps} | {step.kernel.key for step in path.steps if step.kernel is not None}
+        served = {str(step.kernel.location) for step in path.steps if step.kernel is not None and step.kernel.location is not None}
+        off_path = [k for k in answer.live.registrations
+                    if k.key not in passed and (k.location is None or str(k.location) not in served)] if not full else []
         for k in answer.live.registrations:
-            regs.add_row(k.key, k.kind, Text.assemble((f"{k.symbol}  ", "green") if k.symbol else "", where_text(k.location)))
+            if k not in off_path:
+                regs.add_row(k.key, k.kind, Text.assemble((f"{k.symbol}  ", "green") if k.symbol else "", where_text(k.location)))
         console.print(regs)
+        if off_path:
+            console.print(Text(_folded("key", [k.key for k in off_path]) + " (--all)", style="dim"), overflow="ellipsis", no_wrap=True)
 
         grad = ", requires_grad" if path.requires_grad else ""
         extra = "".join([", autocast" if path.autocast else "", ", inference_mode" if path.inference_mode else ""])
@@ -125,9 +139,15 @@ def to_text(answer, width: int | None = None, color: bool | None = None, links: 
         src = Table.grid(padding=(0, 2))
         src.add_column(no_wrap=True)
         src.add_column(overflow="fold")
+        leaves = [step for step in answer.source if step.role == "leaf"]
+        folded = leaves[1:] if not full else []
         for step in answer.source:
-            src.add_row(step.role, Text.assemble((step.name, "green"), "  ", where_text(step.location), f"  {step.detail}" if step.detail else ""))
+            if step not in folded:
+                src.add_row(step.role, Text.assemble((step.name, "green"), "  ", where_text(step.location), f"  {step.detail}" if step.detail else ""))
         console.print(src)
+        if folded:
+            console.print(Text(_folded("leaf", [s.name for s in folded]).replace("leafs", "leaves") + " (--all)", style="dim"),
+                          overflow="ellipsis", no_wrap=True)
 
     if answer.overrides:
         section("torch._native overrides (run instead of ATen's kernel when their condition holds)")

@@ -384,6 +384,17 @@ class Index:
         ).fetchall()
         return [r[0] for r in rows]
 
+    def names_like(self, text: str, *, limit: int = 20_000) -> list[str]:
+        """Short names of definitions, callees (vendor calls included) and
+        stubs that contain `text`, any case: the pool closest names are
+        drawn from (kernelmap.suggest)."""
+        rows = self._db.execute(
+            "SELECT s.text FROM strings s WHERE instr(lower(s.text), lower(?)) > 0 AND (EXISTS (SELECT 1 FROM symbols WHERE short_id = s.id)"
+            " OR EXISTS (SELECT 1 FROM calls WHERE short_id = s.id) OR EXISTS (SELECT 1 FROM stubs WHERE name_id = s.id)) LIMIT ?",
+            (text, limit),
+        ).fetchall()
+        return [r[0] for r in rows]
+
     # -- calls ---------------------------------------------------------------
 
     _CALL_COLUMNS = "c.symbol_id, f.path, c.callee_id, c.short_id, c.kind, c.lib_id, c.op_id, c.line, c.cond_id, c.pp_id, c.outer_id"

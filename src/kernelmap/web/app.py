@@ -479,9 +479,27 @@ def _definition(files: SourceFiles, root_name: str | None, name: str) -> tuple[s
             except KernelmapError:
                 found = []
             if found:
-                loc = found[0].location
+                loc = _as_built(files, root_name, found).location
                 return root_name, loc.path, loc.line
     return None
+
+
+def _as_built(files: SourceFiles, root_name: str | None, found: list):
+    """Of a name's definitions, the one a release build compiles: the CUDA
+    build's first (it compiles the most: Conv_v8.cpp's
+    raw_cudnn_convolution_forward_out under `#if AT_CUDNN_ENABLED()`, not
+    ConvPlaceholders.cpp's under `#if !AT_CUDNN_ENABLED()`), then the CPU
+    build's, then the first found."""
+    root = files.roots.get(root_name or "")
+    if len(found) < 2 or root is None:
+        return found[0]
+    from kernelmap.source.config import build_config
+
+    try:
+        builds = [build_config(root.directory, device) for device in ("cuda", "cpu")]
+    except (OSError, ValueError, KernelmapError):
+        return found[0]
+    return min(found, key=lambda d: tuple(b.evaluate(d.symbol.condition) is not True for b in builds))
 
 
 def _calls_in(files: SourceFiles, root_name: str, path: str) -> dict[int, list[tuple[str, str, str | None]]]:

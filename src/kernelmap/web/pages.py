@@ -140,7 +140,8 @@ def _source(params: Mapping[str, str]) -> str | None:
 def where_document(params: Mapping[str, str]) -> dict[str, Any]:
     from kernelmap import api
 
-    answer = api.where(params["name"], device=params.get("device") or "cpu", static=params.get("live") != "live", source=_source(params))
+    answer = api.where(params["name"], device=params.get("device") or "cpu", with_source=True,  # as the CLI's with --device: its source section
+                       static=params.get("live") != "live", source=_source(params))
     return answer.to_json()
 
 
@@ -148,16 +149,21 @@ def stack_document(params: Mapping[str, str]) -> dict[str, Any]:
     from kernelmap import graph
     from kernelmap.render.json import to_json
 
+    from kernelmap.api import with_main_path
+
     context = _context(params.get("device") or "cpu", _source(params), requires_grad=params.get("requires_grad") == "1")
-    return to_json(graph.stack(params["target"], context, _int(params, "depth", graph.DEFAULT_DEPTH, 0, 64)))
+    return to_json(with_main_path(graph.stack(params["target"], context, _int(params, "depth", graph.DEFAULT_DEPTH, 0, 64))))
 
 
 def callers_document(params: Mapping[str, str]) -> dict[str, Any]:
     from kernelmap import graph
     from kernelmap.render.json import to_json
 
+    from kernelmap.processors import callers_main_path, mark_main_path
+
     context = _context("cpu", _source(params), require_tree=True)
-    return to_json(graph.callers(params["symbol"], context, _int(params, "depth", graph.DEFAULT_DEPTH, 0, 64)))
+    tree = graph.callers(params["symbol"], context, _int(params, "depth", graph.DEFAULT_DEPTH, 0, 64))
+    return to_json(mark_main_path(tree, callers_main_path(tree)))
 
 
 def explain_document(params: Mapping[str, str]) -> dict[str, Any]:

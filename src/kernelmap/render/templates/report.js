@@ -252,6 +252,21 @@
     this.rows = {};
     this.body.textContent = "";
     this.body.appendChild(this.row(0));
+    // The main path (the fact `main`, Note [the main path]) opened to its end, the rest closed.
+    var main = [0], cur = 0, self = this;
+    while (this.isMain(cur)) {
+      var next = this.nodes[cur].kids.filter(function (k) { return self.isMain(k); })[0];
+      this.open(cur);
+      if (next === undefined) break;
+      main.push(next);
+      cur = next;
+    }
+    if (main.length > 1) {
+      main.forEach(function (id) { if (self.rows[id]) self.rows[id].classList.add("main"); });
+      this.count.textContent = this.nodes.length + " nodes; the main path opened";
+      this.body.setAttribute("data-applied", "");
+      return;
+    }
     // Open the first levels, as far as a screenful of rows goes.
     var queue = [0], shown = 1;
     while (queue.length) {
@@ -263,6 +278,10 @@
     }
     this.count.textContent = this.nodes.length + " nodes";
     this.body.setAttribute("data-applied", "");
+  };
+  TreeView.prototype.isMain = function (id) {
+    var x = this.nodes[id];
+    return !!(x && (x.n.facts || x.n.attrs || {}).main);
   };
   TreeView.prototype.expandAll = function () {
     var stack = [0], n = 0;
@@ -386,8 +405,15 @@
       if (HIDDEN_ATTRS[k]) return;
       var tr = el("tr");
       tr.appendChild(el("th", null, k));
-      var v = a[k];
-      tr.appendChild(el("td", null, typeof v === "object" ? JSON.stringify(v) : v));
+      var v = a[k], td = el("td");
+      if (v && typeof v === "object" && typeof v.path === "string" && typeof v.line === "number") {
+        td.appendChild(self.location(v, false));  // a location fact (call_site, declared_at): linked, never raw JSON
+      } else if (Array.isArray(v)) {
+        td.textContent = v.map(function (x) { return x && typeof x === "object" ? (x.name || x.path || "") : String(x); }).join(", ");
+      } else {
+        td.textContent = v && typeof v === "object" ? Object.keys(v).filter(function (x) { return x !== "file"; }).map(function (x) { return x + ": " + v[x]; }).join("; ") : v;
+      }
+      tr.appendChild(td);
       table.appendChild(tr);
     });
     box.appendChild(table);
@@ -435,6 +461,8 @@
         columns.forEach(function (c) {
           var v = c.get ? c.get(r) : r[c.key];
           var td = el("td", c.num ? "num" : null, c.num ? (v === null || v === undefined ? "" : (c.fmt ? c.fmt(v) : v)) : (v === null || v === undefined ? "" : v));
+          if (!c.num && td.textContent.length > 40) td.title = td.textContent;  // shown whole on hover; the cell keeps one line
+          if (c.loc && td.textContent.length > 34) td.textContent = "\u2026" + td.textContent.slice(-33);  // a location keeps its file:line
           tr.appendChild(td);
         });
         if (onRow) { tr.classList.add("clickable"); tr.onclick = function () { onRow(r); }; }
@@ -468,7 +496,13 @@
   // Icicle: time by module -> op -> kernel; other frames are passed through.
   var ICICLE_KINDS = { trace: 1, module: 1, op: 1, autograd: 1, gpu_kernel: 1, kernel: 1, gpu_memcpy: 1 };
   Viewer.prototype.icicle = function (tv) {
-    var box = el("div", "icicle");
+    var outer = el("div", "icicle-wrap"), bar = el("div", "toolbar"), box = el("div", "icicle");
+    var hint = el("span", "hint", "click a block to open it in the tree; shift-click to zoom to it");
+    var unzoom = el("button", null, "zoom out");
+    bar.appendChild(hint);
+    bar.appendChild(unzoom);
+    outer.appendChild(bar);
+    outer.appendChild(box);
     box.setAttribute("data-testid", "icicle");
     var rootDur = Number((tv.nodes[0].n.facts || tv.nodes[0].n.attrs || {}).duration_us) || 0;
     if (!rootDur) return box;
@@ -499,7 +533,10 @@
           c.style.width = (w * 100) + "%";
           c.style.top = (depth * ROW) + "px";
           c.textContent = tv.label(n);
+          c.dataset.dur = us(d);  // drawn after the label (CSS): what and how long; a zoom makes a sliver readable
           c.title = tv.label(n) + " (" + n.kind + ") " + us(d);
+          c.dataset.left = x;
+          c.dataset.width = w;
           c.dataset.id = f;
           frag.appendChild(c);
           cells++;
@@ -509,13 +546,24 @@
         x += w;
       }
     }
-    box.style.height = (maxDepth * ROW + 4) + "px";
-    box.appendChild(frag);
+    var inner = el("div", "icicle-inner");
+    inner.style.height = (maxDepth * ROW + 4) + "px";
+    inner.appendChild(frag);
+    box.appendChild(inner);
     box.addEventListener("click", function (ev) {
-      var id = ev.target.dataset && ev.target.dataset.id;
-      if (id !== undefined) tv.reveal(Number(id));
+      var d = ev.target.dataset || {};
+      if (ev.shiftKey && d.width !== undefined) { ev.preventDefault(); zoom(Number(d.left), Number(d.width)); return; }
+      if (d.id !== undefined) tv.reveal(Number(d.id));
     });
-    return box;
+    // Zoom: the block double-clicked fills the width; its neighbours scroll beside it.
+    function zoom(left, width) {
+      var factor = Math.min(1 / Math.max(width, 1e-6), 2000);
+      inner.style.width = (factor * 100) + "%";
+      box.scrollLeft = left * box.scrollWidth;
+      box.setAttribute("data-zoom", factor.toFixed(2));
+    }
+    unzoom.onclick = function () { zoom(0, 1); };
+    return outer;
   };
 
   Viewer.prototype.tabs = function (mount, names) {
@@ -567,10 +615,10 @@
         tv.applyFilter();
       };
       tabs.panes.operators.appendChild(this.table(s.ops.slice(), [
-        { title: "operator", key: "name" }, { title: "overload", key: "op" }, { title: "calls", key: "calls", num: 1 },
+        { title: "operator", key: "name" }, { title: "source", key: "source", loc: 1 }, { title: "calls", key: "calls", num: 1 },
         { title: "self", key: "self_us", num: 1, fmt: us }, { title: "total", key: "total_us", num: 1, fmt: us },
         { title: "device", key: "device_us", num: 1, fmt: us }, { title: "key", key: "dispatch_key" }, { title: "kernel", key: "kernel" },
-        { title: "source", key: "source" }, { title: "vendor", get: function (r) { var lib = r.library || r.vendor; return lib ? lib + (r.closed ? " (closed)" : "") : (r.closed ? "closed below" : ""); } },
+        { title: "overload", key: "op" }, { title: "vendor", get: function (r) { var lib = r.library || r.vendor; return lib ? lib + (r.closed ? " (closed)" : "") : (r.closed ? "closed below" : ""); } },
         { title: "GPU kernels", get: function (r) { return (r.kernels || []).map(function (k) { return k.name; }).join(", "); } }
       ], findOp));
       var group = [{ title: "name", key: "name" }, { title: "calls", key: "calls", num: 1 }, { title: "total", key: "total_us", num: 1, fmt: us },
@@ -605,12 +653,24 @@
     mount.appendChild(head);
     mount.appendChild(el("pre", "schema", op.schema));
     if (op.location) mount.appendChild(this.location(op.location, true));
-    if (d.also && d.also.length) mount.appendChild(el("p", null, "also: " + d.also.join(", ")));
+    if (d.also && d.also.length) mount.appendChild(el("p", null, "also: " + d.also.map(function (o) { return (o && o.name) || String(o); }).join(", ")));
     if (op.python_entry_points && op.python_entry_points.length) mount.appendChild(el("p", null, "Python: " + op.python_entry_points.join(", ")));
     if (d.structured_delegate) mount.appendChild(el("p", null, "structured delegate: " + d.structured_delegate.name));
     this.locPane = el("div", "loc-pane");
     mount.appendChild(el("h3", null, "kernels per dispatch key (yaml)"));
     mount.appendChild(this.kernels(op.dispatch || []));
+    var delegate = d.structured_delegate;
+    if (delegate && delegate.dispatch && delegate.dispatch.length) {  // the kernels that run it, as the CLI lists them
+      var own = {};
+      (op.dispatch || []).forEach(function (k) { own[k.key] = 1; });
+      var via = delegate.dispatch.filter(function (k) { return !own[k.key]; });
+      if (via.length) {
+        var h = el("h3", null, "kernels via its structured delegate " + delegate.name);
+        h.setAttribute("data-testid", "delegate-kernels");
+        mount.appendChild(h);
+        mount.appendChild(this.kernels(via));
+      }
+    }
     if (op.autograd) {
       mount.appendChild(el("h3", null, "autograd: " + op.autograd.backward_node));
       if (op.autograd.location) mount.appendChild(this.location(op.autograd.location, true));
@@ -626,8 +686,26 @@
       }
       mount.appendChild(this.kernels(d.live.registrations || []));
     }
+    if (d.source && d.source.length) {  // entry kernel, stub kernel and leaves on the device, as the CLI's source section
+      var first = d.source[0].location;
+      var sh = el("h3", null, "source" + (first && first.origin ? " (" + first.origin + ")" : ""));
+      sh.setAttribute("data-testid", "source-section");
+      mount.appendChild(sh);
+      var table = el("table", "source-steps");
+      d.source.forEach(function (s) {
+        var tr = el("tr");
+        tr.appendChild(el("td", "role", s.role));
+        tr.appendChild(el("td", "name", s.name));
+        var at = el("td");
+        if (s.location) at.appendChild(self.location(s.location, false));
+        tr.appendChild(at);
+        tr.appendChild(el("td", "detail", s.detail || ""));
+        table.appendChild(tr);
+      });
+      mount.appendChild(table);
+    }
     mount.appendChild(this.locPane);
-    this.rest(mount, d, { kernelmap: 1, query: 1, torch: 1, notes: 1, operator: 1, also: 1, structured_delegate: 1, live: 1 });
+    this.rest(mount, d, { kernelmap: 1, query: 1, torch: 1, notes: 1, operator: 1, also: 1, structured_delegate: 1, live: 1, source: 1, origins: 1 });
   };
   Viewer.prototype.explain = function (mount) {
     var d = this.doc, self = this;
@@ -657,6 +735,7 @@
     if (depth > 12) { dl.appendChild(el("span", "val", JSON.stringify(value))); return dl; }
     Object.keys(value).forEach(function (k) {
       if (Array.isArray(value)) { var li = el("li"); li.appendChild(self.object(value[k], depth + 1)); dl.appendChild(li); return; }
+      if (k === "file" || k === "origins" || k === "root") return;  // paths of this machine, and the origin table: never shown
       dl.appendChild(el("dt", null, k));
       var dd = el("dd");
       dd.appendChild(self.object(value[k], depth + 1));

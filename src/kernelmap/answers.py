@@ -99,5 +99,16 @@ def document_name(doc: Any) -> str:
 
 
 def load(doc: Any) -> Any:
-    """The answer a document describes (its type's `from_json`)."""
-    return answer_type(document_name(doc)).from_json(doc)
+    """The answer a document describes (its type's `from_json`). A document
+    is anyone's text: one of the right name whose fields are not what its
+    type holds (a null where a location must be, a string for a list) is a
+    DocumentError naming the problem, whatever the type's reader raised."""
+    kind = answer_type(document_name(doc))
+    try:
+        return kind.from_json(doc)
+    except DocumentError:
+        raise
+    except (RecursionError, MemoryError):
+        raise DocumentError(f"a {doc['kernelmap']} document too large or too deep to read") from None
+    except Exception as e:  # noqa: BLE001 - every way a reader meets a field of the wrong shape
+        raise DocumentError(f"not a {doc['kernelmap']} document kernelmap can read ({type(e).__name__}: {str(e)[:200]})") from None

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from kernelmap.commands.options import (MAX_RUNS, MAX_WIDTH, check_input_file, check_min_us, check_output_file, check_width, emit,
-                                       source_option)
+                                       fit_to_width, source_option, write_rendered_html)
 from kernelmap.errors import BadInput
 
 
@@ -31,10 +31,7 @@ def _check_options(width, top, min_us, depth, export_chrome) -> None:
         raise BadInput(f"--depth must be 0 or more, not {depth}")
     check_min_us(min_us)
     if export_chrome is not None:
-        check_output_file(export_chrome, "--export-chrome")
-        parent = Path(export_chrome).resolve().parent
-        if not parent.is_dir() or not os.access(parent, os.W_OK):
-            raise BadInput(f"cannot write --export-chrome {export_chrome}: {parent} is not a writable folder")
+        check_output_file(export_chrome, "--export-chrome")  # a folder, a FIFO, a link loop, an unwritable folder: said now
 
 
 def _several_ranks(files, source_tree, all_frames, as_json, top, width) -> None:
@@ -107,7 +104,7 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
     _check_options(width, top, min_us, depth, export_chrome)
     if html is not None:
         check_output_file(html, "--html")  # before the trace is run or read, not after
-        if export_chrome is not None and Path(html).resolve() == Path(export_chrome).resolve():
+        if export_chrome is not None and os.path.realpath(html) == os.path.realpath(export_chrome):
             raise BadInput(f"--html and --export-chrome name the same file {html}; one would overwrite the other")
     from_file = None
     if from_files:
@@ -149,29 +146,37 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
     else:
         result = tracing.run_script(target, tuple(args), **options)
 
+    from kernelmap.render import render
+    from kernelmap.trace.summary import TraceReport
+
+    # Every output is rendered before any is written: one that fails leaves no other behind.
+    if as_json:
+        text = render(TraceReport(result.tree if tree else None, result.summary() if summary else None), "json")
+    elif fmt != "text":
+        text = render(result.tree, "json")
+    else:
+        report = TraceReport(result.tree if tree else None, result.summary() if summary else None)
+        color = sys.stdout.isatty()
+        columns = width if width is not None or not color else shutil.get_terminal_size((120, 24)).columns
+        text = fit_to_width(render(report, "text", width=columns, color=color, max_depth=depth if depth is not None else TEXT_DEPTH,
+                                   min_us=min_us, top=top), columns)
+    page = None
+    if html is not None:
+        from kernelmap.web.files import SourceFiles
+
+        page = render(TraceReport(result.tree, result.summary()), "html", excerpt=SourceFiles.discover().excerpt)
     if export_chrome:
         try:
             result.export_chrome(export_chrome)
         except OSError as e:
-            raise BadInput(f"cannot write --export-chrome {export_chrome}: {e.strerror}") from None
-    from kernelmap.trace.summary import TraceReport
+            raise BadInput(f"cannot write --export-chrome {export_chrome}: {e.strerror or e}") from None
+    if page is not None:
+        write_rendered_html(page, html)
+    click.echo(text, nl=False)
+    if export_chrome and not as_json and fmt == "text":
+        from kernelmap.printable import printable_line
 
-    if html is not None:
-        from kernelmap.commands.options import write_html
-
-        write_html(TraceReport(result.tree, result.summary()), html)
-
-    if as_json:
-        emit(TraceReport(result.tree if tree else None, result.summary() if summary else None), True)
-    elif fmt != "text":
-        emit(result.tree, True)
-    else:
-        report = TraceReport(result.tree if tree else None, result.summary() if summary else None)
-        emit(report, False, width, max_depth=depth if depth is not None else TEXT_DEPTH, min_us=min_us, top=top)
-        if export_chrome:
-            from kernelmap.printable import printable_line
-
-            click.echo(f"wrote {printable_line(export_chrome)}")
+        click.echo(f"wrote {printable_line(export_chrome)}")
 
     error = result.error
     if error is not None:

@@ -37,7 +37,8 @@ def where(
 
     install = env.torch_install()
     wheel = load_catalog()
-    selected = _selected_tree(source)
+    notes: list[str] = []
+    selected = _selected_tree(source, notes)
     tree = selected.root if selected is not None else None
     catalog, python_catalog, python_root = wheel, wheel, install.site_packages
     if selected is not None:
@@ -46,7 +47,6 @@ def where(
         catalog = load_catalog(tree=selected.root, origin=selected.origin)
         if has_python(selected.root):  # Note [graph versions]: the tree's own Python names
             python_catalog, python_root = catalog, selected.root
-    notes: list[str] = []
     try:
         ops = resolve_ops(name, catalog, python_catalog, python_root)
     except UnknownName:
@@ -107,19 +107,22 @@ def _hidden_bindings(op, python_root, label: str) -> list[str]:
     return [f"{'; '.join(found)} in {label}: a call runs Python first, which decides whether to reach this operator's binding"]
 
 
-def _selected_tree(source: str | None):
+def _selected_tree(source: str | None, notes: list[str] | None = None):
     """The tree `where` answers from: `--source`, else the default selection
-    (the installed commit's tree, KERNELMAP_SOURCE, the only registered tree);
-    None when nothing is selected by default (an explicit --source must open)."""
-    from kernelmap.errors import KernelmapError
-    from kernelmap.source import select_tree
+    (Note [the default tree]; a choice among several trees is said in
+    `notes`); None when no tree is registered (an explicit --source must open)."""
+    from kernelmap.errors import NoSourceTree
+    from kernelmap.source import choose_tree, select_tree
 
     if source is not None:
         return select_tree(source)
     try:
-        return select_tree(None)
-    except KernelmapError:
+        choice = choose_tree(None)
+    except NoSourceTree:
         return None
+    if choice.note and notes is not None:
+        notes.append(choice.note)
+    return choice.tree
 
 
 def _with_python_sources(op: str, kernels: tuple[Kernel, ...]) -> tuple[Kernel, ...]:

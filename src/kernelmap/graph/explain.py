@@ -14,13 +14,21 @@ from __future__ import annotations
 
 import re
 
+from kernelmap import env
 from kernelmap.errors import KernelmapError
 from kernelmap.graph import DEVICE_KEYS, GraphContext, call_ends, stack, stub_kernel
 from kernelmap.graph import file_lines as _file_lines
 from kernelmap.graph.down import location_lines
-from kernelmap.model import CallNode, CallTree, Explanation, Location, NodeKind, Step
+from kernelmap.model import CallNode, CallTree, Explanation, Location, NodeKind, Step, located
 
 EXCERPT_LINES = 14
+
+
+def _at(location: Location | None) -> str:
+    """A location written into a step's text, with its version when it is not
+    the installed torch's (Note [versions on locations] in model.py)."""
+    installed = env.torch_install().version
+    return located(location, location is not None and location.origin is not None and location.origin.version != installed)
 
 # What a line of kernel code does, by the idioms ATen writes it with.
 _CHECKS = re.compile(r"\b(TORCH_CHECK\w*|TORCH_INTERNAL_ASSERT\w*|check_\w+|checkAllSame\w*|checkDim\w*)\s*\(")
@@ -119,12 +127,12 @@ def explain(op_name: str, context: GraphContext) -> Explanation:
 
     if context.index is None:
         notes.append("native steps (kernel, checks, dtype switch, loops, vendor calls) need a source tree: kernelmap source add PATH, then kernelmap index")
-        return Explanation(qualified, context.device, tuple(steps), tuple(notes), context.dtype)
+        return Explanation(qualified, context.device, tuple(steps), tuple(notes), context.dtype, env.torch_install().version)
 
     tree = stack(qualified, context)
     steps.extend(_native_steps(tree, context))
     context.check_index_intact()
-    return Explanation(qualified, context.device, tuple(steps), tuple(notes), context.dtype)
+    return Explanation(qualified, context.device, tuple(steps), tuple(notes), context.dtype, env.torch_install().version)
 
 
 def _head(text: str, lines: int = EXCERPT_LINES) -> str:
@@ -219,12 +227,12 @@ def _native_steps(tree: CallTree, context: GraphContext) -> list[Step]:
         if node is not end and node.location is not None and node.location.path in _REDUCTION:
             site = node.attrs.get("call_site")
             where = site if isinstance(site, Location) else node.location
-            steps.append(Step("reduction machinery", f"{node.name} (defined at {node.location})", where, _excerpt(where, 1, root=_root(where, context))))
+            steps.append(Step("reduction machinery", f"{node.name} (defined at {_at(node.location)})", where, _excerpt(where, 1, root=_root(where, context))))
     if end.kind in (NodeKind.LAUNCH, NodeKind.DEVICE_LOOP):
         site = end.attrs.get("call_site")
         if isinstance(site, Location) and end.location is not None and site != end.location:
             # the operator's own call of the loop; the loop's definition (Loops.h) is named
-            summary = f"{end.name} runs the per-element loop (defined at {end.location})"
+            summary = f"{end.name} runs the per-element loop (defined at {_at(end.location)})"
             steps.append(Step("device loop / launch", summary, site, _excerpt(site, 3, root=_root(site, context))))
         else:
             steps.append(Step("device loop / launch", f"{end.name} runs the per-element loop", end.location, _excerpt(end.location, 3, root=_root(end.location, context))))
@@ -238,7 +246,7 @@ def _native_steps(tree: CallTree, context: GraphContext) -> list[Step]:
             site = callee.attrs.get("call_site")
             where = site if isinstance(site, Location) else callee.location
             when = f" [{callee.condition}]" if callee.condition else ""
-            steps.append(Step("kernel work", f"{end.name} calls {callee.name} (defined at {callee.location}){when}", where,
+            steps.append(Step("kernel work", f"{end.name} calls {callee.name} (defined at {_at(callee.location)}){when}", where,
                               _excerpt(where, 2, root=_root(where, context))))
     elif end.kind is NodeKind.INNER_LOOP:
         steps.append(Step("inner loop", f"{end.name}: the scalar/vectorised operation itself", end.location, _excerpt(end.location, 6)))
@@ -283,7 +291,7 @@ def _machinery_steps(end: CallNode, context: GraphContext) -> list[Step]:
         site = node.attrs.get("call_site")
         where = site if isinstance(site, Location) else node.location
         when = f" [{node.condition}]" if node.condition else ""
-        summary = f"{node.name} (defined at {node.location}){when}"
+        summary = f"{node.name} (defined at {_at(node.location)}){when}"
         steps.append(Step(title, summary, where, _excerpt(where, 1, root=_root(where, context))))
     return steps
 
@@ -371,7 +379,8 @@ def _vectorized_specialisation(lambda_text: str, cpp: str, context: GraphContext
             body = "\n".join(text[start : start + 6])
             inner = re.search(r"\bvec::(\w+)\s*\(", body)
             operation = inner.group(1) if inner else None
-            via += f"ufunc::{m.group(1)} (Vectorized overload, {header}:{start + 1}) calls vec::{operation}; " if operation else ""
+            at = _at(Location(header, start + 1, origin=context.index.tree.origin))
+            via += f"ufunc::{m.group(1)} (Vectorized overload, {at}) calls vec::{operation}; " if operation else ""
     if operation is None:
         body = lambda_text[lambda_text.find("{") :]
         inner = re.search(r"\bvec::(\w+)\s*\(", body)

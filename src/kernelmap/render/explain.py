@@ -8,6 +8,8 @@ from __future__ import annotations
 import io
 import sys
 
+from kernelmap.model import located, tags_versions
+
 
 def to_text(result, width: int | None = None, color: bool | None = None, full: bool = False, **_: object) -> str:
     if not full:
@@ -18,6 +20,7 @@ def to_text(result, width: int | None = None, color: bool | None = None, full: b
 
     if color is None:
         color = sys.stdout.isatty()
+    versions = tags_versions((s.location for s in result.steps), getattr(result, "torch_version", None))
     out = io.StringIO()
     console = Console(file=out, width=width or (None if color else 120), force_terminal=color, no_color=not color,
                       color_system="auto" if color else None, highlight=False, emoji=False)
@@ -29,7 +32,7 @@ def to_text(result, width: int | None = None, color: bool | None = None, full: b
         head = Text.assemble((f"{n}. {step.title}", "bold"), "  ", step.summary)
         console.print(head)
         if step.location is not None:
-            console.print(Text(f"   {step.location}", style="cyan"))
+            console.print(Text(f"   {located(step.location, versions)}", style="cyan"))
         if step.excerpt:
             if color:
                 console.print(Syntax(step.excerpt, step.language, line_numbers=False, word_wrap=False, padding=(0, 3)))
@@ -47,8 +50,9 @@ def _steps(result, width: int | None) -> str:
     out = [printable(f"note: {note}") for note in result.notes]
     out.append(printable(f"{result.op} on {result.device}, {result.dtype}"))
     digits = len(str(len(result.steps)))
+    versions = tags_versions((s.location for s in result.steps), getattr(result, "torch_version", None))  # Note [versions on locations]
     for n, step in enumerate(result.steps, 1):
-        where = printable(str(step.location)) if step.location is not None else ""
+        where = printable(located(step.location, versions))
         out.extend(fit(f"{n:>{digits}}. ", printable(step.title), where, width, sep="  "))
         out.append(_crop(" " * (digits + 2) + printable(step.summary), width))
     out.append("(--all shows each step's code)")

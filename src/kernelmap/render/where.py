@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 
-from kernelmap.model import Location, Op
+from kernelmap.model import Location, Op, located, tags_versions
 
 
 def _flags(op: Op) -> str:
@@ -44,10 +44,12 @@ def to_text(answer, width: int | None = None, color: bool | None = None, links: 
         emoji=False,
     )
 
+    versions = tags_versions(answer.locations(), answer.torch_version)  # Note [versions on locations]
+
     def where_text(location: Location | None) -> Text:
         if location is None:
             return Text("-", style="dim")
-        text = Text(str(location), style="cyan")
+        text = Text(located(location, versions), style="cyan")
         if links and location.url:
             text.stylize(f"link {location.url}")
         return text

@@ -28,7 +28,8 @@ from kernelmap.source.index import (
     open_index,
 )
 from kernelmap.source.records import index_path
-from kernelmap.source.trees import NotATree, Tree, UnknownTree, add_tree, get_tree, inspect_tree, list_trees, remove_tree, select_tree
+from kernelmap.source.trees import (NotATree, Tree, TreeChoice, UnknownTree, add_tree, choose_tree, get_tree, inspect_tree, list_trees,
+                                    remove_tree, select_tree)
 
 
 def __getattr__(name: str):
@@ -73,4 +74,6 @@ __all__ = [
     "open_index",
     "remove_tree",
     "select_tree",
+    "choose_tree",
+    "TreeChoice",
 ]

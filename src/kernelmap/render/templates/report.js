@@ -430,7 +430,17 @@
     box.appendChild(el("h4", null, "dispatch path"));
     var keys = a.dispatch_keys || [a.dispatch_key];
     keys.forEach(function (k) { box.appendChild(badge(k, k === a.dispatch_key ? "key served" : "key")); });
-    if (a.kernel) box.appendChild(el("div", "served", "served by " + a.dispatch_key + ": " + a.kernel + (a.registered_at ? "  (registered at " + a.registered_at + ")" : "")));
+    if (a.kernel) {
+      var served = el("div", "served", "served by " + a.dispatch_key + ": " + a.kernel);
+      if (a.registered_at && typeof a.registered_at === "object" && typeof a.registered_at.path === "string") {
+        served.appendChild(el("span", null, "  (registered at "));  // a location: with its origin, so its version
+        served.appendChild(this.location(a.registered_at, false));
+        served.appendChild(el("span", null, ")"));
+      } else if (a.registered_at) {
+        served.appendChild(el("span", null, "  (registered at " + a.registered_at + ")"));
+      }
+      box.appendChild(served);
+    }
     return box;
   };
 

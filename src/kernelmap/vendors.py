@@ -223,6 +223,7 @@ class KernelFamily:
     kernels: re.Pattern[str]  # searched in the demangled kernel name
     entries: tuple[str, ...]  # the library's entry points that launch them, as PyTorch's code calls them
     where: tuple[str, ...] = ("aten/",)  # the tree's folders (or files) whose call sites count
+    caller: re.Pattern[str] | None = None  # the functions whose calls count, when an entry runs other families too
 
 
 _CUDNN_CONV = ("aten/src/ATen/native/cudnn/",)
@@ -243,9 +244,11 @@ FAMILIES: tuple[KernelFamily, ...] = (
     KernelFamily("cuDNN", "CTC loss", _re(r"(?i)\bctc|_ctc"), ("cudnnCTCLoss",)),
     KernelFamily("cuDNN", "grid sampler and affine grid", _re(r"(?i)spatialtf|sampler|gridgen|grid_generator"),
                  ("cudnnSpatialTfSamplerForward", "cudnnSpatialTfSamplerBackward", "cudnnSpatialTfGridGeneratorForward", "cudnnSpatialTfGridGeneratorBackward")),
-    # cuDNN's fused attention runs a cudnn_frontend graph: `mha_graph->execute(...)` in MHA.cpp
-    KernelFamily("cuDNN", "scaled dot product attention", _re(r"(?i)sdpa|fmha|\bmha|flash_[fb]prop|dot_do_o|convert_dq"),
-                 ("execute",), ("aten/src/ATen/native/cudnn/MHA.cpp",)),
+    # cuDNN's fused attention runs a cudnn_frontend graph: `mha_graph->execute(...)` in MHA.cpp, forward and backward
+    KernelFamily("cuDNN", "scaled dot product attention, backward", _re(r"(?i)(sdpa|fmha|\bmha|flash).*bprop|dot_do_o|convert_dq"),
+                 ("execute",), ("aten/src/ATen/native/cudnn/MHA.cpp",), _re(r"bprop")),
+    KernelFamily("cuDNN", "scaled dot product attention, forward", _re(r"(?i)sdpa|fmha|\bmha|flash_fprop"),
+                 ("execute",), ("aten/src/ATen/native/cudnn/MHA.cpp",), _re(r"fprop")),
     # cudnnBackendExecute runs any v8 graph (quantized adds too): a convolution's are made in native/cudnn/
     KernelFamily("cuDNN", "convolution backward, data", _re(r"dgrad"), ("cudnnConvolutionBackwardData", "cudnnBackendExecute"), _CUDNN_CONV),
     KernelFamily("cuDNN", "convolution backward, weight", _re(r"wgrad"), ("cudnnConvolutionBackwardFilter", "cudnnBackendExecute"), _CUDNN_CONV),

@@ -403,9 +403,10 @@ class KernelResolver:
             # ATen calls a wrapper by its qualified name (`at::cuda::blas::gemm<float>(...)`); a bare `gemm` is
             # another namespace's (cpublas), or the wrapper's own inside its namespace (gemm_tunable's local
             # `gemm` object, bgemm's fallback loop): not where ATen calls the library
-            sites = [c for c in self.index.callers_of(callee) if _library_call(c, scope, family.where)]
-            for c in sites[:3]:
-                out.append(Site("library call", c.callee, c.location, c.caller.qualified_name if c.caller else None))
+            sites = [c for c in self.index.callers_of(callee) if _library_call(c, scope, family.where)
+                     and (family.caller is None or (c.caller is not None and family.caller.search(c.caller.qualified_name)))]
+            for c in sites[:3]:  # a member call (`graph->execute(`) is named by its member
+                out.append(Site("library call", c.callee.lstrip("."), c.location, c.caller.qualified_name if c.caller else None))
             if len(out) >= 4:
                 break
         if not out:

@@ -88,7 +88,7 @@ def test_the_main_path_is_open_by_default(page, report, files, tmp_path):
 
 
 def test_the_app_where_page_is_the_clis(page, app_server, files, tmp_path):
-    page.goto(f"{app_server.url}/where?name=torch.add&device=cpu")
+    page.goto(app_server.link("/where?name=torch.add&device=cpu"))
     page.wait_for_selector("[data-km-ready]")
     body = page.inner_text("body")
     assert "[object Object]" not in body and "also: aten::add.out" in body
@@ -106,8 +106,8 @@ def test_a_source_link_follows_the_build_configuration(app_server, indexed_tree)
     ConvPlaceholders.cpp's placeholder under #if !AT_CUDNN_ENABLED()."""
     import httpx
 
-    r = httpx.get(f"{app_server.url}/goto", params={"name": "at::native::raw_cudnn_convolution_forward_out", "root": f"tree:{indexed_tree.name}"},
-                  follow_redirects=False, timeout=120)
+    with app_server.client(follow_redirects=False) as client:
+        r = client.get("/goto", params={"name": "at::native::raw_cudnn_convolution_forward_out", "root": f"tree:{indexed_tree.name}"})
     assert r.status_code == 303
     target = httpx.URL(r.headers["location"])
     path, line = target.params["path"], int(target.params["line"])

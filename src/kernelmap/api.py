@@ -182,6 +182,7 @@ def _source_steps(op: str, device: str, notes: list[str], source: str | None = N
         called = f"the stub is called {call.condition}" if call is not None and call.condition else None
         roles["stub kernel"] = SourceStep("stub kernel", stub.name, stub.location, _joined(stub.condition, called))
     leaves: dict[str, SourceStep] = {}
+    first = None  # the first leaf's end: the others are where the call ends instead (Note [alternatives of a step])
     for end in ends:  # Note [ranking a call's ends]
         if end.iteration and end is not ends[0]:
             continue  # the loop an end above runs in (sort's std::sort, in _dim_apply's for_each): named when nothing else is
@@ -203,8 +204,32 @@ def _source_steps(op: str, device: str, notes: list[str], source: str | None = N
                 end.checked_by,  # Note [calls in checks]: a check's loop, not the work
                 f"as {end.grown_by} grows a tensor's storage" if end.grown_by else None,
             )
+            if first is None:
+                first = end
+            else:  # what picks this end over the first: the condition where its path leaves the first's
+                picked = _picked_by(first, end, context)
+                if picked and picked not in detail:
+                    detail = _joined(detail, f"instead when {picked}")
             leaves[end.node.name] = SourceStep("leaf", end.node.name, end.node.location, detail)
     return tuple(roles.values()) + tuple(leaves.values())
+
+
+def _picked_by(main, other, context) -> str | None:
+    """The condition where `other`'s path (an End of graph.ends) leaves
+    `main`'s: the branch condition of its first node off `main`'s path (Note
+    [alternatives of a step]), else the first condition below it."""
+    from kernelmap.graph.explain import branch_condition
+
+    k = 0
+    while k < min(len(main.path), len(other.path)) and main.path[k] is other.path[k]:
+        k += 1
+    if k == 0 or k >= len(other.path):
+        return None
+    if k < len(main.path):
+        found = branch_condition(main.path[k], other.path[k], context)
+        if found:
+            return found
+    return next((n.condition for n in other.path[k + 1 :] if n.condition), None)
 
 
 def _joined(*parts: str | None) -> str:

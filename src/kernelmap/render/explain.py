@@ -39,6 +39,8 @@ def to_text(result, width: int | None = None, color: bool | None = None, full: b
             else:
                 for line in step.excerpt.splitlines():
                     console.print(Text("   " + line), overflow="ignore", crop=False, no_wrap=True)
+        for text, where in alternative_lines(step, versions):
+            console.print(Text.assemble(("   " + text, "dim"), ("  " + where if where else "", "cyan")))
     return "".join(line.rstrip() + "\n" for line in out.getvalue().splitlines())
 
 
@@ -55,5 +57,20 @@ def _steps(result, width: int | None) -> str:
         where = printable(located(step.location, versions))
         out.extend(fit(f"{n:>{digits}}. ", printable(step.title), where, width, sep="  "))
         out.append(_crop(" " * (digits + 2) + printable(step.summary), width))
+        for text, alternative in alternative_lines(step, versions):
+            out.extend(fit(" " * (digits + 2), text, alternative, width, sep="  "))
     out.append("(--all shows each step's code)")
     return "\n".join(out) + "\n"
+
+
+def alternative_lines(step, versions: bool = False) -> list[tuple[str, str]]:
+    """(text, location) of each alternative of a step (Note [alternatives of a
+    step]): `+ or unrolled_elementwise_kernel [case 1]`, what runs instead and
+    the condition that picks it, with why the call never takes it when known."""
+    lines = []
+    for a in step.alternatives:
+        name = a.name.rsplit("::", 1)[-1] if "(" not in a.name else a.name  # at::native::launch_legacy_kernel reads as launch_legacy_kernel
+        # the note first: a line too wide is cut at its end, and the condition may be long
+        text = f"+ or {name}" + (f": {a.note}" if a.note else "") + (f" [{a.condition}]" if a.condition else "")
+        lines.append((text, located(a.location, versions)))
+    return lines

@@ -732,6 +732,16 @@
         li.appendChild(shown);
         if (!self.excerpts[locKey(s.location)] && s.excerpt) li.appendChild(el("pre", "code", s.excerpt));
       } else if (s.excerpt) li.appendChild(el("pre", "code", s.excerpt));
+      if (s.alternatives && s.alternatives.length) {  // what runs instead, and the condition that picks it
+        var alts = el("ul", "alternatives");
+        alts.setAttribute("data-testid", "step-alternatives");
+        s.alternatives.forEach(function (a) {
+          var item = el("li", null, "or " + a.name + (a.note ? ": " + a.note : "") + (a.condition ? " [" + a.condition + "]" : "") + " ");
+          if (a.location) item.appendChild(self.location(a.location, false));
+          alts.appendChild(item);
+        });
+        li.appendChild(alts);
+      }
       ol.appendChild(li);
     });
     mount.appendChild(ol);

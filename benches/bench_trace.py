@@ -9,13 +9,18 @@
    correlation ids and ac2g flows): seconds and peak memory, measured in a
    fresh process each, for the streaming reader alone, for the whole import
    (columns, resolution, summary), then for making the CallNode tree.
-3. Scale (issue 18), each generated on the fly into a temporary folder:
-   a synthetic trace of one million events (goal: at least 50 MB/s end to
-   end, read + tree + resolution + summary, and at most 300 MB peak); a
-   small .json.gz holding one 400 MB string; a 2 GB trace, summarised under a
-   memory limit (the limit it needs is reported).
+3. Scale (--scale): the real traces of tests/trace/data, 1M synthetic
+   events, and with --big 10M, with --two-gb a 2 GB trace built from copies
+   of the largest real one (each generated into a temporary folder): for
+   every view as a user runs it (summary, text tree, --html, --json,
+   --json --full-tree, --export-tree), wall and CPU seconds, MB of JSON per
+   CPU second and peak RSS, each in a fresh process; the store's import,
+   re-open, and the text tree, --html and --json re-opened; a typed msgspec decode of the same file keeping only the fields
+   kernelmap reads (the parse floor); and HTA 0.5.0 loading the same file
+   (--hta FOLDER holding it).
 
-    python benches/bench_trace.py [--size-mb 100] [--repeat 5] [--skip-model] [--skip-import] [--scale]
+    python benches/bench_trace.py [--size-mb 100] [--repeat 5] [--skip-model] [--skip-import]
+    python benches/bench_trace.py --scale [--big] [--two-gb] [--hta FOLDER]
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import argparse
 import io
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -207,91 +213,218 @@ def bench_import(size_mb: int) -> dict:
 
 
 # ---------------------------------------------------------------------------
-# 3. Scale: a million events, one 400 MB string, 2 GB
+# 3. Scale: real traces, a 2 GB trace built from them, 1M and 10M events
 # ---------------------------------------------------------------------------
 
-_SCALE_CHILD = r"""
-import json, resource, sys, time
-t_process = time.perf_counter()
-from pathlib import Path
-path, limit_mb = Path(sys.argv[1]), int(sys.argv[2])
-if limit_mb:
-    resource.setrlimit(resource.RLIMIT_AS, (limit_mb << 20, limit_mb << 20))
+DATA = ROOT / "tests" / "trace" / "data"
+REAL = [*sorted(DATA.glob("hta-*.json.gz")), ROOT / "tests" / "trace" / "cuda" / "resnet50_train_fp32_bench.json.gz"]
+
+# Each view as a user runs it, in a fresh process: the import (read, columns,
+# resolution) and what the view adds. `--no-store`: the JSON is read each time.
+VIEWS = {
+    "summary": ["--no-tree", "--no-store"],
+    "text tree": ["--no-store"],
+    "--html": ["--no-store", "--no-tree", "--no-summary", "--html", "{out}.html"],
+    "--json": ["--no-store", "--json"],
+    "--json --full-tree": ["--no-store", "--json", "--full-tree"],
+    "--export-tree": ["--no-store", "--no-tree", "--no-summary", "--export-tree", "{out}.parquet"],
+}
+
+_FLOOR = r"""
+import sys, time, gzip, msgspec
+t = time.process_time()
+class Args(msgspec.Struct, rename={"external_id": "External id", "input_dims": "Input Dims", "input_type": "Input type"}):
+    correlation: int | str | None = None
+    external_id: int | str | None = None
+    device: int | str | None = None
+    stream: int | str | None = None
+    grid: msgspec.Raw = None
+    block: msgspec.Raw = None
+    input_dims: msgspec.Raw = None
+    input_type: msgspec.Raw = None
+class Event(msgspec.Struct):
+    ph: str | None = None
+    cat: str | None = None
+    name: object = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: float | None = None
+    dur: float | None = None
+    id: object = None
+    args: Args | None = None
+class Trace(msgspec.Struct):
+    traceEvents: list[Event]
+path = sys.argv[1]
+data = gzip.open(path).read() if path.endswith(".gz") else open(path, "rb").read()
+n = len(msgspec.json.decode(data, type=Trace).traceEvents)
+print(n, time.process_time() - t)  # CPU seconds of the read and the decode, not the interpreter's start
+"""
+
+_HTA = r"""
+import sys, logging
+logging.disable(logging.CRITICAL)
+from hta.trace_analysis import TraceAnalysis
+TraceAnalysis(trace_dir=sys.argv[1])
+"""
+
+_REOPEN = r"""
+import sys, time, json
 from kernelmap.trace import load
-t_imported = time.perf_counter()
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t = time.perf_counter()
-tr = load(path)
+tr = load(sys.argv[1], store=True)
+opened = time.perf_counter() - t
 s = tr.summary()
-s.to_text()
-elapsed = time.perf_counter() - t
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"seconds": elapsed, "process_s": time.perf_counter() - t_process, "import_s": t_imported - t_process,
-                  "peak_rss_mb": peak / 1024, "baseline_rss_mb": base / 1024, "ops": len(s.ops)}))
+print(json.dumps({"open_s": opened, "summary_s": time.perf_counter() - t - opened, "stored": tr.stored is not None}))
 """
 
 
-def _scale_run(path: Path, limit_mb: int = 0) -> dict:
-    out = subprocess.run([sys.executable, "-c", _SCALE_CHILD, str(path), str(limit_mb)], capture_output=True, text=True)
-    if out.returncode != 0:
-        tail = (out.stderr.strip().splitlines() or ["?"])[-1]
-        return {"failed": tail[:200]}
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def run_measured(cmd: list[str], env: dict | None = None, capture: bool = False) -> dict:
+    """Wall and CPU seconds (user + system) and peak RSS (MB) of one command, in a fresh process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE if capture else subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, **(env or {})})
+    out = proc.stdout.read() if capture and proc.stdout else b""
+    err = proc.stderr.read() if proc.stderr else b""
+    _, status, usage = os.wait4(proc.pid, 0)
+    rc = os.waitstatus_to_exitcode(status)
+    return {"wall_s": time.perf_counter() - start, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_mb": usage.ru_maxrss / 1024,
+            "rc": rc, "out": out.decode(errors="replace"), "err": err.decode(errors="replace")[-300:]}
 
 
-def _one_big_string(path: Path, size_mb: int) -> None:
-    """A .json.gz whose one kernel event has a name of `size_mb` MB (the file itself stays small)."""
+def json_mb(path: Path) -> float:
+    """MB of JSON text (decompressed for .gz)."""
+    if path.name.endswith(".gz"):
+        import gzip
+
+        with gzip.open(path) as f:
+            n = 0
+            while chunk := f.read(1 << 24):
+                n += len(chunk)
+        return n / 1e6
+    return path.stat().st_size / 1e6
+
+
+def build_from_real(path: Path, size_mb: int, source: Path = DATA / "hta-trace_diff-control-control.json.gz") -> int:
+    """A trace of about `size_mb` MB made of copies of a real one, each copy
+    shifted after the last in time, its ids (correlation, external id, flow
+    id) moved apart so that no two copies join. Returns the events."""
     import gzip
 
-    with gzip.open(path, "wt", compresslevel=6) as f:
-        f.write('{"schemaVersion": 1, "traceEvents": [\n')
-        f.write(json.dumps({"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 0, "dur": 10}) + ",\n")
-        f.write('{"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": 5, "dur": 2, "name": "')
-        chunk = "k" * (1 << 20)
-        for _ in range(size_mb):
-            f.write(chunk)
-        f.write('"}\n]}\n')
+    with gzip.open(source) as f:
+        doc = json.load(f)
+    events = doc.pop("traceEvents")
+    xs = [e for e in events if isinstance(e.get("ts"), (int, float))]
+    span = max(e["ts"] + (e.get("dur") or 0) for e in xs) - min(e["ts"] for e in xs) + 1000
+    texts = []  # per event: a template with the shifted fields put in per copy
+    for e in events:
+        texts.append(e)
+    n = 0
+    with open(path, "w") as out:
+        head = {k: v for k, v in doc.items()}
+        out.write("{" + ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in head.items()) + (", " if head else "") + '"traceEvents": [\n')
+        copy = 0
+        while out.tell() < size_mb * 1e6:
+            shift = copy * span
+            for e in texts:
+                if e.get("ph") == "M" and copy:
+                    continue
+                f = dict(e)
+                if isinstance(f.get("ts"), (int, float)):
+                    f["ts"] = f["ts"] + shift
+                if isinstance(f.get("id"), int):
+                    f["id"] = f["id"] + copy * 10_000_000
+                a = f.get("args")
+                if isinstance(a, dict):
+                    a = dict(a)
+                    for k in ("correlation", "External id"):
+                        if isinstance(a.get(k), int):
+                            a[k] = a[k] + copy * 10_000_000
+                    f["args"] = a
+                out.write(("" if n == 0 else ",\n") + json.dumps(f))
+                n += 1
+            copy += 1
+        out.write("\n]}\n")
+    return n
 
 
-def bench_scale(two_gb: bool, limit_mb: int) -> None:
+# A trace above this size is imported twice (the summary without the store,
+# then into the store) and its other views are measured re-opened from the
+# store only (those of every trace are too): each import of one takes minutes.
+LARGE_MB = 1000
+STORED_VIEWS = ("text tree", "--html", "--json")
+
+
+def bench_scale(two_gb: bool, big: bool, hta_path: str | None, full_tree_max: int, small: bool = True,
+                given: tuple[Path, ...] = ()) -> None:
+    """Every view of every input: MB/s of JSON per core (CPU time), wall time,
+    peak RSS; the parse floor and HTA on the same inputs."""
+    from kernelmap import env
+
     with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "million.json"
-        events = synthesise(path, events=1_000_000)
-        mb = path.stat().st_size / 1e6
-        r = _scale_run(path)
-        print(f"1. {events:,} events, {mb:.0f} MB")
-        if "failed" in r:
-            print(f"   failed: {r['failed']}")
-        else:
-            print(f"   read + tree + resolve + summary  {r['seconds']:7.2f} s = {mb / r['seconds']:6.1f} MB/s  (goal >= 50 MB/s: "
-                  f"{mb / r['seconds'] / 50:.2f}x of it)")
-            print(f"   whole process                    {r['process_s']:7.2f} s   (imports {r['import_s']:.2f} s)")
-            print(f"   peak RSS                         {r['peak_rss_mb']:7.0f} MB  (before the load {r['baseline_rss_mb']:.0f} MB; "
-                  f"goal <= 300 MB: {r['peak_rss_mb'] / 300:.2f}x of it)")
-        path.unlink()
-
-        path = Path(d) / "string.json.gz"
-        _one_big_string(path, 400)
-        r = _scale_run(path)
-        print(f"2. one 400 MB string in a {path.stat().st_size / 1e3:.0f} KB .json.gz")
-        if "failed" in r:
-            print(f"   failed: {r['failed']}")
-        else:
-            print(f"   load + summary                   {r['seconds']:7.2f} s   peak RSS {r['peak_rss_mb']:.0f} MB "
-                  f"({r['peak_rss_mb'] / 400:.2f}x the string)")
-        path.unlink()
-
+        d = Path(d)
+        cache = d / "cache"
+        cache.mkdir()
+        for kept in env.cache_dir().iterdir() if env.cache_dir().is_dir() else ():
+            if kept.name != "trace":  # the catalog and generated files are reused; the store starts empty
+                os.symlink(kept, cache / kept.name)
+        environ = {"KERNELMAP_CACHE_DIR": str(cache), "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+        km = [sys.executable, "-m", "kernelmap", "trace", "--from"]
+        run_measured([*km, str(REAL[0]), "--no-tree", "--no-store"], environ)  # fills the dispatcher's cache once
+        inputs: list[tuple[str, Path, int | None]] = [(p.name.split(".")[0][:40], p, None) for p in REAL] if small else []
+        synthetic = ([("1M synthetic events", 1_000_000)] if small else []) + ([("10M synthetic events", 10_000_000)] if big else [])
+        for label, events in synthetic:
+            p = d / f"{events}.json"
+            n = synthesise(p, events=events)
+            inputs.append((label, p, n))
         if two_gb:
-            path = Path(d) / "two-gb.json"
-            t = time.perf_counter()
-            events = synthesise(path, size_mb=2048)
-            mb = path.stat().st_size / 1e6
-            print(f"3. {mb:.0f} MB, {events:,} events (written in {time.perf_counter() - t:.0f} s), address space limited to {limit_mb} MB")
-            r = _scale_run(path, limit_mb)
-            if "failed" in r:
-                print(f"   failed under the limit: {r['failed']}")
-            else:
-                print(f"   read + tree + resolve + summary  {r['seconds']:7.2f} s = {mb / r['seconds']:6.1f} MB/s   peak RSS {r['peak_rss_mb']:.0f} MB")
+            p = d / "two-gb.json"
+            n = build_from_real(p, 2048)
+            inputs.append(("2 GB built from the real traces", p, n))
+        inputs += [(p.name[:40], p, None) for p in given]
+        print(f"{'input':42} {'MB':>7} {'view':22} {'wall s':>8} {'cpu s':>8} {'MB/s/core':>9} {'peak MB':>8}", flush=True)
+        for label, path, n in inputs:
+            mb = json_mb(path)
+            large = mb > LARGE_MB
+
+            def line(view: str, r: dict, extra: str = "") -> None:
+                status = "" if r["rc"] == 0 else f"  FAILED: {r['err'].strip().splitlines()[-1] if r['err'].strip() else r['rc']}"
+                rate = f"{mb / r['cpu_s']:9.1f}" if extra == "" else f"{'':>9}"
+                print(f"{label:42} {mb:7.1f} {view:22} {r['wall_s']:8.2f} {r['cpu_s']:8.2f} {rate} {r['peak_mb']:8.0f}{status}{extra}", flush=True)
+
+            for view, args in VIEWS.items():
+                if view == "--json --full-tree" and (n or 0) > full_tree_max:
+                    continue
+                if large and view != "summary":
+                    continue
+                args = [a.replace("{out}", str(d / "out")) for a in args]
+                line(view, run_measured([*km, str(path), *args], environ))
+            # the store: import once, then re-open
+            line("import into store", run_measured([*km, str(path), "--no-tree"], environ))
+            reopen = run_measured([sys.executable, "-c", _REOPEN, str(path)], environ, capture=True)
+            ro = json.loads(reopen["out"].strip().splitlines()[-1]) if reopen["rc"] == 0 else {}
+            if ro:
+                line("re-open + summary", reopen, f"   (open {ro['open_s']:.3f} s, summary {ro['summary_s']:.2f} s, wall)")
+            for view in STORED_VIEWS:  # the views, each re-opened from the store
+                args = [a.replace("{out}", str(d / "out")) for a in VIEWS[view] if a != "--no-store"]
+                line(f"{view} (stored)", run_measured([*km, str(path), *args], environ), " ")
+            floor = run_measured([sys.executable, "-c", _FLOOR, str(path)], environ, capture=True)
+            if floor["rc"] == 0:
+                count, secs = floor["out"].split()
+                print(f"{label:42} {mb:7.1f} {'parse floor (msgspec)':22} {floor['wall_s']:8.2f} {float(secs):8.2f} {mb / float(secs):9.1f} {floor['peak_mb']:8.0f}", flush=True)
+            if hta_path is not None and mb < 400:  # HTA holds every event in pandas: not run on the largest
+                hd = d / "hta"
+                hd.mkdir(exist_ok=True)
+                for old in hd.iterdir():
+                    old.unlink()
+                os.symlink(path, hd / path.name)
+                h = run_measured([sys.executable, "-c", _HTA, str(hd)], {"PYTHONPATH": hta_path})
+                if h["rc"] == 0:
+                    print(f"{label:42} {mb:7.1f} {'HTA 0.5.0 load':22} {h['wall_s']:8.2f} {h['cpu_s']:8.2f} {mb / h['cpu_s']:9.1f} {h['peak_mb']:8.0f}", flush=True)
+                else:
+                    print(f"{label:42} {mb:7.1f} {'HTA 0.5.0 load':22} failed: {h['err'].strip().splitlines()[-1] if h['err'].strip() else h['rc']}")
+            if path.parent == d:
+                path.unlink()  # the inputs made here are large: one on disk at a time
+            shutil.rmtree(cache / "trace" / "store", ignore_errors=True)
 
 
 def main() -> None:
@@ -300,12 +433,16 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--skip-model", action="store_true")
     ap.add_argument("--skip-import", action="store_true")
-    ap.add_argument("--scale", action="store_true", help="the scale benches (a million events, a 400 MB string)")
-    ap.add_argument("--two-gb", action="store_true", help="with --scale, also a 2 GB trace (needs 2 GB of disk)")
-    ap.add_argument("--limit-mb", type=int, default=8192, help="address-space limit of the 2 GB run")
+    ap.add_argument("--scale", action="store_true", help="every view of the real traces, 1M synthetic events (and --big, --two-gb)")
+    ap.add_argument("--big", action="store_true", help="with --scale, also 10M synthetic events (about 2 GB)")
+    ap.add_argument("--two-gb", action="store_true", help="with --scale, also a 2 GB trace built from the real ones (needs 2 GB of disk)")
+    ap.add_argument("--hta", default=None, help="with --scale, a folder holding HolisticTraceAnalysis==0.5.0 (PYTHONPATH for it)")
+    ap.add_argument("--large-only", action="store_true", help="with --scale, only --big and --two-gb (not the real traces and 1M events)")
+    ap.add_argument("--input", action="append", default=[], help="with --scale, also this trace file (kept)")
+    ap.add_argument("--full-tree-max", type=int, default=1_500_000, help="events above which --json --full-tree is not run")
     args = ap.parse_args()
     if args.scale:
-        bench_scale(args.two_gb, args.limit_mb)
+        bench_scale(args.two_gb, args.big, args.hta, args.full_tree_max, small=not args.large_only, given=tuple(Path(p) for p in args.input))
         return
     if not args.skip_model:
         m = bench_model(args.repeat)

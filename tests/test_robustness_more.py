@@ -185,12 +185,14 @@ def test_serve_on_port_0_names_the_port_it_listens_on():
     proc = subprocess.Popen([sys.executable, "-m", "kernelmap", "serve", "--port", "0"], stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stderr.readline()
-        m = re.fullmatch(r"kernelmap serving on http://127\.0\.0\.1:(\d+)/ \(Ctrl-C stops\)\n", line)
-        assert m and int(m.group(1)) != 0, line
+        m = re.fullmatch(r"kernelmap serving on (http://127\.0\.0\.1:(\d+)/\?token=[\w-]+) \(Ctrl-C stops\)\n", line)
+        assert m and int(m.group(2)) != 0, line
+        # the printed link sets the launch's cookie and leads to the page: a client keeps the cookie
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
         deadline = time.monotonic() + 60
         while True:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{m.group(1)}/", timeout=10) as page:
+                with opener.open(m.group(1), timeout=10) as page:
                     assert page.status == 200 and b"kernelmap" in page.read()
                 break
             except OSError:

@@ -95,7 +95,7 @@ def test_the_catalog_s_temporary_file_names_its_process(tmp_path, monkeypatch):
         made.append(name)
         return fd, name
 
-    monkeypatch.setattr(store.tempfile, "mkstemp", spy)
+    monkeypatch.setattr(tempfile, "mkstemp", spy)  # imported where it is used
     monkeypatch.setenv("KERNELMAP_CACHE_DIR", str(tmp_path))
     files = store.CatalogFiles(*(Path(p) for p in _wheel_inputs()), torchgen_root=None)
     store.open_catalog_db(files, tmp_path).close()

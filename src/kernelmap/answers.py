@@ -16,9 +16,11 @@ answer, which any renderer can show again.
 | scaffold/1    | kernelmap.model.ScaffoldAnswer           | scaffold                                  |
 | compile/1     | kernelmap.compile.model.CompileAnswer    | compile (see kernelmap.compile.model)     |
 | diff/1        | kernelmap.diff.OpDiff                    | diff                                      |
-| verify/1      | kernelmap.extend.compare.VerifyReport    | verify (see its to_json)                  |
+| verify/2      | kernelmap.extend.compare.VerifyReport    | verify (see its to_json)                  |
 | kernel/1      | kernelmap.kernels.resolve.KernelAnswer   | kernel (one GPU kernel name)              |
 | ranks/1       | kernelmap.trace.ranks.RanksSummary       | trace --from of several ranks             |
+| fold/1        | kernelmap.mcp.bound.Fold                 | mcp expand: the next page of a list       |
+| impact/1      | kernelmap.impact.model.ImpactAnswer      | impact (what an edit rebuilds)            |
 
 A document is a JSON object: `{"kernelmap": "<name>/<version>", ...fields}`.
 Documents that carry locations have an `origins` table (key -> kind,
@@ -58,6 +60,15 @@ ranks/1:    {"ranks": [{"rank", "file", "gpu_us", "source_us", "library_us", "co
              "merged_ops": [{"name", "calls", "total_us", "device_us"}],
              "collectives": [{"name", "index", "us": {rank: us}, "slowest"}],
              "differences": [{"name", "device_us": {rank: us}, "spread_us"}]}
+fold/1:     {"answer": "<name>/<version>" of the answer it continues, "at": JSON pointer of its list, "start", "total",
+             "items": [...], "next": fold id | null, "origins"}; replies of `kernelmap mcp` also add "pinned",
+             "bounded" (Note [bounded answers] in kernelmap.mcp.bound) and a LOCATION's "resource" to any document
+impact/1:   {"query", "target" (file|line|symbol|operator), "device", "tree": origin key, "origins", "notes",
+             "edited": [{"path", "reason", "location": LOCATION | null}], "counts": {"cpp", "cu", "capability",
+             "capability AVX2", ...}, "libraries": {library: units}, "maybe", "estimate": {"cpu_seconds",
+             "wall_seconds", "jobs", "model", "error", "measured"}, "advice": [{"summary", "path", "location",
+             "units", "cpu_seconds"}], "operators": [str], "third_party": [str],
+             "units": [{"path", "kind" (cpp|cu|capability), "capability", "library", "seconds", "maybe", "via"}]}
 """
 
 from __future__ import annotations
@@ -77,12 +88,14 @@ ANSWERS: dict[str, tuple[int, str]] = {
     "trace": (2, "kernelmap.trace.summary:TraceReport"),
     "path": (1, "kernelmap.model:PathAnswer"),
     "sources": (1, "kernelmap.model:SourceList"),
-    "verify": (1, "kernelmap.extend.compare:VerifyReport"),
+    "verify": (2, "kernelmap.extend.compare:VerifyReport"),
     "scaffold": (1, "kernelmap.model:ScaffoldAnswer"),
     "compile": (1, "kernelmap.compile.model:CompileAnswer"),
     "diff": (1, "kernelmap.diff:OpDiff"),
     "kernel": (1, "kernelmap.kernels.resolve:KernelAnswer"),
     "ranks": (1, "kernelmap.trace.ranks:RanksSummary"),
+    "fold": (1, "kernelmap.mcp.bound:Fold"),
+    "impact": (1, "kernelmap.impact.model:ImpactAnswer"),
 }
 
 

@@ -24,6 +24,7 @@ def where(
     static: bool = False,
     source: str | None = None,
     with_source: bool = False,
+    context=None,
 ) -> WhereAnswer:
     """Where the operator behind `name` is declared, which kernels it has per
     dispatch key, and (unless `static`) what the live dispatcher runs for a call
@@ -31,7 +32,9 @@ def where(
     kernel, stub kernel and leaves on `device`. `source` selects a tree (a
     registered name or a directory): its yaml and derivatives answer the
     operator, its index the source steps; the Python names are resolved with
-    the installed wheel's (Note [graph versions]). Static answers never import torch."""
+    the installed wheel's (Note [graph versions]). Static answers never import torch.
+    `context`, a graph context already open for `device` (kernelmap.graph.open_context),
+    spares opening one for the source steps (a server keeps its contexts open)."""
     from kernelmap.catalog import load_catalog
     from kernelmap.names import resolve_ops
 
@@ -42,7 +45,7 @@ def where(
     tree = selected.root if selected is not None else None
     catalog, python_catalog, python_root = wheel, wheel, install.site_packages
     if selected is not None:
-        from kernelmap.graph.context import has_python
+        from kernelmap.source.trees import has_python  # not the graph's context: a static answer imports no graph
 
         catalog = load_catalog(tree=selected.root, origin=selected.origin)
         if has_python(selected.root):  # Note [graph versions]: the tree's own Python names
@@ -83,10 +86,12 @@ def where(
         live = LiveAnswer(_with_python_sources(qualified, dispatch.live_registrations(qualified)), dispatch.schema_location(qualified), path)
         if path.note:
             notes.append(path.note)
-    steps = _source_steps(str(ops[0].name), device, notes, source, dtype) if with_source else ()
-    from kernelmap.dispatch.native import overrides as native_overrides
+    steps = _source_steps(str(ops[0].name), device, notes, source, dtype, context) if with_source else ()
+    found: tuple = ()
+    if not (static and tree is not None and not (tree / "torch/_native/ops").is_dir()):  # a tree before 2.12 registers none
+        from kernelmap.dispatch.native import overrides as native_overrides
 
-    found = native_overrides(str(ops[0].name), static=static, tree=tree)
+        found = native_overrides(str(ops[0].name), static=static, tree=tree)
     return WhereAnswer(name, ops, install.version, install.commit, delegate, live, tuple(notes), steps, found)
 
 
@@ -137,7 +142,7 @@ def _with_python_sources(op: str, kernels: tuple[Kernel, ...]) -> tuple[Kernel, 
     return tuple(resolved)
 
 
-def _source_steps(op: str, device: str, notes: list[str], source: str | None = None, dtype: str = "float32") -> tuple[SourceStep, ...]:
+def _source_steps(op: str, device: str, notes: list[str], source: str | None = None, dtype: str = "float32", context=None) -> tuple[SourceStep, ...]:
     """The entry kernel's definition, the first stub kernel and the leaves of
     `op` on `device` for inputs of `dtype`, read off the call graph when a
     source tree is indexed."""
@@ -147,7 +152,7 @@ def _source_steps(op: str, device: str, notes: list[str], source: str | None = N
     if device not in graph.DEVICE_KEYS:
         return ()
     try:
-        context = graph.open_context(device, source=source, dtype=dtype)
+        context = context if context is not None else graph.open_context(device, source=source, dtype=dtype)
     except KernelmapError as e:
         if source is not None:
             raise
@@ -253,6 +258,27 @@ def _written_at(node) -> bool:
     return re.search(rf"(?<!\w){re.escape(short)}(?!\w)", lines[location.line - 1]) is not None
 
 
+def observed(answer, target: str, *, device: str = "cpu", dtype: str = "float32", source: str | None = None):
+    """`answer` (a stack or callers tree, a path or a where answer) with each
+    step marked observed, inlined or not taken by a run of `target` on the
+    installed torch with example inputs (kernelmap.observe.mark); the
+    observed path first. Observation runs this machine's CPU build."""
+    from kernelmap.errors import BadInput
+    from kernelmap.model import CallTree, PathAnswer
+    from kernelmap.observe import observe
+    from kernelmap.observe import mark
+
+    if device != "cpu":
+        raise BadInput(f"--observe runs the call on this machine's torch, on the CPU; --device {device} needs its own build and device (use --device cpu)")
+    run = observe(target, source=source, dtype=dtype)
+    if isinstance(answer, CallTree):
+        from kernelmap.processors import mark_main_path
+
+        marked = mark.mark_tree(answer, run)
+        return mark_main_path(marked, mark.observed_path(marked))  # the observed path is the main path
+    if isinstance(answer, PathAnswer):
+        return mark.mark_path(answer, run)
+    return mark.mark_where(answer, run)
 def with_main_path(tree):
     """`tree` (a stack) with its main path marked: the path to the call's
     best end as graph.ends ranks it (Note [the main path] in

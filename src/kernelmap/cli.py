@@ -33,10 +33,13 @@ COMMANDS: dict[str, str] = {
     "compile": "kernelmap.commands.compile:compile",
     "explain": "kernelmap.commands.graph:explain",
     "diff": "kernelmap.commands.diff:diff",
+    "impact": "kernelmap.commands.impact:impact",
     "scaffold": "kernelmap.commands.extend:scaffold",
     "verify": "kernelmap.commands.extend:verify",
     "render": "kernelmap.commands.render:render_",
     "serve": "kernelmap.commands.serve:serve",
+    "observe": "kernelmap.commands.observe:observe",
+    "mcp": "kernelmap.commands.mcp:mcp",
 }
 
 

@@ -8,7 +8,6 @@ import functools
 import importlib.util
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +43,8 @@ def is_writable_dir(path: Path) -> bool:
     """True when files can be created in `path` (creating it if need be)."""
     try:
         path.mkdir(parents=True, exist_ok=True)
+        import tempfile  # only here: reading the cache needs no probe
+
         with tempfile.NamedTemporaryFile(dir=path, prefix=".probe-"):
             return True
     except OSError:

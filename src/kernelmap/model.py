@@ -678,6 +678,13 @@ FACTS: dict[str, Fact] = {
     "aten_runs_when": Fact("str", "when ATen's kernel runs instead of the override"),
     "registered": Fact("any", "whether the override is registered in this process (None: not asked)"),
     "served_by": Fact("str", "the torch._native DSL override that may serve a traced operator instead of ATen's kernel"),
+    # observation (kernelmap.observe): what a run of the installed torch showed
+    "observed": Fact("str", "observed (ran), inlined (folded into the frame above), not taken (never ran for these inputs), or observed, not in the static map"),
+    "native_frame": Fact("str", "the frame's function as the binary's symbol table names it, demangled"),
+    "library_file": Fact("str", "the native library file the frame ran in"),
+    "capability": Fact("str", "the CPU capability the frame's code was compiled for (DEFAULT, AVX2, AVX512)"),
+    "ran": Fact("str", "what ran, in a word: the CPU capability and the dtype case"),
+    "hits": Fact("int", "how many observed stacks pass through the node"),
     # markers set by the builders and processors
     "collapsed": Fact("str", "children not shown: a branch for another device or backend"),
     "cycle": Fact("str", "recursion cut: the node is already on the path above"),
@@ -685,6 +692,7 @@ FACTS: dict[str, Fact] = {
     "truncated": Fact("str", "children not shown: a depth or size limit was reached"),
     "unresolved": Fact("str", "why the node could not be followed further"),
     "hidden": Fact("int", "how many children a processor hid"),
+    "more": Fact("dict", "children a bounded reply left out: {id (expand it for them), children, nodes} (Note [bounded answers] in kernelmap.mcp.bound)"),
     "main": Fact("bool", "on the main path: the path a default call takes (observed when observed, else the ranked static path)"),
     "folded": Fact("list", "a note's folded alternatives, each [name, condition or null, path:line or null]"),
     # traces: the event
@@ -697,6 +705,10 @@ FACTS: dict[str, Fact] = {
     "functor": Fact("str", "a GPU kernel's functor or lambda: the op's arithmetic"),
     "launcher": Fact("str", "path:line of a GPU kernel's __global__ definition: launcher template or op-specific kernel"),
     "input_shapes": Fact("list", "shapes of the inputs as recorded"),
+    "schema": Fact("str", "the operator's schema as an execution trace recorded it (its exact overload)"),
+    "et_node": Fact("int", "the node's id in the PyTorch execution trace"),
+    "node": Fact("int", "on a bounded view's note of left-out calls: the number of the node they are under (pre-order), to open its subtree"),
+    "output_shapes": Fact("list", "shapes of the outputs, as an execution trace recorded them"),
     "sequence_nr": Fact("any", "autograd sequence number"),
     "forward_op": Fact("str", "the forward operator that recorded an autograd node"),
     # traces: the operator's resolution
@@ -707,6 +719,7 @@ FACTS: dict[str, Fact] = {
     "inferred": Fact("list", "facts inferred rather than recorded"),
     "unknown": Fact("str", "why the name is unknown to the catalog or the vendor table"),
     "dispatch_key": Fact("str", "the dispatch key whose kernel answered"),
+    "kernel_key": Fact("str", "the alias key the answering kernel is registered under (CompositeImplicitAutograd)"),
     "dispatch_keys": Fact("list", "the dispatch keys the call passed through"),
     "dispatch_error": Fact("str", "why the dispatch path could not be computed"),
     "dispatch_note": Fact("str", "a note on the dispatch path (a backend this build lacks)"),
@@ -1191,17 +1204,19 @@ class ScaffoldAnswer(Answer):
     family: str  # the reference kernel it starts with
     files: tuple[str, ...]  # relative to root
     cuda: bool
+    kept: tuple[str, ...] = ()  # of `files`, those the user edited, left as they were (--force)
 
     DOCUMENT = "scaffold"
 
     def to_json(self) -> dict[str, Any]:
         return document(self.DOCUMENT, SCAFFOLD_VERSION, root=self.root, custom_op=self.custom_op, schema=self.schema, op=self.op,
-                        family=self.family, files=list(self.files), cuda=self.cuda)
+                        family=self.family, files=list(self.files), cuda=self.cuda, kept=list(self.kept))
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ScaffoldAnswer:
         d = check_document(d, cls.DOCUMENT, SCAFFOLD_VERSION)
-        return cls(d["root"], d["custom_op"], d["schema"], d["op"], d["family"], tuple(d["files"]), bool(d["cuda"]))
+        return cls(d["root"], d["custom_op"], d["schema"], d["op"], d["family"], tuple(d["files"]), bool(d["cuda"]),
+                   tuple(d.get("kept", ())))
 
 
 # ---------------------------------------------------------------------------

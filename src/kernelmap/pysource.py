@@ -66,9 +66,54 @@ class PyCall:
     returned: bool = False  # the function returns this call's result (`return torch.relu(x)`), not a helper value
 
 
-@functools.lru_cache(maxsize=256)
+_READ: list[list[Path]] = []  # the files each remembered computation reads (`_on_disk`)
+
+
 def _parse(path: Path) -> ast.Module:
+    for files in _READ:
+        files.append(path)
+    return _parse_file(path)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_file(path: Path) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def _on_disk(kind: str, root: Path, compute):
+    """`compute()` (JSON data) remembered in the cache directory with the size
+    and mtime of every file it parsed: a process that asks once (a CLI run)
+    does not parse torch/__init__.py again while those files are unchanged."""
+    import hashlib
+    import json
+    import os
+
+    from kernelmap import env
+    from kernelmap.safefiles import NotRegularFile, read_text
+
+    cache = env.cache_dir() / "python" / f"{kind}-{hashlib.sha1(str(root).encode()).hexdigest()[:16]}.json"
+    try:
+        kept = json.loads(read_text(cache, "a cache file"))  # a FIFO there is refused, not waited on
+        if kept.get("version") == 1 and kept.get("root") == str(root) and all(
+                [(st := os.stat(p)).st_size, st.st_mtime_ns] == stamp for p, stamp in kept["files"].items()):
+            return kept["value"]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError, NotRegularFile):
+        pass
+    files: list[Path] = []
+    _READ.append(files)
+    try:
+        value = compute()
+    finally:
+        _READ.remove(files)
+    try:
+        stamps = {str(p): [(st := os.stat(p)).st_size, st.st_mtime_ns] for p in files}
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"version": 1, "root": str(root), "files": stamps, "value": value}))
+        os.replace(tmp, cache)
+    except OSError:  # a cache that cannot be written: computed each time
+        pass
+    return value
 
 
 def module_file(module: str, root: Path) -> Path | None:
@@ -116,9 +161,12 @@ def import_names(module: str, root: Path) -> dict[str, str]:
     return names
 
 
+@functools.lru_cache(maxsize=8192)
 def find_def(dotted: str, root: Path, _depth: int = 0) -> PyDef | None:
     """Where `dotted` is defined under `root`, following `from x import y` and
-    `from x import *` re-exports the way the package itself does."""
+    `from x import *` re-exports the way the package itself does. Remembered
+    like the parsed modules it reads (`_parse`): a long-lived process (a
+    server) asks for the same names again and again."""
     if _depth > 12:
         return None
     parts = dotted.split(".")
@@ -284,7 +332,12 @@ def shadowed_binding(target: str, root: Path) -> bool:
 @functools.lru_cache(maxsize=8)
 def rebound_builtins(root: Path) -> frozenset[str]:
     """The `torch.<name>`s that torch/__init__.py under `root` binds after
-    copying the generated functions into `torch` (Note [bindings Python hides])."""
+    copying the generated functions into `torch` (Note [bindings Python hides]),
+    remembered on disk while the files read are unchanged."""
+    return frozenset(_on_disk("rebound", root, lambda: sorted(_rebound_builtins(root))))
+
+
+def _rebound_builtins(root: Path) -> frozenset[str]:
     path = module_file("torch", root)
     if path is None:
         return frozenset()

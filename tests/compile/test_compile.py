@@ -189,3 +189,37 @@ def test_a_used_output_dir_is_refused(tmp_path):
 def test_unknown_function_is_a_clear_error():
     r = _cli("no_such_module_kernelmap:f")
     assert r.returncode == 2 and r.stderr.startswith("kernelmap: error: cannot import no_such_module_kernelmap")
+
+
+def test_the_example_breaks_its_graph_and_leaves_nothing_behind(tmp_path):
+    """examples/compile_block.py: the graph break its docstring promises, at
+    the line that makes it; what it prints on stderr, the answer alone on
+    stdout; no warning of Inductor's or Dynamo's about what the answer says
+    already; and nothing in the temporary folder afterwards (Inductor's
+    precompiled headers went to $TMPDIR/torchinductor_<user>, 149 MB a run)."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "compile_block.py"
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    r = _cli(str(example), "--json", env=dict(os.environ, TMPDIR=str(temporary)))
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert len(doc["graphs"]) == 2 and doc["kept"] is False
+    source = example.read_text().splitlines()
+    (brk,) = doc["graph_breaks"]
+    assert Path(brk["user"]["path"]) == example and ".item()" in source[brk["user"]["line"] - 1]
+    assert "graph break" in source[brk["user"]["line"] - 1]  # the line the docstring points at
+    assert r.stderr.startswith("(2, 8, 16, 16) mean activation")  # the example's own print
+    assert not re.search(r"^[WIE]\d{4} ", r.stderr, re.M), r.stderr  # torch's log lines
+    assert sorted(temporary.iterdir()) == []
+
+
+def test_without_output_dir_no_path_names_a_removed_file():
+    from kernelmap.render.compile import to_text
+
+    doc = {"kernelmap": "compile/1", "workdir": "/gone/run", "torch_version": "2.13.0", "kept": False, "notes": [],
+           "graphs": [{"name": "g0", "output_code": "/gone/run/debug/g0/output_code.py", "kernels": [
+               {"name": "cpp_fused_relu_0", "generated": True, "definition": {"path": "/gone/run/debug/g0/output_code.py", "line": 33},
+                "call": None, "ops": [], "time_us": None, "calls": 0}]}]}
+    text = to_text(CompileAnswer.from_json(doc), width=200, color=False)
+    assert "/gone/run" not in text and "cpp_fused_relu_0  [generated]  output_code.py:33" in text
+    assert "Inductor output: a temporary folder, removed (--output-dir DIR keeps it)" in text

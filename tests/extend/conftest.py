@@ -16,6 +16,7 @@ from kernelmap.extend import load_extension, scaffold
 
 ROOT = Path(__file__).resolve().parents[2]
 RESNET50 = ROOT / "examples" / "resnet50.py"
+MODE = """str mode='fast, "exact"'"""  # myadd's second extra argument
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,8 @@ def myrelu(projects) -> Built:
 
 @pytest.fixture(scope="session")
 def myadd(projects) -> Built:
-    scaffold("aten::add.Tensor", "myadd", out=projects / "myadd", extra=["float beta=1.0"])
+    # a string default with a comma and the other quote inside: C++ and Python must hold it as a string
+    scaffold("aten::add.Tensor", "myadd", out=projects / "myadd", extra=["float beta=1.0", MODE])
     return build(projects / "myadd")
 
 
@@ -79,6 +81,22 @@ def myconv(projects) -> Built:
     root = projects / "myconv"
     scaffold("aten::convolution", "myconv", out=root, extra=["float scale=1.0"], cuda=True)
     edit(root / "csrc" / "myconv.cpp", "(void)scale;", "out.mul_(scale);")
+    return build(root)
+
+
+@pytest.fixture(scope="session")
+def mydconv(projects) -> Built:
+    """aten::convolution's direct kernel (a loop of its own, not ATen's), unmodified."""
+    root = projects / "mydconv"
+    scaffold("aten::convolution", "mydconv", out=root, kernel="direct", cuda=True)
+    return build(root)
+
+
+@pytest.fixture(scope="session")
+def mybn(projects) -> Built:
+    """aten::native_batch_norm's reference kernel (a loop over channels), unmodified."""
+    root = projects / "mybn"
+    scaffold("aten::native_batch_norm", "mybn", out=root)
     return build(root)
 
 

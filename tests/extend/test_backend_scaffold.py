@@ -45,13 +45,6 @@ def mycbn(projects):
     return build(root)
 
 
-@pytest.fixture(scope="module")
-def mydconv(projects):
-    root = projects / "mydconv"
-    scaffold("aten::convolution", "mydconv", out=root, kernel="direct", cuda=True)
-    return build(root)
-
-
 def test_cudnn_batch_norm_scaffold_is_portable_and_its_tests_pass_on_cpu(mycbn):
     """No file calls at::cudnn_batch_norm (it has a CUDA kernel only, and an
     override of it that calls it calls itself); the project's own tests, opcheck

@@ -41,7 +41,13 @@ def test_myadd_agrees_with_aten_and_takes_its_extra_argument(myadd):
     a, b = torch.randn(4, 1, dtype=torch.float64), torch.randn(1, 5, dtype=torch.float64)
     torch.testing.assert_close(torch.ops.kernelmap_ext.myadd(a, b, alpha=2.5, beta=3.0), torch.add(a, b, alpha=2.5))
     schema = torch.ops.kernelmap_ext.myadd.default._schema
-    assert [arg.name for arg in schema.arguments] == ["self", "other", "alpha", "beta"]
+    assert [arg.name for arg in schema.arguments] == ["self", "other", "alpha", "beta", "mode"]
+    assert schema.arguments[-1].default_value == 'fast, "exact"'  # torch read the C++ literal back
+    import inspect
+
+    import myadd  # its __init__.py holds the same string
+
+    assert inspect.signature(myadd._fake).parameters["mode"].default == 'fast, "exact"'
 
 
 def test_myadd_gradients_flow_through_the_registered_formula(myadd):

@@ -122,6 +122,12 @@ def test_schema_rules():
         check_override_schema(add, parse("m::a(Tensor self, Tensor other) -> Tensor"))
     with pytest.raises(SchemaMismatch, match="returns"):
         check_override_schema(add, parse("m::a(Tensor self, Tensor other, *, Scalar alpha=1) -> (Tensor, Tensor)"))
+    # a string default with a comma and quotes inside (torch prints it with backslashes) is a default like any other
+    with_string = parse("""m::a(Tensor self, Tensor other, *, Scalar alpha=1, str mode='fast, "exact"') -> Tensor""")
+    check_override_schema(add, with_string)
+    check_override_schema(add, with_string, {"mode": "slow"})
+    with pytest.raises(SchemaMismatch, match="returns"):
+        check_override_schema(add, parse("""m::a(Tensor self, Tensor other, *, Scalar alpha=1, str m='a=b, c') -> (Tensor, Tensor)"""))
 
 
 def test_nested_overrides_of_one_key_unwind_in_order():

@@ -124,12 +124,13 @@ def test_force_keeps_the_users_files_and_replaces_only_its_own(kernelmap_cli, tm
     (out / "tests" / "test_important.py").write_text("def test_mine():\n    pass\n")
     (out / "build").mkdir()
     (out / "build" / "notes.txt").write_text("mine")
-    (out / "csrc" / "myrelu.cpp").write_text("// edited, then regenerated with --force\n")
+    (out / "README.md").write_text("stale")
+    (out / "README.md").unlink()  # a file of the scaffold the user removed is written again
     again = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(out), "--force")
     assert again.returncode == 0, again.stderr
     assert (out / "tests" / "test_important.py").read_text() == "def test_mine():\n    pass\n"
     assert (out / "build" / "notes.txt").read_text() == "mine"
-    assert "TORCH_LIBRARY" in (out / "csrc" / "myrelu.cpp").read_text()
+    assert "TORCH_LIBRARY" in (out / "csrc" / "myrelu.cpp").read_text() and (out / "README.md").is_file()
     # a scaffold under another name removes the previous scaffold's files, and only those
     renamed = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu2", "--out", str(out), "--force")
     assert renamed.returncode == 0, renamed.stderr
@@ -345,3 +346,77 @@ def test_the_convolution_takes_its_flags_from_the_users_settings(tmp_path, tree_
         for getter in getters:
             assert f"at::globalContext().{getter}()" in call, (rel, getter)
         assert not re.search(r"=\*/\s*(true|false)", call), call
+
+
+def test_force_never_overwrites_a_file_the_user_edited(kernelmap_cli, tmp_path):
+    """The manifest's sha256 of each file as written tells an edit: an edited
+    file is kept (and said so), again on the next --force; the unedited ones
+    are written anew."""
+    out = tmp_path / "p"
+    assert kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(out)).returncode == 0
+    cpp, test = out / "csrc" / "myrelu.cpp", out / "tests" / "test_myrelu.py"
+    written = json.loads((out / MANIFEST).read_text())["sha256"]["csrc/myrelu.cpp"]
+    cpp.write_text(cpp.read_text().replace("TORCH_LIBRARY", "// my kernel\nTORCH_LIBRARY", 1))
+    edited = cpp.read_text()
+    for namespace in ("mylib", "otherlib"):  # a new namespace changes every file
+        done = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--namespace", namespace, "--out", str(out),
+                             "--force", "--json")
+        assert done.returncode == 0, done.stderr
+        answer = json.loads(done.stdout)
+        assert answer["kept"] == ["csrc/myrelu.cpp"] and "csrc/myrelu.cpp" in answer["files"]
+        assert cpp.read_text() == edited
+        assert f"{namespace}::myrelu" in test.read_text()  # not edited: written anew
+        manifest = json.loads((out / MANIFEST).read_text())
+        assert manifest["sha256"]["csrc/myrelu.cpp"] == written  # still what scaffold wrote there
+        assert manifest["custom_op"] == f"{namespace}::myrelu"
+    done = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(out), "--force")
+    assert done.returncode == 0, done.stderr
+    assert f"  {out / 'csrc' / 'myrelu.cpp'}  (kept: edited since scaffold wrote it)" in done.stdout.splitlines()
+    assert "kept 1 file(s) you edited" in done.stdout
+    cpp.unlink()  # moved away: the next --force writes the new version
+    done = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(out), "--force", "--json")
+    assert json.loads(done.stdout)["kept"] == [] and "// my kernel" not in cpp.read_text()
+    assert json.loads((out / MANIFEST).read_text())["sha256"]["csrc/myrelu.cpp"] == hashlib.sha256(cpp.read_bytes()).hexdigest()
+
+
+def test_force_over_a_manifest_without_digests_keeps_every_file_that_differs(kernelmap_cli, tmp_path):
+    """An older kernelmap recorded no sha256: whether a file was edited is
+    unknown, so a file that differs from the new text is kept."""
+    out = tmp_path / "p"
+    assert kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(out)).returncode == 0
+    manifest = json.loads((out / MANIFEST).read_text())
+    del manifest["sha256"]
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    (out / "csrc" / "myrelu.cpp").write_text("// mine\n")
+    done = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(out), "--force", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["kept"] == ["csrc/myrelu.cpp"]
+    assert (out / "csrc" / "myrelu.cpp").read_text() == "// mine\n"
+
+
+@pytest.mark.parametrize("extra", ['str mode="fast"', """str mode='");import os;os.getcwd("'"""])
+def test_a_string_extra_gives_python_that_compiles_and_holds_it(kernelmap_cli, tmp_path, extra):
+    out = tmp_path / "p"
+    done = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(out), "--extra", extra)
+    assert done.returncode == 0, done.stderr
+    value = extra.split("=", 1)[1][1:-1]
+    for path in out.rglob("*.py"):
+        compile(path.read_text(), str(path), "exec")  # every Python file parses
+    import ast
+
+    tree = ast.parse((out / "myrelu" / "__init__.py").read_text())
+    assert not [n for n in ast.walk(tree) if isinstance(n, ast.Import) and any(a.name == "os" for a in n.names)]
+    fake = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_fake")
+    assert [ast.literal_eval(d) for d in fake.args.kw_defaults] == [value]
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("str mode=\"a\tb\"", "not one scaffold can write"),
+    ("ScalarType d=os", "not one scaffold can write"),
+    ("str mode=\"a\\\"b\"", "not a str torch can read"),
+])
+def test_a_default_scaffold_cannot_write_is_one_line_and_status_2(kernelmap_cli, tmp_path, extra, message):
+    done = kernelmap_cli("scaffold", "aten::relu", "--name", "myrelu", "--out", str(tmp_path / "p"), "--extra", extra)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "p").exists()

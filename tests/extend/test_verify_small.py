@@ -3,6 +3,8 @@ overrides, and the report's numbers (no compiler needed)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -54,9 +56,9 @@ def test_a_neutral_python_override_changes_nothing(model_file):
 def test_a_changed_result_is_measured(model_file):
     report = verify(model_file, {"aten::convolution": lambda *a: conv_via_aten(*a, scale=2.0)}, runs=1)
     assert not report.outputs.identical
-    assert report.outputs.worst == "output"
+    assert report.outputs.worst.name == "output"
     assert report.outputs.max_rel > 0
-    assert not report.passed and not report.outputs.within and report.outputs.outside == "output"
+    assert not report.passed and not report.outputs.within and [t.name for t in report.outputs.outside] == ["output"]
     (row,) = report.ops
     assert not row.error.within and row.error.max_rel > 0.4  # each call doubles its result
 
@@ -142,7 +144,7 @@ def test_exit_status_0_within_tolerance_and_1_beyond(kernelmap_cli, custom_file)
     within = verify_cli(kernelmap_cli, custom_file, "--extra-args", "scale=1.0001", "--rtol", "1e-3", "--atol", "1e-5", "--json")
     assert within.returncode == 0, within.stderr
     document = json.loads(within.stdout)
-    assert document["kernelmap"] == "verify/1" and document["passed"] is True
+    assert document["kernelmap"] == "verify/2" and document["passed"] is True
     report = VerifyReport.from_json(document)
     assert report.rtol == 1e-3 and report.outputs.within and not report.outputs.identical
     assert report.to_json() == document
@@ -206,6 +208,22 @@ def test_a_missing_model_file_is_not_blamed_on_the_override(kernelmap_cli, tmp_p
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+def test_a_missing_model_file_is_refused_before_torch_is_imported(tmp_path):
+    """Importing torch takes seconds (13-29 s on a busy machine): a missing
+    file is refused first, with or without --load."""
+    import subprocess
+    import sys
+
+    project = tmp_path / "project"
+    project.mkdir()
+    code = ("import sys\nfrom kernelmap.cli import main\n"
+            f"sys.argv = ['kernelmap', 'verify', 'missing.py', '--load', {str(project)!r}, '--override', 'aten::relu=x::y']\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    print(e.code, 'torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert done.stdout == "2 False\n", done.stdout + done.stderr
+    assert done.stderr == "kernelmap: error: no model file missing.py\n"
+
+
 def test_a_model_that_raises_is_the_model_files_failure(kernelmap_cli, tmp_path):
     """The original model raising, before any override runs: one line naming the
     model file and the exception, exit 2, no traceback of kernelmap's."""
@@ -225,10 +243,10 @@ def test_bad_tolerances(kernelmap_cli, model_file, args, message):
 def test_from_json_refuses_another_document():
     from kernelmap.extend.compare import VerifyReport
 
-    with pytest.raises(BadInput, match="not a verify/1 document"):
-        VerifyReport.from_json({"kernelmap": "verify/2"})
-    with pytest.raises(BadInput, match="missing or malformed"):
+    with pytest.raises(BadInput, match="not a verify/2 document"):
         VerifyReport.from_json({"kernelmap": "verify/1"})
+    with pytest.raises(BadInput, match="missing or malformed"):
+        VerifyReport.from_json({"kernelmap": "verify/2"})
 
 
 @pytest.mark.parametrize("text, message", [
@@ -278,3 +296,15 @@ def test_float32_is_compared_without_tf32_and_the_settings_come_back(model_file)
         assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == (True, True)
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def test_the_model_files_prints_stay_out_of_the_report(kernelmap_cli, custom_file, tmp_path):
+    """verify --json is JSON when the model file prints, at import and in the
+    forward (Note [user code and kernelmap's output] in kernelmap.runscript)."""
+    noisy = tmp_path / "noisy.py"
+    noisy.write_text("print('imported')\n" + CUSTOM.replace("    return torch.randn(1, 2, 6, 6)",
+                                                             "    print('an input')\n    return torch.randn(1, 2, 6, 6)"))
+    done = verify_cli(kernelmap_cli, noisy, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["kernelmap"] == "verify/2"
+    assert "imported" in done.stderr and "an input" in done.stderr

@@ -34,7 +34,7 @@ def test_ctrl_c_stops_the_run_and_shows_what_ran():
         [sys.executable, "-m", "kernelmap", "trace", "-c", code, "--no-summary", "--width", "200"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ), preexec_fn=default_sigint,
     )
-    assert p.stdout.readline().strip() == "ready"
+    assert any(line.strip() == "ready" for line in p.stderr)  # the traced code's prints go to stderr
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 130
@@ -46,7 +46,7 @@ def test_script_with_arguments(tmp_path):
     script.write_text("import sys, torch\nprint('argv', sys.argv[1:])\ntorch.ones(2, 2).mul(float(sys.argv[2]))\n")
     r = run_kernelmap("trace", str(script), "--scale", "3", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert "argv ['--scale', '3']" in r.stdout
+    assert "argv ['--scale', '3']" in r.stderr  # the script's prints go to stderr, the answer alone to stdout
     assert "aten::mul.Tensor" in r.stdout or "aten::mul" in r.stdout
     assert "step.<module>" in r.stdout
 
@@ -117,3 +117,16 @@ def test_html_and_chrome_export_to_one_file_is_refused(gpu_step, tmp_path):
                       "--export-chrome", str(tmp_path / "." / "report.html"))
     assert r.returncode == 2 and r.stderr.startswith("kernelmap: error: --html and --export-chrome name the same file")
     assert r.stderr.count("\n") == 1 and not out.exists()
+
+
+def test_what_the_traced_code_prints_goes_to_stderr_beside_a_json_document():
+    """The defect: `kernelmap trace examples/resnet50.py --json > trace.json`
+    wrote the script's own "(1, 1000)" before the document, which then did not load."""
+    code = "import torch\nprint('from the traced code')\ntorch.ones(3).add_(1)"
+    for form in (("--json",), ("--format", "json")):
+        r = run_kernelmap("trace", "-c", code, *form)
+        assert r.returncode == 0, r.stderr
+        json.loads(r.stdout)
+        assert "from the traced code" in r.stderr and "from the traced code" not in r.stdout
+    text = run_kernelmap("trace", "-c", code, "--no-summary")
+    assert "from the traced code" in text.stdout  # the text view keeps the code's output where it was

@@ -96,11 +96,20 @@ def test_calls_nested_thousands_deep_make_a_report_and_a_document_of_linear_size
     done = run_kernelmap("trace", "--from", str(trace), "--html", str(html))
     assert done.returncode == 0, done.stderr[-500:]
     assert html.stat().st_size > 0
-    doc = run_kernelmap("trace", "--from", str(trace), "--json")
+    doc = run_kernelmap("trace", "--from", str(trace), "--json", "--full-tree")
     assert doc.returncode == 0, doc.stderr[-500:]
     # (json.loads would recurse once per level) every operator is there, each inside the one before
     assert doc.stdout.count('"aten::add"') >= n and doc.stdout.count('"children"') >= n
-    half = run_kernelmap("trace", "--from", str(nested(tmp_path / "half.json", n // 2)), "--json")
+    bounded = run_kernelmap("trace", "--from", str(trace), "--json")  # by default, the hottest nodes: the outermost thousand
+    from kernelmap.render.json import loads
+
+    stack, shown = [loads(bounded.stdout)["tree"]["root"]], []
+    while stack:
+        node = stack.pop()
+        shown.append(node["kind"])
+        stack.extend(node["children"])
+    assert len(shown) == 1000 + 1 and shown.count("note") == 1  # and one line saying what is below
+    half = run_kernelmap("trace", "--from", str(nested(tmp_path / "half.json", n // 2)), "--json", "--full-tree")
     assert len(doc.stdout) < 2.5 * len(half.stdout)  # twice the depth, twice the text: not spaces growing with the depth
 
 

@@ -68,7 +68,7 @@ def test_trace_import_kernel_to_source(page, app_server, gpu_document, files, tm
     page.set_input_files("[data-testid=trace-file]", str(GPU_TRACE))
     page.click("[data-testid=trace-submit]")
     page.wait_for_selector("[data-km-ready]")
-    assert re.search(r"/trace/[0-9a-f]{16}$", page.url)
+    assert re.search(r"/trace/[0-9a-f]{32}$", page.url)  # its id in the trace store
 
     kernel = next(n for n, _ in walk(gpu_document["tree"]["root"])
                   if n["kind"] == "gpu_kernel" and re.search(r":\d+$", n["facts"].get("source") or ""))

@@ -19,7 +19,6 @@ no kernel. Views, in-place and out= are flags beside the kind.
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 import sqlite3
@@ -189,6 +188,8 @@ class Catalog:
             self._names = sorted(names)
         text = expand_python_name(name.strip()).removeprefix("aten::")
         pool = self._names
+        import difflib  # only for a name that is not found: a question that is answered never imports it
+
         if text.startswith("torch."):
             matches = difflib.get_close_matches(text, [p for p in pool if p.startswith("torch.")], n, 0.75)
         else:

@@ -17,9 +17,7 @@ import json
 import os
 import re
 import sqlite3
-import subprocess
 import sys
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,6 +123,8 @@ def _run_extractor(files: CatalogFiles) -> dict:
 
 
 def _extract(script: Path, files: CatalogFiles, environ, cwd) -> subprocess.CompletedProcess:
+    import subprocess  # building only: an open catalog is read without it
+
     return subprocess.run(
         [sys.executable, str(script), str(files.native_yaml), str(files.tags_yaml), str(files.derivatives_yaml)],
         capture_output=True,
@@ -169,11 +169,12 @@ def _write(db: sqlite3.Connection, files: CatalogFiles, extracted: dict) -> None
 _TABLES = frozenset(("meta", "ops", "entries"))
 
 
-def _is_complete(db: sqlite3.Connection) -> bool:
+def _is_complete(db: sqlite3.Connection, path: Path | None = None) -> bool:
     """A finished build of this schema with every table and its operators;
     damaged pages anywhere raise sqlite3.DatabaseError (integrity_check reads
     them all, ~6 ms for the ~3,500 operators, and finds an index entry that
-    no longer matches its row, which quick_check passes)."""
+    no longer matches its row, which quick_check passes). The check runs once
+    per file at `path` (kernelmap.verified), not on every open."""
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if _TABLES - tables:
         return False
@@ -181,8 +182,15 @@ def _is_complete(db: sqlite3.Connection) -> bool:
     version = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     if not (bool(row) and version is not None and version[0] == str(SCHEMA_VERSION)):
         return False
+    from kernelmap.verified import is_verified, mark_verified
+
+    if path is not None and is_verified(path, "integrity_check"):
+        return db.execute("SELECT count(*) FROM ops").fetchone()[0] > 0
+    before = os.stat(path) if path is not None else None
     if db.execute("PRAGMA integrity_check(1)").fetchone()[0] != "ok":
         raise sqlite3.DatabaseError("the file is damaged")
+    if before is not None:
+        mark_verified(path, "integrity_check", before)
     return db.execute("SELECT count(*) FROM ops").fetchone()[0] > 0
 
 
@@ -225,7 +233,7 @@ def open_catalog_db(files: CatalogFiles, cache: Path) -> sqlite3.Connection:
         try:
             db = connect(path, "the catalog cache")
             try:
-                if _is_complete(db):
+                if _is_complete(db, path):
                     return db
             except (sqlite3.DatabaseError, ValueError):
                 db.close()
@@ -238,6 +246,8 @@ def open_catalog_db(files: CatalogFiles, cache: Path) -> sqlite3.Connection:
     extracted = _run_extractor(files)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        import tempfile
+
         clean_stale_builds(path.parent)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-{os.getpid()}-", suffix=".tmp")
         os.close(fd)

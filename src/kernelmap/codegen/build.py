@@ -261,12 +261,19 @@ def verify_files(directory: Path, manifest: dict) -> None:
                 same = False
             if not same:
                 raise CacheDamaged(f"{directory}/{rel} is not the file that was generated (edited since)")
+    from kernelmap.verified import is_verified, mark_verified
+
+    index = directory / "index.sqlite"
+    if is_verified(index, f"sha256 {digest}"):  # hashed before, the same file since: not hashed on every open
+        return
     try:
-        same = _sha256(directory / "index.sqlite") == digest
+        before = os.stat(index)
+        same = _sha256(index) == digest
     except OSError as e:
         raise CacheDamaged(f"{directory}/index.sqlite is unreadable ({e.strerror or e})") from None
     if not same:
         raise CacheDamaged(f"{directory}/index.sqlite is not the file it was generated as")
+    mark_verified(index, f"sha256 {digest}", before)
 
 
 def _sha256(path: Path) -> str:

@@ -17,7 +17,7 @@ from kernelmap.extend.project import DEFAULT_NAMESPACE, KERNELS
 @click.option("--cuda", is_flag=True, help="Also write a CUDA kernel (.cu, no torch header) and its C++ glue.")
 @click.option("--extra", "extra", multiple=True, metavar="ARG", help='Extra keyword-only argument in schema syntax, with a default: "float alpha=1.0". Repeatable.')
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Project folder [default: ./NAME].")
-@click.option("--force", is_flag=True, help="Overwrite an existing output folder.")
+@click.option("--force", is_flag=True, help="Write into an existing project folder: replaces the files a previous scaffold wrote there, keeps those you edited.")
 @click.option("--kernel", type=click.Choice(KERNELS), default="aten", show_default=True,
               help="Convolutions: 'aten' calls ATen (plus a CUDA epilogue); 'direct' writes a direct convolution loop "
                    "and a tiled CUDA kernel.")
@@ -49,7 +49,7 @@ def scaffold(op: str, name: str, namespace: str, cuda: bool, extra: tuple[str, .
         start = load_catalog(tree=tree.root, origin=tree.origin).resolve(op)[0]
     result = run(start, name, out=out, namespace=namespace, extra=extra, cuda=cuda, force=force, kernel=kernel)
     answer = ScaffoldAnswer(str(result.root), result.spec.qualified, result.spec.schema, str(result.spec.op), result.family,
-                            tuple(str(f) for f in result.files), result.cuda)
+                            tuple(str(f) for f in result.files), result.cuda, tuple(str(f) for f in result.kept))
     emit(answer, as_json, width, html)
 
 
@@ -84,10 +84,13 @@ def verify(model_file: str, overrides: tuple[str, ...], key: str, load: tuple[st
     from kernelmap.extend.compare import parse_extra_args, parse_override
     from kernelmap.extend.compare import verify as run
     from kernelmap.commands.options import emit
+    from kernelmap.runscript import absolute, user_code
 
     pairs = dict(parse_override(o) for o in overrides)
-    report = run(model_file, pairs, key=key, backward=backward, runs=runs, load=load,
-                 extra_args=parse_extra_args(extra_args), model_fn=model_fn, rtol=rtol, atol=atol)
-    emit(report, as_json, width, html)
+    html_path = absolute(html)  # before the model file's code runs, which may change folder
+    with user_code():  # the model file's prints (and a build's) go to stderr, the report alone to stdout
+        report = run(model_file, pairs, key=key, backward=backward, runs=runs, load=load,
+                     extra_args=parse_extra_args(extra_args), model_fn=model_fn, rtol=rtol, atol=atol)
+    emit(report, as_json, width, html_path)
     if not report.passed:
         click.get_current_context().exit(1)

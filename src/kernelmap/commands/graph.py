@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from kernelmap.commands.options import all_option, codegen_bar, depth_check, device_option, dtype_option, emit, output_options, source_option
+from kernelmap.commands.options import all_option, codegen_bar, depth_check, device_option, dtype_option, emit, observe_option, output_options, source_option
 from kernelmap.graph.rules import DEFAULT_DEPTH
 from kernelmap.suggest import closest_names
 
@@ -20,9 +20,10 @@ from kernelmap.suggest import closest_names
 @click.option("--all-calls", is_flag=True, help="Also show tensor utility calls and helpers that reach nothing else.")
 @click.option("--compact", is_flag=True, help="One line per layer: nodes of their parent's layer are spliced out.")
 @all_option
+@observe_option
 @source_option
 @output_options
-def stack(target, device, dtype, requires_grad, depth, all_branches, all_calls, compact, show_all, source, as_json, width, html):
+def stack(target, device, dtype, requires_grad, depth, all_branches, all_calls, compact, show_all, observe, source, as_json, width, html):
     """Show what a call of TARGET runs, top-down, down to kernels and vendor calls.
 
     TARGET is a Python name (torch.nn.Conv2d, torch.nn.functional.conv2d,
@@ -37,6 +38,7 @@ def stack(target, device, dtype, requires_grad, depth, all_branches, all_calls, 
       kernelmap stack torch.nn.Conv2d --device cuda --all
       kernelmap stack aten::add.Tensor --device cpu --requires-grad --depth 8
       kernelmap stack torch.nn.Conv2d --device cuda --compact --width 100
+      kernelmap stack torch.nn.Conv2d --device cpu --observe
     """
     from kernelmap import graph
 
@@ -48,7 +50,12 @@ def stack(target, device, dtype, requires_grad, depth, all_branches, all_calls, 
     from kernelmap.api import with_main_path
     from kernelmap.processors import compact_layers
 
-    tree = with_main_path(tree)  # Note [the main path] in kernelmap.processors
+    if observe:  # the observed path is the main path (kernelmap.observe.mark)
+        from kernelmap.api import observed
+
+        tree = observed(tree, target, device=device, dtype=dtype, source=source)
+    else:
+        tree = with_main_path(tree)  # Note [the main path] in kernelmap.processors
     if compact:
         tree = compact_layers(tree)
     emit(tree, as_json, width, html, full=show_all)

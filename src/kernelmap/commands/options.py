@@ -91,6 +91,16 @@ def output_options(f: Callable) -> Callable:
     return f
 
 
+def _observe_timeout(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    if not math.isfinite(value) or not 0 < value <= 3600:
+        raise BadInput(f"--timeout is seconds above 0 and at most 3600, not {value:g}")
+    return value
+
+
+observe_timeout_option = click.option("--timeout", type=float, default=120.0, show_default=True, callback=_observe_timeout,
+                                      help="Seconds the observed run may take; it is stopped past them.")
+observe_option = click.option("--observe", "observe", is_flag=True,
+                              help="Run the call on the installed torch under gdb (example inputs) and mark each step observed, inlined or not taken; the observed path first.")
 all_option = click.option(
     "--all", "show_all", is_flag=True,
     help="Show everything: the whole tree (or every route, step and leaf), not the main path with the rest folded.",

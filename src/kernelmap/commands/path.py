@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from kernelmap.commands.options import all_option, codegen_bar, device_option, dtype_option, emit, output_options, source_option
+from kernelmap.commands.options import all_option, codegen_bar, device_option, dtype_option, emit, observe_option, output_options, source_option
 
 
 @click.command()
@@ -16,9 +16,10 @@ from kernelmap.commands.options import all_option, codegen_bar, device_option, d
 @click.option("--depth", type=int, default=48, show_default=True, help="How deep to search from FROM.")
 @click.option("--limit", type=int, default=5, show_default=True, help="How many routes to show (shortest first).")
 @all_option
+@observe_option
 @source_option
 @output_options
-def path(start, target, device, dtype, depth, limit, show_all, source, as_json, width, html):
+def path(start, target, device, dtype, depth, limit, show_all, observe, source, as_json, width, html):
     """Show the routes from FROM to TO on one device, each step at its file:line.
 
     FROM is a Python name (torch.nn.Conv2d, torch.mm), an operator
@@ -57,6 +58,10 @@ def path(start, target, device, dtype, depth, limit, show_all, source, as_json, 
         if count:
             hint = f"no route on cpu; on cuda: {count} route{'s' if count != 1 else ''} (add --device cuda)"
             answer = replace(answer, notes=(*answer.notes, hint))
+    if observe:
+        from kernelmap.api import observed
+
+        answer = observed(answer, start, device=device or "cpu", dtype=dtype, source=source)
     emit(answer, as_json, width, html, full=show_all)
     if not answer.routes:
         click.get_current_context().exit(1)

@@ -34,13 +34,32 @@ def _check_options(width, top, min_us, depth, export_chrome) -> None:
         check_output_file(export_chrome, "--export-chrome")  # a folder, a FIFO, a link loop, an unwritable folder: said now
 
 
-def _several_ranks(files, source_tree, all_frames, as_json, top, width) -> None:
-    from kernelmap import trace as tracing
+def _several_ranks(files, source_tree, all_frames, as_json, top, width, use_store, workers, scheduler) -> None:
     from kernelmap.trace.ranks import summarize_ranks
 
-    result = summarize_ranks(files, lambda p: tracing.load(p, keep_frames=all_frames, source_tree=source_tree))
+    if workers is None:
+        workers = min(len(files), os.cpu_count() or 1)
+    result = summarize_ranks(files, keep_frames=all_frames, source_tree=source_tree, store=use_store, workers=workers, scheduler=scheduler)
     columns = width or max(120, shutil.get_terminal_size((120, 24)).columns)
     emit(result, as_json, columns, top=top)
+
+
+def _export_tree(result, path: str) -> None:
+    """The whole tree to `path`, written aside and renamed into place."""
+    from kernelmap.trace import views
+
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.part")
+    try:
+        tmp.unlink(missing_ok=True)
+        views.export_tree(result, tmp, fmt="parquet" if target.name.endswith(".parquet") else "jsonl")
+        os.replace(tmp, target)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise BadInput(f"cannot write --export-tree {path}: {e.strerror}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _print_error(error: BaseException) -> None:
@@ -69,9 +88,17 @@ def _print_error(error: BaseException) -> None:
 @click.option("--export-chrome", type=click.Path(dir_okay=False), help="Write the trace with kernelmap's source links in each event's args (opens in Perfetto).")
 @click.option("--html", "html", type=click.Path(dir_okay=False), default=None, help="Also write the trace as one self-contained HTML report.")
 @click.option("--width", type=int, default=None, callback=check_width, help="Output width (default: the terminal's).")
+@click.option("--hot", "hot", type=click.IntRange(min=1), default=None, help="Show the tree's hottest N nodes and their ancestors, each node's other children folded into one line [default: 1000].")
+@click.option("--full-tree", is_flag=True, help="Show every node of the tree (text, --json, --html); --json then streams the document.")
+@click.option("--export-tree", type=click.Path(dir_okay=False), default=None, help="Write the whole tree to this file, streamed: Parquet for a .parquet name, else JSON Lines (one node a line).")
+@click.option("--execution-trace", "execution_trace", type=click.Path(dir_okay=False), default=None, help="A PyTorch execution trace (ExecutionTraceObserver JSON) of the same run as the --from trace: each operator gains its schema, node id and output shapes.")
+@click.option("--workers", type=click.IntRange(min=1, max=1024), default=None, help="Import the ranks of several --from traces in this many processes [default: one per CPU].")
+@click.option("--scheduler", default=None, help="Import the ranks of several --from traces on the Dask distributed cluster at this address (tcp://HOST:PORT); the workers read the files by their paths.")
+@click.option("--store/--no-store", "use_store", default=True, show_default=True, help="Keep a trace read --from a file as tables in the cache, and open them from there the next time.")
 @click.option("--warmup", type=click.IntRange(min=0, max=MAX_RUNS), default=0, show_default=True, help="Run the target this many times unprofiled first, so the cold first call is not traced.")
 @click.option("--steps", type=click.IntRange(min=1, max=MAX_RUNS), default=1, show_default=True, help="Profile this many runs of the target (after the warm-up ones).")
-def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, min_us, top, all_frames, source, export_chrome, width, html, warmup, steps):
+def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, min_us, top, all_frames, source, export_chrome, width, html, warmup, steps,
+          hot, full_tree, export_tree, execution_trace, workers, scheduler, use_store):
     """Run Python code under the profiler (or read a trace) and show what ran.
 
     TARGET is a script (run as `python script.py ARGS...`) or
@@ -98,10 +125,19 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
       kernelmap trace mypkg.bench:step --no-tree --top 10
       kernelmap trace mypkg.bench:step --warmup 2 --steps 3 --no-tree
       kernelmap trace --from trace.json.gz --export-chrome annotated.json
+      kernelmap trace --from rank0.json.gz --hot 200 --export-tree tree.parquet
     """
     from kernelmap import trace as tracing
+    from kernelmap.runscript import absolute, user_code
 
+    # where the outputs go, fixed before any code runs: a script that changes folder
+    # does not move them (Note [user code and kernelmap's output])
+    export_path, html_path, tree_path = absolute(export_chrome), absolute(html), absolute(export_tree)
     _check_options(width, top, min_us, depth, export_chrome)
+    if hot is not None and full_tree:
+        raise BadInput("--hot shows part of the tree and --full-tree all of it: give one")
+    if export_tree is not None:
+        check_output_file(export_tree, "--export-tree")
     if html is not None:
         check_output_file(html, "--html")  # before the trace is run or read, not after
         if export_chrome is not None and os.path.realpath(html) == os.path.realpath(export_chrome):
@@ -121,9 +157,15 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
                 raise BadInput("give one of: a script or module:function, -c CODE, or --from TRACE")
             if html is not None or export_chrome is not None:
                 raise BadInput("--html and --export-chrome write one trace; several ranks are summarised together (give one --from FILE)")
-            _several_ranks(files, source, all_frames, as_json, top, width)
+            _several_ranks(files, source, all_frames, as_json, top, width, use_store, workers, scheduler)
             return
+        if scheduler is not None or workers is not None:
+            raise BadInput("--workers and --scheduler import the ranks of several traces; give more than one --from")
+        if execution_trace is not None:
+            check_input_file(execution_trace, "--execution-trace")
         from_file = str(files[0])
+    elif execution_trace is not None:
+        raise BadInput("--execution-trace links an execution trace to the Kineto trace of the same run: give that one with --from")
     sources = sum(x is not None for x in (target, code, from_file))
     if sources != 1:
         raise BadInput("give one of: a script or module:function, -c CODE, or --from TRACE")
@@ -135,27 +177,41 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
         raise BadInput("--warmup and --steps run code; a trace read --from a file was recorded already")
     if from_file is not None:
         try:
-            result = tracing.load(from_file, keep_frames=all_frames, source_tree=source_tree)
+            result = tracing.load(from_file, keep_frames=all_frames, source_tree=source_tree, store=use_store, execution_trace=execution_trace)
         except KeyboardInterrupt:
             click.echo(f"kernelmap: interrupted while reading {from_file}", err=True)
             sys.exit(130)
-    elif code is not None:
-        result = tracing.run_code(code, **options)
-    elif ":" in target and not target.endswith(".py"):
-        result = tracing.run_function(target, **options)
     else:
-        result = tracing.run_script(target, tuple(args), **options)
+        with user_code():  # its prints go to stderr, kernelmap's answer alone to stdout
+            if code is not None:
+                result = tracing.run_code(code, **options)
+            elif ":" in target and not target.endswith(".py"):
+                result = tracing.run_function(target, **options)
+            else:
+                result = tracing.run_script(target, tuple(args), **options)
 
     from kernelmap.render import render
+    from kernelmap.trace import views
     from kernelmap.trace.summary import TraceReport
 
-    # Every output is rendered before any is written: one that fails leaves no other behind.
-    if as_json:
-        text = render(TraceReport(result.tree if tree else None, result.summary() if summary else None), "json")
+    hot_view = []
+
+    def shown():  # the tree a view shows: bounded unless every node is asked for (Note [hot subtrees] in kernelmap.trace.views)
+        if not hot_view:
+            hot_view.append(result.tree if full_tree else views.hot_tree(result, hot or views.DEFAULT_NODES))
+        return hot_view[0]
+
+    # Every output is rendered before any is written: one that fails leaves no other behind
+    # (the whole tree as JSON excepted: streamed as it is rendered, it holds no tree in memory).
+    text = None
+    if as_json and full_tree and tree:
+        pass
+    elif as_json:
+        text = render(TraceReport(shown() if tree else None, result.summary() if summary else None), "json")
     elif fmt != "text":
-        text = render(result.tree, "json")
+        text = render(shown(), "json")
     else:
-        report = TraceReport(result.tree if tree else None, result.summary() if summary else None)
+        report = TraceReport(shown() if tree else None, result.summary() if summary else None)
         color = sys.stdout.isatty()
         columns = width if width is not None or not color else shutil.get_terminal_size((120, 24)).columns
         text = fit_to_width(render(report, "text", width=columns, color=color, max_depth=depth if depth is not None else TEXT_DEPTH,
@@ -164,15 +220,21 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
     if html is not None:
         from kernelmap.web.files import SourceFiles
 
-        page = render(TraceReport(result.tree, result.summary()), "html", excerpt=SourceFiles.discover().excerpt)
+        page = render(TraceReport(shown(), result.summary()), "html", excerpt=SourceFiles.discover().excerpt)
     if export_chrome:
         try:
-            result.export_chrome(export_chrome)
+            result.export_chrome(export_path)
         except OSError as e:
             raise BadInput(f"cannot write --export-chrome {export_chrome}: {e.strerror or e}") from None
+    if export_tree is not None:
+        _export_tree(result, tree_path)
     if page is not None:
-        write_rendered_html(page, html)
-    click.echo(text, nl=False)
+        write_rendered_html(page, html_path)
+    if text is None:
+        views.write_full_json(result, sys.stdout, summary=summary)
+        sys.stdout.flush()
+    else:
+        click.echo(text, nl=False)
     if export_chrome and not as_json and fmt == "text":
         from kernelmap.printable import printable_line
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kernelmap.commands.options import DEVICES, all_option, device_option, dtype_option, emit, output_options, source_option
+from kernelmap.commands.options import DEVICES, all_option, device_option, dtype_option, emit, observe_option, output_options, source_option
 
 
 @click.command()
@@ -16,9 +16,10 @@ from kernelmap.commands.options import DEVICES, all_option, device_option, dtype
 @click.option("--inference-mode", is_flag=True, help="Run the call under torch.inference_mode.")
 @click.option("--static", is_flag=True, help="Answer from the catalog only: never import torch.")
 @all_option
+@observe_option
 @source_option
 @output_options
-def where(name, device, dtype, requires_grad, autocast, inference_mode, static, show_all, source, as_json, width, html):
+def where(name, device, dtype, requires_grad, autocast, inference_mode, static, show_all, observe, source, as_json, width, html):
     """Show where the operator behind NAME is declared and which kernels run it.
 
     NAME is an operator (conv2d, aten::conv2d, aten::add.Tensor) or a Python
@@ -41,6 +42,8 @@ def where(name, device, dtype, requires_grad, autocast, inference_mode, static, 
 
     with closest_names(python_root=env.torch_install().site_packages):
         answer = _where(api, name, device, dtype, requires_grad, autocast, inference_mode, static, source)
+    if observe:
+        answer = api.observed(answer, name, device=device or "cpu", dtype=dtype, source=source)
     emit(answer, as_json, width, html, full=show_all)
 
 

@@ -11,6 +11,23 @@ mapping `inductor_provenance_tracking_node_mappings.json`, kernel -> post-grad
 nodes), each post-grad node's `original_aten` metadata, Dynamo's graph-break
 log, and the profiler's per-kernel events. Each run gets a private Inductor
 cache and debug folder, so nothing is read from an earlier run.
+
+Note [compile's own folder]
+Everything Inductor writes during a run goes into the run's own folders,
+none of it into the system's temporary folder: its debug trace (the output
+code and records the answer is read from) into the output folder, and into
+a scratch folder removed after the run its cache (TORCHINDUCTOR_CACHE_DIR,
+TRITON_CACHE_DIR: the compiled kernels), its precompiled headers (about
+150 MB per run, in `$TMPDIR/torchinductor_<user>` by default, a path fixed
+when torch._inductor.codecache is imported, pointed into the scratch folder
+here) and whatever else it asks `tempfile` for (the temporary folder is the
+scratch folder's while the run lasts). With --output-dir the output folder
+is kept; by default it lies in the scratch folder, removed once the answer is
+read, and the answer says so (`kept`): --output-dir keeps the output code.
+The folder Dynamo fixes for its own cache when torch._dynamo is imported
+(TORCHINDUCTOR_CACHE_DIR, else `$TMPDIR/torchinductor_<user>`, made there and
+then) is the scratch folder too: the scratch folder is set up before
+anything kernelmap runs imports torch._dynamo (`inductor_scratch`).
 """
 
 from __future__ import annotations
@@ -23,7 +40,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +57,7 @@ from kernelmap.compile.model import (
 from kernelmap.errors import BadInput, KernelmapError
 from kernelmap.trace.record import quiet_stderr, activities
 
-__all__ = ["CompileAnswer", "CompilerMissing", "compile_callable", "run_code", "run_function", "run_script"]
+__all__ = ["CompileAnswer", "CompilerMissing", "compile_callable", "inductor_scratch", "run_code", "run_function", "run_script"]
 
 
 class CompilerMissing(KernelmapError):
@@ -74,6 +91,8 @@ class _Capture:
 
     original_aten: dict[str, dict[str, str]] = field(default_factory=dict)  # graph signature -> node -> original op
     breaks: list[GraphBreak] = field(default_factory=list)
+    frames: int = 0  # Python frames Dynamo was asked to compile during the run
+    graphs: int = 0  # graphs it captured (each handed to the backend)
 
 
 class _BreakHandler(logging.Handler):
@@ -96,18 +115,71 @@ def _graph_breaks_loggers() -> list[logging.Logger]:
 
 
 @contextlib.contextmanager
-def _inductor_session(workdir: Path, capture: _Capture):
-    """Private cache and debug folder, provenance tracking, per-kernel profiler
-    events, graph-break records and each post-grad node's original aten op."""
+def inductor_scratch() -> Iterator[Path]:
+    """A scratch folder for everything Inductor writes besides its debug
+    trace, removed on exit (Note [compile's own folder]). Entered before
+    torch._dynamo is imported: its import fixes Dynamo's cache folder from
+    TORCHINDUCTOR_CACHE_DIR, making `$TMPDIR/torchinductor_<user>` if unset."""
+    scratch = Path(tempfile.mkdtemp(prefix="kernelmap-inductor-"))
+    saved_env = {k: os.environ.get(k) for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    saved_tempdir = tempfile.tempdir
+    try:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(scratch / "cache")
+        os.environ["TRITON_CACHE_DIR"] = str(scratch / "cache" / "triton")
+        (scratch / "tmp").mkdir()
+        tempfile.tempdir = str(scratch / "tmp")
+        yield scratch
+    finally:
+        tempfile.tempdir = saved_tempdir
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+class _AnsweredFilter(logging.Filter):
+    """Drops the warnings whose facts the answer holds: Inductor's "<graph>
+    debug trace: <folder>" (kernelmap turned the debug trace on, not the
+    user) and Dynamo's graph-break warnings (the answer lists each break with
+    its reason and line)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith(("torch._inductor", "torch._dynamo")):
+            return True
+        text = str(record.msg)
+        return "debug trace:" not in text and "Graph break" not in text
+
+
+def _torch_handlers() -> list[logging.Handler]:
+    """The handlers torch's loggers write through (torch._logging installs its own)."""
+    found: list[logging.Handler] = []
+    for name in ["torch", *[n for n in list(logging.root.manager.loggerDict) if n.startswith("torch.")]]:
+        logger = logging.getLogger(name)
+        found += [h for h in getattr(logger, "handlers", ()) if h not in found]
+    return found
+
+
+@contextlib.contextmanager
+def _inductor_session(workdir: Path, scratch: Path, capture: _Capture):
+    """A private debug folder (`workdir`) and cache (`scratch`, from
+    inductor_scratch), provenance tracking, per-kernel profiler events,
+    graph-break records and each post-grad node's original aten op."""
     import torch
     import torch._dynamo
     import torch._dynamo.config as dynamo_config
+    import torch._inductor.codecache as codecache
     import torch._inductor.config as inductor_config
     import torch._logging
+    from torch._dynamo.utils import counters
 
-    saved_env = {k: os.environ.get(k) for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(workdir / "cache")
-    os.environ["TRITON_CACHE_DIR"] = str(workdir / "cache" / "triton")
+    # Note [compile's own folder]: the precompiled headers' folder, fixed at import
+    saved_headers = codecache._HEADER_DIR, codecache._HEADER_LOCK_DIR
+    codecache._HEADER_DIR = str(scratch / "cache" / "precompiled_headers")
+    codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
+    codecache._precompile_header.cache_clear()  # an earlier run's headers lay in its scratch folder, removed
+    frames_before, graphs_before = counters["frames"]["total"], counters["stats"]["unique_graphs"]
 
     def record_original_aten(graph) -> None:  # runs after Inductor's post-grad passes
         names = {}
@@ -127,6 +199,10 @@ def _inductor_session(workdir: Path, capture: _Capture):
     }
     torch._dynamo.reset()
     torch._logging.set_logs(graph_breaks=True)
+    answered = _AnsweredFilter()
+    handlers = _torch_handlers()  # torch's own, before the one that records the breaks joins them
+    for h in handlers:
+        h.addFilter(answered)
     handler = _BreakHandler(capture)
     loggers = _graph_breaks_loggers()
     for lg in loggers:
@@ -136,15 +212,16 @@ def _inductor_session(workdir: Path, capture: _Capture):
         with inductor_config.patch(patches), dynamo_config.patch(debug_dir_root=str(workdir / "debug")):
             yield
     finally:
+        capture.frames = counters["frames"]["total"] - frames_before
+        capture.graphs = counters["stats"]["unique_graphs"] - graphs_before
         for lg in loggers:
             lg.removeHandler(handler)
             lg.propagate = True
+        for h in handlers:
+            h.removeFilter(answered)
         torch._logging.set_logs()
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        codecache._HEADER_DIR, codecache._HEADER_LOCK_DIR = saved_headers
+        codecache._precompile_header.cache_clear()
         torch._dynamo.reset()
 
 
@@ -161,11 +238,17 @@ def _signature(names) -> str:
     return ",".join(sorted(names))
 
 
-def compile_callable(fn: Callable[[], Any], *, workdir: Path | None = None, profile: bool = True) -> CompileAnswer:
+def compile_callable(fn: Callable[[], Any], *, workdir: Path | None = None, profile: bool = True,
+                     scratch: Path | None = None) -> CompileAnswer:
     """Run `fn` (code that calls `torch.compile`d functions) once and map what
-    Inductor generated. `workdir` keeps Inductor's output (default: a fresh
-    temporary folder, kept, named in the answer). What `fn` raises is in
-    `answer.error`, with whatever was compiled before it."""
+    Inductor generated. `workdir` keeps Inductor's cache and output (default:
+    a temporary folder, removed once the answer is read: Note [compile's own
+    folder]). What `fn` raises is in `answer.error`, with whatever was
+    compiled before it. `scratch`: a folder of `inductor_scratch` the caller
+    holds (default: one for this call)."""
+    if scratch is None:
+        with inductor_scratch() as scratch:
+            return compile_callable(fn, workdir=workdir, profile=profile, scratch=scratch)
     import torch
 
     if not torch.cuda.is_available():
@@ -175,27 +258,33 @@ def compile_callable(fn: Callable[[], Any], *, workdir: Path | None = None, prof
     if workdir is not None and Path(workdir).exists() and (not Path(workdir).is_dir() or any(Path(workdir).iterdir())):
         # an earlier run's cache or output would mix with this one's
         raise BadInput(f"the output directory must be new or empty: {workdir}")
-    workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="kernelmap-compile-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    capture = _Capture()
-    error: BaseException | None = None
-    prof = None
-    with _inductor_session(workdir, capture):
-        if profile:
-            # no Python stacks: the per-kernel totals are all this needs
-            prof = torch.profiler.profile(activities=activities(torch))
-            with quiet_stderr():
-                prof.__enter__()
-        try:
-            fn()
-        except SystemExit as e:
-            if e.code not in (None, 0):
+    keep = workdir is not None
+    # absolute now: the code may change folder while Inductor writes here
+    workdir = Path(os.path.abspath(workdir)) if keep else scratch / "output"
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        capture = _Capture()
+        error: BaseException | None = None
+        prof = None
+        with _inductor_session(workdir, scratch, capture):
+            if profile:
+                # no Python stacks: the per-kernel totals are all this needs
+                prof = torch.profiler.profile(activities=activities(torch))
+                with quiet_stderr():
+                    prof.__enter__()
+            try:
+                fn()
+            except SystemExit as e:
+                if e.code not in (None, 0):
+                    error = e
+            except BaseException as e:  # noqa: BLE001 - reported beside what did compile
                 error = e
-        except BaseException as e:  # noqa: BLE001 - reported beside what did compile
-            error = e
-        finally:
-            times = _kernel_times(prof) if prof is not None else {}
-    graphs = tuple(_read_graph(d, capture, times) for d in _graph_dirs(workdir / "debug"))
+            finally:
+                times = _kernel_times(prof) if prof is not None else {}
+        graphs = tuple(_read_graph(d, capture, times) for d in _graph_dirs(workdir / "debug"))
+    finally:
+        if not keep:  # its paths stay in the answer, marked as not kept
+            shutil.rmtree(workdir, ignore_errors=True)
     return CompileAnswer(
         workdir=str(workdir),
         torch_version=torch.__version__,
@@ -204,7 +293,24 @@ def compile_callable(fn: Callable[[], Any], *, workdir: Path | None = None, prof
         profiled=profile,
         error=None if error is None else f"{type(error).__name__}: {error}",
         exception=error,
+        kept=keep,
+        notes=_why_no_graph(capture, error) if not graphs else (),
     )
+
+
+def _why_no_graph(capture: _Capture, error: BaseException | None) -> tuple[str, ...]:
+    """Why a run compiled no graph, from Dynamo's own counters."""
+    if error is not None and capture.frames == 0:
+        return ("no graph: the code raised before it called anything compiled",)
+    if capture.frames == 0:
+        return ("no graph: the code called no function or module wrapped in torch.compile (a script or -c code "
+                "calls torch.compile itself and then calls what it returns; a module:function target is wrapped "
+                "for you)",)
+    if capture.graphs == 0:
+        return (f"no graph: Dynamo ran {capture.frames} frame(s) of compiled code but captured no tensor operation "
+                f"in them (nothing to hand to Inductor)",)
+    return (f"no graph of Inductor's: Dynamo captured {capture.graphs} graph(s), but Inductor compiled none; is "
+            f"torch.compile given another backend (backend=...)?",)
 
 
 def _kernel_times(prof) -> dict[str, tuple[float, int]]:
@@ -356,5 +462,6 @@ def run_function(target: str, **options: Any) -> CompileAnswer:
 
     from kernelmap.trace.record import function_runner
 
-    compiled = torch.compile(function_runner(target))
-    return compile_callable(compiled, **options)
+    with inductor_scratch() as scratch:  # before the module's import and torch.compile import torch._dynamo
+        compiled = torch.compile(function_runner(target))
+        return compile_callable(compiled, scratch=scratch, **options)

@@ -162,13 +162,15 @@ class CompileAnswer(Answer):
 
     DOCUMENT = "compile"
 
-    workdir: str  # the run's private Inductor cache and debug folder
+    workdir: str  # the run's Inductor output folder (debug trace, output code)
     torch_version: str
     graphs: tuple[Graph, ...]
     graph_breaks: tuple[GraphBreak, ...] = ()
     profiled: bool = False
     error: str | None = None  # what the user's code raised, as "Type: message"
     exception: BaseException | None = field(default=None, compare=False, repr=False)  # the live exception, not serialised
+    kept: bool = True  # whether `workdir` was kept (--output-dir); a temporary one is removed, its paths name files gone
+    notes: tuple[str, ...] = ()  # why no graph was compiled, when none was
 
     @property
     def kernels(self) -> tuple[GeneratedKernel, ...]:
@@ -192,6 +194,8 @@ class CompileAnswer(Answer):
             "graph_breaks": [b.to_json() for b in self.graph_breaks],
             "profiled": self.profiled,
             "error": self.error,
+            "kept": self.kept,
+            "notes": list(self.notes),
         }
 
     @classmethod
@@ -205,4 +209,6 @@ class CompileAnswer(Answer):
             tuple(GraphBreak.from_json(b) for b in doc.get("graph_breaks", ())),
             doc.get("profiled", False),
             doc.get("error"),
+            kept=doc.get("kept", True),
+            notes=tuple(doc.get("notes", ())),
         )

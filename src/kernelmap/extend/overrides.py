@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import re
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -66,9 +67,16 @@ def resolve_op(name: str):
         raise unknown from None
 
 
+# A string literal of a schema's defaults, as torch prints it (backslash escapes inside)
+_STRING_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"' + r"|'(?:[^'\\]|\\.)*'")
+
+
 def _parse(schema) -> tuple[str, FunctionSchema]:
-    """("ns::name.overload", torchgen's FunctionSchema) of a torch schema."""
-    text = str(schema)
+    """("ns::name.overload", torchgen's FunctionSchema) of a torch schema.
+    String defaults are read as empty: torchgen splits arguments at every
+    comma and '=' (`str mode="a, b"`), and a fit depends on whether an
+    argument has a default, never on its value."""
+    text = _STRING_LITERAL.sub('""', str(schema))
     qualified, _, rest = text.partition("(")
     namespace, _, name = qualified.rpartition("::")
     try:

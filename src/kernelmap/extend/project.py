@@ -10,10 +10,12 @@ Jinja2 writes the files (templates/ beside this module).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import importlib.machinery
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -59,6 +61,28 @@ _ENV = jinja2.Environment(
 )
 
 
+def cpp_string(text: str) -> str:
+    """`text` as a C++ string literal that holds exactly its UTF-8 bytes:
+    quotes and backslashes escaped, a question mark after another too (no
+    trigraph), every byte outside printable ASCII as a three-digit octal
+    escape (Note [defaults are values] in kernelmap.extend.schema)."""
+    out: list[str] = []
+    for byte in text.encode("utf-8"):
+        ch = chr(byte)
+        if ch in '"\\' or (ch == "?" and out and out[-1] in ("?", "\\?")):
+            out.append("\\" + ch)
+        elif 0x20 <= byte < 0x7F:
+            out.append(ch)
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
+
+
+_ENV.filters["py"] = repr  # a Python string literal
+_ENV.filters["cpp"] = cpp_string
+_ENV.filters["shell"] = shlex.quote  # one word of a shell command line
+
+
 @dataclass(frozen=True)
 class Scaffold:
     """What `scaffold` wrote."""
@@ -68,6 +92,7 @@ class Scaffold:
     family: str  # Note [reference kernels] in kernelmap.extend.families
     files: tuple[Path, ...]  # relative to root
     cuda: bool
+    kept: tuple[Path, ...] = ()  # files of the project the user edited, left as they were (--force)
 
     @property
     def package(self) -> str:
@@ -264,35 +289,40 @@ def scaffold(
     rels = tuple(sorted(files)) + (MANIFEST,)
     result = Scaffold(root, spec, family, tuple(Path(p) for p in rels), cuda)
     manifest = result.to_json()
-    # What each file held as written: a later --force removes a file this
-    # scaffold no longer writes only if it still holds that.
+    # What each file held as written: a later --force replaces or removes a
+    # file only if it still holds that.
     manifest["sha256"] = {rel: _digest(text.encode()) for rel, text in sorted(files.items())}
-    files[MANIFEST] = json.dumps(manifest, indent=2) + "\n"
+    kept: list[str] = []
     try:
         if not root.exists():
+            files[MANIFEST] = json.dumps(manifest, indent=2) + "\n"
             _write_new(root, files)
         else:
-            _write_over(root, files)
+            kept = _write_over(root, files, manifest)
     except OSError as e:
         where = f" {e.filename}" if e.filename else ""
         raise BadInput(f"cannot write the project into {root}:{where}: {e.strerror}") from None
-    return result
+    return dataclasses.replace(result, kept=tuple(Path(rel) for rel in kept))
 
 
 # Note [scaffold writes only its own files]
 # A project folder holds the user's work beside what scaffold wrote. So a new
 # folder is written whole under a hidden name and renamed into place (an
 # interrupted scaffold leaves nothing at --out); over an existing folder
-# (--force), scaffold replaces only the files its manifest (kernelmap.json)
-# lists from the previous scaffold, refuses any other file in the way, never
-# writes through a symbolic link (--out itself included), and writes every
-# file aside (a new file, never through whatever was left at the aside name)
-# before it renames them into place, the manifest last: a write that fails
-# leaves the folder as it was. A previous scaffold's file that this one no
-# longer writes (another NAME) is removed only if it still holds what that
-# scaffold wrote (the manifest records each file's sha256): a file the user
-# edited, or one a hand-edited manifest lists, stays; so do folders that still
-# hold anything. Nothing else is removed.
+# (--force), scaffold writes only files its manifest (kernelmap.json) lists
+# from the previous scaffold, and of those only the ones that still hold what
+# that scaffold wrote (the manifest records each file's sha256): a file the
+# user edited is kept as it is, and said so (the manifest keeps the digest of
+# what scaffold last wrote there, so the next --force keeps it too; a manifest
+# of an older kernelmap recorded no digests, so every listed file that differs
+# from the new text counts as edited). Any other file in the way is refused;
+# scaffold never writes through a symbolic link (--out itself included), and
+# writes every file aside (a new file, never through whatever was left at the
+# aside name) before it renames them into place, the manifest last: a write
+# that fails leaves the folder as it was. A previous scaffold's file that this
+# one no longer writes (another NAME) is removed only if it still holds what
+# that scaffold wrote: an edited one, or one a hand-edited manifest lists,
+# stays; so do folders that still hold anything. Nothing else is removed.
 
 
 def _write_new(root: Path, files: dict[str, str]) -> None:
@@ -375,8 +405,12 @@ def _check_no_link(root: Path, rel: str) -> None:
             raise OutputExists(f"{path} is a symbolic link; scaffold does not write through links (remove it or choose another --out)")
 
 
-def _write_over(root: Path, files: dict[str, str]) -> None:
+def _write_over(root: Path, files: dict[str, str], manifest: dict) -> list[str]:
+    """Write `files` and then `manifest` over the previous scaffold in `root`
+    (Note [scaffold writes only its own files]); the files kept as the user
+    edited them."""
     previous, digests = _previous_files(root)
+    kept: list[str] = []
     for rel in files:  # every refusal comes before the first write
         _check_no_link(root, rel)
         path = root / rel
@@ -387,8 +421,14 @@ def _write_over(root: Path, files: dict[str, str]) -> None:
                                f"(move this {kind} away or choose another --out)")
         if path.is_dir():
             raise OutputExists(f"{path} is a folder where scaffold writes a file")
+        if rel != MANIFEST and path.is_file() and _is_edited(path, files[rel], (digests or {}).get(rel)):
+            kept.append(rel)
     for rel in sorted(previous - set(files)):
         _check_no_link(root, rel)
+    for rel in kept:  # what scaffold last wrote there, so that the edit is seen again next time
+        manifest["sha256"][rel] = (digests or {}).get(rel) or manifest["sha256"][rel]
+    files = {rel: text for rel, text in files.items() if rel not in kept}
+    files[MANIFEST] = json.dumps(manifest, indent=2) + "\n"
     body = [rel for rel in files if rel != MANIFEST]
     # every file is written aside first: a write that fails leaves the folder as it was
     written: list[tuple[Path, Path]] = []
@@ -409,8 +449,16 @@ def _write_over(root: Path, files: dict[str, str]) -> None:
         raise
     for aside, path in written:  # the manifest last
         os.replace(aside, path)
-    for rel in sorted(previous - set(files)):
+    for rel in sorted(previous - set(files) - set(kept)):
         stale = root / rel
         if stale.is_file() and digests is not None and digests.get(rel) == _digest(read_bytes(stale, "a scaffolded file")):
             stale.unlink()
             _remove_empty_folders(root, stale.parent)
+    return kept
+
+
+def _is_edited(path: Path, new_text: str, written: str | None) -> bool:
+    """Whether `path` holds neither what scaffold wrote there (`written`, its
+    sha256; None when the manifest recorded none) nor `new_text`."""
+    current = _digest(path.read_bytes())
+    return current != written and current != _digest(new_text.encode())

@@ -24,19 +24,29 @@ from torchgen.api import cpp
 from torchgen.model import Argument, BaseTy, BaseType, FunctionSchema, ListType, OptionalType, SchemaKind, Type
 
 from kernelmap.errors import BadInput
+from kernelmap.printable import printable_line
 from kernelmap.extend.errors import NotScaffoldable
 
 __all__ = ["Param", "CustomOpSpec", "custom_op_spec", "parse_extra", "check_identifier", "check_namespace", "int_not_symint"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
-# Schema defaults that are not already Python literals.
+# Schema defaults that are names, as torch's schema parser reads them, in Python.
 _PY_DEFAULTS = {
     "Mean": "1",  # at::Reduction::Mean
     "Sum": "2",
     "contiguous_format": "torch.contiguous_format",
+    "strided": "torch.strided",
     "long": "torch.long",
+    "float": "torch.float",
+    "complex": "torch.complex64",  # torch's parser: at::kComplexFloat
 }
+# Names of dtypes a ScalarType default may be (torch's parser reads the
+# Python names of every dtype: c10::getStringToDtypeMap); torch.NAME in Python.
+_DTYPE_NAMES = frozenset("""
+float16 half bfloat16 float32 float64 double complex32 chalf complex64 cfloat complex128 cdouble
+uint8 int8 int16 short int32 int int64 bool
+""".split())
 
 
 # C++20 keywords and alternative tokens: a name the scaffold writes into C++
@@ -104,9 +114,15 @@ class Param:
 
     @property
     def py_default(self) -> str | None:
+        """The default as Python source: a literal or a torch constant, never
+        the schema's text pasted in (Note [defaults are values])."""
         if self.default is None:
             return None
-        return _PY_DEFAULTS.get(self.default, self.default)
+        literal = py_literal(self.type, self.default)
+        if literal is None:  # an original's default kernelmap has no spelling for: its yaml is trusted, not the user
+            assert not self.extra, f"an extra argument's default {self.default!r} was checked by parse_extra"
+            return _PY_DEFAULTS.get(self.default, self.default)
+        return literal
 
     @property
     def is_mutated(self) -> bool:
@@ -255,14 +271,19 @@ def _param(arg: Argument, kwarg_only: bool, extra: bool, annotation: str | None 
 
 
 def _split_top_level(text: str) -> list[str]:
-    """Split at commas outside brackets: "int[2] k=[1,1], float a=1.0" -> two parts."""
-    parts, depth, current = [], 0, []
+    """Split at commas outside brackets and quotes: "int[2] k=[1,1], str m='a,b'" -> two parts."""
+    parts, depth, current, quote = [], 0, [], ""
     for ch in text:
-        if ch in "([":
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([":
             depth += 1
         elif ch in ")]":
             depth -= 1
-        if ch == "," and depth == 0:
+        if ch == "," and depth == 0 and not quote:
             parts.append("".join(current))
             current = []
         else:
@@ -281,7 +302,9 @@ def parse_extra(texts: list[str] | tuple[str, ...]) -> tuple[Argument, ...]:
             try:
                 arg = Argument.parse(part)
             except Exception as e:  # torchgen raises AssertionError / RuntimeError on bad text
-                raise BadInput(f"not a schema argument: {part!r} (write it as in a schema: 'float beta=1.0'): {e}") from None
+                # torchgen's message quotes the text as it is: one line, whatever it holds
+                raise BadInput(f"not a schema argument: {part!r} (write it as in a schema: 'float beta=1.0'): "
+                               f"{printable_line(str(e))}") from None
             if arg.annotation is not None:
                 raise BadInput(f"an extra argument cannot alias or be written: {part!r}")
             if arg.default is None:
@@ -292,8 +315,55 @@ def parse_extra(texts: list[str] | tuple[str, ...]) -> tuple[Argument, ...]:
             check_identifier(arg.name, "an extra argument's name")
             if not _default_fits(str(arg.type), arg.default):
                 raise BadInput(f"the default of an extra argument is not a {arg.type} torch can read: {part!r}")
+            if py_literal(str(int_not_symint(arg.type)), arg.default) is None:
+                raise BadInput(f"the default of an extra argument is not one scaffold can write: {part!r} (a number, "
+                               f"True, False, None, a string of printable characters, a list of numbers, or a dtype name)")
             out.append(arg)
     return tuple(out)
+
+
+# Note [defaults are values]
+# A default the user types ends up in three languages: the schema (a C++
+# string literal in TORCH_LIBRARY's m.def, and a Python string), and Python
+# signatures. None of them receives the default's text pasted in: a default is
+# read into what it means (a number, a bool, None, a string's characters, a
+# list of those, a dtype or layout by name) and written back with Python's
+# repr() or as a torch constant; the schema text goes through repr() in Python
+# and an escaped C++ string literal (templates' `py` and `cpp` filters). A
+# string default holds printable characters, no backslash, and no quote of
+# its own kind (what torch's schema parser reads back as the same characters);
+# anything scaffold cannot spell is refused.
+_STRING = re.compile(r"\"([^\"\\]*)\"|'([^'\\]*)'")
+
+
+def py_literal(kind: str, default: str) -> str | None:
+    """Python source for the schema default `default` of type `kind`
+    (schema spelling: "float", "str", "int[2]", "ScalarType?"), or None when
+    it is nothing scaffold can spell (Note [defaults are values])."""
+    base = kind.removesuffix("?")
+    if default in ("None", "True", "False"):
+        return default
+    string = _STRING.fullmatch(default)
+    if string is not None:
+        value = string.group(1) if string.group(1) is not None else string.group(2)
+        return repr(value) if value.isprintable() else None
+    if re.fullmatch(_INT, default):
+        return str(int(default))  # "007" is 7 to torch and a syntax error to Python
+    if re.fullmatch(_FLOAT, default):
+        value = float(default)
+        return repr(value) if value == value and abs(value) != float("inf") else None
+    if default.startswith("[") and default.endswith("]"):
+        item = re.sub(r"\[\d*\]$", "", base)
+        items = [i.strip() for i in default[1:-1].split(",")]
+        if items == [""]:
+            return "[]"
+        spelled = [py_literal(item, i) for i in items]
+        return None if any(x is None or x.startswith("[") for x in spelled) else "[" + ", ".join(spelled) + "]"  # type: ignore[operator]
+    if default in _PY_DEFAULTS:
+        return _PY_DEFAULTS[default]
+    if base == "ScalarType" and default in _DTYPE_NAMES:
+        return f"torch.{default}"
+    return None
 
 
 _INT = r"-?\d+"

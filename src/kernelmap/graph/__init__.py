@@ -43,8 +43,19 @@ def processors_for(context: GraphContext) -> Callable[[CallTree], CallTree]:
     return apply
 
 
-from kernelmap.graph.down import file_lines, stack  # noqa: E402  (down imports processors_for)
-from kernelmap.graph.ends import End, call_ends, stub_kernel  # noqa: E402
-from kernelmap.graph.up import callers  # noqa: E402
+# The directions and the ranking are imported on first use: `where --static`
+# only opens what `kernelmap.graph.context` needs.
+_LAZY = {"file_lines": "down", "stack": "down", "End": "ends", "call_ends": "ends", "stub_kernel": "ends", "callers": "up"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f"kernelmap.graph.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["DEFAULT_DEPTH", "DEVICE_KEYS", "MAX_NODES", "End", "GraphContext", "call_ends", "callers", "file_lines", "open_context", "processors_for", "stack", "stub_kernel"]

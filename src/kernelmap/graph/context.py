@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from kernelmap import env
 from kernelmap.errors import BadInput, KernelmapError, NoSourceTree
 from kernelmap.graph.rules import DEVICE_KEYS
+from kernelmap.source.trees import has_python  # noqa: F401 - also imported from here
 
 if TYPE_CHECKING:
     from kernelmap.catalog import Catalog
@@ -201,8 +202,3 @@ def open_context(
         no_index,
         stale,
     )
-
-
-def has_python(root: Path) -> bool:
-    """Whether a tree holds its own Python package (torch/__init__.py, torch/nn/)."""
-    return (root / "torch/__init__.py").is_file() and (root / "torch/nn/modules").is_dir()

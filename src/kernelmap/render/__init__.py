@@ -38,6 +38,7 @@ _TABLE: dict[tuple[str, str], str | Renderer] = {
     ("path", "text"): "kernelmap.render.path:to_text",
     ("kernel", "text"): "kernelmap.render.kernels:kernel_to_text",
     ("ranks", "text"): "kernelmap.render.kernels:ranks_to_text",
+    ("impact", "text"): "kernelmap.render.impact:to_text",
 }
 _GENERIC = {"json": "kernelmap.render.json:render", "html": "kernelmap.render.html:render_answer"}
 

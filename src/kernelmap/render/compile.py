@@ -11,16 +11,25 @@ import io
 from rich.console import Console
 from rich.text import Text
 
-from kernelmap.compile.model import CompileAnswer, GeneratedKernel
+from kernelmap.compile.model import CompileAnswer, FileLine, GeneratedKernel
 
 
 def _ms(us: float | None) -> str:
     return "" if us is None else f"  {us / 1000:.3f} ms"
 
 
-def _kernel_lines(k: GeneratedKernel) -> list[tuple[int, str, str]]:
+def _output_code(answer: CompileAnswer, where: FileLine) -> str:
+    """A line of Inductor's output code: its path, or, from a temporary folder
+    since removed, only the file's name (no path to a file that is gone)."""
+    if answer.kept or not where.path.startswith(answer.workdir.rstrip("/") + "/"):
+        return str(where)
+    return f"{where.path.rsplit('/', 1)[-1]}:{where.line}"
+
+
+def _kernel_lines(answer: CompileAnswer, k: GeneratedKernel) -> list[tuple[int, str, str]]:
     """(indent, text, style) lines for one kernel."""
-    where = f"  {k.definition}" if k.definition else (f"  called at {k.call}" if k.call else "")
+    where = (f"  {_output_code(answer, k.definition)}" if k.definition
+             else (f"  called at {_output_code(answer, k.call)}" if k.call else ""))
     label = "generated" if k.generated else "ATen (extern kernel / fallback)"
     out = [(1, f"{k.name}  [{label}]{_ms(k.time_us)}{where}", "bold" if k.generated else "yellow")]
     out.append((2, "fuses: " + ", ".join(k.aten_ops) if k.generated else "runs: " + ", ".join(k.aten_ops), ""))
@@ -42,11 +51,17 @@ def to_text(answer: CompileAnswer, width: int | None = None, color: bool | None 
     generated = [k for k in answer.kernels if k.generated]
     extern = [k for k in answer.kernels if not k.generated]
     console.print(Text(f"torch.compile (torch {answer.torch_version}): {len(answer.graphs)} graph(s), {len(generated)} generated kernel(s), {len(extern)} ATen call(s)"))
-    console.print(Text(f"Inductor output: {answer.workdir}", style="dim"))
+    for note in answer.notes:
+        console.print(Text(note, style="yellow"), overflow="fold")
+    if answer.kept:
+        console.print(Text(f"Inductor output: {answer.workdir}", style="dim"))
+    else:
+        console.print(Text("Inductor output: a temporary folder, removed (--output-dir DIR keeps it)", style="dim"))
     for g in answer.graphs:
-        console.print(Text(f"graph {g.name}  {g.output_code}"))
+        output = g.output_code if answer.kept else "output_code.py"
+        console.print(Text(f"graph {g.name}  {output}"))
         for k in g.kernels:
-            for indent, text, style in _kernel_lines(k):
+            for indent, text, style in _kernel_lines(answer, k):
                 console.print(Text("  " * indent + text, style=style), overflow="fold")
     if answer.graph_breaks:
         console.print(Text(f"graph breaks: {len(answer.graph_breaks)}"))

@@ -36,7 +36,7 @@ Excerpt = Callable[[dict[str, Any]], "str | None"]
 TEMPLATES = Path(__file__).with_name("templates")
 
 # Kinds the viewer draws with a view of their own; any other gets the JSON view.
-KNOWN_KINDS = ("calltree", "trace", "where", "explain", "gen")
+KNOWN_KINDS = ("calltree", "trace", "where", "explain", "gen", "impact")
 
 # A report embeds at most this many distinct excerpts: a trace names the same
 # few hundred kernels thousands of times, but a pathological document must not
@@ -201,6 +201,8 @@ def title_of(document: dict[str, Any]) -> str:
         return f"kernelmap explain: {document.get('op', '')}"
     if kind == "gen":
         return f"kernelmap gen: {document.get('op', '')}"
+    if kind == "impact":
+        return f"kernelmap impact: {document.get('query', '')} ({document.get('device', '')})"
     return f"kernelmap {kind}"
 
 

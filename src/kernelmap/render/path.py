@@ -90,7 +90,8 @@ def to_text(answer: Any, width: int | None = None, full: bool = False, **_: Any)
             if step.attrs.get("library"):
                 kind += f" <{step.attrs['library']}{', closed' if step.attrs.get('closed') else ''}>"
             how = f"via {step.via.value}" if step.via is not None else "start"
-            out.append(_cut(f"       {kind}, {how}" + (f" [{step.condition}]" if step.condition else ""), width))
+            seen = f" ({step.attrs['observed']})" if step.attrs.get("observed") else ""  # --observe
+            out.append(_cut(f"       {kind}, {how}" + (f" [{step.condition}]" if step.condition else "") + seen, width))
     return "".join(printable(line) + "\n" for line in out)
 
 

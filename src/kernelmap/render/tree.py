@@ -112,6 +112,8 @@ _MARKERS = (
     ("repeat", "expanded above"),
     ("truncated", "cut"),
     ("unresolved", "unresolved"),
+    ("observed", ""),  # kernelmap.observe: observed, inlined, not taken
+    ("ran", ""),
 )
 
 GUIDES = ("├── ", "└── ", "│   ", "    ")

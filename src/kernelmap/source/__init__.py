@@ -13,36 +13,27 @@ Nothing here imports torch: the installed torch's commit comes from
 
 from __future__ import annotations
 
-from kernelmap.source.index import (
-    CallSite,
-    Definition,
-    DtypeDispatch,
-    FileInfo,
-    Findings,
-    Index,
-    IndexMissing,
-    LibraryRegistration,
-    StubDeclaration,
-    StubRegistration,
-    find,
-    open_index,
-)
 from kernelmap.source.records import index_path
 from kernelmap.source.trees import (NotATree, Tree, TreeChoice, UnknownTree, add_tree, choose_tree, get_tree, inspect_tree, list_trees,
                                     remove_tree, select_tree)
 
-
-def __getattr__(name: str):
+_LAZY = {
+    # Reading an index (sqlite3 and its row types) is imported when a question
+    # reads one: `where --static` only selects a tree.
+    **dict.fromkeys(("CallSite", "Definition", "DtypeDispatch", "FileInfo", "Findings", "Index", "IndexMissing",
+                     "LibraryRegistration", "StubDeclaration", "StubRegistration", "find", "open_index"), "kernelmap.source.index"),
     # Fetching (urllib, http, ssl) and building (tree-sitter, multiprocessing) are
     # imported only when asked for: a question put to an indexed tree does neither.
-    if name in ("FetchError", "fetch_tree"):
+    **dict.fromkeys(("FetchError", "fetch_tree"), "kernelmap.source.fetch"),
+    **dict.fromkeys(("IndexBusy", "IndexReport", "build_index"), "kernelmap.source.build"),
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module("kernelmap.source.fetch"), name)
-    if name in ("IndexBusy", "IndexReport", "build_index"):
-        import importlib
-
-        return getattr(importlib.import_module("kernelmap.source.build"), name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

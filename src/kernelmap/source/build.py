@@ -30,7 +30,7 @@ from pathlib import Path
 from kernelmap import env, vendors
 from kernelmap.errors import BadInput, SourceError
 from kernelmap.safefiles import NotRegularFile, check_regular
-from kernelmap.source import extract
+from kernelmap.source import extract, includes
 from kernelmap.source.extract import FileFacts, OperatorNames
 from kernelmap.source.records import as_indexed, file_record, index_path, read_record, write_record
 from kernelmap.source.schema import CALL_KIND_CODE, INDEXES, SCHEMA, SCHEMA_VERSION, expected_table_definitions, one_line, table_definitions
@@ -91,7 +91,7 @@ def extractor_fingerprint() -> str:
     """Changes whenever the extractor or its queries change: facts of an
     older extractor are not reused."""
     h = hashlib.sha1()
-    for p in sorted([Path(extract.__file__), Path(extract.objc_source.__file__), Path(vendors.__file__), *extract.QUERY_DIR.glob("*.scm")]):
+    for p in sorted([Path(extract.__file__), Path(extract.objc_source.__file__), Path(vendors.__file__), Path(includes.__file__), *extract.QUERY_DIR.glob("*.scm")]):
         h.update(p.name.encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:16]
@@ -210,7 +210,7 @@ def read_source(root: Path, path: str, real_root: str | None = None, real_dirs: 
         os.close(fd)
 
 
-_FACT_LISTS = ("definitions", "calls", "registrations", "stubs")
+_FACT_LISTS = ("definitions", "calls", "registrations", "stubs", "includes", "defines")
 
 
 def _columns(facts: FileFacts) -> FileFacts:
@@ -230,7 +230,10 @@ def _extract_one(path: str) -> FileFacts:
     data = read_source(root, path, real_root, real_dirs)
     if isinstance(data, str):  # recorded, not fatal
         return _skipped(path, data)
-    return ex.extract(path, data)
+    facts = ex.extract(path, data)
+    if len(data) <= extract.MAX_FILE_BYTES and b"\0" not in data:  # a file too degenerate to parse has directives all the same
+        facts = facts._replace(**dict(zip(("includes", "defines"), includes.read(data))))
+    return facts
 
 
 def _extract_all(tree: Tree, ops: OperatorNames, paths: list[str], jobs: int, sizes: dict[str, int]) -> Iterable[FileFacts]:
@@ -303,6 +306,8 @@ class _Writer:
         c_defs, callees, c_shorts, c_kinds, libraries, c_ops, c_lines, c_conds, c_pps, c_outers = facts.calls or ((),) * 10
         r_defs, r_kinds, r_names, targets, keys, details, r_lines, r_pps = facts.registrations or ((),) * 8
         s_kinds, s_names, s_details, s_lines, s_pps = facts.stubs or ((),) * 5
+        i_lines, i_names, i_angled, i_conds = facts.includes or ((),) * 4  # includes.Include, includes.Define
+        d_lines, d_names, d_values, d_conds = facts.defines or ((),) * 4
         string = self.ids.__getitem__  # None as 0: see _StringIds
 
         file_id = db.execute(
@@ -336,6 +341,14 @@ class _Writer:
             "INSERT INTO stubs(file_id, kind, name_id, detail_id, line, pp_id) VALUES (?, ?, ?, NULLIF(?, 0), ?, NULLIF(?, 0))",
             zip(file_ids, s_kinds, map(string, s_names), map(string, s_details), s_lines, map(string, s_pps)),
         )
+        db.executemany(
+            "INSERT INTO includes(file_id, line, name_id, angled, cond_id) VALUES (?, ?, ?, ?, NULLIF(?, 0))",
+            zip(file_ids, i_lines, map(string, i_names), i_angled, map(string, i_conds)),
+        )
+        db.executemany(
+            "INSERT INTO defines(file_id, line, name_id, value_id, cond_id) VALUES (?, ?, ?, NULLIF(?, 0), NULLIF(?, 0))",
+            zip(file_ids, d_lines, map(string, d_names), map(string, d_values), map(string, d_conds)),
+        )
         self.ids.flush()
         return file_id
 
@@ -345,7 +358,7 @@ def _delete_files(db: sqlite3.Connection, file_ids: list[int]) -> None:
         ids = file_ids[chunk : chunk + 500]
         marks = ",".join("?" * len(ids))
         db.execute(f"DELETE FROM calls WHERE file_id IN ({marks})", ids)
-        for table in ("symbols", "registrations", "stubs"):
+        for table in ("symbols", "registrations", "stubs", "includes", "defines"):
             db.execute(f"DELETE FROM {table} WHERE file_id IN ({marks})", ids)
         db.execute(f"DELETE FROM files WHERE id IN ({marks})", ids)
 

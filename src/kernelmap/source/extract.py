@@ -906,6 +906,9 @@ class FileFacts(NamedTuple):
     calls: tuple[Call, ...]
     registrations: tuple[Registration, ...]
     stubs: tuple[StubDecl, ...]
+    # Read by kernelmap.source.includes (the build adds them), not by the extractor:
+    includes: tuple = ()  # includes.Include
+    defines: tuple = ()  # includes.Define
 
 
 # How ATen's C++ API spells an operator's function besides its name: `add_out`, `conv2d_symint`.

@@ -257,14 +257,15 @@ class Index:
         have moved (`kernelmap index` updates the changed files)."""
         changed = []
         root = self.tree.root
+        prefix = f"{root}{os.sep}"  # a string, not a Path per file: this runs on every question, over ~4,000 files
         for path, sha1, size, mtime_ns in self._db.execute("SELECT path, sha1, size, mtime_ns FROM files ORDER BY path"):
             try:
-                st = os.stat(root / path)
+                st = os.stat(prefix + path)
             except OSError:
                 changed.append(path)
                 continue
-            if not as_indexed(root / path, st.st_size, st.st_mtime_ns, (sha1, size, mtime_ns)):  # as `index` judges it
-                changed.append(path)
+            if (st.st_size, st.st_mtime_ns) != (size, mtime_ns) and not as_indexed(root / path, st.st_size, st.st_mtime_ns, (sha1, size, mtime_ns)):
+                changed.append(path)  # as `index` judges it
         return changed
 
     def stale_note(self) -> str | None:
@@ -539,6 +540,50 @@ class Index:
         """Files with the most regions the grammar could not parse."""
         rows = self._db.execute("SELECT path, size, errors, skipped FROM files WHERE errors > 0 ORDER BY errors DESC, path LIMIT ?", (limit,))
         return [FileInfo(*r) for r in rows]
+
+    # -- preprocessor directives (kernelmap.source.includes) ---------------------
+
+    def include_directives(self) -> list[tuple[str, int, str, int, str | None]]:
+        """(path, line, name as written, angled, #if condition) of every
+        `#include` of the tree, by path and line."""
+        return list(self._db.execute(
+            "SELECT f.path, i.line, n.text, i.angled, c.text FROM includes i JOIN files f ON f.id = i.file_id"
+            " JOIN strings n ON n.id = i.name_id LEFT JOIN strings c ON c.id = i.cond_id ORDER BY f.path, i.line"
+        ))
+
+    def macro_definitions(self) -> list[tuple[str, int, str, str | None, str | None]]:
+        """(path, line, name, value, #if condition) of every `#define` of a
+        macro without parameters (value None: an `#undef`), by path and line."""
+        return list(self._db.execute(
+            "SELECT f.path, d.line, n.text, v.text, c.text FROM defines d JOIN files f ON f.id = d.file_id"
+            " JOIN strings n ON n.id = d.name_id LEFT JOIN strings v ON v.id = d.value_id LEFT JOIN strings c ON c.id = d.cond_id"
+            " ORDER BY f.path, d.line"
+        ))
+
+    def native_definitions(self) -> list[tuple[str, str, str | None]]:
+        """(path, lookup name, structured kernel's op) of every definition in
+        at::native, and of every structured kernel, in bulk (kernelmap.impact
+        maps files to the operators whose kernels they hold)."""
+        return list(self._db.execute(
+            "SELECT f.path, l.text, o.text FROM symbols s JOIN files f ON f.id = s.file_id JOIN strings l ON l.id = s.lookup_id"
+            " LEFT JOIN strings o ON o.id = s.op_id WHERE s.op_id IS NOT NULL OR l.text LIKE 'at::native::%'"
+        ))
+
+    def registration_sites(self) -> list[tuple[str, str, str, str | None]]:
+        """(path, kind, name, namespace or CPU capability) of every stub and
+        library registration (`register_dispatch`, `library_impl`, `library_def`), in bulk."""
+        return list(self._db.execute(
+            "SELECT f.path, r.kind, n.text, d.text FROM registrations r JOIN files f ON f.id = r.file_id JOIN strings n ON n.id = r.name_id"
+            " LEFT JOIN strings d ON d.id = r.detail_id WHERE r.kind != 'at_dispatch'"
+        ))
+
+    def stub_callers(self) -> list[tuple[str, str, str | None]]:
+        """(stub, calling definition's lookup name, its structured kernel's op) of every stub call, in bulk."""
+        stub = CALL_KINDS.index("stub")
+        return list(self._db.execute(
+            "SELECT n.text, l.text, o.text FROM calls c JOIN symbols s ON s.id = c.symbol_id JOIN strings n ON n.id = c.short_id"
+            f" JOIN strings l ON l.id = s.lookup_id LEFT JOIN strings o ON o.id = s.op_id WHERE c.kind = {stub}"
+        ))
 
     def stats(self) -> dict[str, int]:
         q = lambda sql: self._db.execute(sql).fetchone()[0]  # noqa: E731

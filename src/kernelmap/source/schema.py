@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import re
 
-SCHEMA_VERSION = 8  # 2: masked attributes, qualified stub registrations, calls on temporaries; 3: a definition's line is its name's; 4: launches written in function-local #define macros, lost REGISTER_DISPATCH lines, cudaMemcpy* as CUDA runtime calls; 5: calls in named lambdas take their first call's condition, memcpy/memmove as C library calls, directives inside lists and between function heads masked; 6: no FTS5 table of names (a search scans them), strings' unique index made after the bulk insert; 7: stubs passed as arguments (kinds argument and stub_argument); 8: the case/if conditions around a call's innermost (calls.outer_id)
+SCHEMA_VERSION = 9  # 2: masked attributes, qualified stub registrations, calls on temporaries; 3: a definition's line is its name's; 4: launches written in function-local #define macros, lost REGISTER_DISPATCH lines, cudaMemcpy* as CUDA runtime calls; 5: calls in named lambdas take their first call's condition, memcpy/memmove as C library calls, directives inside lists and between function heads masked; 6: no FTS5 table of names (a search scans them), strings' unique index made after the bulk insert; 7: stubs passed as arguments (kinds argument and stub_argument); 8: the case/if conditions around a call's innermost (calls.outer_id); 9: #include directives and argument-less #defines with their #if conditions (includes, defines: kernelmap.source.includes)
 
 # Call kinds as stored; their order is part of the schema.
 # "argument": a `*_stub` name passed as an argument, no edge; "stub_argument":
@@ -77,6 +77,20 @@ CREATE TABLE stubs (
     line INTEGER NOT NULL,
     pp_id INTEGER
 );
+CREATE TABLE includes (                   -- kernelmap.source.includes
+    file_id INTEGER NOT NULL,
+    line INTEGER NOT NULL,
+    name_id INTEGER NOT NULL,             -- as written: "ATen/native/cpu/Loops.h"
+    angled INTEGER NOT NULL,              -- 1 <...>, 0 "...", -1 a computed include (#include MACRO)
+    cond_id INTEGER                       -- the #if conditions around it (Note [include conditions])
+);
+CREATE TABLE defines (                    -- #define of a macro without parameters, or #undef (value_id NULL)
+    file_id INTEGER NOT NULL,
+    line INTEGER NOT NULL,
+    name_id INTEGER NOT NULL,
+    value_id INTEGER,
+    cond_id INTEGER
+);
 """
 
 # Every table the schema creates; a database lacking one is damaged.
@@ -121,4 +135,6 @@ CREATE INDEX registrations_file ON registrations(file_id);
 CREATE INDEX registrations_symbol ON registrations(symbol_id) WHERE symbol_id IS NOT NULL;
 CREATE INDEX stubs_name ON stubs(name_id);
 CREATE INDEX stubs_file ON stubs(file_id);
+CREATE INDEX includes_file ON includes(file_id);
+CREATE INDEX defines_file ON defines(file_id);
 """

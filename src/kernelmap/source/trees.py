@@ -14,7 +14,6 @@ import json
 import os
 import re
 import stat
-import tempfile
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -244,6 +243,8 @@ def _save(trees: dict[str, Tree]) -> None:
     path = registry_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"version": REGISTRY_VERSION, "trees": [t.to_json() for t in sorted(trees.values(), key=lambda t: t.name)]}
+    import tempfile  # writing the registry only: selecting a tree reads it
+
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".trees-", suffix=".json")
     try:
         with os.fdopen(fd, "w") as f:
@@ -442,3 +443,8 @@ def _named(name: str, trees: list[Tree]) -> Tree:
             return next((t for t in named if index_path(t).exists()), named[0])
         return inspect_tree(root)
     return get_tree(name)
+
+
+def has_python(root: Path) -> bool:
+    """Whether a tree holds its own Python package (torch/__init__.py, torch/nn/)."""
+    return (root / "torch/__init__.py").is_file() and (root / "torch/nn/modules").is_dir()

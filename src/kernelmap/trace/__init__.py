@@ -65,6 +65,8 @@ class Trace:
         self.file = file  # the Chrome trace the tree was read from
         self.error = error  # what the traced code raised, for a partial trace
         self._cleanup: Any = None
+        self.id: str | None = None  # its id in the trace store (Note [trace store] in kernelmap.trace.store), when stored
+        self.stored: Path | None = None  # the folder of its tables
 
     @property
     def tree(self) -> CallTree:
@@ -87,9 +89,16 @@ class Trace:
             self._tree = CallTree(self._tree.root, self.notes, self._tree.meta)
 
     def summary(self):
-        """Per operator, module and source file (`kernelmap.trace.summary.Summary`)."""
+        """Per operator, module and source file (`kernelmap.trace.summary.Summary`);
+        a stored trace's is computed once and kept beside its tables."""
         from kernelmap.trace.summary import summarize, summarize_table
 
+        if self.stored is not None:
+            from kernelmap.trace.store import stored_summary
+
+            found = stored_summary(self)
+            if found is not None:
+                return found
         if self._table is not None:
             return summarize_table(self._table, self.notes)
         return summarize(self.tree)
@@ -135,15 +144,32 @@ def load(
     source_tree: Path | None = None,
     live: bool = False,
     meta: dict[str, Any] | None = None,
+    store: bool = False,
+    execution_trace: Path | str | None = None,
 ) -> Trace:
     """Read a Chrome/Kineto trace (`.json` or `.json.gz`) into a resolved Trace.
 
     keep_frames: keep every Python frame (by default frames that ran no
     operator and per-call wrappers are dropped). resolve: add catalog,
     dispatch, source and vendor facts. source_tree: a PyTorch tree whose
-    index links kernels to source. Raises TraceFormatError for a file that is
-    not a well-formed trace, naming the byte offset.
+    index links kernels to source. store: keep the imported tables in the
+    cache, keyed by the file's content, and open them from there the next
+    time (Note [trace store] in kernelmap.trace.store). A PyTorch execution
+    trace (ExecutionTraceObserver JSON) at `path` is read as one (its operator
+    graph, with no times); `execution_trace` links one to the Kineto trace at
+    `path` recorded in the same run (kernelmap.trace.execution). Raises
+    TraceFormatError for a file that is not a well-formed trace, naming the
+    byte offset.
     """
+    from kernelmap.trace import execution
+
+    if execution_trace is not None or execution.is_execution_trace(Path(path)):
+        return execution.load(Path(path), Path(execution_trace) if execution_trace is not None else None,
+                              keep_frames=keep_frames, resolve=resolve, source_tree=source_tree, meta=meta, store=store)
+    if store and not live:
+        from kernelmap.trace import store as stored
+
+        return stored.load(path, keep_frames=keep_frames, resolve=resolve, source_tree=source_tree, meta=meta)
     # Reading makes millions of short-lived lists and records, one window at a
     # time, that hold no cycles: the cyclic collector would only rescan them.
     was_enabled = gc.isenabled()
@@ -155,7 +181,8 @@ def load(
             gc.enable()
 
 
-def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None, live: bool, meta: dict[str, Any] | None) -> Trace:
+def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None, live: bool, meta: dict[str, Any] | None,
+          batches=None) -> Trace:
     from kernelmap.trace import build
     from kernelmap.trace.reader import TraceHeader, read_batches
 
@@ -170,7 +197,7 @@ def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None
     # A trace recorded here ran the installed torch; one read from a file may come from another.
     frames = build.PythonFrames(origin, check=not live)
     try:
-        collected = build.collect(read_batches(path, header), python_frames=frames)
+        collected = build.collect(read_batches(path, header) if batches is None else batches, python_frames=frames)
     except ValueError as e:
         raise TraceFormatError(path.name, None, f"unusable event: {e}") from None  # it names the event by its number
     table = build.build(collected, keep_frames=keep_frames)
@@ -208,7 +235,7 @@ def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None
 
 
 _LINK_KEYS = (
-    "op", "yaml", "op_kind", "dispatch_key", "kernel", "registered_at", "source", "source_url", "source_file",
+    "op", "yaml", "op_kind", "dispatch_key", "kernel_key", "kernel", "registered_at", "source", "source_url", "source_file",
     "source_reason", "functor", "launcher", "library", "closed", "conv_backend", "conv_backend_ran", "launched_by", "unknown", "forward_op",
 )
 

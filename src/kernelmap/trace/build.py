@@ -202,7 +202,39 @@ _UNPLACED = PythonFrames(None, check=False)  # no torch to place frames in
 def _function_spans(file) -> dict[str, list[tuple[int, int]]] | None:
     """Name -> (first, last) lines of each function, lambda and comprehension
     of a Python file, and of the module itself (`<module>`); None when the file
-    cannot be read or parsed."""
+    cannot be read or parsed. Kept in the cache by the file's path, size and
+    mtime: parsing torch/nn/functional.py costs a third of a second, every
+    import of a trace that names it."""
+    import hashlib
+    import json
+    import os
+
+    try:
+        st = os.stat(file)
+        from kernelmap import env
+
+        key = hashlib.sha256(f"{os.path.realpath(file)}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:32]
+        kept = env.cache_dir() / "trace" / "spans" / f"{key}.json"
+    except (OSError, TypeError, ValueError):
+        kept = None
+    if kept is not None:
+        try:
+            return {k: [tuple(x) for x in v] for k, v in json.loads(kept.read_text()).items()}
+        except (OSError, ValueError, TypeError, AttributeError):
+            pass
+    spans = _parsed_spans(file)
+    if kept is not None and spans is not None:
+        try:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            tmp = kept.with_name(f"{kept.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(spans))
+            os.replace(tmp, kept)
+        except OSError:
+            pass  # an unwritable cache: parsed again next time
+    return spans
+
+
+def _parsed_spans(file) -> dict[str, list[tuple[int, int]]] | None:
     import ast
 
     try:
@@ -272,8 +304,13 @@ class Values:
         try:  # the common case: every value an int
             out = np.array(values, dtype=np.int64)
         except (TypeError, ValueError, OverflowError):
-            code = self._code  # bools read as ints, as numpy reads them (and a dict: True == 1)
-            out = np.array([v if isinstance(v, int) and _ODD < v < -_ODD else code(v) for v in values], dtype=np.int64)
+            try:  # the next most common: ints, some absent (an arg one category of events has and another not)
+                if None not in values:
+                    raise TypeError
+                out = np.array([NONE if v is None else v for v in values], dtype=np.int64)
+            except (TypeError, ValueError, OverflowError):
+                code = self._code  # bools read as ints, as numpy reads them (and a dict: True == 1)
+                out = np.array([v if isinstance(v, int) and _ODD < v < -_ODD else code(v) for v in values], dtype=np.int64)
         if len(out) and out.min() < _ODD:
             for i in np.flatnonzero((out < _ODD) & (out > _SOME)).tolist():  # an int that falls among the codes: kept aside too
                 if isinstance(values[i], int):
@@ -383,22 +420,27 @@ class Pool:
     def __init__(self) -> None:
         self.items: list[Any] = []
         self._ids: dict[Any, int] = {}
-        self._texts: dict[bytes, int] = {}
+        self._texts: dict[Any, dict[bytes, int]] = {}
 
-    def encode(self, values: list[Any], raw: bool) -> np.ndarray:
-        """Ids of `values` (-1 for none); `raw`: they are raw JSON or None, no Python values."""
-        texts = self._texts.get
+    def encode(self, values: list[Any], raw: bool, check=None) -> np.ndarray:
+        """Ids of `values` (-1 for none); `raw`: they are raw JSON or None, no
+        Python values. `check(value)` says whether a value has the type its
+        column holds (a list of shapes, of dtype names): one that has not is
+        kept as none, as if the trace had not recorded it."""
+        seen = self._texts.setdefault(check, {})  # a text's id per check: "[1, 1]" is a grid, but no list of dtype names
+        texts = seen.get
+        add = self._add if check is None else (lambda v: self._add(v) if check(v) else -2)
         try:  # the common case: raw JSON only (bytes(None) raises)
             if not raw:
                 raise TypeError
             out = list(map(texts, map(bytes, values)))
         except TypeError:  # absent values, or a dict event's Python values
-            out = [texts(bytes(v)) if type(v) is Raw else (-2 if v is None else self._add(v)) for v in values]
+            out = [texts(bytes(v)) if type(v) is Raw else (-2 if v is None else add(v)) for v in values]
         if None in out:
             for i, x in enumerate(out):  # first sightings of a text
                 if x is None:
                     text = bytes(values[i])
-                    out[i] = self._texts[text] = self._add(msgspec.json.decode(text))
+                    out[i] = seen[text] = add(msgspec.json.decode(text))
         codes = np.array(out, dtype=np.int32)
         codes[codes < -1] = -1
         return codes
@@ -468,15 +510,15 @@ class Collected:
 _ROW_COLUMNS = {  # name -> dtype
     "label": np.int32, "cat": np.int8, "thread": np.int32, "ts": np.float64, "dur": np.float64, "event": np.int64,
     "corr": np.int64, "ext": np.int64, "seq": np.int64, "dims": np.int32, "types": np.int32,
-    "gpu": np.int64, "stream": np.int64, "grid": np.int32, "block": np.int32,
+    "gpu": np.int64, "stream": np.int64, "grid": np.int32, "block": np.int32, "rf": np.int64,
 }
-_EMPTY = {"corr": NONE, "ext": NONE, "seq": NONE, "gpu": NONE, "stream": NONE, "dims": -1, "types": -1, "grid": -1, "block": -1}
+_EMPTY = {"corr": NONE, "ext": NONE, "seq": NONE, "gpu": NONE, "stream": NONE, "dims": -1, "types": -1, "grid": -1, "block": -1, "rf": NONE}
 # Which args each category keeps, as (column, Args attribute): the rest (Ev
-# Idx, Record function id, Python ids...) is never stored.
+# Idx, Python ids...) is never stored.
 _RUNTIME_ARGS = (("corr", "correlation"), ("ext", "external_id"))
 _COPY_ARGS = (*_RUNTIME_ARGS, ("gpu", "device"), ("stream", "stream"))
 _KEPT_ARGS = {
-    "cpu_op": (("ext", "external_id"), ("seq", "sequence_number"), ("dims", "input_dims"), ("types", "input_type")),
+    "cpu_op": (("ext", "external_id"), ("seq", "sequence_number"), ("dims", "input_dims"), ("types", "input_type"), ("rf", "record_function_id")),
     "cuda_runtime": _RUNTIME_ARGS,
     "cuda_driver": _RUNTIME_ARGS,
     "kernel": (*_COPY_ARGS, ("grid", "grid"), ("block", "block")),
@@ -488,6 +530,19 @@ _CONV_ARGS = (("Input Strides", "input_strides"), ("Concrete Inputs", "concrete_
 _POOLED = frozenset({"dims", "types", "grid", "block"})
 
 
+def _is_list(v: Any) -> bool:
+    return type(v) is list
+
+
+def _is_names(v: Any) -> bool:
+    return type(v) is list and all(type(x) is str for x in v)
+
+
+# What a pooled column's values must be; any other value is read as not recorded
+# (`"Input type": 5`, `"Input Dims": true`).
+_POOL_CHECKS = {"dims": _is_list, "types": _is_names, "grid": _is_list, "block": _is_list}
+
+
 def collect(batches: Iterable[list[Any]], python_frames: PythonFrames | None = None) -> Collected:
     """One streaming pass: keep the events the tree needs, as columns.
     `batches` are the reader's windows (`read_batches`): lists of `Event`
@@ -495,7 +550,7 @@ def collect(batches: Iterable[list[Any]], python_frames: PythonFrames | None = N
     from kernelmap.trace.reader import Args, Event
 
     c = Collected()
-    chunks: dict[str, list[np.ndarray]] = {k: [] for k in _ROW_COLUMNS}
+    chunks = _Blocks(_ROW_COLUMNS)
     flow_chunks: dict[str, list[np.ndarray]] = {k: [] for k in ("id", "thread", "ts", "end")}
     empty_args = Args()
     conv_labels: set[int] = set()
@@ -523,7 +578,7 @@ def collect(batches: Iterable[list[Any]], python_frames: PythonFrames | None = N
         rows = _collect_rows(c, xs, xi, base, python_frames, conv_labels)
         args = [e.args for e in xs]
         cats = rows["cat"]
-        n_before = sum(len(a) for a in chunks["ts"])
+        n_before = chunks.rows
         for cat, fields in _KEPT_ARGS.items():
             where = np.flatnonzero(cats == CAT[cat])
             if not len(where):
@@ -533,7 +588,7 @@ def collect(batches: Iterable[list[Any]], python_frames: PythonFrames | None = N
                 selected = [a or empty_args for a in selected]
             for column, attr in fields:
                 values = _ARG_COLUMNS[attr](selected)
-                encoded = c.pool.encode(values, raw) if column in _POOLED else c.values.encode(values)
+                encoded = c.pool.encode(values, raw, _POOL_CHECKS[column]) if column in _POOLED else c.values.encode(values)
                 rows[column][where] = encoded
         if conv_labels:
             for i in np.flatnonzero(np.isin(rows["label"], list(conv_labels))).tolist():
@@ -542,14 +597,54 @@ def collect(batches: Iterable[list[Any]], python_frames: PythonFrames | None = N
                 kept = {k: v for k, v in values if v is not None}
                 if kept:
                     c.conv[n_before + i] = kept
-        for k, v in rows.items():
-            chunks[k].append(v)
-    for k in list(chunks):  # a column at a time, each one's windows freed as it is joined
-        parts = chunks.pop(k)
-        c.columns[k] = np.concatenate(parts) if parts else np.zeros(0, dtype=_ROW_COLUMNS[k])
-        del parts
+        chunks.add(rows)
+        del rows
+    c.columns = chunks.columns()
     c.flows = {k: np.concatenate(v) if v else np.zeros(0) for k, v in flow_chunks.items()}
     return c
+
+
+_BLOCK = 1 << 18  # rows per block of the collected columns
+
+
+class _Blocks:
+    """The collected row columns, filled a window at a time into blocks of
+    _BLOCK rows. A window's few thousand rows kept as arrays of their own
+    would lie among the window's freed temporaries on the heap, which then
+    cannot shrink (a million events: 75 MB held for nothing); a block is one
+    allocation of its own, and its pages are taken only as rows are written."""
+
+    def __init__(self, dtypes: dict[str, Any]):
+        self.dtypes = dtypes
+        self.blocks: dict[str, list[np.ndarray]] = {k: [] for k in dtypes}
+        self.rows = 0
+        self._fill = _BLOCK  # rows written in the last block
+
+    def add(self, rows: dict[str, np.ndarray]) -> None:
+        m = len(next(iter(rows.values())))
+        at = 0
+        while at < m:
+            if self._fill == _BLOCK:
+                for k, dtype in self.dtypes.items():
+                    self.blocks[k].append(np.empty(_BLOCK, dtype=dtype))
+                self._fill = 0
+            take = min(m - at, _BLOCK - self._fill)
+            for k, v in rows.items():
+                self.blocks[k][-1][self._fill : self._fill + take] = v[at : at + take]
+            self._fill += take
+            at += take
+        self.rows += m
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Each column joined, a column at a time (its blocks freed as it is)."""
+        out = {}
+        for k in list(self.blocks):
+            parts = self.blocks.pop(k)
+            if parts:
+                parts[-1] = parts[-1][: self._fill]
+            out[k] = np.concatenate(parts) if len(parts) > 1 else parts[0].copy() if parts else np.zeros(0, dtype=self.dtypes[k])
+            del parts
+        return out
 
 
 def _collect_rows(c: Collected, xs: list, xi: list[int], base: int, python_frames: PythonFrames | None,
@@ -632,11 +727,22 @@ _ARG_COLUMNS = {  # Note [columns from records]
     "block": lambda args: [a.block for a in args],
     "input_dims": lambda args: [a.input_dims for a in args],
     "input_type": lambda args: [a.input_type for a in args],
+    "record_function_id": lambda args: [a.record_function_id for a in args],
 }
 
 
 def _thread_ids(c: Collected, events: list) -> np.ndarray:
-    """The thread id of each event's (pid, tid)."""
+    """The thread id of each event's (pid, tid): looked up once per distinct
+    pair where both are ints (the usual case), else once per event."""
+    pids, tids = [e.pid for e in events], [e.tid for e in events]
+    try:
+        p, t = np.array(pids, dtype=np.int64), np.array(tids, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):  # a string, or an absent id
+        p = None
+    if p is not None and len(p):
+        distinct, first, inverse = np.unique(combine(p, t), return_index=True, return_inverse=True)
+        ids = np.array([c.thread_id((pids[i], tids[i])) for i in first.tolist()], dtype=np.int32)
+        return ids[inverse.reshape(-1)]
     get = c.thread_ids.get
     ids = [get((e.pid, e.tid)) for e in events]
     if None in ids:
@@ -688,7 +794,7 @@ def _checked(e: dict) -> tuple[str, float, float]:
     if args is not None and not isinstance(args, dict):
         raise TypeError("args is not an object")
     if isinstance(args, dict):
-        for k in ("correlation", "External id", "stream", "device"):
+        for k in ("correlation", "External id", "stream", "device", "Record function id"):
             _id(args.get(k))
     return name, ts, dur
 
@@ -709,7 +815,7 @@ def _loose(raw: dict, index: int):
         except (KeyError, TypeError, ValueError, OverflowError) as err:
             raise ValueError(f"event #{index} ({printable(str(raw.get('name', '?'))[:80])!r}) lacks a usable name/ts/dur: {err}") from None
         a = raw.get("args") or {}
-        kept = [(ARG_FIELDS[attr], attr) for _, attr in _KEPT_ARGS[cat]] + (list(_CONV_ARGS) if name in CONV_OPS else [])
+        kept = [(ARG_FIELDS[attr], attr) for _, attr in _KEPT_ARGS.get(cat, ())] + (list(_CONV_ARGS) if name in CONV_OPS else [])
         args = Args(**{attr: a[key] for key, attr in kept if key in a})
         return Event("X", cat, name, raw.get("pid"), raw.get("tid"), ts, dur, None, args)
     if ph in ("s", "f") and raw.get("cat") == "ac2g":
@@ -773,6 +879,8 @@ class Table:
     facts: np.ndarray | None = None  # int32 per node: shared[facts[i]] are node i's shared facts (-1: none)
     shared: list[dict[str, Any]] = field(default_factory=list)
     resolved: bool = False
+    n_children: np.ndarray | None = None  # int32 per node: its children (kept by the trace store; None: counted when asked)
+    children_us: np.ndarray | None = None  # float64 per node: its children's durations summed (kept likewise)
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -970,10 +1078,10 @@ def _nest(ts: np.ndarray, dur: np.ndarray, thread: np.ndarray) -> np.ndarray:
 _SLICE = 1 << 16  # rows turned into Python lists at a time (a list of a million ints is 36 MB)
 
 
-def _slices(n: int, backwards: bool = False):
-    starts = range(0, n, _SLICE)
+def _slices(n: int, backwards: bool = False, size: int = _SLICE):
+    starts = range(0, n, size)
     for lo in reversed(starts) if backwards else starts:
-        yield lo, min(lo + _SLICE, n)
+        yield lo, min(lo + size, n)
 
 
 def _propagate_up(flag: np.ndarray, parent: np.ndarray) -> np.ndarray:

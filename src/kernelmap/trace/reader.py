@@ -110,7 +110,7 @@ class _Buffer:
             return False
         try:
             data = self.stream.read(max(CHUNK, len(self.text) - self.pos) if grow else CHUNK)
-        except (OSError, EOFError) as e:  # a broken gzip stream: where its data breaks
+        except (OSError, EOFError, zlib.error) as e:  # a broken gzip stream (a cut, flipped bits): where its data breaks
             if isinstance(self.stream, gzip.GzipFile):
                 raise TraceFormatError(self.path, None, f"unreadable data ({e}) after byte {_inflated_before_break(self.stream)} "
                                        "of the decompressed data") from None
@@ -146,7 +146,7 @@ class _Buffer:
     def _read_more(self, grow: bool = False) -> bool:
         try:
             return self.more(grow)
-        except (OSError, EOFError) as e:
+        except (OSError, EOFError, zlib.error) as e:
             raise self.fail(f"unreadable data ({e})") from None
 
     def expect(self, ch: str, what: str) -> None:
@@ -219,6 +219,9 @@ def _read(path: Path | str, header: TraceHeader | None, events) -> Iterator[Any]
         buf = _Buffer(stream, name)
         decode = json.JSONDecoder().raw_decode
         first = buf.skip_ws()
+        if first == "\ufeff":  # a byte order mark, as some editors and Windows tools write UTF-8: not part of the JSON
+            buf.pos += 1
+            first = buf.skip_ws()
         if first == "[":
             buf.pos += 1
             yield from events(buf, decode)
@@ -295,7 +298,8 @@ def _array_ends(buf: _Buffer) -> bool:
 # fields kernelmap does not use without building them. A cut inside a
 # string or a nested object cannot decode (JSON is read left to right, so
 # the window's text ends inside that string or object); a window that does
-# decode therefore ends on an event boundary. Any failure (a bad cut, a
+# decode therefore ends on an event boundary. A window that ends inside a
+# string (a kernel name holding "}, ") is tried again up to the '}' before. Any failure (a bad cut, a
 # malformed event, a field of an unexpected type, a value longer than the
 # window) sends that window through the one-event-at-a-time path, which
 # gives the same errors, byte offsets included, as `read_trace`.
@@ -305,7 +309,7 @@ _Id = int | str | None
 
 class Args(msgspec.Struct, gc=False, rename={
     "external_id": "External id", "input_dims": "Input Dims", "input_type": "Input type", "input_strides": "Input Strides",
-    "concrete_inputs": "Concrete Inputs", "sequence_number": "Sequence number",
+    "concrete_inputs": "Concrete Inputs", "sequence_number": "Sequence number", "record_function_id": "Record function id",
 }):
     """The args kernelmap reads (build._KEPT_ARGS, build._CONV_ARGS, thread names)."""
 
@@ -323,6 +327,7 @@ class Args(msgspec.Struct, gc=False, rename={
     input_strides: msgspec.Raw = None  # type: ignore[assignment]
     concrete_inputs: msgspec.Raw = None  # type: ignore[assignment]
     sequence_number: Any = None
+    record_function_id: _Id = None  # joins an operator to its execution-trace node (rf_id)
     name: Any = None
 
 
@@ -358,6 +363,7 @@ class Mixed(list):
 
 _WINDOW = msgspec.json.Decoder(list[Event])
 _MAX_CUTS = 16  # '}' tried per window before it goes the slow way
+_RETRIES = 8  # cuts that fall inside a string tried per window before it goes the slow way
 
 
 def _fast_events(buf: _Buffer, decode) -> Iterator[list[Event | Loose]]:
@@ -372,11 +378,18 @@ def _fast_events(buf: _Buffer, decode) -> Iterator[list[Event | Loose]]:
         text, pos = buf.text, buf.pos
         cut = _cut(text, pos)
         batch = None
-        if cut > pos:
+        for _ in range(_RETRIES):  # a cut inside a string ("{lambda(float)#1}, std::array" in a kernel name): the '}' before it
+            if cut <= pos:
+                break
             try:
                 batch = _WINDOW.decode("[" + text[pos : cut + 1] + "]")
-            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-                batch = None
+                break
+            except msgspec.DecodeError as e:
+                if "truncated" not in str(e):
+                    break  # malformed text: the slow way says where
+                cut = _cut(text, pos, cut)
+            except (msgspec.ValidationError, RecursionError):
+                break
         if batch is not None:
             buf.pos = cut + 1
             yield batch
@@ -399,10 +412,10 @@ def _fast_events(buf: _Buffer, decode) -> Iterator[list[Event | Loose]]:
             return
 
 
-def _cut(text: str, pos: int) -> int:
-    """The last '}' after `pos` followed (after blanks) by ',' or ']', or -1."""
+def _cut(text: str, pos: int, before: int | None = None) -> int:
+    """The last '}' after `pos` (and before `before`) followed (after blanks) by ',' or ']', or -1."""
     n = len(text)
-    j = text.rfind("}", pos)
+    j = text.rfind("}", pos) if before is None else text.rfind("}", pos, before)
     for _ in range(_MAX_CUTS):
         if j < 0:
             return -1

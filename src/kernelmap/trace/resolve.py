@@ -624,11 +624,14 @@ def _ask_dispatcher(op: str, device: str, dtype: str, requires_grad: bool, catal
     facts["dispatch_keys"] = [s.key for s in steps]
     answer = steps[-1] if steps else None
     if answer is not None:
+        # The runtime key that answered the call (CPU, CUDA, AutogradCUDA) for
+        # every operator; the alias key a kernel is registered under, where it
+        # is one, apart: one column must not mix the two.
         facts["dispatch_key"] = answer.key
         if answer.tag == "math kernel":
-            facts["dispatch_key"] = "CompositeImplicitAutograd"
+            facts["kernel_key"] = "CompositeImplicitAutograd"
         elif answer.tag == "default backend kernel":
-            facts["dispatch_key"] = "CompositeExplicitAutograd"
+            facts["kernel_key"] = "CompositeExplicitAutograd"
         kernel = answer.kernel
         if kernel is not None:
             facts["kernel"] = kernel.symbol or None
@@ -651,7 +654,7 @@ def _ask_dispatcher(op: str, device: str, dtype: str, requires_grad: bool, catal
 # dispatcher itself (extensions loaded there may have registered kernels).
 # A cache that cannot be read or has the wrong shape is ignored and rewritten.
 
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2  # 2: dispatch_key is the runtime key, kernel_key the alias key apart
 
 
 class _DispatchCache:

@@ -31,7 +31,8 @@ class OpRow:
     shapes: Counter = field(default_factory=Counter)  # "[1, 3, 224, 224], [64, 3, 7, 7]" -> calls
     kernels: Counter = field(default_factory=Counter)  # device kernel name -> launches
     kernel_sources: dict = field(default_factory=dict)  # device kernel name -> "file:line" or its library
-    dispatch_key: str | None = None
+    dispatch_key: str | None = None  # the runtime key that answered (CPU, CUDA, AutogradCUDA)
+    kernel_key: str | None = None  # the alias key its kernel is registered under, where it is one
     kernel: str | None = None
     source: str | None = None  # file:line of the kernel, or the catalog entry
     library: str | None = None  # the library its own kernel calls, else the closed one it ends in
@@ -100,7 +101,10 @@ class GpuTime:
 
     @property
     def unresolved_us(self) -> float:
-        return self.total_us - self.source_us - self.library_us
+        # The difference of float sums: where every kernel is named it is a rounding
+        # error either side of 0, never a negative time ("-0.0% unresolved").
+        rest = self.total_us - self.source_us - self.library_us
+        return rest if rest > 1e-9 * max(self.total_us, 1.0) else 0.0
 
     def fraction(self, us: float) -> float:
         return us / self.total_us if self.total_us else 0.0
@@ -309,7 +313,8 @@ def flat_of_table(t) -> Flat:
     n = len(t)
     facts = t.facts if t.facts is not None else np.full(n, -1, dtype=np.int32)
     single = np.full(n, -1, dtype=np.int64)
-    own = [i for i, o in t.own.items() if "library" in o or "closed" in o]
+    flagged = getattr(t.own, "library_nodes", None)  # a re-opened trace's: read without decoding every node's facts
+    own = flagged() if flagged is not None else [i for i, o in t.own.items() if "library" in o or "closed" in o]
     single[own] = own
     first, _, group = first_seen(combine(t.label, facts, single))
     display = t.c.labels.display
@@ -417,6 +422,7 @@ def _row_facts(rows_list, rows, row_key, group, facts, below_node, closed_lib) -
         a = facts[g]
         row.op = row.op or a.get("op")
         row.dispatch_key = row.dispatch_key or a.get("dispatch_key")
+        row.kernel_key = row.kernel_key or a.get("kernel_key")
         row.kernel = row.kernel or a.get("kernel")
         row.source = row.source or a.get("source") or a.get("yaml")
         if a.get("library"):
@@ -581,6 +587,44 @@ def _gpu_time(f: Flat, is_device, name_code, distinct_names) -> GpuTime:
         for j, us in zip(first.tolist(), np.bincount(key, weights=d[unresolved]).tolist()):
             gpu.unresolved[distinct_names[names[j]]] += us
     return gpu
+
+
+def dump(summary: Summary) -> bytes:
+    """The whole summary as JSON (every shape, operator and kernel, in order:
+    `to_json` keeps only the top ones), for the trace store."""
+    import msgspec
+
+    def counter(c: Counter) -> list:
+        return [[k, v] for k, v in c.items()]
+
+    def group(r: GroupRow) -> dict:
+        return {"name": r.name, "calls": r.calls, "total_us": r.total_us, "device_us": r.device_us, "ops": counter(r.ops), "lines": list(r.lines.items())}
+
+    ops = []
+    for r in summary.ops:
+        d = {k: getattr(r, k) for k in OpRow.__dataclass_fields__}
+        d["shapes"], d["kernels"], d["kernel_sources"] = counter(r.shapes), counter(r.kernels), list(r.kernel_sources.items())
+        ops.append(d)
+    g = summary.gpu
+    return msgspec.json.encode({"ops": ops, "modules": [group(r) for r in summary.modules], "files": [group(r) for r in summary.files],
+                                "notes": list(summary.notes),
+                                "gpu": {"total_us": g.total_us, "source_us": g.source_us, "library_us": g.library_us, "unresolved": counter(g.unresolved)}})
+
+
+def undump(data: bytes) -> Summary:
+    """`dump`'s summary back, equal in every field."""
+    import msgspec
+
+    d = msgspec.json.decode(data)
+    ops = []
+    for r in d["ops"]:
+        row = OpRow(**{k: v for k, v in r.items() if k not in ("shapes", "kernels", "kernel_sources")})
+        row.shapes, row.kernels, row.kernel_sources = Counter(dict(r["shapes"])), Counter(dict(r["kernels"])), dict(r["kernel_sources"])
+        ops.append(row)
+    groups = lambda rows: [GroupRow(r["name"], r["calls"], r["total_us"], r["device_us"], Counter(dict(r["ops"])), dict(r["lines"])) for r in rows]  # noqa: E731
+    g = d["gpu"]
+    return Summary(ops, groups(d["modules"]), groups(d["files"]), tuple(d["notes"]),
+                   GpuTime(g["total_us"], g["source_us"], g["library_us"], Counter(dict(g["unresolved"]))))
 
 
 TRACE_VERSION = 2

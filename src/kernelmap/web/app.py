@@ -7,7 +7,9 @@ stack, callers, explain, gen), drawn by the HTML report's viewer from the
 same JSON document; a source viewer over the registered trees, the
 generated-code cache and the installed wheel (line anchors, highlighting,
 calls linked to their definitions through the index); trace import by
-upload, shown with the report's trace views.
+upload into the trace store, each trace's page opened from its tables by id
+(its summary and hottest nodes; a folded part of its tree opens on its own
+page, `/trace/ID/node/N`).
 
 Safety:
 - who may ask: `guard.Guard` refuses foreign hosts (DNS rebinding), other
@@ -15,10 +17,12 @@ Safety:
   token, before any route runs;
 - what they may name: files only under the served roots (`files.SourceFiles`),
   source trees only by registered name (`pages.produce`), traces only by
-  upload (a path on this machine is the CLI's to give);
+  upload (a path on this machine is the CLI's to give), and opened only by
+  their store id (32 hex digits; anything else is a 404);
 - what it costs: long work runs in a bounded pool with a timeout
-  (`work.Work`), never on the event loop; pages and imported traces are kept
-  in stores bounded by count and bytes (`store`); an upload beyond
+  (`work.Work`), never on the event loop; pages and the session's traces are
+  kept in stores bounded by count and bytes (`store`), imported traces in
+  the trace store, bounded by bytes (`kernelmap.trace.store`); an upload beyond
   `max_upload` bytes, packed or unpacked, is refused with 413; the body must
   arrive within `BODY_TIMEOUT` seconds;
 - what it shows: every text is escaped by Jinja2's autoescape or set as text
@@ -73,6 +77,8 @@ BODY_TIMEOUT = 120.0  # seconds an upload may take to arrive
 STATIC = {"report.js": "text/javascript", "app.js": "text/javascript", "report.css": "text/css"}
 LINKS = {"source": "/source", "stack": "/stack"}
 _LENGTH = re.compile(r"[0-9]{1,20}")
+_TRACE_ID = re.compile(r"[0-9a-f]{32}")  # a trace store id (kernelmap.trace.store.content_id)
+_NODE = re.compile(r"[0-9]{1,12}")
 
 
 class SecurityHeaders:
@@ -238,7 +244,7 @@ def create_app(
         for n in cpp[:12]:
             add(n, "stub" if n.endswith("_stub") else "C++", "source", source="/goto?" + urlencode({"name": n}),
                 stack="/stack?" + urlencode({"target": n}), callers="/callers?" + urlencode({"symbol": n}))
-        for n, tid in traces.kernels():
+        for n, tid in traces.kernels():  # from each trace's summary, kept when it was imported
             if low in n.lower() and len(out) < limit:
                 add(n, "GPU kernel", "trace", trace=f"/trace/{tid}")
         return out[:limit]
@@ -373,10 +379,30 @@ def create_app(
         return await offload(imported)
 
     async def trace_view(request: Request) -> Response:
-        found = traces.get(request.path_params["tid"])
-        if found is None:
-            return error("no such trace in this session (the app keeps the last traces imported: import it again)", 404)
-        return HTMLResponse(found.page)
+        return await trace_page(request.path_params["tid"], None)
+
+    async def trace_node(request: Request) -> Response:
+        return await trace_page(request.path_params["tid"], request.path_params["node"])
+
+    async def trace_page(tid: str, node: str | None) -> Response:
+        """A stored trace's page (its summary and bounded tree), or the bounded
+        tree of one of its nodes, opened from the trace store by id."""
+        if not _TRACE_ID.fullmatch(tid) or (node is not None and not _NODE.fullmatch(node)):
+            return error("no such trace (a trace is named by its 32 hex digits)", 404)
+        generation = pages.generation()
+        key = f"{hash(generation):x}|trace|{tid}|{node}"
+        cached = cache.get(key)
+        if cached is not None:
+            return HTMLResponse(cached)
+
+        def answer() -> Response:
+            try:
+                text = _trace_page(tid, None if node is None else int(node), source, env, roots.current(generation))
+            except BadInput as e:
+                return error(str(e), 404)
+            return HTMLResponse(cache.put_text(key, text))
+
+        return await offload(answer, key)
 
     routes = [
         Route("/", home),
@@ -388,6 +414,7 @@ def create_app(
         Route("/trace", trace_form, methods=["GET"]),
         Route("/trace", trace_import, methods=["POST"]),
         Route("/trace/{tid}", trace_view),
+        Route("/trace/{tid}/node/{node}", trace_node),
     ]
     routes += [Route(f"/{name}", answer_page(name)) for name in pages.PAGES]
     hosts = tuple(hosts)
@@ -408,36 +435,44 @@ def _asset(name: str) -> bytes:
 
 
 def _import_trace(file, name: str, limit: int, source: str | None, traces: Traces, env, files: SourceFiles) -> str:
-    """An uploaded trace (its bytes in `file`) -> its page, kept in `traces`;
-    the trace's id. Its tree and document are freed here; an error names the
-    upload, never this machine's temporary file."""
-    from kernelmap import trace as tracing
-    from kernelmap.render.json import to_json
+    """An uploaded trace (its bytes in `file`) -> its tables in the trace
+    store, and its name and kernel names in `traces`; the trace's store id.
+    An error names the upload, never this machine's temporary file."""
+    from kernelmap.trace import store
 
     with tempfile.TemporaryDirectory(prefix="kernelmap-upload-") as d:
         target = Path(d) / "upload.json"
         unpack_to(file, target, limit)
         try:
-            t = tracing.load(target, source_tree=source)
+            t = store.load(target, source_tree=source, memo=False)
         except KernelmapError as e:
             raise BadInput(str(e).replace(str(target), name).replace(target.name, name)[:400]) from None
-        document = {"kernelmap": "trace/2", "tree": to_json(t.tree), "summary": t.summary().to_json()}
-        del t
-    kernels = _kernel_names(document)
-    view = Markup(report.fragment(document, excerpt=files.excerpt, links=LINKS))
-    text = env.get_template("app_view.html.j2").render(title=report.title_of(document), view=view, pages=pages.PAGES, query="")
-    return traces.add(name, text.encode(), kernels)
+        if t.id is None:
+            raise BadInput("the trace was read, but the cache folder cannot be written to keep it")
+        kernels = _kernel_names(t.summary())
+    return traces.add(t.id, name, kernels)
 
 
-def _kernel_names(document: dict[str, Any]) -> list[str]:
-    names: list[str] = []
-    stack = [(document.get("tree") or {}).get("root") or {}]
-    while stack:
-        node = stack.pop()
-        if node.get("kind") in ("gpu_kernel", "kernel"):
-            names.append(str(node.get("name")))
-        stack.extend(node.get("children") or ())
+def _kernel_names(summary) -> list[str]:
+    """The GPU kernel names a trace's summary lists: those of each operator, and the unresolved ones."""
+    names = [k for row in summary.ops for k in row.kernels]
+    names += list(summary.gpu.unresolved)
     return names
+
+
+def _trace_page(tid: str, node: int | None, source: str | None, env, files: SourceFiles) -> str:
+    """The page of a stored trace: its summary and bounded tree, or the
+    bounded tree of its node `node` (views.node_tree)."""
+    from kernelmap.trace import store, views
+
+    trace = store.open_stored(tid, source_tree=source)
+    if node is None:
+        document = {"kernelmap": "trace/2", "tree": views.hot_tree(trace).to_json(), "summary": trace.summary().to_json()}
+    else:
+        document = {"kernelmap": "trace/2", "tree": views.node_tree(trace, node).to_json(), "summary": None}
+    del trace
+    view = Markup(report.fragment(document, excerpt=files.excerpt, links={**LINKS, "expand": f"/trace/{tid}/node"}))
+    return env.get_template("app_view.html.j2").render(title=report.title_of(document), view=view, pages=pages.PAGES, query="")
 
 
 def _root_of(files: SourceFiles, path: str, origin: str | None) -> str:

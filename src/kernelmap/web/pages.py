@@ -8,6 +8,9 @@ is one of its choices, a number is ASCII digits in its range, a name holds
 no control character and no path, and a source tree is one of the
 registered trees, by name: a request never names a folder (a tree named by
 path would be read, and its code generation run, from wherever it points).
+A parameter may bring its own check instead: the impact page's target is a
+path relative to the selected tree's root (no `..`, no leading `/` or `~`)
+or a name.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ class Param:
     required: bool = False
     choices_of: Callable[[], tuple[str, ...]] | None = None  # choices known only when asked (the registered trees)
     bounds: tuple[int, int] | None = None  # a whole number in this range
+    check: Callable[[str], None] | None = None  # its own check instead of check_name's (BadInput when refused)
 
     def options(self) -> tuple[str, ...]:
         """The values this parameter may take; () when any text may be given."""
@@ -204,6 +208,32 @@ register(Page("explain", "explain", (Param("op", "operator", required=True), Par
 register(Page("gen", "gen", (Param("op", "operator", required=True), Param("layer", "layer", "all", _layers())), gen_document))
 
 
+_REPO_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*(?:/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*(?::[0-9]{1,7})?")
+
+
+def check_repository_path_or_name(label: str, text: str) -> None:
+    """A repository path inside the selected tree (`aten/src/ATen/native/BinaryOps.h:70`:
+    relative, no `..`, no backslash, no leading `~`), or a name as check_name takes it."""
+    if _CONTROL.search(text):
+        raise BadInput(f"{label} must not hold control characters")
+    if "/" in text and "operator" not in text:
+        if not _REPO_PATH.fullmatch(text) or ".." in text.split("/"):
+            raise BadInput(f"{label} is a path relative to the tree's root (letters, digits, _ . + - between slashes, then :LINE), or a name")
+        return
+    check_name(label, text)
+
+
+def impact_document(params: Mapping[str, str]) -> dict[str, Any]:
+    from kernelmap.impact import impact
+
+    return impact(params["target"], device=params.get("device") or "cpu", source=_source(params)).to_json()
+
+
+register(Page("impact", "impact", (Param("target", "path[:line], symbol or operator", required=True,
+                                         check=lambda text: check_repository_path_or_name("path[:line], symbol or operator", text)),
+                                   Param("device", "device", "cpu", ("cpu", "cuda", "rocm")), _SOURCE), impact_document))
+
+
 def produce(page: Page, query: Mapping[str, str], default_source: str | None = None) -> dict[str, Any]:
     """The page's document for `query`; BadInput when a parameter is not one
     the page takes (see the module's docstring). `default_source` is the tree
@@ -232,6 +262,8 @@ def check(page: Page, query: Mapping[str, str]) -> dict[str, str]:
             check_choice(p, value)
             if p.bounds is not None:
                 parse_int(p.name, value, *p.bounds)
+            elif p.check is not None:
+                p.check(value)
             elif not p.options():
                 check_name(p.label, value)
         params[p.name] = value

@@ -1,18 +1,17 @@
-"""What the app keeps between requests, bounded: rendered pages and imported
-traces in least-recently-used stores limited by count and by bytes, and an
-upload unpacked to a file with a limit on its unpacked size (a small gzip
-file can unpack to gigabytes).
+"""What the app keeps between requests, bounded: rendered pages and the
+traces imported in this session in least-recently-used stores limited by
+count and by bytes, and an upload unpacked to a file with a limit on its
+unpacked size (a small gzip file can unpack to gigabytes).
 
-An imported trace is kept as its rendered page (the viewer's data inside it
-is compressed) and the GPU kernel names it holds, for the search box; the
-trace's tree and JSON document are freed once the page is made. The store
-forgets the least recently viewed trace first; a forgotten trace's page says
-so ("no such trace in this session": import it again).
+An imported trace lives in the trace store (`kernelmap.trace.store`: its
+tables in the cache, bounded by bytes, opened by id); the app keeps of it
+only its id, the name it was uploaded as and the GPU kernel names its
+summary lists, for the search box. Its pages are rendered from the store
+when asked, and kept with the other pages.
 """
 
 from __future__ import annotations
 
-import secrets
 import threading
 import zlib
 from collections import OrderedDict
@@ -96,20 +95,19 @@ class Pages(Bounded[bytes]):
 @dataclass(frozen=True)
 class ImportedTrace:
     name: str  # what was uploaded (its file name)
-    page: bytes  # the rendered page
-    kernels: tuple[str, ...]  # the GPU kernel names it holds
+    kernels: tuple[str, ...]  # the GPU kernel names its summary lists
 
 
 class Traces:
-    """Traces imported in this session, bounded (see the module's docstring)."""
+    """Traces imported in this session, by their id in the trace store, bounded
+    (see the module's docstring)."""
 
-    def __init__(self, count: int = 16, size: int = 256 * 1024 * 1024):
+    def __init__(self, count: int = 16, size: int = 16 * 1024 * 1024):
         self._store: Bounded[ImportedTrace] = Bounded(count, size)
 
-    def add(self, name: str, page: bytes, kernels: Iterable[str]) -> str:
-        tid = secrets.token_hex(8)
-        kept = ImportedTrace(name, page, tuple(dict.fromkeys(kernels)))
-        self._store.put(tid, kept, len(page) + sum(len(k) for k in kept.kernels))
+    def add(self, tid: str, name: str, kernels: Iterable[str]) -> str:
+        kept = ImportedTrace(name, tuple(dict.fromkeys(kernels)))
+        self._store.put(tid, kept, len(name) + sum(len(k) for k in kept.kernels))
         return tid
 
     def get(self, tid: str) -> ImportedTrace | None:

@@ -417,6 +417,12 @@
       table.appendChild(tr);
     });
     box.appendChild(table);
+    if (this.links.expand && n.kind === "note" && typeof a.node === "number") {
+      var ex = el("a", "app-link", "open the calls not shown");  // the app's page of that node's bounded subtree
+      ex.setAttribute("data-testid", "expand-node");
+      ex.href = this.links.expand + "/" + a.node;
+      box.appendChild(ex);
+    }
     if (this.links.stack && n.kind === "op") {
       var st = el("a", "app-link", "stack of " + tv.label(n));
       st.href = this.links.stack + "?target=" + encodeURIComponent(tv.label(n));
@@ -746,6 +752,62 @@
     });
     mount.appendChild(ol);
   };
+  // What an edit costs: the edited files, the rebuilt units by kind and library,
+  // the estimate with its model, the advice, the operators, every unit in a table.
+  Viewer.prototype.impact = function (mount) {
+    var d = this.doc, self = this;
+    mount.appendChild(el("h2", null, "impact of " + d.query + " on " + d.device));
+    var n = this.notes(d.notes);
+    if (n) mount.appendChild(n);
+    var edited = el("ul", "impact-edited");
+    (d.edited || []).forEach(function (e) {
+      var li = el("li");
+      li.appendChild(e.location ? self.location(e.location, true) : el("code", "loc-path", e.path));
+      li.appendChild(el("span", "reason", " " + e.reason));
+      edited.appendChild(li);
+    });
+    mount.appendChild(edited);
+    var units = d.units || [], counts = d.counts || {};
+    var head = el("div", "impact-counts");
+    head.setAttribute("data-testid", "impact-units");
+    head.appendChild(el("strong", null, units.length + " units rebuild "));
+    Object.keys(counts).forEach(function (k) { head.appendChild(badge(k + " " + counts[k], "kind")); });
+    if (d.maybe) head.appendChild(badge(d.maybe + " maybe", "marker", "reached only through #if conditions kernelmap cannot decide"));
+    mount.appendChild(head);
+    var libs = el("div", "impact-libraries");
+    Object.keys(d.libraries || {}).forEach(function (k) { libs.appendChild(badge(k + " " + d.libraries[k], "key")); });
+    mount.appendChild(libs);
+    var est = d.estimate || {};
+    if (units.length) {
+      mount.appendChild(el("p", "impact-estimate", "estimated " + Math.round(est.cpu_seconds) + " CPU-seconds, about " +
+        Math.round(est.wall_seconds) + " s on " + est.jobs + " parallel jobs"));
+      mount.appendChild(el("p", "impact-model", est.model + "; " + est.error));
+    }
+    if ((d.advice || []).length) {
+      mount.appendChild(el("h3", null, "cheaper"));
+      var ul = el("ul", "impact-advice");
+      d.advice.forEach(function (a) {
+        var li = el("li", null, a.summary + ": " + a.units + " units, " + Math.round(a.cpu_seconds) + " CPU-seconds ");
+        if (a.location) li.appendChild(self.location(a.location, false));
+        ul.appendChild(li);
+      });
+      mount.appendChild(ul);
+    }
+    if ((d.operators || []).length) {
+      var ops = el("details", "impact-operators");
+      ops.appendChild(el("summary", null, d.operators.length + " operators whose code they hold"));
+      ops.appendChild(el("p", null, d.operators.join(", ")));
+      mount.appendChild(ops);
+    }
+    if (units.length) {
+      mount.appendChild(el("h3", null, "units"));
+      mount.appendChild(this.table(units.slice(), [
+        { title: "source", key: "path" }, { title: "kind", get: function (u) { return u.capability || u.kind; } },
+        { title: "library", key: "library" }, { title: "seconds", key: "seconds", num: true, fmt: function (v) { return Number(v).toFixed(1); } },
+        { title: "maybe", get: function (u) { return u.maybe ? "maybe" : ""; } }]));
+    }
+    if ((d.third_party || []).length) mount.appendChild(el("p", null, "third-party headers it includes (named, not followed): " + d.third_party.join(", ")));
+  };
   // Any document: its fields as nested lists, locations with their excerpts.
   Viewer.prototype.object = function (value, depth) {
     var self = this;
@@ -783,6 +845,7 @@
     else if (v === "trace") this.trace(mount);
     else if (v === "where") this.where(mount);
     else if (v === "explain") this.explain(mount);
+    else if (v === "impact") this.impact(mount);
     else this.generic(mount);
     var raw = el("details", "raw");
     raw.appendChild(el("summary", null, "JSON document"));

@@ -1,0 +1,135 @@
+"""What an agent waits for: warm per-tool latency of `kernelmap mcp` through
+the official SDK's client over stdio (p50, p95), against the client's own
+round trip (a tool listing) measured in the same session; and the cold CLI's CPU time
+for `where --static`, `stack`, `path` and `callers` against `python -c
+"import torch"`, measured in the same run, as a user has it (bytecode
+compiled, caches warm).
+
+Warm questions are asked twice: each first ask is a question the server has
+not answered yet (its producers are open, the answer is not), each second
+ask one it has (answered from what it kept). Goals: p50 of warm `where` at
+most 10 ms, `stack`/`path`/`callers` at most 50 ms; cold `where --static` at
+most 0.08x `import torch`, `stack`/`path`/`callers` at most 0.3x.
+
+    python benches/bench_mcp.py [--runs N] [--cache DIR] [--skip-cold]
+
+Needs the 2.6.0 test tree registered and indexed and the generated files
+in the cache (`--cache`, else $KERNELMAP_CACHE_DIR, else the user cache).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from timing import wall
+
+ROOT = Path(__file__).resolve().parents[1]
+
+WHERE_NAMES = ["torch.add", "torch.nn.functional.conv2d", "aten::mul.Tensor", "torch.relu", "F.gelu", "torch.matmul", "aten::sum.dim_IntList",
+               "torch.nn.Linear", "aten::index_select", "torch.Tensor.add_", "aten::softmax.int", "torch.cat", "aten::mean.dim",
+               "torch.nn.functional.layer_norm", "aten::bmm", "torch.sigmoid", "aten::addmm", "torch.where", "aten::sort", "torch.exp"]
+STACKS = ["torch.nn.Conv2d", "torch.add", "torch.nn.Linear", "aten::mul.Tensor", "torch.relu"]
+PATHS = [("torch.nn.Conv2d", "cudnnConvolutionForward", "cuda"), ("torch.mm", "sgemm_", "cpu"), ("torch.add", "ufunc::add", "cpu")]
+CALLERS = ["cudnnConvolutionForward", "at::native::mul_kernel", "cpublas_gemm_impl"]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def warm(env: dict[str, str], repeats: int) -> None:
+    import anyio
+    from mcp import Client, StdioServerParameters
+
+    questions = {
+        "where": [("where", {"name": n}) for n in WHERE_NAMES],
+        "stack": [("stack", {"target": t, "device": "cuda"}) for t in STACKS],
+        "path": [("path", {"start": a, "target": b, "device": d}) for a, b, d in PATHS],
+        "callers": [("callers", {"symbol": s}) for s in CALLERS],
+        "find": [("find", {"name": n}) for n in ("mul_stub", "at::native::_convolution", "add_stub", "cudnn_convolution")],
+        "explain": [("explain", {"op": o}) for o in ("aten::add.Tensor", "aten::mul.Tensor")],
+        "gen": [("gen", {"op": o}) for o in ("aten::conv2d", "add.out")],
+    }
+
+    async def main() -> None:
+        params = StdioServerParameters(command=sys.executable, args=["-m", "kernelmap", "mcp"], env=env)
+        async with Client(params) as client:
+            await client.call_tool("where", {"name": "torch.mul"})  # open the catalogs
+            await client.call_tool("stack", {"target": "aten::sub.Tensor", "device": "cuda"})  # open the graph's producers
+            await client.call_tool("callers", {"symbol": "at::native::add_kernel"})
+            trips = []
+            for _ in range(50):  # the transport and the SDK alone: a tool listing, never from the client's cache
+                t = time.perf_counter()
+                await client.list_tools(cache_mode="refresh")
+                trips.append(time.perf_counter() - t)
+            print(f"reference: the client's round trip (tools/list) p50 {statistics.median(trips) * 1000:7.2f} ms  p95 {percentile(trips, 0.95) * 1000:7.2f} ms")
+            goals = {"where": 10, "stack": 50, "path": 50, "callers": 50}
+            for tool, asks in questions.items():
+                first, again = [], []
+                for name, args in asks:
+                    t = time.perf_counter()
+                    result = await client.call_tool(name, args)
+                    first.append(time.perf_counter() - t)
+                    assert not result.is_error, (name, args, result.content[0].text)
+                for _ in range(repeats):
+                    for name, args in asks:
+                        t = time.perf_counter()
+                        await client.call_tool(name, args)
+                        again.append(time.perf_counter() - t)
+                goal = goals.get(tool)
+                verdict = ""
+                if goal is not None:
+                    p50 = statistics.median(again) * 1000
+                    verdict = f"  goal p50 <= {goal} ms asked again: {'ok' if p50 <= goal else 'MISSED'}"
+                print(f"{tool:8} first ask  p50 {statistics.median(first) * 1000:8.1f} ms  p95 {percentile(first, 0.95) * 1000:8.1f} ms (n={len(first)})"
+                      f" | asked again p50 {statistics.median(again) * 1000:7.2f} ms  p95 {percentile(again, 0.95) * 1000:7.2f} ms (n={len(again)}){verdict}")
+
+    anyio.run(main)
+
+
+def cold(env: dict[str, str], runs: int) -> None:
+    km = [sys.executable, "-m", "kernelmap"]
+    commands = {
+        "where aten::conv2d --static": (km + ["where", "aten::conv2d", "--static"], 0.08),
+        "stack torch.nn.Conv2d --device cuda": (km + ["stack", "torch.nn.Conv2d", "--device", "cuda"], 0.3),
+        "path torch.nn.Conv2d cudnnConvolutionForward": (km + ["path", "torch.nn.Conv2d", "cudnnConvolutionForward", "--device", "cuda"], 0.3),
+        "callers cudnnConvolutionForward": (km + ["callers", "cudnnConvolutionForward"], 0.3),
+    }
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "src")], check=True, env=env, stdout=subprocess.DEVNULL)
+    for cmd, _ in commands.values():  # warm: caches built, bytecode written
+        subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    reference_wall, reference = wall([sys.executable, "-c", "import torch"], runs, env)
+    print(f"import torch                                    CPU {reference * 1000:7.0f} ms  wall {reference_wall * 1000:7.0f} ms (median of {runs})")
+    for label, (cmd, goal) in commands.items():
+        ours_wall, ours = wall(cmd, runs, env)
+        ratio = ours / reference
+        print(f"kernelmap {label:38} CPU {ours * 1000:7.0f} ms  ratio {ratio:.2f}x (goal <= {goal:.2f}x): {'ok' if ratio <= goal else 'MISSED'}"
+              f"  (wall {ours_wall / reference_wall:.2f}x)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5, help="cold runs of each command")
+    parser.add_argument("--repeats", type=int, default=5, help="how often each warm question is asked again")
+    parser.add_argument("--cache", type=Path, help="the kernelmap cache to read (default: $KERNELMAP_CACHE_DIR or the user cache)")
+    parser.add_argument("--skip-cold", action="store_true")
+    args = parser.parse_args()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as a user has it: bytecode compiled
+    if args.cache is not None:
+        env["KERNELMAP_CACHE_DIR"] = str(args.cache)
+    print("warm: kernelmap mcp over stdio, through the SDK's client")
+    warm(env, args.repeats)
+    if not args.skip_cold:
+        print("cold: one process per question")
+        cold(env, args.runs)
+
+
+if __name__ == "__main__":
+    main()

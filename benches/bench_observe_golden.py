@@ -1,0 +1,290 @@
+"""How much of what really runs the static map names, graded against the
+runtime golden set (tests/golden/observed-cpu.jsonl.gz: the native stacks
+torch 2.13.0's CPU build ran for every OpInfo's sample inputs, recorded under
+gdb by scripts/record_observed_golden.py), and how fast `observe` is.
+
+    python benches/bench_observe_golden.py [--cache DIR] [--ops N] [--callers N] [--speed-only] [--no-speed]
+
+Figures, over the distinct (operator, frame) pairs of the set:
+
+  top-down recall   observed real-code frames (Note [real code] in tests/golden/observed.py)
+                    below `at::_ops::<op>::call` that `stack OP --device cpu` names
+  bottom-up recall  frames of a stack, up to the THPVariable_* binding, that `callers LEAF`
+                    reaches from the stack's innermost frame (a sample of --callers leaves)
+  leaf recall       observed innermost functions (a stack's last real-code frame) that `stack` names
+  leaf precision    leaves `where OP --device cpu` names that ran for the sample inputs
+                    (only names the set can see: functions the recording broke on, and loop
+                    templates, inlined always, judged by the loop machinery they expand into)
+
+Frames matched on their function's last two scope parts (kernelmap.observe.mark.name_key).
+A frame whose function the 2.6.0 tree does not define at all (renamed or new in 2.13) is a
+version difference, counted apart and left out of the recalls.
+
+Speed: `observe` of one operator against running the same call plainly plus gdb's own
+start-up on the same interpreter (loading torch's symbols), each the median of --runs.
+Goal (issue "Witness it"): recalls >= 97%, leaf recall >= 99%, leaf precision >= 98%, observe
+at most 5x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))
+
+TREE_NAME = "debian-2.6.0"
+
+
+def _prepare(cache: Path | None) -> None:
+    if cache is not None:
+        os.environ["KERNELMAP_CACHE_DIR"] = str(cache)
+    from kernelmap.errors import KernelmapError
+    from kernelmap.source import add_tree, build_index, select_tree
+
+    tree_path = subprocess.run([str(ROOT / "scripts/fetch-test-tree")], capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+    try:
+        tree = select_tree(TREE_NAME)
+    except KernelmapError:
+        tree = add_tree(Path(tree_path), TREE_NAME)
+    build_index(tree, jobs=min(2, os.cpu_count() or 1))
+
+
+def _keys(tree) -> tuple[set[str], set[str]]:
+    from kernelmap.observe.mark import name_key
+
+    keys = {name_key(n.name) for _, n in tree.walk()}
+    return keys, {k.split("::")[-1] for k in keys}
+
+
+def _named(frame, keys: set[str], shorts: set[str]) -> bool:
+    from kernelmap.observe.mark import name_key
+
+    key = name_key(frame.function)
+    return key in keys or key.split("::")[-1] in shorts
+
+
+class Versions:
+    """Whether the tree defines a frame's function at all (Note: version differences)."""
+
+    def __init__(self, context):
+        from kernelmap.observe.join import SourceMap
+
+        self.map = SourceMap(context.index, context.generated)
+
+    def differs(self, frame) -> bool:
+        if frame.is_vendor or frame.parsed is None:
+            return False
+        from kernelmap.observe.frames import parse_frame
+
+        target = parse_frame(frame.function + "()") if frame.parsed.runs else frame.parsed
+        location, _ = self.map.definition(target)
+        return location is None
+
+
+def grade(golden, ops_limit: int | None, callers_limit: int, verbose: bool) -> dict:
+    from kernelmap import api, graph
+    from kernelmap.errors import KernelmapError
+
+    context = graph.open_context("cpu", source=TREE_NAME)
+    versions = Versions(context)
+    by_op = golden.by_operator()
+    ops = sorted(by_op)[: ops_limit or None]
+    td = Counter()
+    leaf = Counter()
+    prec = Counter()
+    missed: Counter = Counter()
+    leaf_missed: Counter = Counter()
+    never_ran: Counter = Counter()
+    failed: list[str] = []
+    t0 = time.monotonic()
+    leaves_for_callers: dict[str, tuple] = {}
+    for n, op in enumerate(ops):
+        try:
+            tree = graph.stack(op, context, 40)
+        except KernelmapError as e:
+            failed.append(f"{op}: {str(e).splitlines()[0][:100]}")
+            continue
+        keys, shorts = _keys(tree)
+        frames_seen: dict[str, object] = {}
+        leaves_seen: dict[str, object] = {}
+        for stack in by_op[op]:
+            graded, above = golden.graded(stack)
+            below = graded[above:]
+            for f in below:
+                frames_seen.setdefault(f.function, f)
+            if below:
+                leaves_seen.setdefault(below[-1].function, below[-1])
+                leaves_for_callers.setdefault(below[-1].function, stack)
+        for fn, f in frames_seen.items():
+            if versions.differs(f):
+                td["version"] += 1
+                continue
+            td["total"] += 1
+            if _named(f, keys, shorts):
+                td["named"] += 1
+            else:
+                missed[fn] += 1
+        for fn, f in leaves_seen.items():
+            if versions.differs(f):
+                leaf["version"] += 1
+                continue
+            leaf["total"] += 1
+            if _named(f, keys, shorts):
+                leaf["named"] += 1
+            else:
+                leaf_missed[fn] += 1
+        # leaf precision: where's leaves that the set can see (work functions) and that never ran
+        try:
+            notes: list[str] = []
+            steps = api._source_steps(op, "cpu", notes, TREE_NAME)
+        except (KernelmapError, Exception):
+            steps = ()
+        everything = [golden.frames[i] for stack in by_op[op] for i in stack]
+        ran = {name_key_of(f.function) for f in everything} | {name_key_of(f.function).split("::")[-1] for f in everything}
+        looped = any(any(m in (f.name or "") for m in _LOOP_FRAMES) for f in everything)
+        for s in steps:
+            if s.role != "leaf":
+                continue
+            k = name_key_of(s.name)
+            short = k.split("::")[-1]
+            if short in _LOOP_TEMPLATES:  # inlined templates: they ran when their loop machinery ran
+                prec["total"] += 1
+                prec["ran"] += looped
+                if not looped:
+                    never_ran[f"{op}: {s.name}"] += 1
+                continue
+            if k not in ran and short not in ran and not (does_work(s.name) or s.name.startswith(("ideep::", "dnnl"))):
+                prec["unseen"] += 1  # a function the recording did not break on: the set cannot say it never ran
+                continue
+            prec["total"] += 1
+            if k in ran or short in ran:
+                prec["ran"] += 1
+            else:
+                never_ran[f"{op}: {s.name}"] += 1
+        if verbose and n % 25 == 0:
+            print(f"  {n}/{len(ops)} operators, {time.monotonic() - t0:.0f}s", file=sys.stderr)
+    # bottom-up: callers of a sample of leaves, up to the binding
+    bu = Counter()
+    bu_missed: Counter = Counter()
+    import random
+
+    sample = sorted(leaves_for_callers.items())
+    random.Random(0).shuffle(sample)
+    for fn, stack in sample[:callers_limit]:
+        frames, _ = golden.graded(stack)
+        inner = [k for k, f in enumerate(frames) if not f.is_vendor and not versions.differs(f)]
+        if not inner:
+            continue
+        deepest = frames[inner[-1]]
+        name = deepest.parsed.runs + "::operator()" if deepest.parsed.runs else deepest.parsed.lookup
+        try:
+            up = graph.callers(name, context, 40)
+        except KernelmapError:
+            bu["no callers answer"] += 1
+            continue
+        keys, shorts = _keys(up)
+        for f in frames[: inner[-1]]:
+            if versions.differs(f):
+                bu["version"] += 1
+                continue
+            bu["total"] += 1
+            if _named(f, keys, shorts):
+                bu["named"] += 1
+            else:
+                bu_missed[f.function] += 1
+    return {"ops": len(ops), "failed": failed, "td": td, "leaf": leaf, "prec": prec, "bu": bu, "missed": missed,
+            "leaf_missed": leaf_missed, "never_ran": never_ran, "bu_missed": bu_missed, "seconds": time.monotonic() - t0}
+
+
+# Loop templates `where` names as leaves are always inlined into the kernel that calls them, so
+# they are never frames: they ran when the loop machinery they expand into ran.
+_LOOP_TEMPLATES = {"cpu_kernel", "cpu_kernel_vec", "cpu_serial_kernel", "cpu_serial_kernel_vec", "binary_kernel_reduce",
+                   "binary_kernel_reduce_vec", "binary_kernel_reduce_lastdim", "parallel_for", "parallel_reduce"}
+_LOOP_FRAMES = ("TensorIteratorBase::for_each", "serial_for_each", "loop_2d_from_1d", "VectorizedLoop2d", "basic_loop",
+                "parallel_reduce", "invoke_parallel", "lambda(long, long)")
+
+
+def does_work(name: str) -> bool:
+    from kernelmap.observe.symbols import does_work as work
+
+    return work(name)
+
+
+def name_key_of(name: str) -> str:
+    from kernelmap.observe.mark import name_key
+
+    return name_key(name)
+
+
+def pct(c: Counter, hit: str) -> str:
+    return f"{100 * c[hit] / c['total']:.1f}% ({c[hit]}/{c['total']})" if c["total"] else "n/a"
+
+
+def speed(runs: int) -> None:
+    """observe of one operator against a plain run plus gdb's start-up (same interpreter, same call)."""
+    code = "import torch; x = torch.randn(64, 64); torch.add(x, x)"
+    env = dict(os.environ)
+
+    def timed(cmd):
+        t = time.monotonic()
+        subprocess.run(cmd, capture_output=True, env=env, check=True)
+        return time.monotonic() - t
+
+    plain = [timed([sys.executable, "-c", code]) for _ in range(runs)]
+    # gdb's start-up: the same run under gdb with nothing to stop at (it reads every library's symbols)
+    startup = [timed(["gdb", "-nx", "-batch", "-q", "-iex", "set auto-load python-scripts off", "-ex", "run", "--args", sys.executable, "-c", code]) - p
+               for p in plain]
+    tool = [timed([sys.executable, "-m", "kernelmap", "observe", "-c", code, "--source", TREE_NAME, "--json"]) for _ in range(runs)]
+    ref = statistics.median(plain) + statistics.median(startup)
+    print(f"speed: plain run {statistics.median(plain):.2f}s + gdb start-up {statistics.median(startup):.2f}s = {ref:.2f}s; "
+          f"observe {statistics.median(tool):.2f}s -> {statistics.median(tool) / ref:.2f}x (goal <= 5x)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cache", type=Path, default=None)
+    parser.add_argument("--ops", type=int, default=None, help="grade only the first N operators")
+    parser.add_argument("--callers", type=int, default=150, help="leaves whose callers are asked (bottom-up recall)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--speed-only", action="store_true")
+    parser.add_argument("--no-speed", action="store_true")
+    parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--misses", type=int, default=25)
+    args = parser.parse_args()
+    _prepare(args.cache)
+    if not args.no_speed:
+        speed(args.runs)
+    if args.speed_only:
+        return 0
+    from tests.golden.observed import load
+
+    golden = load()
+    print(f"golden set: torch {golden.header['torch']} ({golden.header['git_version'][:12]}), {golden.header['capability']}, "
+          f"{len(golden.calls)} OpInfo calls, {len(golden.by_operator())} entry operators, {len(golden.frames)} distinct frames")
+    r = grade(golden, args.ops, args.callers, args.verbose)
+    print(f"graded {r['ops']} operators in {r['seconds']:.0f}s ({len(r['failed'])} without a stack answer)")
+    print(f"top-down recall:  {pct(r['td'], 'named')}   version differences apart: {r['td']['version']}")
+    print(f"bottom-up recall: {pct(r['bu'], 'named')}   version differences apart: {r['bu']['version']}")
+    print(f"leaf recall:      {pct(r['leaf'], 'named')}   version differences apart: {r['leaf']['version']}")
+    print(f"leaf precision:   {pct(r['prec'], 'ran')}   leaves the set cannot see apart (no breakpoint on them): {r['prec']['unseen']}")
+    for title, c in (("missed below the entry", r["missed"]), ("leaves missed", r["leaf_missed"]), ("where leaves that never ran", r["never_ran"]),
+                     ("missed by callers", r["bu_missed"])):
+        print(f"most {title}:")
+        for name, k in c.most_common(args.misses):
+            print(f"  {k:4d}  {name[:150]}")
+    for f in r["failed"][:10]:
+        print(f"  no stack: {f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""What a server keeps open between calls: the graph contexts (catalogs, the
+source index, the generated-code tables), the kernel resolver, the source
+files it serves, imported traces and the answers it gave, so that a second
+question costs a lookup, not a process start.
+
+The producers hold SQLite connections and caches meant for one thread:
+every producer call runs on one worker thread (`Warm.run`), one at a time,
+while the event loop keeps serving the transport. A client that goes away
+mid-call cancels its wait; the worker finishes and the result is dropped.
+Rebuilding an index or regenerating code changes the stamp `Warm.fresh`
+reads (a few `stat`s a call): the warm state is then opened again. A source
+file edited since its tree was indexed is looked for every STALE_EVERY
+seconds (a `stat` per indexed file, as each CLI run does): answers then say
+so again, as the CLI's do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kernelmap.errors import KernelmapError
+from kernelmap.mcp.bound import Answers
+from kernelmap.web.files import SourceFiles
+
+T = TypeVar("T")
+MEMO = 512  # answers remembered by question
+STALE_EVERY = 30.0  # seconds between looks for source files edited since they were indexed
+
+
+class ServedFiles(SourceFiles):
+    """SourceFiles as the server names them: a generated file is named by its
+    path under the generated-code cache, its set's folder first
+    (`tree-2.6.0a0-83d8b5c5ae8c/build/aten/src/ATen/RegisterCPU_0.cpp`), or by
+    a build path of the installed torch's set (`build/aten/...`)."""
+
+    def _generated_path(self, rel: str) -> str:
+        first = rel.split("/", 1)[0]
+        generated = self.roots.get("generated")
+        if generated is not None and "/" in rel and not rel.startswith("build/") and (generated.directory / first).is_dir():
+            return rel
+        return super()._generated_path(rel)
+
+
+class Warm:
+    """The producers one server opened, and the answers it gave."""
+
+    def __init__(self, source: str | None = None):
+        self.source = source  # the tree answers read (None: the default selection)
+        self.answers = Answers()
+        self.traces: dict[str, Any] = {}  # trace key -> kernelmap.trace.Trace
+        self._contexts: dict[Hashable, Any] = {}
+        self._memo: OrderedDict[Hashable, tuple[str, dict]] = OrderedDict()  # question -> (answer id, replies by limit)
+        self._files: ServedFiles | None = None
+        self._resolvers: dict[str | None, tuple[Any, str | None]] = {}
+        self._stamp: tuple | None = None
+        self._looked = time.monotonic()  # when edited source files were last looked for
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernelmap-mcp")
+
+    # -- running producers ------------------------------------------------------
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        """`fn()` on the producer thread; the caller's cancellation stops waiting, not the work."""
+        return await asyncio.wrap_future(self._executor.submit(fn))
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # -- freshness ------------------------------------------------------------------
+
+    def fresh(self) -> None:
+        """Drop what was opened when the caches it came from changed (an index
+        rebuilt, code regenerated, a tree added or removed)."""
+        stamp = _stamp()
+        edited = False
+        if stamp == self._stamp and time.monotonic() - self._looked > STALE_EVERY:
+            self._looked = time.monotonic()
+            # a source file edited (or put back) since the contexts were opened
+            edited = any(c.index is not None and c.index.stale_note() != c.stale for c in self._contexts.values())
+        if stamp != self._stamp or edited:
+            self._contexts.clear()
+            self._memo.clear()
+            self._resolvers.clear()
+            self._files = None
+            self._stamp = stamp
+
+    def select(self, source: str | None) -> None:
+        self.source = source
+
+    # -- producers, opened once ------------------------------------------------------
+
+    def context(self, device: str = "cpu", source: str | None = None, **options: Any):
+        """The graph context for these options (kernelmap.graph.open_context), opened once."""
+        from kernelmap import graph
+
+        source = source if source is not None else self.source
+        key = (device, source, tuple(sorted(options.items())))
+        if key not in self._contexts:
+            self._contexts[key] = graph.open_context(device, source=source, **options)
+        return self._contexts[key]
+
+    def resolver(self, source: str | None = None):
+        """(kernel-name resolver, why it has no source locations or None), opened once."""
+        from kernelmap.kernels import open_resolver
+
+        source = source if source is not None else self.source
+        if source not in self._resolvers:
+            self._resolvers[source] = open_resolver(source)
+        return self._resolvers[source]
+
+    @property
+    def files(self) -> ServedFiles:
+        """The roots resources are read from: registered trees, generated code, the wheel."""
+        if self._files is None:
+            found = SourceFiles.discover()
+            self._files = ServedFiles(list(found.roots.values()), found.default_tree)
+        return self._files
+
+    # -- answers remembered by question ------------------------------------------
+
+    def remembered(self, question: Hashable) -> tuple[str, dict] | None:
+        """(answer id, its replies by token limit) of a question answered before and still kept."""
+        found = self._memo.get(question)
+        if found is None:
+            return None
+        try:
+            self.answers.get(found[0])
+        except KernelmapError:
+            del self._memo[question]
+            return None
+        self._memo.move_to_end(question)
+        return found
+
+    def quick(self, question: Hashable, limit_tokens: int) -> Any | None:
+        """The reply given before to the same question and limit, when nothing
+        it was read from changed: read on the event loop, without waiting for
+        the producer thread (which alone writes what is remembered)."""
+        if _stamp() != self._stamp or time.monotonic() - self._looked > STALE_EVERY:
+            return None  # the producer thread looks first (`fresh`)
+        found = self._memo.get(question)
+        if found is None or not self.answers.holds(found[0]):
+            return None
+        return found[1].get(limit_tokens)
+
+    def remember(self, question: Hashable, aid: str, replies: dict) -> None:
+        self._memo[question] = (aid, replies)
+        while len(self._memo) > MEMO:
+            self._memo.popitem(last=False)
+
+
+def _stamp() -> tuple:
+    """What changes when a cache the warm state read is rebuilt: the tree
+    registry, each index's record and the generated-code folders."""
+    from kernelmap import env
+
+    cache = env.cache_dir()
+    parts: list[Any] = []
+    for rel in ("trees.json", "index", "codegen"):
+        parts.append(_stat(cache / rel))
+    index = cache / "index"
+    try:
+        parts.extend(_stat(index / name) for name in sorted(os.listdir(index)) if name.endswith(".record"))
+    except OSError:
+        pass
+    return tuple(parts)
+
+
+def _stat(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns)

@@ -1,0 +1,169 @@
+"""The runtime golden set (observed-cpu.jsonl.gz, written by
+scripts/record_observed_golden.py) as data: the native stacks the installed
+torch really ran for each OpInfo's sample inputs, on CPU. Shared by
+tests/golden, tests/observe and benches/bench_observe_golden.py.
+
+A stack runs outermost first: the Python binding (THPVariable_*), the
+operator's entry `at::_ops::<op>::call`, then down to the function a
+breakpoint named (Note [the functions that do the work] in
+kernelmap.observe.symbols). `real_frames` keeps the frames a reader of the
+source looks for (Note [real code] below).
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelmap.observe.frames import NativeFrame, parse_frame
+from kernelmap.observe.join import is_plumbing, node_kind
+from kernelmap.model import NodeKind
+
+HERE = Path(__file__).resolve().parent
+OBSERVED = HERE / "observed-cpu.jsonl.gz"
+
+# Note [real code]
+# Of an observed stack, the frames the static map is graded on are ATen's own
+# code and the libraries it calls: kernels, meta functions, wrappers, the
+# autograd layer, operator entries, iteration (TensorIterator, parallel_for,
+# the loops a function_ref callback runs) and vendor entries. The
+# dispatcher's plumbing, c10's containers and allocator, std:: helpers and
+# Python's frames are not graded.
+_REAL = ("at::native::", "at::meta::", "at::_ops::", "at::wrapper_", "torch::autograd::VariableType::", "torch::ADInplaceOrView::",
+         "at::TensorIteratorBase::", "at::TensorIterator::", "at::internal::", "at::parallel_for", "at::parallel_reduce", "at::cpu::",
+         "at::compositeexplicitautograd::", "at::compositeimplicitautograd::", "at::functionalization::", "at::detail::empty")
+
+
+@dataclass(frozen=True)
+class Frame:
+    id: int
+    name: str | None
+    lib: str | None
+    entry: int | None  # function entry offset in its library
+
+    @functools.cached_property
+    def parsed(self) -> NativeFrame | None:
+        return parse_frame(self.name) if self.name else None
+
+    @property
+    def function(self) -> str:
+        """The function the frame stands for: a function_ref callback by the loop it runs."""
+        p = self.parsed
+        if p is None:
+            return ""
+        return p.runs or p.lookup
+
+    @property
+    def is_vendor(self) -> bool:
+        p = self.parsed
+        return p is not None and node_kind(p, self.lib) is NodeKind.VENDOR
+
+    @property
+    def is_real(self) -> bool:
+        p = self.parsed
+        if p is None or is_plumbing(self.name or ""):
+            return False
+        return self.is_vendor or self.function.startswith(_REAL)
+
+
+# Of those, the frames inside work `stack` shows as one step by design are
+# not graded either: below a utility operator the entry calls (empty, copy_,
+# resize_, as_strided...: kernelmap.graph.rules), TensorIterator's set-up
+# (build, compute_*), DispatchStub's choice of a CPU capability, and the
+# allocation helpers (at::detail::empty_*). The utility operator's entry
+# itself is graded: `stack` names the call. When the entry is itself a
+# utility (`to`), the utilities it calls are its work and are graded.
+_TI_KEEP = ("for_each", "serial_for_each", "parallel_reduce", "foreach_reduced_elt", "loop_2d_from_1d", "serial_for_each")
+_SETUP = ("at::native::DispatchStubImpl::", "at::detail::empty", "at::native::empty_cpu", "at::native::empty_strided_cpu")
+
+
+def _is_setup(function: str) -> bool:
+    if function.startswith(("at::TensorIteratorBase::", "at::TensorIterator::", "at::TensorIteratorConfig::")):
+        return function.rsplit("::", 1)[-1] not in _TI_KEEP
+    return function.startswith(_SETUP)
+
+
+@dataclass(frozen=True)
+class Call:
+    opinfo: str
+    variant: str
+    dtype: str
+    samples: int
+    error: str | None
+    stacks: tuple[tuple[int, ...], ...]
+
+
+class ObservedGolden:
+    def __init__(self, path: Path = OBSERVED):
+        with gzip.open(path, "rt") as f:
+            lines = [json.loads(line) for line in f]
+        self.header = lines[0]
+        assert self.header.get("kernelmap") == "observed-golden/1", "not an observed golden set"
+        self.frames = tuple(Frame(i, n, lib, fn) for i, (n, lib, fn) in enumerate(lines[1]["frames"]))
+        self.calls = tuple(
+            Call(c["opinfo"], c.get("variant", ""), c.get("dtype", ""), c.get("samples", 0), c.get("error"), tuple(tuple(s) for s in c["stacks"]))
+            for c in lines[2:]
+        )
+        self.structs: dict[str, str] = self.header.get("ops_structs") or {}
+
+    def entry(self, stack: tuple[int, ...]) -> str | None:
+        """The operator a stack enters first (its outermost `at::_ops::<op>::call`)."""
+        for i in stack:
+            name = self.frames[i].name or ""
+            if name.startswith("at::_ops::"):
+                struct = name.split("::")[2]
+                return self.structs.get(struct)
+        return None
+
+    def below_entry(self, stack: tuple[int, ...]) -> list[Frame]:
+        """The frames under the stack's first operator entry, outermost first."""
+        frames = [self.frames[i] for i in stack]
+        first = next((k for k, f in enumerate(frames) if (f.name or "").startswith("at::_ops::")), None)
+        return frames[first + 1 :] if first is not None else []
+
+    def graded(self, stack: tuple[int, ...]) -> tuple[list[Frame], int]:
+        """(the graded frames of a stack, outermost first, from the binding
+        down; how many of them lie above the entry's first frame below it):
+        real code (Note [real code]) outside the set-up subtrees."""
+        from kernelmap.graph.rules import is_utility_op
+
+        entry = self.entry(stack)
+        # asked about a utility (`to`), the utilities it calls are its work: `to -> _to_copy -> copy_`
+        entry_is_utility = bool(entry) and is_utility_op(entry.split("::", 1)[-1].split(".", 1)[0], False)
+        out: list[Frame] = []
+        above = 0
+        seen_entry = False
+        for i in stack:
+            f = self.frames[i]
+            name = f.name or ""
+            if name.startswith("at::_ops::") and seen_entry:
+                op = self.structs.get(name.split("::")[2], "")
+                if op and op != entry and not entry_is_utility and is_utility_op(op.split("::", 1)[-1].split(".", 1)[0], False):
+                    out.append(f)
+                    break
+            if f.parsed is not None and _is_setup(f.function):
+                break
+            if f.is_real or "THPVariable_" in name:
+                out.append(f)
+            if name.startswith("at::_ops::") and not seen_entry:
+                seen_entry = True
+                above = len(out)
+        return out, above
+
+    def by_operator(self) -> dict[str, list[tuple[int, ...]]]:
+        """Each entry operator and the stacks that enter it."""
+        out: dict[str, list[tuple[int, ...]]] = {}
+        for c in self.calls:
+            for s in c.stacks:
+                op = self.entry(s)
+                if op:
+                    out.setdefault(op, []).append(s)
+        return out
+
+
+@functools.cache
+def load() -> ObservedGolden:
+    return ObservedGolden()

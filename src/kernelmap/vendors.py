@@ -34,6 +34,8 @@ class Library:
     # there as in an inner loop, not in a library's work (Note [ranking a call's ends])
     inner_loop: bool = False
     in_tree: tuple[str, ...] = ()  # folders of the PyTorch tree that hold its kernels' source (a library vendored into ATen)
+    # Note [library entries]: (a call of it, the library's own functions that run below it, outermost first)
+    entries: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = field(default=())
 
     def __post_init__(self) -> None:
         if self.closed and self.repository:
@@ -66,7 +68,11 @@ LIBRARIES: tuple[Library, ...] = (
     # the standard library's sorts are where a CPU sort, topk or median does its work (SortingKernel.cpp's
     # std::sort of a row); where one only orders a few dims (an FFT's), the loop or library after it ranks first
     Library("C++ standard library", closed=False, repository="https://gcc.gnu.org/git/gcc.git", ids=("libstdcxx",),
-            calls=_re(r"^std::(sort|stable_sort|partial_sort|nth_element)$"), inner_loop=True),
+            calls=_re(r"^std::(sort|stable_sort|partial_sort|nth_element)$"), inner_loop=True,
+            # libstdc++'s sorts run these (std::sort is inlined into its caller; its introsort loop is a frame)
+            entries=((_re(r"^std::sort$"), ("std::__introsort_loop",)),
+                     (_re(r"^std::stable_sort$"), ("std::__merge_sort_with_buffer",)),
+                     (_re(r"^std::nth_element$"), ("std::__introselect",)))),
     Library("HIP runtime", closed=False, repository="https://github.com/ROCm/clr", ids=("hip",), kernels=_re(r"^hipMemcpy|^hipMemset|^__amd_rocclr_")),
     Library(
         "cuDNN",
@@ -178,12 +184,22 @@ LIBRARIES: tuple[Library, ...] = (
         ids=("onednn",),
         calls=_re(r"^(dnnl::|ideep::|dnnl_)"),
         ops=((_re(r"^aten::(mkldnn_|_mkldnn|onednn)"), None),),
+        entries=(
+            (_re(r"^ideep::convolution_forward::compute(?:_v\d)?$"),
+             ("ideep::convolution_forward::compute_dispatch", "ideep::convolution_forward::do_compute", "dnnl::primitive::execute", "dnnl_primitive_execute")),
+            (_re(r"^ideep::(?:convolution_transpose_forward|matmul_forward)::compute(?:_v\d)?$"),
+             ("{class}::do_compute", "dnnl::primitive::execute", "dnnl_primitive_execute")),
+            (_re(r"^ideep::\w+::compute\w*$"), ("dnnl::primitive::execute", "dnnl_primitive_execute")),
+        ),
     ),
     Library("NNPACK", closed=False, repository="https://github.com/Maratyszcza/NNPACK", ids=("nnpack",), ops=((_re(r"^aten::_nnpack_spatial"), None),)),
     Library("MKL", closed=True, ids=("mkl",), calls=_re(r"^(mkl_|MKL_|Dfti[A-Z]|v[sd]Rng[A-Z])")),
     # its vector math (vsLn, and the vmsExp, with a mode, that cpu/vml.h's IMPLEMENT_VML_MKL pastes together)
     # is a loop over an array, element by element, as an inner loop is: not a library's work
     Library("MKL VM", closed=True, ids=("mkl_vml",), calls=_re(r"^vm?[sdcz](?!Rng)[A-Z][a-z]"), inner_loop=True),
+    # the vectorized math ATen's Vectorized<float>::exp and friends call (vec512_float.h's Sleef_expf16_u10):
+    # a loop over a vector's lanes, an inner loop as MKL's vector math is
+    Library("SLEEF", closed=False, repository="https://github.com/shibatch/sleef", ids=("sleef",), calls=_re(r"^Sleef_\w+$"), inner_loop=True),
     Library("MKL/pocketfft", closed=False, ids=("pocketfft",), ops=((_re(r"^aten::(_fft_)"), "cpu"),)),
     Library(
         "BLAS",
@@ -196,6 +212,9 @@ LIBRARIES: tuple[Library, ...] = (
             r"|geev|sytrf|hetrf|sytrs|hetrs|pstrf|lu|gemm_batch)_$)"
         ),
         ops=((_re(_CPU_GEMM_OPS), "cpu"),),
+        # the wheel's LAPACK is MKL's: a Fortran entry runs MKL's implementation of the routine (sgetrf_ -> mkl_lapack_sgetrf)
+        entries=((_re(r"^[sdcz](?:getrf|getrs|getri|gesdd|gesvd|geqrf|orgqr|ungqr|ormqr|unmqr|potrf|potrs|potri|syevd|heevd|geev|gels[dsy]?|trtrs"
+                      r"|sytrf|hetrf|sytrs|hetrs|pstrf)_$"), ("mkl_lapack_{name}",)),),
     ),
     Library("LAPACK", closed=False, repository="https://github.com/Reference-LAPACK/lapack", ids=("lapack",), ops=((_re(_LINALG_OPS), "cpu"),)),
     Library("ATen", closed=False, repository="https://github.com/pytorch/pytorch", ids=("aten",)),
@@ -332,6 +351,30 @@ _CALLERS = [lib for lib in LIBRARIES if lib.calls is not None]
 _ANY_CALL = re.compile("|".join(f"(?P<l{i}>{lib.calls.pattern})" for i, lib in enumerate(_CALLERS)))
 
 
+# Note [library entries]
+# A call into a library whose source PyTorch's tree does not hold (oneDNN's
+# ideep headers live in third_party, outside the Debian tree and the wheel)
+# ends in functions of the library that a native stack shows:
+# `ideep::convolution_forward::compute_v3` is inlined into ATen's caller, and
+# `compute_dispatch`, `do_compute`, `dnnl::primitive::execute` and the C
+# entry `dnnl_primitive_execute` run below it (torch 2.13's stacks of
+# Conv2d; the wheel's symbol table holds each name). So do libstdc++'s
+# std::sort (its __introsort_loop) and MKL's LAPACK (sgetrf_ runs
+# mkl_lapack_sgetrf). A library row lists, per call, the functions that run
+# so, outermost first (`{class}` is the call's class, `{name}` the call
+# without its trailing `_`); the first row that matches a call answers.
+
+
+def entries(callee: str, library_id: str | None) -> tuple[str, ...]:
+    """The library's own functions that run below a call of `callee` (Note [library entries]); () when none are known."""
+    lib = library(library_id)
+    for pattern, names in (lib.entries if lib is not None else ()):
+        if pattern.match(callee):
+            owner = callee.rsplit("::", 1)[0]
+            return tuple(n.replace("{class}", owner).replace("{name}", callee.rstrip("_")) for n in names)
+    return ()
+
+
 def of_call(callee: str) -> Library | None:
     """The library a C++ call of `callee` (qualified, template arguments removed) goes into."""
     m = _ANY_CALL.match(callee)
@@ -341,16 +384,17 @@ def of_call(callee: str) -> Library | None:
 # The precision a routine is written for, by its library's naming convention: BLAS and LAPACK
 # (sgemm_, cblas_dgemm, LAPACKE_zgeqrf) and MKL's vector math (vsExp, vmdLn): s and c single, d and z double.
 _PRECISION_LETTER = {"blas": re.compile(r"^(?:cblas_|LAPACKE_)?([sdcz])[a-z]"), "mkl": re.compile(r"^v([sd])Rng[A-Z]"),
-                     "mkl_vml": re.compile(r"^vm?([sdcz])[A-Z]")}
+                     "mkl_vml": re.compile(r"^vm?([sdcz])[A-Z]"), "sleef": re.compile(r"^Sleef_[a-z0-9]*?([fd])(?:\d+|x)_")}
 
 
 def precision(callee: str, library_id: str | None) -> str | None:
-    """"single" or "double": the precision a routine of BLAS, LAPACK or MKL's
-    vector math is written for (`vmsExp`, `dgetrf_`); None for another library's."""
+    """"single" or "double": the precision a routine of BLAS, LAPACK, MKL's
+    vector math or SLEEF is written for (`vmsExp`, `dgetrf_`, `Sleef_expf16_u10`);
+    None for another library's."""
     lib = library(library_id)
     pattern = _PRECISION_LETTER.get(lib.id) if lib is not None else None
     m = pattern.match(callee) if pattern is not None else None
-    return None if m is None else ("single" if m.group(1) in "sc" else "double")
+    return None if m is None else ("single" if m.group(1) in "scf" else "double")
 
 
 def of_conv_backend(backend: str | None) -> Library | None:

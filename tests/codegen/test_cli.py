@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from kernelmap.cli import cli
 from kernelmap.codegen import locate
+from tests.codegen.conftest import file_lines
 
 
 @pytest.fixture(scope="module")
@@ -33,12 +34,41 @@ def test_gen_binding_prints_signatures_and_the_call(runner, generated, wheel_onl
 
 
 def test_gen_all_layers_for_a_short_name(runner, generated, wheel_only_cache):  # no tree registered: the wheel answers
-    result = runner.invoke(cli, ["gen", "conv2d"])
+    result = runner.invoke(cli, ["gen", "conv2d", "--all"])
     assert result.exit_code == 0, result.output
     code = locate("conv2d", files=generated)
     reg = code.registration("CompositeImplicitAutograd")
     assert str(reg.block) in result.stdout and "at::native::conv2d_symint(" in result.stdout
     assert all(o.symbol in result.stdout for o in code.ops)
+
+
+def test_gen_fits_the_first_screen_and_all_gives_every_piece(runner, generated, wheel_only_cache):  # no tree registered: the wheel answers
+    """`gen add.Tensor` (940 lines of code) on one screen of 100 columns: each
+    layer a call passes, in call order, at file:lines that hold what they
+    name; the rest folded with counts; --all is today's full text."""
+    result = runner.invoke(cli, ["gen", "add.Tensor", "--width", "100"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) <= 40 and all(len(line) <= 100 for line in lines), lines
+    code = locate("add.Tensor", files=generated)
+    binding = code.bindings[0]
+    cpu, cuda, autograd = code.registration("CPU"), code.registration("CUDA"), code.registration("Autograd")
+    kernels = [u for u in code.ufunc if u.name == "add_kernel"]
+    call = next(o for o in code.ops if o.symbol.endswith("::call"))
+    wanted = [(binding.function, binding.definition.location), (call.symbol, call.definition.location),
+              (autograd.symbol, autograd.definition.location), (cpu.symbol, cpu.definition.location),
+              (cuda.symbol, cuda.definition.location), *((u.name, u.definition.location) for u in kernels)]
+    text = result.stdout
+    at = [text.index(str(location)) for _, location in wanted]
+    assert at == sorted(at)  # binding, dispatcher entry, autograd, CPU and CUDA wrappers, the loops: the order a call takes
+    for name, location in wanted:
+        assert name in text
+        assert name.rsplit("::", 1)[-1] in file_lines(generated, location.path)[location.line - 1], (name, str(location))
+    folded = [line for line in lines if line.strip().startswith("+ ")]
+    keys = len([r for r in code.registrations if r.layer.value == "register"])
+    assert any(f"+ {keys - 3} other keys: " in line for line in folded), folded  # CPU, CUDA and the composite one shown
+    full = runner.invoke(cli, ["gen", "add.Tensor", "--all", "--width", "100"]).stdout
+    assert len(full.splitlines()) > 500 and all(str(r.block) in full.replace("\n", "") for r in code.registrations)
 
 
 def test_gen_json_gives_locations_and_text(runner, generated, wheel_only_cache):  # no tree registered: the wheel answers

@@ -52,6 +52,17 @@ def walk(tree):
         stack.extend((c, path + (c,)) for c in reversed(node.children))
 
 
+def called_operator(node):
+    """The operator a C++ call reaches, below the inline function of the
+    generated header and the `at::_ops::<op>::call` it is called through;
+    `node` itself when it is no such call."""
+    from kernelmap.model import NodeKind
+
+    while node.kind in (NodeKind.HEADER, NodeKind.OPS_ENTRY) and len(node.children) == 1:
+        node = node.children[0]
+    return node
+
+
 def paths_to(tree, predicate):
     return [path for node, path in walk(tree) if predicate(node)]
 

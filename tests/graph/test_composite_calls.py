@@ -11,7 +11,7 @@ import re
 
 from kernelmap import graph
 from kernelmap.model import NodeKind
-from tests.graph.conftest import walk
+from tests.graph.conftest import called_operator, walk
 from tests.graph.test_exact import file_lines, steps
 
 LAYER_NORM = "aten/src/ATen/native/layer_norm.cpp"
@@ -25,9 +25,11 @@ def _rms_norm(tree_2_6) -> tuple[str, int]:
 
 
 def _calls_of(tree, caller_suffix: str):
-    """The children of the first node whose name ends with `caller_suffix`."""
+    """The children of the first node whose name ends with `caller_suffix`, an
+    operator's call as the operator (below the inline function and
+    `at::_ops::<op>::call` it is called through)."""
     caller = next(n for n, _ in walk(tree) if n.name.endswith(caller_suffix))
-    return caller.children
+    return [called_operator(c) for c in caller.children]
 
 
 def test_a_number_passed_for_a_tensor_parameter_picks_the_scalar_overload(tree_2_6, context):

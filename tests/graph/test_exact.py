@@ -554,7 +554,7 @@ def test_a_flag_a_direct_call_passes_as_a_literal_decides_its_arms(tree_2_6, con
     """_fft_c2r_mkl (mkl/SpectralOps.cpp, read here) calls `_exec_fft(...,
     /*forward=*/false)`, whose body calls DftiComputeForward under `if
     (forward)` and DftiComputeBackward in its else: aten::_fft_c2r on the CPU
-    ends in the backward transform; its forward one ranks after it."""
+    ends in the backward transform; its forward one cannot run."""
     text = (tree_2_6 / "aten/src/ATen/native/mkl/SpectralOps.cpp").read_text()
     bodies = [b[:b.index("\n}\n")] for b in text.split("Tensor _fft_c2r_mkl(const Tensor& self")[1:]]
     assert [b for b in bodies if "_exec_fft(" in b] == [b for b in bodies if "_exec_fft(out, input, out_sizes, dim, normalization, /*forward=*/false);" in b] != []
@@ -564,19 +564,23 @@ def test_a_flag_a_direct_call_passes_as_a_literal_decides_its_arms(tree_2_6, con
     assert lines[forward - 2].strip() == "if (forward) {" and lines[backward - 2].strip() == "} else {"
     roles, leaves = steps("aten::_fft_c2r", "cpu")
     assert (leaves[0].name, leaves[0].location.line) == ("DftiComputeBackward", backward)
-    ends = graph.call_ends(graph.stack("aten::_fft_c2r", context("cpu")))
-    later = [e for e in ends if e.node.name == "DftiComputeForward"]
-    assert later and all(e.opted_by.startswith("if (forward)") and e.opted_against.startswith("forward=false is passed to ") for e in later)
+    tree = graph.stack("aten::_fft_c2r", context("cpu"))
+    # the forward transform's arm cannot run for the call (Note [arms that cannot run]): a branch, no end
+    forward_calls = [n for n, _ in walk(tree) if n.name == "DftiComputeForward"]
+    assert forward_calls and all("cannot run" in n.attrs["branch"] and "forward=false" in n.attrs["branch"] for n in forward_calls)
+    assert not [e for e in graph.call_ends(tree) if e.node.name == "DftiComputeForward"]
 
 
-def test_an_end_reached_at_the_defaults_through_a_repeat_is_at_the_defaults(tree_2_6, context):
+def test_an_arm_a_literal_flag_rules_out_is_no_end(tree_2_6, context):
     """_batch_norm_with_update_cpu_out (Normalization.cpp, read here) passes
     `/*update*/true` as batch_norm_cpu_out's `train`, whose body calls
     batch_norm_cpu_transform_input_template under `if (!train)` and again,
-    after the statistics, in its else: the tree expands the first and marks
-    the second a repeat. The repeat is the call made, so the transform's loop
-    is the first end, and the stub it calls first for contiguous inputs,
-    batch_norm_cpu_stub, names the stub kernel (cpu/batch_norm_kernel.cpp, read here)."""
+    after the statistics, in its else. The first arm cannot run for the call
+    (Note [arms that cannot run]): no end is reached through it, and the
+    first end is the statistics' (batch_norm_cpu_update_stats_template, the
+    else's first call), whose first stub for contiguous inputs,
+    batch_norm_cpu_collect_stats_stub, names the stub kernel
+    (cpu/batch_norm_kernel.cpp, read here)."""
     text = (tree_2_6 / "aten/src/ATen/native/Normalization.cpp").read_text()
     caller = text[text.index("_batch_norm_with_update_cpu_out("):]
     assert "running_mean, running_var, /*update*/true, momentum, eps, out, save_mean, save_var);" in caller[:caller.index("\n}\n")]
@@ -584,11 +588,13 @@ def test_an_end_reached_at_the_defaults_through_a_repeat_is_at_the_defaults(tree
     body = body[:body.index("\n}\n")]
     assert body.index("if (!train) {") < body.index("batch_norm_cpu_transform_input_template") < body.index("} else {") \
         < body.index("batch_norm_cpu_update_stats_template") < body.rindex("batch_norm_cpu_transform_input_template")
-    kernel = re.search(r"REGISTER_DISPATCH\(batch_norm_cpu_stub, &(\w+)\)",
+    kernel = re.search(r"REGISTER_DISPATCH\(batch_norm_cpu_collect_stats_stub, &(\w+)\)",
                        (tree_2_6 / "aten/src/ATen/native/cpu/batch_norm_kernel.cpp").read_text()).group(1)
-    ends = graph.call_ends(graph.stack("aten::_batch_norm_with_update.out", context("cpu")))
-    transform = [n for n in ends[0].path if n.name.endswith("::batch_norm_cpu_transform_input_template")]
-    assert ends[0].rank[0] == 0 and transform and transform[0].attrs.get("repeat") and transform[0].condition.startswith("else of if (!train)")
+    tree = graph.stack("aten::_batch_norm_with_update.out", context("cpu"))
+    ends = graph.call_ends(tree)
+    assert ends and all(not (n.condition or "").startswith("if (!train)") for e in ends for n in e.path)
+    stats = [n for n in ends[0].path if n.name.endswith("::batch_norm_cpu_update_stats_template")]
+    assert ends[0].rank[0] == 0 and stats and stats[0].condition.startswith("else of if (!train)")
     roles, _ = steps("aten::_batch_norm_with_update.out", "cpu")
     assert roles["stub kernel"].name.endswith(f"::{kernel}")
     assert kernel in file_lines(roles["stub kernel"].location)[roles["stub kernel"].location.line - 1]

@@ -9,6 +9,7 @@ import re
 from kernelmap import graph
 from kernelmap.graph.down import _tensor_like
 from kernelmap.model import NodeKind
+from tests.graph.conftest import called_operator
 
 
 def test_a_scalars_method_named_like_an_operator_is_no_operator_call(context, tree_2_6):
@@ -19,7 +20,7 @@ def test_a_scalars_method_named_like_an_operator_is_no_operator_call(context, tr
     for device in ("cpu", "cuda"):
         root = graph.stack("aten::pow.Tensor_Scalar", context(device, all_calls=True), depth=3).root
         [impl_node] = [n for _, n in _walk(root) if n.name == "at::native::structured_pow_Tensor_Scalar_out::impl"]
-        ops = {c.name for c in impl_node.children if c.kind is NodeKind.OPERATOR}
+        ops = {called_operator(c).name for c in impl_node.children if called_operator(c).kind is NodeKind.OPERATOR}
         assert not any(name.startswith("aten::equal") for name in ops), ops
         assert any(name.startswith("aten::fill_") for name in ops) and any(name.startswith("aten::copy_") for name in ops), ops
 
@@ -48,7 +49,7 @@ def test_a_vectorized_lambdas_method_is_no_operator_call_though_a_scalar_lambda_
                        ("aten::_log_softmax", "::_vec_log_softmax_lastdim"), ("aten::_softmax", "::_vec_softmax")):
         root = graph.stack(op, context("cpu"), depth=8).root
         nodes = [n for _, n in _walk(root) if n.name.endswith(kernel)]
-        called = [c for n in nodes for c in n.children if c.kind is NodeKind.OPERATOR and c.name == "aten::exp" and not c.attrs.get("branch")]
+        called = [called_operator(c) for n in nodes for c in n.children if called_operator(c).kind is NodeKind.OPERATOR and called_operator(c).name == "aten::exp" and not c.attrs.get("branch")]
         assert nodes and not called, (op, [c.condition for c in called])
 
 def test_types_that_may_be_tensors():

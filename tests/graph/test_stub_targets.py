@@ -10,6 +10,7 @@ import re
 from kernelmap import graph
 from kernelmap.graph.path import path
 from kernelmap.model import NodeKind
+from tests.graph.conftest import called_operator
 
 
 def line_of(tree_2_6, path: str, pattern: str) -> int:
@@ -87,5 +88,5 @@ def test_an_operator_passed_to_a_helper_is_followed(context, tree_2_6):
         root = graph.stack(op, ctx, depth=4).root
         kernels = [n for n in walk(root) if n.name == kernel and n.location is not None and n.location.path == path]
         assert kernels, [n.name for n in walk(root)]
-        ops = [c for c in kernels[0].children if c.kind is NodeKind.OPERATOR and c.name == reached]
+        ops = [called_operator(c) for c in kernels[0].children if called_operator(c).kind is NodeKind.OPERATOR and called_operator(c).name == reached]
         assert ops and ops[0].attrs["call_site"].line == passed

@@ -4,9 +4,11 @@ and a bounded reply that stays under its limit and loads back."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from kernelmap import answers
+from kernelmap import answers, processors
 from kernelmap.errors import BadInput
 from kernelmap.mcp import bound
 from kernelmap.model import CallNode, CallTree, Location, NodeKind
@@ -80,15 +82,46 @@ def test_a_large_tree_keeps_the_main_path_first_and_every_fold_expands_once():
 
 
 def test_the_main_path_leads_to_the_first_python_caller():
+    """A callers tree marked as the CLI marks it (processors.callers_main_path)
+    shows that path first."""
     python = CallNode("torch.nn.functional.conv2d", NodeKind.PYTHON)
     op = CallNode("aten::conv2d", NodeKind.OPERATOR, children=(python,))
     other = CallNode("at::native::helper", NodeKind.KERNEL, children=(CallNode("x", NodeKind.KERNEL),))
     tree = CallTree(CallNode("cudnnConvolutionForward", NodeKind.VENDOR, children=(other, op)), meta={"kind": "callers"})
-    assert [n.name for n in bound.main_path(tree)] == ["cudnnConvolutionForward", "aten::conv2d", "torch.nn.functional.conv2d"]
+    marked = processors.mark_main_path(tree, processors.callers_main_path(tree))
     kept = bound.Answers()
-    aid = kept.add(tree.to_json(), tree)
+    aid = kept.add(marked.to_json(), marked)
     reply = bound.bound(aid, kept.get(aid), bound.DEFAULT_LIMIT)
     assert [c["name"] for c in reply["root"]["children"]] == ["aten::conv2d", "at::native::helper"]  # main path first
+
+
+def test_the_main_path_is_the_one_the_answer_marks():
+    """One definition of the main path: the nodes the tree marks `main` (an
+    observed path here, which is not the branch a static ranking would pick
+    (the vendor call)), kept first and whole under a tight limit."""
+    vendor = CallNode("cudnnConvolutionForward", NodeKind.VENDOR, Location("aten/src/ATen/native/cudnn/Conv_v7.cpp", 759),
+                      attrs={"library": "cuDNN", "closed": True})
+    static = CallNode("at::native::cudnn_convolution", NodeKind.KERNEL, Location("aten/src/ATen/native/cudnn/ConvShared.cpp", 240),
+                      children=(vendor,))
+    loop = CallNode("at::native::slow_conv2d_forward_out_cpu", NodeKind.KERNEL, Location("aten/src/ATen/native/ConvolutionMM2d.cpp", 500),
+                    children=tuple(_tree(4, 2, f"leaf{i}") for i in range(3)))
+    wide = tuple(_tree(5, 2, f"other{i}") for i in range(6))
+    root = CallNode("at::native::_convolution", NodeKind.KERNEL, Location("aten/src/ATen/native/Convolution.cpp", 1468),
+                    children=(static, *wide, loop))
+    tree = CallTree(root, meta={"kind": "stack"})
+    observed = processors.mark_main_path(tree, (root, root.children[-1], root.children[-1].children[1]))
+    kept = bound.Answers()
+    aid = kept.add(observed.to_json(), observed)
+    reply = bound.bound(aid, kept.get(aid), bound.MIN_LIMIT)
+    assert reply["bounded"]["tokens"] <= bound.MIN_LIMIT and reply["bounded"]["folded"]
+    first = reply["root"]["children"][0]
+    assert first["name"] == "at::native::slow_conv2d_forward_out_cpu" and first["facts"]["main"]
+    assert first["children"][0]["name"] == "leaf1" and first["children"][0]["facts"]["main"]
+    # an unmarked tree (a trace, a path): the first child at each level
+    plain = CallTree(_tree(3, 3), meta={"kind": "stack"})
+    aid = kept.add(plain.to_json(), plain)
+    reply = bound.bound(aid, kept.get(aid), bound.MIN_LIMIT)
+    assert [reply["root"]["children"][0]["name"], reply["root"]["children"][0]["children"][0]["name"]] == ["n.0", "n.0.0"]
 
 
 def test_lists_keep_a_prefix_and_continue_in_pages():
@@ -151,3 +184,19 @@ def test_the_warm_state_is_opened_again_when_a_source_file_was_edited(monkeypatc
     notes["now"] = "1 file of debian-2.6.0 changed since it was indexed"
     state.fresh()
     assert not state._contexts and state.remembered(("where", "torch.add")) is None
+
+
+def test_an_expand_that_cannot_show_a_node_says_the_limit_it_needs():
+    """A header that fills the limit (long notes, many origins) leaves no room
+    for a child: the expansion is an error naming the limit it needs, never a
+    page that repeats its own fold id (a client following folds would loop)."""
+    tree = CallTree(_tree(3, 2), notes=tuple("a long note about versions " * 8 for _ in range(5)), meta={"kind": "observe"})
+    kept = bound.Answers()
+    aid = kept.add(tree.to_json(), tree)
+    first = bound.bound(aid, kept.get(aid), bound.MIN_LIMIT)
+    (fold,) = _folds(first["root"])
+    with pytest.raises(BadInput, match=r"limit_tokens of at least (\d+)") as e:
+        bound.expand(kept, fold["id"], bound.MIN_LIMIT)
+    need = int(re.search(r"at least (\d+)", str(e.value)).group(1))
+    page = bound.expand(kept, fold["id"], need)
+    assert page["root"]["children"] and page["bounded"]["tokens"] <= need

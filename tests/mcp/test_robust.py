@@ -78,8 +78,9 @@ def test_bad_arguments_are_tool_errors_and_the_server_goes_on(served):
 
 def test_an_oversized_answer_is_bounded_and_every_fold_expands(served):
     from kernelmap import graph
+    from kernelmap.api import with_main_path
 
-    full = graph.stack("torch.nn.Conv2d", graph.open_context("cuda", source=TREE_NAME))
+    full = with_main_path(graph.stack("torch.nn.Conv2d", graph.open_context("cuda", source=TREE_NAME)))  # as the CLI's --json
     total = sum(1 for _ in full.walk())
     limit = 2000
 
@@ -98,11 +99,12 @@ def test_an_oversized_answer_is_bounded_and_every_fold_expands(served):
     for reply in [first, *pages]:
         assert reply["bounded"]["tokens"] <= limit and size(reply) <= limit * CHARS_PER_TOKEN
         assert reply["kernelmap"] == "calltree/2"
-    # the main path comes first: the first child at each level leads to the call's first-ranked end
+    # the main path comes first: the first child at each level is the path the answer marks, to the call's first-ranked end
     chain = [first["root"]]
     while chain[-1]["children"]:
         chain.append(chain[-1]["children"][0])
     ranked = graph.call_ends(full)[0].node
+    assert all(n["facts"].get("main") for n in chain)
     assert chain[-1]["name"] == ranked.name or "more" in chain[-1]["facts"]
     # every node once: the first reply's, then each expand's below its root (shown before)
     assert first["bounded"]["shown"] + sum(p["bounded"]["shown"] - 1 for p in pages) == total

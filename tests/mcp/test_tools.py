@@ -12,7 +12,7 @@ from pathlib import Path
 from kernelmap.mcp.bound import CHARS_PER_TOKEN, size
 from tests.mcp.conftest import TRACE, TREE_NAME, holds, line_at, short, stdio_params, structured, walk, with_client
 
-TOOLS = {"where", "stack", "path", "callers", "explain", "find", "gen", "kernel", "diff", "trace", "trees", "expand"}
+TOOLS = {"where", "stack", "path", "callers", "explain", "find", "gen", "kernel", "diff", "trace", "observe", "trees", "expand"}
 
 
 def _locations(doc):

@@ -77,7 +77,9 @@ def test_many_local_macros_with_launches_stay_within_budget(extractor):
     macro bodies by bisection, and at most _MAX_LOCAL_MACROS_READ bodies are
     parsed on their own; the rest keep their launches from the function's text."""
     n = 4000
-    body = b"".join(b"#define L%d(x) k%d<<<1, 1>>>(x)\n" % (i, i) for i in range(n)) + b"".join(b"  k%d<<<1, 1>>>(y);\n" % i for i in range(n))
+    # each macro used by the function (a macro it never uses launches nothing of its own)
+    body = b"".join(b"#define L%d(x) k%d<<<1, 1>>>(x)\n" % (i, i) for i in range(n)) + b"".join(b"  k%d<<<1, 1>>>(y);\n" % i for i in range(n)) \
+        + b"".join(b"  L%d(y);\n" % i for i in range(n))
     f = extractor.extract("x.cu", b"void g() {\n" + body + b"}\n")
     assert f.skipped is None
     launches = [c for c in f.calls if c.kind == "launch"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kernelmap.commands.options import codegen_bar, emit, output_options, source_option
+from kernelmap.commands.options import all_option, codegen_bar, emit, output_options, source_option
 
 LAYERS = ("binding", "ops", "autograd", "register", "ufunc", "all")
 
@@ -19,10 +19,11 @@ LAYERS = ("binding", "ops", "autograd", "register", "ufunc", "all")
     help="Which generated code to show: the Python binding, at::_ops entry points, "
     "autograd/tracing wrappers, Register<Key> wrappers, or ufunc kernels.",
 )
+@all_option
 @source_option
 @click.option("--regenerate", is_flag=True, help="Generate the files again even if the cache has them.")
 @output_options
-def gen(op: str, layer: str, source: str | None, regenerate: bool, as_json: bool, width: int | None, html: str | None) -> None:
+def gen(op: str, layer: str, show_all: bool, source: str | None, regenerate: bool, as_json: bool, width: int | None, html: str | None) -> None:
     """Show the generated code behind operator OP: the code that exists only
     in a PyTorch build directory, regenerated with torchgen and cached.
 
@@ -33,8 +34,16 @@ def gen(op: str, layer: str, source: str | None, regenerate: bool, as_json: bool
     else the default tree), with its own torchgen; with no tree registered,
     from the installed torch.
 
+    By default, one line per generated layer a call passes (binding,
+    dispatcher entry, autograd wrapper, the Register<Key> wrappers of CPU,
+    CUDA and the composite keys, ufunc kernels), each at its file:line, the
+    rest of a layer folded to a line with a count; --all, or one --layer,
+    shows every piece with its code.
+
     \b
     Example:
+      kernelmap gen add.Tensor
+      kernelmap gen add.Tensor --all
       kernelmap gen aten::conv2d --layer binding
       kernelmap gen add.out --layer ufunc --json
     """
@@ -72,7 +81,7 @@ def gen(op: str, layer: str, source: str | None, regenerate: bool, as_json: bool
         from dataclasses import replace
 
         code = replace(code, notes=(*said, *code.notes))
-    emit(code, as_json, width, html)
+    emit(code, as_json, width, html, full=show_all or layer != "all")
 
 
 def _operator_of(name: str, tree) -> tuple[str, str]:

@@ -14,7 +14,7 @@ from kernelmap.suggest import closest_names
 @click.argument("target")
 @device_option(help="The device whose kernels to follow.")
 @dtype_option
-@click.option("--requires-grad", is_flag=True, help="Show the autograd layer (VariableType wrapper, backward node).")
+@click.option("--requires-grad", is_flag=True, help="An input requires grad: the autograd wrapper records its backward node (the layer is shown either way).")
 @click.option("--depth", type=int, default=DEFAULT_DEPTH, show_default=True, help="How many levels to expand.")
 @click.option("--all-branches", is_flag=True, help="Follow branches for other devices too, instead of collapsing them.")
 @click.option("--all-calls", is_flag=True, help="Also show tensor utility calls and helpers that reach nothing else.")

@@ -28,7 +28,8 @@ from kernelmap.model import CallTree
 def processors_for(context: GraphContext) -> Callable[[CallTree], CallTree]:
     """The processors a stack's options ask for: branches for other devices
     collapsed unless all branches are shown; plumbing pruned unless all calls
-    are; with autograd shown, the wrappers that never run spliced out."""
+    are. (The autograd wrappers that never run are never grown: Note [the
+    autograd layer] in graph.down.)"""
     from kernelmap import processors
 
     def apply(tree: CallTree) -> CallTree:
@@ -36,8 +37,6 @@ def processors_for(context: GraphContext) -> Callable[[CallTree], CallTree]:
             tree = processors.collapse_branches(tree)
         if not context.all_calls:
             tree = processors.prune_plumbing(tree)
-        if context.requires_grad:
-            tree = processors.drop_inner_autograd(tree)
         return tree
 
     return apply

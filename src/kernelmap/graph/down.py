@@ -16,7 +16,7 @@ from kernelmap.errors import BadInput, KernelmapError, UnknownName
 from kernelmap.graph import processors_for
 from kernelmap.graph.context import GraphContext
 from kernelmap.graph.grow import Node, grow
-from kernelmap.graph.rules import (DEFAULT_DEPTH, DEVICE_KEYS, KERNEL_DIRS, VECTORIZED_MATH, balanced, is_symbol_text, is_utility_op,
+from kernelmap.graph.rules import (DEFAULT_DEPTH, DEVICE_KEYS, KERNEL_DIRS, VECTORIZED_MATH, balanced, is_inspection_op, is_symbol_text, is_utility_op,
                                    launch_kind, other_device_reason, schema_arguments)
 from kernelmap.model import CallTree, EdgeKind, Location, NodeKind, Op
 from kernelmap.safefiles import NotRegularFile, read_bytes, read_text
@@ -68,6 +68,16 @@ def mismatch_note(tree, context: GraphContext) -> tuple[str, ...]:
 
 
 def _root_for(target: str, ctx: GraphContext) -> Node:
+    """The node a tree is grown from; a Python name or an operator is called
+    above the autograd keys, a C++ function below them (Note [the autograd layer])."""
+    root = _root_node(target, ctx)
+    root.grad = root.kind in (NodeKind.PYTHON, NodeKind.MODULE, NodeKind.BUILTIN, NodeKind.OPERATOR)
+    if root.kind is NodeKind.OPERATOR:
+        _above_autograd(root)
+    return root
+
+
+def _root_node(target: str, ctx: GraphContext) -> Node:
     text = target.strip()
     if not text or not is_symbol_text(text, ".<>"):
         raise BadInput(f"not a target: {target!r} (a Python name, an operator like aten::conv2d, or a C++ symbol)")
@@ -164,6 +174,44 @@ def cpp_node(definition, ctx: GraphContext, via: EdgeKind | None = None, conditi
 
 
 def _expand_down(node: Node, ctx: GraphContext) -> list[Node]:
+    children = _children_down(node, ctx)
+    _pass_grad(node, children)
+    return children
+
+
+def _pass_grad(node: Node, children: list[Node]) -> None:
+    """Each child (and what is made below it already) calls above the autograd
+    keys when its parent does, unless it says otherwise (Note [the autograd
+    layer]); an operator so called is a node of its own. The steps of a
+    kernel's own loop down to its lambda are the kernel's: they keep its
+    template arguments and whether it is a composite's (Note [device loop machinery])."""
+    from kernelmap.graph.loops import LoopStep
+
+    pending = [(c, node) for c in children]
+    while pending:
+        child, parent = pending.pop()
+        if child.grad is None:
+            child.grad = bool(parent.grad)
+        if child.grad and child.kind is NodeKind.OPERATOR:
+            _above_autograd(child)
+        if child.rank is None:
+            child.rank = parent.rank
+        if isinstance(child.payload, LoopStep) and (isinstance(parent.payload, LoopStep) or NodeKind.DEVICE_LOOP in (child.kind, parent.kind)):
+            if child.bound is None:
+                child.bound = parent.bound
+            if child.known is None:
+                child.known = parent.known
+            child.composite = child.composite or parent.composite
+        pending.extend((c, child) for c in child.children)
+
+
+def _above_autograd(node: Node) -> None:
+    if node.identity is not None and node.identity[-1] != "above autograd":
+        node.identity = (*node.identity, "above autograd")
+        node.attrs["identity"] = ":".join(str(part) for part in node.identity)
+
+
+def _children_down(node: Node, ctx: GraphContext) -> list[Node]:
     from kernelmap.graph import loops  # here, not at the top: `callers` never needs it
 
     if isinstance(node.payload, loops.LoopStep):  # Note [device loop machinery]
@@ -175,7 +223,7 @@ def _expand_down(node: Node, ctx: GraphContext) -> list[Node]:
     if node.kind == "binding":
         return [_entry_node(op, cond, calls, ctx) for op, cond, calls in node.payload]
     if node.kind == "op":
-        return _op_children(node.payload, ctx)
+        return _op_children(node, ctx)
     if node.kind in ("wrapper", "kernel", "stub", "generated", "device_loop"):
         return _code_children(node, ctx)
     return []
@@ -189,11 +237,9 @@ def _python_children(definition: pysource.PyDef, ctx: GraphContext) -> list[Node
     methods, generated bindings (`torch.conv2d`, `Tensor.softmax` on a Tensor
     parameter; tensor utilities like `Tensor.dim` marked as such), hand-written
     ones that call an operator, and the Python functions it calls (functionals,
-    the branches of a `boolean_dispatch`) that reach one."""
+    the branches of a `boolean_dispatch`) that reach one. Each keeps the line
+    that calls it (`call_site`)."""
     import ast
-
-    from kernelmap.errors import HandWrittenBinding
-    from kernelmap.names import hand_written
 
     root = ctx.python_dir
     if isinstance(definition.node, ast.ClassDef):
@@ -203,34 +249,48 @@ def _python_children(definition: pysource.PyDef, ctx: GraphContext) -> list[Node
     children = []
     owner = definition.qualname.rsplit(".", 1)[0]
     for call in pysource.calls(definition, root):
-        if call.target.startswith("self."):
-            method = pysource.find_def(f"{owner}.{call.target[5:]}", root)
-            if method is not None and _reaches_torch(method, root, entry_points):
-                children.append(_python_node(method, ctx, call.condition))
-            continue
-        builtin = pysource.entry_name(call.target)
-        if builtin and builtin in entry_points and not pysource.shadowed_binding(call.target, root):
-            children.append(_mark_tensor_utility(_builtin_node(builtin, ctx, call.condition), builtin, ctx))
-            continue
-        if call.target.startswith("torch.nn.functional.") and call.target in entry_points:
-            found = pysource.find_def(call.target, root)
-            if found is not None:
-                children.append(_python_node(found, ctx, call.condition))
-            continue
-        if not call.target.startswith("torch."):
-            continue
+        before = len(children)
+        _python_call(definition, call, children, owner, entry_points, ctx)
+        if len(children) > before:  # the line that makes the call, beside the callee's definition
+            children[-1].attrs["call_site"] = _python_location(definition.path, call.line, None, ctx)
+    return children
+
+
+def _python_call(definition: pysource.PyDef, call, children: list[Node], owner: str, entry_points, ctx: GraphContext) -> None:
+    """The node one call of a Python definition adds to `children`, if any (see _python_children)."""
+    import ast
+
+    from kernelmap.errors import HandWrittenBinding
+    from kernelmap.names import hand_written
+
+    root = ctx.python_dir
+    if call.target.startswith("self."):
+        method = pysource.find_def(f"{owner}.{call.target[5:]}", root)
+        if method is not None and _reaches_torch(method, root, entry_points):
+            children.append(_python_node(method, ctx, call.condition))
+        return
+    builtin = pysource.entry_name(call.target)
+    if builtin and builtin in entry_points and not pysource.shadowed_binding(call.target, root):
+        children.append(_mark_tensor_utility(_builtin_node(builtin, ctx, call.condition), builtin, ctx))
+        return
+    if call.target.startswith("torch.nn.functional.") and call.target in entry_points:
         found = pysource.find_def(call.target, root)
         if found is not None:
-            if not isinstance(found.node, ast.ClassDef) and _reaches_torch(found, root, entry_points):
-                children.append(_python_node(found, ctx, call.condition))
-        elif builtin:
-            try:
-                reached = hand_written(builtin, ctx.entry_catalog, root)
-            except HandWrittenBinding:  # calls no operator: a helper, like one that reaches nothing
-                reached = None
-            if reached is not None:
-                children.append(_mark_tensor_utility(_builtin_node(builtin, ctx, call.condition), builtin, ctx))
-    return children
+            children.append(_python_node(found, ctx, call.condition))
+        return
+    if not call.target.startswith("torch."):
+        return
+    found = pysource.find_def(call.target, root)
+    if found is not None:
+        if not isinstance(found.node, ast.ClassDef) and _reaches_torch(found, root, entry_points):
+            children.append(_python_node(found, ctx, call.condition))
+    elif builtin:
+        try:
+            reached = hand_written(builtin, ctx.entry_catalog, root)
+        except HandWrittenBinding:  # calls no operator: a helper, like one that reaches nothing
+            reached = None
+        if reached is not None:
+            children.append(_mark_tensor_utility(_builtin_node(builtin, ctx, call.condition), builtin, ctx))
 
 
 def _is_tensor_utility(name: str) -> bool:
@@ -317,35 +377,169 @@ def _entry_node(op: Op, condition: str | None, calls: tuple[str, ...], ctx: Grap
     compiles it: the inline `at::<op>` (ops/<op>.h) or `Tensor::<op>`
     (TensorBody.h), then `at::_ops::<op>::call` (Operators_N.cpp), which
     enters the dispatcher for the operator."""
-    from kernelmap.codegen import Layer
-
     call = next((c for c in calls if re.fullmatch(r"at::(Tensor::)?\w+", c)), None)
-    function = None
-    if call is not None and ctx.headers is not None:
-        from kernelmap.codegen.headers import HeadersDamaged
-
-        try:
-            function = ctx.headers.function(op, call)
-        except HeadersDamaged as e:  # a cached header truncated or edited: generated again, once
-            headers = ctx.regenerate_headers(e)
-            try:
-                function = headers.function(op, call) if headers is not None else None
-            except KernelmapError:
-                function = None
-        except KernelmapError:
-            function = None
+    function = _header_function(op, call, ctx) if call is not None else None
     if function is None:
         return op_node(op, ctx, EdgeKind.BINDING, condition)
     header = Node(function.symbol, NodeKind.HEADER, function.location, EdgeKind.BINDING, condition, {"calls": (function.calls,)})
-    code = _generated(str(op.name), ctx, (Layer.OPS,))
-    entry = next((f for f in (code.ops if code else ()) if f.symbol == function.calls), None)
+    entry = _ops_call(op, function.calls, ctx)
     if entry is None:
         header.children = [op_node(op, ctx, EdgeKind.DISPATCHER)]
         return header
     ops_entry = Node(entry.symbol, NodeKind.OPS_ENTRY, entry.definition.location, EdgeKind.DIRECT)
+    _called_at(ops_entry, function.location, entry.symbol)
     ops_entry.children = [op_node(op, ctx, EdgeKind.DISPATCHER, "the dispatcher picks the kernel for the tensors' dispatch keys")]
     header.children = [ops_entry]
     return header
+
+
+def _called_at(node: Node, start: Location, symbol: str, lines: int = 6) -> None:
+    """`node`'s call site: the line, among the first of the function at
+    `start`, that calls `symbol` (a header's `return at::_ops::add_Tensor::call(...)`)."""
+    path = start.disk_path
+    text = file_lines(path) if path is not None else ()
+    for number in range(start.line, min(len(text), start.line + lines) + 1):
+        if symbol in text[number - 1]:
+            node.attrs["call_site"] = Location(start.path, number, origin=start.origin)
+            return
+
+
+# Note [operators written as C++ operators]
+# `self * other`, `x == 0`, `out += bias` on a Tensor call the operator
+# TensorOperators.h defines for it, which calls the Tensor's method
+# (`operator*` -> `Tensor::mul`): an operator call like any, at the line of
+# the expression, though the index records no call there. An expression is
+# read so when its left operand is a variable the caller declares a Tensor
+# (`const Tensor& self`, `Tensor out`); a number on the right picks the
+# Scalar overload (`x * 2` is mul.Scalar); a compound assignment is the
+# in-place operator (`+=` is add_). The arms around it are the recorded
+# call's on the same line, if any.
+_TENSOR_OPERATORS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "==": "eq", "!=": "ne", "<": "lt", ">": "gt", "<=": "le", ">=": "ge",
+                     "&": "bitwise_and", "|": "bitwise_or", "^": "bitwise_xor", "+=": "add_", "-=": "sub_", "*=": "mul_", "/=": "div_"}
+_OPERATOR_EXPRESSION = re.compile(r"(?<![\w.>:\]])([A-Za-z_]\w*)\s*(==|!=|<=|>=|\+=|-=|\*=|/=|[-+*/<>&|^])(?![=\-+>&|<*/])\s*(\(|[A-Za-z_]\w*|\.?\d[\w.]*)")
+_TENSOR_TYPE = re.compile(r"(?:at::)?Tensor")
+_TENSOR_DECLARATION = re.compile(r"(?<![\w:])(?:at::)?Tensor\s*&{0,2}\s*([A-Za-z_]\w*)\s*[,)=;({]")
+
+
+def _operator_sites(definition, sites, span, ctx: GraphContext) -> list:
+    """Call sites for the operators a definition writes as C++ operators on
+    Tensors (Note [operators written as C++ operators]), in `span` if given."""
+    from kernelmap.source.index import CallSite
+
+    location = definition.location
+    lines = tree_lines(ctx, location.path)
+    first, last = (span if span is not None else (location.line, location.end_line or location.line))
+    body = _CODE_ONLY.sub(_blank_keeping_lines, "\n".join(lines[first - 1 : last])).split("\n")
+    if not any(("Tensor" in line) for line in lines[location.line - 1 : location.end_line or location.line]):
+        return []
+    # the names the definition declares a Tensor (its parameters, its locals): one reading of its text
+    whole = _CODE_ONLY.sub(_blank_keeping_lines, "\n".join(lines[location.line - 1 : location.end_line or location.line]))
+    tensors = set(_TENSOR_DECLARATION.findall(whole))
+    if not tensors:
+        return []
+    by_line: dict[int, Any] = {}
+    for s in sites:
+        by_line.setdefault(s.location.line, s)
+    found = []
+    for offset, text in enumerate(body):
+        if not any(c in text for c in "+-*/<>=!&|^"):
+            continue
+        number = first + offset
+        for m in _OPERATOR_EXPRESSION.finditer(text):
+            left, operator, right = m.group(1), m.group(2), m.group(3)
+            if left not in tensors or (operator == "<" and right[:1].isupper()):  # `Foo<Bar>`, not a comparison
+                continue
+            spelled = _Spelled(Location(location.path, number, origin=location.origin), left, left)
+            declared = _declarations(left, spelled, definition, lines)  # the nearest declaration above: a Tensor still
+            if not declared or not _TENSOR_TYPE.fullmatch(declared[-1].strip()):
+                continue
+            base = _TENSOR_OPERATORS[operator]
+            overload = "Scalar" if _is_number(right, spelled, ctx) else "Tensor"
+            op = f"{base}.{overload}" if any(o.name.name == base and o.name.overload == overload for o in ctx.catalog.overloads(base)) else base
+            near = by_line.get(number)
+            site = CallSite(definition.symbol, f".{base}", base, EdgeKind.DISPATCHER, spelled.location,
+                                near.condition if near else None, near.preproc if near else None, None, op, near.outer if near else ())
+            found.append(site)
+    return found
+
+
+# Note [the way into the dispatcher]
+# A call of an operator from C++ is compiled as a call of the inline function
+# the generated headers define for it: `at::convolution_symint(...)`
+# (ops/convolution.h), `self.copy_(src)` (Tensor::copy_, TensorBody.h), which
+# calls `at::_ops::<op>::call` (Operators_N.cpp), which enters the dispatcher.
+# The inline function is often a real frame (at::convolution_symint converts
+# its arguments: torch 2.13's native stacks show it), `::call` always is. A
+# followed operator call is shown through both, as a binding's is; the call's
+# condition and the arms around it stay on the operator's node. A call of a
+# utility left unexpanded, or of an arm that cannot run, stays one node.
+
+
+def entered(node: Node, callee: str, ctx: GraphContext) -> Node:
+    """An operator node as its C++ call reaches it (Note [the way into the
+    dispatcher]): under the inline function the call names and the
+    `at::_ops::<op>::call` it calls, when the generated files have them."""
+    op = node.payload
+    # `self.copy_(src)`: Tensor::copy_; `at::empty(...)`; an unqualified call in namespace at (`rsqrt(...)`): at::rsqrt
+    spelled = f"at::Tensor::{callee[1:]}" if callee.startswith(".") else callee if re.fullmatch(r"at::\w+", callee) \
+        else f"at::{callee}" if re.fullmatch(r"\w+", callee) else None
+    function = _header_function(op, spelled, ctx) if spelled is not None else None
+    entry = _ops_call(op, function.calls if function is not None else f"at::_ops::{op.name.unqualified.replace('.', '_')}::call", ctx)
+    if entry is None:
+        return node
+    outer = Node(entry.symbol, NodeKind.OPS_ENTRY, entry.definition.location, node.via, None, grad=node.grad)
+    outer.children = [node]
+    if function is not None:
+        _called_at(outer, function.location, entry.symbol)
+        header = Node(function.symbol, NodeKind.HEADER, function.location, node.via, None, {"calls": (function.calls,)}, grad=node.grad)
+        header.children = [outer]
+        outer.via = EdgeKind.DIRECT
+        outer = header
+    node.via = EdgeKind.DISPATCHER
+    if "call_site" in node.attrs:
+        outer.attrs["call_site"] = node.attrs["call_site"]
+    return outer
+
+
+def entered_op(node: Node) -> Node:
+    """The operator node below the inline function and `::call` of its C++
+    call (Note [the way into the dispatcher]); `node` itself when it is none."""
+    while node.kind in (NodeKind.HEADER, NodeKind.OPS_ENTRY) and len(node.children) == 1:
+        node = node.children[0]
+    return node
+
+
+def _header_function(op: Op, call: str, ctx: GraphContext):
+    """The generated header's inline function a call names (`at::conv2d_symint`,
+    `at::Tensor::add`), found once per operator and spelling; None when none is."""
+    cache = ctx.__dict__.setdefault("_header_functions", {})
+    key = (str(op.name), call)
+    if key not in cache:
+        function = None
+        if ctx.headers is not None:
+            from kernelmap.codegen.headers import HeadersDamaged
+
+            try:
+                function = ctx.headers.function(op, call)
+            except HeadersDamaged as e:  # a cached header truncated or edited: generated again, once
+                headers = ctx.regenerate_headers(e)
+                try:
+                    function = headers.function(op, call) if headers is not None else None
+                except KernelmapError:
+                    function = None
+            except KernelmapError:
+                function = None
+        cache[key] = function
+    return cache[key]
+
+
+def _ops_call(op: Op, symbol: str, ctx: GraphContext):
+    """The `at::_ops::<op>::call` (or `::redispatch`) of the generated files named `symbol`."""
+    from kernelmap.codegen import Layer
+
+    # the layers its expansion reads (one lookup: a call of an operator is followed into its dispatch)
+    code = _generated(str(op.name), ctx, (Layer.REGISTER, Layer.AUTOGRAD, Layer.UFUNC, Layer.OPS))
+    return next((f for f in (code.ops if code else ()) if f.symbol == symbol), None)
 
 
 def _tree_op(op: Op, ctx: GraphContext) -> Op:
@@ -363,42 +557,61 @@ def _generated(op_name: str, ctx: GraphContext, layers):
     generated files of the same version (Note [graph versions])."""
     from kernelmap.codegen import locate_in
 
-    try:
-        return locate_in(ctx.generated, op_name, ctx.catalog, layers)
-    except KernelmapError:
-        return None
+    cache = ctx.__dict__.setdefault("_generated_code", {})  # a tree asks for one operator's code many times
+    key = (op_name, tuple(layers))
+    if key not in cache:
+        try:
+            cache[key] = locate_in(ctx.generated, op_name, ctx.catalog, layers)
+        except KernelmapError:
+            cache[key] = None
+    return cache[key]
 
 
 # -- operators and their dispatch -------------------------------------------
 
 
 
-def _op_children(op: Op, ctx: GraphContext) -> list[Node]:
+# Note [the autograd layer]
+# A release build runs with grad mode on, and every tensor's dispatch key set
+# holds the Autograd key of its device and ADInplaceOrView: a call from Python,
+# or from a composite implicit kernel (which runs at the Autograd key itself),
+# enters its operator's VariableType wrapper even when no input requires grad.
+# The wrapper asks whether any does (compute_requires_grad), records its
+# backward node only then, and redispatches below the autograd keys through
+# `at::_ops::<op>::redispatch`; torch 2.13's native stacks show both frames.
+# An in-place or view operator's ADInplaceOrView wrapper runs next (it bumps
+# the version counter or sets up the view) and redispatches again; a factory
+# operator's BackendSelect wrapper picks the backend from its options and
+# redispatches too. Below the autograd wrapper the kernel runs under
+# AutoDispatchBelowADInplaceOrView, so the operators it calls skip both
+# autograd keys (BackendSelect stays). Each node carries `grad`: whether the
+# calls it makes enter the dispatcher above the autograd keys: true from a
+# Python entry or an operator asked for, passed on through composite implicit
+# kernels, false below an autograd wrapper and from a C++ function asked for.
+# An operator called above them is a node of its own (its identity says so).
+# Operators whose autograd is written by hand (copy_, detach) have their
+# wrapper in VariableTypeManual.cpp, found in the index.
+
+
+def _op_children(node: Node, ctx: GraphContext) -> list[Node]:
     from kernelmap.codegen import Layer
 
+    from kernelmap.graph.arms import rank_of
+
+    op = node.payload
+    flags = node_flags(node)  # Note [values a call passes]
+    rank = rank_of(op) or node.rank  # Note [arms that cannot run]
     key = DEVICE_KEYS[ctx.device]
     kernel = ctx.catalog.effective_kernel(op, key)
-    code = _generated(str(op.name), ctx, (Layer.REGISTER, Layer.AUTOGRAD, Layer.UFUNC)) if ctx.generated else None
+    code = _generated(str(op.name), ctx, (Layer.REGISTER, Layer.AUTOGRAD, Layer.UFUNC, Layer.OPS)) if ctx.generated else None
+    composite_implicit = op.kind.value == "composite implicit"
     children: list[Node] = []
     parent_list = children
-    if ctx.requires_grad and op.autograd is not None and op.kind.value != "composite implicit":
-        wrapper = _registration(code, "Autograd")
-        name = wrapper.symbol if wrapper else f"VariableType::{op.name.name}"
-        node = Node(
-            name,
-            "wrapper",
-            wrapper.definition.location if wrapper and wrapper.definition else None,
-            EdgeKind.AUTOGRAD,
-            None,
-            {"key": "Autograd", "backward_node": op.autograd.backward_node, "derivatives": op.autograd.location},
-            identity=("autograd", str(op.name)),
-        )
-        redispatch = _redispatch_line(wrapper)
-        if redispatch is not None:
-            node.attrs["redispatch"] = redispatch
-        node.leaf()  # expanded here, below
-        children.append(node)
-        parent_list = node.children
+    for layer in _dispatch_layers(op, code, bool(node.grad) and not composite_implicit, bool(node.grad) and composite_implicit, ctx):
+        parent_list.append(layer)
+        parent_list = layer.children[-1].children  # below its redispatch
+    # below an autograd wrapper (generated or written by hand) the kernel's calls skip the autograd keys
+    kernel_grad = bool(node.grad) and composite_implicit
     if kernel is None:
         parent_list.append(Node(f"no {key} kernel", "unresolved", attrs={"reason": f"{op.name} declares no kernel for {key} or a composite key"}))
         return children
@@ -412,25 +625,117 @@ def _op_children(op: Op, ctx: GraphContext) -> list[Node]:
             EdgeKind.DISPATCHER,
             f"dispatch key {key}" + (f" (via {kernel.key})" if kernel.key != key else ""),
             {"key": kernel.key, "registered_at": wrapper.block},
+            grad=kernel_grad,
         )
         parent_list.append(node)
         target_parent = node.children
     else:
         note = f"dispatch key {key}" + (f" (via {kernel.key})" if kernel.key != key else "")
         target_parent.append(Node(f"{kernel.key} -> {kernel.symbol}", "note", None, EdgeKind.DISPATCHER, note))
-    target_parent.extend(_kernel_nodes(op, kernel, code, ctx))
+    for kernel_node in _kernel_nodes(op, kernel, code, ctx):
+        kernel_node.rank = rank
+        if flags and kernel_node.kind is NodeKind.KERNEL and kernel_node.payload is not None and ctx.index is not None:
+            _given(kernel_node, _kernel_flags(op, kernel_node.payload, flags, ctx))  # Note [values a call passes]
+        kernel_node.grad = kernel_grad
+        kernel_node.composite = kernel.key.startswith("Composite")
+        target_parent.append(kernel_node)
     children.extend(_override_nodes(op, ctx))
     return children
 
 
-def _redispatch_line(wrapper) -> Location | None:
-    """The line of a VariableType wrapper that redispatches below the autograd
-    keys (`at::redispatch::add(ks & c10::after_autograd_keyset, ...)`)."""
-    if wrapper is None or wrapper.definition is None:
+def _kernel_flags(op: Op, definition, flags: dict[str, bool], ctx: GraphContext) -> dict[str, bool]:
+    """The flags an operator's call passes, as its kernel's parameters: by
+    place when the kernel takes the schema's arguments in order (at::native::_convolution's
+    `transposed_` is _convolution's `transposed`), else by name."""
+    declared = parameters(definition, ctx) or []
+    arguments = [a.partition("=")[0].strip().rpartition(" ")[2] for a in schema_arguments(op.schema)]
+    if len(declared) == len(arguments):
+        return {name: flags[a] for a, p in zip(arguments, declared) if a in flags and (name := _parameter_name(p))}
+    names = {_parameter_name(p) for p in declared}
+    return {a: v for a, v in flags.items() if a in names}
+
+
+def _dispatch_layers(op: Op, code, grad: bool, grad_composite: bool, ctx: GraphContext) -> list[Node]:
+    """The wrappers a call of `op` passes before its backend's (Note [the
+    autograd layer]), each with the `at::_ops::<op>::redispatch` it calls
+    below it: VariableType and ADInplaceOrView when the call is made above the
+    autograd keys (`grad`), BackendSelect for a factory operator."""
+    layers = []
+    if grad:
+        autograd = _registration(code, "Autograd")
+        manual = None if autograd is not None else _manual_autograd(op, ctx)
+        if autograd is not None or manual is not None:
+            backward = op.autograd.backward_node if op.autograd is not None else None
+            if ctx.requires_grad:
+                does = f"an input requires grad: records {backward} for the backward pass" if backward else "an input requires grad"
+            else:
+                does = ("grad mode is on (the default): runs though no input requires grad, records no "
+                        f"{backward or 'backward node'} and redispatches")
+            attrs = {"key": "Autograd", "keep": True}
+            if backward:
+                attrs["backward_node"] = backward
+            if op.autograd is not None:
+                attrs["derivatives"] = op.autograd.location
+            if autograd is not None and autograd.definition is None:  # a fallback registered by name (autogradNotImplementedFallback())
+                layers.append(_layer_node(autograd.symbol.removesuffix("()"), None, "Autograd", EdgeKind.AUTOGRAD, does, attrs, op, code,
+                                          location=autograd.impl.location))
+            elif autograd is not None:
+                layers.append(_layer_node(autograd.symbol, autograd.definition, "Autograd", EdgeKind.AUTOGRAD, does, attrs, op, code))
+            else:
+                layers.append(_layer_node(manual.name, manual, "Autograd", EdgeKind.AUTOGRAD, f"written by hand; {does}", attrs, op, code, ctx))
+            inplace_or_view = _registration(code, "ADInplaceOrView")
+            if inplace_or_view is not None:
+                why = "a view: records its base" if op.is_view else "in place: bumps the version counter"
+                layers.append(_layer_node(inplace_or_view.symbol, inplace_or_view.definition, "ADInplaceOrView", EdgeKind.DISPATCHER, why,
+                                          {"key": "ADInplaceOrView"}, op, code))
+    # a composite implicit kernel runs at the Autograd key, before BackendSelect, when the call is made above it
+    backend_select = None if grad_composite else _registration(code, "BackendSelect")
+    if backend_select is not None and backend_select.definition is not None:
+        layers.append(_layer_node(backend_select.symbol, backend_select.definition, "BackendSelect", EdgeKind.DISPATCHER,
+                                  "picks the backend from the tensor options", {"key": "BackendSelect"}, op, code))
+    return layers
+
+
+def _layer_node(symbol: str, definition, key: str, via: EdgeKind, condition: str, attrs: dict, op: Op, code, ctx: GraphContext | None = None,
+                location: Location | None = None) -> Node:
+    """One wrapper of Note [the autograd layer] and, below it, the
+    `at::_ops::<op>::redispatch` it calls, at the line it calls it from."""
+    location = definition.location if definition is not None else location
+    layer = Node(symbol, NodeKind.WRAPPER, location, via, condition, dict(attrs))
+    unambiguous = str(op.name.unqualified).replace(".", "_")
+    entry = next((f for f in (code.ops if code else ()) if f.symbol == f"at::_ops::{unambiguous}::redispatch"), None)
+    redispatch = Node(f"at::_ops::{unambiguous}::redispatch", NodeKind.OPS_ENTRY, entry.definition.location if entry else None,
+                      EdgeKind.DIRECT, f"below the {key} key")
+    line = _redispatch_line(definition, ctx) if definition is not None else None
+    if line is not None:
+        redispatch.attrs["call_site"] = line
+        layer.attrs["redispatch"] = line
+    layer.children = [redispatch]
+    return layer
+
+
+def _manual_autograd(op: Op, ctx: GraphContext):
+    """The autograd kernel of an operator written by hand in VariableTypeManual.cpp (copy_, detach)."""
+    if ctx.index is None:
         return None
-    start = wrapper.definition.location
-    for offset, text in enumerate(wrapper.definition.text.splitlines()):
-        if "at::redispatch::" in text:
+    found = [d for d in ctx.index.definitions(f"torch::autograd::VariableType::{op.name.name}") if d.location.path.endswith("VariableTypeManual.cpp")]
+    return found[0] if found else None
+
+
+def _redispatch_line(definition, ctx: GraphContext | None = None) -> Location | None:
+    """The line of a wrapper that redispatches below its key
+    (`at::redispatch::add(ks & c10::after_autograd_keyset, ...)`,
+    `at::_ops::add__Tensor::redispatch(...)`)."""
+    if definition is None:
+        return None
+    start = definition.location
+    text = getattr(definition, "text", None)
+    if text is None:  # a definition of the index: its lines in the tree
+        if ctx is None or ctx.index is None:
+            return None
+        text = "\n".join(tree_lines(ctx, start.path)[start.line - 1 : start.end_line or start.line])
+    for offset, line in enumerate(text.splitlines()):
+        if "redispatch" in line and "::" in line:
             return Location(start.path, start.line + offset, origin=start.origin)
     return None
 
@@ -479,6 +784,7 @@ def _kernel_nodes(op: Op, kernel, code, ctx: GraphContext) -> list[Node]:
             for d in ctx.index.structured_kernels(functional, kind="structured_meta"):
                 nodes.append(cpp_node(d, ctx, EdgeKind.DIRECT, "meta: shapes and dtypes"))
                 nodes[-1].attrs["keep"] = True
+                nodes[-1].helper_levels = _META_HELPER_LEVELS  # Note [steps that run]
         ufunc = [u for u in (code.ufunc if code else ()) if u.key == DEVICE_KEYS[ctx.device]]
         impls = [u for u in ufunc if u.name.endswith("::impl")]
         if impls:
@@ -489,6 +795,7 @@ def _kernel_nodes(op: Op, kernel, code, ctx: GraphContext) -> list[Node]:
             for d in impls:
                 nodes.append(cpp_node(d, ctx, EdgeKind.DIRECT, "impl"))
                 nodes[-1].attrs["keep"] = True
+                nodes[-1].helper_levels = _META_HELPER_LEVELS  # Note [steps that run]
             if impls:
                 return nodes
     if ctx.index is None:
@@ -499,6 +806,7 @@ def _kernel_nodes(op: Op, kernel, code, ctx: GraphContext) -> list[Node]:
         nodes.append(Node(kernel.symbol, "kernel", None, EdgeKind.DISPATCHER, attrs={"unresolved": f"no definition in {ctx.index.tree.name}"}))
     for d in by_build(definitions, ctx):
         nodes.append(not_compiled(cpp_node(d, ctx, EdgeKind.DISPATCHER, d.symbol.condition and f"#if {d.symbol.condition}"), d.symbol.condition, ctx))
+        nodes[-1].helper_levels = 1  # an operator's kernel's own helpers run with it (Note [steps that run])
     return nodes
 
 
@@ -528,7 +836,7 @@ def _call_open(text: str, name: str) -> int | None:
 def parameters(definition, ctx: GraphContext) -> list[str] | None:
     """The parameter declarations of a definition, read from its lines in the
     tree (None when the declarator cannot be read)."""
-    lines = file_lines(ctx.index.tree.root / definition.location.path)
+    lines = tree_lines(ctx, definition.location.path)
     start = definition.location.line - 1
     text = "\n".join(lines[start : min(len(lines), (definition.location.end_line or start + 1), start + 40)])
     short = definition.name.rsplit("::", 1)[-1]
@@ -778,7 +1086,7 @@ def _class_arguments(definition, ctx: GraphContext) -> str | None:
     parts = definition.name.rsplit("::", 2)
     if len(parts) < 3:
         return None
-    lines = file_lines(ctx.index.tree.root / definition.location.path)
+    lines = tree_lines(ctx, definition.location.path)
     line = definition.location.line
     text = "\n".join(lines[max(0, line - 200) : line])
     m = None
@@ -792,16 +1100,34 @@ def _class_arguments(definition, ctx: GraphContext) -> str | None:
 def declaration_head(definition, ctx: GraphContext) -> str:
     """The text of a definition's declaration up to its name: the template
     header and return type written on the lines before it (a few at most)."""
-    lines = file_lines(ctx.index.tree.root / definition.location.path)
-    line = definition.location.line
+    return _declaration_head(tree_path(ctx, definition.location.path), definition.location.line, definition.name.rsplit("::", 1)[-1])
+
+
+@functools.lru_cache(maxsize=4096)
+def _declaration_head(path: Path, line: int, short: str) -> str:
+    lines = file_lines(path)
     text = "\n".join(lines[max(0, line - 8) : line])
-    short = re.escape(definition.name.rsplit("::", 1)[-1])
-    m = None
-    for m in re.finditer(rf"\b{short}\s*(?:<[^(){{;]*>)?\s*\(", text):
-        pass
-    text = text[: m.start()] if m is not None else text
+    # the last `\bNAME\s*(?:<...>)?\s*(` of the text, read without compiling a pattern per name
+    starts = _name_followed(text, short, _OPEN_TAIL)
+    text = text[: starts[-1]] if starts else text
     cut = max(text.rfind(";"), text.rfind("}"), text.rfind("{"))
     return text[cut + 1 :]
+
+
+def _name_followed(text: str, name: str, tail: re.Pattern[str]) -> list[int]:
+    """Where `\bNAME` followed by what `tail` matches is written in `text` (the name's starts)."""
+    found = []
+    word_first = bool(_WORD_CHAR.match(name)) if name else False
+    q = text.find(name) if name else -1
+    while q != -1:
+        word_before = q > 0 and bool(_WORD_CHAR.match(text, q - 1))
+        if word_before != word_first and tail.match(text, q + len(name)):
+            found.append(q)
+        q = text.find(name, q + 1)
+    return found
+
+
+_ANGLE_TAIL = re.compile(r"\s*<")
 
 
 def is_template(definition, ctx: GraphContext) -> bool:
@@ -825,7 +1151,7 @@ def by_enable_if(definitions: list, ctx: GraphContext) -> list:
     reduced = ctx.dtype in _REDUCED_DTYPES
     enabled = []
     for d in definitions:
-        lines = file_lines(ctx.index.tree.root / d.location.path)
+        lines = tree_lines(ctx, d.location.path)
         if not any("enable_if" in text for text in lines[max(0, d.location.line - 8) : d.location.line]):
             return definitions  # the common case, answered without parsing the declaration
         m = _ENABLE_IF.search(declaration_head(d, ctx))
@@ -868,7 +1194,7 @@ def dtype_work(line: int, callee_name: str, caller, caller_node: Node, callee, c
     if callee is not None and not callee.location.path.startswith("aten/src/ATen/native/"):
         return None  # ATen's utilities (getTensorInfo<scalar_t, ...> of ATen/cuda/detail) are plumbing
     why = None
-    for first, last in _dtype_cases(ctx.index.tree.root / location.path, location.line, location.end_line or location.line):
+    for first, last in _dtype_cases(tree_path(ctx, location.path), location.line, location.end_line or location.line):
         if first <= line <= last:
             why = f"called in the dtype dispatch at line {first}"
             break
@@ -883,7 +1209,7 @@ def dtype_work(line: int, callee_name: str, caller, caller_node: Node, callee, c
 
 def _templated_call(line: int, name: str, location: Location, ctx: GraphContext) -> bool:
     """Whether the call of `name` on `line` spells template arguments (`f<scalar_t>(`, `S<scalar_t>::f(`)."""
-    lines = file_lines(ctx.index.tree.root / location.path)
+    lines = tree_lines(ctx, location.path)
     text = lines[line - 1] if line <= len(lines) else ""
     short = re.escape(name.rsplit("::", 1)[-1].lstrip("."))
     return re.search(rf"\b{short}\s*<|>\s*::\s*{short}\s*\(", text) is not None
@@ -926,6 +1252,70 @@ def _structured_functional(op: Op, ctx: GraphContext) -> str | None:
 # -- C++ ---------------------------------------------------------------------
 
 
+# Note [a composite's utilities]
+# A tensor utility (Note on _UTILITY_OPS in graph.rules) is a leaf where a
+# kernel calls it: the kernel's own work is elsewhere. A composite operator
+# has no work of its own but the operators it calls, and some do nothing but
+# call utilities: Tensor.to(torch.float64) runs at::native::to, whose to_impl
+# calls at::_to_copy, whose kernel makes an empty tensor and calls copy_,
+# whose kernel copies with copy_kernel. So in the kernel of a composite
+# operator (reached through a Composite* key), and the helpers it calls
+# directly when it calls no operator itself (to's to_impl), the utility calls
+# are followed when they are all the operators it calls and it calls no stub,
+# loop, launch or library itself: they are its work. A composite that calls
+# other operators (conv2d's convolution, beside its input.dim()) leaves its
+# utilities as leaves, and so do its helpers (_convolution's subtensor, whose
+# contiguous() copies only a tensor that is not).
+
+
+def _composite_utilities(children: list[Node], spelled: dict[int, str], ctx: GraphContext) -> list[Node]:
+    """`children` of a composite's kernel with its utility calls followed when
+    they are all the work it does (Note [a composite's utilities])."""
+    from kernelmap.graph.ends import other_layouts_only
+
+    # a strided tensor's arms: not another device's, not another layout's (Note [ranking a call's ends])
+    running = [c for c in children if not c.attrs.get("branch")
+               and not any(other_layouts_only(x) for x in (entered_op(c).condition, *entered_op(c).attrs.get("outer_conditions", ())))]
+    utilities = [c for c in running if c.kind is NodeKind.OPERATOR and c.attrs.get("utility") and isinstance(c.payload, Op)]
+    inspections = [c for c in utilities if is_inspection_op(c.payload.name.name, c.payload.is_view)]  # move no element
+    utilities = [c for c in utilities if c not in inspections]
+    work = (NodeKind.STUB, NodeKind.LAUNCH, NodeKind.DEVICE_LOOP, NodeKind.VENDOR, NodeKind.GENERATED, NodeKind.INNER_LOOP,
+            NodeKind.HEADER, NodeKind.OPS_ENTRY, NodeKind.OPERATOR)
+    if not utilities or any(c.kind in work and c not in utilities and c not in inspections for c in running):
+        return children
+    followed = []
+    for child in children:
+        if child in utilities:
+            del child.attrs["utility"]
+            child.identity = ("op", str(child.payload.name), *child.attrs.get("given_flags", ()))
+            child.attrs["identity"] = ":".join(child.identity)
+            child.attrs["keep"] = True
+            child = entered(child, spelled.get(id(child), ""), ctx)
+        followed.append(child)
+    return followed
+
+
+# Note [steps that run]
+# A direct call whose callee reaches no operator, stub, loop or library is
+# plumbing, pruned from `stack` unless all calls are asked for. Some are
+# steps a native stack shows, kept: the helpers of a structured kernel's meta
+# and impl functions, three levels down (resize_reduction,
+# make_reduction_from_out_ty's make_reduction and its review_reduce_result:
+# every call runs them), those an operator's kernel
+# calls itself (wrapped_scalar_tensor, batchCount), and a call of a function
+# another translation unit defines (a .cpp of its own: at::native::resize_output
+# from a kernel of another file), which the compiler cannot inline without
+# link-time optimisation, which release builds do not use: a real frame, and
+# its own helpers (_resize_output_check).
+_META_HELPER_LEVELS = 3
+
+
+def _another_unit(caller, callee) -> bool:
+    """Whether `callee` is defined in another translation unit (.cpp) of kernel code than `caller` (Note [steps that run])."""
+    path = callee.location.path
+    return path.endswith(".cpp") and path != caller.location.path and path.startswith(KERNEL_DIRS)
+
+
 def _vectorized_math(node: Node) -> bool:
     """Whether a direct call's node is (every candidate of it is) in ATen's vectorized math."""
     nodes = node.children if node.kind in (NodeKind.AMBIGUOUS, NodeKind.ALTERNATIVES) and node.children else [node]
@@ -944,21 +1334,53 @@ def _vectorized_math(node: Node) -> bool:
 # `outer_conditions`.
 
 
-def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
+def _code_children(node: Node, ctx: GraphContext, owner=None, span: tuple[int, int] | None = None) -> list[Node]:
+    """The calls a definition makes (`owner`, else the node's own); with
+    `span`, only those made in the lambda on those lines, and without it, none
+    made in the lambda a kernel hands its own loop (they are below the loop)."""
     if node.kind == "generated":
         return _generated_children(node.payload, ctx)
     if node.kind == "stub":  # called: the kernels of the stub the call names; at its declaration (asked for itself): all
         at_declaration = node.location is not None and node.location == node.attrs.get("declared_at")
-        return _stub_children(node.payload, ctx, None if at_declaration else node.location)
-    if ctx.index is None or node.payload is None:
+        kernels = _stub_children(node.payload, ctx, None if at_declaration else node.location)
+        if node.passed:  # the stub call's known values, at their places of each kernel's parameters
+            for kernel in kernels:
+                declared = parameters(kernel.payload, ctx) if kernel.kind is NodeKind.KERNEL and kernel.payload is not None and ctx.index else None
+                flags = {name: node.passed[i] for i, p in enumerate(declared or ()) if i in node.passed and (name := _parameter_name(p))
+                         and _is_bool_parameter(p, name)}
+                _given(kernel, flags)
+        return kernels
+    if ctx.index is None or (node.payload is None and owner is None):
         return []
-    from kernelmap.graph import dtypes, loops
-
-    definition = node.payload
-    children = []
+    definition = owner if owner is not None else node.payload
+    sites = ctx.index.calls_from(definition)
+    if span is not None:  # a lambda's calls, not the loop's own call it is written in
+        sites = [s for s in sites if span[0] <= s.location.line <= span[1] and not (s.location.line == span[0] and _loop_call(s))]
+    lambdas = [] if span is not None else _loop_lambdas(sites, definition, ctx)
+    sites = [*sites, *_operator_sites(definition, sites, span, ctx)]  # Note [operators written as C++ operators]
+    if lambdas:  # made in the lambdas its loops are given: below the loops (Note [device loop machinery])
+        sites = [s for s in sites if _loop_call(s) or not any(first <= s.location.line <= last for first, last in lambdas)]
     bound = node.bound if node.bound is not None else {**_template_bindings(node, definition, ctx), **_stub_bindings(node, definition, ctx)}
+    node.bound = bound  # the lambda of its own loop binds the same (Note [device loop machinery])
     passed: list[tuple[int, set[str]]] = []  # (call line, stubs) of calls that pass stubs the callee's parameters take
-    for site in ctx.index.calls_from(definition):
+    spelled: dict[int, str] = {}  # utility operator calls left unexpanded: the name each call spells
+    if node.known is None or span is None:  # a lambda knows what the kernel it is written in knows
+        given = {**(node.known or {}), **node_flags(node)}
+        node.known = {**given, **_assigned(definition, given, ctx)}  # Note [values a call passes]
+    known = node.known
+    token = _CALLER_VALUES.set(known)
+    try:
+        children = _site_children(node, ctx, definition, sites, span, lambdas, bound, passed, spelled, known)
+    finally:
+        _CALLER_VALUES.reset(token)
+    return children
+
+
+def _site_children(node: Node, ctx: GraphContext, definition, sites, span, lambdas, bound, passed, spelled, known) -> list[Node]:
+    from kernelmap.graph import arms, dtypes, loops
+
+    children = []
+    for site in sites:
         condition = site.condition
         if site.preproc:
             condition = f"{condition}  #if {site.preproc}" if condition else f"#if {site.preproc}"
@@ -968,6 +1390,9 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
             branch = branch or dtypes.other_precision_reason(site.callee, site.library, ctx.dtype)
         for around in site.outer:  # Note [conditions around a call]
             branch = branch or other_device_reason(around, ctx.device) or dtypes.other_dtype_reason(around, ctx.dtype)
+        branch = branch or arms.cannot_run((site.condition, *site.outer), known, definition, ctx, node.rank)  # Note [arms that cannot run]
+        if not branch and site.condition is None and site.preproc:  # a `#if` in a case hides the case from the index
+            branch = arms.case_cannot_run(site.location.line, definition, known, ctx, node.rank)
         child = _site_node(site, definition, ctx, condition, bound)
         if child is None:
             continue
@@ -1000,15 +1425,35 @@ def _code_children(node: Node, ctx: GraphContext) -> list[Node]:
             if work is not None:
                 child.attrs["dtype_work"] = work
                 child.attrs["keep"] = True
+        elif child.kind is NodeKind.OPERATOR and child.identity is not None:
+            child = entered(child, site.callee, ctx)  # Note [the way into the dispatcher]
+        elif child.kind is NodeKind.OPERATOR and child.attrs.get("utility"):
+            spelled[id(child)] = site.callee
+        if site.kind is EdgeKind.DIRECT and child.kind is NodeKind.KERNEL and not child.attrs.get("branch") and child.payload is not None:
+            if span is not None or (node.loop_work and is_template(child.payload, ctx)):
+                child.loop_work = True  # the lambda's work (layer_norm's RowwiseMoments), and the templates it runs (RowwiseMomentsImpl)
+                child.attrs["keep"] = True
+            if node.helper_levels > 0 or _another_unit(definition, child.payload):  # Note [steps that run]
+                child.attrs["keep"] = True
+                child.helper_levels = max(node.helper_levels - 1, 1 if _another_unit(definition, child.payload) else 0)
         children.append(child)
     for target, site in _callbacks(definition, ctx):
+        if (span is not None and not span[0] <= site.line <= span[1]) or any(first <= site.line <= last for first, last in lambdas):
+            continue
         child = cpp_node(target, ctx, EdgeKind.DIRECT, "passed as a function argument", site)
         work = dtype_work(site.line, target.name, definition, node, target, ctx)
         if work is not None:
             child.attrs["dtype_work"] = work
             child.attrs["keep"] = True
         children.append(child)
-    children.extend(loops.iteration_nodes(node, definition, ctx))  # a CPU device loop's, called or asked for
+    if span is None:
+        children.extend(loops.iteration_nodes(node, definition, ctx))  # a CPU device loop's, called or asked for
+    if node.composite and not ctx.all_calls:
+        children = _composite_utilities(children, spelled, ctx)
+        if not any(entered_op(c).kind is NodeKind.OPERATOR and not c.attrs.get("branch") for c in children):
+            for child in children:  # a composite that calls no operator itself does its work in its helpers (to's to_impl)
+                if child.kind is NodeKind.KERNEL and child.via is EdgeKind.DIRECT:
+                    child.composite = True
     if passed:  # a stub passed to a callee that calls it is shown there, under the callee's test of it
         children = [c for c in children if not (c.kind is NodeKind.STUB and c.via is EdgeKind.STUB and c.location is not None and any(
             c.payload in taken and line <= c.location.line < line + 12 for line, taken in passed))]
@@ -1020,6 +1465,21 @@ _ARGUMENT_NAME = r"(?:^|[(,])\s*&?\s*(?P<qualifier>(?:[\w:]*::)?)(?P<name>{name}
 
 
 _ANY_ARGUMENT_NAME = re.compile(_ARGUMENT_NAME.format(name=r"\w+"))
+
+
+def tree_path(ctx: GraphContext, rel: str) -> Path:
+    """The path of a file of the selected tree (made once per file: a graph names the same files thousands of times)."""
+    return _joined(ctx.index.tree.root, rel)
+
+
+@functools.lru_cache(maxsize=4096)
+def _joined(root: Path, rel: str) -> Path:
+    return root / rel
+
+
+def tree_lines(ctx: GraphContext, rel: str) -> tuple[str, ...]:
+    """The lines of a file of the selected tree."""
+    return file_lines(_joined(ctx.index.tree.root, rel))
 
 
 @functools.lru_cache(maxsize=512)
@@ -1062,7 +1522,7 @@ def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
     """Functions of the same file that `definition` passes as arguments: calls
     made through a function pointer, which no call site shows."""
     location = definition.location
-    lines = file_lines(ctx.index.tree.root / location.path)
+    lines = tree_lines(ctx, location.path)
     by_short = _by_short_name(ctx.index, location.path)
     if not any(d.name != definition.name for ds in by_short.values() for d in ds):
         return []
@@ -1077,6 +1537,8 @@ def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
             continue
         for m in _ANY_ARGUMENT_NAME.finditer(line):
             qualifier, name = m.group("qualifier"), m.group("name")
+            if name not in by_short:
+                continue
             # `RUN_K(INDEX_T, DIM, sbtopk::launch)`: the qualifier tells sbtopk::launch from mbtopk::launch
             named = [d for d in by_short.get(name, ()) if d.name != definition.name and f"::{d.lookup}".endswith(f"::{qualifier}{name}")]
             target = named[0] if named else None
@@ -1094,7 +1556,13 @@ def vendor_node(callee: str, library_id: str | None, location: Location | None, 
     attrs: dict[str, Any] = {"library": library.name if library else (library_id or "unknown"), "closed": bool(library and library.closed)}
     if library is not None and library.repository:
         attrs["repository"] = library.repository
-    return Node(callee, NodeKind.VENDOR, location, via, condition, attrs)
+    node = Node(callee, NodeKind.VENDOR, location, via, condition, attrs)
+    parent = node
+    for name in vendors.entries(callee, library_id):  # Note [library entries] in kernelmap.vendors
+        inner = Node(name, NodeKind.VENDOR, None, EdgeKind.VENDOR, f"inside {attrs['library']}", {k: v for k, v in attrs.items() if k != "call_site"})
+        parent.children = [inner]
+        parent = inner
+    return node
 
 
 def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: dict[str, str] | None = None) -> Node | None:
@@ -1120,7 +1588,7 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: di
             return None
     if kind is EdgeKind.DISPATCHER:
         if not site.op or (site.callee.startswith(".") and ctx.index is not None and not _tensor_receiver(site, caller, ctx)):
-            return None
+            return _vectorized_method(site, caller, ctx, condition) if site.callee.startswith(".") and ctx.index is not None else None
         try:
             op = ctx.catalog.resolve(site.op)[0]
         except KernelmapError:
@@ -1136,7 +1604,15 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: di
                 node.leaf()
         return node
     if kind is EdgeKind.STUB:
-        return Node(site.name, "stub", site.location, kind, condition, {"call_site": str(site.location)}, payload=site.name, identity=("stub", site.name))
+        node = Node(site.name, "stub", site.location, kind, condition, {"call_site": str(site.location)}, payload=site.name, identity=("stub", site.name))
+        known = _CALLER_VALUES.get()
+        arguments = call_arguments(site, ctx) if known or ctx.index is not None else None
+        passed = {i: v for i, a in enumerate((arguments or [])[1:]) if (v := _argument_value(a, known)) is not None}
+        if passed:  # a stub called with known flags: its kernels' arms are decided by them (Note [values a call passes])
+            node.passed = passed
+            node.identity = (*node.identity, *(f"#{i}={'true' if v else 'false'}" for i, v in sorted(passed.items())))
+            node.attrs["identity"] = ":".join(node.identity)
+        return node
     if kind is EdgeKind.LAUNCH:
         if launch_kind(site.callee) is NodeKind.LAUNCH and ctx.index is not None:
             # a host function named like a launcher (launch_clamp_scalar) is a call to follow, not a leaf
@@ -1152,6 +1628,12 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: di
         location = kernels[0].location if len(kernels) == 1 else site.location
         return Node(site.callee, launch_kind(site.callee), location, kind, condition, attrs)
     if kind is EdgeKind.VENDOR:
+        # a name the vendor table matches that the tree defines is PyTorch's own function: its
+        # body calls the library (mkl/LinearAlgebra.cpp's mkl_gemm_batched calls cblas_sgemm_batch)
+        own = _resolve_direct(site, caller, ctx) if ctx.index is not None else []
+        if own:
+            site = dataclasses.replace(site, kind=EdgeKind.DIRECT)
+            return _site_node(site, caller, ctx, condition, bound)
         return vendor_node(site.callee, site.library, site.location, kind, condition)
     # direct: resolve to definitions in the tree, namespace-aware
     spelled = site  # as the call is written, for reading its arguments
@@ -1174,7 +1656,7 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: di
     if not candidates:
         op = _unqualified_operator(spelled, caller, ctx)
         if op is None:
-            return None
+            return _vectorized_method(site, caller, ctx, condition) if site.callee.startswith(".") else None
         return _site_node(dataclasses.replace(spelled, kind=EdgeKind.DISPATCHER, op=op), caller, ctx, condition, bound)
     if _is_utility_kernel(site.name, candidates, ctx) and not _own_overload(site.name, caller) and not _utility_kernel(caller, ctx):
         # `copy_(nt, t)` in Shape.cu calls at::native::copy_ itself: the same tensor
@@ -1186,6 +1668,8 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: di
         candidates = by_argument_types(by_arity(by_enable_if(candidates, ctx), spelled, ctx), spelled, ctx)
     if len(candidates) > 1:
         typed = by_dtype(candidates, ctx)
+        if len(typed) > 1:  # the one the build compiles (mkl_gemm_batched for float, beside its placeholder without MKL)
+            typed = [d for d in typed if compiled(d.symbol.condition, ctx) is not False] or typed
         if len(typed) == 1:
             node = cpp_node(typed[0], ctx, kind, condition, site.location)
             node.attrs["dtype_case"] = f"{ctx.dtype}: the {_DTYPE_TYPES[ctx.dtype][0]} overload of {len(candidates)}"
@@ -1211,6 +1695,61 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: di
     for child in group.children:
         child.leaf()  # shown, not expanded: the call is ambiguous
     return group
+
+
+# Note [vectorized math]
+# A CPU kernel's Vectorized lambda (`[=](Vectorized<scalar_t> a) { return
+# a.exp(); }`, softmax's `(x - Vec(max_input)).exp()`) calls a method of
+# at::vec::Vectorized, a class specialised per element type and per CPU
+# capability in ATen/cpu/vec: vec512/vec512_float.h for a kernel compiled for
+# AVX512, vec256/vec256_float.h for AVX2. Where the method's body calls a
+# library (SLEEF: `Sleef_expf16_u10(values)`), it is where the element's math
+# is done, and is shown at its definition for the selected dtype, one per
+# capability; a method that calls none (operator+, neg) is the loop's own
+# arithmetic and is not shown.
+_VECTORIZED_TYPE = re.compile(r"(?:^|::)(?:Vectorized\b|Vec$|[a-z]+Vec$|vec_t$|Vectorized16\b)")
+_VECTOR_HEADERS = {"float32": "float", "float64": "double"}
+
+
+def _vectorized_method(site, caller, ctx: GraphContext, condition: str | None) -> Node | None:
+    """The Vectorized method a member call on a vector runs, per CPU capability
+    (Note [vectorized math]); None when the receiver is no vector, or the
+    method calls no library."""
+    suffix = _VECTOR_HEADERS.get(ctx.dtype)
+    if suffix is None or ctx.device != "cpu":
+        return None
+    method = site.callee[1:]
+    headers = {f"aten/src/ATen/cpu/vec/vec512/vec512_{suffix}.h": "AVX512", f"aten/src/ATen/cpu/vec/vec256/vec256_{suffix}.h": "AVX2"}
+    cache = ctx.__dict__.setdefault("_vectorized_methods", {})  # asked of many member calls: once per method
+    if method not in cache:
+        cache[method] = [d for d in ctx.index.definitions(f"at::vec::CPU_CAPABILITY::Vectorized::{method}")
+                         if d.location.path in headers and _calls_library(d, ctx)]
+    found = list(cache[method])
+    if not found:
+        return None
+    declared = receiver_declarations(site, caller, ctx) or receiver_declarations(site, caller, ctx, through_call=True)
+    if not declared or not _VECTORIZED_TYPE.search(re.sub(r"<.*", "", declared[-1]).strip()):
+        return None
+    found.sort(key=lambda d: list(headers).index(d.location.path))
+    if len(found) == 1:
+        node = cpp_node(found[0], ctx, EdgeKind.DIRECT, condition, site.location)
+        node.attrs["keep"] = True
+        return node
+    group = Node(f"at::vec::Vectorized::{method}", NodeKind.ALTERNATIVES, site.location, EdgeKind.DIRECT, condition,
+                 {"reason": "Vectorized is defined once per CPU capability: a kernel runs the one it was compiled for"})
+    for d in found:
+        child = cpp_node(d, ctx, EdgeKind.DIRECT, f"the kernel compiled for {headers[d.location.path]}", site.location)
+        child.attrs["keep"] = True
+        group.children.append(child)
+    return group
+
+
+def _calls_library(definition, ctx: GraphContext) -> bool:
+    cache = ctx.__dict__.setdefault("_calls_library", {})
+    key = (definition.name, str(definition.location))
+    if key not in cache:
+        cache[key] = any(s.kind is EdgeKind.VENDOR for s in ctx.index.calls_from(definition))
+    return cache[key]
 
 
 # Receivers whose methods named like an operator may be Tensor methods, which call
@@ -1266,7 +1805,7 @@ def _unqualified_operator(site, caller, ctx: GraphContext) -> str | None:
     base = next((b for b in spelled_as if b and any("function" in op.variants for op in ctx.catalog.overloads(b))), None)
     if base is None:
         return None
-    lines = file_lines(ctx.index.tree.root / site.location.path)
+    lines = tree_lines(ctx, site.location.path)
     for argument in call_arguments(site, ctx) or ():
         if _AT_CALL.match(argument):
             return base
@@ -1309,9 +1848,10 @@ def _template_bindings(node: Node, definition, ctx: GraphContext) -> dict[str, s
     if not isinstance(site, Location) or ctx.index is None:
         return {}
     short = definition.name.rsplit("::", 1)[-1]
-    lines = file_lines(ctx.index.tree.root / site.path)
+    lines = tree_lines(ctx, site.path)
     text = "\n".join(lines[site.line - 1 : site.line + 3])
-    m = re.search(rf"\b{re.escape(short)}\s*<", text)
+    starts = _name_followed(text, short, _ANGLE_TAIL)  # `\bNAME\s*<`, without a pattern per name
+    m = _ANGLE_TAIL.match(text, starts[0] + len(short)) if starts else None
     head = declaration_head(definition, ctx)
     h = re.search(r"\btemplate\s*<", head)
     if h is None:
@@ -1339,7 +1879,7 @@ def _deduced_bindings(site: Location, short: str, definition, parameters: list[s
     class (`sortCommon(SmallBitonicSort{}, ...)`, `run_launcher<scalar_t,
     index_t>(..., KthValueLauncher(k))`), binds it to that class."""
     wanted = {p for p in parameters if p}
-    lines = file_lines(ctx.index.tree.root / definition.location.path)
+    lines = tree_lines(ctx, definition.location.path)
     text = "\n".join(lines[definition.location.line - 1 : definition.location.line + 12])
     opened = re.search(rf"\b{re.escape(short)}\s*(?:<[^(){{}};]*>)?\s*\(", text)
     declared = _bracket_items(text, opened.end(), "([{<", ")]}>") if opened else None
@@ -1465,7 +2005,16 @@ def call_arguments(site, ctx: GraphContext) -> list[str] | None:
     read there."""
     if ctx.index is None:
         return None
-    lines = file_lines(ctx.index.tree.root / site.location.path)
+    cache = ctx.__dict__.setdefault("_call_arguments", {})  # asked of one call by several readers of it
+    key = (site.location.path, site.location.line, site.name, site.callee)
+    if key not in cache:
+        cache[key] = _call_arguments(site, ctx)
+    found = cache[key]
+    return None if found is None else list(found)
+
+
+def _call_arguments(site, ctx: GraphContext) -> tuple[str, ...] | None:
+    lines = tree_lines(ctx, site.location.path)
     start = site.location.line - 1
     text = "\n".join(lines[start : start + 12])
     if site.name == "operator()" and site.callee.endswith("::operator()"):
@@ -1481,8 +2030,8 @@ def call_arguments(site, ctx: GraphContext) -> list[str] | None:
     items = _bracket_items(text, opened, "([{", ")]}") if opened is not None else None
     if items is None:
         return None
-    arguments = [_COMMENT.sub("", a).strip() for a in items]
-    return [] if arguments == [""] else arguments
+    arguments = tuple(_COMMENT.sub("", a).strip() for a in items)
+    return () if arguments == ("",) else arguments
 
 
 # A declaration of a name: `static ReduceAdd reduce_add;`, `const Tensor& self,` (a parameter).
@@ -1501,7 +2050,15 @@ def _type_key(text: str) -> str | None:
 def _declared_type(name: str, site, ctx: GraphContext) -> str | None:
     """The type (_type_key) of the nearest declaration of `name` above a
     call site in its file; None when not found."""
-    lines = file_lines(ctx.index.tree.root / site.location.path)
+    cache = ctx.__dict__.setdefault("_declared_types", {})
+    key = (name, site.location.path, site.location.line)
+    if key not in cache:
+        cache[key] = _find_declared_type(name, site, ctx)
+    return cache[key]
+
+
+def _find_declared_type(name: str, site, ctx: GraphContext) -> str | None:
+    lines = tree_lines(ctx, site.location.path)
     pattern = re.compile(_DECLARED.format(name=re.escape(name)), re.M)
     for i in range(site.location.line - 1, -1, -1):
         if name not in lines[i]:
@@ -1627,7 +2184,7 @@ def by_argument_types(definitions: list, site, ctx: GraphContext) -> list:
         if len({t[position] for t in types}) < 2:
             continue  # every overload takes the same type here
         declared = _argument_type(argument, site, ctx)
-        if declared is None or set(re.findall(r"\w+", declared)) & _dependent_names(ctx.index.tree.root / site.location.path):
+        if declared is None or set(re.findall(r"\w+", declared)) & _dependent_names(tree_path(ctx, site.location.path)):
             continue  # unknown, or a template's type (`opmath_t`: `float` for Half, so gemm_notrans_'s Half overload)
         exact = [i for i in matching if types[i][position] == declared]
         if exact:
@@ -1635,7 +2192,7 @@ def by_argument_types(definitions: list, site, ctx: GraphContext) -> list:
             continue
         # no overload takes it exactly: one whose parameter is another plain class of the file cannot take it
         # (cpu_scatter_gather_base_kernel's `ReduceMean& kernel_func` for a TensorAssign): a template can
-        classes = _plain_classes(ctx.index.tree.root / site.location.path)
+        classes = _plain_classes(tree_path(ctx, site.location.path))
         if declared in classes:
             viable = [i for i in matching if types[i][position] not in classes]
             if viable:
@@ -1696,12 +2253,90 @@ def literal_flags(op: Op, site, ctx: GraphContext) -> dict[str, bool]:
     """The flags (`bool`, `bool?` arguments) a call of `op` at `site` passes
     as `true` or `false`, by name (Note [flags passed as literals])."""
     arguments = call_arguments(site, ctx)
-    if not arguments or not ("true" in arguments or "false" in arguments) or "Layout? layout" in op.schema:
+    known = _CALLER_VALUES.get()
+    if not arguments or "Layout? layout" in op.schema or not any(_argument_value(a, known) is not None for a in arguments):
         return {}
     declared = _passed_parameters(op, site)
     if len(arguments) > len(declared):
         return {}
-    return {name: text == "true" for (kind, name), text in zip(declared, arguments) if kind in ("bool", "bool?") and text in ("true", "false")}
+    flags = {}
+    for (kind, name), text in zip(declared, arguments):
+        value = _argument_value(text, known)
+        if kind in ("bool", "bool?") and value is not None:
+            flags[name] = value
+    return flags
+
+
+# Note [values a call passes]
+# Note [flags passed as literals] reads the `true` and `false` a call writes.
+# A value is also passed on by name: at::native::convolution calls
+# `at::_convolution(..., transposed, ...)` with the `transposed` conv2d's
+# `at::convolution_symint(..., false, ...)` gave it; _convolution, whose
+# parameter is `transposed_`, sets `params.transposed = transposed_` and
+# passes `params` to _select_conv_backend. So the flags a node's call
+# passes (its `given_flags`, its parameters by name) are the values its own
+# calls can pass: an argument that names one (or negates it, `!train`), or a
+# field of one set from one, is that value for the callee's parameter at its
+# place (an operator's kernel takes its schema's arguments in order; a stub's
+# kernel takes the stub call's arguments after the device type). An arm
+# whose test these values decide against (`if (transposed)`, the `else` of
+# `if (!train)`) cannot run for the call: it is a branch, not a leaf
+# (Note [arms that cannot run]).
+_CALLER_VALUES: contextvars.ContextVar[dict[str, bool]] = contextvars.ContextVar("caller_values", default={})
+
+
+# `params.transposed = transposed_;` (a field set from a value the call passes), `const bool train = false;`
+# (a constant): a name set to a known value.
+_ASSIGNMENT = re.compile(r"(?:^|[;{])\s*(?:(const|constexpr)\s+bool\s+)?([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)\s*=\s*(!?\s*[A-Za-z_]\w*)\s*;", re.M)
+
+
+def _assigned(definition, known: dict[str, bool], ctx: GraphContext) -> dict[str, bool]:
+    """What a definition's body sets from values its call passes, or a
+    constant it declares (Note [values a call passes]): `params.transposed =
+    transposed_` in _convolution. A name set anywhere else (`x = ...;`, `x |= ...`)
+    is not known; a local set to a literal only where declared `const`."""
+    if ctx.index is None:
+        return {}
+    location = definition.location
+    lines = tree_lines(ctx, location.path)
+    text = "\n".join(lines[location.line - 1 : location.end_line or location.line])
+    if "=" not in text:
+        return {}
+    code = _CODE_ONLY.sub(_blank_keeping_lines, text)
+    found: dict[str, bool | None] = {}
+    for m in _ASSIGNMENT.finditer(code):
+        constant, name, value_text = m.group(1), m.group(2), m.group(3)
+        literal = value_text.strip() in ("true", "false")
+        value = _argument_value(value_text, known) if (constant or not literal) else None
+        found[name] = value if name not in found and value is not None else None
+    for name in [n for n, v in found.items() if v is not None]:  # set once, and nowhere else
+        if len(re.findall(rf"(?<![\w.]){re.escape(name)}\s*(?:[-+*/|&^]|<<|>>)?=(?!=)", code)) != 1:
+            found[name] = None
+    return {name: value for name, value in found.items() if value is not None and name not in known}
+
+
+def _argument_value(text: str, known: dict[str, bool]) -> bool | None:
+    """The value of a call's argument as written: a literal `true`/`false`, or
+    a name (a parameter, a field) whose value the caller knows, or its negation."""
+    text = text.strip()
+    if text in ("true", "false"):
+        return text == "true"
+    if text in known:
+        return known[text]
+    if text.startswith("!") and text[1:].strip() in known:
+        return not known[text[1:].strip()]
+    return None
+
+
+def node_flags(node) -> dict[str, bool]:
+    """The flags a node's call passes (`given_flags`), by name."""
+    return {name: value == "true" for name, _, value in (f.partition("=") for f in node.attrs.get("given_flags", ()))}
+
+
+def _fields_passed(name: str, argument: str, known: dict[str, bool]) -> dict[str, bool]:
+    """The fields of an argument the caller knows (`params.transposed`), as the callee's parameter's (`name.transposed`)."""
+    prefix = f"{argument.strip()}."
+    return {f"{name}.{key[len(prefix):]}": value for key, value in known.items() if key.startswith(prefix)} if name else {}
 
 
 def _passed_parameters(op: Op, site) -> list[tuple[str, str]]:
@@ -1727,11 +2362,19 @@ def by_literal_types(op: Op, site, ctx: GraphContext) -> Op:
     """Note [overloads told apart by a literal]: the overload a dispatcher call
     reaches when it passes a number where the resolved overload takes a
     Tensor: rms_norm's `at::pow(upcasted_input, 2)` is pow.Tensor_Scalar,
-    not pow.Tensor_Tensor, and `x.add(1)` is add.Scalar. The resolved
-    operator stays when it takes the numbers, or when no other overload of
-    its name and kind (out=, in-place) takes every argument passed."""
+    not pow.Tensor_Tensor, and `x.add(1)` is add.Scalar. A number is a
+    literal, or a name or arithmetic of names the caller declares as
+    numbers (`double p`: dropout's `noise.bernoulli_(1 - p)` is
+    bernoulli_.float, not bernoulli_.Tensor). The resolved operator stays
+    when it takes the numbers, or when no other overload of its name and
+    kind (out=, in-place) takes every argument passed."""
     arguments = call_arguments(site, ctx)
-    if not arguments or not any(_NUMBER_LITERAL.fullmatch(a) for a in arguments):
+    if not arguments:
+        return op
+    declared = _passed_parameters(op, site)
+    numbers = {i for i, ((kind, _), text) in enumerate(zip(declared, arguments))
+               if kind.startswith("Tensor") and _is_number(text, site, ctx)}
+    if not numbers:
         return op
 
     count = len(arguments) + site.callee.startswith(".")  # `self.add(1)`: the tensor is the first argument
@@ -1740,14 +2383,30 @@ def by_literal_types(op: Op, site, ctx: GraphContext) -> Op:
         declared = _passed_parameters(candidate, site)
         if not _accepts(candidate, count) or len(arguments) > len(declared):
             return False
-        return not any(kind.startswith("Tensor") and _NUMBER_LITERAL.fullmatch(text) for (kind, _), text in zip(declared, arguments))
+        return not any(declared[i][0].startswith("Tensor") for i in numbers)
 
-    if fits(op):
-        return op
-    for other in ctx.catalog.overloads(op.name.name.rstrip("_")):
+    for other in ctx.catalog.overloads(op.name.name):  # an in-place operator's overloads are listed under its own name (bernoulli_)
         if other.name.name == op.name.name and other.is_out == op.is_out and other.is_inplace == op.is_inplace and fits(other):
             return other
     return op
+
+
+# Types of a number a C++ caller declares (`double p`, `const Scalar& alpha`).
+_NUMBER_TYPES = frozenset(("double", "float", "int", "long", "int64_t", "int32_t", "uint8_t", "size_t", "Scalar", "SymInt"))
+_ARITHMETIC = re.compile(r"[\w\s.+\-*/()]+")
+_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
+
+
+def _is_number(text: str, site, ctx: GraphContext) -> bool:
+    """Whether an argument is a number: a literal, or a name or arithmetic of
+    names and literals whose names the caller declares with a number's type
+    (`1 - p` of `double p`); a call or a member in it is not read."""
+    if _NUMBER_LITERAL.fullmatch(text):
+        return True
+    if not _ARITHMETIC.fullmatch(text) or re.search(r"\w\s*\(|\.\s*[A-Za-z_]", text):
+        return False
+    names = _NAME.findall(text)
+    return bool(names) and all(_declared_type(name, site, ctx) in _NUMBER_TYPES for name in names)
 
 
 def _literal_parameters(definition, site, ctx: GraphContext) -> dict[str, bool]:
@@ -1755,17 +2414,36 @@ def _literal_parameters(definition, site, ctx: GraphContext) -> dict[str, bool]:
     `true` or `false`, by name (`_exec_fft(out, self, out_sizes, dims,
     normalization, /*forward=*/false)`): Note [flags passed as literals]."""
     arguments = call_arguments(site, ctx)
-    if not arguments or not ("true" in arguments or "false" in arguments):
+    known = _CALLER_VALUES.get()
+    if not arguments or not any(_argument_value(a, known) is not None or f"{a.strip()}." in "".join(known) for a in arguments):
         return {}
     declared = parameters(definition, ctx)
     if declared is None or len(arguments) > len(declared):
         return {}
+    return _bound_flags(declared, arguments, known)
+
+
+def _bound_flags(declared: list[str], arguments: list[str], known: dict[str, bool]) -> dict[str, bool]:
+    """The `bool` parameters of `declared` that `arguments` pass a known value
+    to, and the known fields of the objects they pass (Note [values a call passes])."""
     flags = {}
     for parameter, text in zip(declared, arguments):
         name = _parameter_name(parameter)
-        if text in ("true", "false") and name and re.fullmatch(rf"(?:const\s+)?bool\s+{name}(?:\s*=.*)?", parameter.strip(), re.S):
-            flags[name] = text == "true"
+        value = _argument_value(text, known)
+        if value is not None and name and _is_bool_parameter(parameter, name):
+            flags[name] = value
+        if known:
+            flags.update(_fields_passed(name, text, known))
     return flags
+
+
+_BOOL_PARAMETER = re.compile(r"(?:const\s+)?bool\s+(\w+)(?:\s*=.*)?", re.S)
+
+
+def _is_bool_parameter(parameter: str, name: str) -> bool:
+    """Whether a parameter declaration is a `bool` named `name` (`const bool need_backward`)."""
+    m = _BOOL_PARAMETER.fullmatch(parameter.strip())
+    return m is not None and m.group(1) == name
 
 
 def by_argument_count(op: Op, site, ctx: GraphContext) -> Op:
@@ -1848,8 +2526,7 @@ def _own_loop(site, caller, ctx: GraphContext, condition: str | None) -> Node | 
     if site.callee in _PARALLEL_LOOPS:
         found, role = [d for d in ctx.index.definitions("at::parallel_for") if d.location.path == "aten/src/ATen/Parallel-inl.h"], "threads"
     else:
-        receiver = receiver_type(site, caller, ctx)
-        if (receiver is None or receiver.rsplit("::", 1)[-1] not in _ITERATORS) and not _made_iterator(site, caller, ctx):
+        if not _on_iterator(site, caller, ctx):
             return None
         found, role = ctx.index.definitions(f"at::TensorIteratorBase::{site.callee[1:]}"), "iteration"
         found = [d for d in found if d.location.path.endswith(".cpp")] or found  # the loop2d_t overload the others wrap
@@ -1857,14 +2534,164 @@ def _own_loop(site, caller, ctx: GraphContext, condition: str | None) -> Node | 
         return None
     d = found[0]
     attrs: dict[str, Any] = {"call_site": site.location, "symbol_kind": d.symbol.kind, "loop": role}
-    return Node(d.name, NodeKind.DEVICE_LOOP, d.location, EdgeKind.DIRECT, condition, attrs, payload=d, identity=("cpp", d.name, str(d.location)))
+    lines = tree_lines(ctx, site.location.path)
+    span = _lambda_span(site, caller, ctx)
+    end = span[1] if span is not None and span[0] == site.location.line else site.location.line
+    where, text = site.location, "lambda"
+    if span is not None and span[0] != site.location.line and span[0] != caller.location.line:
+        first = span[0]  # a lambda held in a variable (`auto loop = [&](...)`): at its own line
+    else:
+        first = site.location.line  # written in the call, at the line its `[...](` is written on
+    for number in range(first, min(len(lines), max(end, first)) + 1):
+        spelled = _LAMBDA_HEAD.search(lines[number - 1])
+        if spelled is not None:
+            where, text = Location(site.location.path, number, origin=site.location.origin), spelled.group(0).strip()
+            break
+    else:  # written by a macro (`iter.for_each(IMPLEMENT_ITERATOR_LAMBDA(op), grain_size)`): named by the macro's use
+        written = re.search(rf"\b{re.escape(site.name)}\s*\(\s*([A-Z_][A-Z0-9_]*\s*\([^()]*\))", lines[site.location.line - 1]) \
+            if site.location.line <= len(lines) else None
+        text = written.group(1) if written else text
+    text = re.sub(r"^\[[^\]]{12,}\]", "[...]", text)  # a long capture list: `[&index_contig, &slice_size_bytes, ...]`
+    # a lambda none of these ways gives is not read: its calls stay the kernel's
+    lam = None if span is None else loops.Lambda(caller, where, end, text, span if span[0] != site.location.line else None)
+    return Node(d.name, NodeKind.DEVICE_LOOP, d.location, EdgeKind.DIRECT, condition, attrs, payload=loops.LoopStep(d, lam, ()),
+                identity=("loop", d.name, str(d.location), f"lambda@{site.location}"))
+
+
+# The CPU device loops whose lambdas a kernel writes at their call (`cpu_kernel_vec(iter, [=](scalar_t a) {...}, ...)`).
+_CPU_DEVICE_LOOPS = re.compile(r"^(cpu_kernel\w*|cpu_serial_kernel\w*|binary_kernel_reduce\w*)$")
+
+
+def _loop_call(site) -> bool:
+    """Whether a call site is of a loop a kernel hands a lambda: its own, or a CPU device loop."""
+    return site.callee in _PARALLEL_LOOPS or site.callee in _ITERATOR_LOOPS or bool(_CPU_DEVICE_LOOPS.match(site.name))
+
+
+def _loop_lambdas(sites, definition, ctx: GraphContext) -> list[tuple[int, int]]:
+    """The lines (first, last) of the lambdas a kernel hands its loops:
+    its own (`iter.for_each([&](...) {...})`, `at::parallel_for(0, n, 1,
+    [&](int64_t begin, int64_t end) {...})`) and the CPU device loops'
+    (`cpu_kernel_vec(iter, [=](scalar_t a) {...}, [=](Vectorized<scalar_t> a) {...})`)."""
+    from kernelmap.graph import loops
+
+    if definition.location.path.startswith((*loops.MACHINERY_FILES, *LOOP_HEADERS, *_REDUCTION_MACHINERY)):
+        return []
+    spans = []
+    for site in sites:
+        if site.callee in _PARALLEL_LOOPS or (site.callee in _ITERATOR_LOOPS and _on_iterator(site, definition, ctx)):
+            span = _lambda_span(site, definition, ctx)
+            if span is not None:
+                spans.append(span)
+        elif site.kind is EdgeKind.LAUNCH and _CPU_DEVICE_LOOPS.match(site.name) and not site.location.path.startswith("build/"):
+            spans.extend((first, last) for first, last, _ in device_lambdas(site.location, ctx))
+    return spans
+
+
+def device_lambdas(site: Location, ctx: GraphContext) -> tuple[tuple[int, int, bool], ...]:
+    """The lambdas written in the call of a CPU device loop at `site`: (first
+    line, last line, whether it takes Vectorized) of each (Note [device loop
+    machinery])."""
+    if ctx.index is None or site.path.startswith("build/"):
+        return ()
+    lines = tree_lines(ctx, site.path)
+    end = call_end(lines, site.line, "")
+    text = _CODE_ONLY.sub(_blank_keeping_lines, "\n".join(lines[site.line - 1 : end]))
+    found = []
+    for m in re.finditer(r"\[[^\[\]]*\]\s*\(([^()]*)\)[^{;]*\{", text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        vectorized = re.search(r"\bVectorized\b|\bVec\b|\b\w*Vec\b|\bvec_t\b", m.group(1)) is not None
+        found.append((site.line + text.count("\n", 0, m.start()), site.line + text.count("\n", 0, i), vectorized))
+    return tuple(found)
+
+
+def _lambda_span(site, definition, ctx: GraphContext) -> tuple[int, int] | None:
+    """(after which line, up to which line) a kernel's calls are made in the
+    lambda its own loop's call at `site` is given: the lines of the call, or
+    the line of the macro use that defines the kernel when a macro writes the
+    lambda (`iter.for_each(IMPLEMENT_ITERATOR_LAMBDA(op), grain_size)` in the
+    body of IMPLEMENT_FLOAT_KERNEL, Note [definitions written by macros] in
+    source.extract); None when neither can be read."""
+    lines = tree_lines(ctx, site.location.path)
+    end = call_end(lines, site.location.line, site.name)
+    text = lines[site.location.line - 1] if site.location.line <= len(lines) else ""
+    use = definition.location.line
+    if use != site.location.line and re.search(rf"\b{re.escape(site.name)}\s*\(\s*[A-Z_][A-Z0-9_]*\s*\(", text):
+        return use, use
+    if end > site.location.line or re.search(r"\[[^\[\]]*\]\s*\(", text):
+        return site.location.line, end
+    held = _held_lambda(site, definition, lines)
+    return held
+
+
+def _held_lambda(site, definition, lines) -> tuple[int, int] | None:
+    """The lines of the lambda a loop's call is given by the name of a
+    variable the caller sets to it above the call (`auto loop = [&](char**
+    data, ...) {...}; iter.for_each(loop, grain_size);`, cumsum's and
+    binary_kernel_reduce_lastdim's); None when it is no such name."""
+    m = re.search(rf"\b{re.escape(site.name)}\s*\(\s*(?:[^,()]*,\s*){{0,3}}?([A-Za-z_]\w*)\s*[,)]", lines[site.location.line - 1])
+    if m is None:
+        return None
+    name = m.group(1)
+    start = definition.location.line - 1
+    if start >= site.location.line:
+        start = macro_start(list(lines), site.location.line)
+    declared = re.compile(rf"\b(?:const\s+)?auto\s*&?\s*{re.escape(name)}\s*=\s*\[")
+    for i in range(site.location.line - 1, start - 1, -1):
+        if declared.search(lines[i]):
+            text = _CODE_ONLY.sub(_blank_keeping_lines, "\n".join(lines[i : site.location.line]))
+            opened = text.find("{", text.find("]"))
+            if opened < 0:
+                return None
+            depth, j = 0, opened
+            while j < len(text):
+                depth += {"{": 1, "}": -1}.get(text[j], 0)
+                j += 1
+                if depth == 0:
+                    return i + 1, i + 1 + text.count("\n", 0, j)
+            return None
+    return None
+
+
+def _on_iterator(site, caller, ctx: GraphContext) -> bool:
+    """Whether a member call is made on a TensorIterator (declared so, or an `auto` set to one the caller builds)."""
+    receiver = receiver_type(site, caller, ctx)
+    return (receiver is not None and receiver.rsplit("::", 1)[-1] in _ITERATORS) or _made_iterator(site, caller, ctx)
+
+
+# A lambda's introducer and parameters as written on one line: `[&](int64_t begin, int64_t end)`.
+_LAMBDA_HEAD = re.compile(r"\[[^\[\]]*\]\s*\([^()]*\)")
+
+
+def call_end(lines, line: int, name: str) -> int:
+    """The line on which the call of `name` that starts on `line` (1-based)
+    closes its parentheses: where the lambda it is given ends; `line` when
+    it cannot be read within 400 lines."""
+    text = "\n".join(lines[line - 1 : line + 400])
+    opened = _call_open(text, name)
+    if opened is None:
+        return line
+    depth, i = 1, opened
+    code = _CODE_ONLY.sub(_blank_keeping_lines, text)
+    while i < len(code) and depth:
+        depth += {"(": 1, ")": -1}.get(code[i], 0)
+        i += 1
+    return line + code.count("\n", 0, i)
+
+
+def lambda_children(node: Node, lam, ctx: GraphContext) -> list[Node]:
+    """A kernel's calls made in the lambda it hands its own loop (Note [device
+    loop machinery]): the work each element or row gets."""
+    return _code_children(node, ctx, lam.owner, lam.span or (lam.location.line, lam.end_line))
 
 
 def _made_iterator(site, caller, ctx: GraphContext) -> bool:
     """Whether the receiver of a member call is an `auto` the caller sets to a
     TensorIterator it builds above the call (`auto iter =
     TensorIteratorConfig()...build();`, compare_base_kernel's)."""
-    lines = file_lines(ctx.index.tree.root / site.location.path)
+    lines = tree_lines(ctx, site.location.path)
     if site.location.line > len(lines):
         return False
     m = re.search(rf"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*{re.escape(site.callee[1:])}\s*\(", lines[site.location.line - 1])
@@ -1878,7 +2705,9 @@ def _made_iterator(site, caller, ctx: GraphContext) -> bool:
 
 
 # The CPU reductions' own machinery (binary_kernel_reduce's loops, parallel_reduce itself) and the threads'.
-_REDUCTION_MACHINERY = ("aten/src/ATen/native/cpu/Reduce.h", "aten/src/ATen/native/TensorIteratorReduce.cpp", "aten/src/ATen/Parallel")
+# (cpu/Reduce.h's own `sub_iter.for_each(loop, grain_size)`, binary_kernel_reduce_lastdim's, is a loop
+# with a lambda of its own, as a kernel's is: Note [device loop machinery] in graph.loops)
+_REDUCTION_MACHINERY = ("aten/src/ATen/native/TensorIteratorReduce.cpp", "aten/src/ATen/Parallel")
 
 
 def _all_distinct_conditions(candidates) -> bool:
@@ -1899,7 +2728,9 @@ def _resolve_direct(site, caller, ctx: GraphContext) -> list:
         callee = f"{receiver}::{callee[1:]}"
     if callee.startswith("std::") or len(site.name) < 3:
         return []
-    found = [d for d in ctx.index.definitions(callee) if d.location.path.startswith(KERNEL_DIRS)]
+    # kernel code: its folders, and ATen's functions of namespace at::native elsewhere (ScalarOps.h's wrapped_scalar_tensor)
+    found = [d for d in ctx.index.definitions(callee)
+             if d.location.path.startswith(KERNEL_DIRS) or (d.lookup.startswith("at::native::") and d.location.path.startswith("aten/src/ATen/"))]
     if not found:
         return []
     bodies = [d for d in found if not _is_statement(d, ctx)]
@@ -1954,14 +2785,14 @@ def _is_statement(definition, ctx: GraphContext) -> bool:
     location = definition.location
     if location.end_line not in (None, location.line):
         return False
-    lines = file_lines(ctx.index.tree.root / location.path)
+    lines = tree_lines(ctx, location.path)
     text = lines[location.line - 1].strip() if location.line <= len(lines) else ""
     return text.endswith(");") and not text.startswith(("#", "//"))
 
 
 def _is_local(name: str, site, caller, ctx: GraphContext) -> bool:
     """Whether `name` is declared as a variable in the caller before the call (`T gemm{}`, `auto gemm =`)."""
-    lines = file_lines(ctx.index.tree.root / site.location.path)
+    lines = tree_lines(ctx, site.location.path)
     text = "\n".join(lines[caller.location.line : site.location.line - 1])
     # `[\w>&*]\s+NAME\s*(?:\{|=[^=]|;)` read at each place the name is written,
     # with patterns that do not name it: compiling one pattern per name is dear.
@@ -2029,7 +2860,7 @@ def receiver_declarations(site, caller, ctx: GraphContext, through_call: bool = 
     `through_call`: of a receiver that is an expression, another call's
     result (`x_vec.neg().exp()`) or one in parentheses (`(x -
     Vec(max_input)).exp()`), the first variable in it declared in the caller."""
-    lines = file_lines(ctx.index.tree.root / site.location.path)
+    lines = tree_lines(ctx, site.location.path)
     if site.location.line > len(lines):
         return []
     line, method = lines[site.location.line - 1], site.callee.lstrip(".")
@@ -2117,14 +2948,36 @@ def _declarations(variable: str, site, caller, lines) -> list[str]:
     start = caller.location.line - 1
     if start >= site.location.line:  # the call is written in the body of the macro whose use defines the caller
         start = macro_start(lines, site.location.line)
+    end = max(site.location.line, caller.location.end_line or 0)
+    # every declaration of the variable in the caller, read once: a graph asks of the same receivers (`iter`, `self`) many times
+    found = _declared_at(lines, start, end, variable)
+    return [t for line, t in found if line < site.location.line]
+
+
+_DECLARED_AT: dict[tuple, tuple[tuple[str, ...], tuple[tuple[int, str], ...]]] = {}
+
+
+def _declared_at(lines: tuple[str, ...], start: int, end: int, variable: str) -> tuple[tuple[int, str], ...]:
+    """(index of the line, type) of each declaration of `variable` in lines
+    `start` to `end` (indexes) of a file, in order: only the lines that name
+    it are read (with the line before: a type may end a line)."""
+    key = (id(lines), start, end, variable)
+    kept = _DECLARED_AT.get(key)
+    if kept is not None and kept[0] is lines:
+        return kept[1]
     word = _word_pattern(variable)
-    # only the lines that name the variable (with the line before: a type may end a line), not the whole body
-    text = "\n".join(f"{lines[i - 1] if i > start else ''}\n{lines[i]}" for i in range(start, site.location.line) if variable in lines[i] and word.search(lines[i]))
-    if not text:
-        return []
     declared = _declaration_pattern(variable)
-    matches = (d for begin, end in _statement_pieces(text, variable) for d in declared.finditer(text, begin, end))
-    return [d.group(1) for d in matches if d.group(1) not in _NOT_TYPES and not d.group(1).startswith("std::")]
+    found = []
+    for i in range(start, min(end, len(lines))):
+        if variable not in lines[i] or not word.search(lines[i]):
+            continue
+        text = f"{lines[i - 1] if i > start else ''}\n{lines[i]}"
+        found.extend((i, d.group(1)) for begin, stop in _statement_pieces(text, variable) for d in declared.finditer(text, begin, stop)
+                     if d.group(1) not in _NOT_TYPES and not d.group(1).startswith("std::"))
+    if len(_DECLARED_AT) > 20000:
+        _DECLARED_AT.clear()
+    _DECLARED_AT[key] = (lines, tuple(found))
+    return tuple(found)
 
 
 def macro_start(lines: list[str], line: int) -> int:
@@ -2179,7 +3032,7 @@ def _stub_children(stub: str, ctx: GraphContext, call_site: Location | None = No
 
 def _stub_qualifier(path: str, line: int, stub: str, ctx: GraphContext) -> str | None:
     """The namespace written before `stub` on a line (`cpublas::copy_stub` -> "cpublas"); None when unqualified."""
-    lines = file_lines(ctx.index.tree.root / path)
+    lines = tree_lines(ctx, path)
     text = lines[line - 1] if 0 < line <= len(lines) else ""
     m = re.search(rf"((?:\w+::)+){re.escape(stub)}\b", text)
     return m.group(1).rstrip(":").removeprefix("at::native").strip(":") or None if m else None
@@ -2203,8 +3056,8 @@ def _avx512_slot(registrations, nodes: list[Node], ctx: GraphContext) -> bool | 
     """Whether a CPU stub's kernel fills the AVX512 slot: `REGISTER_DISPATCH` in
     a native/cpu file compiled for AVX512 registers nullptr there (DispatchStub.h),
     `ALSO_REGISTER_AVX512_DISPATCH` registers the kernel. None when unread."""
-    texts = [file_lines(ctx.index.tree.root / r.location.path)[r.location.line - 1] for r in registrations
-             if r.device == "CPU" and ctx.index is not None and r.location.line <= len(file_lines(ctx.index.tree.root / r.location.path))]
+    texts = [tree_lines(ctx, r.location.path)[r.location.line - 1] for r in registrations
+             if r.device == "CPU" and ctx.index is not None and r.location.line <= len(tree_lines(ctx, r.location.path))]
     texts += [u.definition.text for n in nodes if n.kind is NodeKind.GENERATED and n.payload for u in n.payload[1]]
     if any("ALSO_REGISTER_AVX512_DISPATCH" in t for t in texts):
         return True
@@ -2343,7 +3196,7 @@ def _inner_loop(name: str, ctx: GraphContext) -> Node:
     definitions = ctx.index.definitions(f"at::native::ufunc::{name}")
     if definitions:
         return Node(definitions[0].name, "inner_loop", definitions[0].location, EdgeKind.DIRECT, "inner loop", attrs)
-    lines = file_lines(ctx.index.tree.root / header)
+    lines = tree_lines(ctx, header)
     line = next((i for i, text in enumerate(lines, 1) if re.search(rf"\b{re.escape(name)}\s*\(", text)), 1 if lines else None)
     location = Location(header, line, origin=ctx.index.tree.origin) if line else None
     return Node(f"at::native::ufunc::{name}", "inner_loop", location, EdgeKind.DIRECT, "inner loop", attrs if location else {**attrs, "unresolved": f"{header} is not in the tree"})
@@ -2361,8 +3214,9 @@ def dedupe(nodes: list[Node]) -> list[Node]:
     seen, out = set(), []
     for n in nodes:
         site = n.attrs.get("call_site") if n.kind is NodeKind.KERNEL and n.via is EdgeKind.DIRECT else None
-        key = (n.kind, n.name, n.condition, str(n.location) if n.kind not in ("op", "stub") else "", str(site) if site else "",
-               tuple(n.attrs.get("outer_conditions", ())))
+        op = entered_op(n)  # an operator's call is told by the operator's conditions (Note [the way into the dispatcher])
+        key = (n.kind, n.name, op.condition, str(n.location) if n.kind not in ("op", "stub") else "", str(site) if site else "",
+               tuple(op.attrs.get("outer_conditions", ())))
         if key not in seen:
             seen.add(key)
             out.append(n)

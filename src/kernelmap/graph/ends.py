@@ -103,7 +103,9 @@ without passing another operator (var on CUDA: std_var_kernel_cuda, whose
 reduction is not followed, not the sqrt_kernel_cuda of the at::sqrt beside
 it). Above all these, a stub named for the call's operator (histogramdd_stub
 of aten::histogramdd), called at the arguments' defaults, names the kernel,
-whichever end ranks first.
+whichever end ranks first. An end reached through c10's containers (the
+memcpy of c10::SmallVector's uninitialized_copy, which loop_2d_from_1d's copy
+of the data pointers runs) is the loop's bookkeeping: a step, never an end.
 """
 
 from __future__ import annotations
@@ -259,10 +261,18 @@ def _end_paths(tree: CallTree, twins: dict[str, CallNode]):
             children, through = twins[identity].children, True
             budget -= sizes[identity] if identity in sizes else sizes.setdefault(identity, _size(twins[identity]))
         if node.kind in _KIND_RANK:
-            yield node, path, through
+            if not _bookkeeping(path):
+                yield node, path, through
             if node.kind is not NodeKind.DEVICE_LOOP:
                 continue  # a device loop is followed into the kernels it launches
         stack.extend((c, path + (c,), through) for c in reversed(children))
+
+
+def _bookkeeping(path: tuple[CallNode, ...]) -> bool:
+    """Whether an end is reached through c10's containers (the memcpy of
+    c10::SmallVector's uninitialized_copy, which loop_2d_from_1d's copy of the
+    data pointers runs): the loop's bookkeeping, shown as a step, never an end."""
+    return any(n.location is not None and n.location.path.startswith("c10/") for n in path[:-1])
 
 
 def _end(node: CallNode, path: tuple[CallNode, ...], order: int, arguments: _Arguments) -> End:

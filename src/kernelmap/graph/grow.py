@@ -30,6 +30,22 @@ class Node:
     identity: tuple | None = None  # cycle and repeat detection; None: a leaf
     children: list[Node] = field(default_factory=list)
     bound: dict[str, str] | None = None  # template parameters its call site binds, once read (Note [template arguments])
+    # whether the calls it makes enter the dispatcher above the autograd keys (Note [the autograd layer]);
+    # None until its parent passes its own on
+    grad: bool | None = None
+    # a composite operator's kernel or a helper it calls directly (Note [a composite's utilities])
+    composite: bool = False
+    # called in the lambda a kernel hands its own loop, or a template such a call instantiates: the
+    # per-element work, never plumbing (Note [device loop machinery] in graph.loops)
+    loop_work: bool = False
+    # a stub call's known arguments, by place after the device type (Note [values a call passes] in graph.down)
+    passed: dict[int, bool] | None = None
+    # the values its definition's parameters and fields are known to hold for the call (Note [values a call passes])
+    known: dict[str, bool] | None = None
+    # the number of dimensions the call's input has, when its operator's name fixes it (Note [arms that cannot run])
+    rank: int | None = None
+    # how many levels of its direct helpers are steps that run (a meta function's resize_reduction), not plumbing
+    helper_levels: int = 0
 
     def __post_init__(self) -> None:
         self.kind = NodeKind(self.kind)
@@ -45,6 +61,16 @@ class Node:
 
 Expand = Callable[[Node], list[Node]]
 
+# The dispatch keys whose wrappers run on the way to the backend's (Note [the autograd layer] in graph.down).
+_LAYER_KEYS = frozenset({"Autograd", "ADInplaceOrView", "BackendSelect"})
+
+
+def _passes_through(node: Node) -> bool:
+    """Whether a node is the one call's way into the dispatcher (the inline
+    at::<op>, at::_ops::<op>::call, the autograd layer's wrappers): not a
+    call below it, so no level of the depth."""
+    return node.kind in (NodeKind.HEADER, NodeKind.OPS_ENTRY) or node.attrs.get("key") in _LAYER_KEYS
+
 
 def grow(root: Node, expand: Expand, depth: int) -> CallNode:
     """Expand from `root` with an explicit queue: recursion on the current path
@@ -52,7 +78,8 @@ def grow(root: Node, expand: Expand, depth: int) -> CallNode:
     the depth is bounded and the whole tree capped at MAX_NODES."""
     expanded: set[tuple] = set()
     count = 1
-    # breadth first: the shallowest occurrence of a repeated node is the one expanded
+    # breadth first: the shallowest occurrence of a repeated node is the one expanded (the nodes a call
+    # passes through on its way into the dispatcher add no level: _passes_through)
     queue: deque[tuple[Node, int, frozenset]] = deque([(root, 0, frozenset())])
     while queue:
         node, level, path = queue.popleft()
@@ -78,16 +105,17 @@ def grow(root: Node, expand: Expand, depth: int) -> CallNode:
                     node.attrs["unresolved"] = str(e)
             count += len(node.children)
             path = path | {node.identity}
-        elif level >= depth:  # a grouping node at the limit: keep it, cut below
+        elif level >= depth and not _passes_through(node):  # a grouping node at the limit: keep it, cut below
             if node.children:
                 node.attrs["truncated"] = f"depth {depth} reached"
                 node.children = []
             continue
-        # the inline at::<op> and at::_ops::<op>::call are the one call's way into
-        # the dispatcher, not calls below it: they do not count toward the depth
-        below = level if node.kind in (NodeKind.HEADER, NodeKind.OPS_ENTRY) else level + 1
-        for child in node.children:
-            queue.append((child, below, path))
+        # the inline at::<op>, at::_ops::<op>::call and the autograd layer's wrappers are the one
+        # call's way into the dispatcher, not calls below it: they do not count toward the depth
+        if _passes_through(node):  # no level of its own: its children are read before the next level (a 0-1 breadth-first walk)
+            queue.extendleft((child, level, path) for child in reversed(node.children))
+        else:
+            queue.extend((child, level + 1, path) for child in node.children)
     return freeze(root)
 
 

@@ -46,7 +46,10 @@ MACHINERY_FILES = (
     "aten/src/ATen/native/cpu/Loops.h",
 )
 # The calls of the machinery that are steps of the loop: iteration, threads, the loops themselves.
-_STEP_NAMES = re.compile(r"^(for_each|serial_for_each|parallel_for|\w*_loop|\w*_loop2d)$")
+_STEP_NAMES = re.compile(r"^(for_each|serial_for_each|parallel_for|invoke_parallel|two_pass_reduction|parallel_dim_reduction|\w*_loop|\w*_loop2d)$")
+# Where the threads and the reductions' machinery live: OpenMP's invoke_parallel (the wheel's
+# build uses OpenMP), TensorIteratorBase::parallel_reduce's helpers.
+_THREAD_FILES = ("aten/src/ATen/Parallel-inl.h", "aten/src/ATen/ParallelOpenMP.h", "aten/src/ATen/native/TensorIteratorReduce.cpp")
 # What each loop of Loops.h is, for the reader (and for explain).
 _ROLES = {"vectorized_loop": "vectorized inner loop", "basic_loop": "scalar inner loop"}
 _ITERATION = (".for_each", ".serial_for_each")
@@ -60,6 +63,8 @@ class LoopStep:
     definition: Any
     loop_object: Any = None  # a Definition (VectorizedLoop2d::operator()), or a Lambda
     operations: tuple = ()  # (inner loop name, vectorized?, line of its lambda) the device loop was given
+    # the lambdas the kernel wrote at the device loop's call: (kernel's Definition, first line, last line, vectorized?)
+    lambdas: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,9 @@ class Lambda:
     location: Location  # the line of the `for_each(` call that holds it
     end_line: int
     text: str = "lambda"  # its introducer and parameters as written: `[&](char** data, ...)`
+    # the lines whose calls are made in it, when not those after its call's line up to end_line:
+    # a lambda a macro writes (`iter.for_each(IMPLEMENT_ITERATOR_LAMBDA(op), grain_size)`) has its calls at the macro's use
+    span: tuple[int, int] | None = None
 
     @property
     def name(self) -> str:
@@ -84,12 +92,16 @@ def iteration_nodes(node: Node, definition, ctx: GraphContext) -> list[Node]:
     (Note [device loop machinery])."""
     if ctx.index is None or not definition.location.path.endswith("cpu/Loops.h"):
         return []
-    from kernelmap.graph.down import file_lines
+    from kernelmap.graph.down import tree_lines
+
+    from kernelmap.graph.down import device_lambdas
 
     site = node.attrs.get("call_site")
     operations = _operations(site, ctx) if isinstance(site, Location) else ()
+    owner = ctx.index.definition_at(site.path, site.line) if isinstance(site, Location) and not site.path.startswith("build/") else None
+    lambdas = tuple((owner, first, last, vectorized) for first, last, vectorized in device_lambdas(site, ctx)) if owner is not None else ()
 
-    lines = file_lines(ctx.index.tree.root / definition.location.path)
+    lines = tree_lines(ctx, definition.location.path)
     nodes = []
     for site in ctx.index.calls_from(definition):
         if site.callee not in _ITERATION:
@@ -107,13 +119,13 @@ def iteration_nodes(node: Node, definition, ctx: GraphContext) -> list[Node]:
         if target is None:
             continue
         attrs = {"call_site": site.location, "loop": "iteration", "keep": True, "symbol_kind": target.symbol.kind}
-        nodes.append(_step_node(target, loop_object, operations, site.condition, attrs))
+        nodes.append(_step_node(target, loop_object, operations, site.condition, attrs, lambdas))
     return nodes
 
 
-def _step_node(target, loop_object, operations: tuple, condition: str | None, attrs: dict) -> Node:
-    key = _object_key(loop_object) + "".join(f"|{name}@{line}" for name, _, line in operations)
-    return Node(target.name, NodeKind.KERNEL, target.location, EdgeKind.DIRECT, condition, attrs, payload=LoopStep(target, loop_object, operations),
+def _step_node(target, loop_object, operations: tuple, condition: str | None, attrs: dict, lambdas: tuple = ()) -> Node:
+    key = _object_key(loop_object) + "".join(f"|{name}@{line}" for name, _, line in operations) + "".join(f"|lambda@{first}" for _, first, _, _ in lambdas)
+    return Node(target.name, NodeKind.KERNEL, target.location, EdgeKind.DIRECT, condition, attrs, payload=LoopStep(target, loop_object, operations, lambdas),
                 identity=("loop", target.name, str(target.location), key))
 
 
@@ -139,14 +151,14 @@ def _operations(site: Location, ctx: GraphContext) -> tuple:
 def _inner_loops(operations: tuple, vectorized: bool, ctx: GraphContext) -> list[Node]:
     """The inner loop a loop of Loops.h applies: the Vectorized overload of
     `ufunc::add` under vectorized_loop, the scalar one under basic_loop."""
-    from kernelmap.graph.down import file_lines
+    from kernelmap.graph.down import tree_lines
 
     nodes = []
     for name, is_vectorized, line in operations:
         if is_vectorized != vectorized:
             continue
         for d in ctx.index.definitions(f"at::native::ufunc::{name}"):
-            text = file_lines(ctx.index.tree.root / d.location.path)[d.location.line - 1]
+            text = tree_lines(ctx, d.location.path)[d.location.line - 1]
             if ("Vectorized<" in text) == vectorized:
                 role = "vop: the Vectorized lambda" if vectorized else "op: the scalar lambda"
                 attrs = {"header": d.location.path}
@@ -163,13 +175,13 @@ def _object_key(loop_object) -> str:
 
 def _made_object(maker: str, caller, ctx: GraphContext):
     """The `operator()` of the type `make_vectorized_loop2d` returns, read from its definition."""
-    from kernelmap.graph.down import file_lines
+    from kernelmap.graph.down import tree_lines
 
     found = [d for d in ctx.index.definitions(maker) if d.location.path == caller.location.path] or ctx.index.definitions(maker)
     if not found:
         return None
     d = found[0]
-    lines = file_lines(ctx.index.tree.root / d.location.path)
+    lines = tree_lines(ctx, d.location.path)
     head = " ".join(lines[max(0, d.location.line - 2) : d.location.line + 1])
     m = re.search(rf"\b(\w+)\s*(?:<[^;{{}}<>]*>)?\s+{re.escape(maker)}\s*\(", head)
     if m is None:
@@ -196,18 +208,35 @@ def step_children(node: Node, ctx: GraphContext) -> list[Node]:
     calls the type-erased `loop` (Note [device loop machinery])."""
     step: LoopStep = node.payload
     if isinstance(step.definition, Lambda):
-        return _lambda_children(step, ctx)
+        return _lambda_children(step, ctx, node)
     definition = step.definition
     nodes: list[Node] = []
+    from kernelmap.graph.down import compiled
+
     parameters = _loop_parameters(definition, ctx)
-    sites = ctx.index.calls_from(definition)
+    sites = [s for s in ctx.index.calls_from(definition) if not s.preproc or compiled(s.preproc, ctx) is not False]
     # the type-erased loop is called once per case (1-d from the start, 1-d from an offset, n-d tiles):
-    # the last call, the general n-d one, stands for them
-    object_site = [s for s in sites if s.callee in parameters][-1:] if step.loop_object is not None else []
+    # the last call, the general n-d one, stands for them; at::parallel_for calls its function itself
+    # for inputs under the grain size, the case answers are for, and through invoke_parallel's threads
+    # otherwise (a call made in the lambda it passes them is theirs)
+    calls = [s for s in sites if s.callee in parameters]
+    threads = definition.location.path == "aten/src/ATen/Parallel-inl.h"
+    object_site = (calls[:1] if threads else calls[-1:]) if step.loop_object is not None else []
     for site in sites:
         condition = site.condition
         if site in object_site:
-            nodes.append(_object_node(step.loop_object, site, condition, step.operations))
+            threads = definition.location.path in _THREAD_FILES
+            obj = _object_node(step.loop_object, site, None if threads else None, step.operations, threads, step.lambdas)
+            wrapper = None if threads else _from_1d(step.loop_object, site, ctx)
+            if wrapper is not None:  # a 1-d lambda runs inside the 2-d loop TensorIterator makes of it
+                obj.attrs["call_site"] = wrapper.attrs.pop("inner_call_site", obj.attrs["call_site"])
+                obj.condition = "called for each row by the 2-d loop loop_2d_from_1d makes of it"
+                wrapper.condition = _joined_condition(condition, "called through loop2d_t (c10::function_ref): the 2-d loop made of the 1-d lambda")
+                wrapper.children = [*wrapper.children, obj]  # the pointers copied (memcpy), then the lambda per row
+                nodes.append(wrapper)
+            else:
+                obj.condition = _joined_condition(condition, obj.condition)
+                nodes.append(obj)
             continue
         if site.callee in parameters:
             continue
@@ -218,37 +247,122 @@ def step_children(node: Node, ctx: GraphContext) -> list[Node]:
             continue
         attrs: dict[str, Any] = {"call_site": site.location, "keep": True, "symbol_kind": target.symbol.kind}
         short = target.name.rsplit("::", 1)[-1]
-        if short == "parallel_for":
+        if short == "invoke_parallel" and isinstance(step.loop_object, Lambda) and not _is_machinery(step.loop_object.owner):
+            attrs["loop"] = "threads"  # a kernel's own function, run on the threads
+            nodes.append(_step_node(target, step.loop_object, step.operations, condition, attrs, step.lambdas))
+        elif short == "parallel_for":
             attrs["loop"] = "threads"
             nodes.append(Node(target.name, NodeKind.KERNEL, target.location, EdgeKind.DIRECT, condition, attrs))
         elif short in _ROLES:
             attrs["loop"] = _ROLES[short]
             loop = Node(target.name, NodeKind.KERNEL, target.location, EdgeKind.DIRECT, condition, attrs)
-            loop.children = _inner_loops(step.operations, short == "vectorized_loop", ctx)
+            loop.children = _inner_loops(step.operations, short == "vectorized_loop", ctx) + _lambda_calls(node, step.lambdas, short == "vectorized_loop", ctx)
             nodes.append(loop)
         else:
             attrs["loop"] = "iteration"
-            nodes.append(_step_node(target, step.loop_object, step.operations, condition, attrs))
+            nodes.append(_step_node(target, step.loop_object, step.operations, condition, attrs, step.lambdas))
     return nodes
 
 
-def _object_node(loop_object, site, condition: str | None, operations: tuple) -> Node:
-    """The loop object, called through the type-erased `loop2d_t` at `site`."""
-    why = "called through loop2d_t (c10::function_ref): the loop object the device loop passed"
+def _joined_condition(condition: str | None, why: str | None) -> str | None:
+    return f"{condition}; {why}" if condition and why else condition or why
+
+
+# A lambda's parameters: a 1-d loop takes (char** data, const int64_t* strides, int64_t n).
+_ONE_D = re.compile(r"\(\s*char\s*\*\s*\*\s*\w*\s*,[^,()]*,[^,()]*\)")
+
+
+def _from_1d(loop_object, site, ctx: GraphContext) -> Node | None:
+    """TensorIteratorBase::loop_2d_from_1d's 2-d loop, when the loop object is
+    a 1-d lambda: `for_each(loop1d_t)` wraps it (TensorIterator.h), and the
+    wrapper is the frame serial_for_each calls (Note [device loop machinery])."""
+    if not isinstance(loop_object, Lambda) or not _is_one_d(loop_object, ctx):
+        return None
+    found = [d for d in ctx.index.definitions("at::TensorIteratorBase::loop_2d_from_1d") if d.location.path.startswith(MACHINERY_FILES)]
+    if not found:
+        return None
+    d = found[0]
+    attrs: dict[str, Any] = {"call_site": site.location, "loop": "loop object", "keep": True, "symbol_kind": d.symbol.kind}
+    inner = next((s for s in ctx.index.calls_from(d) if s.callee == "loop"), None)
+    if inner is not None:
+        attrs["inner_call_site"] = inner.location
+    node = Node(d.name, NodeKind.KERNEL, d.location, EdgeKind.DIRECT, None, attrs)
+    copy = _pointer_copy(d, ctx)
+    if copy is not None:
+        node.children.append(copy)
+    return node
+
+
+def _pointer_copy(definition, ctx: GraphContext) -> Node | None:
+    """The copy loop_2d_from_1d's 2-d loop makes on each call: `PtrVector
+    data(base, base + ntensor)` copies the operands' data pointers into a
+    c10::SmallVector, whose uninitialized_copy copies them with memcpy (a
+    frame the binary shows under nearly every 1-d loop). Bookkeeping, not the
+    work: a step in c10's code, never an end (Note [ranking a call's ends] in
+    graph.ends)."""
+    from kernelmap.graph.down import cpp_node, tree_lines, vendor_node
+
+    lines = tree_lines(ctx, definition.location.path)
+    last = min(len(lines), definition.location.end_line or definition.location.line)
+    line = next((n for n in range(definition.location.line, last + 1) if re.search(r"\bPtrVector\s+\w+\s*\(", lines[n - 1])), None)
+    copies = [(d, s) for d in ctx.index.definitions("c10::SmallVectorTemplateBase::uninitialized_copy")
+              for s in ctx.index.calls_from(d) if s.kind is EdgeKind.VENDOR and s.callee == "memcpy"]
+    if line is None or not copies:
+        return None
+    copy, memcpy = copies[0]
+    site = Location(definition.location.path, line, origin=definition.location.origin)
+    node = cpp_node(copy, ctx, EdgeKind.DIRECT, "inside c10::SmallVector's constructor: the operands' data pointers, copied", site)
+    node.attrs["keep"] = True
+    node.children = [vendor_node("memcpy", memcpy.library, memcpy.location, EdgeKind.VENDOR, f"inside {copy.name.rsplit('::', 2)[-2]}: {memcpy.condition}"
+                                 if memcpy.condition else f"inside {copy.name.rsplit('::', 2)[-2]}")]
+    return node.leaf()
+
+
+def _is_one_d(lam: Lambda, ctx: GraphContext) -> bool:
+    """Whether a lambda takes a 1-d loop's parameters, read from its head, or
+    from the macro that writes it (`IMPLEMENT_ITERATOR_LAMBDA(op)`)."""
+    if lam.text.startswith("["):
+        return _ONE_D.search(lam.text) is not None
+    macro = re.match(r"([A-Z_][A-Z0-9_]*)\s*\(", lam.text)
+    if macro is None:
+        return False
+    from kernelmap.graph.down import tree_lines
+
+    lines = tree_lines(ctx, lam.location.path)
+    at = next((i for i, t in enumerate(lines) if re.match(rf"\s*#\s*define\s+{macro.group(1)}\b", t)), None)
+    return at is not None and any(_ONE_D.search(t) for t in lines[at : at + 4])
+
+
+def _object_node(loop_object, site, condition: str | None, operations: tuple, threads: bool = False, lambdas: tuple = ()) -> Node:
+    """The loop object, called through the type-erased `loop2d_t` at `site`
+    (or, by at::parallel_for and its threads, as the function they were given)."""
+    why = ("called as the function at::parallel_for was given" if threads
+           else "called through loop2d_t (c10::function_ref): the loop object the device loop passed")
     condition = f"{condition}; {why}" if condition else why
     attrs: dict[str, Any] = {"call_site": site.location, "loop": "loop object", "keep": True}
     if isinstance(loop_object, Lambda):
         return Node(loop_object.name, NodeKind.KERNEL, loop_object.location, EdgeKind.DIRECT, condition, attrs,
-                    payload=LoopStep(loop_object, None, operations), identity=("loop", "lambda", str(loop_object.location)))
+                    payload=LoopStep(loop_object, None, operations, lambdas), identity=("loop", "lambda", str(loop_object.location)))
     attrs["symbol_kind"] = loop_object.symbol.kind
-    key = "".join(f"|{name}@{line}" for name, _, line in operations)
+    key = "".join(f"|{name}@{line}" for name, _, line in operations) + "".join(f"|lambda@{first}" for _, first, _, _ in lambdas)
     return Node(loop_object.name, NodeKind.KERNEL, loop_object.location, EdgeKind.DIRECT, condition, attrs,
-                payload=LoopStep(loop_object, None, operations), identity=("loop", loop_object.name, str(loop_object.location), key))
+                payload=LoopStep(loop_object, None, operations, lambdas), identity=("loop", loop_object.name, str(loop_object.location), key))
 
 
-def _lambda_children(step: LoopStep, ctx: GraphContext) -> list[Node]:
-    """The loops a device loop's own lambda calls (cpu_kernel's basic_loop)."""
+def _is_machinery(definition) -> bool:
+    from kernelmap.graph.down import LOOP_HEADERS
+
+    return definition.location.path.startswith((*MACHINERY_FILES, *LOOP_HEADERS, *_THREAD_FILES))
+
+
+def _lambda_children(step: LoopStep, ctx: GraphContext, node: Node | None = None) -> list[Node]:
+    """The loops a device loop's own lambda calls (cpu_kernel's basic_loop);
+    for a kernel's own lambda, the kernel's calls in it (Note [device loop machinery])."""
     lam = step.definition
+    if not _is_machinery(lam.owner) and node is not None:
+        from kernelmap.graph.down import lambda_children
+
+        return lambda_children(node, lam, ctx)
     nodes = []
     for site in ctx.index.calls_from(lam.owner):
         if not (lam.location.line <= site.location.line <= lam.end_line) or site.callee.startswith("."):
@@ -260,8 +374,23 @@ def _lambda_children(step: LoopStep, ctx: GraphContext) -> list[Node]:
         if target is not None:
             attrs = {"call_site": site.location, "keep": True, "loop": _ROLES[short], "symbol_kind": target.symbol.kind}
             loop = Node(target.name, NodeKind.KERNEL, target.location, EdgeKind.DIRECT, site.condition, attrs)
-            loop.children = _inner_loops(step.operations, short == "vectorized_loop", ctx)
+            loop.children = _inner_loops(step.operations, short == "vectorized_loop", ctx) + _lambda_calls(node, step.lambdas, short == "vectorized_loop", ctx)
             nodes.append(loop)
+    return nodes
+
+
+def _lambda_calls(node: Node | None, lambdas: tuple, vectorized: bool, ctx: GraphContext) -> list[Node]:
+    """What the kernel's lambdas of the kind a loop of Loops.h applies call:
+    the Vectorized one's under vectorized_loop (sigmoid's `a.exp()`, whose
+    Vectorized<float>::exp calls SLEEF), the scalar one's under basic_loop."""
+    if node is None:
+        return []
+    from kernelmap.graph.down import _code_children
+
+    nodes = []
+    for owner, first, last, takes_vectors in lambdas:
+        if takes_vectors == vectorized:
+            nodes.extend(_code_children(node, ctx, owner, (first, last)))
     return nodes
 
 
@@ -271,7 +400,7 @@ def _loop_parameters(definition, ctx: GraphContext) -> set[str]:
 
     names = set()
     for p in parameters(definition, ctx) or ():
-        m = re.search(r"\bloop[12]d_t\b.*?\b(\w+)\s*$", p)
+        m = re.search(r"\bloop[12]d_t\b.*?\b(\w+)\s*$", p) or re.search(r"^const\s+F\s*&\s*(\w+)$", p.strip())  # at::parallel_for's `const F& f`
         if m:
             names.add(m.group(1))
     return names
@@ -281,7 +410,7 @@ def _resolve(callee: str, caller, ctx: GraphContext):
     """A machinery call's definition: looked up from the caller's class and
     namespaces outwards, in the machinery files, never the caller itself."""
     callee = callee.lstrip(":")
-    found = [d for d in ctx.index.definitions(callee) if d.location.path.startswith(MACHINERY_FILES) or d.location.path.endswith("Parallel-inl.h")]
+    found = [d for d in ctx.index.definitions(callee) if d.location.path.startswith((*MACHINERY_FILES, *_THREAD_FILES))]
     found = [d for d in found if d.location != caller.location] or found
     if not found:
         return None

@@ -77,7 +77,7 @@ def _follow_candidates(children: list, ctx: GraphContext) -> list:
     through them, so here they are followed, under a condition that says the call
     was ambiguous. Where some candidates are the specialisation for the call's
     dtype (`gemm<float>` for float32), only those are followed."""
-    from kernelmap.graph.down import file_lines
+    from kernelmap.graph.down import tree_lines
 
     cpp_type = _CPP_TYPES.get(ctx.dtype)
     for child in children:
@@ -86,7 +86,7 @@ def _follow_candidates(children: list, ctx: GraphContext) -> list:
         candidates = [c for c in child.children if c.payload is not None and c.kind is NodeKind.KERNEL and c.identity is None]
         if cpp_type and ctx.index is not None:
             def spelled(c) -> bool:
-                lines = file_lines(ctx.index.tree.root / c.location.path)
+                lines = tree_lines(ctx, c.location.path)
                 short = c.name.rsplit("::", 1)[-1]
                 spelling = re.compile(rf"\b{re.escape(short)}\s*<\s*{re.escape(cpp_type)}\s*>")  # gemm<float>, not gemm<c10::complex<float>>
                 return c.location.line <= len(lines) and spelling.search(lines[c.location.line - 1]) is not None
@@ -120,7 +120,9 @@ def _is_target(node: CallNode, target: str) -> bool:
         return name == op or ("." not in op and name.split(".")[0] == op)
     if node.kind is NodeKind.STUB:  # named by its short name; `at::native::mul_stub` asks for it too
         return name == target.rsplit("::", 1)[-1]
-    return name == target or name.endswith(f"::{target}") or name.replace("(anonymous namespace)::", "").endswith(f"::{target}")
+    # a definition's name keeps its anonymous and inline namespaces (at::native::CPU_CAPABILITY::copy_kernel); a target may leave them out
+    plain = re.sub(r"\(anonymous namespace\)::|\bCPU_CAPABILITY::", "", name)
+    return name == target or name.endswith(f"::{target}") or plain == target or plain.endswith(f"::{target}")
 
 
 def _check_known(target: str, ctx: GraphContext) -> None:

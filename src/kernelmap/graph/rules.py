@@ -17,6 +17,7 @@ collapsed. Conditions the build model cannot decide keep every alternative.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from kernelmap.dispatch import DEVICE_KEYS as _DISPATCH_DEVICE_KEYS
@@ -67,12 +68,25 @@ DEVICE_KEYS = {device: key for device, key in _DISPATCH_DEVICE_KEYS.items() if d
 # `index` is the indexing operator itself, not the kernels named after it
 # (index_select, index_add gather and scatter data: work, not plumbing).
 _UTILITY_OPS = re.compile(
-    r"(empty|new_empty|is_|_is_|size|stride|sym_|numel|dim|resize|contiguous|clone|copy|to|_to_copy|fill|zero_|"
+    r"(empty|new_empty|is_\w+|_is_\w+|size|stride|sym_|numel|dim|resize|contiguous|clone|copy|to|_to_copy|fill|zero_|"
     r"zeros|ones|full|arange|select|unsqueeze|squeeze|view|reshape|expand|permute|transpose|t|narrow|slice|as_strided|"
     r"detach|resolve_conj|resolve_neg|alias|item|_local_scalar_dense|set_|conj|_conj|real|imag|index(?!_)|split|chunk|"
     r"unbind|cat|stack|flatten|unflatten|movedim|squeeze_|unsqueeze_|result_type|can_cast|promote_types|"
     r"scalar_tensor|lift|_has_compatible_shallow_copy_type|_unsafe_view|_reshape_alias|diagonal)(_|\b|$)"
 )
+
+# Utilities that only inspect a tensor (its sizes, dtype, flags) or promote types: never
+# the work of a composite that calls them (Note [a composite's utilities] in graph.down).
+_INSPECTIONS = re.compile(
+    r"(is_\w+|_is_\w+|size|stride|sym_\w+|numel|dim|result_type|can_cast|promote_types|_has_compatible_shallow_copy_type|"
+    r"item|_local_scalar_dense|qscheme|q_\w+|_nnz|lift\w*)(_|\b|$)"
+)
+
+
+def is_inspection_op(name: str, is_view: bool) -> bool:
+    """A utility that moves no element: an inspection, or a view."""
+    return is_view or bool(_INSPECTIONS.match(name))
+
 
 # ATen's vectorized math over a contiguous run of elements (vexp, vlog, ...):
 # where the CPU unary kernels' work is done, never plumbing.
@@ -100,6 +114,7 @@ INTERESTING_KINDS = frozenset(
 LEAF_KINDS = frozenset({NodeKind.VENDOR, NodeKind.LAUNCH, NodeKind.DEVICE_LOOP, NodeKind.NOTE, NodeKind.UNRESOLVED, NodeKind.INNER_LOOP})
 
 
+@functools.lru_cache(maxsize=16384)  # a pure reading of the text, asked of every call's conditions
 def other_device_reason(condition: str | None, device: str) -> str | None:
     """Why a branch under `condition` is for another device or backend than `device`; None if it is not."""
     if not condition:

@@ -80,8 +80,15 @@ def _expand_up(node: Node, ctx: GraphContext) -> list[Node]:
         return _caller_nodes(index.callers_of(node.payload), ctx)
     if node.kind == "wrapper" and isinstance(node.payload, Op):
         return [op_node(node.payload, ctx, EdgeKind.DISPATCHER, f"registered for {node.attrs.get('key')}")]
+    if node.kind in ("wrapper", "ops_entry") and isinstance(node.payload, tuple) and len(node.payload) == 2 and isinstance(node.payload[1], Op):
+        what, op = node.payload
+        if what == "redispatch":  # Note [the autograd layer] in graph.down: the autograd wrapper redispatched
+            return [_autograd_wrapper(op, ctx)]
+        if what == "call":  # the operator's entry is called by its callers
+            return _parents_of_op(op, ctx)
+        return [_ops_call_node(op, ctx)]  # the autograd wrapper, entered from at::_ops::<op>::call
     if node.kind == "op":
-        return _parents_of_op(node.payload, ctx)
+        return [_above_op(node.payload, ctx)]
     if node.kind == "binding":
         return [Node(name, NodeKind.BUILTIN, None, EdgeKind.BINDING, None, payload=name, identity=("builtin", name)) for name in node.payload]
     if node.kind == "builtin":
@@ -265,8 +272,8 @@ def _code(op: Op, ctx: GraphContext):
     from kernelmap.graph.down import _generated
 
     key = (id(ctx.generated), str(op.name))
-    if key not in _CODE:
-        _CODE[key] = _generated(str(op.name), ctx, (Layer.REGISTER, Layer.BINDING))
+    if key not in _CODE:  # every layer a bottom-up tree reads of an operator, located once
+        _CODE[key] = _generated(str(op.name), ctx, (Layer.REGISTER, Layer.BINDING, Layer.AUTOGRAD, Layer.OPS))
     return _CODE[key]
 
 
@@ -291,6 +298,59 @@ def _wrapper_nodes(op: Op, keys: list[str], ctx: GraphContext) -> list[Node]:
             nodes.append(Node(r.symbol, NodeKind.WRAPPER, r.definition.location, EdgeKind.DISPATCHER, f"kernel of {key}", attrs, payload=op,
                               identity=("wrapper", r.symbol)))
     return nodes
+
+
+def _above_op(op: Op, ctx: GraphContext) -> Node:
+    """What reaches an operator's kernels, bottom-up: its autograd wrapper's
+    `at::_ops::<op>::redispatch` when it has one (called from Python or a
+    composite, Note [the autograd layer] in graph.down; a kernel's own calls
+    skip it), else `at::_ops::<op>::call`, where its callers enter the dispatcher."""
+    if _autograd_registration(op, ctx) is not None:
+        symbol = f"at::_ops::{op.name.unqualified.replace('.', '_')}::redispatch"
+        entry = _ops_entry(op, symbol, ctx)
+        return Node(symbol, NodeKind.OPS_ENTRY, entry.definition.location if entry else None, EdgeKind.DIRECT, "below the Autograd key",
+                    payload=("redispatch", op), identity=("redispatch", str(op.name)))
+    return _ops_call_node(op, ctx)
+
+
+def _autograd_registration(op: Op, ctx: GraphContext):
+    """The generated VariableType wrapper of `op` (or the hand-written one of VariableTypeManual.cpp); None when it has none."""
+    from kernelmap.graph.down import _manual_autograd
+
+    if op.kind.value == "composite implicit":
+        return None
+    code = _code(op, ctx) if ctx.generated is not None else None
+    found = next((r for r in (code.registrations if code else ()) if r.key == "Autograd"), None)
+    return found if found is not None else _manual_autograd(op, ctx)
+
+
+def _autograd_wrapper(op: Op, ctx: GraphContext) -> Node:
+    from kernelmap.codegen import Registration
+
+    found = _autograd_registration(op, ctx)
+    if isinstance(found, Registration):  # generated
+        symbol, location = found.symbol, found.definition.location if found.definition is not None else found.impl.location
+    else:  # written by hand
+        symbol, location = found.name, found.location
+    condition = "grad mode is on (the default): called from Python or a composite, it runs though no input requires grad"
+    return Node(symbol, NodeKind.WRAPPER, location, EdgeKind.AUTOGRAD, condition, {"key": "Autograd"}, payload=("autograd", op),
+                identity=("autograd", str(op.name)))
+
+
+def _ops_entry(op: Op, symbol: str, ctx: GraphContext):
+    """The `at::_ops::<op>::call` or `::redispatch` of the generated files named `symbol`; None without them."""
+    code = _code(op, ctx) if ctx.generated is not None else None
+    return next((f for f in (code.ops if code else ()) if f.symbol == symbol), None)
+
+
+def _ops_call_node(op: Op, ctx: GraphContext) -> Node:
+    """`at::_ops::<op>::call`, where every C++ call of `op` (and its binding's) enters the dispatcher."""
+    symbol = f"at::_ops::{op.name.unqualified.replace('.', '_')}::call"
+    entry = _ops_entry(op, symbol, ctx)
+    if entry is None:
+        return Node(symbol, NodeKind.OPS_ENTRY, None, EdgeKind.DIRECT, None, payload=("call", op), identity=("call", str(op.name)))
+    return Node(symbol, NodeKind.OPS_ENTRY, entry.definition.location, EdgeKind.DIRECT, "enters the dispatcher", payload=("call", op),
+                identity=("call", str(op.name)))
 
 
 def _parents_of_op(op: Op, ctx: GraphContext) -> list[Node]:

@@ -2,10 +2,11 @@
 coding agent whose client refuses long replies (Note [bounded answers]).
 
 Nothing is cut in half: a call tree keeps whole nodes, the main path first
-(the route to the call's first-ranked end), then the rest breadth first while
-the limit allows; a node whose children did not all fit carries the fact
-`more` = {"id", "children", "nodes"}, and `expand(id)` gives them, bounded
-the same way. A document of lists (find's references, a trace's operators)
+(the nodes its producer marked `main`, Note [the main path] in
+kernelmap.processors: the ranked static path, or the path a run observed),
+then the rest breadth first while the limit allows; a node whose children
+did not all fit carries the fact `more` = {"id", "children", "nodes"}, and
+`expand(id)` gives them, bounded the same way. A document of lists (find's references, a trace's operators)
 keeps a prefix of each list and names the rest by a fold id in its
 `bounded` section; expanding one gives the next page as a `fold/1` document.
 
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernelmap.errors import BadInput
-from kernelmap.model import Answer, CallNode, CallTree, NodeKind, check_document, document
+from kernelmap.model import Answer, CallTree, check_document, document
 
 CHARS_PER_TOKEN = 3
 DEFAULT_LIMIT = 8000  # tokens
@@ -80,37 +81,19 @@ def check_limit(limit_tokens: int) -> int:
 # -- the main path ----------------------------------------------------------------
 
 
-def main_path(tree: CallTree) -> list[CallNode]:
-    """The nodes from the root down to where the call mainly goes: for a
-    stack, the first-ranked end of the call (Note [ranking a call's ends] in
-    kernelmap.graph.ends); for callers, the first Python caller reached, else
-    the first operator; otherwise the first child at each level."""
-    parents: dict[int, CallNode | None] = {id(tree.root): None}
-    order: list[CallNode] = []
-    for _, node in tree.walk():
-        order.append(node)
-        for c in node.children:
-            parents[id(c)] = node
-    target: CallNode | None = None
-    if tree.kind == "stack":
-        try:
-            from kernelmap.graph.ends import call_ends
-
-            ends = call_ends(tree)
-            target = ends[0].node if ends else None
-        except Exception:  # ranking is an ordering aid: a tree it cannot rank keeps its own order
-            target = None
-    elif tree.kind == "callers":
-        target = next((n for n in order if n.kind.layer == "python"), None) or next((n for n in order if n.kind is NodeKind.OPERATOR), None)
-    if target is None or id(target) not in parents:
-        path = [tree.root]
-        while path[-1].children:
-            path.append(path[-1].children[0])
-        return path
-    path = [target]
-    while parents[id(path[-1])] is not None:
-        path.append(parents[id(path[-1])])
-    return path[::-1]
+def main_nodes(nodes: list[dict[str, Any]], children: list[list[int]]) -> frozenset[int]:
+    """The nodes (pre-order indexes of a calltree document) of its main path:
+    those its producer marked with the fact `main` (Note [the main path] in
+    kernelmap.processors: the ranked static path, or the observed one), or,
+    in a tree with none marked, the first child at each level."""
+    marked = frozenset(i for i, node in enumerate(nodes) if (node.get("facts") or {}).get("main"))
+    if marked:
+        return marked
+    path, i = [0], 0
+    while children[i]:
+        i = children[i][0]
+        path.append(i)
+    return frozenset(path)
 
 
 # -- the answers kept for expand ------------------------------------------------------
@@ -141,7 +124,7 @@ class Answers:
     def add(self, doc: dict[str, Any], tree: CallTree | None = None) -> str:
         aid = f"a{self._next}"
         self._next += 1
-        self._kept[aid] = _kept_tree(doc, tree) if tree is not None else Kept(doc)
+        self._kept[aid] = _kept_tree(doc) if tree is not None else Kept(doc)
         while len(self._kept) > self.keep:
             self._kept.popitem(last=False)
         return aid
@@ -157,23 +140,21 @@ class Answers:
         return kept
 
 
-def _kept_tree(doc: dict[str, Any], tree: CallTree) -> Kept:
+def _kept_tree(doc: dict[str, Any]) -> Kept:
     nodes: list[dict[str, Any]] = []
     parent: list[int] = []
-    index: dict[int, int] = {}  # id(CallNode) -> pre-order index
-    stack: list[tuple[dict[str, Any], int, CallNode]] = [(doc["root"], -1, tree.root)]
-    while stack:  # the document's nodes and the tree's, walked together (same order)
-        node, up, model = stack.pop()
-        index[id(model)] = len(nodes)
+    stack: list[tuple[dict[str, Any], int]] = [(doc["root"], -1)]
+    while stack:  # explicit: trees nest deep
+        node, up = stack.pop()
         nodes.append(node)
         parent.append(up)
         me = len(nodes) - 1
-        stack.extend((c, me, m) for c, m in zip(reversed(node["children"]), reversed(model.children)))
+        stack.extend((c, me) for c in reversed(node["children"]))
     children: list[list[int]] = [[] for _ in nodes]
     for i, up in enumerate(parent):
         if up >= 0:
             children[up].append(i)
-    main = {index[id(n)] for n in main_path(tree)}
+    main = main_nodes(nodes, children)
     shown = [sorted(c, key=lambda i: i not in main) for c in children]  # stable: the main child first, the rest in order
     counts = [1] * len(nodes)
     for i in range(len(nodes) - 1, 0, -1):
@@ -203,7 +184,7 @@ def expand(answers: Answers, fold_id: str, limit_tokens: int) -> dict[str, Any]:
     if what == "n":
         if kept.nodes is None or number >= len(kept.nodes) or offset > len(kept.shown[number]):
             raise BadInput(f"answer {aid} has no folded node {fold_id}")
-        return _bound_tree(aid, kept, number, offset, limit_tokens)
+        return _bound_tree(aid, kept, number, offset, limit_tokens, expanding=True)
     pointers = LISTS.get(_document_name(kept.doc), ())
     if kept.nodes is not None or number >= len(pointers):
         raise BadInput(f"answer {aid} has no folded list {fold_id}")
@@ -220,9 +201,12 @@ def expand(answers: Answers, fold_id: str, limit_tokens: int) -> dict[str, Any]:
     return bounded
 
 
-def _bound_tree(aid: str, kept: Kept, top: int, offset: int, limit_tokens: int) -> dict[str, Any]:
+def _bound_tree(aid: str, kept: Kept, top: int, offset: int, limit_tokens: int, expanding: bool = False) -> dict[str, Any]:
     """A calltree/2 document rooted at node `top` of the kept tree, showing its
-    children from `offset` on, then main path first and breadth first."""
+    children from `offset` on, then main path first and breadth first. An
+    expansion that cannot show one child within the limit is an error that
+    says the limit it needs: a page that repeated its own fold id would
+    never end."""
     assert kept.nodes is not None and kept.shown is not None and kept.counts is not None
     nodes, shown, counts = kept.nodes, kept.shown, kept.counts
     limit = limit_tokens * CHARS_PER_TOKEN
@@ -267,6 +251,10 @@ def _bound_tree(aid: str, kept: Kept, top: int, offset: int, limit_tokens: int) 
             taken[c] = []
             used += cost(c)
         queue.extend(taken[i])
+    if expanding and not taken[top] and shown[top][offset:]:
+        need = -(-(used + cost(shown[top][offset])) // CHARS_PER_TOKEN) + 1
+        raise BadInput(f"limit_tokens {limit_tokens} leaves no room for a node below {nodes[top]['name'][:200]!r} beside the answer's "
+                       f"header; expand it with limit_tokens of at least {need}")
     folds = 0
 
     def out(i: int) -> dict[str, Any]:

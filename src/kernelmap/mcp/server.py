@@ -32,12 +32,14 @@ INSTRUCTIONS = """kernelmap answers, for PyTorch: what code actually runs when a
 a pinned version), and how it is reached. Start with `where` (the operator behind a Python name or an operator name), \
 then `stack` (the whole call top-down for a device), `path` (how one name reaches another), `callers` (bottom-up), \
 `explain` (one call step by step). `find` locates C++ names, `gen` shows generated code, `kernel` names a GPU kernel's \
-source, `trace` reads a profiler trace, `diff` compares two source trees, `trees` lists and selects trees. Replies are \
+source, `trace` reads a profiler trace, `observe` runs a call under gdb and shows what really ran, `diff` compares two \
+source trees, `trees` lists and selects trees. Replies are \
 bounded (limit_tokens): nodes with facts.more and lists named in `bounded.folded` continue with `expand`. Every \
 location has a `resource` URI (kernelmap://tree/NAME/PATH#L10-L20) that reads its lines."""
 
 Device = Literal["cpu", "cuda", "mps", "meta"]
 MAX_TEXT = 4096  # characters of a name, a symbol or a path: no PyTorch name comes near
+MAX_OBSERVE_SECONDS = 600  # an observed run of one tool call
 Limit = Annotated[int, Field(ge=bounding.MIN_LIMIT, le=bounding.MAX_LIMIT,
                              description="Largest reply in tokens; what does not fit is folded (continue with `expand`).")]
 Source = Annotated[str | None, Field(description="Source tree to read (a registered name or a directory); default: the selected tree.")]
@@ -82,13 +84,15 @@ def _description(tool: Callable) -> str:
 
 
 async def _answer(warm: Warm, question: tuple, produce: Callable[[], tuple[dict[str, Any], Any]], limit_tokens: int,
-                  remember: bool = True) -> CallToolResult:
+                  remember: bool = True, aside: bool = False) -> CallToolResult:
     """Run `produce` (-> the answer's document and, for a call tree, the
     CallTree) on the producer thread, keep it for expand, and reply with it
     bounded to `limit_tokens`. Questions answered before are answered from
-    what was kept (`remember`)."""
+    what was kept (`remember`). With `aside`, `produce` reads no warm state
+    and may take long: it runs on the thread for long runs (Warm.aside), and
+    only what it made is kept and bounded on the producer thread."""
 
-    def work() -> tuple[dict[str, Any], str]:
+    def work(made: tuple[dict[str, Any], Any] | None = None) -> tuple[dict[str, Any], str] | None:
         warm.fresh()
         found = warm.remembered(question) if remember else None
         if found is not None and limit_tokens in found[1]:
@@ -96,7 +100,9 @@ async def _answer(warm: Warm, question: tuple, produce: Callable[[], tuple[dict[
         if found is not None:
             aid, replies = found
         else:
-            doc, tree = produce()
+            if made is None and aside:
+                return None  # to be made aside first
+            doc, tree = made if made is not None else produce()
             _annotate(doc, warm)
             aid, replies = warm.answers.add(doc, tree), {}
         reply = bounding.bound(aid, warm.answers.get(aid), limit_tokens)
@@ -107,7 +113,12 @@ async def _answer(warm: Warm, question: tuple, produce: Callable[[], tuple[dict[
 
     try:
         hit = warm.quick(question, limit_tokens) if remember else None
-        reply, text = hit if hit is not None else await warm.run(work)
+        if hit is None:
+            hit = await warm.run(work)
+        if hit is None:
+            made = await warm.aside(produce)
+            hit = await warm.run(lambda: work(made))
+        reply, text = hit
     except KernelmapError as e:
         raise ToolError(_one_line(str(e))) from None
     except OSError as e:
@@ -204,11 +215,12 @@ def stack_tool(warm: Warm):
     ) -> CallToolResult:
         def produce():
             from kernelmap import graph
+            from kernelmap.api import with_main_path
 
             _check_dtype(dtype)
             context = warm.context(device, source=source, requires_grad=requires_grad, all_branches=all_branches,
                                    all_calls=all_calls, dtype=dtype)
-            tree = graph.stack(target, context, depth)
+            tree = with_main_path(graph.stack(target, context, depth))  # Note [the main path] in kernelmap.processors
             if compact:
                 from kernelmap.processors import compact_layers
 
@@ -262,8 +274,10 @@ def callers_tool(warm: Warm):
     ) -> CallToolResult:
         def produce():
             from kernelmap import graph
+            from kernelmap.processors import callers_main_path, mark_main_path
 
-            return _tree_answer(graph.callers(symbol, warm.context(source=source, require_tree=True), depth))
+            tree = graph.callers(symbol, warm.context(source=source, require_tree=True), depth)
+            return _tree_answer(mark_main_path(tree, callers_main_path(tree)))
 
         return await _answer(warm, ("callers", symbol, depth, source, warm.source), produce, limit_tokens)
 
@@ -471,6 +485,48 @@ def _trace_detail(warm: Warm, file: str, op: str | None, kernel: str | None, sou
     return doc, None
 
 
+def observe_tool(warm: Warm):
+    """What really ran when the installed torch ran a call, frame by frame: the operator or Python name is run on
+    its first OpInfo/ModuleInfo sample input under gdb on this machine's CPU build, and every native frame that did
+    work is named from the binary's symbol table and joined to its definition in the source tree (file:line), with
+    the CPU capability and dtype case it ran. `breaks` stops where those functions run (sgemm_,
+    at::native::add_kernel) and shows the stacks there. Takes seconds (gdb; at most `timeout`), one run at a time;
+    the other tools keep answering meanwhile. Use it to confirm which path a call takes, where `stack` shows what
+    can run."""
+
+    async def observe(
+        target: Annotated[str, Field(min_length=1, max_length=MAX_TEXT, description="An operator or Python name: aten::add.Tensor, torch.add, torch.nn.Conv2d.")],
+        breaks: Annotated[list[Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]], Field(max_length=8, description="Stop where these functions run and show the stacks there (sgemm_, at::native::add_kernel).")] = [],  # noqa: B006 - pydantic copies defaults
+        dtype: Dtype = "float32",
+        all_frames: Annotated[bool, Field(description="Keep the dispatcher's plumbing frames (wrap_kernel_functor, KernelFunction::call...).")] = False,
+        sample_hz: Annotated[float, Field(ge=0, le=1000, description="Also sample every thread this many times a second (the hot path).")] = 0.0,
+        timeout: Annotated[float, Field(gt=0, le=MAX_OBSERVE_SECONDS, description="Seconds the observed run may take; it is stopped past them.")] = 120.0,
+        source: Source = None,
+        limit_tokens: Limit = bounding.DEFAULT_LIMIT,
+    ) -> CallToolResult:
+        _check_observed_name(target)
+
+        def produce():
+            from kernelmap.observe import observe as run
+
+            _check_dtype(dtype)
+            return _tree_answer(run(target, breaks=tuple(breaks), source=source if source is not None else warm.source, timeout=timeout,
+                                    dtype=dtype, sample_hz=sample_hz, all_frames=all_frames))
+
+        question = ("observe", target, tuple(breaks), dtype, all_frames, sample_hz, source, warm.source)
+        return await _answer(warm, question, produce, limit_tokens, aside=True)
+
+    return observe
+
+
+def _check_observed_name(target: str) -> None:
+    """The server runs named calls only: a script or module:function runs code of the client's choosing."""
+    text = target.strip()
+    if text.endswith(".py") or "/" in text or "\\" in text or (":" in text and "::" not in text):
+        raise ToolError(f"observe runs an operator or Python name on example inputs, not {_one_line(text)[:200]!r}: "
+                        "a script or module:function runs with `kernelmap observe` on the command line")
+
+
 def trees_tool(warm: Warm):
     """The PyTorch source trees kernelmap reads (name, root, version, commit, indexed), and which one answers by
     default; `select` makes a registered tree the one this server's answers read (every later answer names it).
@@ -515,7 +571,7 @@ def expand_tool(warm: Warm):
 
 
 TOOLS = [where_tool, stack_tool, path_tool, callers_tool, explain_tool, find_tool, gen_tool, kernel_tool, diff_tool,
-         trace_tool, trees_tool, expand_tool]
+         trace_tool, observe_tool, trees_tool, expand_tool]
 
 
 # -- what each document gains ------------------------------------------------------------------
@@ -637,7 +693,10 @@ def _calltree_text(d: dict[str, Any]) -> str:
     what = f"{d.get('kind', 'tree')} {meta.get('target') or meta.get('symbol') or d['root']['name']}"
     if meta.get("device"):
         what += f" on {meta['device']}"
-    out = [f"{what}: first path {' -> '.join(names)} (ends at {_loc(chain[-1].get('location'))})"]
+    if d.get("kind") == "observe":
+        what += f" ({meta.get('stacks')} stacks in {meta.get('seconds')} s on torch {meta.get('torch')}, {meta.get('capability')})"
+    path = "main path" if chain[-1].get("facts", {}).get("main") else "first path"
+    out = [f"{what}: {path} {' -> '.join(names)} (ends at {_loc(chain[-1].get('location'))})"]
     out.extend(f"note: {n}" for n in d.get("notes") or [])
     return "\n".join(out)
 

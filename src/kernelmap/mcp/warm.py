@@ -5,7 +5,9 @@ question costs a lookup, not a process start.
 
 The producers hold SQLite connections and caches meant for one thread:
 every producer call runs on one worker thread (`Warm.run`), one at a time,
-while the event loop keeps serving the transport. A client that goes away
+while the event loop keeps serving the transport. A run that takes seconds
+and reads no warm state (an observed call under gdb) runs on a thread of its
+own (`Warm.aside`), one at a time too, so the other tools keep answering. A client that goes away
 mid-call cancels its wait; the worker finishes and the result is dropped.
 Rebuilding an index or regenerating code changes the stamp `Warm.fresh`
 reads (a few `stat`s a call): the warm state is then opened again. A source
@@ -62,6 +64,7 @@ class Warm:
         self._stamp: tuple | None = None
         self._looked = time.monotonic()  # when edited source files were last looked for
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernelmap-mcp")
+        self._aside = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernelmap-mcp-aside")
 
     # -- running producers ------------------------------------------------------
 
@@ -69,8 +72,13 @@ class Warm:
         """`fn()` on the producer thread; the caller's cancellation stops waiting, not the work."""
         return await asyncio.wrap_future(self._executor.submit(fn))
 
+    async def aside(self, fn: Callable[[], T]) -> T:
+        """`fn()` on the thread for long runs that read no warm state; one at a time."""
+        return await asyncio.wrap_future(self._aside.submit(fn))
+
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._aside.shutdown(wait=False, cancel_futures=True)
 
     # -- freshness ------------------------------------------------------------------
 

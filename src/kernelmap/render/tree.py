@@ -211,6 +211,17 @@ def fit(prefix: str, text: str, where: str, width: int | None, sep: str = "  @ "
     return [_crop(prefix + text, width), below + tail.lstrip()]
 
 
+def fit_whole(prefix: str, text: str, where: str, width: int | None) -> list[str]:
+    """`text` and its location `where` on one line where they fit in
+    `width`, else the location on a line of its own below (indented under
+    the text): a name is shortened only where it alone is wider than the
+    line, a location never (a list of steps, where `fit` serves a tree)."""
+    if width is None or not where or len(f"{prefix}{text}  @ {where}") <= width:
+        return fit(prefix, text, where, width)
+    below = f"{' ' * (len(prefix) + 2)}@ {where}"
+    return [_crop(prefix + text, width), below if len(below) <= width else f"@ {where}"]
+
+
 def _crop(text: str, width: int | None) -> str:
     if width is None or len(text) <= width:
         return text

@@ -358,6 +358,29 @@ def _terminate_checks(data: bytes) -> bytes:
     return bytes(out) if out is not None else data
 
 
+# A use of a macro the file defines to launch a kernel in a block
+# (DepthwiseConv3d.cu's `DWCONV3D_FORWARD_DISPATCH_SPECIALIZATION(3, 3, 3, 1,
+# 1, 1)`, `DWCONV3D_FORWARD_DISPATCH_OTHERS`), written as a statement with no
+# `;`, derails the function it is in: the grammar ran it on over the
+# functions after it. Such a use, alone on its line, gives its name's last
+# letter to a `;` after it (same length, same lines).
+_STATEMENT_USE = re.compile(rb"^([ \t]*)([A-Z_][A-Z0-9_]*)((?:[ \t]*\((?:[^;()\\]|\([^;()\\]*\))*\))?)[ \t]*$", re.M)
+
+
+def _terminate_launch_macros(data: bytes, original: bytes) -> bytes:
+    """A `;` after each use of a launching block macro that has none (see _STATEMENT_USE)."""
+    blocks = {m.group(1) for m in _DEFINE.finditer(original) if b"<<<" in m.group(3) and b"{" in m.group(3)}
+    if not blocks:
+        return data
+
+    def terminate(m: re.Match) -> bytes:
+        if m.group(2) not in blocks:
+            return m.group(0)
+        return m.group(1) + m.group(2)[:-1] + m.group(3) + b";" + m.group(0)[len(m.group(1)) + len(m.group(2)) + len(m.group(3)) + 1:]
+
+    return _STATEMENT_USE.sub(terminate, data)
+
+
 # Macros the file defines itself: object-like ones whose every definition is
 # empty or attributes only (`#define DEVICE_INLINE __device__
 # C10_ALWAYS_INLINE`) are attributes too; function-like ones whose expansion
@@ -547,6 +570,8 @@ def _masked(data: bytes, objc: bool = False) -> tuple[bytes, dict[bytes, _Macro]
             data = _TYPENAME_TEMPORARY.sub(_blank_typename, data)
     if b"TORCH_" in data or b"AT_" in data:
         data = _terminate_checks(data)
+    if directives and b"<<<" in original and b"define" in data:
+        data = _terminate_launch_macros(data, original)
     if directives and b"define" in data:
         return _local_macros(original, data)
     return data, {}
@@ -802,11 +827,16 @@ def macro_expansion(data: bytes, line: int) -> bytes | None:
 # written inside sortCommon's body (cuda/Sort.cu), then used in it: the
 # grammar reads no directive's body, so the call that does the sorting was
 # lost, and CUDA sort's small-input route (sortKeyValueInplace) reached no
-# kernel. The body of a `#define` that lies inside a function's body is parsed
-# on its own, as the body of a function, and its calls are the enclosing
-# function's, each at the line of the `#define` that holds its name (the
-# macro's uses hold only the macro's name); a name made by pasting (`##`) is
-# written on no line and is not kept. Its launches too are read from the
+# kernel. The body of a `#define` that lies inside a function's body, and
+# that the function uses after it, is parsed on its own, as the body of a
+# function, and its calls are the enclosing function's, each at the line of
+# the `#define` that holds its name (the macro's uses hold only the macro's
+# name); a name made by pasting (`##`) is written on no line and is not
+# kept. A `#define` at file scope whose body launches a kernel
+# (DepthwiseConv3d.cu's DWCONV3D_FORWARD_DISPATCH_SPECIALIZATION) is read so
+# for each function that uses it: conv_depthwise3d_cuda launches
+# conv_depthwise3d_cuda_kernel, not the backward kernels of the macros
+# defined after it, which a parse error had stretched it over. Its launches too are read from the
 # parsed body, under the body's own conditions (`if (isContig) {\` in
 # Shape.cu's HANDLE_CASE), not from the function's text.
 _MAX_LOCAL_MACRO_BYTES = 16384
@@ -1237,8 +1267,10 @@ class Extractor:
         if expand and macros:
             points += [(use[0], 2, use) for use in _macro_uses(data, macros)]
         # The `#define` bodies `_local_macro_calls` reads (Note [calls in function-local macros]).
+        # (an object-like one only when it launches: DWCONV3D_FORWARD_DISPATCH_OTHERS)
         macro_bodies = [body for cap in by_file["macros"] for body in cap["macro.body"]
-                        if body.end_byte - body.start_byte <= _MAX_LOCAL_MACRO_BYTES][:_MAX_LOCAL_MACROS_READ] if expand else []
+                        if body.end_byte - body.start_byte <= _MAX_LOCAL_MACRO_BYTES
+                        and (body.parent is None or body.parent.type == "preproc_function_def" or b"<<<" in body.text)][:_MAX_LOCAL_MACROS_READ] if expand else []
         # Launches written `kernel<<<grid, block>>>(...)`: the grammar has no such
         # syntax (it reads shifts and comparisons), so they are found in the body
         # text, and placed among the calls: the regions around them give their
@@ -1270,6 +1302,7 @@ class Extractor:
         labels: dict[tuple[str, int], str] = {}
         in_lambdas: list[tuple[int, int, str]] = []  # (call, definition, lambda name): Note [named lambdas]
         local_macros: list[tuple[object, int, str | None]] = []  # (body, definition, preprocessor condition)
+        file_macros: list[tuple[object, str | None]] = []  # (body, condition) of `#define`s outside any function
         kernels = b"__global__" in original
         seen = None
         launches: set[tuple[int, str]] = set()  # (line, name) of each launch
@@ -1288,8 +1321,10 @@ class Extractor:
                 if def_index == -1 and not any(tag == "class" for (_, _, tag, _) in live):
                     expansions.append((payload, [p for (_, _, tag, p) in live if tag == "scope"], pp))
                 continue
-            if kind == 3:  # the body of a `#define`: inside a function's body only
-                if def_index != -1:
+            if kind == 3:  # the body of a `#define`: its launches and calls are those of the functions that use it
+                if def_index == -1:
+                    file_macros.append((payload, pp))
+                elif _macro_used(original, payload, defs_raw, def_index, payload.end_byte):
                     local_macros.append((payload, def_index, pp))
                 continue
             what, item, known = payload  # item: the called name's node, a registration's (kind, call, callee), or a lost one's (macro, args, line)
@@ -1314,6 +1349,9 @@ class Extractor:
                 self._registration(path, item, def_index, lib, pp, registrations, stubs)
         if in_lambdas:
             _lambda_conditions(calls, in_lambdas)
+        for body, pp in file_macros:  # a launch a macro defined outside a function writes: the using function's
+            if b"<<<" in original[body.start_byte : body.end_byte]:
+                local_macros.extend((body, i, pp) for i in range(len(defs_raw)) if _macro_used(original, body, defs_raw, i, 0))
         for body, def_index, pp in local_macros:
             for call in self._local_macro_calls(path, original, body, def_index, pp):
                 calls.append(call)
@@ -1817,6 +1855,35 @@ def _recover_namespaces(error_nodes, regions) -> None:
         if key not in extended or extended[key][0] < err.end_byte:
             extended[key] = (err.end_byte, "::".join(names))
     regions.extend((start, end, "scope", names) for (_, start), (end, names) in extended.items())
+
+
+def _macro_used(original: bytes, macro_body, defs_raw, index: int, after: int) -> bool:
+    """Whether function `index` of `defs_raw` uses the macro whose `#define`
+    body is `macro_body`, after byte `after`, in its own text (Note [calls in
+    function-local macros]): a function whose text a parse error stretched
+    over later `#define`s and functions does not own those (DepthwiseConv3d.cu's
+    forward function, over the backward kernels' launch macros and the
+    functions that use them), and a function that uses a macro defined before
+    it, at file scope, runs its launches."""
+    name_node = macro_body.parent.child_by_field_name("name") if macro_body.parent is not None else None
+    body = _body(defs_raw[index][0])
+    if name_node is None or body is None:
+        return True
+    start, end = max(body.start_byte, after), body.end_byte
+    if start >= end:
+        return False
+    # the other functions inside this one's text: their uses are theirs
+    inside = [(b.start_byte, b.end_byte) for j, (node, _) in enumerate(defs_raw)
+              if j != index and (b := _body(node)) is not None and start <= b.start_byte and b.end_byte <= end]
+    name, text = name_node.text, original[start:end]
+    at = text.find(name)
+    while at >= 0:
+        before, following = text[at - 1 : at], text[at + len(name) : at + len(name) + 1]
+        if not (before.isalnum() or before == b"_") and not (following.isalnum() or following == b"_") \
+                and not any(a <= start + at < b for a, b in inside):
+            return True
+        at = text.find(name, at + 1)
+    return False
 
 
 def _body(definition):

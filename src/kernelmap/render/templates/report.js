@@ -14,7 +14,7 @@
   }
   function badge(text, cls, title) {
     var b = el("span", "badge " + (cls || ""), text);
-    if (title) b.title = title;
+    b.title = title || String(text);  // a badge cut to its row's width is whole on hover
     return b;
   }
   function us(v) {
@@ -199,7 +199,7 @@
     if (a.dispatch_key) r.appendChild(badge(a.dispatch_key, "key", "dispatch key" + (a.kernel ? ": " + a.kernel : "")));
     if (a.kernel && n.kind !== "op" && n.kind === "gpu_kernel") r.appendChild(badge("= " + a.kernel, "kern"));
     if (n.via) r.appendChild(badge("via " + n.via, "via"));
-    if (n.condition) r.appendChild(badge(n.condition, "cond", "condition on this edge"));
+    if (n.condition) r.appendChild(badge(n.condition, "cond", "condition on this edge: " + n.condition));
     var vendor = this.vendor(n);
     if (vendor) r.appendChild(badge(vendor + (this.closed(n) ? " (closed)" : ""), this.closed(n) ? "closed" : "open"));
     if (a.conv_backend) r.appendChild(badge("backend " + a.conv_backend, "backend"));
@@ -217,6 +217,9 @@
     wrap.appendChild(r);
     var kids = el("div", "kids");
     kids.hidden = true;
+    // Indentation narrows with depth (16, 8, then 4 px a level), so a deep
+    // path's rows keep room for their names inside the pane (no sideways scroll).
+    if (x.depth >= 32) kids.style.marginLeft = "4px"; else if (x.depth >= 16) kids.style.marginLeft = "8px";
     wrap.appendChild(kids);
     r.onclick = function (ev) {
       if (ev.target.tagName === "A") return;

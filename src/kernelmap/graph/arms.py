@@ -1,0 +1,436 @@
+"""Which arms of a definition can run for one call: its case/if tests
+evaluated under the values the call passes (graph.down's Note [values a
+call passes]), the selected device and the tensors' rank the operator's name
+fixes, and the values a backend selector can return under them.
+
+Note [arms that cannot run]
+An arm whose test is decided false for the call is a branch, shown collapsed
+and never a leaf: conv2d passes `transposed=false` (so `if
+(params.transposed)` in _select_conv_backend is not taken) and 4-D tensors
+(`input.ndimension() == 5` is false); on the CPU a test of another device is
+false (`params.use_cudnn(...)`, `input.is_cuda()`). A test is three-valued:
+a term that is none of these (a size, a dtype, a user setting) is unknown,
+and an unknown test never rules an arm out; `&&` and `||` are decided when
+their known terms decide them. A call of a predicate whose body is one
+`return` (ConvParams::is_depthwise, Dropout.cpp's is_fused_kernel_acceptable)
+is its returned expression, read with the object's known fields (a method's
+`transposed` is its object's `params.transposed`), two levels deep at most.
+A `case E::X` of a `switch (v)` whose `v` a call of a selector sets (`auto
+backend = _select_conv_backend(...)`) is taken only when the selector can
+return `E::X`: each `return E::X;` of its body, under the tests around it,
+is possible unless one of those tests is decided against it for the call
+(the arguments it is given are bound as for any call). The rank: an
+operator named for its spatial dimensions (conv2d, max_pool3d) whose schema
+takes lists of that length (`SymInt[2] stride`) is called with tensors of
+that many dimensions plus two (a batch and channels): `input.dim() == 5`
+under conv2d is false. Which name the rank is read from is `input` (or
+`self`): the tensors the kernels test.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+from kernelmap.graph.context import GraphContext
+from kernelmap.graph.rules import balanced, other_device_reason, terms
+
+# An arm's test, its `else`, and what follows the test: the condition's `#if` or a bound name (`; stub = abs_stub`).
+_ARM = re.compile(r"(else of )?if \((.*?)\)(?:$|\s\s#if |; )")
+_CASE = re.compile(r"case ((?:\w+::)*\w+)(?:$|\s\s#if )")
+_FIELD = re.compile(r"[A-Za-z_]\w*(?:(?:\.|->)[A-Za-z_]\w*)?")
+# `input.ndimension() == 5`, `self.dim() != 4`: a test of the input's rank
+_RANK = re.compile(r"(input|self|input_r|input_)\s*\.\s*(?:ndimension|dim)\(\)\s*(==|!=|>=|<=|>|<)\s*(\d+)")
+# an operator named for its spatial dimensions: conv2d, max_pool3d, avg_pool1d, conv_transpose2d, upsample_bilinear2d
+_SPATIAL_NAME = re.compile(r"(?:^|_)\w*?([123])d(?:_|$)")
+_OWN_DEVICE = {"cpu": re.compile(r"(?:\.|\b)is_cpu\(\)|device\(\)\.is_cpu\(\)|==\s*(?:at::|c10::)?(?:kCPU|DeviceType::CPU)\b"),
+               "cuda": re.compile(r"(?:\.|\b)is_cuda\(\)|device\(\)\.is_cuda\(\)|==\s*(?:at::|c10::)?(?:kCUDA|DeviceType::CUDA)\b")}
+_PREDICATE_DEPTH = 2
+
+
+def rank_of(op) -> int | None:
+    """The number of dimensions an operator named for its spatial dimensions
+    takes its input with (conv2d: 4), when its schema's fixed-size lists
+    agree (Note [arms that cannot run]); None otherwise."""
+    m = _SPATIAL_NAME.search(op.name.name)
+    if m is None:
+        return None
+    spatial = int(m.group(1))
+    sizes = {int(n) for n in re.findall(r"\b(?:Sym)?[Ii]nt\[(\d)\]", op.schema)}
+    return spatial + 2 if sizes == {spatial} else None
+
+
+def cannot_run(conditions, known: dict[str, bool], definition, ctx: GraphContext, rank: int | None = None) -> str | None:
+    """Why a call under `conditions` (its innermost and those around it) cannot
+    run for the call whose known values are `known`; None when it may."""
+    if not any(conditions):
+        return None
+    cache = ctx.__dict__.setdefault("_cannot_run", {})  # the calls of one definition share their arms
+    key = (tuple(conditions), tuple(sorted(known.items())), rank, str(definition.location) if definition is not None else None)
+    if key not in cache:
+        cache[key] = _cannot_run(conditions, known, definition, ctx, rank)
+    return cache[key]
+
+
+def _cannot_run(conditions, known: dict[str, bool], definition, ctx: GraphContext, rank: int | None) -> str | None:
+    for condition in conditions:
+        if not condition:
+            continue
+        m = _ARM.match(condition)
+        if m is not None:
+            test = m.group(2)
+            if test.endswith("...") or not balanced(test) or not _decidable(test, known, rank, definition, ctx):
+                continue  # cut when recorded, or nothing in it the call fixes: not read
+            holds = decide(test, known, ctx, rank, path=definition.location.path if definition is not None else None)
+            if holds is not None and holds == bool(m.group(1)):
+                return f"cannot run for this call: {'the test holds' if m.group(1) else 'the test fails'} ({_why(test, known, rank, ctx)})"
+            continue
+        c = _CASE.match(condition)
+        if c is not None and definition is not None:
+            reason = _case_reason(c.group(1), definition, known, ctx, rank)
+            if reason is not None:
+                return reason
+    return None
+
+
+def case_cannot_run(line: int, definition, known: dict[str, bool], ctx: GraphContext, rank: int | None = None) -> str | None:
+    """Why a call on `line`, which the index records under no case (a `#if`
+    inside the case resets it: `case ConvBackend::MkldnnTranspose:` then `#if
+    AT_MKLDNN_ENABLED()`), cannot run: the case around it read from the text."""
+    label = _enclosing_case(line, definition, ctx)
+    return _case_reason(label, definition, known, ctx, rank) if label is not None else None
+
+
+def _case_reason(label: str, definition, known: dict[str, bool], ctx: GraphContext, rank: int | None) -> str | None:
+    possible = switch_values(definition, ctx, known, rank)
+    if possible is None:
+        return None
+    labels = _fallthrough(label, definition, ctx)  # `case Slow2d: case SlowDilated2d: ...` share one arm
+    if any(_same_enumerator(lab, p) for lab in labels for p in possible):
+        return None
+    return f"cannot run for this call: the selector cannot return {' or '.join(labels)} (it can return {', '.join(sorted(possible)) or 'nothing'})"
+
+
+def _definition_text(definition, ctx: GraphContext) -> tuple[list[str], int]:
+    from kernelmap.graph.down import tree_lines
+
+    location = definition.location
+    lines = tree_lines(ctx, location.path)
+    return list(lines[location.line - 1 : location.end_line or location.line]), location.line
+
+
+_CASE_LINE = re.compile(r"^\s*case\s+((?:\w+::)*\w+)\s*:")
+
+
+def _fallthrough(label: str, definition, ctx: GraphContext) -> list[str]:
+    """The case labels that share the arm of `label`: those written just before it, with nothing between."""
+    lines, _ = _definition_text(definition, ctx)
+    short = label.rsplit("::", 1)[-1]
+    for i, text in enumerate(lines):
+        m = _CASE_LINE.match(text)
+        if m and m.group(1).rsplit("::", 1)[-1] == short:
+            group = [m.group(1)]
+            j = i - 1
+            while j >= 0 and (prev := _CASE_LINE.match(lines[j])) is not None and lines[j].strip().endswith(":"):
+                group.insert(0, prev.group(1))
+                j -= 1
+            return group
+    return [label]
+
+
+def _enclosing_case(line: int, definition, ctx: GraphContext) -> str | None:
+    """The case label whose arm holds `line`: the nearest `case X:` above it
+    with no `break;` or `return` statement ending an arm between."""
+    from kernelmap.graph.down import _CODE_ONLY, _blank_keeping_lines
+
+    lines, first = _definition_text(definition, ctx)
+    code = _CODE_ONLY.sub(_blank_keeping_lines, "\n".join(lines)).split("\n")
+    depth = 0  # blocks closed between the line and the one read (a nested `if {...}` in the arm)
+    for i in range(line - first - 1, -1, -1):
+        text = code[i].strip()
+        depth += text.count("}") - text.count("{")
+        if depth < 0:
+            return None  # left the block the case would be in
+        if depth == 0:
+            m = _CASE_LINE.match(code[i])
+            if m:
+                return m.group(1)
+            if text.startswith(("break;", "return ", "default:", "switch")):
+                return None
+    return None
+
+
+_WORDS = re.compile(r"[A-Za-z_]\w*")
+
+
+def _decidable(test: str, known: dict[str, bool], rank: int | None, definition, ctx: GraphContext) -> bool:
+    """Whether a test names anything the call fixes: a known value, the rank,
+    or a predicate of the caller's file (tests of another device are read
+    by rules.other_device_reason already)."""
+    words = set(_WORDS.findall(test))
+    if any(k.split(".", 1)[0] in words for k in known):
+        return True
+    if rank is not None and ("ndimension" in words or "dim" in words):
+        return True
+    return definition is not None and "(" in test and bool(words & _file_predicates(definition.location.path, ctx))
+
+
+def _file_predicates(path: str, ctx: GraphContext) -> frozenset[str]:
+    """The names of the functions a file defines whose body is one `return`: the predicates a test may call."""
+    cache = ctx.__dict__.setdefault("_file_predicates", {})
+    if path not in cache:
+        from kernelmap.graph.down import _by_short_name
+
+        cache[path] = frozenset(name for name, ds in _by_short_name(ctx.index, path).items() if len(ds) == 1 and _returned(ds[0], ctx) is not None)
+    return cache[path]
+
+
+def _why(test: str, known: dict[str, bool], rank: int | None, ctx: GraphContext) -> str:
+    words = set(re.findall(r"[\w.]+", test))
+    facts = [f"{k}={'true' if v else 'false'}" for k, v in known.items() if k in words or k.rsplit(".", 1)[-1] in words]
+    if rank is not None and _RANK.search(test):
+        facts.append(f"{rank}-D input")
+    if other_device_reason(f"if ({test})", ctx.device) or any(w in test for w in ("is_cuda", "is_cpu", "cudnn", "mkldnn", "miopen")):
+        facts.append(f"on {ctx.device}")
+    return ", ".join(dict.fromkeys(facts)) or test
+
+
+def _same_enumerator(case: str, value: str) -> bool:
+    return case.rsplit("::", 2)[-2:] == value.rsplit("::", 2)[-2:]
+
+
+def decide(test: str, known: dict[str, bool], ctx: GraphContext, rank: int | None = None, depth: int = 0, path: str | None = None) -> bool | None:
+    """Whether `test` holds for the call: True, False, or None when unknown.
+    `path`: the file the test is written in (its predicates are read)."""
+    test = test.strip()
+    alternatives = terms(test, "||")
+    if len(alternatives) > 1:
+        found = [decide(a, known, ctx, rank, depth, path) for a in alternatives]
+        return True if True in found else (False if all(f is False for f in found) else None)
+    conjuncts = terms(test, "&&")
+    if len(conjuncts) > 1:
+        found = [decide(c, known, ctx, rank, depth, path) for c in conjuncts]
+        return False if False in found else (True if all(f is True for f in found) else None)
+    term = conjuncts[0]
+    if term.startswith("!"):
+        inner = decide(term[1:], known, ctx, rank, depth, path)
+        return None if inner is None else not inner
+    if term in ("true", "false"):
+        return term == "true"
+    name = term.replace("->", ".")
+    if name in known:
+        return known[name]
+    if rank is not None and (m := _RANK.fullmatch(term)) is not None:
+        return _compare(rank, m.group(2), int(m.group(3)))
+    if other_device_reason(f"if ({term})", ctx.device) is not None:
+        return False  # a test of another device or backend (`input.is_cuda()`, `params.use_cudnn(...)`)
+    own = _OWN_DEVICE.get(ctx.device)
+    if own is not None and own.search(term) and "!" not in term:
+        return True
+    if depth < _PREDICATE_DEPTH and "(" in term:
+        return _predicate(term, known, ctx, rank, depth, path)
+    return None
+
+
+def _compare(a: int, op: str, b: int) -> bool:
+    return {"==": a == b, "!=": a != b, ">=": a >= b, "<=": a <= b, ">": a > b, "<": a < b}[op]
+
+
+# `params.is_depthwise(input, weight)`, `is_fused_kernel_acceptable(input, p)`
+_CALL = re.compile(r"(?:([A-Za-z_]\w*)\s*(?:\.|->)\s*)?([A-Za-z_]\w*)\s*\((.*)\)", re.S)
+
+
+def _predicate(term: str, known: dict[str, bool], ctx: GraphContext, rank: int | None, depth: int, path: str | None) -> bool | None:
+    """A call of a predicate whose body is one `return EXPR;`, as EXPR with
+    the object's known fields (Note [arms that cannot run]): a method of an
+    object whose fields are known, or a function of the test's own file."""
+    m = _CALL.fullmatch(term)
+    if m is None or ctx.index is None:
+        return None
+    receiver, name = m.group(1), m.group(2)
+    fields = {k[len(receiver) + 1:]: v for k, v in known.items() if k.startswith(f"{receiver}.")} if receiver is not None else {}
+    if not fields and not (receiver is None and path is not None and name in _file_predicates(path, ctx)) and not (receiver is not None and rank is not None):
+        return None
+    found = _one_return(name, ctx)
+    if found is None:
+        return None
+    return decide(found, {**known, **fields}, ctx, rank, depth + 1, path)
+
+
+def _one_return(name: str, ctx: GraphContext) -> str | None:
+    """The expression the one definition of `name` in kernel code returns, when its body is that `return` alone."""
+    cache = ctx.__dict__.setdefault("_one_return", {})
+    if name not in cache:
+        from kernelmap.graph.rules import KERNEL_DIRS
+
+        found = [d for d in ctx.index.definitions(name) if d.location.path.startswith(KERNEL_DIRS)]
+        bodies = {_returned(d, ctx) for d in found}
+        cache[name] = bodies.pop() if len(bodies) == 1 else None
+    return cache[name]
+
+
+def _returned(definition, ctx: GraphContext) -> str | None:
+    from kernelmap.graph.down import _CODE_ONLY, _blank_keeping_lines, tree_lines
+
+    location = definition.location
+    lines = tree_lines(ctx, location.path)
+    text = _CODE_ONLY.sub(_blank_keeping_lines, "\n".join(lines[location.line - 1 : location.end_line or location.line]))
+    opened = text.find("{")
+    if opened < 0:
+        return None
+    body = text[opened + 1 : text.rfind("}")].strip()
+    m = re.fullmatch(r"return\s+(.*?);", body, re.S)
+    return re.sub(r"\s+", " ", m.group(1)).strip() if m and ";" not in m.group(1) else None
+
+
+# -- selectors -----------------------------------------------------------------
+
+
+def switch_values(definition, ctx: GraphContext, known: dict[str, bool], rank: int | None) -> set[str] | None:
+    """The values the selector a definition switches on can return for the
+    call (`_select_conv_backend` in _convolution): None when there is no such
+    switch, or its selector cannot be read."""
+    from kernelmap.graph.down import call_arguments, parameters, _bound_flags, _resolve_direct
+
+    calls = ctx.__dict__.setdefault("_switched_calls", {})
+    key = (definition.name, str(definition.location))
+    if key not in calls:
+        calls[key] = _switched_call(definition, ctx)
+    found = calls[key]
+    if found is None:
+        return None
+    site = found
+    selectors = _resolve_direct(site, definition, ctx)
+    if not selectors:
+        return None
+    selector = selectors[0]
+    arguments = call_arguments(site, ctx) or []
+    declared = parameters(selector, ctx) or []
+    inner = _bound_flags(declared, arguments, known)
+    key = (selector.name, str(selector.location), tuple(sorted(inner.items())), rank, ctx.device)
+    cache = ctx.__dict__.setdefault("_switch_values", {})
+    if key not in cache:
+        cache[key] = _returnable(selector, inner, ctx, rank)
+    return cache[key]
+
+
+def _switched_call(definition, ctx: GraphContext):
+    """The call site whose result a `switch` of `definition` is on: `auto
+    backend = _select_conv_backend(...); ... switch (backend)`; None when none."""
+    from kernelmap.graph.down import tree_lines
+
+    location = definition.location
+    lines = tree_lines(ctx, location.path)
+    text = "\n".join(lines[location.line - 1 : location.end_line or location.line])
+    switched = re.search(r"\bswitch\s*\(\s*([A-Za-z_]\w*)\s*\)", text)
+    if switched is None:
+        return None
+    variable = switched.group(1)
+    set_by = re.search(rf"\b{variable}\s*=\s*((?:\w+::)*(\w+))\s*(?:<[^;()]*>)?\s*\(", text[: switched.start()])
+    if set_by is None:
+        return None
+    line = location.line + text.count("\n", 0, set_by.start(1))
+    return next((s for s in ctx.index.calls_from(definition) if s.name == set_by.group(2) and s.location.line == line), None)
+
+
+def _returnable(selector, known: dict[str, bool], ctx: GraphContext, rank: int | None) -> set[str] | None:
+    """The enumerators a selector's body can return for the call (Note [arms that cannot run])."""
+    from kernelmap.graph.down import _CODE_ONLY, _blank_keeping_lines, tree_lines
+
+    location = selector.location
+    lines = tree_lines(ctx, location.path)
+    text = _CODE_ONLY.sub(_blank_keeping_lines, "\n".join(lines[location.line - 1 : location.end_line or location.line]))
+    opened = text.find("{")
+    if opened < 0:
+        return None
+    returns = _returns(text, opened + 1)
+    if not returns or not all(re.fullmatch(r"(?:\w+::)+\w+", value) for _, value in returns):
+        return None  # a selector returns enumerators only; anything else is not read
+    possible = set()
+    for tests, value in returns:
+        if all(decide(test, known, ctx, rank) is not (not taken) for test, taken in tests):
+            possible.add(value)
+    return possible
+
+
+def _returns(text: str, at: int) -> list[tuple[list[tuple[str, bool]], str]]:
+    """Each `return VALUE;` of the block that starts at `at` (after its `{`),
+    with the if/else tests around it: (test, whether taken) in order."""
+    found: list[tuple[list[tuple[str, bool]], str]] = []
+    _block(text, at, [], found)
+    return found
+
+
+def _skip_space(text: str, i: int) -> int:
+    while i < len(text) and text[i].isspace():
+        i += 1
+    return i
+
+
+def _matching(text: str, i: int, opening: str, closing: str) -> int:
+    """The index after the bracket that closes the one at `i`."""
+    depth = 0
+    while i < len(text):
+        depth += (text[i] == opening) - (text[i] == closing)
+        i += 1
+        if depth == 0:
+            return i
+    return len(text)
+
+
+def _block(text: str, i: int, tests: list, found: list) -> int:
+    """Read statements until the `}` that closes the block; the index after it."""
+    while True:
+        i = _skip_space(text, i)
+        if i >= len(text):
+            return i
+        if text[i] == "}":
+            return i + 1
+        i = _statement(text, i, tests, found)
+
+
+def _statement(text: str, i: int, tests: list, found: list) -> int:
+    i = _skip_space(text, i)
+    if i >= len(text):
+        return i
+    if text[i] == "{":
+        return _block(text, i + 1, tests, found)
+    m = re.match(r"if\s*(?:constexpr\s*)?\(", text[i:])
+    if m:
+        open_at = i + m.end() - 1
+        close = _matching(text, open_at, "(", ")")
+        test = re.sub(r"\s+", " ", text[open_at + 1 : close - 1]).strip()
+        i = _statement(text, close, [*tests, (test, True)], found)
+        after = _skip_space(text, i)
+        if re.match(r"else\b", text[after:]):
+            return _statement(text, after + 4, [*tests, (test, False)], found)
+        return i
+    m = re.match(r"return\b([^;]*);", text[i:], re.S)
+    if m:
+        value = re.sub(r"\s+", " ", m.group(1)).strip()
+        choice = re.fullmatch(r"(.*?)\s*\?\s*((?:\w+::)+\w+)\s*:\s*((?:\w+::)+\w+)", value)
+        if choice is not None:  # `return input.is_mkldnn() ? ConvBackend::MkldnnEmpty : ConvBackend::Empty;`
+            found.append(([*tests, (choice.group(1), True)], choice.group(2)))
+            found.append(([*tests, (choice.group(1), False)], choice.group(3)))
+        else:
+            found.append((list(tests), value.replace(" ", "")))
+        return i + m.end()
+    m = re.match(r"(?:for|while|switch)\s*\(", text[i:])
+    if m:  # a loop's or a switch's body: its returns are under tests not read
+        close = _matching(text, i + m.end() - 1, "(", ")")
+        return _statement(text, close, [*tests, ("?", True)], found)
+    # any other statement: up to its `;` outside brackets (a lambda's body included)
+    depth = 0
+    while i < len(text):
+        ch = text[i]
+        if ch in "({[":
+            depth += 1
+        elif ch in ")}]":
+            if depth == 0:
+                return i  # the block's own `}`
+            depth -= 1
+        elif ch == ";" and depth == 0:
+            return i + 1
+        i += 1
+    return i

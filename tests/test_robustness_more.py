@@ -257,7 +257,7 @@ def running(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads a process's children from /proc")
-def test_a_generation_killed_with_sigkill_leaves_nothing_behind():
+def test_a_generation_killed_with_sigkill_leaves_nothing_behind(wheel_only_cache):  # no tree: gen generates the wheel's files
     from kernelmap.codegen.build import cache_root, installed_source
 
     root = cache_root()

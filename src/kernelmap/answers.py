@@ -38,12 +38,13 @@ where/2:    {"query", "torch": {"version", "commit"}, "notes", "operator": OP, "
              "structured_delegate": OP | null, "live": null | {"schema_registered_at", "registrations": [KERNEL],
              "dispatch_path": {"op", "device", "dtype", ..., "keys", "steps": [{"key", "action", "tag", "kernel"}]}},
              "source": [{"role", "name", "location", "detail"}], "overrides": [...]}
-explain/2:  {"op", "device", "dtype", "notes", "steps": [{"title", "summary", "location", "excerpt", "language"}]}
+explain/2:  {"op", "device", "dtype", "torch", "notes", "steps": [{"title", "summary", "location", "excerpt", "language",
+             "alternatives": [{"name", "condition", "location", "note"}]}]}
 find/2:     {"name", "definitions", "references", "stub_registrations", "library_registrations",
              "stub_declarations", "more_references"}
 gen/2:      {"op", "origin", "layers", "schema", "bindings", "ops", "registrations", "backward", "ufunc", "notes"}
 trace/2:    {"tree": calltree/2 | null, "summary": {"ops", "modules", "files", "notes"} | null}
-path/1:     {"source", "target", "device", "notes", "searched": {"nodes", "depth", "cut", "routes", "more"},
+path/1:     {"source", "target", "device", "torch", "notes", "searched": {"nodes", "depth", "cut", "routes", "more"},
              "origins", "routes": [{"conditions": [str], "steps": [NODE without "children"]}]}
 sources/1:  {"trees": [{"name", "root", "version", "commit", "kind", "indexed"}]}
 diff/1:     {"query", "op", "device", "from": origin key, "to": origin key, "notes", "origins",
@@ -52,7 +53,8 @@ diff/1:     {"query", "op", "device", "from": origin key, "to": origin key, "not
 kernel/1:   {"name", "demangled", "symbol", "truncated", "library", "closed", "repository",
              "kernel": SITE | null, "functor": SITE | null, "launches": [SITE], "tree",
              "extension": the folder of the extension project whose file holds the kernel (its
-             location is relative to it; `tree` is then null) | null},
+             location is relative to it; `tree` is then null) | null, "family": a library kernel's family | null,
+             "entries": [the entry points that launch the family], "unknown": "unknown, because ..." | null, "notes"},
              SITE = {"role", "symbol", "location": "path:line" | null, "caller"}
 ranks/1:    {"ranks": [{"rank", "file", "gpu_us", "source_us", "library_us", "collective_us"}],
              "merged_ops": [{"name", "calls", "total_us", "device_us"}],
@@ -112,5 +114,16 @@ def document_name(doc: Any) -> str:
 
 
 def load(doc: Any) -> Any:
-    """The answer a document describes (its type's `from_json`)."""
-    return answer_type(document_name(doc)).from_json(doc)
+    """The answer a document describes (its type's `from_json`). A document
+    is anyone's text: one of the right name whose fields are not what its
+    type holds (a null where a location must be, a string for a list) is a
+    DocumentError naming the problem, whatever the type's reader raised."""
+    kind = answer_type(document_name(doc))
+    try:
+        return kind.from_json(doc)
+    except DocumentError:
+        raise
+    except (RecursionError, MemoryError):
+        raise DocumentError(f"a {doc['kernelmap']} document too large or too deep to read") from None
+    except Exception as e:  # noqa: BLE001 - every way a reader meets a field of the wrong shape
+        raise DocumentError(f"not a {doc['kernelmap']} document kernelmap can read ({type(e).__name__}: {str(e)[:200]})") from None

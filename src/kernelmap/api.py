@@ -40,7 +40,8 @@ def where(
 
     install = env.torch_install()
     wheel = load_catalog()
-    selected = _selected_tree(source)
+    notes: list[str] = []
+    selected = _selected_tree(source, notes)
     tree = selected.root if selected is not None else None
     catalog, python_catalog, python_root = wheel, wheel, install.site_packages
     if selected is not None:
@@ -49,7 +50,6 @@ def where(
         catalog = load_catalog(tree=selected.root, origin=selected.origin)
         if has_python(selected.root):  # Note [graph versions]: the tree's own Python names
             python_catalog, python_root = catalog, selected.root
-    notes: list[str] = []
     try:
         ops = resolve_ops(name, catalog, python_catalog, python_root)
     except UnknownName:
@@ -112,19 +112,22 @@ def _hidden_bindings(op, python_root, label: str) -> list[str]:
     return [f"{'; '.join(found)} in {label}: a call runs Python first, which decides whether to reach this operator's binding"]
 
 
-def _selected_tree(source: str | None):
+def _selected_tree(source: str | None, notes: list[str] | None = None):
     """The tree `where` answers from: `--source`, else the default selection
-    (the installed commit's tree, KERNELMAP_SOURCE, the only registered tree);
-    None when nothing is selected by default (an explicit --source must open)."""
-    from kernelmap.errors import KernelmapError
-    from kernelmap.source import select_tree
+    (Note [the default tree]; a choice among several trees is said in
+    `notes`); None when no tree is registered (an explicit --source must open)."""
+    from kernelmap.errors import NoSourceTree
+    from kernelmap.source import choose_tree, select_tree
 
     if source is not None:
         return select_tree(source)
     try:
-        return select_tree(None)
-    except KernelmapError:
+        choice = choose_tree(None)
+    except NoSourceTree:
         return None
+    if choice.note and notes is not None:
+        notes.append(choice.note)
+    return choice.tree
 
 
 def _with_python_sources(op: str, kernels: tuple[Kernel, ...]) -> tuple[Kernel, ...]:
@@ -184,6 +187,7 @@ def _source_steps(op: str, device: str, notes: list[str], source: str | None = N
         called = f"the stub is called {call.condition}" if call is not None and call.condition else None
         roles["stub kernel"] = SourceStep("stub kernel", stub.name, stub.location, _joined(stub.condition, called))
     leaves: dict[str, SourceStep] = {}
+    first = None  # the first leaf's end: the others are where the call ends instead (Note [alternatives of a step])
     for end in ends:  # Note [ranking a call's ends]
         if end.iteration and end is not ends[0]:
             continue  # the loop an end above runs in (sort's std::sort, in _dim_apply's for_each): named when nothing else is
@@ -205,8 +209,32 @@ def _source_steps(op: str, device: str, notes: list[str], source: str | None = N
                 end.checked_by,  # Note [calls in checks]: a check's loop, not the work
                 f"as {end.grown_by} grows a tensor's storage" if end.grown_by else None,
             )
+            if first is None:
+                first = end
+            else:  # what picks this end over the first: the condition where its path leaves the first's
+                picked = _picked_by(first, end, context)
+                if picked and picked not in detail:
+                    detail = _joined(detail, f"instead when {picked}")
             leaves[end.node.name] = SourceStep("leaf", end.node.name, end.node.location, detail)
     return tuple(roles.values()) + tuple(leaves.values())
+
+
+def _picked_by(main, other, context) -> str | None:
+    """The condition where `other`'s path (an End of graph.ends) leaves
+    `main`'s: the branch condition of its first node off `main`'s path (Note
+    [alternatives of a step]), else the first condition below it."""
+    from kernelmap.graph.explain import branch_condition
+
+    k = 0
+    while k < min(len(main.path), len(other.path)) and main.path[k] is other.path[k]:
+        k += 1
+    if k == 0 or k >= len(other.path):
+        return None
+    if k < len(main.path):
+        found = branch_condition(main.path[k], other.path[k], context)
+        if found:
+            return found
+    return next((n.condition for n in other.path[k + 1 :] if n.condition), None)
 
 
 def _joined(*parts: str | None) -> str:

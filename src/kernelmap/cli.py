@@ -102,10 +102,12 @@ def _reader_gone() -> bool:
 
 def _printable(message: str) -> str:
     """An error line names what the user gave (a file name, a tree's version):
-    its control characters are shown escaped, never sent to the terminal."""
-    from kernelmap.printable import printable_line
+    its control characters are shown escaped, never sent to the terminal, and
+    what is very long is shortened to its start and end (100 KB of a name
+    would make the line a page)."""
+    from kernelmap.printable import printable_line, shortened_line
 
-    return printable_line(message)
+    return shortened_line(printable_line(message))
 
 
 def main() -> None:

@@ -42,6 +42,7 @@ from kernelmap.model import (
     location_from_json,
     location_json,
 )
+from kernelmap.safefiles import NotRegularFile, read_text
 
 DIFF_VERSION = 1
 RENAME_SIMILARITY = 0.6
@@ -335,8 +336,8 @@ def _body(location: Location) -> list[str]:
     if path is None:
         return []
     try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
+        lines = read_text(path, errors="replace").splitlines()
+    except (OSError, NotRegularFile):
         return []
     text = "\n".join(lines[location.line : (location.end_line or location.line)])
     return re.findall(r"\w+|\S", text)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -246,6 +246,33 @@ class OriginTable:
         return OriginTable({k: Origin.from_json(v) for k, v in (d or {}).items()})
 
 
+# Note [versions on locations]
+# One answer may hold locations of several versions: a selected 2.6.0 tree's
+# yaml and kernels beside the installed 2.13 wheel's live registrations; or of
+# one version that is not the installed torch's (a tree answers alone). Then
+# a line number alone misleads (native_functions.yaml:1724 is the tree's, the
+# wheel's entry is at :1701), so every location of such an answer carries its
+# version in text, as it does in JSON through its origin. `tags_versions`
+# decides, once per answer; renderers write each location with `located`.
+
+
+def tags_versions(locations: Iterable[Location | None], installed: str | None = None) -> bool:
+    """Whether an answer's locations need their versions said: they come from
+    more than one version, or from one that is not `installed` (the installed
+    torch's, when the answer knows it)."""
+    versions = {loc.origin.version for loc in locations if loc is not None and loc.origin is not None and loc.origin.version}
+    return len(versions) > 1 or (bool(installed) and bool(versions) and versions != {installed})
+
+
+def located(location: Location | None, versions: bool = False, missing: str = "") -> str:
+    """`path:line`, with `(version)` after it when `versions` (Note [versions on locations])."""
+    if location is None:
+        return missing
+    if versions and location.origin is not None and location.origin.version:
+        return f"{location} ({location.origin.version})"
+    return str(location)
+
+
 def location_json(location: Location | None, origins: OriginTable | None = None) -> dict[str, Any] | None:
     return location.to_json(origins) if location is not None else None
 
@@ -444,7 +471,8 @@ class Op:
     @staticmethod
     def from_json(d: Mapping[str, Any], origins: OriginTable | None = None) -> Op:
         location = location_from_json(d["location"], origins)
-        assert location is not None, "an operator has its yaml location"
+        if location is None:
+            raise DocumentError(f"operator {str(d.get('name'))[:100]} has no location: an operator has its yaml line")
         return Op(
             OperatorName.parse(d["name"]),
             d["schema"],
@@ -616,7 +644,8 @@ FACTS: dict[str, Fact] = {
     # static trees: what a node is
     "op_kind": Fact("str", "how the operator gets its kernels (OpKind value)"),
     "schema": Fact("str", "the operator's schema"),
-    "yaml": Fact("str", "native_functions.yaml path:line of the operator (of the installed torch in traces)"),
+    # a location fact carries its origin, so its version (Note [versions on locations]); older documents hold "path:line" text
+    "yaml": Fact("location", "the operator's native_functions.yaml entry (of the installed torch in traces)"),
     "symbol_kind": Fact("str", "kind of C++ definition: function, method, structured_impl, structured_meta, global_kernel"),
     "preprocessor": Fact("str", "the #if condition enclosing the definition"),
     "call_site": Fact("location", "where the parent calls this node"),
@@ -695,7 +724,7 @@ FACTS: dict[str, Fact] = {
     "dispatch_error": Fact("str", "why the dispatch path could not be computed"),
     "dispatch_note": Fact("str", "a note on the dispatch path (a backend this build lacks)"),
     "kernel": Fact("str", "the kernel symbol that served the call"),
-    "registered_at": Fact("any", "where the kernel is registered (path:line)"),
+    "registered_at": Fact("location", "where the kernel is registered (a location; path:line text in older documents)"),
     "source": Fact("str", "path:line of the kernel's definition in the source tree"),
     "source_url": Fact("any", "pinned link of `source`"),
     "source_reason": Fact("str", "why there is no source location"),
@@ -969,6 +998,22 @@ class WhereAnswer(Answer):
     def op(self) -> Op:
         return self.ops[0]
 
+    def locations(self) -> Iterable[Location | None]:
+        """Every location the answer shows (Note [versions on locations])."""
+        for op in (*self.ops, *((self.delegate,) if self.delegate else ())):
+            yield op.location
+            yield from (k.location for k in op.dispatch)
+            if op.autograd is not None:
+                yield op.autograd.location
+        if self.live is not None:
+            yield self.live.schema_location
+            yield from (k.location for k in self.live.registrations)
+            yield from (s.kernel.location for s in self.live.path.steps if s.kernel is not None)
+        yield from (s.location for s in self.source)
+        for o in self.overrides:
+            for site in (getattr(o, "condition", None), getattr(o, "implementation", None), *getattr(o, "kernels", ())):
+                yield getattr(site, "location", None)
+
     def to_json(self) -> dict[str, Any]:
         origins = OriginTable()
         live = None
@@ -1029,6 +1074,34 @@ class WhereAnswer(Answer):
 
 
 @dataclass(frozen=True)
+class Alternative:
+    """Another way one step of a call can go, and the condition that picks it
+    (Note [alternatives of a step])."""
+
+    name: str  # what runs instead: "unrolled_elementwise_kernel"
+    condition: str | None  # the code's condition for it: "case 1", "else of if (contiguous)"
+    location: Location | None = None  # where it is called
+    note: str = ""  # why the selected call never takes it, when known: "not for float32 alone: ..."
+
+    def to_json(self, origins: OriginTable | None = None) -> dict[str, Any]:
+        return {"name": self.name, "condition": self.condition, "location": location_json(self.location, origins), "note": self.note}
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any], origins: OriginTable | None = None) -> Alternative:
+        return Alternative(d["name"], d.get("condition"), location_from_json(d.get("location"), origins), d.get("note") or "")
+
+
+# Note [alternatives of a step]
+# A step of a call is one of several ways the code can go at that point: a
+# switch's case 4 launches vectorized_elementwise_kernel, its case 1
+# unrolled_elementwise_kernel; a non-contiguous input takes launch_legacy_kernel.
+# The explanation follows one way (the main path: Note [the main path] in
+# kernelmap.processors) as its steps; the others are the step's
+# alternatives, each with the condition that picks it, never steps of their
+# own. Renderers show them folded under their step.
+
+
+@dataclass(frozen=True)
 class Step:
     """One step of a call: what happens, where, and the code that does it."""
 
@@ -1037,6 +1110,7 @@ class Step:
     location: Location | None = None
     excerpt: str = ""  # source lines starting at location.line
     language: str = "cpp"
+    alternatives: tuple[Alternative, ...] = ()  # what runs instead of this step, and when (Note [alternatives of a step])
 
 
 EXPLAIN_VERSION = 2
@@ -1051,25 +1125,30 @@ class Explanation(Answer):
     steps: tuple[Step, ...]
     notes: tuple[str, ...] = ()
     dtype: str = "float32"
+    torch_version: str | None = None  # the installed torch's (Note [versions on locations])
 
     DOCUMENT = "explain"
 
     def to_json(self) -> dict[str, Any]:
         origins = OriginTable()
         steps = [
-            {"title": s.title, "summary": s.summary, "location": location_json(s.location, origins), "excerpt": s.excerpt, "language": s.language}
+            {"title": s.title, "summary": s.summary, "location": location_json(s.location, origins), "excerpt": s.excerpt, "language": s.language,
+             "alternatives": [a.to_json(origins) for a in s.alternatives]}
             for s in self.steps
         ]
-        return document(self.DOCUMENT, EXPLAIN_VERSION, op=self.op, device=self.device, dtype=self.dtype, notes=list(self.notes), origins=origins.to_json(), steps=steps)
+        return document(self.DOCUMENT, EXPLAIN_VERSION, op=self.op, device=self.device, dtype=self.dtype, torch=self.torch_version,
+                        notes=list(self.notes), origins=origins.to_json(), steps=steps)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Explanation:
         d = check_document(d, cls.DOCUMENT, EXPLAIN_VERSION)
         origins = OriginTable.from_json(d.get("origins"))
         steps = tuple(
-            Step(s["title"], s["summary"], location_from_json(s.get("location"), origins), s.get("excerpt", ""), s.get("language", "cpp")) for s in d.get("steps") or ()
+            Step(s["title"], s["summary"], location_from_json(s.get("location"), origins), s.get("excerpt", ""), s.get("language", "cpp"),
+                 tuple(Alternative.from_json(a, origins) for a in s.get("alternatives") or ()))
+            for s in d.get("steps") or ()
         )
-        return cls(d["op"], d["device"], steps, tuple(d.get("notes") or ()), d.get("dtype", "float32"))
+        return cls(d["op"], d["device"], steps, tuple(d.get("notes") or ()), d.get("dtype", "float32"), d.get("torch"))
 
 
 # ---------------------------------------------------------------------------
@@ -1184,6 +1263,7 @@ class PathAnswer(Answer):
     routes: tuple[Route, ...]
     notes: tuple[str, ...] = ()
     searched: Mapping[str, Any] = field(default_factory=dict)  # nodes, depth, cut (a limit was reached), more (routes not shown)
+    torch_version: str | None = None  # the installed torch's (Note [versions on locations])
 
     DOCUMENT = "path"
 
@@ -1193,7 +1273,8 @@ class PathAnswer(Answer):
         for r in routes:
             for s in r["steps"]:
                 del s["children"]
-        return document(self.DOCUMENT, PATH_VERSION, source=self.source, target=self.target, device=self.device, notes=list(self.notes),
+        return document(self.DOCUMENT, PATH_VERSION, source=self.source, target=self.target, device=self.device, torch=self.torch_version,
+                        notes=list(self.notes),
                         searched=_plain(dict(self.searched), origins), origins=origins.to_json(), routes=routes)
 
     @classmethod
@@ -1215,4 +1296,4 @@ class PathAnswer(Answer):
             ))
             for r in d.get("routes") or ()
         )
-        return cls(d["source"], d["target"], d["device"], routes, tuple(d.get("notes") or ()), dict(d.get("searched") or {}))
+        return cls(d["source"], d["target"], d["device"], routes, tuple(d.get("notes") or ()), dict(d.get("searched") or {}), d.get("torch"))

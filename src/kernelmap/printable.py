@@ -75,3 +75,26 @@ def printable(text: str) -> str:
 def printable_line(text: str) -> str:
     """`printable` for one line of output (a path, a tree's root): newlines and tabs are escaped too."""
     return (_ASCII_LINE_CONTROL if text.isascii() else _LINE_CONTROL).sub(_escape, text)
+
+
+# An error line names what the user gave: a name of 100 KB would make it a
+# page. A long run without a space (a name, a path) is shortened to its start
+# and end; then the whole line, should it still be long.
+ECHO_WORD = 200
+ECHO_LINE = 1000
+_LONG_WORD = re.compile(rf"\S{{{ECHO_WORD + 1},}}")
+
+
+def shortened(text: str, limit: int = ECHO_LINE) -> str:
+    """`text` when it is at most `limit` characters; else its start and end
+    around a count of what is left out, so that a line stays a line."""
+    if len(text) <= limit:
+        return text
+    tail = limit // 5
+    head = limit - tail
+    return f"{text[:head]}…[{len(text) - head - tail} characters]…{text[-tail:]}"
+
+
+def shortened_line(text: str) -> str:
+    """An error line with every long name in it shortened (`shortened`), and then the line itself."""
+    return shortened(_LONG_WORD.sub(lambda m: shortened(m.group(0), ECHO_WORD), text), ECHO_LINE)

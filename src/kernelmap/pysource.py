@@ -89,14 +89,15 @@ def _on_disk(kind: str, root: Path, compute):
     import os
 
     from kernelmap import env
+    from kernelmap.safefiles import NotRegularFile, read_text
 
     cache = env.cache_dir() / "python" / f"{kind}-{hashlib.sha1(str(root).encode()).hexdigest()[:16]}.json"
     try:
-        kept = json.loads(cache.read_text())
+        kept = json.loads(read_text(cache, "a cache file"))  # a FIFO there is refused, not waited on
         if kept.get("version") == 1 and kept.get("root") == str(root) and all(
                 [(st := os.stat(p)).st_size, st.st_mtime_ns] == stamp for p, stamp in kept["files"].items()):
             return kept["value"]
-    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError, NotRegularFile):
         pass
     files: list[Path] = []
     _READ.append(files)

@@ -30,7 +30,6 @@ class Library:
     calls: re.Pattern[str] | None = None  # C++ callee names in PyTorch's source
     kernels: re.Pattern[str] | None = None  # GPU kernel names (demangled) a profiler shows
     ops: tuple[tuple[re.Pattern[str], str | None], ...] = field(default=())  # (operator, device or None)
-    launched_from: tuple[str, ...] = ()  # C++ callees whose call sites in ATen launch its GPU kernels
     # its calls are an element loop themselves (memcpy's block copy, std::sort's sort): a call ends
     # there as in an inner loop, not in a library's work (Note [ranking a call's ends])
     inner_loop: bool = False
@@ -85,7 +84,6 @@ LIBRARIES: tuple[Library, ...] = (
             r"^(void )?cudnn::|cudnn|\bcask_cudnn::|implicit_convolve_sgemm|precomputed_convolve|explicit_convolve|winograd|"
             r"nchwToNhwc|nhwcToNchw|scalePackedTensor|conv2d_grouped_direct|^(void )?fft2d_[rc]2[rc]|^(void )?fft[123]d_|_cudnn_"
         ),
-        launched_from=("cudnnConvolutionForward", "cudnnBackendExecute"),
         ops=((_re(r"^aten::(cudnn_|_cudnn_|_scaled_dot_product_cudnn)"), None),),
     ),
     Library(
@@ -95,7 +93,6 @@ LIBRARIES: tuple[Library, ...] = (
         ids=("nccl",),
         calls=_re(r"^nccl[A-Z]"),
         kernels=_re(r"^nccl|ncclDevKernel|ncclKernel"),
-        launched_from=("ncclAllReduce", "ncclAllGather", "ncclReduceScatter", "ncclSend", "ncclRecv", "ncclBroadcast"),
     ),
     Library("RCCL", closed=False, repository="https://github.com/ROCm/rccl", ids=("rccl",), kernels=_re(r"^rcclKernel|\brccl")),
     Library(
@@ -123,7 +120,6 @@ LIBRARIES: tuple[Library, ...] = (
         repository="https://github.com/NVIDIA/cccl",
         ids=("cub",),
         kernels=_re(r"^(void )?(cub::|thrust::|rocprim::|hipcub::)"),
-        launched_from=("at::cuda::cub::radix_sort_pairs", "at::cuda::cub::radix_sort_keys", "at::cuda::cub::inclusive_scan", "at::cuda::cub::exclusive_scan"),
     ),
     Library("Composable Kernel", closed=False, repository="https://github.com/ROCm/composable_kernel", ids=("ck",), kernels=_re(r"^(void )?(ck::|ck_tile::)")),
     Library("Tensile (rocBLAS/hipBLASLt)", closed=False, repository="https://github.com/ROCm/Tensile", ids=("tensile",), kernels=_re(r"^(Cijk_|Cij_|Alik_|Ailk_)")),
@@ -141,7 +137,6 @@ LIBRARIES: tuple[Library, ...] = (
             r"axpy_kernel|sgemm_|dgemm_|internal::gemvx::|epilogue::impl::|gemm_kernel)|^std::enable_if<.*>::type internal::gemvx::|\bcublasLt::"
         ),
         ops=((_re(_GEMM_OPS), "cuda"),),
-        launched_from=("at::cuda::blas::gemm", "at::cuda::blas::bgemm", "at::cuda::blas::gemm_and_bias", "cublasGemmEx", "cublasLtMatmul"),
     ),
     Library("CUTLASS", closed=False, repository="https://github.com/NVIDIA/cutlass", ids=("cutlass",), kernels=_re(r"\bcutlass::|cutlass")),
     Library(
@@ -175,7 +170,7 @@ LIBRARIES: tuple[Library, ...] = (
     # torch.backends.cuda.preferred_blas_library() says so (the default on recent Instinct GPUs);
     # a trace does not record which, so an operator names both until its kernels tell (Note [ROCm traces]).
     Library("rocBLAS/hipBLASLt", closed=False, repository="https://github.com/ROCm/rocBLAS", ids=("rocblas-hipblaslt",),
-            ops=((_re(_GEMM_OPS), "rocm"),), launched_from=("at::cuda::blas::gemm", "at::cuda::blas::bgemm", "at::cuda::blas::gemm_and_bias")),
+            ops=((_re(_GEMM_OPS), "rocm"),)),
     Library("rocFFT/hipFFT", closed=False, repository="https://github.com/ROCm/rocFFT", ids=("rocfft", "hipfft"),
             calls=_re(r"^(rocfft_|hipfft[A-Z])"), ops=((_re(r"^aten::(_fft_)"), "rocm"),)),
     Library("hipBLAS", closed=False, repository="https://github.com/ROCm/hipBLAS", ids=("hipblas",), calls=_re(r"^hipblas(Lt)?[A-Z]")),
@@ -224,6 +219,105 @@ LIBRARIES: tuple[Library, ...] = (
     Library("LAPACK", closed=False, repository="https://github.com/Reference-LAPACK/lapack", ids=("lapack",), ops=((_re(_LINALG_OPS), "cpu"),)),
     Library("ATen", closed=False, repository="https://github.com/pytorch/pytorch", ids=("aten",)),
 )
+
+# Note [kernel families]
+# A library's GPU kernel is launched by one of the library's entry points,
+# called from PyTorch's code: cuDNN's `bn_fw_inf_*` kernels by
+# cudnnBatchNormalizationForwardInference, its `*dgrad*` kernels by
+# cudnnConvolutionBackwardData (or, with the v8 API, cudnnBackendExecute),
+# cuBLAS's `gemv*` by at::cuda::blas::gemv. Which entry a kernel comes from is
+# decided by its family, read from its name by the rows below, first match
+# per library; the call sites shown are those of the family's entries. A
+# kernel no row matches, or a family whose entries the tree never calls, is
+# "unknown, because ..." (kernelmap.kernels.resolve), never another family's
+# call sites.
+
+
+@dataclass(frozen=True)
+class KernelFamily:
+    """The kernels of one library launched by the same entry points."""
+
+    library: str  # Library.name
+    name: str  # what the kernels do: "batch norm forward, inference"
+    kernels: re.Pattern[str]  # searched in the demangled kernel name
+    entries: tuple[str, ...]  # the library's entry points that launch them, as PyTorch's code calls them
+    where: tuple[str, ...] = ("aten/",)  # the tree's folders (or files) whose call sites count
+    caller: re.Pattern[str] | None = None  # the functions whose calls count, when an entry runs other families too
+
+
+_CUDNN_CONV = ("aten/src/ATen/native/cudnn/",)
+_CONV_ENTRIES = ("cudnnConvolutionForward", "cudnnConvolutionBackwardData", "cudnnConvolutionBackwardFilter", "cudnnBackendExecute")
+_GEMM_ENTRIES = ("at::cuda::blas::gemm", "at::cuda::blas::bgemm", "at::cuda::blas::gemm_and_bias", "cublasGemmEx", "cublasLtMatmul")
+
+FAMILIES: tuple[KernelFamily, ...] = (
+    # cuDNN
+    KernelFamily("cuDNN", "batch norm forward, inference", _re(r"\bbn_fw_inf|bn_fwd_inf|batchnorm_fwd_inf|BatchNormFwdInfer"),
+                 ("cudnnBatchNormalizationForwardInference",)),
+    KernelFamily("cuDNN", "batch norm forward, training", _re(r"\bbn_fw_tr|bn_fwd_tr|batchnorm_fwd_tr|BatchNormFwdTrain"),
+                 ("cudnnBatchNormalizationForwardTrainingEx", "cudnnBatchNormalizationForwardTraining")),
+    KernelFamily("cuDNN", "batch norm backward", _re(r"\bbn_bw|bn_bwd|batchnorm_bwd|BatchNormBwd"),
+                 ("cudnnBatchNormalizationBackwardEx", "cudnnBatchNormalizationBackward")),
+    KernelFamily("cuDNN", "RNN", _re(r"RNN|LSTM|GRU|\blstm|\brnn_|\bgru_"),
+                 ("cudnnRNNForward", "cudnnRNNForwardTraining", "cudnnRNNForwardInference", "cudnnRNNBackwardData", "cudnnRNNBackwardData_v8",
+                  "cudnnRNNBackwardWeights", "cudnnRNNBackwardWeights_v8")),
+    KernelFamily("cuDNN", "CTC loss", _re(r"(?i)\bctc|_ctc"), ("cudnnCTCLoss",)),
+    KernelFamily("cuDNN", "grid sampler and affine grid", _re(r"(?i)spatialtf|sampler|gridgen|grid_generator"),
+                 ("cudnnSpatialTfSamplerForward", "cudnnSpatialTfSamplerBackward", "cudnnSpatialTfGridGeneratorForward", "cudnnSpatialTfGridGeneratorBackward")),
+    # cuDNN's fused attention runs a cudnn_frontend graph: `mha_graph->execute(...)` in MHA.cpp, forward and backward
+    KernelFamily("cuDNN", "scaled dot product attention, backward", _re(r"(?i)(sdpa|fmha|\bmha|flash).*bprop|dot_do_o|convert_dq"),
+                 ("execute",), ("aten/src/ATen/native/cudnn/MHA.cpp",), _re(r"bprop")),
+    KernelFamily("cuDNN", "scaled dot product attention, forward", _re(r"(?i)sdpa|fmha|\bmha|flash_fprop"),
+                 ("execute",), ("aten/src/ATen/native/cudnn/MHA.cpp",), _re(r"fprop")),
+    # cudnnBackendExecute runs any v8 graph (quantized adds too): a convolution's are made in native/cudnn/
+    KernelFamily("cuDNN", "convolution backward, data", _re(r"dgrad"), ("cudnnConvolutionBackwardData", "cudnnBackendExecute"), _CUDNN_CONV),
+    KernelFamily("cuDNN", "convolution backward, weight", _re(r"wgrad"), ("cudnnConvolutionBackwardFilter", "cudnnBackendExecute"), _CUDNN_CONV),
+    KernelFamily("cuDNN", "convolution forward",
+                 _re(r"fprop|implicit_convolve|precomputed_convolve|explicit_convolve|winograd|conv2d_grouped_direct|\bfft2d_|\bfft[123]d_|"
+                     r"scudnn|ImplicitGemmConvolution"),
+                 ("cudnnConvolutionForward", "cudnnBackendExecute"), _CUDNN_CONV),
+    # layout changes, offsets, workspaces and split-K reductions a convolution plan runs around its main kernel
+    KernelFamily("cuDNN", "convolution (a step of its plan: layout change, offsets, workspace, reduction)",
+                 _re(r"nchwToNhwc|nhwcToNchw|scalePackedTensor|computeOffsets|init_device_workspace|ReduceSplitK"), _CONV_ENTRIES, _CUDNN_CONV),
+    # cuBLAS / cuBLASLt
+    KernelFamily("cuBLAS", "matrix-vector product (gemv)", _re(r"gemv"), ("at::cuda::blas::gemv", "cublasSgemv", "cublasDgemv")),
+    KernelFamily("cuBLAS", "dot product", _re(r"\bdot_kernel|reduce_1Block_kernel"), ("at::cuda::blas::dot", "at::cuda::blas::vdot")),
+    KernelFamily("cuBLAS", "matrix multiply (gemm)",
+                 _re(r"gemm|xmma|cutlass|nvjet|^(ampere|volta|turing|maxwell|hopper)_|^sm\d+_|splitKreduce|epilogue::|scal_kernel|axpy_kernel|cublasLt"),
+                 _GEMM_ENTRIES),
+    # CUB (through at::cuda::cub)
+    KernelFamily("CUB/Thrust", "radix sort", _re(r"RadixSort|radix_sort|SegmentedSort"),
+                 ("at::cuda::cub::radix_sort_pairs", "at::cuda::cub::radix_sort_keys", "at::cuda::cub::segmented_sort_pairs")),
+    KernelFamily("CUB/Thrust", "unique and reduce by key", _re(r"ReduceByKey|DeviceSelect|Unique|DeviceCompact"),
+                 ("at::cuda::cub::unique", "at::cuda::cub::unique_by_key")),
+    KernelFamily("CUB/Thrust", "scan", _re(r"DeviceScan|Scan"), ("at::cuda::cub::inclusive_scan", "at::cuda::cub::exclusive_scan")),
+    # NCCL: the collective is in the kernel's name; torch/csrc calls it
+    KernelFamily("NCCL", "all-reduce", _re(r"AllReduce"), ("ncclAllReduce",), ("torch/csrc/",)),
+    KernelFamily("NCCL", "all-gather", _re(r"AllGather"), ("ncclAllGather",), ("torch/csrc/",)),
+    KernelFamily("NCCL", "reduce-scatter", _re(r"ReduceScatter"), ("ncclReduceScatter",), ("torch/csrc/",)),
+    KernelFamily("NCCL", "broadcast", _re(r"Broadcast"), ("ncclBroadcast",), ("torch/csrc/",)),
+    KernelFamily("NCCL", "send and receive", _re(r"SendRecv|AllToAll|\bSend|\bRecv"), ("ncclSend", "ncclRecv", "ncclAllToAll"), ("torch/csrc/",)),
+    KernelFamily("NCCL", "reduce", _re(r"Reduce"), ("ncclReduce",), ("torch/csrc/",)),
+    # cuFFT
+    KernelFamily("cuFFT", "FFT", _re(r"(?i)fft"), ("cufftXtExec",)),
+    # MIOpen (ROCm)
+    KernelFamily("MIOpen", "batch norm", _re(r"(?i)batchnorm"),
+                 ("miopenBatchNormalizationForwardInference", "miopenBatchNormalizationForwardTraining", "miopenBatchNormalizationBackward")),
+    KernelFamily("MIOpen", "convolution", _re(r"(?i)conv|igemm|Im2Col|Col2Im"),
+                 ("miopenConvolutionForward", "miopenConvolutionBackwardData", "miopenConvolutionBackwardWeights")),
+    # the CUDA runtime's copies and fills
+    KernelFamily("CUDA runtime", "memory copy", _re(r"^Memcpy"), ("cudaMemcpyAsync", "cudaMemcpy2DAsync"), ("aten/", "c10/")),
+    KernelFamily("CUDA runtime", "memory fill", _re(r"^Memset"), ("cudaMemsetAsync",), ("aten/", "c10/")),
+)
+
+
+def kernel_family(library: str, kernel: str) -> KernelFamily | None:
+    """The family of `library`'s kernel named `kernel` (demangled): the first row that matches (Note [kernel families])."""
+    return next((f for f in FAMILIES if f.library == library and f.kernels.search(kernel)), None)
+
+
+def has_families(library: str) -> bool:
+    return any(f.library == library for f in FAMILIES)
+
 
 _BY_KEY: dict[str, Library] = {}
 for _lib in LIBRARIES:

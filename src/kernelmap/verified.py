@@ -18,6 +18,8 @@ import os
 import time
 from pathlib import Path
 
+from kernelmap.safefiles import NotRegularFile, read_text
+
 MARGIN_NS = 2_000_000_000
 
 
@@ -33,8 +35,8 @@ def is_verified(path: Path, what: str) -> bool:
     """Whether `path` is the file a check `what` passed, unchanged since."""
     try:
         st = os.stat(path)
-        record = json.loads(_record_path(path).read_text())
-    except (OSError, ValueError, RecursionError):
+        record = json.loads(read_text(_record_path(path), "a check's record"))  # a FIFO there is refused, not waited on
+    except (OSError, ValueError, RecursionError, NotRegularFile):
         return False
     return record == _as_record(st, what)
 

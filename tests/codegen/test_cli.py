@@ -20,7 +20,7 @@ def runner(generated):  # generation happens once, before any command runs
     return CliRunner()
 
 
-def test_gen_binding_prints_signatures_and_the_call(runner, generated):
+def test_gen_binding_prints_signatures_and_the_call(runner, generated, wheel_only_cache):  # no tree registered: the wheel answers
     result = runner.invoke(cli, ["gen", "aten::conv2d", "--layer", "binding"])
     assert result.exit_code == 0, result.output
     code = locate("aten::conv2d", layers=["binding"], files=generated)
@@ -33,7 +33,7 @@ def test_gen_binding_prints_signatures_and_the_call(runner, generated):
     assert "Register<Key> wrappers" not in out and "RegisterCompositeImplicitAutograd" not in out  # only the layer asked for
 
 
-def test_gen_all_layers_for_a_short_name(runner, generated):
+def test_gen_all_layers_for_a_short_name(runner, generated, wheel_only_cache):  # no tree registered: the wheel answers
     result = runner.invoke(cli, ["gen", "conv2d", "--all"])
     assert result.exit_code == 0, result.output
     code = locate("conv2d", files=generated)
@@ -42,7 +42,7 @@ def test_gen_all_layers_for_a_short_name(runner, generated):
     assert all(o.symbol in result.stdout for o in code.ops)
 
 
-def test_gen_fits_the_first_screen_and_all_gives_every_piece(runner, generated):
+def test_gen_fits_the_first_screen_and_all_gives_every_piece(runner, generated, wheel_only_cache):  # no tree registered: the wheel answers
     """`gen add.Tensor` (940 lines of code) on one screen of 100 columns: each
     layer a call passes, in call order, at file:lines that hold what they
     name; the rest folded with counts; --all is today's full text."""
@@ -71,7 +71,7 @@ def test_gen_fits_the_first_screen_and_all_gives_every_piece(runner, generated):
     assert len(full.splitlines()) > 500 and all(str(r.block) in full.replace("\n", "") for r in code.registrations)
 
 
-def test_gen_json_gives_locations_and_text(runner, generated):
+def test_gen_json_gives_locations_and_text(runner, generated, wheel_only_cache):  # no tree registered: the wheel answers
     result = runner.invoke(cli, ["gen", "add.out", "--layer", "ufunc", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)

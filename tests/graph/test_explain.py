@@ -111,7 +111,8 @@ def test_add_cpu_dtype_picks_its_case_specialisation_and_loop(context, tree_2_6)
         assert loop.location.path == case.location.path and loop.location.line == _first(kernel, r"\bcpu_kernel_vec\(", after=case_line)
         special = steps["template specialisation"]
         assert (special.location.path, special.location.line) == _specialisation(tree_2_6, fmadd, cpp)
-        assert f"ufunc::add (Vectorized overload, aten/src/ATen/native/ufunc/add.h:{vectorized_overload})" in special.summary
+        # the tree's location says its version, the installed torch being another (Note [versions on locations])
+        assert f"ufunc::add (Vectorized overload, aten/src/ATen/native/ufunc/add.h:{vectorized_overload} ({special.location.origin.version}))" in special.summary
         inner = steps["vectorized inner loop"]
         assert inner.location.path.endswith("cpu/Loops.h")
         assert inner.location.line == _first(loops, r"vectorized_loop\(data\.data\(\), size0, 0, op, vop\)")
@@ -158,17 +159,23 @@ def test_mul_float32_shows_only_the_branch_it_takes(context, tree_2_6):
 
 def test_add_cuda_steps_reach_the_kernel_templates(context, tree_2_6):
     """On CUDA the generated add_kernel's gpu_kernel is followed through
-    CUDALoops.cuh to the kernel templates a profiler names, each step at the
-    line that launches it."""
+    CUDALoops.cuh to the kernel templates a profiler names, each at the line
+    that launches it: the one the steps follow, the others its alternatives
+    (Note [alternatives of a step])."""
     result = explain("aten::add.Tensor", context("cuda"))
     launches = {s.summary.split()[0]: s for s in result.steps if s.title == "kernel launch"}
-    assert {"vectorized_elementwise_kernel", "unrolled_elementwise_kernel", "elementwise_kernel"} <= set(launches)
+    assert set(launches) == {"vectorized_elementwise_kernel"}
     cuda_loops = (tree_2_6 / "aten/src/ATen/native/cuda/CUDALoops.cuh").read_text().splitlines()
     for name, step in launches.items():
         assert step.location.path == "aten/src/ATen/native/cuda/CUDALoops.cuh"
         assert re.search(rf"\b{name}\b", cuda_loops[step.location.line - 1]), (name, step.location)
         defined = _first(cuda_loops, r"__global__ void " + name + r"\(")
-        assert f"(defined at aten/src/ATen/native/cuda/CUDALoops.cuh:{defined})" in step.summary
+        assert f"(defined at aten/src/ATen/native/cuda/CUDALoops.cuh:{defined} ({step.location.origin.version}))" in step.summary
+    others = {a.name.rsplit("::", 1)[-1]: a for s in result.steps for a in s.alternatives}
+    assert {"unrolled_elementwise_kernel", "launch_legacy_kernel"} <= set(others)
+    for name, alternative in others.items():
+        called = (tree_2_6 / alternative.location.path).read_text().splitlines()[alternative.location.line - 1]
+        assert re.search(rf"\b{name}\b", called), (name, alternative.location)
     steps = by_title(result)
     assert "Float case" in steps["dtype switch"].summary
 

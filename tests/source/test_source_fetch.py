@@ -283,3 +283,23 @@ def test_an_archive_url_without_a_scheme_is_bad_input(cache, monkeypatch):
     with pytest.raises(BadInput, match="KERNELMAP_ARCHIVE_URL"):
         fetch_tree(SHA)
     assert leftovers() == []
+
+
+def test_an_archive_s_oversized_metadata_is_refused_before_it_is_read(server):
+    """A pax header is read whole into memory: one of 600 MB in a 0.6 MB
+    archive took 1.8 GB. Above MAX_HEADER_BYTES it is refused by its size."""
+    from kernelmap.source.fetch import MAX_HEADER_BYTES
+
+    top = f"pytorch-{SHA}"
+    buf = io.BytesIO()
+    pax = {"comment": SHA, "padding": "x" * (MAX_HEADER_BYTES + 1024)}
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT, pax_headers=pax) as tf:
+        info = tarfile.TarInfo(f"{top}/version.txt")
+        info.size = 8
+        tf.addfile(info, io.BytesIO(b"2.6.0a0\n"))
+    archive = gzip.compress(buf.getvalue())
+    assert len(archive) < 64 << 10  # metadata that compresses to almost nothing
+    server.routes[f"/archive/{SHA}.tar.gz"] = (archive, "ok")
+    with pytest.raises(FetchError, match=r"holds a header of \d+ bytes \(more than 1 MB of metadata for one member\)"):
+        fetch_tree(SHA)
+    assert leftovers() == [] and list_trees() == []

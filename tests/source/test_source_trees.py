@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kernelmap.errors import KernelmapError, SourceError
-from kernelmap.source import NotATree, UnknownTree, add_tree, build_index, index_path, list_trees, remove_tree, select_tree
+from kernelmap.source import NotATree, UnknownTree, add_tree, build_index, choose_tree, index_path, list_trees, remove_tree, select_tree
 from kernelmap.source.trees import read_git_head, registry_path
 
 from .conftest import make_tree
@@ -108,8 +108,8 @@ def test_selection_prefers_the_installed_commit_then_the_name(tmp_path, cache, m
     assert select_tree() == b
     assert select_tree("a") == a  # an explicit --source wins
     monkeypatch.setattr(env, "torch_install", lambda: env.TorchInstall("2.13.0", SHA_A, None, tmp_path))
-    with pytest.raises(SourceError, match="several are registered"):
-        select_tree()
+    choice = choose_tree()  # Note [the default tree]: of several, one by a stated rule, and said
+    assert choice.tree == a and choice.rule == "nearest" and "2 source trees are registered; tree a" in choice.note
     monkeypatch.setenv("KERNELMAP_SOURCE", "a")
     assert select_tree() == a
     monkeypatch.setenv("KERNELMAP_SOURCE", "nope")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sqlite3
 import sys
 import warnings
@@ -24,6 +25,7 @@ from pathlib import Path
 from kernelmap.catalog.functional import functional_builtins
 from kernelmap.env import torchgen_environment
 from kernelmap.errors import KernelmapError, TorchgenError
+from kernelmap.safefiles import check_regular, connect, read_bytes
 
 SCHEMA_VERSION = 2  # 2: each dispatch entry's own yaml line
 
@@ -91,8 +93,14 @@ class CatalogFiles:
         for reader in _READERS:
             h.update(reader.read_bytes())
         for path in (self.native_yaml, self.tags_yaml, self.derivatives_yaml, self.functional_py):
-            if path is not None:
-                h.update(path.read_bytes())
+            if path is None:
+                continue
+            try:
+                h.update(read_bytes(path, "a catalog's input"))
+            except FileNotFoundError:  # torch/nn/functional.py of a tree that has no Python layer: its absence is the key
+                if path != self.functional_py:
+                    raise
+                h.update(b"\0absent")
         h.update(str(self.torchgen_root).encode())
         return h.hexdigest()[:24]
 
@@ -191,6 +199,29 @@ def _remove_with_journal(tmp: str) -> None:
         Path(leftover).unlink(missing_ok=True)
 
 
+# `.<key>-<pid>-<mkstemp's 8>.tmp`: a catalog being written by process <pid> (and its -journal)
+_BUILDING = re.compile(r"\.[0-9a-f]+-(?P<pid>\d+)-\w+\.tmp(-journal)?")
+
+
+def clean_stale_builds(directory: Path) -> list[Path]:
+    """Delete the temporary files of catalog builds whose process is gone (a
+    build killed with SIGKILL runs no cleanup); returns what was deleted."""
+    from kernelmap.env import process_alive
+
+    gone = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return gone
+    for name in names:
+        m = _BUILDING.fullmatch(name)
+        if m is None or process_alive(int(m.group("pid"))):
+            continue
+        (directory / name).unlink(missing_ok=True)
+        gone.append(directory / name)
+    return gone
+
+
 def open_catalog_db(files: CatalogFiles, cache: Path) -> sqlite3.Connection:
     """Open the cached catalog for `files`, building it first if need be.
 
@@ -198,9 +229,9 @@ def open_catalog_db(files: CatalogFiles, cache: Path) -> sqlite3.Connection:
     directory that cannot be written gives an in-memory catalog, with a warning.
     """
     path = cache / "catalog" / f"{files.key()}.sqlite"
-    if path.exists():
+    if check_regular(path, "the catalog cache") is not None:  # a FIFO there is refused, not waited on
         try:
-            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            db = connect(path, "the catalog cache")
             try:
                 if _is_complete(db, path):
                     return db
@@ -217,7 +248,8 @@ def open_catalog_db(files: CatalogFiles, cache: Path) -> sqlite3.Connection:
         path.parent.mkdir(parents=True, exist_ok=True)
         import tempfile
 
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
+        clean_stale_builds(path.parent)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-{os.getpid()}-", suffix=".tmp")
         os.close(fd)
     except OSError as e:
         warnings.warn(f"cache directory {path.parent} is not writable ({e.strerror}); working uncached", CatalogWarning, stacklevel=2)

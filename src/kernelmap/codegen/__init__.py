@@ -202,9 +202,17 @@ def locate(
     then the files are opened, or generated (see `generated_files`)."""
     op, ufunc_op = resolve_op(name, tree)
     wanted = tuple(Layer(layer) for layer in layers) if layers is not None else tuple(Layer)
-    if files is None:
+    own = files is None
+    if own:
         files = generated_files(tree, progress=progress, regenerate=regenerate)
-    code = locate_op(files, op, wanted, ufunc_op)
+    try:
+        code = locate_op(files, op, wanted, ufunc_op)
+    except CacheDamaged as e:  # a file read is not the one generated (edited since): generated again, once
+        if not own:
+            raise
+        warnings.warn(f"regenerating: {e}", CacheWarning, stacklevel=2)
+        files = generated_files(tree, progress=progress, regenerate=True)
+        code = locate_op(files, op, wanted, ufunc_op)
     if tree is None:
         code = _note_missing_backends(code)
     return code

@@ -38,10 +38,13 @@ from kernelmap import env
 from kernelmap.codegen.index import SCHEMA_VERSION, build_index
 from kernelmap.errors import KernelmapError, SourceError, TorchgenError
 from kernelmap.model import Origin
+from kernelmap.safefiles import NotRegularFile, check_regular, read_bytes, read_text
 
 # Bump when the layout of the cache or the generation options change.
 # 2: the manifest records every file's size and the index's hash.
-FORMAT = 2
+# 3: the fingerprint holds the hash of the generator's inputs (Note [generated
+#    files keyed by content]); the manifest, every file's mtime and hash.
+FORMAT = 3
 
 ATEN_OUT = "build/aten/src/ATen"
 AUTOGRAD_OUT = "torch/csrc/autograd/generated"
@@ -86,6 +89,15 @@ class CodegenSource:
         what = f"torch {self.origin.version}" if self.torchgen_root is None else f"the tree {self.torchgen_root} ({self.origin.version})"
         return f"{what} (commit {self.origin.commit[:12]})" if self.origin.commit else what
 
+    @property
+    def inputs(self) -> tuple[Path, ...]:
+        """The files and folders generation reads (Note [generated files keyed
+        by content]): torchgen itself, native_functions.yaml and tags.yaml,
+        the ATen templates, and tools/autograd's yaml, templates and code."""
+        torchgen = self.torchgen_root / "torchgen" if self.torchgen_root is not None else env.torch_install().torchgen_dir
+        native = self.aten_dir / "native"
+        return (torchgen, native / "native_functions.yaml", native / "tags.yaml", self.aten_dir / "templates", self.autograd_dir)
+
     def fingerprint(self) -> dict[str, str | None]:
         """What the manifest records and what a reader expects to find in it."""
         return {
@@ -95,7 +107,64 @@ class CodegenSource:
             "version": self.origin.version,
             "commit": self.origin.commit,
             "tree": str(self.torchgen_root) if self.torchgen_root else None,
+            "inputs": inputs_digest(self.inputs),
         }
+
+
+# Note [generated files keyed by content]
+# Generated files are what torchgen makes of a version's yaml, templates and
+# its own code: the cache of a tree whose native_functions.yaml was edited is
+# not that tree's any more. So a cache's fingerprint holds the hash of every
+# input's bytes, and an edit (a new operator, a line moved) regenerates. The
+# hash is taken once per process and set of inputs as they stand (their
+# paths, sizes and mtimes: ~2 MB read, ~40 ms), then reused while none of
+# them changes. What was generated is checked the same way: the manifest
+# records each file's size, mtime and hash; a file whose mtime moved is hashed
+# again on open, and a file read for an answer is hashed as it is read
+# (GeneratedFiles.lines), so an edit of the same size is never served.
+
+_DIGESTS: dict[tuple, str] = {}
+
+
+def _input_files(inputs: tuple[Path, ...]) -> list[tuple[str, Path]]:
+    files = []
+    for top in inputs:
+        if top.is_file():
+            files.append((top.name, top))
+            continue
+        for folder, dirs, names in os.walk(top):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith("."))
+            for name in sorted(names):
+                if not name.endswith((".pyc", ".pyo")):
+                    path = Path(folder) / name
+                    files.append((f"{top.name}/{path.relative_to(top).as_posix()}", path))
+    return files
+
+
+def inputs_digest(inputs: tuple[Path, ...]) -> str:
+    """The sha256 of the files under `inputs` (their names and bytes), reused
+    while their sizes and mtimes stay as they were in this process."""
+    files = _input_files(inputs)
+    stamps = []
+    for rel, path in files:
+        try:
+            st = path.stat()
+            stamps.append((rel, st.st_size, st.st_mtime_ns))
+        except OSError:
+            stamps.append((rel, None, None))
+    key = (tuple(str(p) for p in inputs), tuple(stamps))
+    found = _DIGESTS.get(key)
+    if found is None:
+        h = hashlib.sha256()
+        for rel, path in files:
+            h.update(rel.encode() + b"\0")
+            try:
+                h.update(read_bytes(path))
+            except (OSError, NotRegularFile):  # unreadable now: hashed as such, and generation will say why
+                h.update(b"\0unreadable")
+            h.update(b"\0")
+        found = _DIGESTS[key] = h.hexdigest()[:32]
+    return found
 
 
 def installed_source() -> CodegenSource:
@@ -123,7 +192,7 @@ def cache_root() -> Path:
 
 def read_manifest(directory: Path) -> dict | None:
     try:
-        manifest = json.loads((directory / "manifest.json").read_text())
+        manifest = json.loads(read_text(directory / "manifest.json", "a generated-code manifest"))
     except (OSError, ValueError, RecursionError):
         return None
     return manifest if isinstance(manifest, dict) else None
@@ -155,24 +224,43 @@ def check_manifest(directory: Path, source: CodegenSource) -> dict:
 
 def record_files(directory: Path) -> dict:
     """What the manifest records to verify a cache on open: every file's size,
-    and the index database's hash (its pages may change without its size)."""
-    sizes = {p.relative_to(directory).as_posix(): p.stat().st_size for p in sorted(directory.rglob("*")) if p.is_file()}
-    return {"sizes": sizes, "index_sha256": _sha256(directory / "index.sqlite")}
+    mtime and hash (Note [generated files keyed by content]), and the index
+    database's hash (its pages may change without its size)."""
+    sizes, mtimes, hashes = {}, {}, {}
+    for p in sorted(directory.rglob("*")):
+        if p.is_file():
+            rel = p.relative_to(directory).as_posix()
+            st = p.stat()
+            sizes[rel], mtimes[rel], hashes[rel] = st.st_size, st.st_mtime_ns, _sha256(p)
+    return {"sizes": sizes, "mtimes": mtimes, "sha256": hashes, "index_sha256": hashes.get("index.sqlite") or _sha256(directory / "index.sqlite")}
 
 
 def verify_files(directory: Path, manifest: dict) -> None:
     """CacheDamaged unless the files are those `record_files` recorded: sizes
-    (a stat per file, a few milliseconds) and the index's hash."""
+    and mtimes (a stat per file, a few milliseconds), the hash of a file whose
+    mtime moved, and the index's hash. A file that is no regular file (a FIFO
+    planted there) is refused at once, not read."""
     sizes, digest = manifest.get("sizes"), manifest.get("index_sha256")
-    if not isinstance(sizes, dict) or not isinstance(digest, str) or "index.sqlite" not in sizes:
+    mtimes, hashes = manifest.get("mtimes"), manifest.get("sha256")
+    if (not isinstance(sizes, dict) or not isinstance(digest, str) or "index.sqlite" not in sizes
+            or not isinstance(mtimes, dict) or not isinstance(hashes, dict)):
         raise CacheDamaged(f"the manifest.json of {directory} does not record its files")
     for rel, size in sizes.items():
         try:
-            actual = (directory / rel).stat().st_size
+            st = check_regular(directory / rel, "a generated file")
         except (OSError, ValueError, TypeError):
-            raise CacheDamaged(f"{directory} lacks {str(rel)[:200]}") from None
-        if actual != size:
-            raise CacheDamaged(f"{directory}/{rel} has {actual} bytes, not the {size} it was generated with")
+            st = None
+        if st is None:
+            raise CacheDamaged(f"{directory} lacks {str(rel)[:200]}")
+        if st.st_size != size:
+            raise CacheDamaged(f"{directory}/{rel} has {st.st_size} bytes, not the {size} it was generated with")
+        if st.st_mtime_ns != mtimes.get(rel) and rel != "index.sqlite":  # touched, or edited to the same size
+            try:
+                same = _sha256(directory / rel) == hashes.get(rel)
+            except OSError:
+                same = False
+            if not same:
+                raise CacheDamaged(f"{directory}/{rel} is not the file that was generated (edited since)")
     from kernelmap.verified import is_verified, mark_verified
 
     index = directory / "index.sqlite"

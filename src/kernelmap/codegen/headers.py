@@ -45,6 +45,7 @@ from kernelmap.codegen.build import (
 )
 from kernelmap.errors import KernelmapError, TorchgenError
 from kernelmap.model import Location, Op, Origin, OriginKind
+from kernelmap.safefiles import read_text
 
 ATEN = "build/aten/src/ATen/"  # where a build writes the generated headers
 INCLUDE = "torch/include/"  # where the wheel ships them, under site-packages
@@ -83,7 +84,7 @@ class HeaderFiles:
         if rel not in self._lines:
             path = self.aten_dir / rel
             try:
-                text = path.read_text(encoding="utf-8", errors="replace")
+                text = read_text(path, "a generated header", errors="replace")  # a FIFO is refused, not waited on
             except OSError:
                 text = None
             if self._sizes is not None and rel in self._sizes and (text is None or path.stat().st_size != self._sizes[rel]):
@@ -190,7 +191,7 @@ def _fingerprint(source: CodegenSource) -> dict:
 
 def _open(directory: Path, source: CodegenSource) -> HeaderFiles | None:
     try:
-        manifest = json.loads((directory / "manifest.json").read_text())
+        manifest = json.loads(read_text(directory / "manifest.json", "a generated headers' manifest"))
     except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(manifest, dict) or manifest.get("fingerprint") != _fingerprint(source) or not isinstance(manifest.get("sizes"), dict):

@@ -10,6 +10,7 @@ are read from the files, and a definition's end is found by matching braces.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
@@ -27,6 +28,7 @@ from kernelmap.codegen.sites import (
 )
 from kernelmap.connections import PerThread
 from kernelmap.model import Location, Op, OperatorName, Origin
+from kernelmap.safefiles import connect, read_bytes
 
 # The Python name a binding gets from the file its method table is in.
 _PYTHON_MODULES = (
@@ -145,7 +147,7 @@ class GeneratedFiles:
         self.root = root
         self.manifest = manifest
         self.origin = origin  # kind GENERATED, root = the cache directory
-        self.db = PerThread(sqlite3.connect(f"file:{root / 'index.sqlite'}?mode=ro", uri=True))  # read from any thread
+        self.db = PerThread(connect(root / "index.sqlite", "the generated files' index"))  # read from any thread
         self._lines: dict[str, Sequence[str]] = {}
 
     def __repr__(self) -> str:
@@ -155,7 +157,14 @@ class GeneratedFiles:
         """The lines of a generated file, by its build path (a sequence that
         splits them as they are asked for)."""
         if path not in self._lines:
-            self._lines[path] = _Lines((self.root / path).read_text(errors="replace"))
+            data = read_bytes(self.root / path, "a generated file")
+            # Note [generated files keyed by content] in codegen/build.py: what is read is what was generated
+            expected = (self.manifest.get("sha256") or {}).get(path)
+            if expected is not None and hashlib.sha256(data).hexdigest() != expected:
+                from kernelmap.codegen.build import CacheDamaged
+
+                raise CacheDamaged(f"{self.root}/{path} is not the file that was generated (edited since)")
+            self._lines[path] = _Lines(data.decode("utf-8", errors="replace"))
         return self._lines[path]
 
     def excerpt(self, path: str, line: int, end_line: int | None = None) -> Excerpt:
@@ -270,7 +279,7 @@ def locate_op(files: GeneratedFiles, op: Op, layers: Iterable[Layer] = tuple(Lay
         backward=backward,
         ufunc=ufunc,
         notes=tuple(notes),
-        layers=tuple(layers),
+        layers=tuple(layer for layer in Layer if layer in layers),  # the enum's order: a set's differs from run to run
     )
 
 

@@ -29,8 +29,10 @@ def gen(op: str, layer: str, show_all: bool, source: str | None, regenerate: boo
 
     OP is an operator name: aten::conv2d, conv2d, add.out (a base name such
     as `add` picks its most common overload), or a Python name where and
-    stack take (torch.nn.Conv2d: the first operator it reaches). With --source, the files are
-    generated from that tree with its own torchgen.
+    stack take (torch.nn.Conv2d: the first operator it reaches). The files
+    are generated from the tree that where, stack and path read (--source,
+    else the default tree), with its own torchgen; with no tree registered,
+    from the installed torch.
 
     By default, one line per generated layer a call passes (binding,
     dispatcher entry, autograd wrapper, the Register<Key> wrappers of CPU,
@@ -49,11 +51,17 @@ def gen(op: str, layer: str, show_all: bool, source: str | None, regenerate: boo
     from kernelmap.commands.source import one_line_warnings
 
     one_line_warnings()
-    tree = None
-    if source is not None:
-        from kernelmap.source import select_tree
+    from kernelmap.errors import NoSourceTree
+    from kernelmap.source import choose_tree
 
-        tree = select_tree(source).root
+    # Note [the default tree]: the tree where, stack and path answer from, else the installed torch
+    tree, chosen = None, None
+    try:
+        choice = choose_tree(source)
+        tree, chosen = choice.tree.root, choice.note
+    except NoSourceTree:
+        if source is not None:
+            raise
     layers = tuple(Layer) if layer == "all" else (Layer(layer),)
     from kernelmap.errors import UnknownName
 
@@ -68,10 +76,11 @@ def gen(op: str, layer: str, show_all: bool, source: str | None, regenerate: boo
         op, note = _operator_of(op, tree)
     with codegen_bar() as bar:
         code = locate(op, layers=layers, tree=tree, progress=bar, regenerate=regenerate)
-    if note is not None:
+    said = tuple(n for n in (chosen, note) if n is not None)
+    if said:
         from dataclasses import replace
 
-        code = replace(code, notes=(*code.notes, note))
+        code = replace(code, notes=(*said, *code.notes))
     emit(code, as_json, width, html, full=show_all or layer != "all")
 
 

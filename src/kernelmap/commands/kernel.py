@@ -54,6 +54,9 @@ def kernel(name, source, extension, as_json, width, html):
         found = resolver.in_extension(answer, extension_origin(str(project)))
         if found is None:
             missing = f"no __global__ definition of {answer.symbol.rsplit('::', 1)[-1]} in the sources under {project}"
+            cut = resolver.extension_cuts.get(str(project))
+            if cut:  # Note [kernels of an extension]: bounded, and said
+                missing += f" ({cut}; name the project's own folder)"
         answer = found or answer
     emit(answer, as_json, width, html)
     if reason and not as_json:

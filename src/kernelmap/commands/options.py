@@ -85,7 +85,7 @@ def check_width(ctx: click.Context, param: click.Parameter, value: int | None) -
 def output_options(f: Callable) -> Callable:
     """--json (the answer's document), --html FILE (a self-contained report)
     and --width (text columns)."""
-    f = click.option("--html", "html", type=click.Path(dir_okay=False), default=None, help="Also write the answer as one self-contained HTML file.")(f)
+    f = click.option("--html", "html", type=click.Path(dir_okay=False), default=None, callback=_html_path, help="Also write the answer as one self-contained HTML file.")(f)
     f = click.option("--width", type=int, default=None, callback=check_width, help="Text width in columns (default: the terminal's).")(f)
     f = click.option("--json", "as_json", is_flag=True, help="Print the answer's JSON document (see kernelmap.answers).")(f)
     return f
@@ -138,61 +138,48 @@ def check_input_file(path, what: str) -> None:
 
 
 def check_output_file(path: str, option: str) -> None:
-    """An output kernelmap writes aside and renames into place must be a
-    regular file (or a link, which is replaced, never followed) or not exist
-    yet: a rename over a device, a FIFO or a socket would replace it."""
-    import os
-    import stat
+    """An output kernelmap writes aside and renames into place, checked
+    before any work is done (kernelmap.safefiles.check_output): a regular
+    file or a link, which is replaced, never followed, or nothing yet, in a
+    writable folder; a folder, a FIFO, a device, a socket or a link loop is
+    one error line."""
+    from kernelmap.safefiles import check_output
 
-    if not path.strip():
-        raise BadInput(f"{option} names no file: an empty path")
+    check_output(path, option)
 
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    except OSError as e:
-        raise BadInput(f"cannot write {option} {path}: {e.strerror}") from None
-    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
-        raise BadInput(f"cannot write {option} {path}: it is not a regular file")
+
+def _html_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        check_output_file(value, "--html")
+    return value
 
 
 def write_html(answer: Any, path: str) -> None:
     """The answer's HTML report, written aside and renamed into place, with
     excerpts read from the registered trees, the generated-code cache and the wheel."""
-    import os
-    import tempfile
-    from pathlib import Path
-
     from kernelmap.render import render
     from kernelmap.web.files import SourceFiles
 
     check_output_file(path, "--html")
     text = render(answer, "html", excerpt=SourceFiles.discover().excerpt)
-    target = Path(path)
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent if str(target.parent) else ".")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except OSError as e:
-        if tmp is not None:  # a full disk: nothing half-written is left behind
-            Path(tmp).unlink(missing_ok=True)
-        raise BadInput(f"cannot write {path}: {e.strerror}") from None
-    from kernelmap.printable import printable_line
+    write_rendered_html(text, path)
 
+
+def write_rendered_html(text: str, path: str) -> None:
+    """Write a rendered report to `path` (atomically: nothing half-written is left behind) and say so on stderr."""
+    from kernelmap.printable import printable_line
+    from kernelmap.safefiles import write_output
+
+    write_output(path, text, "--html")
     click.echo(f"wrote {printable_line(path)}", err=True)
 
 
 def emit(answer: Any, as_json: bool = False, width: int | None = None, html: str | None = None, **options: Any) -> None:
     """Write `answer` to standard output: its JSON document, or text at
-    `width` (coloured only on a terminal); with `html`, also its report."""
+    `width` (coloured only on a terminal); with `html`, also its report.
+    Every output is rendered before any is written: an answer that cannot
+    be shown leaves no report behind."""
     from kernelmap.render import render
-
-    if html is not None:
-        write_html(answer, html)
 
     if as_json:
         text = render(answer, "json")
@@ -203,6 +190,11 @@ def emit(answer: Any, as_json: bool = False, width: int | None = None, html: str
 
             width = terminal_width(None)
         text = fit_to_width(render(answer, "text", width=width, color=color, **options), width)
+    if html is not None:
+        from kernelmap.web.files import SourceFiles
+
+        check_output_file(html, "--html")
+        write_rendered_html(render(answer, "html", excerpt=SourceFiles.discover().excerpt), html)
     click.echo(text, nl=False)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from kernelmap.commands.options import (MAX_RUNS, MAX_WIDTH, check_input_file, check_min_us, check_output_file, check_width, emit,
-                                       source_option)
+                                       fit_to_width, source_option, write_rendered_html)
 from kernelmap.errors import BadInput
 
 
@@ -31,10 +31,7 @@ def _check_options(width, top, min_us, depth, export_chrome) -> None:
         raise BadInput(f"--depth must be 0 or more, not {depth}")
     check_min_us(min_us)
     if export_chrome is not None:
-        check_output_file(export_chrome, "--export-chrome")
-        parent = Path(export_chrome).resolve().parent
-        if not parent.is_dir() or not os.access(parent, os.W_OK):
-            raise BadInput(f"cannot write --export-chrome {export_chrome}: {parent} is not a writable folder")
+        check_output_file(export_chrome, "--export-chrome")  # a folder, a FIFO, a link loop, an unwritable folder: said now
 
 
 def _several_ranks(files, source_tree, all_frames, as_json, top, width, use_store, workers, scheduler) -> None:
@@ -143,7 +140,7 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
         check_output_file(export_tree, "--export-tree")
     if html is not None:
         check_output_file(html, "--html")  # before the trace is run or read, not after
-        if export_chrome is not None and Path(html).resolve() == Path(export_chrome).resolve():
+        if export_chrome is not None and os.path.realpath(html) == os.path.realpath(export_chrome):
             raise BadInput(f"--html and --export-chrome name the same file {html}; one would overwrite the other")
     from_file = None
     if from_files:
@@ -193,39 +190,55 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
             else:
                 result = tracing.run_script(target, tuple(args), **options)
 
+    from kernelmap.render import render
+    from kernelmap.trace import views
+    from kernelmap.trace.summary import TraceReport
+
+    hot_view = []
+
+    def shown():  # the tree a view shows: bounded unless every node is asked for (Note [hot subtrees] in kernelmap.trace.views)
+        if not hot_view:
+            hot_view.append(result.tree if full_tree else views.hot_tree(result, hot or views.DEFAULT_NODES))
+        return hot_view[0]
+
+    # Every output is rendered before any is written: one that fails leaves no other behind
+    # (the whole tree as JSON excepted: streamed as it is rendered, it holds no tree in memory).
+    text = None
+    if as_json and full_tree and tree:
+        pass
+    elif as_json:
+        text = render(TraceReport(shown() if tree else None, result.summary() if summary else None), "json")
+    elif fmt != "text":
+        text = render(shown(), "json")
+    else:
+        report = TraceReport(shown() if tree else None, result.summary() if summary else None)
+        color = sys.stdout.isatty()
+        columns = width if width is not None or not color else shutil.get_terminal_size((120, 24)).columns
+        text = fit_to_width(render(report, "text", width=columns, color=color, max_depth=depth if depth is not None else TEXT_DEPTH,
+                                   min_us=min_us, top=top), columns)
+    page = None
+    if html is not None:
+        from kernelmap.web.files import SourceFiles
+
+        page = render(TraceReport(shown(), result.summary()), "html", excerpt=SourceFiles.discover().excerpt)
     if export_chrome:
         try:
             result.export_chrome(export_path)
         except OSError as e:
-            raise BadInput(f"cannot write --export-chrome {export_chrome}: {e.strerror}") from None
-    from kernelmap.trace import views
-    from kernelmap.trace.summary import TraceReport
-
+            raise BadInput(f"cannot write --export-chrome {export_chrome}: {e.strerror or e}") from None
     if export_tree is not None:
         _export_tree(result, tree_path)
-
-    def shown():  # the tree a view shows: bounded unless every node is asked for (Note [hot subtrees] in kernelmap.trace.views)
-        return result.tree if full_tree else views.hot_tree(result, hot or views.DEFAULT_NODES)
-
-    if html is not None:
-        from kernelmap.commands.options import write_html
-
-        write_html(TraceReport(shown(), result.summary()), html_path)
-
-    if as_json and full_tree and tree:
-        views.write_full_json(result, sys.stdout, summary=summary)  # streamed: no tree in memory
+    if page is not None:
+        write_rendered_html(page, html_path)
+    if text is None:
+        views.write_full_json(result, sys.stdout, summary=summary)
         sys.stdout.flush()
-    elif as_json:
-        emit(TraceReport(shown() if tree else None, result.summary() if summary else None), True)
-    elif fmt != "text":
-        emit(shown(), True)
     else:
-        report = TraceReport(shown() if tree else None, result.summary() if summary else None)
-        emit(report, False, width, max_depth=depth if depth is not None else TEXT_DEPTH, min_us=min_us, top=top)
-        if export_chrome:
-            from kernelmap.printable import printable_line
+        click.echo(text, nl=False)
+    if export_chrome and not as_json and fmt == "text":
+        from kernelmap.printable import printable_line
 
-            click.echo(f"wrote {printable_line(export_chrome)}")
+        click.echo(f"wrote {printable_line(export_chrome)}")
 
     error = result.error
     if error is not None:

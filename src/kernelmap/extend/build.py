@@ -16,6 +16,7 @@ from pathlib import Path
 from kernelmap.errors import BadInput
 from kernelmap.extend.errors import BuildError
 from kernelmap.extend.project import MANIFEST
+from kernelmap.safefiles import read_text
 
 __all__ = ["Loaded", "load_extension", "first_compiler_error"]
 
@@ -94,7 +95,7 @@ def load_extension(path: str | Path) -> Loaded:
         if not manifest.exists():
             raise BadInput(f"{p} is no project written by kernelmap scaffold (no {MANIFEST})")
         try:
-            meta = json.loads(manifest.read_text())
+            meta = json.loads(read_text(manifest, "the project's manifest"))
             package = meta["package"]
             if not isinstance(package, str):
                 raise TypeError(f"its package is {type(package).__name__}")

@@ -30,6 +30,7 @@ from kernelmap.extend.errors import OutputExists
 from kernelmap.extend.families import BACKEND_OPS, BATCH_NORM_MUTATED, BATCH_NORM_OPS, family_of, pointwise_formula, reduction_of
 from kernelmap.extend.schema import CustomOpSpec, Param, check_identifier, check_namespace, custom_op_spec
 from kernelmap.model import Op
+from kernelmap.safefiles import read_bytes, read_text
 
 __all__ = ["DEFAULT_NAMESPACE", "KERNELS", "MANIFEST", "Scaffold", "scaffold", "render_project"]
 
@@ -365,7 +366,7 @@ def _previous_files(root: Path) -> tuple[set[str], dict[str, str] | None]:
     if not manifest.exists():
         return set(), None
     try:
-        meta = json.loads(manifest.read_text())
+        meta = json.loads(read_text(manifest, "the project's manifest"))  # a FIFO there is refused, not waited on
         listed, digests = meta.get("files"), meta.get("sha256")
     except (OSError, ValueError, RecursionError, AttributeError):
         listed = digests = None
@@ -450,7 +451,7 @@ def _write_over(root: Path, files: dict[str, str], manifest: dict) -> list[str]:
         os.replace(aside, path)
     for rel in sorted(previous - set(files) - set(kept)):
         stale = root / rel
-        if stale.is_file() and digests is not None and digests.get(rel) == _digest(stale.read_bytes()):
+        if stale.is_file() and digests is not None and digests.get(rel) == _digest(read_bytes(stale, "a scaffolded file")):
             stale.unlink()
             _remove_empty_folders(root, stale.parent)
     return kept

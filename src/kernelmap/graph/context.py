@@ -136,9 +136,12 @@ def open_context(
     no_index: str | None = None
     stale: str | None = None
     try:
-        from kernelmap.source import open_index, select_tree
+        from kernelmap.source import choose_tree, open_index
 
-        tree = select_tree(source)
+        choice = choose_tree(source)  # Note [the default tree]: a choice among several is said
+        tree = choice.tree
+        if choice.note:
+            notes.append(choice.note)
         index = open_index(tree)
         catalog = load_catalog(tree=tree.root, origin=tree.origin)
         stale = index.stale_note()

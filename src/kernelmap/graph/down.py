@@ -19,6 +19,7 @@ from kernelmap.graph.grow import Node, grow
 from kernelmap.graph.rules import (DEFAULT_DEPTH, DEVICE_KEYS, KERNEL_DIRS, VECTORIZED_MATH, balanced, is_inspection_op, is_symbol_text, is_utility_op,
                                    launch_kind, other_device_reason, schema_arguments)
 from kernelmap.model import CallTree, EdgeKind, Location, NodeKind, Op
+from kernelmap.safefiles import NotRegularFile, read_bytes, read_text
 
 def stack(target: str, context: GraphContext, depth: int = DEFAULT_DEPTH) -> CallTree:
     """The tree of what a call of `target` runs on `context.device`.
@@ -37,7 +38,8 @@ def stack(target: str, context: GraphContext, depth: int = DEFAULT_DEPTH) -> Cal
         _ASKED_UTILITY.reset(asked)
     context.check_index_intact()
     meta = {"kind": "stack", "target": target, "device": context.device, "dtype": context.dtype, "depth": depth,
-            "requires_grad": context.requires_grad, "all_branches": context.all_branches, "all_calls": context.all_calls}
+            "requires_grad": context.requires_grad, "all_branches": context.all_branches, "all_calls": context.all_calls,
+            "torch": env.torch_install().version}  # Note [versions on locations]
     late = (context.__dict__["headers_error"],) if "headers_error" in context.__dict__ else ()
     return processors_for(context)(CallTree(grown, context.notes + late + mismatch_note(grown, context), meta))
 
@@ -622,7 +624,7 @@ def _op_children(node: Node, ctx: GraphContext) -> list[Node]:
             wrapper.definition.location if wrapper.definition else wrapper.impl.location,
             EdgeKind.DISPATCHER,
             f"dispatch key {key}" + (f" (via {kernel.key})" if kernel.key != key else ""),
-            {"key": kernel.key, "registered_at": str(wrapper.block)},
+            {"key": kernel.key, "registered_at": wrapper.block},
             grad=kernel_grad,
         )
         parent_list.append(node)
@@ -1024,8 +1026,8 @@ def _macro_expansion(path: Path, line: int) -> str | None:
     from kernelmap.source import extract
 
     try:
-        data = path.read_bytes()
-    except OSError:
+        data = read_bytes(path)
+    except (OSError, NotRegularFile):
         return None
     expanded = extract.macro_expansion(data, line)
     return None if expanded is None else expanded.decode("utf-8", "replace")
@@ -1482,9 +1484,10 @@ def tree_lines(ctx: GraphContext, rel: str) -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=512)
 def file_lines(path: Path) -> tuple[str, ...]:
+    """A file's lines; none when it cannot be read, or is no regular file (a FIFO is not waited on)."""
     try:
-        return tuple(path.read_text(encoding="utf-8", errors="replace").splitlines())
-    except OSError:
+        return tuple(read_text(path, errors="replace").splitlines())
+    except (OSError, NotRegularFile):
         return ()
 
 

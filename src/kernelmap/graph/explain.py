@@ -14,13 +14,22 @@ from __future__ import annotations
 
 import re
 
+from kernelmap import env
 from kernelmap.errors import KernelmapError
 from kernelmap.graph import DEVICE_KEYS, GraphContext, call_ends, stack, stub_kernel
 from kernelmap.graph import file_lines as _file_lines
 from kernelmap.graph.down import location_lines
-from kernelmap.model import CallNode, CallTree, Explanation, Location, NodeKind, Step
+from kernelmap.model import Alternative, CallNode, CallTree, Explanation, Location, NodeKind, Step, located
 
 EXCERPT_LINES = 14
+
+
+def _at(location: Location | None) -> str:
+    """A location written into a step's text, with its version when it is not
+    the installed torch's (Note [versions on locations] in model.py)."""
+    installed = env.torch_install().version
+    return located(location, location is not None and location.origin is not None and location.origin.version != installed)
+
 
 # What a line of kernel code does, by the idioms ATen writes it with.
 _CHECKS = re.compile(r"\b(TORCH_CHECK\w*|TORCH_INTERNAL_ASSERT\w*|check_\w+|checkAllSame\w*|checkDim\w*)\s*\(")
@@ -119,12 +128,12 @@ def explain(op_name: str, context: GraphContext) -> Explanation:
 
     if context.index is None:
         notes.append("native steps (kernel, checks, dtype switch, loops, vendor calls) need a source tree: kernelmap source add PATH, then kernelmap index")
-        return Explanation(qualified, context.device, tuple(steps), tuple(notes), context.dtype)
+        return Explanation(qualified, context.device, tuple(steps), tuple(notes), context.dtype, env.torch_install().version)
 
     tree = stack(qualified, context)
     steps.extend(_native_steps(tree, context))
     context.check_index_intact()
-    return Explanation(qualified, context.device, tuple(steps), tuple(notes), context.dtype)
+    return Explanation(qualified, context.device, tuple(steps), tuple(notes), context.dtype, env.torch_install().version)
 
 
 def _head(text: str, lines: int = EXCERPT_LINES) -> str:
@@ -219,16 +228,16 @@ def _native_steps(tree: CallTree, context: GraphContext) -> list[Step]:
         if node is not end and node.location is not None and node.location.path in _REDUCTION:
             site = node.attrs.get("call_site")
             where = site if isinstance(site, Location) else node.location
-            steps.append(Step("reduction machinery", f"{node.name} (defined at {node.location})", where, _excerpt(where, 1, root=_root(where, context))))
+            steps.append(Step("reduction machinery", f"{node.name} (defined at {_at(node.location)})", where, _excerpt(where, 1, root=_root(where, context))))
     if end.kind in (NodeKind.LAUNCH, NodeKind.DEVICE_LOOP):
         site = end.attrs.get("call_site")
         if isinstance(site, Location) and end.location is not None and site != end.location:
             # the operator's own call of the loop; the loop's definition (Loops.h) is named
-            summary = f"{end.name} runs the per-element loop (defined at {end.location})"
+            summary = f"{end.name} runs the per-element loop (defined at {_at(end.location)})"
             steps.append(Step("device loop / launch", summary, site, _excerpt(site, 3, root=_root(site, context))))
         else:
             steps.append(Step("device loop / launch", f"{end.name} runs the per-element loop", end.location, _excerpt(end.location, 3, root=_root(end.location, context))))
-        steps.extend(_machinery_steps(end, context))
+        steps.extend(_machinery_steps(end, context, path))
         avx512 = None if capability is None else "AVX512 slot:" in capability.summary
         steps.extend(_operation_steps(end, loops, context, avx512))
     elif end.kind in (NodeKind.KERNEL, NodeKind.GENERATED) and len(path) > 1:
@@ -238,7 +247,7 @@ def _native_steps(tree: CallTree, context: GraphContext) -> list[Step]:
             site = callee.attrs.get("call_site")
             where = site if isinstance(site, Location) else callee.location
             when = f" [{callee.condition}]" if callee.condition else ""
-            steps.append(Step("kernel work", f"{end.name} calls {callee.name} (defined at {callee.location}){when}", where,
+            steps.append(Step("kernel work", f"{end.name} calls {callee.name} (defined at {_at(callee.location)}){when}", where,
                               _excerpt(where, 2, root=_root(where, context))))
     elif end.kind is NodeKind.INNER_LOOP:
         steps.append(Step("inner loop", f"{end.name}: the scalar/vectorised operation itself", end.location, _excerpt(end.location, 6)))
@@ -265,27 +274,95 @@ def _tests_dtype(condition: str, context: GraphContext) -> bool:
     return dtypes.checks_dtype(condition)
 
 
-def _machinery_steps(end: CallNode, context: GraphContext) -> list[Step]:
-    """The device loop's machinery below it, in the tree's order, each at the
+def _machinery_steps(end: CallNode, context: GraphContext, path: list[CallNode] = ()) -> list[Step]:
+    """The device loop's machinery below it, one way down, each step at the
     line that calls it (Note [device loop machinery]): TensorIterator's
     for_each, the loop object, vectorized_loop / basic_loop on the CPU; the
-    launchers and the kernel templates they launch (CUDALoops.cuh) on CUDA."""
+    launchers and the kernel templates they launch (CUDALoops.cuh) on CUDA.
+    The way followed is the main path where it goes on below the loop, else
+    the first branch as the code writes it (the `if` before its `else`);
+    what the code does instead at each step is that step's alternatives,
+    with the condition that picks each (Note [alternatives of a step])."""
     steps: list[Step] = []
+    on_path = {id(n) for n in path}
     seen: set[str] = {end.name}  # a recursive call of the loop itself (gpu_kernel splitting for 32-bit indexing) is no new step
-    for node, _ in _walk(end):
-        if node is end or node.attrs.get("branch") or node.attrs.get("collapsed"):
-            continue
-        if node.location is None or not node.location.path.startswith(_MACHINERY) or node.name in seen:
-            continue
-        seen.add(node.name)
-        role = node.attrs.get("loop")
-        title = _ROLE_TITLES.get(role) or ("kernel launch" if node.kind is NodeKind.LAUNCH else "device loop")
-        site = node.attrs.get("call_site")
-        where = site if isinstance(site, Location) else node.location
-        when = f" [{node.condition}]" if node.condition else ""
-        summary = f"{node.name} (defined at {node.location}){when}"
-        steps.append(Step(title, summary, where, _excerpt(where, 1, root=_root(where, context))))
+    node = end
+    while True:
+        ways = _next_machinery(node)
+        main = next((c for c in ways if id(c) in on_path), None) or next((c for c in ways if c.name not in seen), None)
+        if main is None:
+            break
+        seen.add(main.name)
+        role = main.attrs.get("loop")
+        title = _ROLE_TITLES.get(role) or ("kernel launch" if main.kind is NodeKind.LAUNCH else "device loop")
+        site = main.attrs.get("call_site")
+        where = site if isinstance(site, Location) else main.location
+        when = f" [{main.condition}]" if main.condition else ""
+        summary = f"{main.name} (defined at {_at(main.location)}){when}"
+        others = _alternatives(node, main, [c for c in ways if c is not main], context)
+        steps.append(Step(title, summary, where, _excerpt(where, 1, root=_root(where, context)), alternatives=others))
+        node = main
     return steps
+
+
+def _machinery(node: CallNode) -> bool:
+    return node.location is not None and node.location.path.startswith(_MACHINERY)
+
+
+def _next_machinery(node: CallNode) -> list[CallNode]:
+    """The machinery reached first below `node`, through helpers that are none,
+    in the tree's order; never a branch for another device or dtype."""
+    found: list[CallNode] = []
+    stack = list(reversed(node.children))
+    while stack:
+        child = stack.pop()
+        if child.attrs.get("branch") or child.attrs.get("collapsed"):
+            continue
+        if _machinery(child):
+            found.append(child)
+        else:
+            stack.extend(reversed(child.children))
+    return found
+
+
+def branch_condition(main: CallNode, other: CallNode, context: GraphContext) -> str | None:
+    """The condition under which a caller calls `other` instead of `main`
+    (two children of one node): `other`'s own, and, when `main` is called in
+    an `if (X) return ...` above `other`'s call, "else of if (X)" before it,
+    though the code writes no `else`; `#if` of its definition when the two
+    are one function's definitions for different builds."""
+    condition = other.condition
+    if not condition and other.attrs.get("preprocessor") and other.attrs.get("preprocessor") != main.attrs.get("preprocessor"):
+        condition = f"#if {other.attrs['preprocessor']}"
+    main_site, site = main.attrs.get("call_site"), other.attrs.get("call_site")
+    if not (isinstance(main_site, Location) and isinstance(site, Location) and (main.condition or "").startswith("if (")):
+        return condition
+    if site.path != main_site.path or site.line <= main_site.line or main.condition in (condition or ""):
+        return condition
+    lines = location_lines(main_site, context)
+    if 0 < main_site.line <= len(lines) and re.search(r"\breturn\b", lines[main_site.line - 1]):
+        return f"else of {main.condition}" + (f"; {condition}" if condition else "")
+    return condition
+
+
+def _alternatives(parent: CallNode, main: CallNode, others: list[CallNode], context: GraphContext) -> tuple[Alternative, ...]:
+    """What `parent` runs instead of `main`, each with the condition that picks
+    it. A call after an `if (X) return ...` of `main` runs when X is false,
+    though the code writes no `else` (gpu_kernel_impl_nocast's
+    launch_legacy_kernel, after `if (contiguous) return launch_vectorized_kernel(...)`)."""
+    out: dict[tuple[str, str | None], Alternative] = {}
+    for other in others:
+        site = other.attrs.get("call_site")
+        where = site if isinstance(site, Location) else other.location
+        condition = branch_condition(main, other, context)
+        note = ""
+        if other.name == parent.name:
+            note = f"{parent.name} again, on each part of the iteration"
+        elif re.search(r"else of if \(!needs_dynamic_casting", condition or ""):
+            # every tensor of the call is of the selected dtype (Note [dtype branches]): nothing is cast
+            note = f"never for {context.dtype} alone (every tensor of one dtype: nothing to cast)"
+        out.setdefault((other.name, condition), Alternative(other.name, condition, where, note))
+    return tuple(out.values())
 
 
 _VECTOR_OPERATORS = {"*": "operator*", "+": "operator+", "-": "operator-", "/": "operator/"}
@@ -371,7 +448,8 @@ def _vectorized_specialisation(lambda_text: str, cpp: str, context: GraphContext
             body = "\n".join(text[start : start + 6])
             inner = re.search(r"\bvec::(\w+)\s*\(", body)
             operation = inner.group(1) if inner else None
-            via += f"ufunc::{m.group(1)} (Vectorized overload, {header}:{start + 1}) calls vec::{operation}; " if operation else ""
+            at = _at(Location(header, start + 1, origin=context.index.tree.origin))
+            via += f"ufunc::{m.group(1)} (Vectorized overload, {at}) calls vec::{operation}; " if operation else ""
     if operation is None:
         body = lambda_text[lambda_text.find("{") :]
         inner = re.search(r"\bvec::(\w+)\s*\(", body)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 
+from kernelmap import env
 from kernelmap.errors import BadInput, KernelmapError, UnknownName
 from kernelmap.graph.context import NEEDS_TREE, GraphContext
 from kernelmap.graph.grow import grow
@@ -62,7 +63,7 @@ def path(source: str, target: str, context: GraphContext, depth: int = PATH_DEPT
     if cut and not routes:
         notes.append(f"the search reached a limit ({cut}); a route may lie beyond it (try a larger --depth)")
     searched = {"nodes": nodes, "depth": depth, "cut": cut, "routes": len(routes), "more": max(0, len(routes) - limit)}
-    return PathAnswer(source, wanted, context.device, shown, tuple(notes), searched)
+    return PathAnswer(source, wanted, context.device, shown, tuple(notes), searched, env.torch_install().version)
 
 
 # The C++ type of a dtype, as a template specialisation spells it: `gemm<float>`.
@@ -126,8 +127,15 @@ def _is_target(node: CallNode, target: str) -> bool:
 
 def _check_known(target: str, ctx: GraphContext) -> None:
     """A target no producer knows is a mistake (exit 2), not a missing route (exit 1)."""
-    if target.startswith(("torch.", "F.", "nn.", "Tensor.")):
-        return  # Python names are resolved as the route is grown
+    if target.startswith(("torch.", "F.", "nn.", "Tensor.")) and "::" not in target:
+        from kernelmap.errors import HandWrittenBinding
+        from kernelmap.graph import down
+
+        try:  # resolved as a route's source is: an unknown one raises UnknownName here
+            down._root_for(target, ctx)
+        except HandWrittenBinding:  # a name that exists, served by a hand-written binding
+            pass
+        return
     if ctx.index is not None and not target.startswith("aten::") and (ctx.index.definitions(target) or ctx.index.callers_of(target)
                                                                        or ctx.index.is_stub(target.rsplit("::", 1)[-1])):
         return  # a C++ symbol, a vendor call or a stub (asked first: the catalog's refusal looks for close names)

@@ -22,13 +22,14 @@ import functools
 import re
 from pathlib import Path
 
-from kernelmap import pysource
+from kernelmap import env, pysource
 from kernelmap.errors import BadInput, KernelmapError, UnknownName
 from kernelmap.graph.context import NEEDS_TREE, GraphContext
 from kernelmap.graph.down import cpp_node, dedupe, file_lines, op_node, vendor_node
 from kernelmap.graph.grow import Node, grow
 from kernelmap.graph.rules import DEFAULT_DEPTH, KERNEL_DIRS, is_symbol_text
 from kernelmap.model import CallTree, EdgeKind, Location, NodeKind, Op
+from kernelmap.safefiles import NotRegularFile, read_text
 
 
 def callers(symbol: str, context: GraphContext, depth: int = DEFAULT_DEPTH) -> CallTree:
@@ -61,7 +62,7 @@ def callers(symbol: str, context: GraphContext, depth: int = DEFAULT_DEPTH) -> C
         raise UnknownName(symbol, tuple(context.index.search(short, limit=5)) if len(short) >= 3 else ())
     grown = grow(root, lambda node: _expand_up(node, context), depth)
     context.check_index_intact()
-    return CallTree(grown, context.notes, {"kind": "callers", "target": symbol, "depth": depth})
+    return CallTree(grown, context.notes, {"kind": "callers", "target": symbol, "depth": depth, "torch": env.torch_install().version})
 
 
 def _expand_up(node: Node, ctx: GraphContext) -> list[Node]:
@@ -248,8 +249,8 @@ _TABLES: dict[int, _KernelTable] = {}
 @functools.lru_cache(maxsize=4)
 def _yaml_words(path: Path) -> frozenset[str] | None:
     try:
-        return frozenset(re.findall(r"\w+", path.read_text(encoding="utf-8")))
-    except OSError:
+        return frozenset(re.findall(r"\w+", read_text(path)))
+    except (OSError, NotRegularFile, ValueError):
         return None
 
 
@@ -293,7 +294,7 @@ def _wrapper_nodes(op: Op, keys: list[str], ctx: GraphContext) -> list[Node]:
             nodes.append(op_node(op, ctx, EdgeKind.DISPATCHER, f"kernel of {key}"))
             continue
         for r in found:
-            attrs = {"key": key, "registered_at": str(r.block)}
+            attrs = {"key": key, "registered_at": r.block}
             nodes.append(Node(r.symbol, NodeKind.WRAPPER, r.definition.location, EdgeKind.DISPATCHER, f"kernel of {key}", attrs, payload=op,
                               identity=("wrapper", r.symbol)))
     return nodes
@@ -424,8 +425,8 @@ def _python_files(root: Path) -> tuple[tuple[Path, str], ...]:
 def _identifiers(path: Path) -> frozenset[str]:
     """Every word of one file: whether it can name a callee at all, before it is parsed."""
     try:
-        return frozenset(re.findall(r"\w+", path.read_text(encoding="utf-8")))
-    except OSError:
+        return frozenset(re.findall(r"\w+", read_text(path)))
+    except (OSError, NotRegularFile, ValueError):
         return frozenset()
 
 

@@ -26,6 +26,7 @@ from kernelmap.errors import BadInput
 from kernelmap import vendors
 from kernelmap.kernels.names import LAMBDA, Arg, lambda_owner, parse, unqualified_symbol
 from kernelmap.model import Location, Origin, OriginKind, extension_origin
+from kernelmap.safefiles import NotRegularFile, open_regular, read_text
 
 VERSION = 1
 MAX_NAME = 1 << 16  # characters of a kernel name the resolver reads
@@ -128,6 +129,10 @@ class KernelAnswer:
     functor: Site | None  # the functor or lambda instantiating a launcher: the op's arithmetic
     launches: tuple[Site, ...] = ()  # gpu_kernel(...) call sites in a lambda's function; ATen call sites of a library
     tree: str | None = None  # the source tree the locations are in
+    family: str | None = None  # a library kernel's family (Note [kernel families] in vendors): "batch norm forward, inference"
+    entries: tuple[str, ...] = ()  # the library entry points that launch the family
+    unknown: str | None = None  # why no call site is named for a library kernel: "unknown, because ..."
+    notes: tuple[str, ...] = ()  # said once: how the source tree was chosen among several
 
     @property
     def has_source(self) -> bool:
@@ -149,6 +154,10 @@ class KernelAnswer:
             "launches": [s.to_json() for s in self.launches],
             "tree": self.tree,
             "extension": self.extension,
+            "family": self.family,
+            "entries": list(self.entries),
+            "unknown": self.unknown,
+            "notes": list(self.notes),
         }
 
     @property
@@ -171,10 +180,12 @@ class KernelAnswer:
             origin = extension_origin(root)
             kernel = dataclasses.replace(kernel, location=dataclasses.replace(kernel.location, origin=origin))
         return cls(d["name"], d["demangled"], d["symbol"], d["truncated"], d["library"], d["closed"], d["repository"],
-                   kernel, site(d["functor"]), tuple(Site.from_json(s) for s in d["launches"]), d.get("tree"))
+                   kernel, site(d["functor"]), tuple(Site.from_json(s) for s in d["launches"]), d.get("tree"),
+                   d.get("family"), tuple(d.get("entries") or ()), d.get("unknown"), tuple(d.get("notes") or ()))
 
     def to_text(self) -> str:
-        lines = [self.symbol + ("  (name cut short)" if self.truncated else "")]
+        lines = [f"note: {note}" for note in self.notes]
+        lines.append(self.symbol + ("  (name cut short)" if self.truncated else ""))
         lib = self.library or "unrecognised"
         if self.library:
             lib += " (closed)" if self.closed else " (open)"
@@ -189,8 +200,12 @@ class KernelAnswer:
             if project and s is self.kernel:  # the user's own file, by its path on this machine
                 where = f"{s.location.disk_path}:{s.location.line}"
             lines.append(f"  {s.role:<9} {where}  {s.symbol}")
+        if self.family:
+            lines.append(f"  family    {self.family}, launched by {' or '.join(self.entries)}")
         for s in self.launches:
             lines.append(f"  {s.role:<9} {s.location}  {s.symbol}" + (f"  in {s.caller}" if s.caller else ""))
+        if self.unknown:
+            lines.append(f"  launched  {self.unknown}")
         if self.tree:
             lines.append(f"  (locations in the tree {self.tree})")
         if project:
@@ -209,11 +224,15 @@ class KernelResolver:
         self._defs: dict[tuple[str, bool], Location | None] = {}
         self._text: dict[str, dict[str, Location]] | None = None
         self._extensions: dict[str, dict[str, tuple[str, int]]] = {}
+        self.extension_cuts: dict[str, str | None] = {}
+        self.notes: tuple[str, ...] = ()  # said in each answer: how the tree was chosen among several  # extension folder -> the bound that cut its search, if one did
 
     def resolve(self, name: str) -> KernelAnswer:
         answer = self._answers.get(name)
         if answer is None:
             answer = self._answers[name] = self._resolve(name)
+            if self.notes:
+                answer = self._answers[name] = dataclasses.replace(answer, notes=self.notes)
         return answer
 
     def _resolve(self, name: str) -> KernelAnswer:
@@ -233,8 +252,10 @@ class KernelResolver:
             if lib.in_tree:  # a library vendored into the tree (flash attention): its kernel's own definition
                 loc = self._locate(symbol, kernel=True)
                 kernel = Site("kernel", k.symbol, loc) if loc is not None and loc.path.startswith(lib.in_tree) else None
+            family = vendors.kernel_family(lib.name, k.text)
+            launches, unknown = self._library_launches(lib, family)
             return KernelAnswer(name, k.text, k.symbol, k.truncated, lib.name, lib.closed, lib.repository, kernel, None,
-                                self._library_launches(lib), self.tree_name)
+                                launches, self.tree_name, family.name if family else None, family.entries if family else (), unknown)
         kernel_loc = self._locate(symbol, kernel=True)
         is_aten = k.symbol.startswith(("at::", "c10::", "(anonymous namespace)::")) or (
             kernel_loc is not None and kernel_loc.path.startswith(("aten/", "c10/", "torch/csrc/"))
@@ -306,8 +327,8 @@ class KernelResolver:
             return loc
         short = symbol.rsplit("::", 1)[-1]
         try:
-            lines = (self.root / loc.path).read_text(errors="replace").splitlines()
-        except OSError:
+            lines = read_text(self.root / loc.path, errors="replace").splitlines()
+        except (OSError, NotRegularFile):
             return loc
         last = min(len(lines), (loc.end_line or loc.line) , loc.line + 8)
         for n in range(loc.line, last + 1):
@@ -334,8 +355,8 @@ class KernelResolver:
                 if path.suffix not in (".cu", ".cuh", ".h") or not ("cuda" in path.parts or path.parent == base):
                     continue
                 try:
-                    texts.append((str(path.relative_to(self.root)), path.read_text(errors="replace")))
-                except OSError:
+                    texts.append((str(path.relative_to(self.root)), read_text(path, errors="replace")))
+                except (OSError, NotRegularFile):
                     continue
             self._text = {kind: {name: Location(*at) for name, at in table.items()} for kind, table in _definitions(texts).items()}
         return self._text[what].get(name)
@@ -346,7 +367,8 @@ class KernelResolver:
         sources under `origin.root`, or None."""
         table = self._extensions.get(origin.root)
         if table is None:
-            table = self._extensions[origin.root] = _extension_kernels(Path(origin.root))
+            table, self.extension_cuts[origin.root] = extension_search(Path(origin.root))
+            self._extensions[origin.root] = table
         found = table.get(answer.symbol.rsplit("::", 1)[-1])
         if found is None:
             return None
@@ -363,29 +385,42 @@ class KernelResolver:
                     out.append(Site("launch", c.name, c.location, owner))
         return tuple(out[:8])
 
-    def _library_launches(self, lib: vendors.Library) -> tuple[Site, ...]:
-        if self.index is None or not lib.launched_from:
-            return ()
-        out = []
-        for callee in lib.launched_from:
+    def _library_launches(self, lib: vendors.Library, family: vendors.KernelFamily | None) -> tuple[tuple[Site, ...], str | None]:
+        """The call sites in the tree of the entry points that launch
+        `family` (Note [kernel families] in vendors), and, when none is
+        named, why: "unknown, because ...". Never another family's sites."""
+        if lib.in_tree:
+            return (), None  # its kernels' own source is in the tree
+        if family is None:
+            why = (f"no rule of kernelmap's {lib.name} kernel families matches this name" if vendors.has_families(lib.name)
+                   else f"kernelmap has no rule for which {lib.name} entry point launches its kernels")
+            return (), f"unknown, because {why}"
+        if self.index is None:
+            return (), "unknown, because no source tree is indexed to find the calls of " + " or ".join(family.entries)
+        out: list[Site] = []
+        for callee in family.entries:
             scope = callee.rpartition("::")[0]
             # ATen calls a wrapper by its qualified name (`at::cuda::blas::gemm<float>(...)`); a bare `gemm` is
             # another namespace's (cpublas), or the wrapper's own inside its namespace (gemm_tunable's local
             # `gemm` object, bgemm's fallback loop): not where ATen calls the library
-            sites = [c for c in self.index.callers_of(callee) if _atens_call(c, scope)]
-            for c in sites[:3]:
-                out.append(Site("library call", c.callee, c.location, c.caller.qualified_name if c.caller else None))
+            sites = [c for c in self.index.callers_of(callee) if _library_call(c, scope, family.where)
+                     and (family.caller is None or (c.caller is not None and family.caller.search(c.caller.qualified_name)))]
+            for c in sites[:3]:  # a member call (`graph->execute(`) is named by its member
+                out.append(Site("library call", c.callee.lstrip("."), c.location, c.caller.qualified_name if c.caller else None))
             if len(out) >= 4:
                 break
-        return tuple(out[:4])
+        if not out:
+            return (), f"unknown, because the tree {self.tree_name} calls none of {', '.join(family.entries)}"
+        return tuple(out[:4]), None
 
 
-def _atens_call(call, scope: str) -> bool:
-    """Whether `call` is ATen's call of a library's entry point whose namespace
-    is `scope` (none for a C API): made in aten/, and for a wrapper, written
-    qualified and made outside the wrapper's namespace."""
+def _library_call(call, scope: str, where: tuple[str, ...] = ("aten/",)) -> bool:
+    """Whether `call` is PyTorch's call of a library's entry point whose
+    namespace is `scope` (none for a C API): made in one of `where` (aten/,
+    by default), and for a wrapper, written qualified and made outside the
+    wrapper's namespace."""
     inside = call.caller is not None and call.caller.qualified_name.startswith(f"{scope}::")
-    return call.location.path.startswith("aten/") and (not scope or ("::" in call.callee and not inside))
+    return call.location.path.startswith(where) and (not scope or ("::" in call.callee and not inside))
 
 
 # Note [kernels of an extension]
@@ -394,28 +429,43 @@ def _atens_call(call, scope: str) -> bool:
 # from an extension's file (Note [registrations from outside torch] in
 # kernelmap.dispatch), the extension's sources are searched for the kernel's
 # `__global__` definition: the files under the project's folder, build
-# folders and hidden ones left out, at most EXTENSION_FILES of them.
+# folders and hidden ones left out, at most EXTENSION_FILES of them, read from
+# at most EXTENSION_FOLDERS folders (a project is a few; `--extension /` would
+# walk the whole file system), each file at most EXTENSION_FILE_BYTES.
 EXTENSION_FILES = 2000
+EXTENSION_FOLDERS = 2000
+EXTENSION_FILE_BYTES = 4 << 20
 _EXTENSION_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp")
 _SKIPPED_FOLDERS = frozenset({"build", "dist", "__pycache__", "node_modules"})
 
 
-def _extension_kernels(root: Path) -> dict[str, tuple[str, int]]:
-    """Kernel name -> (path relative to `root`, line) of every `__global__` definition under `root`."""
-    texts = []
-    for folder, dirs, files in os.walk(root):
+def extension_search(root: Path) -> tuple[dict[str, tuple[str, int]], str | None]:
+    """Kernel name -> (path relative to `root`, line) of every `__global__`
+    definition under `root`, and what bound cut the search short, if one did
+    (Note [kernels of an extension])."""
+    texts: list[tuple[str, str]] = []
+    folders = 0
+    cut = None
+    for folder, dirs, files in os.walk(root):  # links to folders are not followed
+        folders += 1
+        if folders > EXTENSION_FOLDERS:
+            cut = f"the search stopped after {EXTENSION_FOLDERS} folders under {root}"
+            break
         dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_FOLDERS and not d.startswith("."))
         for f in sorted(files):
             if not f.endswith(_EXTENSION_SUFFIXES):
                 continue
             if len(texts) == EXTENSION_FILES:
-                return _definitions(texts)["kernel"]
+                return _definitions(texts)["kernel"], f"the search stopped after {EXTENSION_FILES} source files under {root}"
             path = Path(folder) / f
             try:
-                texts.append((path.relative_to(root).as_posix(), path.read_text(errors="replace")))
-            except OSError:
+                with open_regular(path, "rb") as stream:  # a FIFO is skipped, not waited on
+                    data = stream.read(EXTENSION_FILE_BYTES + 1)
+            except (OSError, NotRegularFile):
                 continue
-    return _definitions(texts)["kernel"]
+            if len(data) <= EXTENSION_FILE_BYTES:
+                texts.append((path.relative_to(root).as_posix(), data.decode("utf-8", errors="replace")))
+    return _definitions(texts)["kernel"], cut
 
 
 def _definitions(texts: list[tuple[str, str]]) -> dict[str, dict[str, tuple[str, int]]]:
@@ -442,13 +492,16 @@ def open_resolver(source: str | None = None) -> tuple[KernelResolver, str | None
     from kernelmap.errors import KernelmapError
 
     try:
-        from kernelmap.source import open_index, select_tree
+        from kernelmap.source import choose_tree, open_index
 
-        tree = select_tree(source)
+        choice = choose_tree(source)  # Note [the default tree]
+        tree = choice.tree
         index = open_index(tree)
     except KernelmapError as e:
         return KernelResolver(), str(e)
-    return KernelResolver(index, Path(tree.root) if getattr(tree, "root", None) else None, tree.name), None
+    resolver = KernelResolver(index, Path(tree.root) if getattr(tree, "root", None) else None, tree.name)
+    resolver.notes = (choice.note,) if choice.note else ()
+    return resolver, None
 
 
 __all__ = ["KernelAnswer", "KernelResolver", "Site", "open_resolver"]

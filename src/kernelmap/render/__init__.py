@@ -67,4 +67,9 @@ def render(answer: Any, fmt: str = "text", **options: Any) -> str:
     (`width`, `color` for text; `indent` for JSON)."""
     if fmt not in FORMATS:
         raise BadInput(f"unknown output format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    return renderer_for(answer, fmt)(answer, **options)
+    renderer = renderer_for(answer, fmt)
+    if fmt == "text":  # Note [text renderers escape what they print] in render/text.py
+        from kernelmap.render.text import escaped
+
+        answer = escaped(answer)
+    return renderer(answer, **options)

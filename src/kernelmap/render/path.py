@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernelmap.model import Location, located, tags_versions
 from kernelmap.printable import printable
 from kernelmap.render.text import terminal_width
 from kernelmap.render.tree import SCREEN_LINES
@@ -20,14 +21,24 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(width - 3, 1)] + "..."
 
 
-def _step_line(number: int, step: Any, width: int) -> list[str]:
+def _where(step: Any, versions: bool) -> str:
+    """A step's location (with its version when the answer mixes versions: Note [versions on locations])."""
+    where = located(step.location, versions)
+    site = step.attrs.get("call_site")
+    if not where and site is not None:
+        where = f"called at {located(site, versions) if isinstance(site, Location) else site}"
+    return where
+
+
+def _versions(answer: Any) -> bool:
+    return tags_versions((s.location for r in answer.routes for s in r.steps), getattr(answer, "torch_version", None))
+
+
+def _step_line(number: int, step: Any, width: int, versions: bool = False) -> list[str]:
     """One step on one line: the name and condition shortened first, the location kept."""
     from kernelmap.render.tree import fit
 
-    where = str(step.location) if step.location is not None else ""
-    site = step.attrs.get("call_site")
-    if not where and site is not None:
-        where = f"called at {site}"
+    where = _where(step, versions)
     text = step.name + (f"  [{step.condition}]" if step.condition else "")
     if step.attrs.get("library"):
         text += f"  <{step.attrs['library']}{', closed' if step.attrs.get('closed') else ''}>"
@@ -49,6 +60,7 @@ def to_text(answer: Any, width: int | None = None, full: bool = False, **_: Any)
     width = terminal_width(width)
     if answer.routes and not full:
         return _main_route(answer, width)
+    versions = _versions(answer)
     out: list[str] = []
     count = len(answer.routes) + int(answer.searched.get("more") or 0)
     heading = f"{answer.source} -> {answer.target} on {answer.device}: "
@@ -69,10 +81,7 @@ def to_text(answer: Any, width: int | None = None, full: bool = False, **_: Any)
         for condition in route.conditions:
             out.append(_cut(f"  when {condition}", width))
         for i, step in enumerate(route.steps, 1):
-            where = str(step.location) if step.location is not None else ""
-            site = step.attrs.get("call_site")
-            if not where and site is not None:
-                where = f"called at {site}"
+            where = _where(step, versions)
             head = f"{i:>3}. {step.name}"
             if where and len(head) + 2 + len(where) > width:  # a location is never cut: it goes on a line of its own
                 out.extend((head, f"       {where}"))
@@ -96,8 +105,9 @@ def _main_route(answer: Any, width: int) -> str:
     first = answer.routes[0]
     out.append("")
     out.append(f"route 1: {len(first.steps)} steps")
+    versions = _versions(answer)
     for i, step in enumerate(first.steps, 1):
-        out.extend(_step_line(i, step, width))
+        out.extend(_step_line(i, step, width, versions))
     others: dict[str, list[tuple[int, Any]]] = {}  # routes leaving the first at the same step, one line
     for number, route in enumerate(answer.routes[1:], 2):
         others.setdefault(_leaves_first(route, first), []).append((number, route))

@@ -14,8 +14,8 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from kernelmap.model import CallNode, CallTree, NodeKind
-from kernelmap.printable import printable
+from kernelmap.model import CallNode, CallTree, NodeKind, located, tags_versions
+from kernelmap.printable import printable_line
 
 _KIND_STYLE = {
     "module": "bold cyan",
@@ -46,18 +46,19 @@ def _shapes(shapes: Any) -> str:
     return " ".join(parts)
 
 
-def label(node: CallNode, *, sources: bool = True) -> str:
+def label(node: CallNode, *, sources: bool = True, versions: bool = False) -> str:
     """The one-line text of a node."""
-    head, where = label_parts(node, sources=sources)
+    head, where = label_parts(node, sources=sources, versions=versions)
     return head + (f"  @ {where}" if where else "")
 
 
-def label_parts(node: CallNode, *, sources: bool = True) -> tuple[str, str]:
+def label_parts(node: CallNode, *, sources: bool = True, versions: bool = False) -> tuple[str, str]:
     """A node's line as (what it is, its location): the location is the part
-    never cut when the line is too wide (`fit`)."""
+    never cut when the line is too wide (`fit`); with `versions`, the
+    location says its version (Note [versions on locations] in model.py)."""
     a = node.attrs
     if node.kind is NodeKind.NOTE and a.get("folded"):
-        return printable(node.name), ""
+        return printable_line(node.name), ""
     parts = [str(a.get("op") or node.name)]
     if node.kind not in (NodeKind.OPERATOR, NodeKind.TRACE):
         parts.append(f"[{node.kind.value}]")
@@ -99,8 +100,9 @@ def label_parts(node: CallNode, *, sources: bool = True) -> tuple[str, str]:
         elif a.get("source_file"):
             where = str(a["source_file"])
         elif node.location is not None and node.kind is not NodeKind.OPERATOR:
-            where = str(node.location)
-    return printable("  ".join(parts)), printable(where)
+            where = located(node.location, versions)
+    # Note [text renderers escape what they print]: a name's newline never breaks the line
+    return printable_line("  ".join(str(p) for p in parts)), printable_line(where)
 
 
 # Static-graph facts worth a word on the line (attr -> what it says).
@@ -115,10 +117,15 @@ _MARKERS = (
 )
 
 GUIDES = ("├── ", "└── ", "│   ", "    ")
+# Guides are drawn for this many levels; deeper, a line's prefix stops
+# growing and says the level in words (`[level 5000]`): a line per node then
+# stays a line, and the text of a tree nested 100,000 calls deep is as long
+# as its document, not the square of its depth.
+MAX_GUIDES = 64
 
 
 def lines(tree: CallTree, *, max_depth: int | None = None, min_us: float = 0.0, sources: bool = True,
-          root: CallNode | None = None, base: str = ""):
+          root: CallNode | None = None, base: str = "", versions: bool = False):
     """(prefix, node or None, text, location) per output line, pre-order,
     explicit stack, from `root` (default the tree's), each prefix starting
     with `base`. `node` is None for the "… hidden" lines."""
@@ -128,7 +135,11 @@ def lines(tree: CallTree, *, max_depth: int | None = None, min_us: float = 0.0, 
         if depth < 0:  # a "… hidden" line: its text is its name
             yield prefix, None, node.name, ""
             continue
-        yield (prefix, node, *label_parts(node, sources=sources))
+        if depth > MAX_GUIDES:
+            head, where = label_parts(node, sources=sources, versions=versions)
+            yield prefix, node, f"[level {depth}] {head}", where
+        else:
+            yield (prefix, node, *label_parts(node, sources=sources, versions=versions))
         if not node.children:
             continue
         if max_depth is not None and depth >= max_depth:
@@ -140,10 +151,11 @@ def lines(tree: CallTree, *, max_depth: int | None = None, min_us: float = 0.0, 
         if hidden:
             entries.append((None, f"… {hidden} shorter than {duration_text(min_us)}"))
         pushed = []
+        deep = depth >= MAX_GUIDES  # the prefix stops growing: the children's guides are drawn at this level
         for i, (child, text) in enumerate(entries):
             last = i == len(entries) - 1
             guide = child_prefix + (GUIDES[1] if last else GUIDES[0])
-            below = child_prefix + (GUIDES[3] if last else GUIDES[2])
+            below = child_prefix if deep else child_prefix + (GUIDES[3] if last else GUIDES[2])
             pushed.append((child, guide, below, text))
         # Push in reverse so the first child is rendered first; "hidden" lines are
         # leaves, emitted when popped.
@@ -154,15 +166,15 @@ def lines(tree: CallTree, *, max_depth: int | None = None, min_us: float = 0.0, 
                 stack.append((child, guide, below, depth + 1))
 
 
-def main_lines(tree: CallTree, *, sources: bool = True):
+def main_lines(tree: CallTree, *, sources: bool = True, versions: bool = False):
     """The lines of a tree with a main path (Note [the main path] in
     kernelmap.processors): its steps numbered at the left margin, each step's
     other children (folded notes, or subtrees) indented under it."""
-    for _, _, rows in main_groups(tree, sources=sources):
+    for _, _, rows in main_groups(tree, sources=sources, versions=versions):
         yield from rows
 
 
-def main_groups(tree: CallTree, *, sources: bool = True):
+def main_groups(tree: CallTree, *, sources: bool = True, versions: bool = False):
     """The rows of `main_lines` in groups: (the step a group is under, the
     other child it shows or None for the step's own row, its rows)."""
     chain = [tree.root]
@@ -176,13 +188,13 @@ def main_groups(tree: CallTree, *, sources: bool = True):
     digits = len(str(len(chain)))
     indent = " " * (digits + 2)
     for number, node in enumerate(chain, 1):
-        yield node, None, [(f"{number:>{digits}}. ", node, *label_parts(node, sources=sources))]
+        yield node, None, [(f"{number:>{digits}}. ", node, *label_parts(node, sources=sources, versions=versions))]
         nxt = chain[number] if number < len(chain) else None
         others = [c for c in node.children if c is not nxt]
         if others and not all(c.kind is NodeKind.NOTE and c.attrs.get("folded") for c in others):
             others = list(fold_notes(others, nxt))  # a tree marked but not folded (a saved document): folded as it is read
         for child in others:
-            yield node, child, list(lines(tree, sources=sources, root=child, base=indent))
+            yield node, child, list(lines(tree, sources=sources, root=child, base=indent, versions=versions))
 
 
 # Note [the first screen]
@@ -298,18 +310,19 @@ def render(
         color = sys.stdout.isatty()
     out: list[str] = []
     if notes:
-        out.extend(printable(f"note: {note}") for note in tree.notes)
+        out.extend(printable_line(f"note: {note}") for note in tree.notes)
     styled = []
     main = tree.root.attrs.get("main") and not full
+    versions = tags_versions((n.location for _, n in tree.walk()), tree.meta.get("torch"))  # Note [versions on locations]
     left_out = 0
     if main:
-        groups = list(main_groups(tree, sources=sources))
+        groups = list(main_groups(tree, sources=sources, versions=versions))
         if width is not None:
             footer = len(_footer(999, 999))  # the closing line's longest, folded to the width as the CLI folds it
             groups, left_out = fit_screen(groups, SCREEN_LINES - len(out) - -(-footer // max(width, 1)), width)
         rows = [row for _, _, part in groups for row in part]
     else:
-        rows = lines(tree, max_depth=max_depth, min_us=min_us, sources=sources)
+        rows = lines(tree, max_depth=max_depth, min_us=min_us, sources=sources, versions=versions)
     for prefix, node, text, where in rows:
         style = _KIND_STYLE.get(node.kind, "") if node is not None and node.kind is not NodeKind.NOTE else "dim"
         for n, line in enumerate(fit(prefix, text, where, width)):
@@ -327,7 +340,7 @@ def render(
     buf = io.StringIO()
     console = Console(file=buf, width=10**6, force_terminal=True, color_system="standard", highlight=False, emoji=False)
     for note in tree.notes if notes else ():
-        console.print(Text(printable(f"note: {note}"), style="yellow"))
+        console.print(Text(printable_line(f"note: {note}"), style="yellow"))
     for full, start, style in styled:
         t = Text(full)
         if style:

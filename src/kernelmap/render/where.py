@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 
-from kernelmap.model import Location, Op
+from kernelmap.model import Location, Op, located, tags_versions
 
 
 def _flags(op: Op) -> str:
@@ -22,9 +22,10 @@ def _folded(word: str, names: list[str]) -> str:
 def to_text(answer, width: int | None = None, color: bool | None = None, links: bool = True, full: bool = False, **_: object) -> str:
     """The answer as terminal text. `color=None` colours only a terminal;
     `color=False` with a fixed `width` gives stable text for tests. The
-    live registrations of keys the dispatch path does not pass, and every
-    leaf after the first (the main path's: graph.ends ranks them), are folded
-    to one line each unless `full`."""
+    live registrations of keys the dispatch path does not pass are folded to
+    one line unless `full`; every leaf after the first (the main path's:
+    graph.ends ranks them) is shown under it as where the call ends instead,
+    with the condition that picks it."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -44,10 +45,12 @@ def to_text(answer, width: int | None = None, color: bool | None = None, links: 
         emoji=False,
     )
 
+    versions = tags_versions(answer.locations(), answer.torch_version)  # Note [versions on locations]
+
     def where_text(location: Location | None) -> Text:
         if location is None:
             return Text("-", style="dim")
-        text = Text(str(location), style="cyan")
+        text = Text(located(location, versions), style="cyan")
         if links and location.url:
             text.stylize(f"link {location.url}")
         return text
@@ -140,14 +143,17 @@ def to_text(answer, width: int | None = None, color: bool | None = None, links: 
         src.add_column(no_wrap=True)
         src.add_column(overflow="fold")
         leaves = [step for step in answer.source if step.role == "leaf"]
+        # the leaves after the first are where the call ends instead (Note [alternatives of a step]):
+        # each under the first, with the condition that picks it, unless `full` lists them all alike
         folded = leaves[1:] if not full else []
         for step in answer.source:
             if step not in folded:
                 src.add_row(step.role, Text.assemble((step.name, "green"), "  ", where_text(step.location), f"  {step.detail}" if step.detail else ""))
+            if leaves and step is leaves[0]:
+                for other in folded:
+                    src.add_row("  + or", Text.assemble((other.name, "green"), "  ", where_text(other.location),
+                                                        f"  {other.detail}" if other.detail else "  (no condition recorded)"))
         console.print(src)
-        if folded:
-            console.print(Text(_folded("leaf", [s.name for s in folded]).replace("leafs", "leaves") + " (--all)", style="dim"),
-                          overflow="ellipsis", no_wrap=True)
 
     if answer.overrides:
         section("torch._native overrides (run instead of ATen's kernel when their condition holds)")

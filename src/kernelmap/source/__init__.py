@@ -14,7 +14,8 @@ Nothing here imports torch: the installed torch's commit comes from
 from __future__ import annotations
 
 from kernelmap.source.records import index_path
-from kernelmap.source.trees import NotATree, Tree, UnknownTree, add_tree, get_tree, inspect_tree, list_trees, remove_tree, select_tree
+from kernelmap.source.trees import (NotATree, Tree, TreeChoice, UnknownTree, add_tree, choose_tree, get_tree, inspect_tree, list_trees,
+                                    remove_tree, select_tree)
 
 _LAZY = {
     # Reading an index (sqlite3 and its row types) is imported when a question
@@ -64,4 +65,6 @@ __all__ = [
     "open_index",
     "remove_tree",
     "select_tree",
+    "choose_tree",
+    "TreeChoice",
 ]

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from kernelmap import env, vendors
 from kernelmap.errors import BadInput, SourceError
+from kernelmap.safefiles import NotRegularFile, check_regular
 from kernelmap.source import extract, includes
 from kernelmap.source.extract import FileFacts, OperatorNames
 from kernelmap.source.records import as_indexed, file_record, index_path, read_record, write_record
@@ -295,8 +296,10 @@ class _Writer:
         self.ids = _StringIds(db, fresh)
         self.next_symbol = (db.execute("SELECT max(id) FROM symbols").fetchone()[0] or 0) + 1
 
-    def add(self, facts: FileFacts, mtime_ns: int) -> int:
-        """Insert one file's facts (as `_columns`); returns its file id."""
+    def add(self, facts: FileFacts, mtime_ns: int, size: int | None = None) -> int:
+        """Insert one file's facts (as `_columns`); returns its file id. A
+        skipped file is recorded at the `size` the scan found, as a read one
+        is: it is then as indexed until it changes, not "changed" for ever."""
         db = self.db
         # extract.Definition, Call, Registration, StubDecl, a column each
         names, lookups, shorts, kinds, lines, end_lines, conditions, ops = facts.definitions or ((),) * 8
@@ -309,7 +312,7 @@ class _Writer:
 
         file_id = db.execute(
             "INSERT INTO files(path, sha1, size, mtime_ns, errors, skipped) VALUES (?, ?, ?, ?, ?, ?)",
-            (facts.path, facts.sha1, facts.size, mtime_ns, facts.errors, facts.skipped),
+            (facts.path, facts.sha1, size if facts.skipped and size is not None else facts.size, mtime_ns, facts.errors, facts.skipped),
         ).lastrowid
         first = self.next_symbol
         self.next_symbol += len(names)
@@ -379,8 +382,11 @@ def _classify_stub_calls(db: sqlite3.Connection, file_ids: list[int] | None = No
 def _open_previous(path: Path, meta_expected: dict[str, str]) -> str | None:
     """None when the database at `path` can be updated in place of a full
     build, else the reason it cannot."""
-    if not path.exists():
-        return "no index yet"
+    try:
+        if check_regular(path) is None:
+            return "no index yet"
+    except NotRegularFile as e:  # a FIFO or a link loop at its name: built anew and renamed over it
+        return str(e)
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
@@ -572,7 +578,7 @@ def _apply(db, tree: Tree, plan: _Plan, full: bool, expected: dict[str, str], jo
     index_at = sum(plan.sizes.get(p, 0) for p in plan.to_parse) * 0.95
     done_bytes = 0
     for done, facts in enumerate(_extract_all(tree, ops, plan.to_parse, jobs, plan.sizes), 1):
-        new_ids.append(writer.add(facts, plan.mtimes[facts.path]))
+        new_ids.append(writer.add(facts, plan.mtimes[facts.path], plan.sizes.get(facts.path)))
         if progress:
             progress("parse", done, total)
         done_bytes += plan.sizes.get(facts.path, 0)

@@ -39,6 +39,11 @@ MAX_MEMBER_BYTES = 256 << 20  # one kept file
 MAX_KEPT_BYTES = 4 << 30  # all kept files
 MAX_ARCHIVE_BYTES = 16 << 30  # every member, kept or not, as unpacked
 MAX_TIMEOUT_S = 86_400.0
+# A member's metadata (a pax header, a GNU long name) is read whole into
+# memory before the member: GitHub's archives hold one pax header of a
+# commit id (52 bytes); a 600 MB one in a 0.6 MB archive would take 1.8 GB.
+MAX_HEADER_BYTES = 1 << 20
+_HEADER_TYPES = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
 _SHA = re.compile(r"[0-9a-f]{7,40}")
 _FULL_SHA = re.compile(r"[0-9a-f]{40}")
 
@@ -47,6 +52,17 @@ Progress = Callable[[int, int | None], None]  # (bytes read, total bytes if know
 
 class FetchError(SourceError):
     """The archive could not be downloaded, verified or unpacked."""
+
+
+class _BoundedInfo(tarfile.TarInfo):
+    """A member whose metadata (pax header, GNU long name) is refused above
+    MAX_HEADER_BYTES before it is read, not after."""
+
+    def _proc_member(self, tarfile_):
+        if self.type in _HEADER_TYPES and self.size > MAX_HEADER_BYTES:
+            raise FetchError(f"the archive holds a header of {self.size} bytes (more than {MAX_HEADER_BYTES >> 20} MB of metadata for one member): "
+                             "it is no PyTorch source archive")
+        return super()._proc_member(tarfile_)
 
 
 def is_kept(path: str) -> bool:
@@ -149,7 +165,7 @@ def _download(url: str, commit: str, into: Path, progress: Progress | None, time
         total = int(length) if length and length.isdigit() else None
         stream = _Counting(resp, total, progress)
         try:
-            with tarfile.open(fileobj=stream, mode="r|gz") as tf:
+            with tarfile.open(fileobj=stream, mode="r|gz", tarinfo=_BoundedInfo) as tf:
                 full = _extract(tf, commit, into, url)
             if total is not None and stream.done < total:
                 raise FetchError(f"the download of {url} ended after {stream.done} of {total} bytes")

@@ -27,6 +27,7 @@ from pathlib import Path
 from kernelmap.connections import PerThread
 from kernelmap.errors import SourceError
 from kernelmap.model import Answer, Edge, EdgeKind, Location, Origin, OriginTable, Symbol, check_document, document
+from kernelmap.safefiles import check_regular, connect
 from kernelmap.source.records import as_indexed, file_record, index_path, read_record
 from kernelmap.source.schema import CALL_KINDS, SCHEMA_VERSION, expected_table_definitions, one_line, table_definitions
 from kernelmap.source.trees import Tree
@@ -149,10 +150,10 @@ _MACRO_NAME = re.compile(r"(TORCH_IMPL_FUNC|TORCH_META_FUNC2?|TORCH_PRECOMPUTE_M
 def open_index(tree: Tree) -> Index:
     """The index of `tree`; IndexMissing when it was never built or is unusable."""
     path = index_path(tree)
-    if not path.exists():
+    if check_regular(path, f"the index of {tree.name!r}") is None:  # a FIFO there is refused, not waited on
         raise IndexMissing(f"the tree {tree.name!r} is not indexed yet; run `kernelmap index --source {tree.name}`")
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        db = connect(path, f"the index of {tree.name!r}", check_same_thread=False)
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
         tables = table_definitions(db)
     except (sqlite3.DatabaseError, ValueError) as e:  # ValueError: a damaged text (UnicodeDecodeError)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernelmap import env
+from kernelmap.safefiles import NotRegularFile, read_bytes, read_text
 
 if TYPE_CHECKING:
     from kernelmap.source.trees import Tree
@@ -47,7 +48,7 @@ def file_record(path: Path, *, digest: bool = True) -> dict:
 
 def read_record(path: Path) -> dict | None:
     try:
-        record = json.loads(record_path(path).read_text())
+        record = json.loads(read_text(record_path(path), "an index's record"))
     except (OSError, ValueError, RecursionError):
         return None
     return record if isinstance(record, dict) else None
@@ -70,6 +71,6 @@ def as_indexed(path: Path, size: int, mtime_ns: int, indexed: tuple[str, int, in
     if mtime_ns == old_mtime:
         return True
     try:
-        return hashlib.sha1(path.read_bytes()).hexdigest() == sha1
-    except OSError:
+        return hashlib.sha1(read_bytes(path)).hexdigest() == sha1
+    except (OSError, NotRegularFile):  # gone, unreadable, or now a FIFO: changed
         return False

@@ -21,6 +21,7 @@ from pathlib import Path
 from kernelmap import env
 from kernelmap.errors import BadInput, KernelmapError, NoSourceTree, SourceError
 from kernelmap.model import Origin, OriginKind
+from kernelmap.safefiles import read_text
 
 SOURCE_ENV = "KERNELMAP_SOURCE"
 REGISTRY_VERSION = 1
@@ -205,7 +206,7 @@ def registry_path() -> Path:
 def _load() -> dict[str, Tree]:
     path = registry_path()
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path, "the tree registry"))
     except FileNotFoundError:
         return {}
     except NotADirectoryError:  # removing trees.json would not help
@@ -344,30 +345,90 @@ def _fetched_folder(tree: Tree) -> bool:
         return False
 
 
-def select_tree(name: str | None = None) -> Tree:
-    """The tree a command works on.
+# Note [the default tree]
+# Every command that reads a source tree picks it by one rule, stated in
+# `--source`'s help and here, in this order:
+#   1. --source NAME|PATH (a registered name, or a folder inspected as it is);
+#   2. the registered tree of the installed torch's commit;
+#   3. $KERNELMAP_SOURCE;
+#   4. the only registered tree;
+#   5. of several, the one nearest the installed torch's version (indexed
+#      trees before others; then the newer; then by name).
+# A choice among several (5) is said in the answer, text and JSON (a note:
+# `TreeChoice.note`), so that registering a second tree never changes an
+# answer without a word.
 
-    The tree whose commit is the installed torch's, when registered; else the
-    one named by `name` (`--source`) or `KERNELMAP_SOURCE`. A name may also be
-    a directory, which is inspected without being registered.
-    """
+
+@dataclass(frozen=True)
+class TreeChoice:
+    """The tree a command reads, and which rule of Note [the default tree] chose it."""
+
+    tree: Tree
+    rule: str  # "source" | "commit" | "environment" | "only" | "nearest"
+    note: str | None = None  # said in the answer: how one of several trees was chosen
+
+
+def _version_numbers(version: str) -> tuple[int, ...]:
+    """(2, 6, 0) of "2.6.0a0" or "2.13.0+cpu"; () when it holds no number."""
+    return tuple(int(n) for n in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def _nearest(trees: list[Tree], installed: str | None) -> Tree:
+    from kernelmap.source.records import index_path
+
+    wanted = _version_numbers(installed or "")
+
+    def distance(t: Tree) -> tuple:
+        have = _version_numbers(t.version)
+        gap = tuple(abs(a - b) for a, b in zip(have + (0,) * 3, wanted + (0,) * 3)) if wanted and have else (10**6,)
+        try:
+            indexed = index_path(t).is_file()
+        except OSError:
+            indexed = False
+        return (not indexed, gap, tuple(-n for n in have), t.name)
+
+    return min(trees, key=distance)
+
+
+def choose_tree(name: str | None = None) -> TreeChoice:
+    """The tree a command works on, by Note [the default tree], and the rule that chose it."""
     trees = list_trees()
+    installed = None
     if name is None:
         try:
-            commit = env.torch_install().commit
+            install = env.torch_install()
+            commit, installed = install.commit, install.version
         except KernelmapError:
             commit = None
         if commit:
             for t in trees:
                 if t.commit == commit:
-                    return t
+                    return TreeChoice(t, "commit")
         name = os.environ.get(SOURCE_ENV) or None
-    if name is None:
+        if name is not None:
+            return TreeChoice(_named(name, trees), "environment")
         if len(trees) == 1:
-            return trees[0]
+            return TreeChoice(trees[0], "only")
         if not trees:
             raise NoSourceTree("no source tree selected: add one with `kernelmap source add PATH` or `kernelmap source fetch`")
-        raise SourceError("no source tree selected: several are registered; pick one with --source or KERNELMAP_SOURCE")
+        tree = _nearest(trees, installed)
+        note = (f"{len(trees)} source trees are registered; tree {tree.name} ({tree.version}) answers, the one nearest "
+                f"the installed torch {installed or '(unknown)'} (pick another with --source or {SOURCE_ENV})")
+        return TreeChoice(tree, "nearest", note)
+    return TreeChoice(_named(name, trees), "source")
+
+
+def select_tree(name: str | None = None) -> Tree:
+    """The tree a command works on (Note [the default tree]): `name`
+    (`--source`), else the installed torch's commit's tree, KERNELMAP_SOURCE,
+    the only registered tree, or of several the one nearest the installed
+    torch. A name may also be a directory, which is inspected without being
+    registered."""
+    return choose_tree(name).tree
+
+
+def _named(name: str, trees: list[Tree]) -> Tree:
+    """The tree `name` names: a registered name, or a folder."""
     for t in trees:
         if t.name == name:
             return t

@@ -155,8 +155,10 @@ def create_app(
         return HTMLResponse(render(template, **context), status_code=status)
 
     def error(message: str, status: int = 400) -> HTMLResponse:
+        from kernelmap.printable import shortened_line
+
         headers = {"Retry-After": "5"} if status == 503 else None
-        return HTMLResponse(render("app_error.html.j2", title="kernelmap: error", message=message), status_code=status, headers=headers)
+        return HTMLResponse(render("app_error.html.j2", title="kernelmap: error", message=shortened_line(message)), status_code=status, headers=headers)
 
     async def offload(fn: Callable[[], Response], key: str | None = None) -> Response:
         """`fn()` in the pool: its response, or the error page of a domain error."""

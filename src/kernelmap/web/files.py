@@ -21,6 +21,7 @@ from typing import Any
 
 from kernelmap.errors import KernelmapError
 from kernelmap.model import is_generated_path
+from kernelmap.safefiles import NotRegularFile, read_text
 
 # Largest file the source viewer shows (the biggest generated file is ~10 MB).
 MAX_FILE_BYTES = 16 * 1024 * 1024
@@ -167,7 +168,10 @@ class SourceFiles:
         root, disk = self.resolve(root_name, path)
         if disk.stat().st_size > MAX_FILE_BYTES:
             raise FileRefused(f"{path} is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB")
-        return Opened(root, path, disk, disk.read_text(errors="replace"))
+        try:
+            return Opened(root, path, disk, read_text(disk, errors="replace"))
+        except NotRegularFile as e:  # a FIFO is refused, not waited on
+            raise FileRefused(str(e)) from None
 
     def open_location(self, location: dict[str, Any]) -> Opened | None:
         by_file = self._open_file(location)
@@ -197,7 +201,10 @@ class SourceFiles:
             rel = disk.relative_to(root.directory).as_posix()
             if (root.allowed and rel.split("/", 1)[0] not in root.allowed) or disk.stat().st_size > MAX_FILE_BYTES:
                 return None
-            return Opened(root, str(location.get("path")), disk, disk.read_text(errors="replace"))
+            try:
+                return Opened(root, str(location.get("path")), disk, read_text(disk, errors="replace"))
+            except (OSError, NotRegularFile):
+                return None
         return None
 
     # -- excerpts ----------------------------------------------------------

@@ -439,7 +439,17 @@
     box.appendChild(el("h4", null, "dispatch path"));
     var keys = a.dispatch_keys || [a.dispatch_key];
     keys.forEach(function (k) { box.appendChild(badge(k, k === a.dispatch_key ? "key served" : "key")); });
-    if (a.kernel) box.appendChild(el("div", "served", "served by " + a.dispatch_key + ": " + a.kernel + (a.registered_at ? "  (registered at " + a.registered_at + ")" : "")));
+    if (a.kernel) {
+      var served = el("div", "served", "served by " + a.dispatch_key + ": " + a.kernel);
+      if (a.registered_at && typeof a.registered_at === "object" && typeof a.registered_at.path === "string") {
+        served.appendChild(el("span", null, "  (registered at "));  // a location: with its origin, so its version
+        served.appendChild(this.location(a.registered_at, false));
+        served.appendChild(el("span", null, ")"));
+      } else if (a.registered_at) {
+        served.appendChild(el("span", null, "  (registered at " + a.registered_at + ")"));
+      }
+      box.appendChild(served);
+    }
     return box;
   };
 
@@ -731,6 +741,16 @@
         li.appendChild(shown);
         if (!self.excerpts[locKey(s.location)] && s.excerpt) li.appendChild(el("pre", "code", s.excerpt));
       } else if (s.excerpt) li.appendChild(el("pre", "code", s.excerpt));
+      if (s.alternatives && s.alternatives.length) {  // what runs instead, and the condition that picks it
+        var alts = el("ul", "alternatives");
+        alts.setAttribute("data-testid", "step-alternatives");
+        s.alternatives.forEach(function (a) {
+          var item = el("li", null, "or " + a.name + (a.note ? ": " + a.note : "") + (a.condition ? " [" + a.condition + "]" : "") + " ");
+          if (a.location) item.appendChild(self.location(a.location, false));
+          alts.appendChild(item);
+        });
+        li.appendChild(alts);
+      }
       ol.appendChild(li);
     });
     mount.appendChild(ol);

@@ -1,0 +1,118 @@
+"""Caches keyed by content (Note [generated files keyed by content]): an
+edit of a tree's native_functions.yaml makes its generated files another
+version's, so they are generated again; a generated file edited to the same
+size (its mtime kept, or not) is never served as it was generated. Every
+edit is made to a copy: of the tree (a folder of links, the yaml a real
+copy) and of the cache, never of .cache/ or of the session's cache."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kernelmap.codegen import CacheDamaged, CacheMismatch, open_generated
+from kernelmap.codegen.build import check_manifest, tree_source
+from kernelmap.codegen.locate import GeneratedFiles
+
+YAML = "aten/src/ATen/native/native_functions.yaml"
+
+
+def linked_tree(root: Path, into: Path) -> Path:
+    """`into` as the tree at `root`: each entry a link, but the folders on the
+    way to native_functions.yaml real, and the yaml itself a copy to edit."""
+    into.mkdir()
+    here, there = root, into
+    parts = Path(YAML).parts
+    for i, part in enumerate(parts):
+        for entry in here.iterdir():
+            if entry.name != part:
+                (there / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+        if i == len(parts) - 1:
+            shutil.copy2(here / part, there / part)
+        else:
+            (there / part).mkdir()
+            here, there = here / part, there / part
+    return into
+
+
+@pytest.fixture
+def copied(tmp_path, tree_2_6, session_cache, monkeypatch):
+    """A copy of the 2.6.0 tree and a private cache holding the tree's
+    generated files as they were generated from it (hard links: nothing is
+    ever written to them), their manifest moved to the copy as though the
+    copy had been generated before the edit."""
+    import json
+
+    from kernelmap.codegen import generated_files
+
+    original = generated_files(tree=tree_2_6.resolve())
+    copy = linked_tree(tree_2_6.resolve(), tmp_path / "tree")
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("KERNELMAP_CACHE_DIR", str(cache))
+    source = tree_source(copy)
+    target = cache / "codegen" / source.slug
+    for folder, _, files in os.walk(original.root):
+        rel = Path(folder).relative_to(original.root)
+        (target / rel).mkdir(parents=True, exist_ok=True)
+        for name in files:
+            if name != "manifest.json":
+                os.link(Path(folder) / name, target / rel / name)
+    manifest = dict(original.manifest)
+    manifest["fingerprint"] = source.fingerprint()  # the copy, before any edit, generated these files
+    (target / "manifest.json").write_text(json.dumps(manifest))
+    return copy, target
+
+
+def test_the_copy_before_an_edit_opens_its_files(copied):
+    copy, target = copied
+    assert open_generated(copy).root == target
+
+
+def test_an_edit_of_the_yaml_makes_the_files_another_version_s(copied):
+    copy, target = copied
+    yaml = copy / YAML
+    text = yaml.read_text()
+    yaml.write_text(text.replace("- func: relu(Tensor self) -> Tensor\n", "- func: relu(Tensor self) -> Tensor\n  # a comment moves every line below\n", 1))
+    with pytest.raises(CacheMismatch, match="inputs"):
+        open_generated(copy)  # generated_files() would now generate them again
+    yaml.write_text(text)
+    assert open_generated(copy).root == target  # the same bytes: the same key
+
+
+def test_a_new_operator_in_the_yaml_is_a_new_key(copied):
+    copy, _ = copied
+    yaml = copy / YAML
+    yaml.write_text(yaml.read_text() + "\n- func: traps_new_op(Tensor self) -> Tensor\n  variants: function\n")
+    with pytest.raises(CacheMismatch):
+        open_generated(copy)
+
+
+def same_size_edit(path: Path, keep_mtime: bool) -> None:
+    """Swap two letters of `path` in a new file at its name (a hard link is
+    never written through), keeping its mtime when asked."""
+    data = path.read_bytes()
+    st = path.stat()
+    i = data.index(b"at::")
+    edited = data[:i] + b"ta::" + data[i + 4:]
+    path.unlink()
+    path.write_bytes(edited)
+    if keep_mtime:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.parametrize("keep_mtime", [False, True])
+def test_a_same_size_edit_of_a_generated_file_is_never_served(copied, keep_mtime):
+    copy, target = copied
+    files = open_generated(copy)
+    rel = "build/aten/src/ATen/RegisterCPU.cpp"
+    same_size_edit(target / rel, keep_mtime)
+    if not keep_mtime:
+        with pytest.raises(CacheDamaged, match="RegisterCPU.cpp is not the file that was generated"):
+            check_manifest(target, tree_source(copy))  # found on open: its mtime moved
+        return
+    check_manifest(target, tree_source(copy))  # size and mtime as generated: the open does not hash every file
+    with pytest.raises(CacheDamaged, match="RegisterCPU.cpp is not the file that was generated"):
+        GeneratedFiles(target, files.manifest, files.origin).lines(rel)  # read: its bytes are hashed as they are read

@@ -41,6 +41,7 @@ def first_screen(summary: Any, width: int | None = None) -> str:
     from kernelmap.render.tree import fit, fit_whole
 
     gpu = summary.gpu.total_us > 0
+    versions = bool(summary.versions)  # Note [versions in a trace] in kernelmap.trace.summary
     rows = [r for r in summary.ops if r.kernels] if gpu else [r for r in summary.ops if r.kernel or r.source]
     if not rows:
         return ""
@@ -66,13 +67,13 @@ def first_screen(summary: Any, width: int | None = None) -> str:
         ends = f", ends in {library(r.library, r.closed)}" if r.library else ", ATen (open)"
         out.append(_crop(printable(f"{r.name}  {when}{ends}"), width))
         served = f"{r.kernel} ({r.dispatch_key})" if r.dispatch_key and r.kernel else (r.kernel or "kernel")
-        out.extend(fit_whole("  ", printable(served), r.source or "", width))
+        out.extend(fit_whole("  ", printable(served), r.at(versions) or "", width))
         kernels = r.kernels.most_common()
         for name, launches in kernels[:KERNELS_PER_OP]:
             where = r.kernel_sources.get(name) or ""
             located = bool(re.search(r":\d+$", where))
             text = f"{launches}x " + ("" if located else f"[{library(where) or 'unresolved'}] ") + _kernel(name)
-            out.extend(fit("    ", printable(text), where if located else "", width))
+            out.extend(fit("    ", printable(text), r.kernel_at(name, versions) if located else "", width))
         if len(kernels) > KERNELS_PER_OP:
             rest = kernels[KERNELS_PER_OP:]
             places = sorted({r.kernel_sources.get(k) or "unresolved" for k, _ in rest if not re.search(r":\d+$", r.kernel_sources.get(k) or "")})

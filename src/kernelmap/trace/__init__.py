@@ -100,7 +100,7 @@ class Trace:
             if found is not None:
                 return found
         if self._table is not None:
-            return summarize_table(self._table, self.notes)
+            return summarize_table(self._table, self.notes, self.meta.get("versions"))
         return summarize(self.tree)
 
     def kernels(self, libraries: tuple[str, ...]) -> list[tuple[float, str, float]]:
@@ -219,6 +219,8 @@ def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None
 
         resolver = Resolver(live=live, source_index=index, source_reason=reason, platform=platform_of(header.fields, table))
         notes.extend(resolver.resolve(table))
+        if resolver.versions:
+            meta = {"versions": resolver.versions, **(meta or {})}  # Note [versions in a trace] in kernelmap.trace.summary
     m: dict[str, Any] = {
         "file": path.name,
         "events": collected.events,

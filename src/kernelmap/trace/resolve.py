@@ -158,6 +158,7 @@ class Resolver:
     _device_facts: dict[tuple, dict[str, Any]] = field(default_factory=dict)
     _extensions: dict[str, tuple] = field(default_factory=dict)  # custom op -> the extensions it was registered from
     _namespaces: dict[str, list[str]] = field(default_factory=dict)  # C++ namespace -> the operators registered in it
+    versions: dict[str, str] = field(default_factory=dict)  # {"tree", "installed"} where they differ (Note [versions in a trace] in kernelmap.trace.summary)
 
     def _kernels(self):
         """The kernel-name resolver on the same tree as the kernel sources."""
@@ -298,6 +299,7 @@ class Resolver:
             notes.append(f"kernel sources not linked: {self.source_reason}")
         elif self.source_index is not None:
             notes.append(_version_note(self.source_index))
+            self.versions = _versions(self.source_index)
         return notes
 
     def _shared_index(self, t: Table, facts: dict[str, Any], index: dict[int, int]) -> int:
@@ -757,6 +759,17 @@ def _version_note(index) -> str:
         f"kernel sources from the tree {tree.name} (version {tree.version}); operators and dispatch from the "
         f"installed torch {installed.version}: lines may differ where the two versions do"
     )
+
+
+def _versions(index) -> dict[str, str]:
+    """The tree's and the installed torch's versions, where the tree is not the installed torch's own commit."""
+    from kernelmap import env
+
+    tree = index.index.tree
+    installed = env.torch_install()
+    if installed.commit is not None and tree.commit == installed.commit:
+        return {}
+    return {"tree": str(tree.version or tree.name), "installed": str(installed.version)}
 
 
 _INFERRED = ("device", "requires_grad")  # shared by every op node: Note [inputs of a traced call]

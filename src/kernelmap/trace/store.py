@@ -74,7 +74,7 @@ import numpy as np
 from kernelmap.errors import BadInput
 from kernelmap.model import Location, OriginTable
 
-STORE_VERSION = 4  # 2: the events' record function ids (rf); 3: each node's children and their time; 4: own and conv facts mapped, the default view
+STORE_VERSION = 5  # 2: the events' record function ids (rf); 3: each node's children and their time; 4: own and conv facts mapped, the default view; 5: meta holds the versions a trace mixes
 _ID_LENGTH = 32
 
 
@@ -594,14 +594,15 @@ def stored_summary(t):
     from kernelmap.trace.summary import dump, summarize_table, undump
 
     folder = t.stored
-    path = folder / f"summary-{hashlib.sha256(json.dumps(list(t.notes)).encode()).hexdigest()[:12]}.json"
+    versions = t.meta.get("versions")  # Note [versions in a trace]
+    path = folder / f"summary-{hashlib.sha256(json.dumps([list(t.notes), versions]).encode()).hexdigest()[:12]}.json"
     try:
         return undump(path.read_bytes())
     except (OSError, ValueError, KeyError, TypeError):
         pass
     if t._table is None:
         return None
-    summary = summarize_table(t._table, t.notes)
+    summary = summarize_table(t._table, t.notes, versions)
     try:
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         tmp.write_bytes(dump(summary))

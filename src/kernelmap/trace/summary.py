@@ -31,10 +31,12 @@ class OpRow:
     shapes: Counter = field(default_factory=Counter)  # "[1, 3, 224, 224], [64, 3, 7, 7]" -> calls
     kernels: Counter = field(default_factory=Counter)  # device kernel name -> launches
     kernel_sources: dict = field(default_factory=dict)  # device kernel name -> "file:line" or its library
+    kernel_versions: dict = field(default_factory=dict)  # device kernel name -> the version of its "file:line" (Note [versions in a trace])
     dispatch_key: str | None = None  # the runtime key that answered (CPU, CUDA, AutogradCUDA)
     kernel_key: str | None = None  # the alias key its kernel is registered under, where it is one
     kernel: str | None = None
     source: str | None = None  # file:line of the kernel, or the catalog entry
+    source_version: str | None = None  # the version `source` is of, where the trace mixes versions (Note [versions in a trace])
     library: str | None = None  # the library its own kernel calls, else the closed one it ends in
     closed: bool = False  # it, or something it calls, runs closed vendor code
     unknown: bool = False
@@ -42,8 +44,11 @@ class OpRow:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["shapes"] = [{"shapes": s, "calls": n} for s, n in self.shapes.most_common(5)]
-        d["kernels"] = [{"name": k, "launches": n, "source": self.kernel_sources.get(k)} for k, n in self.kernels.most_common()]
-        del d["kernel_sources"]
+        d["kernels"] = [{"name": k, "launches": n, "source": self.kernel_sources.get(k)} | ({"version": self.kernel_versions[k]} if k in self.kernel_versions else {})
+                        for k, n in self.kernels.most_common()]
+        del d["kernel_sources"], d["kernel_versions"]
+        if d["source_version"] is None:  # said only where the trace mixes versions
+            del d["source_version"]
         for k in ("self_us", "total_us", "device_us"):
             d[k] = round(d[k], 3)
         return d
@@ -54,7 +59,17 @@ class OpRow:
         row = OpRow(**fields)
         row.shapes = Counter({s["shapes"]: s["calls"] for s in d.get("shapes") or ()})
         row.kernels = Counter({k["name"]: k["launches"] for k in d.get("kernels") or ()})
+        row.kernel_sources = {k["name"]: k["source"] for k in d.get("kernels") or () if k.get("source")}
+        row.kernel_versions = {k["name"]: k["version"] for k in d.get("kernels") or () if k.get("version")}
         return row
+
+    def at(self, versions: bool) -> str | None:
+        """`source`, with its version after it when the trace mixes versions."""
+        return _located(self.source, self.source_version if versions else None)
+
+    def kernel_at(self, kernel: str, versions: bool) -> str | None:
+        """Where a device kernel's source is (or its library), with its version when the trace mixes versions."""
+        return _located(self.kernel_sources.get(kernel), self.kernel_versions.get(kernel) if versions else None)
 
 
 @dataclass
@@ -67,6 +82,7 @@ class GroupRow:
     device_us: float = 0.0
     ops: Counter = field(default_factory=Counter)
     lines: dict = field(default_factory=dict)  # operator or kernel -> its line in this file (source files only)
+    version: str | None = None  # the version the file is of, where the trace mixes versions (source files only)
 
     def to_json(self) -> dict[str, Any]:
         d = {
@@ -78,11 +94,14 @@ class GroupRow:
         }
         if self.lines:
             d["lines"] = {k: self.lines[k] for k in d["ops"] if k in self.lines}
+        if self.version:
+            d["version"] = self.version
         return d
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> GroupRow:
-        return GroupRow(d["name"], d["calls"], d["total_us"], d["device_us"], Counter(d.get("ops") or {}), dict(d.get("lines") or {}))
+        return GroupRow(d["name"], d["calls"], d["total_us"], d["device_us"], Counter(d.get("ops") or {}), dict(d.get("lines") or {}),
+                        d.get("version"))
 
     def op_cells(self) -> str:
         """"aten::addmm:400, ...": each operator with its line in this file, where known."""
@@ -137,6 +156,7 @@ class Summary:
     files: list[GroupRow]
     notes: tuple[str, ...] = ()
     gpu: GpuTime = field(default_factory=GpuTime)
+    versions: dict = field(default_factory=dict)  # {"tree": ..., "installed": ...} where the trace mixes versions (Note [versions in a trace])
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -145,7 +165,7 @@ class Summary:
             "files": [r.to_json() for r in self.files],
             "notes": list(self.notes),
             "gpu_time": self.gpu.to_json(),
-        }
+        } | ({"versions": dict(self.versions)} if self.versions else {})
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> Summary:
@@ -154,11 +174,13 @@ class Summary:
             [GroupRow.from_json(r) for r in d.get("modules") or ()],
             [GroupRow.from_json(r) for r in d.get("files") or ()],
             tuple(d.get("notes") or ()),
+            versions=dict(d.get("versions") or {}),
         )
 
     def to_text(self, top: int = 25, width: int = 120) -> str:
         """Fixed-width tables, longest total time first; long cells end in "…"."""
         out = []
+        v = bool(self.versions)
         out.append(_table(
             f"Operators ({len(self.ops)}; top {min(top, len(self.ops))} by total time)",
             ("operator", "calls", "self ms", "total ms", "dev ms", "dispatch key", "kernel", "source", "library", "most common input shapes"),
@@ -171,7 +193,7 @@ class Summary:
                     _ms(r.device_us) if r.device_us else "-",
                     r.dispatch_key or "-",
                     r.kernel or "-",
-                    r.source or "-",
+                    r.at(v) or "-",
                     (r.library + (" (closed)" if r.closed else "")) if r.library else "-",
                     r.shapes.most_common(1)[0][0] if r.shapes else "-",
                 )
@@ -190,12 +212,13 @@ class Summary:
         out.append(_table(
             f"Source files ({len(self.files)}; kernel sources, else the registration that serves the op)",
             ("file", "calls", "self ms", "dev ms", "operators / kernels"),
-            [(r.name, str(r.calls), _ms(r.total_us), _ms(r.device_us) if r.device_us else "-", r.op_cells()) for r in self.files[:top]],
+            [(_located(r.name, r.version if v else None), str(r.calls), _ms(r.total_us), _ms(r.device_us) if r.device_us else "-", r.op_cells())
+             for r in self.files[:top]],
             width,
             limits={0: 60},
             left_cut={0},
         ))
-        kernel_rows = [(r.name, k, r.kernel_sources.get(k) or "-") for r in self.ops[:top] for k in r.kernels]
+        kernel_rows = [(r.name, k, r.kernel_at(k, v) or "-") for r in self.ops[:top] for k in r.kernels]
         if kernel_rows:
             out.append(_table("Kernels of each operator (functor or kernel source, else library)", ("operator", "source", "kernel"),
                               [(op, src, k) for op, k, src in kernel_rows], width, limits={0: 30, 1: 60}, left_cut={1}))
@@ -210,6 +233,11 @@ class Summary:
 
 def _ms(us: float) -> str:
     return f"{us / 1000:.3f}"
+
+
+def _located(where: str | None, version: str | None) -> str | None:
+    """A location (or file) as a cell, with `(version)` after it (Note [versions in a trace])."""
+    return f"{where} ({version})" if where and version else where
 
 
 def _table(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]], width: int, limits: dict[int, int] | None = None,
@@ -344,12 +372,34 @@ def flat_of_table(t) -> Flat:
 
 def summarize(tree: CallTree) -> Summary:
     """Aggregate a resolved call tree (Note [summary from columns])."""
-    return _summarize(flat_of_tree(tree), tuple(tree.notes))
+    return _summarize(flat_of_tree(tree), tuple(tree.notes), (tree.meta or {}).get("versions"))
 
 
-def summarize_table(table, notes: tuple[str, ...]) -> Summary:
-    """Aggregate a trace's columns without making its CallNode tree."""
-    return _summarize(flat_of_table(table), tuple(notes))
+def summarize_table(table, notes: tuple[str, ...], versions: dict | None = None) -> Summary:
+    """Aggregate a trace's columns without making its CallNode tree;
+    `versions` as the trace's meta holds them (Note [versions in a trace])."""
+    return _summarize(flat_of_table(table), tuple(notes), versions)
+
+
+# Note [versions in a trace]
+# A trace resolved against a registered tree that is not the installed
+# torch's own commit mixes versions: kernel sources ("source") are the tree's
+# lines, while the catalog entry ("yaml") and the registration the live
+# dispatcher names ("registered_at") are the installed wheel's. The resolver
+# puts both versions in the trace's meta ("versions": {"tree", "installed"});
+# the summary then says, on each location it shows, which version it is of
+# (Note [versions on locations] in kernelmap.model), and keeps a file of one
+# version apart from the same path of the other. A kernel in the user's own
+# extension (an absolute path) is of no torch version.
+
+
+def _fact_version(a, key: str, versions: dict | None) -> str | None:
+    """The version of the location under `key` of facts `a`, where the trace mixes versions."""
+    if not versions or not a.get(key):
+        return None
+    if key == "source":
+        return None if str(a.get("source_file") or a["source"]).startswith("/") else versions.get("tree")
+    return versions.get("installed")
 
 
 def _first_below(n: int, size: np.ndarray, marked: np.ndarray) -> np.ndarray:
@@ -362,7 +412,7 @@ def _first_below(n: int, size: np.ndarray, marked: np.ndarray) -> np.ndarray:
     return np.where((at < len(marks)) & (found < np.arange(n) + size), found, -1)
 
 
-def _summarize(f: Flat, notes: tuple[str, ...]) -> Summary:
+def _summarize(f: Flat, notes: tuple[str, ...], versions: dict | None = None) -> Summary:
 
     n = len(f.kind)
     kind, group, dur = f.kind, f.group, f.dur
@@ -396,21 +446,22 @@ def _summarize(f: Flat, notes: tuple[str, ...]) -> Summary:
     for row, c, t, s, d in zip(rows_list, calls.tolist(), total.tolist(), selfs.tolist(), devs.tolist()):
         row.calls, row.total_us, row.self_us, row.device_us = c, t, s, d
     if len(rows):
-        _row_facts(rows_list, rows, row_key, group, facts, below_node, closed_lib)
+        _row_facts(rows_list, rows, row_key, group, facts, below_node, closed_lib, versions)
         _row_shapes(rows_list, rows, row_key, f)
-    _row_kernels(rows_list, f, is_device, is_row, name_code, distinct_names, row_key, rows)
+    _row_kernels(rows_list, f, is_device, is_row, name_code, distinct_names, row_key, rows, versions)
     modules = _modules(f, device, name_code, distinct_names)
-    files = _files(f, is_row, is_device, self_us, name_code, distinct_names)
+    files = _files(f, is_row, is_device, self_us, name_code, distinct_names, versions)
     return Summary(
         ops=sorted(ops.values(), key=lambda r: (-r.total_us, r.name)),
         modules=sorted(modules.values(), key=lambda r: (-r.total_us, r.name)),
         files=sorted(files.values(), key=lambda r: (-(r.total_us + r.device_us), r.name)),
         notes=notes,
         gpu=_gpu_time(f, is_device, name_code, distinct_names),
+        versions=dict(versions or {}),
     )
 
 
-def _row_facts(rows_list, rows, row_key, group, facts, below_node, closed_lib) -> None:
+def _row_facts(rows_list, rows, row_key, group, facts, below_node, closed_lib, versions=None) -> None:
     """Each operator row's facts: the first call's that has each, the last's library."""
     keys = combine(row_key, group[rows])
     first, _, _ = first_seen(keys)
@@ -424,7 +475,9 @@ def _row_facts(rows_list, rows, row_key, group, facts, below_node, closed_lib) -
         row.dispatch_key = row.dispatch_key or a.get("dispatch_key")
         row.kernel_key = row.kernel_key or a.get("kernel_key")
         row.kernel = row.kernel or a.get("kernel")
-        row.source = row.source or a.get("source") or a.get("yaml")
+        if not row.source:
+            key = "source" if a.get("source") else "yaml"
+            row.source, row.source_version = a.get(key), _fact_version(a, key, versions)
         if a.get("library"):
             at = last_at[int(keys[j])]
             r = int(row_key[j])
@@ -463,7 +516,7 @@ def _directly_below(f: Flat, nodes: np.ndarray, through: tuple[int, ...], holds:
     return nodes[order], row_of[holder[order]]
 
 
-def _row_kernels(rows_list, f: Flat, is_device, is_row, name_code, distinct_names, row_key, rows) -> None:
+def _row_kernels(rows_list, f: Flat, is_device, is_row, name_code, distinct_names, row_key, rows, versions=None) -> None:
     """Device events an operator launched itself (through runtime calls, not a nested op):
     per operator row, by first appearance in a walk that finds the last launch first."""
 
@@ -485,7 +538,11 @@ def _row_kernels(rows_list, f: Flat, is_device, is_row, name_code, distinct_name
         last, _, _ = first_seen(keys[kept][::-1])
         for j in last.tolist():
             at = kept[::-1][j]
+            a = f.facts[f.group[devices[at]]]
             rows_list[r[at]].kernel_sources[distinct_names[kname[at]]] = where[f.group[devices[at]]]
+            version = _fact_version(a, "source", versions)
+            if version:
+                rows_list[r[at]].kernel_versions[distinct_names[kname[at]]] = version
 
 
 def _modules(f: Flat, device: np.ndarray, name_code, distinct_names) -> dict[str, GroupRow]:
@@ -515,8 +572,10 @@ def _modules(f: Flat, device: np.ndarray, name_code, distinct_names) -> dict[str
     return modules
 
 
-def _files(f: Flat, is_row, is_device, self_us, name_code, distinct_names) -> dict[str, GroupRow]:
-    """Source files: operators by their kernel's source (else their registration), GPU kernels by theirs."""
+def _files(f: Flat, is_row, is_device, self_us, name_code, distinct_names, versions=None) -> dict[tuple, GroupRow]:
+    """Source files: operators by their kernel's source (else their registration), GPU kernels by theirs
+    (named by the symbol on that line: the functor, where the source is the functor's). A file of one
+    version is kept apart from the same path of another (Note [versions in a trace])."""
 
     groups = len(f.names)
     kernel_group = np.zeros(groups, dtype=bool)
@@ -525,16 +584,20 @@ def _files(f: Flat, is_row, is_device, self_us, name_code, distinct_names) -> di
     for g, a in enumerate(f.facts):  # once per group: its file, what it counts as, its line
         if kernel_group[g]:
             path = a.get("source_file") or None
-            what = a.get("kernel") or f.names[g]
+            functor = a.get("functor") and a.get("source") and a.get("source") != a.get("launcher")  # the source is the functor's
+            what = (a.get("functor") if functor else a.get("kernel")) or f.names[g]
             line = str(a.get("source") or "").rsplit(":", 1)[-1]
+            version = _fact_version(a, "source", versions)
         else:
             src = a.get("source")
             path = src.rsplit(":", 1)[0] if src else None
+            version = _fact_version(a, "source", versions)
             if path is None and a.get("registered_at"):
                 path = a["registered_at"].rsplit(":", 1)[0]
+                version = _fact_version(a, "registered_at", versions)
             what = f.names[g]
             line = (src or a.get("registered_at") or "").rsplit(":", 1)[-1]
-        paths.append(path or None)
+        paths.append(path and (path, version))
         whats.append(what)
         lines.append(int(line) if line.isdigit() else -1)
     path_code, distinct_paths = codes_of(paths)
@@ -547,7 +610,7 @@ def _files(f: Flat, is_row, is_device, self_us, name_code, distinct_names) -> di
         return {}
     p = path_code[g]
     first, _, key = first_seen(p)
-    files = {distinct_paths[p[j]]: GroupRow(distinct_paths[p[j]]) for j in first.tolist()}
+    files = {distinct_paths[p[j]]: GroupRow(distinct_paths[p[j]][0], version=distinct_paths[p[j]][1]) for j in first.tolist()}  # (path, version) -> its row
     rows = list(files.values())
     k = len(rows)
     is_kernel = f.kind[nodes] == KIND["gpu_kernel"]
@@ -598,16 +661,19 @@ def dump(summary: Summary) -> bytes:
         return [[k, v] for k, v in c.items()]
 
     def group(r: GroupRow) -> dict:
-        return {"name": r.name, "calls": r.calls, "total_us": r.total_us, "device_us": r.device_us, "ops": counter(r.ops), "lines": list(r.lines.items())}
+        return {"name": r.name, "calls": r.calls, "total_us": r.total_us, "device_us": r.device_us, "ops": counter(r.ops), "lines": list(r.lines.items()),
+                "version": r.version}
 
     ops = []
     for r in summary.ops:
         d = {k: getattr(r, k) for k in OpRow.__dataclass_fields__}
         d["shapes"], d["kernels"], d["kernel_sources"] = counter(r.shapes), counter(r.kernels), list(r.kernel_sources.items())
+        d["kernel_versions"] = list(r.kernel_versions.items())
         ops.append(d)
     g = summary.gpu
     return msgspec.json.encode({"ops": ops, "modules": [group(r) for r in summary.modules], "files": [group(r) for r in summary.files],
                                 "notes": list(summary.notes),
+                                "versions": summary.versions,
                                 "gpu": {"total_us": g.total_us, "source_us": g.source_us, "library_us": g.library_us, "unresolved": counter(g.unresolved)}})
 
 
@@ -618,13 +684,15 @@ def undump(data: bytes) -> Summary:
     d = msgspec.json.decode(data)
     ops = []
     for r in d["ops"]:
-        row = OpRow(**{k: v for k, v in r.items() if k not in ("shapes", "kernels", "kernel_sources")})
+        row = OpRow(**{k: v for k, v in r.items() if k not in ("shapes", "kernels", "kernel_sources", "kernel_versions")})
         row.shapes, row.kernels, row.kernel_sources = Counter(dict(r["shapes"])), Counter(dict(r["kernels"])), dict(r["kernel_sources"])
+        row.kernel_versions = dict(r["kernel_versions"])
         ops.append(row)
-    groups = lambda rows: [GroupRow(r["name"], r["calls"], r["total_us"], r["device_us"], Counter(dict(r["ops"])), dict(r["lines"])) for r in rows]  # noqa: E731
+    groups = lambda rows: [GroupRow(r["name"], r["calls"], r["total_us"], r["device_us"], Counter(dict(r["ops"])), dict(r["lines"]), r["version"])
+                                 for r in rows]  # noqa: E731
     g = d["gpu"]
     return Summary(ops, groups(d["modules"]), groups(d["files"]), tuple(d["notes"]),
-                   GpuTime(g["total_us"], g["source_us"], g["library_us"], Counter(dict(g["unresolved"]))))
+                   GpuTime(g["total_us"], g["source_us"], g["library_us"], Counter(dict(g["unresolved"]))), dict(d["versions"]))
 
 
 TRACE_VERSION = 2

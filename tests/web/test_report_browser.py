@@ -146,3 +146,24 @@ def test_stack_report(page, stack_document, files, tmp_path):
     assert selected.locator(".name").inner_text() == repeat_name
     assert selected.locator("xpath=..").evaluate("e => e.classList.contains('open')")
     screenshot(page, tmp_path, "stack-twin")
+
+
+def test_a_trace_that_mixes_versions_says_each_locations_version(page, gpu_document, files, tmp_path, indexed_tree):
+    """Kernel sources are the 2.6.0 tree's, catalog entries and registrations
+    the installed wheel's: the operators and files panes say which, as the
+    text tables do (Note [versions in a trace])."""
+    from kernelmap import env
+
+    summary = gpu_document["summary"]
+    tree, installed = indexed_tree.version, env.torch_install().version
+    assert summary["versions"] == {"tree": tree, "installed": installed}
+    open_report(page, gpu_document, files, tmp_path, "gpu-trace-versions")
+    yaml = "aten/src/ATen/native/native_functions.yaml"
+    page.click("[data-testid=tab-operators]")
+    cells = page.locator("[data-testid=pane-operators] table.sortable tbody tr td:nth-child(2)").all_inner_texts()
+    expected = [f"({installed if r['source'].startswith(yaml + ':') else tree})" for r in summary["ops"] if r.get("source")]
+    shown = [c for c in cells if c]
+    assert expected and sorted(c.rsplit(" ", 1)[-1] for c in shown) == sorted(expected)
+    page.click("[data-testid=tab-files]")
+    names = page.locator("[data-testid=pane-files] table.sortable tbody tr td:nth-child(1)").all_inner_texts()
+    assert sorted(names) == sorted(f"{r['name']} ({installed if r['name'] == yaml else tree})" for r in summary["files"])

@@ -634,7 +634,7 @@
         tv.applyFilter();
       };
       tabs.panes.operators.appendChild(this.table(s.ops.slice(), [
-        { title: "operator", key: "name" }, { title: "source", key: "source", loc: 1 }, { title: "calls", key: "calls", num: 1 },
+        { title: "operator", key: "name" }, { title: "source", get: function (r) { return r.source ? r.source + (r.source_version ? " (" + r.source_version + ")" : "") : ""; }, loc: 1 }, { title: "calls", key: "calls", num: 1 },
         { title: "self", key: "self_us", num: 1, fmt: us }, { title: "total", key: "total_us", num: 1, fmt: us },
         { title: "device", key: "device_us", num: 1, fmt: us }, { title: "key", key: "dispatch_key" }, { title: "kernel", key: "kernel" },
         { title: "overload", key: "op" }, { title: "vendor", get: function (r) { var lib = r.library || r.vendor; return lib ? lib + (r.closed ? " (closed)" : "") : (r.closed ? "closed below" : ""); } },
@@ -643,7 +643,9 @@
       var group = [{ title: "name", key: "name" }, { title: "calls", key: "calls", num: 1 }, { title: "total", key: "total_us", num: 1, fmt: us },
         { title: "device", key: "device_us", num: 1, fmt: us }, { title: "operators", get: function (r) { return Object.keys(r.ops || {}).join(", "); } }];
       tabs.panes.modules.appendChild(this.table(s.modules.slice(), group));
-      tabs.panes.files.appendChild(this.table(s.files.slice(), group));
+      // a file of a trace that mixes versions says which it is of (Note [versions in a trace] in kernelmap.trace.summary)
+      var file = [{ title: "name", get: function (r) { return r.name + (r.version ? " (" + r.version + ")" : ""); } }].concat(group.slice(1));
+      tabs.panes.files.appendChild(this.table(s.files.slice(), file));
     }
   };
 

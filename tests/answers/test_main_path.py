@@ -59,7 +59,7 @@ def test_text_shows_numbered_steps_and_all_shows_the_tree():
         "   + 1 other call: _select_conv_backend",
         "   + 2 other backends: Miopen, Mkldnn",
         "3. aten::cudnn_convolution  via dispatcher  [case ConvBackend::Cudnn]",
-        "4. cudnnBackendExecute  [vendor]  <cuDNN, closed>  via vendor  @ aten/src/ATen/native/cudnn/Conv_v8.cpp:400",
+        "4. cudnnBackendExecute  <cuDNN, closed>  [vendor]  via vendor  @ aten/src/ATen/native/cudnn/Conv_v8.cpp:400",
         "(the main path, 4 steps; + lines fold the rest, --all shows the whole tree)",
     ]
     full = render(marked, "text", width=200, color=False, full=True)

@@ -2547,10 +2547,13 @@ def _own_loop(site, caller, ctx: GraphContext, condition: str | None) -> Node | 
         if spelled is not None:
             where, text = Location(site.location.path, number, origin=site.location.origin), spelled.group(0).strip()
             break
-    else:  # written by a macro (`iter.for_each(IMPLEMENT_ITERATOR_LAMBDA(op), grain_size)`): named by the macro's use
-        written = re.search(rf"\b{re.escape(site.name)}\s*\(\s*([A-Z_][A-Z0-9_]*\s*\([^()]*\))", lines[site.location.line - 1]) \
-            if site.location.line <= len(lines) else None
-        text = written.group(1) if written else text
+    else:  # written by a macro (`iter.for_each(IMPLEMENT_ITERATOR_LAMBDA(op), grain_size)`): named by the macro's use,
+        # at the line it is written on (1.13 wrote it on the line after `iter.serial_for_each(`)
+        call = "\n".join(lines[site.location.line - 1 : site.location.line + 2])
+        written = re.search(rf"\b{re.escape(site.name)}\s*\([\s\\]*([A-Z_][A-Z0-9_]*\s*\([^()]*\))", call)  # a macro's line ends in '\\'
+        if written is not None:
+            text = written.group(1)
+            where = Location(site.location.path, site.location.line + call.count("\n", 0, written.start(1)), origin=site.location.origin)
     text = re.sub(r"^\[[^\]]{12,}\]", "[...]", text)  # a long capture list: `[&index_contig, &slice_size_bytes, ...]`
     # a lambda none of these ways gives is not read: its calls stay the kernel's
     lam = None if span is None else loops.Lambda(caller, where, end, text, span if span[0] != site.location.line else None)

@@ -122,6 +122,10 @@ def _main_route(answer: Any, width: int) -> str:
     out.append("(--all shows every route with its kinds, edges and conditions)")
     if len(out) > SCREEN_LINES:  # the first screen (Note [the first screen] in render.tree): the spacing goes first
         out.remove("")
-    if len(out) > SCREEN_LINES and len(answer.routes) > 1:
-        out[-2:] = [out[-2].rstrip("…") + " (--all)" if len(out[-2]) + 8 <= width else _cut(out[-2], width - 8) + " (--all)"]
+    if len(out) > SCREEN_LINES and len(answer.routes) > 1:  # then the closing line, said on the other routes' line
+        out[-2:] = [out[-2] + " (--all)" if len(out[-2]) + 8 <= width else _cut(out[-2], width - 8) + " (--all)"]
+    heading = f"route 1: {len(first.steps)} steps"
+    if len(out) > SCREEN_LINES and len(out[0]) + len(heading) + 2 <= width:  # then the route's heading joins the first line
+        out.remove(heading)
+        out[0] = f"{out[0]}; {heading}"
     return "".join(printable(line) + "\n" for line in out)

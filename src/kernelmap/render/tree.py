@@ -76,8 +76,8 @@ def label_parts(node: CallNode, *, sources: bool = True, versions: bool = False)
         parts.append(f"= {a['kernel']}")
     if a.get("conv_backend") or a.get("conv_backend_ran"):
         parts.append(f"backend {a.get('conv_backend') or a.get('conv_backend_ran')}")
-    if a.get("library"):
-        parts.append(f"<{a['library']}{', closed' if a.get('closed') else ''}>")
+    if a.get("library"):  # a vendor call's library right after its name: the part of its line a screen keeps
+        parts.insert(1 if node.kind is NodeKind.VENDOR else len(parts), f"<{a['library']}{', closed' if a.get('closed') else ''}>")
     if a.get("served_by"):
         parts.append("(torch._native override may serve it)")
     if a.get("forward_op"):

@@ -223,9 +223,12 @@ def _telling(step: CallNode, other: CallNode) -> int:
     return 3
 
 
-def _footer(steps: int, left_out: int) -> str:
+def _footer(steps: int, left_out: int, width: int | None = None) -> str:
     shown = f"; {left_out} + lines left out" if left_out else ""
-    return f"(the main path, {steps} steps; + lines fold the rest, --all shows the whole tree{shown})"
+    line = f"(the main path, {steps} steps; + lines fold the rest, --all shows the whole tree{shown})"
+    if width is not None and len(line) > width:  # a narrow screen: the same in fewer words
+        line = f"(main path: {steps} steps{shown}; --all shows all)"
+    return line
 
 
 def fit_screen(groups: list, room: int, width: int | None) -> tuple[list, int]:
@@ -318,7 +321,7 @@ def render(
     if main:
         groups = list(main_groups(tree, sources=sources, versions=versions))
         if width is not None:
-            footer = len(_footer(999, 999))  # the closing line's longest, folded to the width as the CLI folds it
+            footer = len(_footer(999, 999, width))  # the closing line's longest, folded to the width as the CLI folds it
             groups, left_out = fit_screen(groups, SCREEN_LINES - len(out) - -(-footer // max(width, 1)), width)
         rows = [row for _, _, part in groups for row in part]
     else:
@@ -330,7 +333,7 @@ def render(
             styled.append((line, len(prefix) if n == 0 else len(line), style))
     if main:
         steps = sum(1 for prefix, node, *_ in main_lines(tree, sources=False) if node is not None and node.attrs.get("main"))
-        out.append(_footer(steps, left_out))
+        out.append(_footer(steps, left_out, width))
         styled.append((out[-1], 0, "dim"))
     if not color:
         return "\n".join(out) + "\n"

@@ -93,3 +93,19 @@ def test_source_files_name_the_symbol_on_each_line(summary, indexed_tree):
     for r in summary.files:  # each file says the version it is of: the yaml the wheel's, the rest the tree's
         assert r.version == versions["installed" if r.name == YAML else "tree"], (r.name, r.version)
         assert f"{r.name} ({r.version})" in text
+
+
+def test_the_call_tree_says_the_trees_version_beside_each_kernel_source(indexed_tree):
+    """The tree's text lines too: a kernel source is the tree's line, and says
+    so where the trace mixes versions; the line holds the kernel it names."""
+    from kernelmap.render import render
+    from kernelmap.trace import load
+
+    trace = load(TRACE, source_tree=indexed_tree.name)
+    text = render(trace.tree, "text", width=400, color=False, full=True)
+    sources = [(m.group(1), m.group(2), int(m.group(3))) for m in re.finditer(r": ([\w:]+)  @ (\S+):(\d+) \(\S+\)$", text, re.M)]
+    rows = [line for line in text.splitlines() if "@ aten/" in line]
+    assert rows and all(line.endswith(f"({indexed_tree.version})") for line in rows), [r for r in rows if not r.endswith(f"({indexed_tree.version})")][:3]
+    assert sources
+    for kernel, path, line in sources:
+        assert kernel.rsplit("::", 1)[-1] in (indexed_tree.root / path).read_text(errors="replace").splitlines()[line - 1], (kernel, path, line)

@@ -223,6 +223,18 @@ def _telling(step: CallNode, other: CallNode) -> int:
     return 3
 
 
+def _with_trace_version(row: tuple, versions: dict) -> tuple:
+    """A trace tree's row whose location is a kernel's source, with the tree's
+    version said (Note [versions in a trace] in kernelmap.trace.summary): the
+    sources are the tree's lines; a kernel of the user's own extension (an
+    absolute path) is of no torch version."""
+    prefix, node, text, where = row
+    source = node.attrs.get("source") if node is not None else None
+    if not source or not where or str(node.attrs.get("source_file") or source).startswith("/") or not versions.get("tree"):
+        return row
+    return prefix, node, text, f"{where} ({versions['tree']})"
+
+
 def _footer(steps: int, left_out: int, width: int | None = None) -> str:
     shown = f"; {left_out} + lines left out" if left_out else ""
     line = f"(the main path, {steps} steps; + lines fold the rest, --all shows the whole tree{shown})"
@@ -326,6 +338,9 @@ def render(
         rows = [row for _, _, part in groups for row in part]
     else:
         rows = lines(tree, max_depth=max_depth, min_us=min_us, sources=sources, versions=versions)
+    mixed = (tree.meta or {}).get("versions") if sources else None
+    if mixed:  # a trace resolved against a tree that is not the installed torch (Note [versions in a trace])
+        rows = (_with_trace_version(row, mixed) for row in rows)
     for prefix, node, text, where in rows:
         style = _KIND_STYLE.get(node.kind, "") if node is not None and node.kind is not NodeKind.NOTE else "dim"
         for n, line in enumerate(fit(prefix, text, where, width)):

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.conftest import default_sigint, run_kernelmap
 
@@ -131,3 +132,11 @@ def test_what_the_traced_code_prints_goes_to_stderr_beside_a_json_document():
     text = run_kernelmap("trace", "-c", code, "--no-summary")
     # the text view too: kernelmap's answer alone is on stdout, whatever the code prints (kernelmap.runscript)
     assert "from the traced code" in text.stderr and "from the traced code" not in text.stdout
+
+
+def test_a_trace_file_given_as_the_script_is_one_line_naming_from():
+    """`kernelmap trace rank0.json.gz` ran the file as Python (a SyntaxError and a partial tree, exit 1)."""
+    trace = Path(__file__).resolve().parent / "cuda" / "resnet50_fwd_fp32_bench.json.gz"
+    done = run_kernelmap("trace", str(trace))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and f"--from {trace}" in done.stderr and "Traceback" not in done.stderr

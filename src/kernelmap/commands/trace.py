@@ -171,6 +171,8 @@ def trace(target, args, code, from_files, fmt, as_json, tree, summary, depth, mi
         raise BadInput("give one of: a script or module:function, -c CODE, or --from TRACE")
     if args and target is None:
         raise BadInput("arguments are passed to a script; give the script first")
+    if target is not None and target.endswith((".json", ".json.gz")):  # a recorded trace, not code to run
+        raise BadInput(f"{target} is a trace file, not a script: read it with --from {target}")
     source_tree = source
     options = {"keep_frames": all_frames, "source_tree": source_tree, "warmup": warmup, "steps": steps}
     if from_file is not None and (warmup or steps != 1):

@@ -145,6 +145,25 @@ def test_lists_keep_a_prefix_and_continue_in_pages():
     assert items == doc["references"]
 
 
+def test_a_first_route_over_the_limit_is_shown_whole_without_its_steps_facts():
+    """A path's main route bigger than the limit on its own is not folded
+    away (a reply with no route): its steps stay, each without its facts,
+    and the reply says so; the next routes fold as any list does."""
+    step = {"name": "s", "kind": "kernel", "location": {"path": "aten/src/a.cpp", "line": 1}, "facts": {"schema": "x" * 120}}
+    route = {"conditions": [], "steps": [dict(step, name=f"s{i}") for i in range(12)]}
+    doc = {"kernelmap": "path/1", "origins": {}, "routes": [route, route, route]}
+    kept = bound.Answers()
+    aid = kept.add(doc)
+    reply = bound.bound(aid, kept.get(aid), bound.MIN_LIMIT)
+    assert bound.size(route) > bound.MIN_LIMIT * bound.CHARS_PER_TOKEN  # it does not fit as it is
+    assert reply["bounded"]["tokens"] <= bound.MIN_LIMIT
+    (shown,) = reply["routes"]
+    assert [s["name"] for s in shown["steps"]] == [s["name"] for s in route["steps"]] and not any("facts" in s for s in shown["steps"])
+    assert reply["bounded"]["slimmed"]["at"] == "/routes/0"
+    (fold,) = reply["bounded"]["folded"]
+    assert fold["at"] == "/routes" and fold["shown"] == 1 and fold["total"] == 3
+
+
 @pytest.mark.parametrize("fold_id", ["", "a1", "a1.n9999.0", "a1.l7.0", "zz.n1.0", "a999.n0.0", "a1.n0.99999"])
 def test_a_bad_fold_id_is_a_clear_error(fold_id):
     tree = CallTree(_tree(2, 2), meta={"kind": "stack"})

@@ -9,6 +9,8 @@ did not all fit carries the fact `more` = {"id", "children", "nodes"}, and
 `expand(id)` gives them, bounded the same way. A document of lists (find's references, a trace's operators)
 keeps a prefix of each list and names the rest by a fold id in its
 `bounded` section; expanding one gives the next page as a `fold/1` document.
+A list's main item too big for the limit on its own (path's first route) is
+shown whole but for its steps' facts, and `bounded.slimmed` says so.
 
 Note [bounded answers]
 A reply is measured as its JSON text, at CHARS_PER_TOKEN characters a token:
@@ -302,11 +304,15 @@ def _bound_lists(aid: str, doc: dict[str, Any], limit_tokens: int) -> dict[str, 
         _get(out, p).clear()
     used = size(out) + 200 + 150 * len(pointers)  # the `bounded` section and its folds
     folded = []
+    slimmed = None
     for k, p in enumerate(pointers):
         items, target = full[p], _get(out, p)
         for item in items:
             c = size(item) + 1
-            if used + c > limit:
+            if used + c > limit and k == 0 and not target and (slim := _slim(item)) is not None and used + size(slim) + 1 <= limit:
+                item, c = slim, size(slim) + 1  # the main item (path's first route) whole, its steps without their facts
+                slimmed = {"at": f"{p}/0", "left_out": "each step's facts", "expand": f"{aid}.l{LISTS[name].index(p)}.0 with a larger limit_tokens"}
+            elif used + c > limit:
                 break
             target.append(item)
             used += c
@@ -314,8 +320,20 @@ def _bound_lists(aid: str, doc: dict[str, Any], limit_tokens: int) -> dict[str, 
             folded.append({"id": f"{aid}.l{LISTS[name].index(p)}.{len(target)}", "at": p, "shown": len(target), "total": len(items)})
     out["bounded"] = {"limit_tokens": limit_tokens, "answer": aid, "folded": folded,
                       "expand": "each folded list continues: call expand with its id" if folded else None}
+    if slimmed is not None:
+        out["bounded"]["slimmed"] = slimmed
     out["bounded"]["tokens"] = tokens(out)
     return out
+
+
+def _slim(item: Any) -> dict[str, Any] | None:
+    """A list's main item too big for the limit on its own, shown whole but
+    for what a reader needs least: a route's steps without their facts (the
+    kinds, names, locations, edges and conditions stay). None where the item
+    has no steps."""
+    if not isinstance(item, dict) or not isinstance(item.get("steps"), list):
+        return None
+    return {**item, "steps": [{k: v for k, v in step.items() if k != "facts"} if isinstance(step, dict) else step for step in item["steps"]]}
 
 
 def _document_name(doc: Mapping[str, Any]) -> str:

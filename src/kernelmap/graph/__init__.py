@@ -17,6 +17,9 @@ the rules need and `resolve` the definitions a direct call reaches, `down`
 and `up` are the two directions, `ends` ranks where a call ends (used by
 `where` and `explain`). Imports point one way, to these lower jobs, never
 back up to a direction (tests/test_import_circles.py).
+Each rule that decides what a call runs has a Note where it is applied; the
+rules are listed, with an example on its line of a tree and the test that
+holds it, in docs/graph-rules.md.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ reads the captures. Scopes and conditions are found by one sweep over the
 captured regions in byte order (Note [regions]), never by walking the tree.
 
 Facts are plain tuples (cheap to send between processes); `store` turns
-them into rows.
+them into rows. The rules below that decide what the graph grows from are
+listed, with an example and a test each, in docs/graph-rules.md.
 
 Note [regions]
 Every capture that qualifies or conditions what lies inside it (a namespace

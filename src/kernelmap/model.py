@@ -655,7 +655,7 @@ class Fact:
 FACTS: dict[str, Fact] = {
     # static trees: what a node is
     "op_kind": Fact("str", "how the operator gets its kernels (OpKind value)"),
-    "schema": Fact("str", "the operator's schema"),
+    "schema": Fact("str", "the operator's schema (in traces, as an execution trace recorded it: its exact overload)"),
     # a location fact carries its origin, so its version (Note [versions on locations]); older documents hold "path:line" text
     "yaml": Fact("location", "the operator's native_functions.yaml entry (of the installed torch in traces)"),
     "symbol_kind": Fact("str", "kind of C++ definition: function, method, structured_impl, structured_meta, global_kernel"),
@@ -717,7 +717,6 @@ FACTS: dict[str, Fact] = {
     "functor": Fact("str", "a GPU kernel's functor or lambda: the op's arithmetic"),
     "launcher": Fact("str", "path:line of a GPU kernel's __global__ definition: launcher template or op-specific kernel"),
     "input_shapes": Fact("list", "shapes of the inputs as recorded"),
-    "schema": Fact("str", "the operator's schema as an execution trace recorded it (its exact overload)"),
     "et_node": Fact("int", "the node's id in the PyTorch execution trace"),
     "node": Fact("int", "on a bounded view's note of left-out calls: the number of the node they are under (pre-order), to open its subtree"),
     "output_shapes": Fact("list", "shapes of the outputs, as an execution trace recorded them"),

@@ -301,6 +301,10 @@ class Values:
         return code
 
     def encode(self, values: list[Any]) -> np.ndarray:
+        if values and values[0] is None:  # a column most events of a category lack: counted by identity, no failed conversion
+            absent = values.count(None)
+            if absent == len(values):
+                return np.full(len(values), NONE, dtype=np.int64)
         try:  # the common case: every value an int
             out = np.array(values, dtype=np.int64)
         except (TypeError, ValueError, OverflowError):
@@ -705,11 +709,15 @@ def _collect_rows(c: Collected, xs: list, xi: list[int], base: int, python_frame
     return rows
 
 
+_ID_TYPES = {int, str, type(None)}
+
+
 def _collect_flows(c: Collected, flows: list, where: list[int], chunks: dict[str, list[np.ndarray]]) -> None:
     ids = [e.id for e in flows]
-    for i, fid in enumerate(ids):
-        if fid is not None and not isinstance(fid, (int, str)):
-            raise ValueError(f"flow event #{where[i]} is unusable: an id is a {type(fid).__name__}, not an int or a string")
+    if not set(map(type, ids)) <= _ID_TYPES:  # checked one by one only when some id is of another type
+        for i, fid in enumerate(ids):
+            if fid is not None and not isinstance(fid, (int, str)):
+                raise ValueError(f"flow event #{where[i]} is unusable: an id is a {type(fid).__name__}, not an int or a string")
     chunks["id"].append(c.values.encode(ids))
     chunks["thread"].append(_thread_ids(c, flows))
     ts = np.array([0.0 if e.ts is None else e.ts for e in flows], dtype=np.float64)

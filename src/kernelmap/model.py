@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -294,13 +294,25 @@ def location_from_json(d: Mapping[str, Any] | None, origins: OriginTable | None 
 # versions are listed in kernelmap.answers.
 
 
+# Note [notebook view]
+# A notebook shows an answer as its HTML report. The model imports no
+# renderer: the view is registered from above (kernelmap/__init__.py registers
+# render.html's, so any answer has it once the package is imported), and an
+# answer asks for it when it is shown.
+_notebook_view: Callable[[Any], str] | None = None
+
+
+def show_in_notebooks(view: Callable[[Any], str]) -> None:
+    """Make `view(answer)` the HTML a notebook shows for every answer."""
+    global _notebook_view
+    _notebook_view = view
+
+
 class Answer:
-    """What every answer shares: a notebook shows it as its HTML report."""
+    """What every answer shares: a notebook shows it as its HTML report (Note [notebook view])."""
 
-    def _repr_html_(self) -> str:
-        from kernelmap.render.html import repr_html  # only in a notebook: the model imports no renderer otherwise
-
-        return repr_html(self)
+    def _repr_html_(self) -> str | None:
+        return None if _notebook_view is None else _notebook_view(self)
 
 
 class DocumentError(KernelmapError):
@@ -643,7 +655,7 @@ class Fact:
 FACTS: dict[str, Fact] = {
     # static trees: what a node is
     "op_kind": Fact("str", "how the operator gets its kernels (OpKind value)"),
-    "schema": Fact("str", "the operator's schema"),
+    "schema": Fact("str", "the operator's schema (in traces, as an execution trace recorded it: its exact overload)"),
     # a location fact carries its origin, so its version (Note [versions on locations]); older documents hold "path:line" text
     "yaml": Fact("location", "the operator's native_functions.yaml entry (of the installed torch in traces)"),
     "symbol_kind": Fact("str", "kind of C++ definition: function, method, structured_impl, structured_meta, global_kernel"),
@@ -705,7 +717,6 @@ FACTS: dict[str, Fact] = {
     "functor": Fact("str", "a GPU kernel's functor or lambda: the op's arithmetic"),
     "launcher": Fact("str", "path:line of a GPU kernel's __global__ definition: launcher template or op-specific kernel"),
     "input_shapes": Fact("list", "shapes of the inputs as recorded"),
-    "schema": Fact("str", "the operator's schema as an execution trace recorded it (its exact overload)"),
     "et_node": Fact("int", "the node's id in the PyTorch execution trace"),
     "node": Fact("int", "on a bounded view's note of left-out calls: the number of the node they are under (pre-order), to open its subtree"),
     "output_shapes": Fact("list", "shapes of the outputs, as an execution trace recorded them"),
@@ -974,6 +985,73 @@ class SourceStep:
     detail: str = ""  # the edge's condition, the vendor library
 
 
+@dataclass(frozen=True)
+class FunctionRef:
+    """A Python function (or a name bound to one) at its line."""
+
+    name: str
+    location: Location
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "path": self.location.path, "line": self.location.line}
+
+
+@dataclass(frozen=True)
+class NativeOverride:
+    """One DSL override of one operator at one dispatch key (`torch._native`),
+    read by kernelmap.dispatch.native."""
+
+    op: str  # "aten::bmm", "aten::scatter_add.out"
+    dispatch_key: str
+    dsl: str  # "triton", "cutedsl", "native" (the registry's DSL name)
+    condition: FunctionRef
+    condition_text: str | None  # the condition in words, where it is a simple expression
+    implementation: FunctionRef
+    registered_at: Location  # the register_op_override call
+    kernels: tuple[FunctionRef, ...] = ()  # @triton.jit / @cute.kernel functions of the op's package
+    registered: bool | None = None  # in this process's registry; None: not asked (static)
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def aten_runs_when(self) -> str:
+        if self.registered is False:
+            return "always in this process: the override is not registered here (its DSL runtime or device is unavailable)"
+        return f"when {self.condition.name}(...) returns False for the call, and on any dispatch key but {self.dispatch_key}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "dispatch_key": self.dispatch_key,
+            "dsl": self.dsl,
+            "condition": self.condition.to_json() | {"text": self.condition_text},
+            "implementation": self.implementation.to_json(),
+            "registered_at": {"path": self.registered_at.path, "line": self.registered_at.line},
+            "kernels": [k.to_json() for k in self.kernels],
+            "registered": self.registered,
+            "aten_runs_when": self.aten_runs_when,
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any], origin: Origin | None = None) -> NativeOverride:
+        def ref(d: dict[str, Any]) -> FunctionRef:
+            return FunctionRef(d["name"], Location(d["path"], d["line"], origin=origin))
+
+        reg = doc["registered_at"]
+        return cls(
+            doc["op"],
+            doc["dispatch_key"],
+            doc["dsl"],
+            ref(doc["condition"]),
+            doc["condition"].get("text"),
+            ref(doc["implementation"]),
+            Location(reg["path"], reg["line"], origin=origin),
+            tuple(ref(k) for k in doc.get("kernels", ())),
+            doc.get("registered"),
+            tuple(doc.get("notes", ())),
+        )
+
+
 WHERE_VERSION = 2
 
 
@@ -990,7 +1068,7 @@ class WhereAnswer(Answer):
     live: LiveAnswer | None = None  # None for a static answer
     notes: tuple[str, ...] = ()
     source: tuple[SourceStep, ...] = ()  # with an indexed tree: entry kernel, stub kernel, leaves
-    overrides: tuple[Any, ...] = ()  # DSL overrides registered over the operator (torch._native)
+    overrides: tuple[NativeOverride, ...] = ()  # DSL overrides registered over the operator (torch._native)
 
     DOCUMENT = "where"
 
@@ -1050,11 +1128,7 @@ class WhereAnswer(Answer):
                 DispatchPath.from_json(lv["dispatch_path"], origins),
             )
         source = tuple(SourceStep(s["role"], s["name"], location_from_json(s.get("location"), origins), s.get("detail", "")) for s in d.get("source") or ())
-        overrides: tuple[Any, ...] = ()
-        if d.get("overrides"):
-            from kernelmap.dispatch.native import NativeOverride  # its type lives beside its reader; it imports no torch
-
-            overrides = tuple(NativeOverride.from_json(o) for o in d["overrides"])
+        overrides = tuple(NativeOverride.from_json(o) for o in d.get("overrides") or ())
         return cls(
             d["query"],
             ops,

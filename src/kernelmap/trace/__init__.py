@@ -183,7 +183,9 @@ def load(
 
 def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None, live: bool, meta: dict[str, Any] | None,
           batches=None) -> Trace:
-    from kernelmap.trace import build
+    from kernelmap.trace.build import build
+    from kernelmap.trace.collect import collect
+    from kernelmap.trace.events import PythonFrames
     from kernelmap.trace.reader import TraceHeader, read_batches
 
     header = TraceHeader()
@@ -195,12 +197,12 @@ def _load(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None
     except KernelmapError:
         pass
     # A trace recorded here ran the installed torch; one read from a file may come from another.
-    frames = build.PythonFrames(origin, check=not live)
+    frames = PythonFrames(origin, check=not live)
     try:
-        collected = build.collect(read_batches(path, header) if batches is None else batches, python_frames=frames)
+        collected = collect(read_batches(path, header) if batches is None else batches, python_frames=frames)
     except ValueError as e:
         raise TraceFormatError(path.name, None, f"unusable event: {e}") from None  # it names the event by its number
-    table = build.build(collected, keep_frames=keep_frames)
+    table = build(collected, keep_frames=keep_frames)
     notes = table.notes
     if frames.mismatched:
         notes.append(f"{frames.mismatched} Python frame name(s) of torch point at lines outside the function they name in the "

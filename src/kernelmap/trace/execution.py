@@ -175,7 +175,7 @@ def link(t, doc: ExecutionTrace, key: str) -> tuple[int, int]:
     node's schema, id and output shapes. (joined, operators of `t`)."""
     import numpy as np
 
-    from kernelmap.trace.build import KIND, NONE, usable
+    from kernelmap.trace.codes import KIND, NONE, usable
 
     table = t._table
     nodes = {}

@@ -244,7 +244,7 @@ def flow_columns(flows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def link_columns(table) -> dict[str, np.ndarray]:
     """Per device event joined to its launch: (node, launch node, how, correlation)."""
-    from kernelmap.trace.build import NONE
+    from kernelmap.trace.codes import NONE
 
     nodes = np.flatnonzero(table.linked > 0)
     rows = table.row[nodes]
@@ -472,7 +472,9 @@ def open_variant(folder: Path, file: Path | None = None):
     import pyarrow.ipc as ipc
 
     from kernelmap.trace import Trace
-    from kernelmap.trace.build import Collected, Labels, Table
+    from kernelmap.trace.build import Table
+    from kernelmap.trace.codes import Labels
+    from kernelmap.trace.collect import Collected
 
     doc = json.loads((folder / "facts.json").read_text(encoding="utf-8"))
     if doc.get("version") != STORE_VERSION:

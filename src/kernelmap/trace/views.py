@@ -33,7 +33,9 @@ import msgspec
 import numpy as np
 
 from kernelmap.model import CallNode, CallTree, NodeKind, OriginTable, _plain
-from kernelmap.trace.build import DEVICE_KINDS, KIND, KINDS, Attrs, _call_node, _slices, attrs_of
+from kernelmap.trace.build import attrs_of, _call_node, _slices
+from kernelmap.trace.codes import DEVICE_KINDS, KIND, KINDS
+from kernelmap.trace.events import Attrs
 
 _OP = KIND["op"]
 _ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode

@@ -166,10 +166,8 @@ def hot_tree(trace, top: int = DEFAULT_NODES, depth: int | None = None) -> CallT
                      + (f" to depth {depth}" if depth is not None else "")
                      + "; --full-tree shows them all, --export-tree FILE writes them (JSON Lines or Parquet)")
     root = None
-    if getattr(trace, "stored", None) is not None:  # kept beside the tables at import (Note [trace store] in kernelmap.trace.store)
-        from kernelmap.trace.store import stored_view
-
-        root = stored_view(trace, top, depth)
+    if getattr(trace, "kept", None) is not None:  # kept beside the tables at import (Note [trace store] in kernelmap.trace.store)
+        root = trace.kept.view(trace, top, depth)
     return CallTree(root if root is not None else subset_root(t, nodes), tuple(notes), trace.meta)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kernelmap import pysource
+from kernelmap import bindings, pysource
 from kernelmap.errors import HandWrittenBinding, KernelmapError, UnknownName
 from kernelmap.model import Op
 
@@ -93,7 +93,7 @@ def _in_catalog(ops: tuple[Op, ...], catalog: Catalog) -> tuple[Op, ...]:
     return tuple(found.values())
 
 
-def hand_written_ops(binding: pysource.ManualBinding, catalog: Catalog, root: Path) -> tuple[Op, ...]:
+def hand_written_ops(binding: bindings.ManualBinding, catalog: Catalog, root: Path) -> tuple[Op, ...]:
     """The operators a hand-written binding calls (Note [hand-written bindings]):
     a table entry pointing at a generated binding is that binding's name
     (`__add__` -> THPVariable_add -> `Tensor.add`); a function defined by hand
@@ -112,7 +112,7 @@ def hand_written_ops(binding: pysource.ManualBinding, catalog: Catalog, root: Pa
             return catalog.resolve(f"{namespace}.{generated}")
         except UnknownName:
             return ()
-    dispatching = pysource.dispatching_tensor_methods(root)
+    dispatching = bindings.dispatching_tensor_methods(root)
     found: dict[str, tuple[int, Op]] = {}
     for call in binding.calls:
         base, want_out = call.name, False
@@ -131,13 +131,13 @@ def hand_written_ops(binding: pysource.ManualBinding, catalog: Catalog, root: Pa
     return tuple(op for _, op in ranked)
 
 
-def hand_written(name: str, catalog: Catalog, root: Path) -> tuple[pysource.ManualBinding, tuple[Op, ...]] | None:
+def hand_written(name: str, catalog: Catalog, root: Path) -> tuple[bindings.ManualBinding, tuple[Op, ...]] | None:
     """The hand-written binding of `name` under `root` and the operators it
     calls; None when no method table lists it and no type stub declares it.
     HandWrittenBinding when it calls none, or when only the stubs say it exists."""
-    binding = pysource.manual_binding(name, root)
+    binding = bindings.manual_binding(name, root)
     if binding is None:
-        stub = pysource.stub_declaration(name, root)
+        stub = bindings.stub_declaration(name, root)
         if stub is None:
             return None
         raise HandWrittenBinding(name, f"{stub} declares it, and its C++ method table is not under {root} "
@@ -148,7 +148,7 @@ def hand_written(name: str, catalog: Catalog, root: Path) -> tuple[pysource.Manu
     return binding, ops
 
 
-def _calls_no_operator(binding: pysource.ManualBinding) -> HandWrittenBinding:
+def _calls_no_operator(binding: bindings.ManualBinding) -> HandWrittenBinding:
     where = f"{binding.function}, {binding.repo_path}:{binding.line}"
     if binding.defined:
         return HandWrittenBinding(binding.python_name, f"its code ({where}) calls no operator directly; kernelmap does not follow it further")

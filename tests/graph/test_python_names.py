@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelmap import env, pysource
+from kernelmap import bindings, env, pysource
 from kernelmap.catalog import load_catalog
 from kernelmap.errors import KernelmapError
 from kernelmap.names import resolve_ops
@@ -285,7 +285,7 @@ def _table_line(binding) -> str:
 def test_hand_written_tensor_methods_reach_the_operator_their_code_calls(python_root, catalog_of, name, method):
     ops = _ops(name, python_root, catalog_of)
     assert ops[0].removeprefix("aten::").split(".")[0] == method
-    binding = pysource.manual_binding(f"torch.{name}", python_root)
+    binding = bindings.manual_binding(f"torch.{name}", python_root)
     assert binding is not None
     assert binding.function in _table_line(binding)
     if binding.defined:  # the C++ function's own code calls `self.<method>(...)`, maybe through a helper
@@ -480,7 +480,7 @@ def _cpp_line(text: str) -> int:
 
 
 def test_cpp_snippet_binding_calls_through_the_overload_its_arguments_choose(cpp_snippet):
-    binding = pysource.manual_binding("torch.Tensor.to", cpp_snippet)
+    binding = bindings.manual_binding("torch.Tensor.to", cpp_snippet)
     assert binding.defined and binding.line == _cpp_line("THPVariable_to(PyObject")
     calls = {(c.name, c.is_method, c.line) for c in binding.calls}
     assert ("to", True, _cpp_line("return self.to(device);")) in calls  # the overload of two parameters
@@ -492,11 +492,11 @@ def test_cpp_snippet_binding_calls_through_the_overload_its_arguments_choose(cpp
 
 
 def test_cpp_snippet_table_entries_and_function_calls(cpp_snippet):
-    nonzero = pysource.manual_binding("torch.Tensor.nonzero", cpp_snippet)
+    nonzero = bindings.manual_binding("torch.Tensor.nonzero", cpp_snippet)
     assert [(c.name, c.is_method) for c in nonzero.calls] == [("nonzero_out", False)]  # not the call in a comment
-    add = pysource.manual_binding("torch.Tensor.__add__", cpp_snippet)
+    add = bindings.manual_binding("torch.Tensor.__add__", cpp_snippet)
     assert (add.function, add.defined, add.line) == ("THPVariable_add", False, _cpp_line('{"__add__"'))
-    assert pysource.manual_binding("torch.Tensor.commented", cpp_snippet) is None
+    assert bindings.manual_binding("torch.Tensor.commented", cpp_snippet) is None
 
 
 def test_where_says_when_python_hides_the_operators_binding(indexed_tree, tree_2_6):

@@ -138,3 +138,16 @@ def test_an_out_calls_meta_function_resizes_the_given_output(context):
     assert site.line - head < 10
     assert re.search(r"struct (structured_linalg_lu_factor_ex_out_out) final", "\n".join(lines))
     assert "_resize_output_check" in {short(n) for n in subtree_names(step)}
+
+
+def test_a_tensor_method_spelled_symint_is_its_operators_call(context):
+    """tile_symint calls `self.repeat_symint(reps)` (read from its file), the
+    Tensor method of aten::repeat; the recorded stacks run
+    `at::_ops::repeat::call` right below it, and the map follows it there."""
+    assert "at::_ops::repeat::call" in observed_below("aten::tile", "at::native::tile_symint")
+    tree = graph.stack("aten::tile", context("cpu"), 40)
+    kernel = first(tree, "at::native::tile_symint")
+    lines = kernel.location.disk_path.read_text().splitlines()[kernel.location.line - 1 : kernel.location.end_line]
+    assert any("self.repeat_symint(" in line for line in lines)
+    names = subtree_names(kernel)
+    assert {"at::_ops::repeat::call", "aten::repeat", "at::native::repeat"} <= names

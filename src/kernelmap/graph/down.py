@@ -1863,7 +1863,10 @@ def _tensor_receiver(site, caller, ctx: GraphContext) -> bool:
 # passes a Tensor, is that operator's call through the dispatcher. A Tensor:
 # a variable declared one nearest above the call, or a call of at::
 # (`at::pow(x, 2).mean(...)`); not the scalars of `fmax(a, b)` in a CUDA
-# kernel's lambda, CUDA's own function.
+# kernel's lambda, CUDA's own function. Likewise a method call spelled with
+# `_symint` on a Tensor (tile's `self.repeat_symint(reps)`, chunk's
+# `self.split_symint(...)`) is the method TensorBody.h declares for the
+# operator of the base name, which calls it through the dispatcher.
 _TENSOR_DECLARED = re.compile(r"(?:const\s+)?(?:at::)?Tensor\s*&{0,2}")
 _AT_CALL = re.compile(r"at::\w+\s*\(")
 
@@ -1871,8 +1874,13 @@ _AT_CALL = re.compile(r"at::\w+\s*\(")
 def _unqualified_operator(site, caller, ctx: GraphContext) -> str | None:
     """The operator an unqualified call of no definition reaches (Note
     [unqualified operator calls]), by its base name; None when it is none."""
-    if "::" in site.callee or site.callee.startswith(".") or caller is None or not caller.name.startswith("at::") or ctx.index is None:
+    if "::" in site.callee or caller is None or not caller.name.startswith("at::") or ctx.index is None:
         return None
+    if site.callee.startswith("."):  # `self.repeat_symint(reps)`: Tensor's method of that spelling (TensorBody.h)
+        base = site.name.removesuffix("_symint")
+        if base == site.name or not any("method" in op.variants for op in ctx.catalog.overloads(base)):
+            return None
+        return base if _tensor_receiver(site, caller, ctx) else None
     from kernelmap.source.extract import FUNCTION_SUFFIXES
 
     spelled_as = (site.name, *(site.name.removesuffix(s) for s in FUNCTION_SUFFIXES if site.name.endswith(s)))

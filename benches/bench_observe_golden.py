@@ -29,7 +29,9 @@ at most 5x.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -107,6 +109,7 @@ def grade(golden, ops_limit: int | None, callers_limit: int, verbose: bool) -> d
     failed: list[str] = []
     t0 = time.monotonic()
     leaves_for_callers: dict[str, tuple] = {}
+    frames_of: dict[str, object] = {}  # a missed function's frame, for its class
     for n, op in enumerate(ops):
         try:
             tree = graph.stack(op, context, 40)
@@ -125,6 +128,7 @@ def grade(golden, ops_limit: int | None, callers_limit: int, verbose: bool) -> d
                 leaves_seen.setdefault(below[-1].function, below[-1])
                 leaves_for_callers.setdefault(below[-1].function, stack)
         for fn, f in frames_seen.items():
+            frames_of.setdefault(fn, f)
             if versions.differs(f):
                 td["version"] += 1
                 continue
@@ -201,7 +205,8 @@ def grade(golden, ops_limit: int | None, callers_limit: int, verbose: bool) -> d
                 bu["named"] += 1
             else:
                 bu_missed[f.function] += 1
-    return {"ops": len(ops), "failed": failed, "td": td, "leaf": leaf, "prec": prec, "bu": bu, "missed": missed,
+                frames_of.setdefault(f.function, f)
+    return {"ops": len(ops), "failed": failed, "frames": frames_of, "td": td, "leaf": leaf, "prec": prec, "bu": bu, "missed": missed,
             "leaf_missed": leaf_missed, "never_ran": never_ran, "bu_missed": bu_missed, "seconds": time.monotonic() - t0}
 
 
@@ -223,6 +228,31 @@ def name_key_of(name: str) -> str:
     from kernelmap.observe.mark import name_key
 
     return name_key(name)
+
+
+def klass(function: str, frame=None) -> str:
+    """A missed frame's class: its library for a vendor frame, else its namespace (the scope
+    parts above the function, templates and anonymous namespaces folded)."""
+    vendor = f"vendor {Path(frame.lib or '?').name}: " if frame is not None and frame.is_vendor else ""
+    name = function.split("(", 1)[0]
+    depth, out, part = 0, [], ""
+    for ch in name:  # split on :: outside template arguments
+        depth += ch == "<"
+        depth -= ch == ">"
+        part += ch
+        if depth == 0 and part.endswith("::"):
+            out.append(part[:-2])
+            part = ""
+    scopes = [re.sub(r"<.*", "<>", p) for p in out if p not in ("(anonymous namespace)", "{lambda()#1}")]
+    return vendor + ("::".join(scopes[:3]) or "(global)")
+
+
+def by_class(c: Counter, frames: dict) -> Counter:
+    out: Counter = Counter()
+    for name, k in c.items():
+        fn = name.split(": ", 1)[-1] if ": " in name and not name.startswith(("at::", "c10::")) else name
+        out[klass(fn, frames.get(fn))] += k
+    return out
 
 
 def pct(c: Counter, hit: str) -> str:
@@ -259,6 +289,7 @@ def main() -> int:
     parser.add_argument("--no-speed", action="store_true")
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--misses", type=int, default=25)
+    parser.add_argument("--dump", type=Path, default=None, help="write every figure and miss to this JSON file")
     args = parser.parse_args()
     _prepare(args.cache)
     if not args.no_speed:
@@ -278,11 +309,17 @@ def main() -> int:
     print(f"leaf precision:   {pct(r['prec'], 'ran')}   leaves the set cannot see apart (no breakpoint on them): {r['prec']['unseen']}")
     for title, c in (("missed below the entry", r["missed"]), ("leaves missed", r["leaf_missed"]), ("where leaves that never ran", r["never_ran"]),
                      ("missed by callers", r["bu_missed"])):
+        print(f"most {title}, by class:")
+        for name, k in by_class(c, r["frames"]).most_common(10):
+            print(f"  {k:4d}  {name[:150]}")
         print(f"most {title}:")
         for name, k in c.most_common(args.misses):
             print(f"  {k:4d}  {name[:150]}")
     for f in r["failed"][:10]:
         print(f"  no stack: {f}")
+    if args.dump:
+        keep = ("td", "leaf", "prec", "bu", "missed", "leaf_missed", "never_ran", "bu_missed")
+        args.dump.write_text(json.dumps({"ops": r["ops"], "failed": r["failed"], **{k: dict(r[k]) for k in keep}}, indent=1))
     return 0
 
 

@@ -621,13 +621,51 @@ def _op_children(node: Node, ctx: GraphContext) -> list[Node]:
         target_parent.append(Node(f"{kernel.key} -> {kernel.symbol}", "note", None, EdgeKind.DISPATCHER, note))
     for kernel_node in _kernel_nodes(op, kernel, code, ctx):
         kernel_node.rank = rank
-        if flags and kernel_node.kind is NodeKind.KERNEL and kernel_node.payload is not None and ctx.index is not None:
+        if flags and kernel_node.kind is NodeKind.KERNEL and kernel_node.payload is not None and ctx.index is not None \
+                and not isinstance(kernel_node.payload, GeneratedKernel):
             _given(kernel_node, _kernel_flags(op, kernel_node.payload, flags, ctx))  # Note [values a call passes]
         kernel_node.grad = kernel_grad
         kernel_node.composite = kernel.key.startswith("Composite")
+        if wrapper is not None and kernel_node.kind is NodeKind.KERNEL and (kernel_node.condition or "").startswith("meta"):
+            kernel_node.children.extend(_out_resize(wrapper, ctx))
         target_parent.append(kernel_node)
     children.extend(_override_nodes(op, ctx))
     return children
+
+
+# Note [an out= call's resize]
+# A structured kernel's out= wrapper instantiates a generated class whose
+# set_output_raw_strided, called by the meta function, resizes the tensor
+# the call was given (`resize_out(out, sizes, strides, options)`, whose body
+# calls at::native::resize_output). The binary shows resize_output right
+# below the meta function (or its resize_reduction): a step of the meta
+# function, read from the generated class and its resize_out.
+
+
+def _out_resize(wrapper, ctx: GraphContext) -> list[Node]:
+    """at::native::resize_output as a step of an out= wrapper's meta
+    function, when its structured class resizes the given output (Note [an out= call's resize])."""
+    if ctx.index is None or ctx.generated is None or wrapper.definition is None:
+        return []
+    path = wrapper.definition.location.path
+    for cls in wrapper.structured:
+        setter = re.search(r"\bset_output_raw_strided\b[^{]*\{[^}]*?\bresize_out\s*\(", cls.definition.text)
+        if setter is None:
+            continue
+        rows = ctx.generated.defs("resize_out", path)
+        if not rows:
+            return []
+        helper = ctx.generated.definition(rows[0][0], rows[0][1])
+        offset = next((i for i, t in enumerate(helper.text.splitlines()) if re.search(r"\bat::native::resize_output\s*\(", t)), None)
+        found = ctx.index.definitions("at::native::resize_output")
+        if offset is None or not found:
+            return []
+        site = Location(path, helper.location.line + offset, origin=helper.location.origin)
+        node = cpp_node(found[0], ctx, EdgeKind.DIRECT, f"{cls.name}::set_output_raw_strided: resize_out resizes the out= tensor given", site)
+        node.attrs["keep"] = True
+        node.helper_levels = 1
+        return [node]
+    return []
 
 
 def _kernel_flags(op: Op, definition, flags: dict[str, bool], ctx: GraphContext) -> dict[str, bool]:
@@ -789,6 +827,10 @@ def _kernel_nodes(op: Op, kernel, code, ctx: GraphContext) -> list[Node]:
         nodes.append(Node(kernel.symbol, "kernel", None, EdgeKind.DISPATCHER, attrs={"unresolved": "needs a source tree"}))
         return nodes
     definitions = by_signature(ctx.index.definitions(kernel.symbol), op.schema, ctx)
+    generated = None if definitions else _view_copy_kernel(kernel.symbol, ctx)
+    if generated is not None:
+        nodes.append(generated)
+        return nodes
     if not definitions:
         nodes.append(Node(kernel.symbol, "kernel", None, EdgeKind.DISPATCHER, attrs={"unresolved": f"no definition in {ctx.index.tree.name}"}))
     for d in by_build(definitions, ctx):
@@ -1224,8 +1266,35 @@ def _composite_utilities(children: list[Node], spelled: dict[int, str], ctx: Gra
 # another translation unit defines (a .cpp of its own: at::native::resize_output
 # from a kernel of another file), which the compiler cannot inline without
 # link-time optimisation, which release builds do not use: a real frame, and
-# its own helpers (_resize_output_check).
+# its own helpers (_resize_output_check). A stub's kernel is an operator's
+# kernel too (lu_factor_kernel's batchCount and matrixStride). A forwarder,
+# a function whose body is one call (resize_output's `return
+# _resize_output(output, shape);`, native_resize_'s `native::resize_(...)`,
+# lu_factor_kernel's one call in its AT_DISPATCH lambda), uses up no level: the compiler folds it into the function next to it, and
+# what it forwards to is the step the binary shows.
 _META_HELPER_LEVELS = 3
+
+
+_FORWARDING_CALL = re.compile(r"\s*(?:return\s+)?[\w:]+\s*(?:<[^;{}]*>)?\s*\([^;{}]*\)\s*;\s*")
+# a dtype switch whose one case is a lambda (`AT_DISPATCH_FLOATING_TYPES(t, "name", [&] { ... });`)
+_DTYPE_SWITCH = re.compile(r"\s*AT_DISPATCH_\w+\s*\([^{};]*\[&\]\s*(?:\(\s*\))?\s*\{(?P<body>[^{}]*)\}\s*\)\s*;\s*", re.S)
+
+
+def forwarder(definition, ctx: GraphContext) -> bool:
+    """Whether a definition's body is one call, passed on or returned (`bool
+    resize_output(...) { return _resize_output(output, shape); }`): a forwarder,
+    which the compiler folds into its caller or its callee, so that a helper
+    level passes through it (Note [steps that run])."""
+    location = definition.location
+    if not location.end_line or location.end_line - location.line > 8:
+        return False
+    text = "\n".join(tree_lines(ctx, location.path)[location.line - 1 : location.end_line])
+    opened, closed = text.find("{"), text.rfind("}")
+    if opened < 0 or closed < opened:
+        return False
+    body = text[opened + 1 : closed]
+    switch = _DTYPE_SWITCH.fullmatch(body)
+    return _FORWARDING_CALL.fullmatch(switch.group("body") if switch else body) is not None
 
 
 def _another_unit(caller, callee) -> bool:
@@ -1268,6 +1337,8 @@ def _code_children(node: Node, ctx: GraphContext, owner=None, span: tuple[int, i
                          and _is_bool_parameter(p, name)}
                 _given(kernel, flags)
         return kernels
+    if isinstance(node.payload, GeneratedKernel) and owner is None:
+        return _generated_kernel_children(node, ctx)
     if ctx.index is None or (node.payload is None and owner is None):
         return []
     definition = owner if owner is not None else node.payload
@@ -1353,7 +1424,9 @@ def _site_children(node: Node, ctx: GraphContext, definition, sites, span, lambd
                 child.attrs["keep"] = True
             if node.helper_levels > 0 or _another_unit(definition, child.payload):  # Note [steps that run]
                 child.attrs["keep"] = True
-                child.helper_levels = max(node.helper_levels - 1, 1 if _another_unit(definition, child.payload) else 0)
+                # a forwarder, calling or called, uses up no level: the compiler folds it into its neighbour
+                spent = 0 if forwarder(definition, ctx) or forwarder(child.payload, ctx) else 1
+                child.helper_levels = max(node.helper_levels - spent, 1 if _another_unit(definition, child.payload) else 0)
         children.append(child)
     for target, site in _callbacks(definition, ctx):
         if (span is not None and not span[0] <= site.line <= span[1]) or any(first <= site.line <= last for first, last in lambdas):
@@ -1455,7 +1528,8 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: di
         _given(node, literal_flags(op, site, ctx))
         # a utility's own kernel calling its other overload is the utility's work, not plumbing
         # (at::native::arange calls arange.start_out, whose loop fills the range)
-        if is_utility_op(op.name.name, op.is_view) and not _own_overload(op.name.name, caller) and not _utility_kernel(caller, ctx):
+        if (is_utility_op(op.name.name, op.is_view) and not _own_overload(op.name.name, caller) and not _utility_kernel(caller, ctx)
+                and not is_view_alias(op)):
             node.attrs["utility"] = True
             if not ctx.all_calls:
                 node.leaf()
@@ -1646,7 +1720,10 @@ def _tensor_receiver(site, caller, ctx: GraphContext) -> bool:
 # passes a Tensor, is that operator's call through the dispatcher. A Tensor:
 # a variable declared one nearest above the call, or a call of at::
 # (`at::pow(x, 2).mean(...)`); not the scalars of `fmax(a, b)` in a CUDA
-# kernel's lambda, CUDA's own function.
+# kernel's lambda, CUDA's own function. Likewise a method call spelled with
+# `_symint` on a Tensor (tile's `self.repeat_symint(reps)`, chunk's
+# `self.split_symint(...)`) is the method TensorBody.h declares for the
+# operator of the base name, which calls it through the dispatcher.
 _TENSOR_DECLARED = re.compile(r"(?:const\s+)?(?:at::)?Tensor\s*&{0,2}")
 _AT_CALL = re.compile(r"at::\w+\s*\(")
 
@@ -1654,8 +1731,13 @@ _AT_CALL = re.compile(r"at::\w+\s*\(")
 def _unqualified_operator(site, caller, ctx: GraphContext) -> str | None:
     """The operator an unqualified call of no definition reaches (Note
     [unqualified operator calls]), by its base name; None when it is none."""
-    if "::" in site.callee or site.callee.startswith(".") or caller is None or not caller.name.startswith("at::") or ctx.index is None:
+    if "::" in site.callee or caller is None or not caller.name.startswith("at::") or ctx.index is None:
         return None
+    if site.callee.startswith("."):  # `self.repeat_symint(reps)`: Tensor's method of that spelling (TensorBody.h)
+        base = site.name.removesuffix("_symint")
+        if base == site.name or not any("method" in op.variants for op in ctx.catalog.overloads(base)):
+            return None
+        return base if _tensor_receiver(site, caller, ctx) else None
     from kernelmap.source.facts import FUNCTION_SUFFIXES
 
     spelled_as = (site.name, *(site.name.removesuffix(s) for s in FUNCTION_SUFFIXES if site.name.endswith(s)))
@@ -1786,6 +1868,14 @@ def _names_template_parameter(callee: str, caller, ctx: GraphContext) -> bool:
     return any(name in _template_parameters(head, m.end()) for m in _TEMPLATE_HEAD.finditer(head))
 
 
+def is_view_alias(op: Op) -> bool:
+    """A view operator other than the utilities by name, whose kernel is
+    composite implicit (mT, mH, adjoint, swapaxes): another spelling of a view
+    (Note [a utility asked for]). The binary runs its kernel, then the view it
+    calls: followed to that view, which stays a utility."""
+    return op.is_view and op.kind.value == "composite implicit" and not is_utility_op(op.name.name, False)
+
+
 def _own_overload(name: str, caller) -> bool:
     """Whether a call of utility `name` is made by that utility's own kernel
     (at::native::arange calling another overload of arange, or arange_out)."""
@@ -1800,6 +1890,10 @@ def _own_overload(name: str, caller) -> bool:
 # from the utilities they reach in turn (flatten's reshape is followed, and
 # the clone reshape makes of a tensor no view can describe is not), and not
 # for a view, which moves no element (moveaxis's movedim sorts its dims).
+# A view spelled otherwise than the views by name, with a composite implicit
+# kernel (mT, mH, adjoint: `is_view_alias`), is not a leaf where it is called:
+# the binary runs its kernel and helpers (mT's _adjoint) down to the view
+# they call (transpose), which is.
 _ASKED_UTILITY: contextvars.ContextVar[str | None] = contextvars.ContextVar("asked_utility", default=None)
 
 
@@ -2463,6 +2557,7 @@ def _stub_children(stub: str, ctx: GraphContext, call_site: Location | None = No
             nodes.append(Node(reg.kernel, "kernel", reg.location, EdgeKind.STUB, condition, {"unresolved": "kernel definition not found"}))
         for d in local[:3]:
             node = cpp_node(d, ctx, EdgeKind.STUB, condition)
+            node.helper_levels = 1  # a stub kernel's own helpers run with it, as an operator kernel's do (Note [steps that run])
             nodes.append(not_compiled(node, reg.condition or d.symbol.condition, ctx))
     if not nodes and ctx.generated is not None:
         nodes.extend(_generated_stub_kernels(stub, ctx))
@@ -2556,6 +2651,61 @@ def _generated_stub_kernels(stub: str, ctx: GraphContext) -> list[Node]:
         condition = f"REGISTER_DISPATCH({stub}) for {DEVICE_KEYS[ctx.device]} in generated code"
         nodes.extend(_ufunc_node(u, ufunc, EdgeKind.STUB, condition) for u in ufunc if u.name in registered)
     return nodes
+
+
+# Note [generated view copies]
+# The `*_copy` variant of every view (t_copy, transpose_copy, view_copy,
+# unbind_copy...) has a kernel the tree does not hold: torchgen writes it into
+# CompositeViewCopyKernels.cpp (`auto output = at::_ops::t::call(self); return
+# output.clone(...)`). It is read from the generated files: a kernel whose
+# children are the operators its body calls, through `at::_ops::<op>::call`
+# or a Tensor method; the view it copies is the work of the copy asked for
+# (Note [a utility asked for]).
+_VIEW_COPY_KERNELS = "build/aten/src/ATen/CompositeViewCopyKernels.cpp"
+
+
+@dataclasses.dataclass(frozen=True)
+class GeneratedKernel:
+    """A native kernel torchgen writes (Note [generated view copies]): its text and where it is."""
+
+    text: str
+    location: Location
+
+
+def _view_copy_kernel(symbol: str, ctx: GraphContext) -> Node | None:
+    """The generated kernel a view's `*_copy` operator names, when the tree has no definition of it."""
+    if ctx.generated is None or not symbol.startswith("at::native::"):
+        return None
+    rows = ctx.generated.defs(symbol.rsplit("::", 1)[-1], _VIEW_COPY_KERNELS)
+    if not rows:
+        return None
+    excerpt = ctx.generated.definition(rows[0][0], rows[0][1])
+    return Node(symbol, "kernel", excerpt.location, EdgeKind.DISPATCHER, "generated: the view, then a copy of what it shows",
+                {"keep": True}, payload=GeneratedKernel(excerpt.text, excerpt.location), identity=("generated kernel", symbol))
+
+
+def _generated_kernel_children(node: Node, ctx: GraphContext) -> list[Node]:
+    """The operators a generated kernel's body calls (Note [generated view copies])."""
+    kernel: GeneratedKernel = node.payload
+    structs = ctx.__dict__.setdefault("_op_structs", {})
+    if not structs:
+        structs.update((op.name.unqualified.replace(".", "_"), op) for op in ctx.catalog)
+    children = []
+    for offset, text in enumerate(kernel.text.splitlines()):
+        for m in re.finditer(r"\bat::_ops::(\w+)::call\s*\(|\.(\w+)\s*\(", text):
+            op = structs.get(m.group(1)) if m.group(1) else next(iter(ctx.catalog.overloads(m.group(2))), None)
+            if op is None:
+                continue
+            site = Location(kernel.location.path, kernel.location.line + offset, origin=kernel.location.origin)
+            child = op_node(op, ctx, EdgeKind.DISPATCHER, None, site)
+            if is_utility_op(op.name.name, op.is_view) and not _utility_kernel(node, ctx):
+                child.attrs["utility"] = True
+                if not ctx.all_calls:
+                    child.leaf()
+                children.append(child)
+            else:
+                children.append(entered(child, m.group(0).rstrip("( ") if m.group(1) is None else "", ctx))
+    return children
 
 
 def _generated_children(payload, ctx: GraphContext) -> list[Node]:

@@ -1,0 +1,153 @@
+"""Steps the binary runs that the static map left out (issue "Witness it",
+the static map graded on the runtime golden set): each rule's ground truth is
+read from the recorded native stacks of torch 2.13.0
+(tests/golden/observed-cpu.jsonl.gz) and from the 2.6.0 tree's files, never
+copied in."""
+
+from __future__ import annotations
+
+import re
+
+from kernelmap import graph
+from kernelmap.graph.down import forwarder
+from tests.golden.observed import load
+from tests.graph.conftest import walk
+
+
+def observed_below(op: str, function: str) -> set[str]:
+    """The functions the recorded stacks of `op` show called right below
+    `function` (graded frames: real code, outside set-up)."""
+    golden = load()
+    out: set[str] = set()
+    for stack in golden.by_operator()[op]:
+        frames, _ = golden.graded(stack)
+        for caller, callee in zip(frames, frames[1:]):
+            if caller.function == function:
+                out.add(callee.function)
+    return out
+
+
+def subtree_names(node) -> set[str]:
+    names, stack = set(), [node]
+    while stack:
+        n = stack.pop()
+        names.add(n.name)
+        stack.extend(n.children)
+    return names
+
+
+def first(tree, name: str):
+    return next((n for n, _ in walk(tree) if n.name == name), None)
+
+
+def definition(node, ctx):
+    """The index's definition a node names."""
+    return next(d for d in ctx.index.definitions(node.name) if (d.location.path, d.location.line) == (node.location.path, node.location.line))
+
+
+def short(name: str) -> str:
+    return name.rsplit("::", 1)[-1]
+
+
+def test_a_stub_kernels_own_helpers_are_steps(context):
+    """lu_factor_kernel (reached through lu_factor_stub) dispatches on the
+    dtype to apply_lu_factor, which the binary inlines into it: the helpers
+    it calls (batchCount, matrixStride in LinearAlgebraUtils.h) are frames
+    right below lu_factor_kernel in the recorded stacks, and steps below it
+    in the map."""
+    seen = {f for f in observed_below("aten::linalg_lu_factor_ex", "at::native::lu_factor_kernel") if f.startswith("at::native::")}
+    assert seen, "the recorded stacks show no helper of lu_factor_kernel"
+    tree = graph.stack("aten::linalg_lu_factor_ex", context("cpu"), 40)
+    kernel = next(n for n, path in walk(tree) if n.name.endswith("::lu_factor_kernel") and any(p.kind == "stub" for p in path))
+    body = kernel.location.disk_path.read_text().splitlines()[kernel.location.line - 1 : kernel.location.end_line]
+    assert any(re.search(r"AT_DISPATCH_\w+", line) for line in body) and forwarder(definition(kernel, context("cpu")), context("cpu"))
+    named = {short(n) for n in subtree_names(kernel)}
+    assert {short(f) for f in seen} <= named, sorted({short(f) for f in seen} - named)
+
+
+def test_a_forwarder_uses_up_no_helper_level(context):
+    """at::native::resize_output is one line, `return _resize_output(output,
+    shape);` (read from Resize.cpp), and the binary folds _resize_output into
+    it: below resize_output the recorded stacks show _resize_output_check,
+    a helper two calls down in the source, which the map names."""
+    seen = observed_below("aten::addbmm", "at::native::resize_output")
+    assert "at::native::_resize_output_check" in seen
+    tree = graph.stack("aten::addbmm", context("cpu"), 40)
+    node = next((n for n, _ in walk(tree) if n.name == "at::native::resize_output" and not n.attrs.get("repeat")), None)
+    assert node is not None
+    text = "\n".join(node.location.disk_path.read_text().splitlines()[node.location.line - 1 : node.location.end_line])
+    assert re.search(r"\{\s*return\s+_resize_output\(", text) and forwarder(definition(node, context("cpu")), context("cpu"))
+    assert "at::native::_resize_output_check" in subtree_names(node)
+
+
+def test_a_view_spelled_otherwise_is_followed_to_the_view_it_calls(context):
+    """mT is a view with a CompositeImplicitAutograd kernel (native_functions.yaml);
+    cholesky's cloneBatchedColumnMajor calls it, and the recorded stacks
+    run at::native::mT and its _adjoint below `at::_ops::mT::call`: the map
+    follows it there (the transpose it calls stays a utility)."""
+    ctx = context("cpu")
+    op = ctx.catalog.resolve("aten::mT")[0]
+    assert op.is_view and op.kind.value == "composite implicit"
+    seen = observed_below("aten::cholesky", "at::_ops::mT::call") | observed_below("aten::cholesky", "at::native::mT")
+    assert {"at::native::mT", "at::native::_adjoint"} <= seen
+    tree = graph.stack("aten::cholesky", ctx, 40)
+    node = first(tree, "aten::mT")
+    assert node is not None and not node.attrs.get("utility")
+    names = {short(n) for n in subtree_names(node)}
+    assert {"mT", "_adjoint"} <= names
+
+
+def test_a_views_copy_runs_its_generated_kernel(context):
+    """t_copy's kernel is torchgen's (CompositeViewCopyKernels.cpp, read from
+    the generated files): it calls the view through `at::_ops::t::call` and
+    clones what it shows. The recorded stacks run at::native::t_copy and
+    below it t's entry and kernel; the map names the generated kernel at its
+    line and follows the operators its body calls."""
+    ctx = context("cpu")
+    path = "build/aten/src/ATen/CompositeViewCopyKernels.cpp"
+    lines = (ctx.generated.root / path).read_text().splitlines()
+    start = next(i for i, t in enumerate(lines) if re.match(r"at::Tensor t_copy\(", t))
+    body = "\n".join(lines[start : start + 4])
+    called = set(re.findall(r"at::_ops::(\w+)::call", body))
+    assert called == {"t"} and ".clone(" in body
+    assert {"at::native::t_copy"} <= observed_below("aten::t_copy", "at::_ops::t_copy::redispatch")
+    assert "at::_ops::t::call" in observed_below("aten::t_copy", "at::native::t_copy")
+    tree = graph.stack("aten::t_copy", ctx, 40)
+    kernel = first(tree, "at::native::t_copy")
+    assert kernel is not None and kernel.location.path == path and kernel.location.line == start + 1
+    names = subtree_names(kernel)
+    assert {"at::_ops::t::call", "aten::t", "at::native::t", "aten::clone", "at::native::clone"} <= names
+
+
+def test_an_out_calls_meta_function_resizes_the_given_output(context):
+    """linalg_det's kernel calls linalg_lu_factor_ex.out; its CPU wrapper
+    instantiates a generated structured class whose set_output_raw_strided
+    calls resize_out, which calls at::native::resize_output (both read from
+    RegisterCPU.cpp). The recorded stacks show resize_output right below the
+    meta function; the map names it there, at resize_out's line."""
+    ctx = context("cpu")
+    seen = observed_below("aten::linalg_det", "at::meta::structured_linalg_lu_factor_ex::meta")
+    assert "at::native::resize_output" in seen
+    tree = graph.stack("aten::linalg_det", ctx, 40)
+    meta = first(tree, "at::meta::structured_linalg_lu_factor_ex::meta")
+    step = next(c for c in meta.children if c.name == "at::native::resize_output")
+    site = step.attrs["call_site"]
+    lines = (ctx.generated.root / site.path).read_text().splitlines()
+    assert "at::native::resize_output(" in lines[site.line - 1]
+    head = max(i for i in range(site.line) if re.match(r"void resize_out\(", lines[i]))
+    assert site.line - head < 10
+    assert re.search(r"struct (structured_linalg_lu_factor_ex_out_out) final", "\n".join(lines))
+    assert "_resize_output_check" in {short(n) for n in subtree_names(step)}
+
+
+def test_a_tensor_method_spelled_symint_is_its_operators_call(context):
+    """tile_symint calls `self.repeat_symint(reps)` (read from its file), the
+    Tensor method of aten::repeat; the recorded stacks run
+    `at::_ops::repeat::call` right below it, and the map follows it there."""
+    assert "at::_ops::repeat::call" in observed_below("aten::tile", "at::native::tile_symint")
+    tree = graph.stack("aten::tile", context("cpu"), 40)
+    kernel = first(tree, "at::native::tile_symint")
+    lines = kernel.location.disk_path.read_text().splitlines()[kernel.location.line - 1 : kernel.location.end_line]
+    assert any("self.repeat_symint(" in line for line in lines)
+    names = subtree_names(kernel)
+    assert {"at::_ops::repeat::call", "aten::repeat", "at::native::repeat"} <= names

@@ -111,6 +111,7 @@ of the data pointers runs) is the loop's bookkeeping: a step, never an end.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass
 
@@ -387,6 +388,9 @@ class _Arguments:
         # a flag's value, and the node whose call passes it (None: the schema's default)
         self.flags: dict[str, tuple[bool, CallNode | None]] = {name: (value, None) for name, value in _flag_defaults(schema).items()}
         self.values = _value_defaults(schema)
+        # non_default's answers by (condition, the flags' values): asked of every node on every path to an end
+        self._decided: dict[tuple, bool] = {}
+        self._signatures: dict[int, tuple[dict, tuple]] = {}  # id(flags) -> (flags, their values), the dict kept so its id is not reused
 
     @staticmethod
     def below(node: CallNode, flags: dict[str, tuple[bool, CallNode | None]]) -> dict[str, tuple[bool, CallNode | None]]:
@@ -417,11 +421,17 @@ class _Arguments:
         `else` of one that is true. A test joined by `&&` and `||` is
         decided when its known terms decide it. `flags`: those in effect
         where the condition is (default: the call's own)."""
-        m = _ARM.match(condition or "")
-        if m is None or not balanced(m.group(2)):
-            return False
-        holds = self._at_defaults(m.group(2), self.flags if flags is None else flags)
-        return holds is not None and holds == bool(m.group(1))
+        flags = self.flags if flags is None else flags
+        kept = self._signatures.get(id(flags))
+        if kept is None or kept[0] is not flags:
+            kept = self._signatures[id(flags)] = (flags, tuple((name, value) for name, (value, _) in flags.items()))
+        key = (condition, kept[1])
+        found = self._decided.get(key)
+        if found is None:
+            m = _ARM.match(condition or "")
+            holds = self._at_defaults(m.group(2), flags) if m is not None and balanced(m.group(2)) else None
+            found = self._decided[key] = holds is not None and holds == bool(m.group(1))
+        return found
 
     def _at_defaults(self, test: str, flags: dict[str, tuple[bool, CallNode | None]]) -> bool | None:
         """Whether `test` holds with the arguments at their defaults; None when
@@ -521,6 +531,7 @@ def _borrowed(path: tuple[CallNode, ...]) -> bool:
     return any(name != operators[0] for name in operators[1:])
 
 
+@functools.lru_cache(maxsize=65536)  # a pure reading of the text, asked of every condition on every path
 def deterministic_only(condition: str | None) -> bool:
     """Whether an arm runs only with deterministic algorithms on (Note
     [ranking a call's ends]): `if (globalContext().deterministicAlgorithms()
@@ -537,6 +548,7 @@ def deterministic_only(condition: str | None) -> bool:
 _FALLBACK = re.compile(r"if \(\s*!\s*\(*\s*(?:at::native::)?can_use_fast_route\(")
 
 
+@functools.lru_cache(maxsize=65536)  # a pure reading of the text, asked of every condition on every path
 def fallback_only(condition: str | None) -> bool:
     """Whether an arm runs only when a fast route cannot (Note [ranking a
     call's ends]): ranked like one for an argument not at its default."""
@@ -548,6 +560,7 @@ _OTHER_LAYOUT = re.compile(r"[\w.\->()\[\]]*?(?:layout\(\)\s*==\s*(?:at::|c10::)
                            r"|\bis_(?:sparse\w*|mkldnn|quantized|nested)\(\))")
 
 
+@functools.lru_cache(maxsize=65536)  # a pure reading of the text, asked of every condition on every path
 def other_layouts_only(condition: str | None) -> bool:
     """Whether an arm runs only for tensors of a layout other than strided
     (Note [ranking a call's ends]): `if (a && (x.is_sparse() || x.is_mkldnn()))`,
@@ -600,6 +613,7 @@ def for_channels_last(condition: str | None) -> bool:
     return condition.startswith("if (") and _a_conjunct_of(condition, _CHANNELS_LAST_TEST)
 
 
+@functools.lru_cache(maxsize=65536)  # a pure reading of the text, asked of every condition on every path
 def special_case(condition: str | None) -> bool:
     """Whether an arm runs only for an input of a special kind (Note [ranking a
     call's ends]): empty, zero-dimensional or of one element, one value of a
@@ -607,6 +621,7 @@ def special_case(condition: str | None) -> bool:
     return for_trivial_inputs(condition) or for_channels_last(condition)
 
 
+@functools.lru_cache(maxsize=65536)  # a pure reading of the text, asked of every condition on every path
 def for_larger_inputs(condition: str | None) -> bool:
     """Whether an arm runs only for inputs of at least the grain size, or too
     large to index with 32 bits (Note [ranking a call's ends]): `if (x >=

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
 import re
 from pathlib import Path
 
@@ -152,16 +153,38 @@ def _registered_stubs(definition, ctx: GraphContext) -> list[Node]:
     return list(nodes.values())
 
 
-@functools.lru_cache(maxsize=256)
-def _argument_names(path: Path) -> dict[str, tuple[int, ...]]:
-    """name -> the lines where it is passed as an argument, for one file (see down._callbacks)."""
+def _argument_lines(path: Path, name: str) -> tuple[int, ...]:
+    """The lines of one file where `name` is passed as an argument (see
+    down._callbacks). Only the lines that hold the name are matched: a
+    bottom-up tree asks this of hundreds of files, one name each; a warm
+    process keeps the answers, by the file's size and modification time."""
+    return _argument_lines_at(path, _stamp(path), name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _argument_lines_at(path: Path, stamp: tuple[int, int] | None, name: str) -> tuple[int, ...]:
     from kernelmap.graph.down import _ANY_ARGUMENT_NAME
 
-    found: dict[str, dict[int, None]] = {}
-    for number, text in enumerate(file_lines(path), 1):
-        for m in _ANY_ARGUMENT_NAME.finditer(text):
-            found.setdefault(m.group("name"), {})[number] = None
-    return {k: tuple(v) for k, v in found.items()}
+    found: dict[int, None] = {}
+    for number, text in enumerate(_lines(path, stamp), 1):
+        if name in text:
+            for m in _ANY_ARGUMENT_NAME.finditer(text):
+                if m.group("name") == name:
+                    found[number] = None
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=256)
+def _lines(path: Path, stamp: tuple[int, int] | None) -> tuple[str, ...]:
+    return file_lines(path)
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size)
 
 
 def _referrers(definition, ctx: GraphContext) -> list[Node]:
@@ -171,7 +194,7 @@ def _referrers(definition, ctx: GraphContext) -> list[Node]:
     location = definition.location
     short = definition.name.rsplit("::", 1)[-1]
     nodes = []
-    for number in _argument_names(ctx.index.tree.root / location.path).get(short, ()):
+    for number in _argument_lines(ctx.index.tree.root / location.path, short):
         if location.line <= number <= (location.end_line or location.line):
             continue
         referrer = ctx.index.definition_at(location.path, number)

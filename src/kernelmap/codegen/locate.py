@@ -103,6 +103,7 @@ class _Lines(Sequence):
             before.append(before[-1] + text.count("\n", k, k + self._BLOCK))
         self._before = before
         self._len = before[-1] + 1
+        self._newlines: dict[int, list[int]] = {}  # block -> where its newlines are, once a line in it was asked for
 
     def __len__(self) -> int:
         return self._len
@@ -114,13 +115,14 @@ class _Lines(Sequence):
         if n >= self._len:
             return len(self._text) + 1
         k = bisect.bisect_left(self._before, n) - 1  # the n-th newline is in block k
-        pos, seen = k * self._BLOCK, self._before[k]
-        while True:
-            pos = self._text.index("\n", pos)
-            seen += 1
-            if seen == n:
-                return pos + 1
-            pos += 1
+        found = self._newlines.get(k)
+        if found is None:
+            found, pos, end = [], k * self._BLOCK, min(len(self._text), (k + 1) * self._BLOCK)
+            while (pos := self._text.find("\n", pos, end)) != -1:
+                found.append(pos)
+                pos += 1
+            self._newlines[k] = found
+        return found[n - self._before[k] - 1] + 1
 
     def __getitem__(self, i):
         if isinstance(i, slice):

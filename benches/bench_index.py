@@ -182,17 +182,20 @@ def extraction_stages(root: Path, paths: list[str]) -> dict[str, float]:
     separately (what is left of it is Python)."""
     import tree_sitter
 
-    from kernelmap.source import extract
     from kernelmap.source.build import NATIVE_YAML
+    from kernelmap.source import objc
+    from kernelmap.source.extract import Extractor
+    from kernelmap.source.facts import read_operator_names
+    from kernelmap.source.masking import mask_attributes
 
-    ex = extract.Extractor(extract.read_operator_names(root / NATIVE_YAML))
+    ex = Extractor(read_operator_names(root / NATIVE_YAML))
     one_pattern = tree_sitter.Query(ex.language, "(translation_unit) @unit")
     clock = time.process_time
     stages = dict.fromkeys(("mask", "parse", "walk", "query", "free", "extract"), 0.0)
     for rel in paths:
         data = (root / rel).read_bytes()
         t0 = clock()
-        masked = extract.mask_attributes(data, extract.objc_source.is_objc(rel, data))
+        masked = mask_attributes(data, objc.is_objc(rel, data))
         t1 = clock()
         tree = ex.parser.parse(masked)
         t2 = clock()

@@ -62,7 +62,8 @@ _STRUCTURED = {"TORCH_IMPL_FUNC": "structured_impl", "TORCH_META_FUNC": "structu
 
 
 def main() -> None:
-    from kernelmap.source.extract import Extractor, read_operator_names
+    from kernelmap.source.extract import Extractor
+    from kernelmap.source.facts import read_operator_names
 
     root = tree_root()
     files = kernel_files(root)

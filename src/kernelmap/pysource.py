@@ -29,7 +29,8 @@ from kernelmap.errors import SourceError
 if TYPE_CHECKING:
     from tree_sitter import Node, Query
 
-    from kernelmap.source.extract import Definition, Extractor, FileFacts
+    from kernelmap.source.extract import Extractor
+    from kernelmap.source.facts import Definition, FileFacts
 
 # Modules whose functions are generated bindings, and the public module each
 # stands for: `_VF.dropout` is `torch.dropout`, `torch._C._nn.gelu` stays itself.
@@ -736,10 +737,11 @@ _MAPPING_SLOTS = ("__len__", "__getitem__", "__setitem__")
 def _extractor() -> Extractor:
     # Imported here: the index's Extractor and tree-sitter are needed only by
     # hand-written bindings, and every command imports this module.
-    from kernelmap.source import extract
+    from kernelmap.source.extract import extractor
+    from kernelmap.source.facts import OperatorNames
 
     # Only names are read: which calls are operators the catalog says.
-    return extract.extractor(extract.OperatorNames(frozenset(), frozenset()))
+    return extractor(OperatorNames(frozenset(), frozenset()))
 
 
 @functools.cache
@@ -760,11 +762,11 @@ def _cpp_facts(path: Path, repo_path: str, data: bytes) -> FileFacts:
 @functools.lru_cache(maxsize=8)
 def _table_file(path: Path, repo_path: str) -> _TableFile:
     """The tables and top-level functions of one file, read once (Note [binding calls])."""
-    from kernelmap.source import extract
+    from kernelmap.source.masking import mask_attributes
 
     data = path.read_bytes()  # the Extractor's masking blanks HANDLE_TH_ERRORS (Note [masked attributes])
     facts = _cpp_facts(path, repo_path, data)
-    tree = _extractor().parser.parse(extract.mask_attributes(data))  # the text the Extractor parsed
+    tree = _extractor().parser.parse(mask_attributes(data))  # the text the Extractor parsed
     methods, arguments, parameters, tables = _queried(tree.root_node)
     definitions = facts.definitions
     outer = _outermost(definitions)

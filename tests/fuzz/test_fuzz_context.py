@@ -16,6 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kernelmap.source import extract
+from kernelmap.source.facts import OperatorNames
+from kernelmap.source.regions import _context_of, _negate, _preproc_of, _sweep
 
 PARSER = tree_sitter.Parser(tree_sitter.Language(tree_sitter_cpp.language()))
 CONDITIONS = ["A", "B > 1", "defined(C)"]
@@ -24,7 +26,7 @@ MACROS = ["USE_X", "USE_Y"]
 
 @pytest.fixture(scope="module")
 def extractor():
-    return extract.Extractor(extract.OperatorNames(frozenset(), frozenset()), budget=5.0)
+    return extract.Extractor(OperatorNames(frozenset(), frozenset()), budget=5.0)
 
 
 @st.composite
@@ -106,7 +108,7 @@ def _climb(call) -> tuple[str | None, str | None, str | None]:
             else:
                 name = parent.child_by_field_name("name").text.decode()
                 cond = f"!defined({name})" if parent.child(0).type == "#ifndef" else f"defined({name})"
-            preproc.append(extract._negate(cond) if node == parent.child_by_field_name("alternative") else cond)
+            preproc.append(_negate(cond) if node == parent.child_by_field_name("alternative") else cond)
         node = parent
     return function, condition, " && ".join(reversed(preproc)) or None
 
@@ -173,12 +175,12 @@ def test_the_sweep_gives_each_point_exactly_the_regions_around_it(case):
     regions, points = case
     order = sorted(regions, key=lambda r: (r[0], -r[1]))
     previous = None
-    for at, _, _, context in extract._sweep(list(regions), list(points)):
+    for at, _, _, context in _sweep(list(regions), list(points)):
         live = context[0]
         assert live == [r for r in order if r[0] <= at < r[1]], at
         # what the context says, built region by region, is what reading all of them says
-        def_index, cond, lib, lam, around = extract._context_of(live)
-        assert context[1:] == (min((r[1] for r in live), default=float("inf")), extract._preproc_of(live), def_index, cond, lib, lam,
+        def_index, cond, lib, lam, around = _context_of(live)
+        assert context[1:] == (min((r[1] for r in live), default=float("inf")), _preproc_of(live), def_index, cond, lib, lam,
                                tuple(around)), at
         if previous is not None and context is previous[1]:
             assert previous[0] <= at  # a context is reused only for points in order

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kernelmap.source import extract
+from kernelmap.source import extract, masking
+from kernelmap.source.facts import OperatorNames
 
 TOKENS = [
     "namespace", "at", "native", "{", "}", "(", ")", "<", ">", ";", "::", "template", "typename", "class", "struct",
@@ -25,7 +26,7 @@ TOKENS = [
 
 @pytest.fixture(scope="module")
 def extractor():
-    return extract.Extractor(extract.OperatorNames(frozenset({"add"}), frozenset()), budget=5.0)
+    return extract.Extractor(OperatorNames(frozenset({"add"}), frozenset()), budget=5.0)
 
 
 def _check(facts, data: bytes) -> None:
@@ -85,8 +86,8 @@ def test_the_list_branch_prefilter_never_hides_a_match(pieces):
     """Masking skips the list-branch regex where the cheap test says no `#if`
     can start one: wherever the regex matches, the test says yes."""
     data = "".join(pieces).encode()
-    if extract._LIST_BRANCH.search(data):
-        assert extract._may_have_list_branch(data)
+    if masking._LIST_BRANCH.search(data):
+        assert masking._may_have_list_branch(data)
 
 
 @given(before=st.sampled_from(["f(a,", "g(", "x =", "v = {1,"]), pad=st.sampled_from(["", " ", "\t "]),
@@ -95,5 +96,5 @@ def test_the_list_branch_prefilter_never_hides_a_match(pieces):
 def test_the_list_branch_prefilter_sees_every_list_branch(before, pad, directive, items, other):
     text = f"{before}{pad}\n{pad}{directive}\n" + "".join(f"  {i}\n" for i in items) + ("#else\n  e,\n" if other else "") + "#endif\n"
     data = text.encode()
-    assert extract._LIST_BRANCH.search(data)  # the case the regex is for
-    assert extract._may_have_list_branch(data)
+    assert masking._LIST_BRANCH.search(data)  # the case the regex is for
+    assert masking._may_have_list_branch(data)

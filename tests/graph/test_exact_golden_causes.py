@@ -38,7 +38,8 @@ def nodes(tree, name: str, kind=None):
 
 
 def extract(tree_root, path: str):
-    from kernelmap.source.extract import extractor, read_operator_names
+    from kernelmap.source.extract import extractor
+    from kernelmap.source.facts import read_operator_names
 
     ops = read_operator_names(tree_root / "aten/src/ATen/native/native_functions.yaml")
     return extractor(ops).extract(path, (tree_root / path).read_bytes())

@@ -336,7 +336,7 @@ def test_a_stub_passed_to_a_helper_is_a_stub_call_only_while_the_tree_declares_i
 
 def test_a_file_gone_between_scan_and_parse_is_recorded_not_fatal(tmp_path):
     from kernelmap.source import build
-    from kernelmap.source.extract import OperatorNames
+    from kernelmap.source.facts import OperatorNames
 
     build._init_worker(str(tmp_path), OperatorNames(frozenset(), frozenset()))
     facts = build._extract_one("aten/src/ATen/Gone.cpp")

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelmap.source.extract import Extractor, read_operator_names
+from kernelmap.source.extract import Extractor
+from kernelmap.source.facts import read_operator_names
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,7 @@ def test_global_kernel_behind_launch_bounds_is_a_global_kernel(extract, real_tre
 
 
 def test_masking_keeps_every_offset_and_line(real_tree_root):
-    from kernelmap.source.extract import mask_attributes
+    from kernelmap.source.masking import mask_attributes
 
     data = (real_tree_root / "aten/src/ATen/native/cuda/layer_norm_kernel.cu").read_bytes()
     masked = mask_attributes(data)
@@ -160,7 +161,7 @@ def test_explicit_specialisations_of_the_call_operator(extract, real_tree_root):
 ])
 def test_emptying_data_tables_changes_no_fact(real_tree_root, monkeypatch, path):
     """Note [data tables]: the same facts with the tables read as without."""
-    from kernelmap.source import extract as module
+    from kernelmap.source import masking as module
 
     data = (real_tree_root / path).read_bytes()
     ops = read_operator_names(real_tree_root / "aten/src/ATen/native/native_functions.yaml")

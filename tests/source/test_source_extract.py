@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kernelmap.source.extract import MAX_FILE_BYTES, Extractor, OperatorNames, mask_attributes
+from kernelmap.source.extract import MAX_FILE_BYTES, Extractor
+from kernelmap.source.facts import OperatorNames
+from kernelmap.source.masking import mask_attributes
 
 OPS = OperatorNames(frozenset({"add", "add_", "mul", "cudnn_convolution", "conv2d", "empty"}), frozenset({"add", "add_", "mul"}))
 
@@ -609,7 +611,6 @@ def test_masking_stays_linear_on_hostile_text(text, objc):
     import gc
     import time
 
-    from kernelmap.source.extract import mask_attributes
 
     # the time of masking only: a full collection of what earlier tests left in
     # this process (indexes, catalogs) took more than the masking itself in CI

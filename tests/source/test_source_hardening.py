@@ -18,7 +18,7 @@ from kernelmap.errors import BadInput, SourceError
 from kernelmap.source import add_tree, build_index, index_path, list_trees, open_index, remove_tree
 from kernelmap.source import build as build_module
 from kernelmap.source import extract
-from kernelmap.source.extract import OperatorNames
+from kernelmap.source.facts import OperatorNames
 from kernelmap.source.trees import registry_path
 
 from .conftest import make_tree

@@ -9,12 +9,13 @@ import re
 
 import pytest
 
-from kernelmap.source import extract
+from kernelmap.source import extract, masking
+from kernelmap.source.facts import read_operator_names
 
 
 @pytest.fixture(scope="module")
 def extractor(tree_2_6):
-    return extract.Extractor(extract.read_operator_names(tree_2_6 / "aten/src/ATen/native/native_functions.yaml"))
+    return extract.Extractor(read_operator_names(tree_2_6 / "aten/src/ATen/native/native_functions.yaml"))
 
 
 def _facts(extractor, root, path):
@@ -61,7 +62,7 @@ def test_a_launch_keeps_the_if_directive_around_it(extractor, tree_2_6):
 
 def test_blanking_keeps_line_continuations():
     text = b"#define LAUNCH(k) \\\n  k<<<\\\n    grid, block>>>(x)\nint y;\n"
-    masked = extract.mask_attributes(text)
+    masked = masking.mask_attributes(text)
     assert len(masked) == len(text) and masked.count(b"\\\n") == text.count(b"\\\n") == 2
     assert b"grid" not in masked and masked.endswith(b"int y;\n")
 

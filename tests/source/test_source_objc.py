@@ -11,7 +11,8 @@ import pytest
 import tree_sitter
 import tree_sitter_cpp
 
-from kernelmap.source import extract, objc
+from kernelmap.source import extract, masking, objc
+from kernelmap.source.facts import OperatorNames
 
 from .conftest import line_of
 
@@ -91,7 +92,7 @@ void after() {}
     rewritten = objc.rewrite(text)
     assert len(rewritten) == len(text) and rewritten.count(b"\n") == text.count(b"\n")
     assert problems(parse(rewritten)) == []
-    facts = extract.Extractor(extract.OperatorNames(frozenset(), frozenset())).extract("aten/src/ATen/native/metal/Runner.mm", text)
+    facts = extract.Extractor(OperatorNames(frozenset(), frozenset())).extract("aten/src/ATen/native/metal/Runner.mm", text)
     assert [(d.name, d.kind, d.line) for d in facts.definitions] == [("Runner::encode", "method", 8), ("at::native::after", "function", 13)]
     assert [(c.callee, c.line, facts.definitions[c.definition].name) for c in facts.calls] == [("at::native::metal::neuron", 9, "Runner::encode")]
 
@@ -111,7 +112,7 @@ def test_only_objective_c_files_are_rewritten():
     (b"#ifndef GPU_LAMBDA\n#define GPU_LAMBDA __host__ __device__\n#endif\n", b"#ifndef GPU_LAMBDA\n#define GPU_LAMBDA "),
 ])
 def test_attributes_before_a_lambdas_parameters_leave_the_parameters(text, kept):
-    masked = extract.mask_attributes(text)
+    masked = masking.mask_attributes(text)
     assert kept in masked and len(masked) == len(text)
     assert problems(parse(masked)) == []
 
@@ -122,7 +123,7 @@ def test_stray_braces_qualify_a_definition_by_their_namespace_once(real_tree_roo
     `at::native::at::native::...::structured_add_out_mps::impl`."""
     path = "aten/src/ATen/native/mps/operations/BinaryOps.mm"
     data = (real_tree_root / path).read_bytes()
-    facts = extract.Extractor(extract.OperatorNames(frozenset(), frozenset())).extract(path.replace(".mm", ".cpp"), data)
+    facts = extract.Extractor(OperatorNames(frozenset(), frozenset())).extract(path.replace(".mm", ".cpp"), data)
     assert facts.definitions
     for d in facts.definitions:
         parts = d.name.split("::")
@@ -166,7 +167,7 @@ def test_a_return_type_after_an_attribute_macro_stays_out_of_the_name(real_tree_
     path = "aten/src/ATen/core/type_factory.h"
     data = (real_tree_root / path).read_bytes()
     assert b"C10_ERASE static" in data
-    facts = extract.Extractor(extract.OperatorNames(frozenset(), frozenset())).extract(path, data)
+    facts = extract.Extractor(OperatorNames(frozenset(), frozenset())).extract(path, data)
     lines = data.split(b"\n")
     assert facts.definitions
     for d in facts.definitions:
@@ -195,7 +196,7 @@ def test_method_heads_blocks_and_declarations_keep_the_files_shape(text, names):
     rewritten = objc.rewrite(text)
     assert len(rewritten) == len(text)
     assert [i for i, b in enumerate(rewritten) if b == 10] == [i for i, b in enumerate(text) if b == 10]
-    facts = extract.Extractor(extract.OperatorNames(frozenset(), frozenset())).extract("aten/src/ATen/native/metal/X.mm", text)
+    facts = extract.Extractor(OperatorNames(frozenset(), frozenset())).extract("aten/src/ATen/native/metal/X.mm", text)
     assert [d.name for d in facts.definitions] == names
     for d in facts.definitions:
         assert d.short.encode() in text.split(b"\n")[d.line - 1]

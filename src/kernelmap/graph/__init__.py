@@ -14,6 +14,9 @@ source (`pysource`), bindings and wrappers from the regenerated files
 The package is split by job: `context` opens the producers, `rules` holds
 the expansion rules, `grow` expands and freezes, `down` and `up` are the two
 directions, `ends` ranks where a call ends (used by `where` and `explain`).
+Each rule that decides what a call runs has a Note where it is applied; the
+rules are listed, with an example on its line of a tree and the test that
+holds it, in docs/graph-rules.md.
 """
 
 from __future__ import annotations

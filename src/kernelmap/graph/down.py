@@ -1023,13 +1023,13 @@ def _declared_types(line: str, short: str, params) -> tuple[str | None, set[str]
 
 @functools.lru_cache(maxsize=256)
 def _macro_expansion(path: Path, line: int) -> str | None:
-    from kernelmap.source import extract
+    from kernelmap.source import preprocess
 
     try:
         data = read_bytes(path)
     except (OSError, NotRegularFile):
         return None
-    expanded = extract.macro_expansion(data, line)
+    expanded = preprocess.macro_expansion(data, line)
     return None if expanded is None else expanded.decode("utf-8", "replace")
 
 
@@ -1799,7 +1799,7 @@ def _unqualified_operator(site, caller, ctx: GraphContext) -> str | None:
     [unqualified operator calls]), by its base name; None when it is none."""
     if "::" in site.callee or site.callee.startswith(".") or caller is None or not caller.name.startswith("at::") or ctx.index is None:
         return None
-    from kernelmap.source.extract import FUNCTION_SUFFIXES
+    from kernelmap.source.facts import FUNCTION_SUFFIXES
 
     spelled_as = (site.name, *(site.name.removesuffix(s) for s in FUNCTION_SUFFIXES if site.name.endswith(s)))
     base = next((b for b in spelled_as if b and any("function" in op.variants for op in ctx.catalog.overloads(b))), None)

@@ -30,8 +30,9 @@ from pathlib import Path
 from kernelmap import env, vendors
 from kernelmap.errors import BadInput, SourceError
 from kernelmap.safefiles import NotRegularFile, check_regular
-from kernelmap.source import extract, includes
-from kernelmap.source.extract import FileFacts, OperatorNames
+from kernelmap.source import calls, extract, includes, masking, preprocess, regions
+from kernelmap.source import facts as file_facts
+from kernelmap.source.facts import FileFacts, OperatorNames, read_operator_names
 from kernelmap.source.records import as_indexed, file_record, index_path, read_record, write_record
 from kernelmap.source.schema import CALL_KIND_CODE, INDEXES, SCHEMA, SCHEMA_VERSION, expected_table_definitions, one_line, table_definitions
 from kernelmap.source.trees import INDEXED_PARTS, Tree
@@ -91,7 +92,8 @@ def extractor_fingerprint() -> str:
     """Changes whenever the extractor or its queries change: facts of an
     older extractor are not reused."""
     h = hashlib.sha1()
-    for p in sorted([Path(extract.__file__), Path(extract.objc_source.__file__), Path(vendors.__file__), Path(includes.__file__), *extract.QUERY_DIR.glob("*.scm")]):
+    extractor_modules = (extract, file_facts, preprocess, masking, calls, regions, extract.objc_source, vendors, includes)
+    for p in sorted([*(Path(m.__file__) for m in extractor_modules), *extract.QUERY_DIR.glob("*.scm")]):
         h.update(p.name.encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:16]
@@ -301,7 +303,7 @@ class _Writer:
         skipped file is recorded at the `size` the scan found, as a read one
         is: it is then as indexed until it changes, not "changed" for ever."""
         db = self.db
-        # extract.Definition, Call, Registration, StubDecl, a column each
+        # facts.Definition, Call, Registration, StubDecl, a column each
         names, lookups, shorts, kinds, lines, end_lines, conditions, ops = facts.definitions or ((),) * 8
         c_defs, callees, c_shorts, c_kinds, libraries, c_ops, c_lines, c_conds, c_pps, c_outers = facts.calls or ((),) * 10
         r_defs, r_kinds, r_names, targets, keys, details, r_lines, r_pps = facts.registrations or ((),) * 8
@@ -562,7 +564,7 @@ def _apply(db, tree: Tree, plan: _Plan, full: bool, expected: dict[str, str], jo
     db.executemany("UPDATE files SET mtime_ns = ? WHERE id = ?", plan.touched)
     stubs_before = None if full else set(db.execute("SELECT DISTINCT name_id FROM stubs"))
     _delete_files(db, plan.stale + plan.removed)
-    ops = extract.read_operator_names(tree.root / NATIVE_YAML)
+    ops = read_operator_names(tree.root / NATIVE_YAML)
     writer = _Writer(db, fresh=full)
     total = len(plan.to_parse)
     if progress:

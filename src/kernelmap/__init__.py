@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib
 
+from kernelmap import model as _model
+
 __version__ = "0.1.0"
 
 # public name -> module that defines it ("" for a subpackage that is itself the API:
@@ -27,3 +29,13 @@ def __getattr__(name: str):
     if not _API[name]:
         return importlib.import_module(f"kernelmap.{name}")
     return getattr(importlib.import_module(_API[name]), name)
+
+
+def _notebook_view(answer) -> str:
+    """An answer in a notebook: its HTML report (Note [notebook view] in kernelmap.model)."""
+    from kernelmap.render.html import repr_html  # jinja2 and the report's assets only when a notebook shows one
+
+    return repr_html(answer)
+
+
+_model.show_in_notebooks(_notebook_view)

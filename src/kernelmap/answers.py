@@ -1,5 +1,5 @@
 """Every answer kernelmap gives, in one place: its document name and
-version (Note [answer documents] in model.py), the type that holds it, and
+version (Note [answer documents] in model/documents.py), the type that holds it, and
 what it answers. `load(document)` turns any saved document back into its
 answer, which any renderer can show again.
 

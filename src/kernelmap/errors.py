@@ -4,11 +4,6 @@ traceback."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from kernelmap.pysource import ManualBinding
-
 
 class KernelmapError(Exception):
     """Base of every error a user can cause."""
@@ -31,13 +26,6 @@ class HandWrittenBinding(KernelmapError):
     def __init__(self, name: str, why: str):
         self.name = name
         super().__init__(f"{name} is a hand-written binding, not generated from native_functions.yaml: {why}")
-
-    @classmethod
-    def of(cls, binding: ManualBinding) -> HandWrittenBinding:
-        where = f"{binding.function}, {binding.repo_path}:{binding.line}"
-        if binding.defined:
-            return cls(binding.python_name, f"its code ({where}) calls no operator directly; kernelmap does not follow it further")
-        return cls(binding.python_name, f"its table entry ({where}) names a function of another file; kernelmap does not follow it")
 
 
 class BadInput(KernelmapError):

@@ -144,8 +144,15 @@ def hand_written(name: str, catalog: Catalog, root: Path) -> tuple[pysource.Manu
                                        "(only a source tree holds it: select one with --source)")
     ops = hand_written_ops(binding, catalog, root)
     if not ops:
-        raise HandWrittenBinding.of(binding)
+        raise _calls_no_operator(binding)
     return binding, ops
+
+
+def _calls_no_operator(binding: pysource.ManualBinding) -> HandWrittenBinding:
+    where = f"{binding.function}, {binding.repo_path}:{binding.line}"
+    if binding.defined:
+        return HandWrittenBinding(binding.python_name, f"its code ({where}) calls no operator directly; kernelmap does not follow it further")
+    return HandWrittenBinding(binding.python_name, f"its table entry ({where}) names a function of another file; kernelmap does not follow it")
 
 
 def _entry_points_reached(name: str, root: Path, entry_points: set[str]) -> list[str]:

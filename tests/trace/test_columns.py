@@ -114,3 +114,67 @@ def test_an_unresolved_trace_carries_only_the_events_own_times_and_links():
                                                     frozenset({"pid", "tid", "duration_us", "start_us", "event"})}
     resolved = load(DATA / "hta-trace_filter-sampled_rank-1.json.gz")
     assert all("stream" in n.attrs for _, n in resolved.tree.walk() if n.kind.value == "gpu_kernel")
+
+
+def test_the_sorted_join_keeps_what_a_dict_built_in_order_keeps():
+    """build._lookup, the join of device events to launches by correlation
+    (the last launch of an id, as a dict built in order keeps) and by
+    external id (the first, as setdefault keeps), on ids with repeats,
+    absent ids (NONE), and odd codes below zero."""
+    import numpy as np
+
+    from kernelmap.trace.build import NONE, _lookup
+
+    rng = np.random.default_rng(7)
+    keys = rng.integers(-5, 40, 300)
+    keys[rng.integers(0, 300, 20)] = NONE  # never a key of a launch: filtered before the join, kept here to check it is never matched
+    values = rng.permutation(1000)[:300]
+    wanted = np.concatenate([rng.integers(-8, 50, 500), np.full(5, NONE)])
+    for last in (True, False):
+        table: dict[int, int] = {}
+        for k, v in zip(keys.tolist(), values.tolist()):
+            if last:
+                table[k] = v
+            else:
+                table.setdefault(k, v)
+        expected = [table.get(w, -1) if w != NONE else -1 for w in wanted.tolist()]
+        assert _lookup(keys, values, wanted, last=last).tolist() == expected
+    assert _lookup(keys[:0], values[:0], wanted, last=True).tolist() == [-1] * len(wanted)
+
+
+def test_the_flow_join_keeps_what_dicts_built_in_file_order_keep():
+    """build._flow_launches against the dicts it replaced, on flows with
+    repeated ids, absent ids, several flows ending at one place, starts at
+    -0.0 and 0.0, and runtime calls sharing a place."""
+    import numpy as np
+
+    from kernelmap.trace.build import NONE, Collected, _flow_launches
+
+    rng = np.random.default_rng(11)
+    joined = 0
+    for _ in range(30):
+        c = Collected()
+        n = 60
+        c.columns = {"thread": rng.integers(0, 3, n).astype(np.int32), "ts": rng.choice([-0.0, 0.0, 1.0, 2.5, 3.0, 4.0], n)}
+        m = 40
+        ids = rng.integers(0, 12, m)
+        ids[rng.integers(0, m, 3)] = NONE
+        c.flows = {"id": ids, "thread": rng.integers(0, 3, m).astype(np.int32),
+                   "ts": rng.choice([-0.0, 0.0, 1.0, 2.5, 3.0, 4.0], m), "end": rng.integers(0, 2, m).astype(bool)}
+        runtime = rng.permutation(n)[:25]
+        positions = rng.permutation(1000)[:25]
+        rows = np.setdiff1d(np.arange(n), runtime)
+        by_position = dict(zip(zip(c.thread[runtime].tolist(), c.ts[runtime].tolist()), positions.tolist()))
+        f = c.flows
+        starts, ends = np.flatnonzero(~f["end"]), np.flatnonzero(f["end"])
+        start_of = dict(zip(f["id"][starts].tolist(), zip(f["thread"][starts].tolist(), f["ts"][starts].tolist())))
+        end_of = dict(zip(f["id"][ends].tolist(), zip(f["thread"][ends].tolist(), f["ts"][ends].tolist())))
+        flow_launch = {}
+        for fid, end in end_of.items():
+            start = start_of.get(fid)
+            if start is not None and start in by_position:
+                flow_launch[end] = by_position[start]
+        expected = [flow_launch.get((int(c.thread[r]), float(c.ts[r])), -1) for r in rows.tolist()]
+        assert _flow_launches(c, runtime, positions, rows).tolist() == expected
+        joined += sum(p >= 0 for p in expected)
+    assert joined > 100  # the cases above join many rows, not none

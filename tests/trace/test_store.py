@@ -229,3 +229,41 @@ def test_the_store_is_bounded_least_recently_used_first(tmp_path, monkeypatch):
     monkeypatch.setenv("KERNELMAP_TRACE_STORE_MB", "lots")
     with pytest.raises(BadInput, match="KERNELMAP_TRACE_STORE_MB must be a number"):
         load(c, resolve=False, store=True)
+
+
+def test_flows_and_links_tables_join_launches_to_device_events_as_the_file_says(tmp_path, monkeypatch):
+    """flows.arrow holds every ac2g flow endpoint of the file; links.arrow
+    each device event hung under its launch, read with a plain Arrow reader:
+    the launch is the runtime call of the device event's correlation id, as
+    the file's own events say."""
+    import gzip
+
+    import pyarrow.ipc as ipc
+
+    monkeypatch.setenv("KERNELMAP_CACHE_DIR", str(tmp_path))
+    from kernelmap.trace import load
+
+    path = HERE / "cuda" / "resnet50_train_fp32_bench.json.gz"
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    flows = [e for e in events if e.get("cat") == "ac2g" and e.get("ph") in ("s", "f")]
+    t = load(path, resolve=False, store=True)
+    table = {name: ipc.open_file(str(t.stored / f"{name}.arrow")).read_all().to_pydict() for name in ("flows", "links", "nodes", "events")}
+    f = table["flows"]
+    assert len(flows) > 100 and len(f["id"]) == len(flows)
+    assert sorted(zip(f["id"], f["end"])) == sorted((e["id"], int(e["ph"] == "f")) for e in flows)
+    launches = {e["args"]["correlation"] for e in events
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    device = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    links, rows, index = table["links"], table["nodes"]["row"], table["events"]["event"]
+    hows = [how for how in links["how"]]
+    assert hows.count(1) == sum(e["args"].get("correlation") in launches for e in device) > 100
+    for node, launch, how, corr in zip(links["node"], links["launch"], links["how"], links["correlation"]):
+        kernel, launcher = events[index[rows[node]]], events[index[rows[launch]]]
+        assert corr == kernel["args"]["correlation"]
+        if how == 1:  # by correlation id: the runtime call that launched it
+            assert launcher["cat"] in ("cuda_runtime", "cuda_driver") and launcher["args"]["correlation"] == corr
+        else:  # by external id (the operator that was running), no launch of its correlation in the file
+            assert how == 3 and corr not in launches and launcher["args"]["External id"] == kernel["args"]["External id"]
+        assert table["nodes"]["parent"][node] == launch
+    again = load(path, resolve=False, store=True)  # re-opened: the flows the import read, from their table
+    assert again._table.c.flows["id"].tolist() == f["id"]

@@ -18,11 +18,11 @@ import ast
 import functools
 import inspect
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kernelmap.model import CallNode, EdgeKind, Location, Origin
+from kernelmap.model import CallNode, EdgeKind, FunctionRef, Location, NativeOverride, Origin
 
 # the module each DSL's `register_op_override` wrapper lives in -> the DSL name
 # the registry records (registry.py's own function takes the name first).
@@ -31,72 +31,6 @@ _DSL_OF_MODULE = {"triton_utils": "triton", "cutedsl_utils": "cutedsl"}
 _ARGS = ("lib_symbol", "op_symbol", "dispatch_key", "cond", "impl")
 _KERNEL_DECORATORS = ("triton.jit", "triton.autotune", "cute.kernel", "cute.jit")
 _MAX_CALLER_DEPTH = 4  # parameter binding followed through at most this many call sites
-
-
-@dataclass(frozen=True)
-class FunctionRef:
-    """A Python function (or a name bound to one) at its line."""
-
-    name: str
-    location: Location
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "path": self.location.path, "line": self.location.line}
-
-
-@dataclass(frozen=True)
-class NativeOverride:
-    """One DSL override of one operator at one dispatch key."""
-
-    op: str  # "aten::bmm", "aten::scatter_add.out"
-    dispatch_key: str
-    dsl: str  # "triton", "cutedsl", "native" (the registry's DSL name)
-    condition: FunctionRef
-    condition_text: str | None  # the condition in words, where it is a simple expression
-    implementation: FunctionRef
-    registered_at: Location  # the register_op_override call
-    kernels: tuple[FunctionRef, ...] = ()  # @triton.jit / @cute.kernel functions of the op's package
-    registered: bool | None = None  # in this process's registry; None: not asked (static)
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def aten_runs_when(self) -> str:
-        if self.registered is False:
-            return "always in this process: the override is not registered here (its DSL runtime or device is unavailable)"
-        return f"when {self.condition.name}(...) returns False for the call, and on any dispatch key but {self.dispatch_key}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "op": self.op,
-            "dispatch_key": self.dispatch_key,
-            "dsl": self.dsl,
-            "condition": self.condition.to_json() | {"text": self.condition_text},
-            "implementation": self.implementation.to_json(),
-            "registered_at": {"path": self.registered_at.path, "line": self.registered_at.line},
-            "kernels": [k.to_json() for k in self.kernels],
-            "registered": self.registered,
-            "aten_runs_when": self.aten_runs_when,
-            "notes": list(self.notes),
-        }
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any], origin: Origin | None = None) -> NativeOverride:
-        def ref(d: dict[str, Any]) -> FunctionRef:
-            return FunctionRef(d["name"], Location(d["path"], d["line"], origin=origin))
-
-        reg = doc["registered_at"]
-        return cls(
-            doc["op"],
-            doc["dispatch_key"],
-            doc["dsl"],
-            ref(doc["condition"]),
-            doc["condition"].get("text"),
-            ref(doc["implementation"]),
-            Location(reg["path"], reg["line"], origin=origin),
-            tuple(ref(k) for k in doc.get("kernels", ())),
-            doc.get("registered"),
-            tuple(doc.get("notes", ())),
-        )
 
 
 def _qualified(op_symbol: str) -> str:

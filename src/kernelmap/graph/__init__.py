@@ -12,8 +12,11 @@ source (`pysource`), bindings and wrappers from the regenerated files
 (`codegen`), operators from the catalog, C++ from a source tree's index
 (`source`). Layers whose producer is missing are reported, not guessed.
 The package is split by job: `context` opens the producers, `rules` holds
-the expansion rules, `grow` expands and freezes, `down` and `up` are the two
-directions, `ends` ranks where a call ends (used by `where` and `explain`).
+the expansion rules, `grow` expands and freezes, `code` reads the C++ text
+the rules need and `resolve` the definitions a direct call reaches, `down`
+and `up` are the two directions, `ends` ranks where a call ends (used by
+`where` and `explain`). Imports point one way, to these lower jobs, never
+back up to a direction (tests/test_import_circles.py).
 Each rule that decides what a call runs has a Note where it is applied; the
 rules are listed, with an example on its line of a tree and the test that
 holds it, in docs/graph-rules.md.
@@ -47,7 +50,7 @@ def processors_for(context: GraphContext) -> Callable[[CallTree], CallTree]:
 
 # The directions and the ranking are imported on first use: `where --static`
 # only opens what `kernelmap.graph.context` needs.
-_LAZY = {"file_lines": "down", "stack": "down", "End": "ends", "call_ends": "ends", "stub_kernel": "ends", "callers": "up"}
+_LAZY = {"file_lines": "code", "stack": "down", "End": "ends", "call_ends": "ends", "stub_kernel": "ends", "callers": "up"}
 
 
 def __getattr__(name: str):

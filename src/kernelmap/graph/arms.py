@@ -113,7 +113,7 @@ def _case_reason(label: str, definition, known: dict[str, bool], ctx: GraphConte
 
 
 def _definition_text(definition, ctx: GraphContext) -> tuple[list[str], int]:
-    from kernelmap.graph.down import tree_lines
+    from kernelmap.graph.code import tree_lines
 
     location = definition.location
     lines = tree_lines(ctx, location.path)
@@ -142,7 +142,7 @@ def _fallthrough(label: str, definition, ctx: GraphContext) -> list[str]:
 def _enclosing_case(line: int, definition, ctx: GraphContext) -> str | None:
     """The case label whose arm holds `line`: the nearest `case X:` above it
     with no `break;` or `return` statement ending an arm between."""
-    from kernelmap.graph.down import _CODE_ONLY, _blank_keeping_lines
+    from kernelmap.graph.code import _CODE_ONLY, _blank_keeping_lines
 
     lines, first = _definition_text(definition, ctx)
     code = _CODE_ONLY.sub(_blank_keeping_lines, "\n".join(lines)).split("\n")
@@ -180,7 +180,7 @@ def _file_predicates(path: str, ctx: GraphContext) -> frozenset[str]:
     """The names of the functions a file defines whose body is one `return`: the predicates a test may call."""
     cache = ctx.__dict__.setdefault("_file_predicates", {})
     if path not in cache:
-        from kernelmap.graph.down import _by_short_name
+        from kernelmap.graph.code import _by_short_name
 
         cache[path] = frozenset(name for name, ds in _by_short_name(ctx.index, path).items() if len(ds) == 1 and _returned(ds[0], ctx) is not None)
     return cache[path]
@@ -271,7 +271,7 @@ def _one_return(name: str, ctx: GraphContext) -> str | None:
 
 
 def _returned(definition, ctx: GraphContext) -> str | None:
-    from kernelmap.graph.down import _CODE_ONLY, _blank_keeping_lines, tree_lines
+    from kernelmap.graph.code import _CODE_ONLY, _blank_keeping_lines, tree_lines
 
     location = definition.location
     lines = tree_lines(ctx, location.path)
@@ -291,7 +291,8 @@ def switch_values(definition, ctx: GraphContext, known: dict[str, bool], rank: i
     """The values the selector a definition switches on can return for the
     call (`_select_conv_backend` in _convolution): None when there is no such
     switch, or its selector cannot be read."""
-    from kernelmap.graph.down import call_arguments, parameters, _bound_flags, _resolve_direct
+    from kernelmap.graph.code import call_arguments, parameters, _bound_flags
+    from kernelmap.graph.resolve import _resolve_direct
 
     calls = ctx.__dict__.setdefault("_switched_calls", {})
     key = (definition.name, str(definition.location))
@@ -318,7 +319,7 @@ def switch_values(definition, ctx: GraphContext, known: dict[str, bool], rank: i
 def _switched_call(definition, ctx: GraphContext):
     """The call site whose result a `switch` of `definition` is on: `auto
     backend = _select_conv_backend(...); ... switch (backend)`; None when none."""
-    from kernelmap.graph.down import tree_lines
+    from kernelmap.graph.code import tree_lines
 
     location = definition.location
     lines = tree_lines(ctx, location.path)
@@ -336,7 +337,7 @@ def _switched_call(definition, ctx: GraphContext):
 
 def _returnable(selector, known: dict[str, bool], ctx: GraphContext, rank: int | None) -> set[str] | None:
     """The enumerators a selector's body can return for the call (Note [arms that cannot run])."""
-    from kernelmap.graph.down import _CODE_ONLY, _blank_keeping_lines, tree_lines
+    from kernelmap.graph.code import _CODE_ONLY, _blank_keeping_lines, tree_lines
 
     location = selector.location
     lines = tree_lines(ctx, location.path)

@@ -11,15 +11,19 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kernelmap import env, pysource, vendors
+from kernelmap import env, pysource
 from kernelmap.errors import BadInput, KernelmapError, UnknownName
 from kernelmap.graph import processors_for
+from kernelmap.graph.code import (LOOP_HEADERS, _CODE_ONLY, _COMMENT, _OPEN_TAIL, _WORD_CHAR, _argument_value, _blank_keeping_lines, _bound_flags, _bracket_items,
+                                  _by_short_name, _call_open, _is_bool_parameter, _joined, _parameter_name, _parameters_from, call_arguments, call_end, compiled,
+                                  device_lambdas, file_lines, location_lines, parameters, tree_lines)  # noqa: F401 - location_lines: also imported from here
 from kernelmap.graph.context import GraphContext
-from kernelmap.graph.grow import Node, grow
+from kernelmap.graph.grow import Node, cpp_node, grow, vendor_node
+from kernelmap.graph.resolve import _NOT_TYPES, _declarations, _resolve_direct, macro_start, receiver_declarations, receiver_type
 from kernelmap.graph.rules import (DEFAULT_DEPTH, DEVICE_KEYS, KERNEL_DIRS, VECTORIZED_MATH, balanced, is_inspection_op, is_symbol_text, is_utility_op,
                                    launch_kind, other_device_reason, schema_arguments)
 from kernelmap.model import CallTree, EdgeKind, Location, NodeKind, Op
-from kernelmap.safefiles import NotRegularFile, read_bytes, read_text
+from kernelmap.safefiles import NotRegularFile, read_bytes
 
 def stack(target: str, context: GraphContext, depth: int = DEFAULT_DEPTH) -> CallTree:
     """The tree of what a call of `target` runs on `context.device`.
@@ -156,23 +160,6 @@ def op_node(op: Op, ctx: GraphContext, via: EdgeKind | None = None, condition: s
     return Node(str(op.name), "op", op.location, via, condition, attrs, payload=op, identity=("op", str(op.name)))
 
 
-# Functions that choose a backend (_select_conv_backend, select_batch_norm_backend...).
-_BACKEND_SELECTOR = re.compile(r"(^|::)_?select_\w*backend$")
-# The predicates a selector asks (ConvParams::use_cudnn, use_mkldnn, use_nnpack): where the decision is made.
-_BACKEND_PREDICATE = re.compile(r"Params::use_\w+$")
-
-
-def cpp_node(definition, ctx: GraphContext, via: EdgeKind | None = None, condition: str | None = None, call_site: Location | None = None) -> Node:
-    attrs: dict[str, Any] = {"symbol_kind": definition.symbol.kind}
-    if definition.symbol.condition:
-        attrs["preprocessor"] = definition.symbol.condition
-    if call_site is not None:
-        attrs["call_site"] = call_site
-    if _BACKEND_SELECTOR.search(definition.name) or _BACKEND_PREDICATE.search(definition.name):
-        attrs["keep"] = True  # where the backend is chosen: what users ask about, never plumbing
-    return Node(definition.name, "kernel", definition.location, via, condition, attrs, payload=definition, identity=("cpp", definition.name, str(definition.location)))
-
-
 def _expand_down(node: Node, ctx: GraphContext) -> list[Node]:
     children = _children_down(node, ctx)
     _pass_grad(node, children)
@@ -215,7 +202,7 @@ def _children_down(node: Node, ctx: GraphContext) -> list[Node]:
     from kernelmap.graph import loops  # here, not at the top: `callers` never needs it
 
     if isinstance(node.payload, loops.LoopStep):  # Note [device loop machinery]
-        return loops.step_children(node, ctx)
+        return loops.step_children(node, ctx, _code_children)
     if node.kind in ("module", "python"):
         return _python_children(node.payload, ctx)
     if node.kind == "builtin":
@@ -810,61 +797,6 @@ def _kernel_nodes(op: Op, kernel, code, ctx: GraphContext) -> list[Node]:
     return nodes
 
 
-_OPEN_TAIL = re.compile(r"\s*(?:<[^(){;]*>)?\s*\(")
-_WORD_CHAR = re.compile(r"\w")
-
-
-def _call_open(text: str, name: str) -> int | None:
-    r"""Where the arguments begin after the first `name(` or `name<...>(` of
-    `text` (`\bNAME\s*(?:<[^(){;]*>)?\s*\(`), read at each place the name is
-    written with fixed patterns: compiling one pattern per name is dear."""
-    if not name:
-        m = re.search(r"\b\s*(?:<[^(){;]*>)?\s*\(", text)
-        return m.end() if m else None
-    word_first = bool(_WORD_CHAR.match(name))
-    q = text.find(name)
-    while q != -1:
-        word_before = q > 0 and bool(_WORD_CHAR.match(text, q - 1))
-        if word_before != word_first:  # \b
-            m = _OPEN_TAIL.match(text, q + len(name))
-            if m:
-                return m.end()
-        q = text.find(name, q + 1)
-    return None
-
-
-def parameters(definition, ctx: GraphContext) -> list[str] | None:
-    """The parameter declarations of a definition, read from its lines in the
-    tree (None when the declarator cannot be read)."""
-    lines = tree_lines(ctx, definition.location.path)
-    start = definition.location.line - 1
-    text = "\n".join(lines[start : min(len(lines), (definition.location.end_line or start + 1), start + 40)])
-    short = definition.name.rsplit("::", 1)[-1]
-    opened = _call_open(text, short)
-    return None if opened is None else _parameters_from(text, opened)
-
-
-def _parameters_from(text: str, opened: int) -> list[str]:
-    """The parameter declarations of the declarator whose `(` ends before `opened` in `text`."""
-    depth, i, params, current = 1, opened, [], []
-    while i < len(text) and depth:
-        ch = text[i]
-        if ch in "(<[{":
-            depth += 1
-        elif ch in ")>]}":
-            depth -= 1
-        if depth == 1 and ch == ",":
-            params.append("".join(current).strip())
-            current = []
-        elif depth:
-            current.append(ch)
-        i += 1
-    last = "".join(current).strip()
-    if last and last != "void":
-        params.append(last)
-    return [re.sub(r"//[^\n]*|/\*.*?\*/", "", p, flags=re.S).strip() for p in params]
-
-
 # Note [stub parameters]
 # A helper that takes a stub as a parameter (`impl_func_cum_ops(..., Stub&
 # stub)`, scatter_impl's `ReduceStub& reduce_stub, FillStub& fill_stub`) calls
@@ -898,12 +830,6 @@ def _stub_bindings(node: Node, definition, ctx: GraphContext, outer: dict[str, s
         if name and stub.endswith("_stub") and re.fullmatch(r"[A-Za-z_][\w:]*", argument) and ctx.index.is_stub(stub):
             bound[name] = stub
     return bound
-
-
-def _parameter_name(parameter: str) -> str | None:
-    """The name a parameter is declared with (`FillStub& fill_stub` -> fill_stub)."""
-    m = re.search(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*$", re.sub(r"=.*", "", parameter, flags=re.S).strip())
-    return m.group(1) if m else None
 
 
 def _parameter_names(definition, ctx: GraphContext) -> frozenset[str]:
@@ -1215,14 +1141,6 @@ def _templated_call(line: int, name: str, location: Location, ctx: GraphContext)
     return re.search(rf"\b{short}\s*<|>\s*::\s*{short}\s*\(", text) is not None
 
 
-def compiled(condition: str | None, ctx: GraphContext) -> bool | None:
-    """Whether the release build for the device compiles code under the `#if`
-    `condition` (None: undecided, or no build model) (Note [build configuration])."""
-    if not condition:
-        return True
-    return ctx.build.evaluate(condition) if ctx.build is not None else None
-
-
 def by_build(definitions: list, ctx: GraphContext) -> list:
     """Definitions the build compiles first, then the undecided, then the ones it leaves out."""
     order = {True: 0, None: 1, False: 2}
@@ -1472,52 +1390,6 @@ def tree_path(ctx: GraphContext, rel: str) -> Path:
     return _joined(ctx.index.tree.root, rel)
 
 
-@functools.lru_cache(maxsize=4096)
-def _joined(root: Path, rel: str) -> Path:
-    return root / rel
-
-
-def tree_lines(ctx: GraphContext, rel: str) -> tuple[str, ...]:
-    """The lines of a file of the selected tree."""
-    return file_lines(_joined(ctx.index.tree.root, rel))
-
-
-@functools.lru_cache(maxsize=512)
-def file_lines(path: Path) -> tuple[str, ...]:
-    """A file's lines; none when it cannot be read, or is no regular file (a FIFO is not waited on)."""
-    try:
-        return tuple(read_text(path, errors="replace").splitlines())
-    except (OSError, NotRegularFile):
-        return ()
-
-
-def location_lines(location: Location, ctx: GraphContext) -> tuple[str, ...]:
-    """The lines of the file `location` names: a generated file's from the
-    codegen cache, any other from the root of its origin (the selected tree)."""
-    if location.path.startswith("build/") and ctx.generated is not None:
-        return file_lines(ctx.generated.root / location.path)
-    path = location.disk_path
-    if path is None and ctx.index is not None:
-        path = ctx.index.tree.root / location.path
-    return file_lines(path) if path is not None else ()
-
-
-@functools.lru_cache(maxsize=64)
-def _by_short_name(index, path: str) -> dict[str, list]:
-    """The definitions of one file, by unqualified name, in the file's order."""
-    by_short: dict[str, list] = {}
-    for d in index.definitions_in(path):
-        by_short.setdefault(d.name.rsplit("::", 1)[-1], []).append(d)
-    return by_short
-
-
-_CODE_ONLY = re.compile(r"""//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'""", re.S)
-
-
-def _blank_keeping_lines(m: re.Match) -> str:
-    return re.sub(r"[^\n]", " ", m.group())
-
-
 def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
     """Functions of the same file that `definition` passes as arguments: calls
     made through a function pointer, which no call site shows."""
@@ -1548,21 +1420,6 @@ def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
                 continue
             found.append((target, Location(location.path, number, origin=location.origin)))
     return found
-
-
-def vendor_node(callee: str, library_id: str | None, location: Location | None, via: EdgeKind | None, condition: str | None) -> Node:
-    """A call into a library outside ATen, named and marked open or closed by the vendor table."""
-    library = vendors.library(library_id)
-    attrs: dict[str, Any] = {"library": library.name if library else (library_id or "unknown"), "closed": bool(library and library.closed)}
-    if library is not None and library.repository:
-        attrs["repository"] = library.repository
-    node = Node(callee, NodeKind.VENDOR, location, via, condition, attrs)
-    parent = node
-    for name in vendors.entries(callee, library_id):  # Note [library entries] in kernelmap.vendors
-        inner = Node(name, NodeKind.VENDOR, None, EdgeKind.VENDOR, f"inside {attrs['library']}", {k: v for k, v in attrs.items() if k != "call_site"})
-        parent.children = [inner]
-        parent = inner
-    return node
 
 
 def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: dict[str, str] | None = None) -> Node | None:
@@ -1917,27 +1774,6 @@ def _angle_items(text: str, start: int) -> list[str]:
     return [i.strip() for i in _bracket_items(text, start, "<([{", ">)]}") or () if i.strip()]
 
 
-def _bracket_items(text: str, start: int, opening: str, closing: str) -> list[str] | None:
-    """The items, split at top-level commas, of the list that begins at
-    `start` (after its opening bracket) and ends at its closing one; None
-    when `text` ends first."""
-    depth, items, current = 1, [], []
-    for ch in text[start:]:
-        if ch in opening:
-            depth += 1
-        elif ch in closing:
-            depth -= 1
-            if depth == 0:
-                items.append("".join(current))
-                return items
-        elif ch == "," and depth == 1:
-            items.append("".join(current))
-            current = []
-            continue
-        current.append(ch)
-    return None
-
-
 def _names_template_parameter(callee: str, caller, ctx: GraphContext) -> bool:
     """Whether a call's callee (its first name: `kernel_t::operator()` ->
     `kernel_t`) is a type parameter of the caller's template head."""
@@ -1991,47 +1827,6 @@ def call_argument_count(site, ctx: GraphContext) -> int | None:
     (None when the call cannot be read there)."""
     arguments = call_arguments(site, ctx)
     return None if arguments is None else len(arguments)
-
-
-_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
-_TEMPORARY_CALL = re.compile(r"\s*\)\s*\(")  # the `)(` of `Functor<...>()(args)`
-
-
-def call_arguments(site, ctx: GraphContext) -> list[str] | None:
-    """The arguments a call site passes, as written (comments removed), read
-    from its lines in the tree; a call of a temporary's `operator()`
-    (`cuda_scatter_gather_base_kernel<true, false>()(self, ...)`,
-    `UniqueCub<scalar_t>{}(self, ...)`) too. None when the call cannot be
-    read there."""
-    if ctx.index is None:
-        return None
-    cache = ctx.__dict__.setdefault("_call_arguments", {})  # asked of one call by several readers of it
-    key = (site.location.path, site.location.line, site.name, site.callee)
-    if key not in cache:
-        cache[key] = _call_arguments(site, ctx)
-    found = cache[key]
-    return None if found is None else list(found)
-
-
-def _call_arguments(site, ctx: GraphContext) -> tuple[str, ...] | None:
-    lines = tree_lines(ctx, site.location.path)
-    start = site.location.line - 1
-    text = "\n".join(lines[start : start + 12])
-    if site.name == "operator()" and site.callee.endswith("::operator()"):
-        made = site.callee.removesuffix("::operator()").rsplit("::", 1)[-1]
-        opened = _call_open(text, made)
-        then = _TEMPORARY_CALL.match(text, opened) if opened is not None else None
-        opened = then.end() if then else None
-        if opened is None:  # `UniqueCub<scalar_t>{}(self, ...)`: rare, so its pattern is compiled here
-            braced = re.search(rf"\b{re.escape(made)}\s*(?:<[^(){{;]*>)?\s*\{{[^{{}}]*\}}\s*\(", text)
-            opened = braced.end() if braced else None
-    else:
-        opened = _call_open(text, site.name)
-    items = _bracket_items(text, opened, "([{", ")]}") if opened is not None else None
-    if items is None:
-        return None
-    arguments = tuple(_COMMENT.sub("", a).strip() for a in items)
-    return () if arguments == ("",) else arguments
 
 
 # A declaration of a name: `static ReduceAdd reduce_add;`, `const Tensor& self,` (a parameter).
@@ -2315,28 +2110,9 @@ def _assigned(definition, known: dict[str, bool], ctx: GraphContext) -> dict[str
     return {name: value for name, value in found.items() if value is not None and name not in known}
 
 
-def _argument_value(text: str, known: dict[str, bool]) -> bool | None:
-    """The value of a call's argument as written: a literal `true`/`false`, or
-    a name (a parameter, a field) whose value the caller knows, or its negation."""
-    text = text.strip()
-    if text in ("true", "false"):
-        return text == "true"
-    if text in known:
-        return known[text]
-    if text.startswith("!") and text[1:].strip() in known:
-        return not known[text[1:].strip()]
-    return None
-
-
 def node_flags(node) -> dict[str, bool]:
     """The flags a node's call passes (`given_flags`), by name."""
     return {name: value == "true" for name, _, value in (f.partition("=") for f in node.attrs.get("given_flags", ()))}
-
-
-def _fields_passed(name: str, argument: str, known: dict[str, bool]) -> dict[str, bool]:
-    """The fields of an argument the caller knows (`params.transposed`), as the callee's parameter's (`name.transposed`)."""
-    prefix = f"{argument.strip()}."
-    return {f"{name}.{key[len(prefix):]}": value for key, value in known.items() if key.startswith(prefix)} if name else {}
 
 
 def _passed_parameters(op: Op, site) -> list[tuple[str, str]]:
@@ -2421,29 +2197,6 @@ def _literal_parameters(definition, site, ctx: GraphContext) -> dict[str, bool]:
     if declared is None or len(arguments) > len(declared):
         return {}
     return _bound_flags(declared, arguments, known)
-
-
-def _bound_flags(declared: list[str], arguments: list[str], known: dict[str, bool]) -> dict[str, bool]:
-    """The `bool` parameters of `declared` that `arguments` pass a known value
-    to, and the known fields of the objects they pass (Note [values a call passes])."""
-    flags = {}
-    for parameter, text in zip(declared, arguments):
-        name = _parameter_name(parameter)
-        value = _argument_value(text, known)
-        if value is not None and name and _is_bool_parameter(parameter, name):
-            flags[name] = value
-        if known:
-            flags.update(_fields_passed(name, text, known))
-    return flags
-
-
-_BOOL_PARAMETER = re.compile(r"(?:const\s+)?bool\s+(\w+)(?:\s*=.*)?", re.S)
-
-
-def _is_bool_parameter(parameter: str, name: str) -> bool:
-    """Whether a parameter declaration is a `bool` named `name` (`const bool need_backward`)."""
-    m = _BOOL_PARAMETER.fullmatch(parameter.strip())
-    return m is not None and m.group(1) == name
 
 
 def by_argument_count(op: Op, site, ctx: GraphContext) -> Op:
@@ -2590,26 +2343,6 @@ def _loop_lambdas(sites, definition, ctx: GraphContext) -> list[tuple[int, int]]
     return spans
 
 
-def device_lambdas(site: Location, ctx: GraphContext) -> tuple[tuple[int, int, bool], ...]:
-    """The lambdas written in the call of a CPU device loop at `site`: (first
-    line, last line, whether it takes Vectorized) of each (Note [device loop
-    machinery])."""
-    if ctx.index is None or site.path.startswith("build/"):
-        return ()
-    lines = tree_lines(ctx, site.path)
-    end = call_end(lines, site.line, "")
-    text = _CODE_ONLY.sub(_blank_keeping_lines, "\n".join(lines[site.line - 1 : end]))
-    found = []
-    for m in re.finditer(r"\[[^\[\]]*\]\s*\(([^()]*)\)[^{;]*\{", text):
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        vectorized = re.search(r"\bVectorized\b|\bVec\b|\b\w*Vec\b|\bvec_t\b", m.group(1)) is not None
-        found.append((site.line + text.count("\n", 0, m.start()), site.line + text.count("\n", 0, i), vectorized))
-    return tuple(found)
-
-
 def _lambda_span(site, definition, ctx: GraphContext) -> tuple[int, int] | None:
     """(after which line, up to which line) a kernel's calls are made in the
     lambda its own loop's call at `site` is given: the lines of the call, or
@@ -2668,28 +2401,6 @@ def _on_iterator(site, caller, ctx: GraphContext) -> bool:
 _LAMBDA_HEAD = re.compile(r"\[[^\[\]]*\]\s*\([^()]*\)")
 
 
-def call_end(lines, line: int, name: str) -> int:
-    """The line on which the call of `name` that starts on `line` (1-based)
-    closes its parentheses: where the lambda it is given ends; `line` when
-    it cannot be read within 400 lines."""
-    text = "\n".join(lines[line - 1 : line + 400])
-    opened = _call_open(text, name)
-    if opened is None:
-        return line
-    depth, i = 1, opened
-    code = _CODE_ONLY.sub(_blank_keeping_lines, text)
-    while i < len(code) and depth:
-        depth += {"(": 1, ")": -1}.get(code[i], 0)
-        i += 1
-    return line + code.count("\n", 0, i)
-
-
-def lambda_children(node: Node, lam, ctx: GraphContext) -> list[Node]:
-    """A kernel's calls made in the lambda it hands its own loop (Note [device
-    loop machinery]): the work each element or row gets."""
-    return _code_children(node, ctx, lam.owner, lam.span or (lam.location.line, lam.end_line))
-
-
 def _made_iterator(site, caller, ctx: GraphContext) -> bool:
     """Whether the receiver of a member call is an `auto` the caller sets to a
     TensorIterator it builds above the call (`auto iter =
@@ -2718,51 +2429,6 @@ def _all_distinct_conditions(candidates) -> bool:
     return all(conditions) and len(set(conditions)) == len(conditions)
 
 
-def _resolve_direct(site, caller, ctx: GraphContext) -> list:
-    """Definitions a direct call may reach, best first: the caller's own
-    namespace and its parents, then the call's file, then the rest."""
-    callee = site.callee.lstrip(":")
-    if "::" not in callee and not callee.startswith(".") and _is_local(callee, site, caller, ctx):
-        return []  # `static GemmTunableOp<...> gemm{}; gemm(&params);` calls the object, not at::cuda::blas::gemm
-    if callee.startswith("."):
-        receiver = receiver_type(site, caller, ctx)
-        if receiver is None:
-            return []
-        callee = f"{receiver}::{callee[1:]}"
-    if callee.startswith("std::") or len(site.name) < 3:
-        return []
-    # kernel code: its folders, and ATen's functions of namespace at::native elsewhere (ScalarOps.h's wrapped_scalar_tensor)
-    found = [d for d in ctx.index.definitions(callee)
-             if d.location.path.startswith(KERNEL_DIRS) or (d.lookup.startswith("at::native::") and d.location.path.startswith("aten/src/ATen/"))]
-    if not found:
-        return []
-    bodies = [d for d in found if not _is_statement(d, ctx)]
-    found = bodies or found
-    caller_ns = caller.lookup.rsplit("::", 1)[0] if "::" in caller.lookup else ""
-    # a qualified call names its definition; an unqualified one is looked up from the caller's namespace first
-    # (build_opgraph's getConvDescriptor is its own file's, not the global one of quantized/cudnn/Conv.cpp)
-    exact = [d for d in found if d.lookup == callee] if "::" in callee else []
-    if exact:
-        found = exact
-    else:
-        scoped = []
-        ns = caller_ns
-        while True:
-            qualified = f"{ns}::{callee}" if ns else callee
-            scoped = [d for d in found if d.lookup == qualified]
-            if scoped or not ns:
-                break
-            ns = ns.rsplit("::", 1)[0] if "::" in ns else ""
-        if scoped:
-            found = scoped
-    same_file = [d for d in found if d.location.path == caller.location.path]
-    if same_file and len(same_file) < len(found):
-        # a static helper in the caller's file shadows others of the same name
-        if all(d.lookup == same_file[0].lookup for d in same_file):
-            return same_file
-    return found
-
-
 def _nearest(definitions: list, callee: str, caller) -> list:
     """The definitions a name written in `caller` means: a qualified name's
     own, else the ones of the caller's namespace or the nearest enclosing one
@@ -2779,231 +2445,6 @@ def _nearest(definitions: list, callee: str, caller) -> list:
         if scoped or not ns:
             return scoped or definitions
         ns = ns.rsplit("::", 1)[0] if "::" in ns else ""
-
-
-def _is_statement(definition, ctx: GraphContext) -> bool:
-    """A "definition" that is one line ending in `;`: a call the parser read as
-    a declaration (`gpu_reduce_kernel<scalar_t, out_t, 2>(iter, ops, typename
-    ops_t::acc_t{});` in ReduceMomentKernel.cu), never the function's body."""
-    location = definition.location
-    if location.end_line not in (None, location.line):
-        return False
-    lines = tree_lines(ctx, location.path)
-    text = lines[location.line - 1].strip() if location.line <= len(lines) else ""
-    return text.endswith(");") and not text.startswith(("#", "//"))
-
-
-def _is_local(name: str, site, caller, ctx: GraphContext) -> bool:
-    """Whether `name` is declared as a variable in the caller before the call (`T gemm{}`, `auto gemm =`)."""
-    lines = tree_lines(ctx, site.location.path)
-    text = "\n".join(lines[caller.location.line : site.location.line - 1])
-    # `[\w>&*]\s+NAME\s*(?:\{|=[^=]|;)` read at each place the name is written,
-    # with patterns that do not name it: compiling one pattern per name is dear.
-    if not name or name[0].isspace():
-        return bool(re.search(rf"[\w>&*]\s+{re.escape(name)}\s*(?:\{{|=[^=]|;)", text))
-    q = text.find(name)
-    while q != -1:
-        j = q
-        while j > 0 and text[j - 1].isspace():  # str.isspace is what \s matches
-            j -= 1
-        if j < q and j > 0 and _DECLARATOR_END.match(text, j - 1) and _LOCAL_TAIL.match(text, q + len(name)):
-            return True
-        q = text.find(name, q + 1)
-    return False
-
-
-_DECLARATOR_END = re.compile(r"[\w>&*]")
-_LOCAL_TAIL = re.compile(r"\s*(?:\{|=[^=]|;)")
-
-
-# Words a declaration pattern may take for a type that are none (`return x;`, `else y =`).
-_NOT_TYPES = frozenset(("auto", "const", "return", "else", "case", "if", "while", "for", "new", "delete", "typename", "struct", "class",
-                        "goto", "throw", "sizeof", "using", "co_return"))
-
-
-_RECEIVER = re.compile(r"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*(?:template\s+)?")  # `sorter.template sort<A>(`
-_CALL_TAIL = re.compile(r"\s*(?:<[^()]*>)?\s*\(")
-
-
-_PIECE_ENDS = ";(){}"
-
-
-def _statement_pieces(text: str, variable: str) -> list[tuple[int, int]]:
-    """(begin, end) of the stretches of `text` between two of `;(){}` (the
-    closing one included) that hold `variable`: a declaration's pattern holds
-    none of them but as its last character, so its matches in `text` are its
-    matches in these stretches, and no other stretch has one."""
-    pieces = []
-    q = text.find(variable)
-    while q != -1:
-        begin = max(text.rfind(c, 0, q) for c in _PIECE_ENDS) + 1
-        ends = [e for e in (text.find(c, q) for c in _PIECE_ENDS) if e != -1]
-        end = min(ends) + 1 if ends else len(text)
-        pieces.append((begin, end))
-        q = text.find(variable, end)
-    return pieces
-
-
-def receiver_type(site, caller, ctx: GraphContext) -> str | None:
-    """The class of the object a member call is made on, from its declaration
-    in the calling definition (`const ConvParams<T>& params` in the parameters,
-    `ConvParams<T> params;` in the body): `params.use_cudnn(...)` calls
-    `ConvParams::use_cudnn`. None when the receiver's type is not written out."""
-    found = receiver_declarations(site, caller, ctx)
-    if not found:
-        return None
-    name = found[-1]
-    return name if name[:1].isupper() or "::" in name else None
-
-
-def receiver_declarations(site, caller, ctx: GraphContext, through_call: bool = False) -> list[str]:
-    """Every type the receiver of a member call is declared with in the
-    calling definition, up to the call, in order (an inner scope or a lambda
-    may declare the name again); the class `this` is in for `this->`.
-    `through_call`: of a receiver that is an expression, another call's
-    result (`x_vec.neg().exp()`) or one in parentheses (`(x -
-    Vec(max_input)).exp()`), the first variable in it declared in the caller."""
-    lines = tree_lines(ctx, site.location.path)
-    if site.location.line > len(lines):
-        return []
-    line, method = lines[site.location.line - 1], site.callee.lstrip(".")
-    if method not in line:
-        return []
-    # `\b(\w+)\s*(?:\.|->)\s*METHOD\s*(?:<[^()]*>)?\s*\(`, leftmost, read without
-    # compiling a pattern per method: the receiver and its `.`/`->` have one end
-    # each, so the method is looked for right there, then what follows it
-    variables: list[str] = []
-    if method[:1].isspace():
-        m = re.search(rf"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*{re.escape(method)}\s*(?:<[^()]*>)?\s*\(", line)
-        variables = [m.group(1)] if m else []
-    elif not through_call:
-        variables = [m.group(1) for m in _RECEIVER.finditer(line) if line.startswith(method, m.end()) and _CALL_TAIL.match(line, m.end() + len(method))][:1]
-    else:
-        variables = _expression_variables(line, method)
-    for variable in variables:
-        if variable == "this":
-            return [caller.lookup.rsplit("::", 2)[-2]] if caller.lookup.count("::") >= 1 else []
-        found = _declarations(variable, site, caller, lines)
-        if found:
-            return found
-    return []
-
-
-def _expression_variables(line: str, method: str) -> list[str]:
-    """The variables a receiver that is an expression starts from, for the
-    first `.METHOD(` of `line` whose receiver is one: of calls on calls
-    (`x_vec.exp().log1p().tanh(`), the variable the first is made on; of an
-    expression in parentheses (`(a - b).abs().neg().exp(`), the names in it
-    that are no call, type or namespace, outside the arguments of its calls
-    (`max_vec` of `(Vec::loadu(data + d) - max_vec).exp(`)."""
-    for m in re.finditer(rf"(?:\.|->)\s*{re.escape(method)}\s*\(", line):
-        j = m.start() - 1
-        while j >= 0 and line[j].isspace():
-            j -= 1
-        if j < 0 or line[j] != ")":
-            continue  # a plain variable's member call: not an expression
-        while j >= 0 and line[j] == ")":
-            opened = _opening(line, j)
-            if opened is None:
-                break
-            k = opened - 1
-            while k >= 0 and line[k].isspace():
-                k -= 1
-            name_end = k + 1
-            while k >= 0 and (line[k].isalnum() or line[k] == "_"):
-                k -= 1
-            if k + 1 == name_end or line[k + 1 : name_end] in _KEYWORDS_BEFORE_EXPRESSIONS:  # `(...)` is the expression itself
-                flat = line[opened + 1 : j]
-                while flat != (flat := re.sub(r"\([^()]*\)", "()", flat)):
-                    pass  # what nested parentheses hold is arguments, not the expression's own operands
-                return [w.group(1) for w in re.finditer(r"\b([A-Za-z_]\w*)\b(?!\s*(?:\(|::|<))", flat) if not w.group(1)[0].isupper()]
-            while k >= 0 and line[k].isspace():
-                k -= 1
-            if (k >= 0 and line[k] == ".") or (k >= 1 and line[k - 1 : k + 1] == "->"):  # `.name(...)`: a call on what stands before
-                j = k - (2 if line[k] == ">" else 1)
-                while j >= 0 and line[j].isspace():
-                    j -= 1
-                if j >= 0 and (line[j].isalnum() or line[j] == "_"):
-                    e = j + 1
-                    while j >= 0 and (line[j].isalnum() or line[j] == "_"):
-                        j -= 1
-                    return [line[j + 1 : e]]
-                continue
-            break  # a free function's call (`f(x).exp(`): no variable
-    return []
-
-
-_KEYWORDS_BEFORE_EXPRESSIONS = frozenset(("return", "co_return", "case", "throw", "else", "do", "and", "or", "not"))
-
-
-def _opening(line: str, close: int) -> int | None:
-    """Where the `(` that the `)` at `close` closes is, if on the line."""
-    depth = 0
-    for i in range(close, -1, -1):
-        depth += (line[i] == ")") - (line[i] == "(")
-        if depth == 0:
-            return i
-    return None
-
-
-def _declarations(variable: str, site, caller, lines) -> list[str]:
-    """The types `variable` is declared with in `caller`, above the call `site`, in order."""
-    start = caller.location.line - 1
-    if start >= site.location.line:  # the call is written in the body of the macro whose use defines the caller
-        start = macro_start(lines, site.location.line)
-    end = max(site.location.line, caller.location.end_line or 0)
-    # every declaration of the variable in the caller, read once: a graph asks of the same receivers (`iter`, `self`) many times
-    found = _declared_at(lines, start, end, variable)
-    return [t for line, t in found if line < site.location.line]
-
-
-_DECLARED_AT: dict[tuple, tuple[tuple[str, ...], tuple[tuple[int, str], ...]]] = {}
-
-
-def _declared_at(lines: tuple[str, ...], start: int, end: int, variable: str) -> tuple[tuple[int, str], ...]:
-    """(index of the line, type) of each declaration of `variable` in lines
-    `start` to `end` (indexes) of a file, in order: only the lines that name
-    it are read (with the line before: a type may end a line)."""
-    key = (id(lines), start, end, variable)
-    kept = _DECLARED_AT.get(key)
-    if kept is not None and kept[0] is lines:
-        return kept[1]
-    word = _word_pattern(variable)
-    declared = _declaration_pattern(variable)
-    found = []
-    for i in range(start, min(end, len(lines))):
-        if variable not in lines[i] or not word.search(lines[i]):
-            continue
-        text = f"{lines[i - 1] if i > start else ''}\n{lines[i]}"
-        found.extend((i, d.group(1)) for begin, stop in _statement_pieces(text, variable) for d in declared.finditer(text, begin, stop)
-                     if d.group(1) not in _NOT_TYPES and not d.group(1).startswith("std::"))
-    if len(_DECLARED_AT) > 20000:
-        _DECLARED_AT.clear()
-    _DECLARED_AT[key] = (lines, tuple(found))
-    return tuple(found)
-
-
-def macro_start(lines: list[str], line: int) -> int:
-    """The index of the first line of the directive that continues onto
-    `line` (1-based): the `#define` of a macro whose body holds it (Note
-    [definitions written by macros]); `line`'s own index when it continues none."""
-    i = line - 1
-    while i > 0 and lines[i - 1].rstrip().endswith("\\"):
-        i -= 1
-    return i
-
-
-# Compiled once per variable name: a graph asks for the same receivers (`iter`, `params`) hundreds of times.
-@functools.lru_cache(maxsize=2048)
-def _word_pattern(variable: str) -> re.Pattern[str]:
-    return re.compile(rf"\b{re.escape(variable)}\b")
-
-
-@functools.lru_cache(maxsize=2048)
-def _declaration_pattern(variable: str) -> re.Pattern[str]:
-    """`Type<...> const& variable`: the type a variable is declared with."""
-    template = r"<[^;(){}<>\n]*(?:<[^;(){}<>\n]*>[^;(){}<>\n]*)*>"
-    return re.compile(rf"([A-Za-z_][\w:]*)\s*(?:{template})?\s*(?:const\s*)?[&*]*\s*\b{re.escape(variable)}\s*[,)=;({{\[]")
 
 
 def _stub_children(stub: str, ctx: GraphContext, call_site: Location | None = None) -> list[Node]:
@@ -3141,32 +2582,6 @@ def _generated_children(payload, ctx: GraphContext) -> list[Node]:
     for loop in dict.fromkeys(re.findall(r"\bufunc::(\w+)\s*\(", text)):
         nodes.append(_inner_loop(loop, ctx))
     return nodes
-
-
-# Where the device loops are defined, in a tree and in the wheel's torch/include.
-LOOP_HEADERS = ("aten/src/ATen/native/cpu/Loops.h", "aten/src/ATen/native/cuda/Loops.cuh", "aten/src/ATen/native/cuda/CUDALoops.cuh")
-
-
-def loop_definition(name: str, ctx: GraphContext) -> Location | None:
-    """The definition of a device loop (`cpu_kernel_vec`, `gpu_kernel`) in the
-    selected tree's loop headers, or with no tree in the installed wheel's
-    torch/include (the installed version's partial tree)."""
-    if ctx.tree_root is not None:
-        root, origin = ctx.tree_root, ctx.index.tree.origin if ctx.index is not None else None
-    else:
-        from kernelmap.codegen.headers import include_origin
-
-        origin = include_origin()
-        root = None
-    pattern = re.compile(rf"^(?:inline\s+|static\s+|C10_HOST_DEVICE\s+)*void\s+{re.escape(name)}\s*\(")
-    for header in LOOP_HEADERS:
-        path = root / header if root is not None else (origin.disk_path(header) if origin else None)
-        if path is None:
-            continue
-        for number, text in enumerate(file_lines(path), 1):
-            if pattern.match(text):
-                return Location(header, number, origin=origin)
-    return None
 
 
 def stub_declaration(stub: str, ctx: GraphContext) -> Location | None:

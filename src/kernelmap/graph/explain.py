@@ -26,7 +26,7 @@ EXCERPT_LINES = 14
 
 def _at(location: Location | None) -> str:
     """A location written into a step's text, with its version when it is not
-    the installed torch's (Note [versions on locations] in model.py)."""
+    the installed torch's (Note [versions on locations] in model/locations.py)."""
     installed = env.torch_install().version
     return located(location, location is not None and location.origin is not None and location.origin.version != installed)
 

@@ -2,18 +2,24 @@
 root, with the limits that make expansion terminate (recursion on the path,
 one expansion per definition, a depth, a node budget), then frozen into the
 model's `CallNode`s. What to show of the grown tree (pruning, collapsing) is
-the processors' job (kernelmap.processors)."""
+the processors' job (kernelmap.processors). Also the nodes every direction
+makes alike: a C++ definition's, a vendor call's."""
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from kernelmap import vendors
 from kernelmap.errors import KernelmapError
 from kernelmap.graph.rules import LEAF_KINDS, MAX_NODES
 from kernelmap.model import CallNode, EdgeKind, Location, NodeKind
+
+if TYPE_CHECKING:
+    from kernelmap.graph.context import GraphContext
 
 
 @dataclass
@@ -133,3 +139,35 @@ def freeze(root: Node) -> CallNode:
             node.name, node.kind, node.location, node.via, node.condition, tuple(done[id(c)] for c in node.children), dict(node.attrs)
         )
     return done[id(root)]
+
+
+# Functions that choose a backend (_select_conv_backend, select_batch_norm_backend...).
+_BACKEND_SELECTOR = re.compile(r"(^|::)_?select_\w*backend$")
+# The predicates a selector asks (ConvParams::use_cudnn, use_mkldnn, use_nnpack): where the decision is made.
+_BACKEND_PREDICATE = re.compile(r"Params::use_\w+$")
+
+
+def cpp_node(definition, ctx: GraphContext, via: EdgeKind | None = None, condition: str | None = None, call_site: Location | None = None) -> Node:
+    attrs: dict[str, Any] = {"symbol_kind": definition.symbol.kind}
+    if definition.symbol.condition:
+        attrs["preprocessor"] = definition.symbol.condition
+    if call_site is not None:
+        attrs["call_site"] = call_site
+    if _BACKEND_SELECTOR.search(definition.name) or _BACKEND_PREDICATE.search(definition.name):
+        attrs["keep"] = True  # where the backend is chosen: what users ask about, never plumbing
+    return Node(definition.name, "kernel", definition.location, via, condition, attrs, payload=definition, identity=("cpp", definition.name, str(definition.location)))
+
+
+def vendor_node(callee: str, library_id: str | None, location: Location | None, via: EdgeKind | None, condition: str | None) -> Node:
+    """A call into a library outside ATen, named and marked open or closed by the vendor table."""
+    library = vendors.library(library_id)
+    attrs: dict[str, Any] = {"library": library.name if library else (library_id or "unknown"), "closed": bool(library and library.closed)}
+    if library is not None and library.repository:
+        attrs["repository"] = library.repository
+    node = Node(callee, NodeKind.VENDOR, location, via, condition, attrs)
+    parent = node
+    for name in vendors.entries(callee, library_id):  # Note [library entries] in kernelmap.vendors
+        inner = Node(name, NodeKind.VENDOR, None, EdgeKind.VENDOR, f"inside {attrs['library']}", {k: v for k, v in attrs.items() if k != "call_site"})
+        parent.children = [inner]
+        parent = inner
+    return node

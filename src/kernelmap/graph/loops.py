@@ -31,6 +31,7 @@ calls are the kernel's own.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +54,9 @@ _THREAD_FILES = ("aten/src/ATen/Parallel-inl.h", "aten/src/ATen/ParallelOpenMP.h
 # What each loop of Loops.h is, for the reader (and for explain).
 _ROLES = {"vectorized_loop": "vectorized inner loop", "basic_loop": "scalar inner loop"}
 _ITERATION = (".for_each", ".serial_for_each")
+# The calls a definition makes, only those on the lines of a span when one is given: graph.down's
+# `_code_children(node, ctx, owner, span)`, passed in (the direction that grows the tree owns its rules).
+CodeChildren = Callable[[Node, GraphContext, Any, "tuple[int, int] | None"], "list[Node]"]
 
 
 @dataclass(frozen=True)
@@ -92,9 +96,9 @@ def iteration_nodes(node: Node, definition, ctx: GraphContext) -> list[Node]:
     (Note [device loop machinery])."""
     if ctx.index is None or not definition.location.path.endswith("cpu/Loops.h"):
         return []
-    from kernelmap.graph.down import tree_lines
+    from kernelmap.graph.code import tree_lines
 
-    from kernelmap.graph.down import device_lambdas
+    from kernelmap.graph.code import device_lambdas
 
     site = node.attrs.get("call_site")
     operations = _operations(site, ctx) if isinstance(site, Location) else ()
@@ -132,7 +136,7 @@ def _step_node(target, loop_object, operations: tuple, condition: str | None, at
 def _operations(site: Location, ctx: GraphContext) -> tuple:
     """The inner loops (`ufunc::add`) the lambdas of a device loop's call use:
     (name, whether the lambda takes Vectorized<scalar_t>, the lambda's line)."""
-    from kernelmap.graph.down import location_lines
+    from kernelmap.graph.code import location_lines
 
     lines = location_lines(site, ctx)
     found, depth, started = [], 0, False
@@ -151,7 +155,7 @@ def _operations(site: Location, ctx: GraphContext) -> tuple:
 def _inner_loops(operations: tuple, vectorized: bool, ctx: GraphContext) -> list[Node]:
     """The inner loop a loop of Loops.h applies: the Vectorized overload of
     `ufunc::add` under vectorized_loop, the scalar one under basic_loop."""
-    from kernelmap.graph.down import tree_lines
+    from kernelmap.graph.code import tree_lines
 
     nodes = []
     for name, is_vectorized, line in operations:
@@ -175,7 +179,7 @@ def _object_key(loop_object) -> str:
 
 def _made_object(maker: str, caller, ctx: GraphContext):
     """The `operator()` of the type `make_vectorized_loop2d` returns, read from its definition."""
-    from kernelmap.graph.down import tree_lines
+    from kernelmap.graph.code import tree_lines
 
     found = [d for d in ctx.index.definitions(maker) if d.location.path == caller.location.path] or ctx.index.definitions(maker)
     if not found:
@@ -192,7 +196,7 @@ def _made_object(maker: str, caller, ctx: GraphContext):
 
 def _overload(name: str, loop_type: str, ctx: GraphContext):
     """The overload of a TensorIteratorBase method that takes `loop_type` (loop2d_t or loop1d_t)."""
-    from kernelmap.graph.down import parameters
+    from kernelmap.graph.code import parameters
 
     found = ctx.index.definitions(name)
     for d in found:
@@ -202,16 +206,17 @@ def _overload(name: str, loop_type: str, ctx: GraphContext):
     return found[0] if found else None
 
 
-def step_children(node: Node, ctx: GraphContext) -> list[Node]:
+def step_children(node: Node, ctx: GraphContext, code_children: CodeChildren) -> list[Node]:
     """The steps below one machinery definition: its calls of other machinery
     (serial_for_each, parallel_for, the loops), and the loop object where it
-    calls the type-erased `loop` (Note [device loop machinery])."""
+    calls the type-erased `loop` (Note [device loop machinery]). The calls a
+    kernel makes in its lambdas are the direction's own: `code_children`."""
     step: LoopStep = node.payload
     if isinstance(step.definition, Lambda):
-        return _lambda_children(step, ctx, node)
+        return _lambda_children(step, ctx, code_children, node)
     definition = step.definition
     nodes: list[Node] = []
-    from kernelmap.graph.down import compiled
+    from kernelmap.graph.code import compiled
 
     parameters = _loop_parameters(definition, ctx)
     sites = [s for s in ctx.index.calls_from(definition) if not s.preproc or compiled(s.preproc, ctx) is not False]
@@ -256,7 +261,7 @@ def step_children(node: Node, ctx: GraphContext) -> list[Node]:
         elif short in _ROLES:
             attrs["loop"] = _ROLES[short]
             loop = Node(target.name, NodeKind.KERNEL, target.location, EdgeKind.DIRECT, condition, attrs)
-            loop.children = _inner_loops(step.operations, short == "vectorized_loop", ctx) + _lambda_calls(node, step.lambdas, short == "vectorized_loop", ctx)
+            loop.children = _inner_loops(step.operations, short == "vectorized_loop", ctx) + _lambda_calls(node, step.lambdas, short == "vectorized_loop", ctx, code_children)
             nodes.append(loop)
         else:
             attrs["loop"] = "iteration"
@@ -300,7 +305,8 @@ def _pointer_copy(definition, ctx: GraphContext) -> Node | None:
     frame the binary shows under nearly every 1-d loop). Bookkeeping, not the
     work: a step in c10's code, never an end (Note [ranking a call's ends] in
     graph.ends)."""
-    from kernelmap.graph.down import cpp_node, tree_lines, vendor_node
+    from kernelmap.graph.code import tree_lines
+    from kernelmap.graph.grow import cpp_node, vendor_node
 
     lines = tree_lines(ctx, definition.location.path)
     last = min(len(lines), definition.location.end_line or definition.location.line)
@@ -326,7 +332,7 @@ def _is_one_d(lam: Lambda, ctx: GraphContext) -> bool:
     macro = re.match(r"([A-Z_][A-Z0-9_]*)\s*\(", lam.text)
     if macro is None:
         return False
-    from kernelmap.graph.down import tree_lines
+    from kernelmap.graph.code import tree_lines
 
     lines = tree_lines(ctx, lam.location.path)
     at = next((i for i, t in enumerate(lines) if re.match(rf"\s*#\s*define\s+{macro.group(1)}\b", t)), None)
@@ -350,19 +356,18 @@ def _object_node(loop_object, site, condition: str | None, operations: tuple, th
 
 
 def _is_machinery(definition) -> bool:
-    from kernelmap.graph.down import LOOP_HEADERS
+    from kernelmap.graph.code import LOOP_HEADERS
 
     return definition.location.path.startswith((*MACHINERY_FILES, *LOOP_HEADERS, *_THREAD_FILES))
 
 
-def _lambda_children(step: LoopStep, ctx: GraphContext, node: Node | None = None) -> list[Node]:
+def _lambda_children(step: LoopStep, ctx: GraphContext, code_children: CodeChildren, node: Node | None = None) -> list[Node]:
     """The loops a device loop's own lambda calls (cpu_kernel's basic_loop);
-    for a kernel's own lambda, the kernel's calls in it (Note [device loop machinery])."""
+    for a kernel's own lambda, the kernel's calls in it (Note [device loop machinery]):
+    the work each element or row gets."""
     lam = step.definition
     if not _is_machinery(lam.owner) and node is not None:
-        from kernelmap.graph.down import lambda_children
-
-        return lambda_children(node, lam, ctx)
+        return code_children(node, ctx, lam.owner, lam.span or (lam.location.line, lam.end_line))
     nodes = []
     for site in ctx.index.calls_from(lam.owner):
         if not (lam.location.line <= site.location.line <= lam.end_line) or site.callee.startswith("."):
@@ -374,29 +379,27 @@ def _lambda_children(step: LoopStep, ctx: GraphContext, node: Node | None = None
         if target is not None:
             attrs = {"call_site": site.location, "keep": True, "loop": _ROLES[short], "symbol_kind": target.symbol.kind}
             loop = Node(target.name, NodeKind.KERNEL, target.location, EdgeKind.DIRECT, site.condition, attrs)
-            loop.children = _inner_loops(step.operations, short == "vectorized_loop", ctx) + _lambda_calls(node, step.lambdas, short == "vectorized_loop", ctx)
+            loop.children = _inner_loops(step.operations, short == "vectorized_loop", ctx) + _lambda_calls(node, step.lambdas, short == "vectorized_loop", ctx, code_children)
             nodes.append(loop)
     return nodes
 
 
-def _lambda_calls(node: Node | None, lambdas: tuple, vectorized: bool, ctx: GraphContext) -> list[Node]:
+def _lambda_calls(node: Node | None, lambdas: tuple, vectorized: bool, ctx: GraphContext, code_children: CodeChildren) -> list[Node]:
     """What the kernel's lambdas of the kind a loop of Loops.h applies call:
     the Vectorized one's under vectorized_loop (sigmoid's `a.exp()`, whose
     Vectorized<float>::exp calls SLEEF), the scalar one's under basic_loop."""
     if node is None:
         return []
-    from kernelmap.graph.down import _code_children
-
     nodes = []
     for owner, first, last, takes_vectors in lambdas:
         if takes_vectors == vectorized:
-            nodes.extend(_code_children(node, ctx, owner, (first, last)))
+            nodes.extend(code_children(node, ctx, owner, (first, last)))
     return nodes
 
 
 def _loop_parameters(definition, ctx: GraphContext) -> set[str]:
     """Names of a definition's parameters that hold a loop (`loop2d_t loop`)."""
-    from kernelmap.graph.down import parameters
+    from kernelmap.graph.code import parameters
 
     names = set()
     for p in parameters(definition, ctx) or ():
@@ -438,7 +441,7 @@ def generated_loops(ufunc, ctx: GraphContext) -> list[Node]:
     for the dtype. Each loop is its definition in the loop headers, followed
     below (Note [device loop machinery])."""
     from kernelmap.graph import dtypes
-    from kernelmap.graph.down import LOOP_HEADERS, loop_definition
+    from kernelmap.graph.code import LOOP_HEADERS, loop_definition
     from kernelmap.graph.rules import launch_kind
 
     start = ufunc.definition.location

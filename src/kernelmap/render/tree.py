@@ -55,7 +55,7 @@ def label(node: CallNode, *, sources: bool = True, versions: bool = False) -> st
 def label_parts(node: CallNode, *, sources: bool = True, versions: bool = False) -> tuple[str, str]:
     """A node's line as (what it is, its location): the location is the part
     never cut when the line is too wide (`fit`); with `versions`, the
-    location says its version (Note [versions on locations] in model.py)."""
+    location says its version (Note [versions on locations] in model/locations.py)."""
     a = node.attrs
     if node.kind is NodeKind.NOTE and a.get("folded"):
         return printable_line(node.name), ""

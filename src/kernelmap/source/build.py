@@ -27,13 +27,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelmap import env, vendors
+from kernelmap import vendors
 from kernelmap.errors import BadInput, SourceError
 from kernelmap.safefiles import NotRegularFile, check_regular
 from kernelmap.source import calls, extract, includes, masking, preprocess, regions
 from kernelmap.source import facts as file_facts
 from kernelmap.source.facts import FileFacts, OperatorNames, read_operator_names
-from kernelmap.source.records import as_indexed, file_record, index_path, read_record, write_record
+from kernelmap.source.records import as_indexed, clean_stale_copies, file_record, index_lock, index_path, read_record, write_record
 from kernelmap.source.schema import CALL_KIND_CODE, INDEXES, SCHEMA, SCHEMA_VERSION, expected_table_definitions, one_line, table_definitions
 from kernelmap.source.trees import INDEXED_PARTS, Tree
 
@@ -67,25 +67,6 @@ class IndexReport:
     worst: tuple[tuple[str, int], ...] = field(default=())  # (path, ERROR nodes), worst first
     seconds: float = 0.0
     waited: bool = False  # another build held the lock first
-
-
-def index_lock(path: Path):
-    from filelock import FileLock
-
-    return FileLock(str(path) + ".lock")
-
-
-def clean_stale_copies(directory: Path) -> list[Path]:
-    """Delete the `.NAME.sqlite.PID.tmp` copies of builds whose process is gone
-    (killed builds of any tree); returns what was deleted."""
-    gone = []
-    for tmp in directory.glob(".*.sqlite.*.tmp"):
-        pid = tmp.name.rsplit(".", 2)[-2]
-        if not pid.isdigit() or env.process_alive(int(pid)):
-            continue
-        tmp.unlink(missing_ok=True)
-        gone.append(tmp)
-    return gone
 
 
 def extractor_fingerprint() -> str:

@@ -1,5 +1,6 @@
-"""Where a tree's index lives and the record kept beside it (its size, mtime
-and hash as built): what reading an index needs, without the builder and the
+"""Where a tree's index lives and what is kept beside it (the record of its
+size, mtime and hash as built, the builds' lock, the copies killed builds
+left): what reading or removing an index needs, without the builder and the
 extractor (tree-sitter, multiprocessing) that writing one imports."""
 
 from __future__ import annotations
@@ -27,6 +28,25 @@ def index_path_of(name: str) -> Path:
     if len(name.encode()) > 100:
         name = f"{name[:60]}-{hashlib.sha1(name.encode()).hexdigest()[:16]}"
     return env.cache_dir() / "index" / f"{name}.sqlite"
+
+
+def index_lock(path: Path):
+    from filelock import FileLock
+
+    return FileLock(str(path) + ".lock")
+
+
+def clean_stale_copies(directory: Path) -> list[Path]:
+    """Delete the `.NAME.sqlite.PID.tmp` copies of builds whose process is gone
+    (killed builds of any tree); returns what was deleted."""
+    gone = []
+    for tmp in directory.glob(".*.sqlite.*.tmp"):
+        pid = tmp.name.rsplit(".", 2)[-2]
+        if not pid.isdigit() or env.process_alive(int(pid)):
+            continue
+        tmp.unlink(missing_ok=True)
+        gone.append(tmp)
+    return gone
 
 
 def record_path(path: Path) -> Path:

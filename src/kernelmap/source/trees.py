@@ -304,7 +304,7 @@ def remove_tree(name: str) -> Tree:
 
     from filelock import Timeout
 
-    from kernelmap.source.build import clean_stale_copies, index_lock, index_path
+    from kernelmap.source.records import clean_stale_copies, index_lock, index_path
 
     path = index_path(known := get_tree(name))
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -301,6 +301,10 @@ class Values:
         return code
 
     def encode(self, values: list[Any]) -> np.ndarray:
+        if values and values[0] is None:  # a column most events of a category lack: counted by identity, no failed conversion
+            absent = values.count(None)
+            if absent == len(values):
+                return np.full(len(values), NONE, dtype=np.int64)
         try:  # the common case: every value an int
             out = np.array(values, dtype=np.int64)
         except (TypeError, ValueError, OverflowError):
@@ -705,11 +709,15 @@ def _collect_rows(c: Collected, xs: list, xi: list[int], base: int, python_frame
     return rows
 
 
+_ID_TYPES = {int, str, type(None)}
+
+
 def _collect_flows(c: Collected, flows: list, where: list[int], chunks: dict[str, list[np.ndarray]]) -> None:
     ids = [e.id for e in flows]
-    for i, fid in enumerate(ids):
-        if fid is not None and not isinstance(fid, (int, str)):
-            raise ValueError(f"flow event #{where[i]} is unusable: an id is a {type(fid).__name__}, not an int or a string")
+    if not set(map(type, ids)) <= _ID_TYPES:  # checked one by one only when some id is of another type
+        for i, fid in enumerate(ids):
+            if fid is not None and not isinstance(fid, (int, str)):
+                raise ValueError(f"flow event #{where[i]} is unusable: an id is a {type(fid).__name__}, not an int or a string")
     chunks["id"].append(c.values.encode(ids))
     chunks["thread"].append(_thread_ids(c, flows))
     ts = np.array([0.0 if e.ts is None else e.ts for e in flows], dtype=np.float64)
@@ -1143,43 +1151,69 @@ def _attach_device(c: Collected, host: np.ndarray, device: np.ndarray, kind_rows
     hosts = host[np.lexsort((c.event[host], c.thread[host]))]
     runtime = hosts[kind_rows[hosts] == KIND["runtime"]]
     has_corr = runtime[c.corr[runtime] != NONE]
-    by_correlation = dict(zip(c.corr[has_corr].tolist(), pos_of_row[has_corr].tolist()))
-    corr = c.corr[device].tolist()
-    found = [by_correlation.get(x, -1) if x != NONE else -1 for x in corr]
-    launch[:] = found
+    launch[:] = _lookup(c.corr[has_corr], pos_of_row[has_corr], c.corr[device], last=True)
     how[launch >= 0] = 1
     missing = np.flatnonzero(launch < 0)
     if len(missing) and len(c.flows.get("id", ())):
-        by_position = dict(zip(zip(c.thread[runtime].tolist(), c.ts[runtime].tolist()), pos_of_row[runtime].tolist()))
-        f = c.flows
-        starts = np.flatnonzero(~f["end"])
-        ends = np.flatnonzero(f["end"])
-        start_of = dict(zip(f["id"][starts].tolist(), zip(f["thread"][starts].tolist(), f["ts"][starts].tolist())))
-        flow_launch = {}
-        end_of = dict(zip(f["id"][ends].tolist(), zip(f["thread"][ends].tolist(), f["ts"][ends].tolist())))
-        for fid, end in end_of.items():
-            start = start_of.get(fid)
-            if start is not None and start in by_position:
-                flow_launch[end] = by_position[start]
-        for i in missing.tolist():
-            r = device[i]
-            p = flow_launch.get((int(c.thread[r]), float(c.ts[r])), -1)
-            if p >= 0:
-                launch[i], how[i] = p, 2
+        found = _flow_launches(c, runtime, pos_of_row[runtime], device[missing])
+        launch[missing[found >= 0]], how[missing[found >= 0]] = found[found >= 0], 2
         missing = np.flatnonzero(launch < 0)
     if len(missing):
         ops = hosts[(kind_rows[hosts] == KIND["op"]) & (c.ext[hosts] != NONE)]
-        by_external: dict[int, int] = {}
-        for x, p in zip(c.ext[ops].tolist(), pos_of_row[ops].tolist()):
-            by_external.setdefault(x, p)
-        ext = c.ext[device]
-        for i in missing.tolist():
-            x = int(ext[i])
-            if x != NONE:
-                p = by_external.get(x, -1)
-                if p >= 0:
-                    launch[i], how[i] = p, 3
+        found = _lookup(c.ext[ops], pos_of_row[ops], c.ext[device[missing]], last=False)
+        launch[missing[found >= 0]], how[missing[found >= 0]] = found[found >= 0], 3
     return launch, how
+
+
+def _flow_launches(c: Collected, runtime: np.ndarray, positions: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per device row of `rows`, the position of the runtime call (of
+    `runtime`, at `positions`) a flow joins it to (-1: none): a flow's start
+    lies where the call starts (thread and time), its end where the device
+    event starts; of flows with one id, the last start and the last end
+    count, and of flows ending at one place, the one whose id ends last in
+    the file's order of ids (as dicts built in file order keep them)."""
+    f = c.flows
+    starts, ends = np.flatnonzero(~f["end"]), np.flatnonzero(f["end"])
+    # Each (thread, start time) one code, the same in all four groups (-0.0 and 0.0 alike, as == has them).
+    parts = [(c.thread[runtime], c.ts[runtime]), (f["thread"][starts], f["ts"][starts]), (f["thread"][ends], f["ts"][ends]),
+             (c.thread[rows], c.ts[rows])]
+    bits = (np.concatenate([ts for _, ts in parts]).astype(np.float64) + 0.0).view(np.int64)
+    place = combine(np.concatenate([t for t, _ in parts]).astype(np.int64), np.unique(bits, return_inverse=True)[1].reshape(-1))
+    at = np.cumsum([0, *(len(t) for t, _ in parts)])
+    runtime_at, start_at, end_at, row_at = (place[at[k] : at[k + 1]] for k in range(4))
+    start_ids, end_ids = f["id"][starts], f["id"][ends]
+    fids, first = np.unique(end_ids, return_index=True)
+    last = len(end_ids) - 1 - np.unique(end_ids[::-1], return_index=True)[1]
+    start = _lookup(start_ids, start_at, fids, last=True, absent=None)
+    launch = _lookup(runtime_at, positions, start, last=True)
+    joined = np.flatnonzero(launch >= 0)
+    joined = joined[np.argsort(first[joined], kind="stable")]  # in the order the ids first end
+    return _lookup(end_at[last[joined]], launch[joined], row_at, last=True)
+
+
+def _lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray, last: bool, absent: int | None = NONE) -> np.ndarray:
+    """Per code of `wanted`, the value of the equal key (-1: none, or
+    `absent` wanted): of equal keys the last (`last`) or the first, as a
+    dict built in their order (or with setdefault) keeps. A sorted join: no
+    Python object per event."""
+    out = np.full(len(wanted), -1, dtype=np.int64)
+    if not len(keys) or not len(wanted):
+        return out
+    order = np.argsort(keys, kind="stable")
+    keys, values = keys[order], values[order]
+    del order
+    edge = np.ones(len(keys), dtype=bool)  # the kept one of each run of equal keys
+    if last:
+        edge[:-1] = keys[1:] != keys[:-1]
+    else:
+        edge[1:] = keys[1:] != keys[:-1]
+    keys, values = keys[edge], values[edge]
+    at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+    hit = keys[at] == wanted
+    if absent is not None:
+        hit &= wanted != absent
+    out[hit] = values[at[hit]]
+    return out
 
 
 def _link_backward(t: Table) -> None:
@@ -1190,13 +1224,13 @@ def _link_backward(t: Table) -> None:
     good = usable(seq)
     ops = np.flatnonzero(good & (t.kind == KIND["op"]))
     display = t.c.labels.display
-    forward = dict(zip(seq[ops].tolist(), [display[x] for x in t.label[ops].tolist()]))  # pre-order: the innermost op wins
-    for i in np.flatnonzero(good & (t.kind == KIND["autograd"])).tolist():
+    nodes = np.flatnonzero(good & (t.kind == KIND["autograd"]))
+    forward = _lookup(seq[ops], t.label[ops].astype(np.int64), seq[nodes], last=True)  # pre-order: the innermost op wins
+    for i, fwd in zip(nodes.tolist(), forward.tolist()):
         own = t.own.setdefault(i, {})
         own["sequence_nr"] = t.c.values.decode(int(seq[i]))
-        fwd = forward.get(int(seq[i]))
-        if fwd:
-            own["forward_op"] = fwd
+        if fwd >= 0 and display[fwd]:
+            own["forward_op"] = display[fwd]
 
 
 # ---------------------------------------------------------------------------

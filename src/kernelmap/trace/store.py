@@ -25,6 +25,14 @@ and source tree): the import's result depends on those too. A variant holds
                 text, and whether they name a library; sorted by node, mapped,
                 each decoded when a view reads that node
   conv.arrow    likewise per event row: the args a convolution keeps
+  flows.arrow   the flow events (`ac2g`) that join a launch to its device
+                event, one row per endpoint: flow id (encoded as the events'
+                ids are), thread, time, whether it is the end (1) or start (0)
+  links.arrow   each device event hung under its launch: the device node,
+                its launch node, how it was joined (build.LINKS: 1 by
+                correlation id, 2 by flow, 3 by external id) and its
+                correlation id (encoded); a query joins CPU launches to
+                kernels from it without walking the tree
   facts.json    the resolved facts shared by many nodes (one per distinct
                 operator call and kernel name: resolution ran once per name),
                 pooled shapes, odd ids, threads, notes and meta: what grows
@@ -74,7 +82,7 @@ import numpy as np
 from kernelmap.errors import BadInput
 from kernelmap.model import Location, OriginTable
 
-STORE_VERSION = 5  # 2: the events' record function ids (rf); 3: each node's children and their time; 4: own and conv facts mapped, the default view; 5: meta holds the versions a trace mixes
+STORE_VERSION = 6  # 2: the events' record function ids (rf); 3: each node's children and their time; 4: own and conv facts mapped, the default view; 5: meta holds the versions a trace mixes; 6: flows and links tables
 _ID_LENGTH = 32
 
 
@@ -226,6 +234,29 @@ def _write_facts(path: Path, facts: dict[int, Any], origins: OriginTable) -> Non
     _write_arrow(path, {"key": keys, "facts": pa.array(texts, type=pa.large_string()), "library": pa.array(library, type=pa.bool_())})
 
 
+_FLOW_TYPES = {"id": np.int64, "thread": np.int32, "ts": np.float64, "end": np.bool_}
+
+
+def flow_columns(flows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The flow endpoints a trace was read with (build.Collected.flows), typed as stored."""
+    return {k: np.asarray(flows.get(k, ()), dtype=dtype) for k, dtype in _FLOW_TYPES.items()}
+
+
+def link_columns(table) -> dict[str, np.ndarray]:
+    """Per device event joined to its launch: (node, launch node, how, correlation)."""
+    from kernelmap.trace.build import NONE
+
+    nodes = np.flatnonzero(table.linked > 0)
+    rows = table.row[nodes]
+    corr = table.c.columns.get("corr")
+    return {
+        "node": nodes.astype(np.int64),
+        "launch": table.parent[nodes].astype(np.int64),
+        "how": table.linked[nodes].astype(np.int8),
+        "correlation": corr[rows] if corr is not None and len(rows) else np.full(len(nodes), NONE, dtype=np.int64),
+    }
+
+
 def save(t, folder: Path) -> None:
     """Write the trace `t` (a Trace with its columns) as a variant folder, atomically."""
     import pyarrow as pa
@@ -252,6 +283,9 @@ def save(t, folder: Path) -> None:
             hot = hot_nodes(table, DEFAULT_NODES).astype(np.int64)
             np.save(tmp / f"hot-{DEFAULT_NODES}-None.npy", hot, allow_pickle=False)
         _write_arrow(tmp / "events.arrow", dict(c.columns))
+        flows = flow_columns(c.flows)
+        _write_arrow(tmp / "flows.arrow", {**flows, "end": flows["end"].view(np.int8)})  # Arrow packs booleans into bits: no mapped view
+        _write_arrow(tmp / "links.arrow", link_columns(table))
         labels = c.labels
         _write_arrow(tmp / "labels.arrow", {
             "raw": pa.array(labels.raw, type=pa.large_string()),
@@ -457,6 +491,8 @@ def open_variant(folder: Path, file: Path | None = None):
     c.threads = [tuple(_decode(k, origins)) for k in doc["event_threads"]]
     c.conv = MappedFacts(folder / "conv.arrow", origins)
     c.columns = events
+    flows = _read_arrow(folder / "flows.arrow")
+    c.flows = flow_columns({**flows, "end": flows["end"].view(np.bool_)})
     c.events, c.skipped, c.device_count = doc["counts"]["events"], doc["counts"]["skipped"], doc["counts"]["device_count"]
     table = Table(c, nodes["kind"], nodes["label"], nodes["row"], nodes["parent"], nodes["size"], nodes["ts"], nodes["dur"], nodes["linked"])
     table.notes = list(doc["table_notes"])

@@ -402,14 +402,14 @@ def _fact_version(a, key: str, versions: dict | None) -> str | None:
     return versions.get("installed")
 
 
-def _first_below(n: int, size: np.ndarray, marked: np.ndarray) -> np.ndarray:
-    """Per node, the first marked node of its subtree in pre-order (-1: none)."""
+def _first_below(nodes: np.ndarray, size: np.ndarray, marked: np.ndarray) -> np.ndarray:
+    """Per node of `nodes`, the first marked node of its subtree in pre-order (-1: none)."""
     marks = np.flatnonzero(marked)
     if not len(marks):
-        return np.full(n, -1, dtype=np.int64)
-    at = np.searchsorted(marks, np.arange(n))
+        return np.full(len(nodes), -1, dtype=np.int64)
+    at = np.searchsorted(marks, nodes)
     found = marks[np.minimum(at, len(marks) - 1)]
-    return np.where((at < len(marks)) & (found < np.arange(n) + size), found, -1)
+    return np.where((at < len(marks)) & (found < nodes + size[nodes]), found, -1)
 
 
 def _summarize(f: Flat, notes: tuple[str, ...], versions: dict | None = None) -> Summary:
@@ -417,23 +417,30 @@ def _summarize(f: Flat, notes: tuple[str, ...], versions: dict | None = None) ->
     n = len(f.kind)
     kind, group, dur = f.kind, f.group, f.dur
     facts, names = f.facts, f.names
-    positions = np.arange(n)
+    # (Arrays of a value per node are freed as soon as they are used: the
+    # summary's temporaries, not the trace's columns, set its peak memory.)
     is_device = np.isin(kind, (KIND["gpu_kernel"], KIND["gpu_memcpy"], KIND["gpu_memset"]))
     is_row = np.isin(kind, (KIND["op"], KIND["autograd"]))
+    rows = np.flatnonzero(is_row)
     # Device time below each node, itself included.
     cs = np.concatenate([[0.0], np.cumsum(np.where(is_device, dur, 0.0))])
-    device = cs[positions + f.size] - cs[positions]
+    ends = np.arange(n, dtype=np.int64)
+    ends += f.size
+    device = cs[ends]
+    del ends
+    device -= cs[:n]
+    del cs
     # The closed library a call ends in, itself or anywhere below it: the first in pre-order.
     closed_lib = [a.get("library") if a.get("closed") and a.get("library") != "CUDA runtime" else None for a in facts]
     has_closed = np.array([bool(x) for x in closed_lib], dtype=bool)
-    below_node = _first_below(n, f.size, has_closed[group]) if n else np.zeros(0, np.int64)
+    below_rows = _first_below(rows, f.size, has_closed[group])
     # Self time: less the host children's time.
     host_child = np.isin(kind, (KIND["op"], KIND["autograd"], KIND["annotation"])) & (f.parent >= 0)
-    children_us = np.bincount(f.parent[host_child], weights=dur[host_child], minlength=n) if n else np.zeros(0)
-    self_us = dur - children_us
+    self_us = np.bincount(f.parent[host_child], weights=dur[host_child], minlength=n).astype(np.float64, copy=False) if n else np.zeros(0)
+    del host_child  # (with no host child, bincount counts in ints)
+    np.subtract(dur, self_us, out=self_us)
     name_code, distinct_names = codes_of(names)  # per group
 
-    rows = np.flatnonzero(is_row)
     row_name = name_code[group[rows]]
     first, _, row_key = first_seen(row_name)
     ops = {distinct_names[name_code[group[rows[j]]]]: OpRow(distinct_names[name_code[group[rows[j]]]]) for j in first.tolist()}
@@ -446,7 +453,7 @@ def _summarize(f: Flat, notes: tuple[str, ...], versions: dict | None = None) ->
     for row, c, t, s, d in zip(rows_list, calls.tolist(), total.tolist(), selfs.tolist(), devs.tolist()):
         row.calls, row.total_us, row.self_us, row.device_us = c, t, s, d
     if len(rows):
-        _row_facts(rows_list, rows, row_key, group, facts, below_node, closed_lib, versions)
+        _row_facts(rows_list, rows, row_key, group, facts, below_rows, closed_lib, versions)
         _row_shapes(rows_list, rows, row_key, f)
     _row_kernels(rows_list, f, is_device, is_row, name_code, distinct_names, row_key, rows, versions)
     modules = _modules(f, device, name_code, distinct_names)
@@ -461,8 +468,9 @@ def _summarize(f: Flat, notes: tuple[str, ...], versions: dict | None = None) ->
     )
 
 
-def _row_facts(rows_list, rows, row_key, group, facts, below_node, closed_lib, versions=None) -> None:
-    """Each operator row's facts: the first call's that has each, the last's library."""
+def _row_facts(rows_list, rows, row_key, group, facts, below, closed_lib, versions=None) -> None:
+    """Each operator row's facts: the first call's that has each, the last's library
+    (`below`: per row, the first node below it of a closed library, -1: none)."""
     keys = combine(row_key, group[rows])
     first, _, _ = first_seen(keys)
     last_first, _, _ = first_seen(keys[::-1])
@@ -487,7 +495,6 @@ def _row_facts(rows_list, rows, row_key, group, facts, below_node, closed_lib, v
         row.unknown = row.unknown or bool(a.get("unknown")) and row.name.startswith("aten::")
     for r, (_, library) in libraries.items():
         rows_list[r].library = library
-    below = below_node[rows]
     for j in np.flatnonzero(below >= 0).tolist():  # the first call's closed library below
         row = rows_list[row_key[j]]
         row.closed = True
@@ -611,12 +618,14 @@ def _files(f: Flat, is_row, is_device, self_us, name_code, distinct_names, versi
     p = path_code[g]
     first, _, key = first_seen(p)
     files = {distinct_paths[p[j]]: GroupRow(distinct_paths[p[j]][0], version=distinct_paths[p[j]][1]) for j in first.tolist()}  # (path, version) -> its row
+    del p, has_path
     rows = list(files.values())
     k = len(rows)
     is_kernel = f.kind[nodes] == KIND["gpu_kernel"]
     calls = np.bincount(key, minlength=k)
     host = np.bincount(key, weights=np.where(is_kernel, 0.0, self_us[nodes]), minlength=k)
     dev = np.bincount(key, weights=np.where(is_kernel, f.dur[nodes], 0.0), minlength=k)
+    del is_kernel, nodes
     for row, c, t, d in zip(rows, calls.tolist(), host.tolist(), dev.tolist()):
         row.calls, row.total_us, row.device_us = c, t, d
     w = what_code[g]

@@ -1,0 +1,278 @@
+"""A direct C++ call -> the definitions it may reach, best first: looked up
+from the caller's own class and namespaces outwards, and through the type its
+receiver is declared with (`iter.for_each(...)` where `auto iter =
+TensorIterator...`). Used by graph.down to follow calls and by graph.arms to
+read the selector a `switch` is on."""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from kernelmap.graph.code import tree_lines
+from kernelmap.graph.context import GraphContext
+from kernelmap.graph.rules import KERNEL_DIRS
+
+
+def _resolve_direct(site, caller, ctx: GraphContext) -> list:
+    """Definitions a direct call may reach, best first: the caller's own
+    namespace and its parents, then the call's file, then the rest."""
+    callee = site.callee.lstrip(":")
+    if "::" not in callee and not callee.startswith(".") and _is_local(callee, site, caller, ctx):
+        return []  # `static GemmTunableOp<...> gemm{}; gemm(&params);` calls the object, not at::cuda::blas::gemm
+    if callee.startswith("."):
+        receiver = receiver_type(site, caller, ctx)
+        if receiver is None:
+            return []
+        callee = f"{receiver}::{callee[1:]}"
+    if callee.startswith("std::") or len(site.name) < 3:
+        return []
+    # kernel code: its folders, and ATen's functions of namespace at::native elsewhere (ScalarOps.h's wrapped_scalar_tensor)
+    found = [d for d in ctx.index.definitions(callee)
+             if d.location.path.startswith(KERNEL_DIRS) or (d.lookup.startswith("at::native::") and d.location.path.startswith("aten/src/ATen/"))]
+    if not found:
+        return []
+    bodies = [d for d in found if not _is_statement(d, ctx)]
+    found = bodies or found
+    caller_ns = caller.lookup.rsplit("::", 1)[0] if "::" in caller.lookup else ""
+    # a qualified call names its definition; an unqualified one is looked up from the caller's namespace first
+    # (build_opgraph's getConvDescriptor is its own file's, not the global one of quantized/cudnn/Conv.cpp)
+    exact = [d for d in found if d.lookup == callee] if "::" in callee else []
+    if exact:
+        found = exact
+    else:
+        scoped = []
+        ns = caller_ns
+        while True:
+            qualified = f"{ns}::{callee}" if ns else callee
+            scoped = [d for d in found if d.lookup == qualified]
+            if scoped or not ns:
+                break
+            ns = ns.rsplit("::", 1)[0] if "::" in ns else ""
+        if scoped:
+            found = scoped
+    same_file = [d for d in found if d.location.path == caller.location.path]
+    if same_file and len(same_file) < len(found):
+        # a static helper in the caller's file shadows others of the same name
+        if all(d.lookup == same_file[0].lookup for d in same_file):
+            return same_file
+    return found
+
+
+def _is_statement(definition, ctx: GraphContext) -> bool:
+    """A "definition" that is one line ending in `;`: a call the parser read as
+    a declaration (`gpu_reduce_kernel<scalar_t, out_t, 2>(iter, ops, typename
+    ops_t::acc_t{});` in ReduceMomentKernel.cu), never the function's body."""
+    location = definition.location
+    if location.end_line not in (None, location.line):
+        return False
+    lines = tree_lines(ctx, location.path)
+    text = lines[location.line - 1].strip() if location.line <= len(lines) else ""
+    return text.endswith(");") and not text.startswith(("#", "//"))
+
+
+def _is_local(name: str, site, caller, ctx: GraphContext) -> bool:
+    """Whether `name` is declared as a variable in the caller before the call (`T gemm{}`, `auto gemm =`)."""
+    lines = tree_lines(ctx, site.location.path)
+    text = "\n".join(lines[caller.location.line : site.location.line - 1])
+    # `[\w>&*]\s+NAME\s*(?:\{|=[^=]|;)` read at each place the name is written,
+    # with patterns that do not name it: compiling one pattern per name is dear.
+    if not name or name[0].isspace():
+        return bool(re.search(rf"[\w>&*]\s+{re.escape(name)}\s*(?:\{{|=[^=]|;)", text))
+    q = text.find(name)
+    while q != -1:
+        j = q
+        while j > 0 and text[j - 1].isspace():  # str.isspace is what \s matches
+            j -= 1
+        if j < q and j > 0 and _DECLARATOR_END.match(text, j - 1) and _LOCAL_TAIL.match(text, q + len(name)):
+            return True
+        q = text.find(name, q + 1)
+    return False
+
+
+_DECLARATOR_END = re.compile(r"[\w>&*]")
+_LOCAL_TAIL = re.compile(r"\s*(?:\{|=[^=]|;)")
+# Words a declaration pattern may take for a type that are none (`return x;`, `else y =`).
+_NOT_TYPES = frozenset(("auto", "const", "return", "else", "case", "if", "while", "for", "new", "delete", "typename", "struct", "class",
+                        "goto", "throw", "sizeof", "using", "co_return"))
+_RECEIVER = re.compile(r"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*(?:template\s+)?")  # `sorter.template sort<A>(`
+_CALL_TAIL = re.compile(r"\s*(?:<[^()]*>)?\s*\(")
+_PIECE_ENDS = ";(){}"
+
+
+def _statement_pieces(text: str, variable: str) -> list[tuple[int, int]]:
+    """(begin, end) of the stretches of `text` between two of `;(){}` (the
+    closing one included) that hold `variable`: a declaration's pattern holds
+    none of them but as its last character, so its matches in `text` are its
+    matches in these stretches, and no other stretch has one."""
+    pieces = []
+    q = text.find(variable)
+    while q != -1:
+        begin = max(text.rfind(c, 0, q) for c in _PIECE_ENDS) + 1
+        ends = [e for e in (text.find(c, q) for c in _PIECE_ENDS) if e != -1]
+        end = min(ends) + 1 if ends else len(text)
+        pieces.append((begin, end))
+        q = text.find(variable, end)
+    return pieces
+
+
+def receiver_type(site, caller, ctx: GraphContext) -> str | None:
+    """The class of the object a member call is made on, from its declaration
+    in the calling definition (`const ConvParams<T>& params` in the parameters,
+    `ConvParams<T> params;` in the body): `params.use_cudnn(...)` calls
+    `ConvParams::use_cudnn`. None when the receiver's type is not written out."""
+    found = receiver_declarations(site, caller, ctx)
+    if not found:
+        return None
+    name = found[-1]
+    return name if name[:1].isupper() or "::" in name else None
+
+
+def receiver_declarations(site, caller, ctx: GraphContext, through_call: bool = False) -> list[str]:
+    """Every type the receiver of a member call is declared with in the
+    calling definition, up to the call, in order (an inner scope or a lambda
+    may declare the name again); the class `this` is in for `this->`.
+    `through_call`: of a receiver that is an expression, another call's
+    result (`x_vec.neg().exp()`) or one in parentheses (`(x -
+    Vec(max_input)).exp()`), the first variable in it declared in the caller."""
+    lines = tree_lines(ctx, site.location.path)
+    if site.location.line > len(lines):
+        return []
+    line, method = lines[site.location.line - 1], site.callee.lstrip(".")
+    if method not in line:
+        return []
+    # `\b(\w+)\s*(?:\.|->)\s*METHOD\s*(?:<[^()]*>)?\s*\(`, leftmost, read without
+    # compiling a pattern per method: the receiver and its `.`/`->` have one end
+    # each, so the method is looked for right there, then what follows it
+    variables: list[str] = []
+    if method[:1].isspace():
+        m = re.search(rf"\b([A-Za-z_]\w*)\s*(?:\.|->)\s*{re.escape(method)}\s*(?:<[^()]*>)?\s*\(", line)
+        variables = [m.group(1)] if m else []
+    elif not through_call:
+        variables = [m.group(1) for m in _RECEIVER.finditer(line) if line.startswith(method, m.end()) and _CALL_TAIL.match(line, m.end() + len(method))][:1]
+    else:
+        variables = _expression_variables(line, method)
+    for variable in variables:
+        if variable == "this":
+            return [caller.lookup.rsplit("::", 2)[-2]] if caller.lookup.count("::") >= 1 else []
+        found = _declarations(variable, site, caller, lines)
+        if found:
+            return found
+    return []
+
+
+def _expression_variables(line: str, method: str) -> list[str]:
+    """The variables a receiver that is an expression starts from, for the
+    first `.METHOD(` of `line` whose receiver is one: of calls on calls
+    (`x_vec.exp().log1p().tanh(`), the variable the first is made on; of an
+    expression in parentheses (`(a - b).abs().neg().exp(`), the names in it
+    that are no call, type or namespace, outside the arguments of its calls
+    (`max_vec` of `(Vec::loadu(data + d) - max_vec).exp(`)."""
+    for m in re.finditer(rf"(?:\.|->)\s*{re.escape(method)}\s*\(", line):
+        j = m.start() - 1
+        while j >= 0 and line[j].isspace():
+            j -= 1
+        if j < 0 or line[j] != ")":
+            continue  # a plain variable's member call: not an expression
+        while j >= 0 and line[j] == ")":
+            opened = _opening(line, j)
+            if opened is None:
+                break
+            k = opened - 1
+            while k >= 0 and line[k].isspace():
+                k -= 1
+            name_end = k + 1
+            while k >= 0 and (line[k].isalnum() or line[k] == "_"):
+                k -= 1
+            if k + 1 == name_end or line[k + 1 : name_end] in _KEYWORDS_BEFORE_EXPRESSIONS:  # `(...)` is the expression itself
+                flat = line[opened + 1 : j]
+                while flat != (flat := re.sub(r"\([^()]*\)", "()", flat)):
+                    pass  # what nested parentheses hold is arguments, not the expression's own operands
+                return [w.group(1) for w in re.finditer(r"\b([A-Za-z_]\w*)\b(?!\s*(?:\(|::|<))", flat) if not w.group(1)[0].isupper()]
+            while k >= 0 and line[k].isspace():
+                k -= 1
+            if (k >= 0 and line[k] == ".") or (k >= 1 and line[k - 1 : k + 1] == "->"):  # `.name(...)`: a call on what stands before
+                j = k - (2 if line[k] == ">" else 1)
+                while j >= 0 and line[j].isspace():
+                    j -= 1
+                if j >= 0 and (line[j].isalnum() or line[j] == "_"):
+                    e = j + 1
+                    while j >= 0 and (line[j].isalnum() or line[j] == "_"):
+                        j -= 1
+                    return [line[j + 1 : e]]
+                continue
+            break  # a free function's call (`f(x).exp(`): no variable
+    return []
+
+
+_KEYWORDS_BEFORE_EXPRESSIONS = frozenset(("return", "co_return", "case", "throw", "else", "do", "and", "or", "not"))
+
+
+def _opening(line: str, close: int) -> int | None:
+    """Where the `(` that the `)` at `close` closes is, if on the line."""
+    depth = 0
+    for i in range(close, -1, -1):
+        depth += (line[i] == ")") - (line[i] == "(")
+        if depth == 0:
+            return i
+    return None
+
+
+def _declarations(variable: str, site, caller, lines) -> list[str]:
+    """The types `variable` is declared with in `caller`, above the call `site`, in order."""
+    start = caller.location.line - 1
+    if start >= site.location.line:  # the call is written in the body of the macro whose use defines the caller
+        start = macro_start(lines, site.location.line)
+    end = max(site.location.line, caller.location.end_line or 0)
+    # every declaration of the variable in the caller, read once: a graph asks of the same receivers (`iter`, `self`) many times
+    found = _declared_at(lines, start, end, variable)
+    return [t for line, t in found if line < site.location.line]
+
+
+_DECLARED_AT: dict[tuple, tuple[tuple[str, ...], tuple[tuple[int, str], ...]]] = {}
+
+
+def _declared_at(lines: tuple[str, ...], start: int, end: int, variable: str) -> tuple[tuple[int, str], ...]:
+    """(index of the line, type) of each declaration of `variable` in lines
+    `start` to `end` (indexes) of a file, in order: only the lines that name
+    it are read (with the line before: a type may end a line)."""
+    key = (id(lines), start, end, variable)
+    kept = _DECLARED_AT.get(key)
+    if kept is not None and kept[0] is lines:
+        return kept[1]
+    word = _word_pattern(variable)
+    declared = _declaration_pattern(variable)
+    found = []
+    for i in range(start, min(end, len(lines))):
+        if variable not in lines[i] or not word.search(lines[i]):
+            continue
+        text = f"{lines[i - 1] if i > start else ''}\n{lines[i]}"
+        found.extend((i, d.group(1)) for begin, stop in _statement_pieces(text, variable) for d in declared.finditer(text, begin, stop)
+                     if d.group(1) not in _NOT_TYPES and not d.group(1).startswith("std::"))
+    if len(_DECLARED_AT) > 20000:
+        _DECLARED_AT.clear()
+    _DECLARED_AT[key] = (lines, tuple(found))
+    return tuple(found)
+
+
+def macro_start(lines: list[str], line: int) -> int:
+    """The index of the first line of the directive that continues onto
+    `line` (1-based): the `#define` of a macro whose body holds it (Note
+    [definitions written by macros]); `line`'s own index when it continues none."""
+    i = line - 1
+    while i > 0 and lines[i - 1].rstrip().endswith("\\"):
+        i -= 1
+    return i
+
+
+# Compiled once per variable name: a graph asks for the same receivers (`iter`, `params`) hundreds of times.
+@functools.lru_cache(maxsize=2048)
+def _word_pattern(variable: str) -> re.Pattern[str]:
+    return re.compile(rf"\b{re.escape(variable)}\b")
+
+
+@functools.lru_cache(maxsize=2048)
+def _declaration_pattern(variable: str) -> re.Pattern[str]:
+    """`Type<...> const& variable`: the type a variable is declared with."""
+    template = r"<[^;(){}<>\n]*(?:<[^;(){}<>\n]*>[^;(){}<>\n]*)*>"
+    return re.compile(rf"([A-Za-z_][\w:]*)\s*(?:{template})?\s*(?:const\s*)?[&*]*\s*\b{re.escape(variable)}\s*[,)=;({{\[]")

@@ -283,12 +283,13 @@ def _end(node: CallNode, path: tuple[CallNode, ...], order: int, arguments: _Arg
     flags = arguments.along(path)
     elses = sum(1 for n, f in zip(path, flags) if (n.condition or "").startswith("else of ")
                 and not special_case(n.condition[8:]) and not arguments.non_default(n.condition[8:], f))
-    trivial = sum(1 for n in path if any(map(special_case, _conditions(n))))
-    larger = sum(1 for n in path if any(map(for_larger_inputs, _conditions(n))))
+    marks = [arguments.marks(n) for n in path]  # (special case, larger inputs, other layouts, growth or check) of each step
+    trivial = sum(m[0] for m in marks)
+    larger = sum(m[1] for m in marks)
     # the conditions on the path taken only in deterministic mode or with an argument not at its default
     opting = [(c, f) for n, f in zip(path, flags) for c in reversed(_conditions(n)) if arguments.opts(c, f)]
-    layouts = sum(1 for n in path if any(map(other_layouts_only, _conditions(n))))
-    growths = sum(1 for n in path if _STORAGE_GROWTH.search(n.name) or any(map(in_check, _conditions(n))))
+    layouts = sum(m[2] for m in marks)
+    growths = sum(m[3] for m in marks)
     if library is not None and library.inner_loop:
         kind = _KIND_RANK[NodeKind.INNER_LOOP]
     elif own_loop(node):
@@ -391,6 +392,19 @@ class _Arguments:
         # non_default's answers by (condition, the flags' values): asked of every node on every path to an end
         self._decided: dict[tuple, bool] = {}
         self._signatures: dict[int, tuple[dict, tuple]] = {}  # id(flags) -> (flags, their values), the dict kept so its id is not reused
+        self._marks: dict[int, tuple[CallNode, tuple[bool, bool, bool, bool]]] = {}  # id(node) -> (node, its marks)
+
+    def marks(self, n: CallNode) -> tuple[bool, bool, bool, bool]:
+        """Whether a step is under an arm for a special case, for larger inputs,
+        for another layout, or grows storage or checks (`_end`'s counts): read
+        once per node, though every path through it to an end asks."""
+        kept = self._marks.get(id(n))
+        if kept is None or kept[0] is not n:
+            conditions = _conditions(n)
+            kept = self._marks[id(n)] = (n, (any(map(special_case, conditions)), any(map(for_larger_inputs, conditions)),
+                                             any(map(other_layouts_only, conditions)),
+                                             bool(_STORAGE_GROWTH.search(n.name)) or any(map(in_check, conditions))))
+        return kept[1]
 
     @staticmethod
     def below(node: CallNode, flags: dict[str, tuple[bool, CallNode | None]]) -> dict[str, tuple[bool, CallNode | None]]:

@@ -123,7 +123,8 @@ def test_the_sorted_join_keeps_what_a_dict_built_in_order_keeps():
     absent ids (NONE), and odd codes below zero."""
     import numpy as np
 
-    from kernelmap.trace.build import NONE, _lookup
+    from kernelmap.trace.build import _lookup
+    from kernelmap.trace.codes import NONE
 
     rng = np.random.default_rng(7)
     keys = rng.integers(-5, 40, 300)
@@ -148,7 +149,9 @@ def test_the_flow_join_keeps_what_dicts_built_in_file_order_keep():
     -0.0 and 0.0, and runtime calls sharing a place."""
     import numpy as np
 
-    from kernelmap.trace.build import NONE, Collected, _flow_launches
+    from kernelmap.trace.build import _flow_launches
+    from kernelmap.trace.codes import NONE
+    from kernelmap.trace.collect import Collected
 
     rng = np.random.default_rng(11)
     joined = 0

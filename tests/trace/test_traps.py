@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from kernelmap.errors import KernelmapError
 from kernelmap.trace import load
-from kernelmap.trace.build import CATEGORIES
+from kernelmap.trace.codes import CATEGORIES
 from tests.conftest import run_kernelmap
 
 HERE = Path(__file__).resolve().parent

@@ -175,7 +175,7 @@ def link(t, doc: ExecutionTrace, key: str) -> tuple[int, int]:
     node's schema, id and output shapes. (joined, operators of `t`)."""
     import numpy as np
 
-    from kernelmap.trace.build import KIND, NONE, usable
+    from kernelmap.trace.codes import KIND, NONE, usable
 
     table = t._table
     nodes = {}
@@ -201,41 +201,47 @@ def link(t, doc: ExecutionTrace, key: str) -> tuple[int, int]:
     return joined, int((table.kind == KIND["op"]).sum())
 
 
-def load(path: Path, et_path: Path | None, *, keep_frames: bool = False, resolve: bool = True, source_tree=None,
-         meta: dict[str, Any] | None = None, store: bool = False):
-    """An execution trace alone (`et_path` None: `path` is one), or the Kineto
-    trace at `path` linked to the execution trace at `et_path`."""
+def load(path: Path, *, keep_frames: bool = False, resolve: bool = True, source_tree=None, meta: dict[str, Any] | None = None):
+    """The execution trace at `path` alone: its operator calls nested as
+    recorded, with no times."""
     import gc
 
-    from kernelmap.trace import _load, load as load_trace
+    from kernelmap.trace.kineto import read as read_kineto
     from kernelmap.trace.reader import Mixed
 
-    if et_path is None:
-        doc = read(path)
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            t = _load(path, keep_frames, resolve, source_tree, False, {"execution_trace": path.name, **(meta or {})},
-                      batches=[Mixed(kineto_events(doc))])
-        finally:
-            if was_enabled:
-                gc.enable()
-        table = t._table
-        table.ts[:] = 0.0  # made only to nest the calls: an execution trace records no times
-        table.dur[:] = 0.0
-        link(t, doc, "id")
-        t.with_notes(f"{path.name} is a PyTorch execution trace ({doc.schema}): its {len(doc.nodes):,} nodes are the operator calls "
-                     "nested as recorded, with no times (every duration is 0); link it to the Kineto trace of the same run "
-                     "for times and kernels (--from KINETO --execution-trace THIS)")
-        return t
+    doc = read(path)
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        t = read_kineto(path, keep_frames, resolve, source_tree, False, {"execution_trace": path.name, **(meta or {})},
+                 batches=[Mixed(kineto_events(doc))])
+    finally:
+        if was_enabled:
+            gc.enable()
+    table = t._table
+    table.ts[:] = 0.0  # made only to nest the calls: an execution trace records no times
+    table.dur[:] = 0.0
+    link(t, doc, "id")
+    t.with_notes(f"{path.name} is a PyTorch execution trace ({doc.schema}): its {len(doc.nodes):,} nodes are the operator calls "
+                 "nested as recorded, with no times (every duration is 0); link it to the Kineto trace of the same run "
+                 "for times and kernels (--from KINETO --execution-trace THIS)")
+    return t
+
+
+def pair(path: Path, et_path: Path) -> tuple[Path, Path]:
+    """(the Kineto trace, the execution trace) of two files given for one run,
+    in either order; TraceFormatError when neither is an execution trace."""
     if is_execution_trace(path) and not is_execution_trace(et_path):
         path, et_path = et_path, path  # given the other way round
     if not is_execution_trace(et_path):
         raise TraceFormatError(et_path.name, None, "not a PyTorch execution trace: its top-level object has no \"schema\" and \"nodes\"")
+    return path, et_path
+
+
+def link_file(t, et_path: Path) -> None:
+    """Join the execution trace at `et_path` into the Kineto trace `t` of the same run."""
     doc = read(et_path)
-    t = load_trace(path, keep_frames=keep_frames, resolve=resolve, source_tree=source_tree, meta=meta, store=store)
     joined, ops = link(t, doc, "rf_id")
     t.meta["execution_trace"] = et_path.name
     t.with_notes(f"linked to the execution trace {et_path.name}: {joined:,} of {ops:,} operators joined by record-function id "
                  "(schema, node id and output shapes in their facts)")
-    return t

@@ -214,7 +214,7 @@ def _kernel_times(t) -> tuple[tuple[str, float], ...]:
         return tuple(times.items())
     import numpy as np
 
-    from kernelmap.trace.build import KIND
+    from kernelmap.trace.codes import KIND
 
     kernels = np.flatnonzero(table.kind == KIND["gpu_kernel"])
     if not len(kernels):

@@ -39,7 +39,9 @@ from kernelmap.errors import KernelmapError
 from kernelmap.model import OriginKind
 import numpy as np
 
-from kernelmap.trace.build import CONV_OPS, DEVICE_KINDS, KIND, KINDS, NONE, Table, climb, combine, first_seen
+from kernelmap.trace.build import Table
+from kernelmap.trace.codes import climb, combine, DEVICE_KINDS, first_seen, KIND, KINDS, NONE
+from kernelmap.trace.events import CONV_OPS
 
 # C++ type names the profiler writes for tensor dtypes -> torch dtype names.
 DTYPES = {

@@ -244,7 +244,7 @@ def flow_columns(flows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def link_columns(table) -> dict[str, np.ndarray]:
     """Per device event joined to its launch: (node, launch node, how, correlation)."""
-    from kernelmap.trace.build import NONE
+    from kernelmap.trace.codes import NONE
 
     nodes = np.flatnonzero(table.linked > 0)
     rows = table.row[nodes]
@@ -471,8 +471,10 @@ def open_variant(folder: Path, file: Path | None = None):
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
-    from kernelmap.trace import Trace
-    from kernelmap.trace.build import Collected, Labels, Table
+    from kernelmap.trace.build import Table
+    from kernelmap.trace.codes import Labels
+    from kernelmap.trace.collect import Collected
+    from kernelmap.trace.kineto import Trace
 
     doc = json.loads((folder / "facts.json").read_text(encoding="utf-8"))
     if doc.get("version") != STORE_VERSION:
@@ -505,9 +507,24 @@ def open_variant(folder: Path, file: Path | None = None):
     meta = _decode(doc["meta"], origins)
     t = Trace(None, file if file is not None else Path(doc["file"]), table=table, notes=tuple(doc["notes"]), meta=meta)
     t.id = folder.parent.name
-    t.stored = folder
+    t.stored, t.kept = folder, KEPT
     _touch(folder)
     return t
+
+
+class Kept:
+    """What the store keeps beside a trace's tables, read back for it: its
+    summary and its hot subtrees. Set on a stored trace (`Trace.kept`), so that
+    the trace and its views reach the store without importing it."""
+
+    def summary(self, t):
+        return stored_summary(t)
+
+    def view(self, t, top: int, depth: int | None):
+        return stored_view(t, top, depth)
+
+
+KEPT = Kept()
 
 
 def stored_view(t, top: int, depth: int | None):
@@ -530,7 +547,8 @@ def load(path: Path | str, *, keep_frames: bool = False, resolve: bool = True, s
     before (with the same options), else imported and stored (Note [trace
     store]). `memo`: remember the file's id by its size, mtime and inode
     (`content_id`)."""
-    from kernelmap.trace import TraceFormatError, load as import_trace
+    from kernelmap.trace.kineto import read_file
+    from kernelmap.trace.reader import TraceFormatError
 
     path = Path(path)
     try:
@@ -546,14 +564,14 @@ def load(path: Path | str, *, keep_frames: bool = False, resolve: bool = True, s
         except (OSError, ValueError, KeyError, TypeError):
             shutil.rmtree(folder, ignore_errors=True)  # damaged or of another version: imported again
     limit = limit_bytes()  # a bad bound is refused before the import, not after it
-    t = import_trace(path, keep_frames=keep_frames, resolve=resolve, source_tree=source_tree, meta=meta)
+    t = read_file(path, keep_frames, resolve, source_tree, False, meta)
     try:
         save(t, folder)
     except OSError:
         return t  # an unwritable cache: the trace is still answered, from memory
     evict(limit, keep=folder)
     t.id = tid
-    t.stored = folder
+    t.stored, t.kept = folder, KEPT
     return t
 
 

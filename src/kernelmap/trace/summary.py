@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from kernelmap.model import Answer, CallNode, CallTree, check_document, document
-from kernelmap.trace.build import KIND, attrs_of, climb, codes_of, combine, first_seen, subtree_sizes
+from kernelmap.trace.build import attrs_of, codes_of, subtree_sizes
+from kernelmap.trace.codes import climb, combine, first_seen, KIND
 
 
 

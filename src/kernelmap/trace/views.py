@@ -33,7 +33,9 @@ import msgspec
 import numpy as np
 
 from kernelmap.model import CallNode, CallTree, NodeKind, OriginTable, _plain
-from kernelmap.trace.build import DEVICE_KINDS, KIND, KINDS, Attrs, _call_node, _slices, attrs_of
+from kernelmap.trace.build import attrs_of, _call_node, _slices
+from kernelmap.trace.codes import DEVICE_KINDS, KIND, KINDS
+from kernelmap.trace.events import Attrs
 
 _OP = KIND["op"]
 _ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
@@ -164,10 +166,8 @@ def hot_tree(trace, top: int = DEFAULT_NODES, depth: int | None = None) -> CallT
                      + (f" to depth {depth}" if depth is not None else "")
                      + "; --full-tree shows them all, --export-tree FILE writes them (JSON Lines or Parquet)")
     root = None
-    if getattr(trace, "stored", None) is not None:  # kept beside the tables at import (Note [trace store] in kernelmap.trace.store)
-        from kernelmap.trace.store import stored_view
-
-        root = stored_view(trace, top, depth)
+    if getattr(trace, "kept", None) is not None:  # kept beside the tables at import (Note [trace store] in kernelmap.trace.store)
+        root = trace.kept.view(trace, top, depth)
     return CallTree(root if root is not None else subset_root(t, nodes), tuple(notes), trace.meta)
 
 

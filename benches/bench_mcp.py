@@ -6,10 +6,12 @@ for `where --static`, `stack`, `path` and `callers` against `python -c
 compiled, caches warm).
 
 Warm questions are asked twice: each first ask is a question the server has
-not answered yet (its producers are open, the answer is not), each second
-ask one it has (answered from what it kept). Goals: p50 of warm `where` at
-most 10 ms, `stack`/`path`/`callers` at most 50 ms; cold `where --static` at
-most 0.08x `import torch`, `stack`/`path`/`callers` at most 0.3x.
+not answered yet (its producers are open, the answer is not: varied
+operators, so that what a warm process keeps of the code, not of the
+question, is what is measured), each second ask one it has (answered from
+what it kept). Goals, on the first asks: p50 of warm `where` at most 10 ms,
+`stack`/`path`/`callers` at most 50 ms; cold `where --static` at most 0.08x
+`import torch`, `stack`/`path`/`callers` at most 0.3x.
 
     python benches/bench_mcp.py [--runs N] [--cache DIR] [--skip-cold]
 
@@ -34,9 +36,11 @@ ROOT = Path(__file__).resolve().parents[1]
 WHERE_NAMES = ["torch.add", "torch.nn.functional.conv2d", "aten::mul.Tensor", "torch.relu", "F.gelu", "torch.matmul", "aten::sum.dim_IntList",
                "torch.nn.Linear", "aten::index_select", "torch.Tensor.add_", "aten::softmax.int", "torch.cat", "aten::mean.dim",
                "torch.nn.functional.layer_norm", "aten::bmm", "torch.sigmoid", "aten::addmm", "torch.where", "aten::sort", "torch.exp"]
-STACKS = ["torch.nn.Conv2d", "torch.add", "torch.nn.Linear", "aten::mul.Tensor", "torch.relu"]
-PATHS = [("torch.nn.Conv2d", "cudnnConvolutionForward", "cuda"), ("torch.mm", "sgemm_", "cpu"), ("torch.add", "ufunc::add", "cpu")]
-CALLERS = ["cudnnConvolutionForward", "at::native::mul_kernel", "cpublas_gemm_impl"]
+STACKS = ["torch.nn.Conv2d", "torch.add", "torch.nn.Linear", "aten::mul.Tensor", "torch.relu", "torch.sigmoid", "aten::sum.dim_IntList",
+          "torch.matmul", "aten::sort", "torch.cat", "torch.nn.functional.softmax", "aten::index_select"]
+PATHS = [("torch.nn.Conv2d", "cudnnConvolutionForward", "cuda"), ("torch.mm", "sgemm_", "cpu"), ("torch.add", "ufunc::add", "cpu"),
+         ("torch.nn.Linear", "cublasSgemm", "cuda"), ("aten::mul.Tensor", "at::native::mul_kernel", "cpu"), ("torch.bmm", "at::native::cpublas::gemm", "cpu")]
+CALLERS = ["cudnnConvolutionForward", "at::native::mul_kernel", "cpublas_gemm_impl", "sgemm_", "raw_cudnn_convolution_forward_out", "cublasSgemm"]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -86,8 +90,8 @@ def warm(env: dict[str, str], repeats: int) -> None:
                 goal = goals.get(tool)
                 verdict = ""
                 if goal is not None:
-                    p50 = statistics.median(again) * 1000
-                    verdict = f"  goal p50 <= {goal} ms asked again: {'ok' if p50 <= goal else 'MISSED'}"
+                    p50 = statistics.median(first) * 1000
+                    verdict = f"  goal p50 <= {goal} ms on first asks: {'ok' if p50 <= goal else 'MISSED'}"
                 print(f"{tool:8} first ask  p50 {statistics.median(first) * 1000:8.1f} ms  p95 {percentile(first, 0.95) * 1000:8.1f} ms (n={len(first)})"
                       f" | asked again p50 {statistics.median(again) * 1000:7.2f} ms  p95 {percentile(again, 0.95) * 1000:7.2f} ms (n={len(again)}){verdict}")
 

@@ -103,6 +103,7 @@ class _Lines(Sequence):
             before.append(before[-1] + text.count("\n", k, k + self._BLOCK))
         self._before = before
         self._len = before[-1] + 1
+        self._newlines: dict[int, list[int]] = {}  # block -> where its newlines are, once a line in it was asked for
 
     def __len__(self) -> int:
         return self._len
@@ -114,13 +115,14 @@ class _Lines(Sequence):
         if n >= self._len:
             return len(self._text) + 1
         k = bisect.bisect_left(self._before, n) - 1  # the n-th newline is in block k
-        pos, seen = k * self._BLOCK, self._before[k]
-        while True:
-            pos = self._text.index("\n", pos)
-            seen += 1
-            if seen == n:
-                return pos + 1
-            pos += 1
+        found = self._newlines.get(k)
+        if found is None:
+            found, pos, end = [], k * self._BLOCK, min(len(self._text), (k + 1) * self._BLOCK)
+            while (pos := self._text.find("\n", pos, end)) != -1:
+                found.append(pos)
+                pos += 1
+            self._newlines[k] = found
+        return found[n - self._before[k] - 1] + 1
 
     def __getitem__(self, i):
         if isinstance(i, slice):
@@ -149,6 +151,7 @@ class GeneratedFiles:
         self.origin = origin  # kind GENERATED, root = the cache directory
         self.db = PerThread(connect(root / "index.sqlite", "the generated files' index"))  # read from any thread
         self._lines: dict[str, Sequence[str]] = {}
+        self._located: dict[tuple, GeneratedCode] = {}  # locate_op's answers: the files never change under an open set
 
     def __repr__(self) -> str:
         return f"GeneratedFiles({self.origin.label!r}, {str(self.root)!r})"
@@ -215,8 +218,20 @@ def locate_op(files: GeneratedFiles, op: Op, layers: Iterable[Layer] = tuple(Lay
     """The generated code of `op` in `files`, for the given layers.
 
     `ufunc_op` is the operator whose `ufunc_inner_loop` generated the ufunc
-    files (`op` itself, or its structured delegate: add.Tensor -> add.out)."""
+    files (`op` itself, or its structured delegate: add.Tensor -> add.out).
+    Kept per set of files by what the answer reads of `op`: a question asks
+    for an operator's code from several layers, and a warm process from many
+    questions."""
     layers = frozenset(layers)
+    source = ufunc_op if ufunc_op is not None else (op if op.ufunc_inner_loop else None)
+    key = (op.name, op.manual_cpp_binding, source.name.name if source is not None else None, layers)
+    found = files._located.get(key)
+    if found is None:
+        found = files._located[key] = _locate_op(files, op, layers, ufunc_op)
+    return found
+
+
+def _locate_op(files: GeneratedFiles, op: Op, layers: frozenset[Layer], ufunc_op: Op | None) -> GeneratedCode:
     name = op.name
     unqualified = name.unqualified
     notes: list[str] = []

@@ -80,6 +80,13 @@ class GraphContext:
         except KernelmapError as e:
             return self._no_headers(e)
 
+    @functools.cached_property
+    def kept(self) -> dict[str, dict]:
+        """Pure results of this context's producers, kept for its life by what
+        computes them: a warm process (kernelmap mcp, serve) asks many
+        questions of one context, and they read much of the same code."""
+        return {}
+
     def check_index_intact(self) -> None:
         """Refuse an answer grown from an index that a read found damaged
         (kernelmap.source.index.IndexDamaged): it would be silently short."""

@@ -111,6 +111,7 @@ of the data pointers runs) is the loop's bookkeeping: a step, never an end.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass
 
@@ -282,12 +283,13 @@ def _end(node: CallNode, path: tuple[CallNode, ...], order: int, arguments: _Arg
     flags = arguments.along(path)
     elses = sum(1 for n, f in zip(path, flags) if (n.condition or "").startswith("else of ")
                 and not special_case(n.condition[8:]) and not arguments.non_default(n.condition[8:], f))
-    trivial = sum(1 for n in path if any(map(special_case, _conditions(n))))
-    larger = sum(1 for n in path if any(map(for_larger_inputs, _conditions(n))))
+    marks = [arguments.marks(n) for n in path]  # (special case, larger inputs, other layouts, growth or check) of each step
+    trivial = sum(m[0] for m in marks)
+    larger = sum(m[1] for m in marks)
     # the conditions on the path taken only in deterministic mode or with an argument not at its default
     opting = [(c, f) for n, f in zip(path, flags) for c in reversed(_conditions(n)) if arguments.opts(c, f)]
-    layouts = sum(1 for n in path if any(map(other_layouts_only, _conditions(n))))
-    growths = sum(1 for n in path if _STORAGE_GROWTH.search(n.name) or any(map(in_check, _conditions(n))))
+    layouts = sum(m[2] for m in marks)
+    growths = sum(m[3] for m in marks)
     if library is not None and library.inner_loop:
         kind = _KIND_RANK[NodeKind.INNER_LOOP]
     elif own_loop(node):
@@ -387,6 +389,22 @@ class _Arguments:
         # a flag's value, and the node whose call passes it (None: the schema's default)
         self.flags: dict[str, tuple[bool, CallNode | None]] = {name: (value, None) for name, value in _flag_defaults(schema).items()}
         self.values = _value_defaults(schema)
+        # non_default's answers by (condition, the flags' values): asked of every node on every path to an end
+        self._decided: dict[tuple, bool] = {}
+        self._signatures: dict[int, tuple[dict, tuple]] = {}  # id(flags) -> (flags, their values), the dict kept so its id is not reused
+        self._marks: dict[int, tuple[CallNode, tuple[bool, bool, bool, bool]]] = {}  # id(node) -> (node, its marks)
+
+    def marks(self, n: CallNode) -> tuple[bool, bool, bool, bool]:
+        """Whether a step is under an arm for a special case, for larger inputs,
+        for another layout, or grows storage or checks (`_end`'s counts): read
+        once per node, though every path through it to an end asks."""
+        kept = self._marks.get(id(n))
+        if kept is None or kept[0] is not n:
+            conditions = _conditions(n)
+            kept = self._marks[id(n)] = (n, (any(map(special_case, conditions)), any(map(for_larger_inputs, conditions)),
+                                             any(map(other_layouts_only, conditions)),
+                                             bool(_STORAGE_GROWTH.search(n.name)) or any(map(in_check, conditions))))
+        return kept[1]
 
     @staticmethod
     def below(node: CallNode, flags: dict[str, tuple[bool, CallNode | None]]) -> dict[str, tuple[bool, CallNode | None]]:
@@ -417,11 +435,17 @@ class _Arguments:
         `else` of one that is true. A test joined by `&&` and `||` is
         decided when its known terms decide it. `flags`: those in effect
         where the condition is (default: the call's own)."""
-        m = _ARM.match(condition or "")
-        if m is None or not balanced(m.group(2)):
-            return False
-        holds = self._at_defaults(m.group(2), self.flags if flags is None else flags)
-        return holds is not None and holds == bool(m.group(1))
+        flags = self.flags if flags is None else flags
+        kept = self._signatures.get(id(flags))
+        if kept is None or kept[0] is not flags:
+            kept = self._signatures[id(flags)] = (flags, tuple((name, value) for name, (value, _) in flags.items()))
+        key = (condition, kept[1])
+        found = self._decided.get(key)
+        if found is None:
+            m = _ARM.match(condition or "")
+            holds = self._at_defaults(m.group(2), flags) if m is not None and balanced(m.group(2)) else None
+            found = self._decided[key] = holds is not None and holds == bool(m.group(1))
+        return found
 
     def _at_defaults(self, test: str, flags: dict[str, tuple[bool, CallNode | None]]) -> bool | None:
         """Whether `test` holds with the arguments at their defaults; None when
@@ -521,6 +545,7 @@ def _borrowed(path: tuple[CallNode, ...]) -> bool:
     return any(name != operators[0] for name in operators[1:])
 
 
+@functools.lru_cache(maxsize=65536)  # a pure reading of the text, asked of every condition on every path
 def deterministic_only(condition: str | None) -> bool:
     """Whether an arm runs only with deterministic algorithms on (Note
     [ranking a call's ends]): `if (globalContext().deterministicAlgorithms()
@@ -537,6 +562,7 @@ def deterministic_only(condition: str | None) -> bool:
 _FALLBACK = re.compile(r"if \(\s*!\s*\(*\s*(?:at::native::)?can_use_fast_route\(")
 
 
+@functools.lru_cache(maxsize=65536)  # a pure reading of the text, asked of every condition on every path
 def fallback_only(condition: str | None) -> bool:
     """Whether an arm runs only when a fast route cannot (Note [ranking a
     call's ends]): ranked like one for an argument not at its default."""
@@ -548,6 +574,7 @@ _OTHER_LAYOUT = re.compile(r"[\w.\->()\[\]]*?(?:layout\(\)\s*==\s*(?:at::|c10::)
                            r"|\bis_(?:sparse\w*|mkldnn|quantized|nested)\(\))")
 
 
+@functools.lru_cache(maxsize=65536)  # a pure reading of the text, asked of every condition on every path
 def other_layouts_only(condition: str | None) -> bool:
     """Whether an arm runs only for tensors of a layout other than strided
     (Note [ranking a call's ends]): `if (a && (x.is_sparse() || x.is_mkldnn()))`,
@@ -600,6 +627,7 @@ def for_channels_last(condition: str | None) -> bool:
     return condition.startswith("if (") and _a_conjunct_of(condition, _CHANNELS_LAST_TEST)
 
 
+@functools.lru_cache(maxsize=65536)  # a pure reading of the text, asked of every condition on every path
 def special_case(condition: str | None) -> bool:
     """Whether an arm runs only for an input of a special kind (Note [ranking a
     call's ends]): empty, zero-dimensional or of one element, one value of a
@@ -607,6 +635,7 @@ def special_case(condition: str | None) -> bool:
     return for_trivial_inputs(condition) or for_channels_last(condition)
 
 
+@functools.lru_cache(maxsize=65536)  # a pure reading of the text, asked of every condition on every path
 def for_larger_inputs(condition: str | None) -> bool:
     """Whether an arm runs only for inputs of at least the grain size, or too
     large to index with 32 bits (Note [ranking a call's ends]): `if (x >=

@@ -166,6 +166,11 @@ def _mentions(text: str, words) -> set[bool]:
 
 def terms(text: str, operator: str) -> list[str]:
     """`text` (its outer parentheses removed) split at `operator` outside any parentheses."""
+    return list(_terms(text, operator))
+
+
+@functools.lru_cache(maxsize=65536)  # a pure reading of the text: the ranking of a call's ends asks it of every condition on every path
+def _terms(text: str, operator: str) -> tuple[str, ...]:
     text = text.strip()
     while text.startswith("(") and text.endswith(")") and _closes_at_end(text):
         text = text[1:-1].strip()
@@ -176,9 +181,10 @@ def terms(text: str, operator: str) -> list[str]:
             found.append(text[start:i].strip())
             start = i + len(operator)
     found.append(text[start:].strip())
-    return found
+    return tuple(found)
 
 
+@functools.lru_cache(maxsize=65536)
 def balanced(text: str) -> bool:
     """Whether `text` keeps its parentheses balanced, never closing one it did
     not open: `a) + g(b` is not."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
 import re
 from pathlib import Path
 
@@ -152,16 +153,38 @@ def _registered_stubs(definition, ctx: GraphContext) -> list[Node]:
     return list(nodes.values())
 
 
-@functools.lru_cache(maxsize=256)
-def _argument_names(path: Path) -> dict[str, tuple[int, ...]]:
-    """name -> the lines where it is passed as an argument, for one file (see down._callbacks)."""
+def _argument_lines(path: Path, name: str) -> tuple[int, ...]:
+    """The lines of one file where `name` is passed as an argument (see
+    down._callbacks). Only the lines that hold the name are matched: a
+    bottom-up tree asks this of hundreds of files, one name each; a warm
+    process keeps the answers, by the file's size and modification time."""
+    return _argument_lines_at(path, _stamp(path), name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _argument_lines_at(path: Path, stamp: tuple[int, int] | None, name: str) -> tuple[int, ...]:
     from kernelmap.graph.down import _ANY_ARGUMENT_NAME
 
-    found: dict[str, dict[int, None]] = {}
-    for number, text in enumerate(file_lines(path), 1):
-        for m in _ANY_ARGUMENT_NAME.finditer(text):
-            found.setdefault(m.group("name"), {})[number] = None
-    return {k: tuple(v) for k, v in found.items()}
+    found: dict[int, None] = {}
+    for number, text in enumerate(_lines(path, stamp), 1):
+        if name in text:
+            for m in _ANY_ARGUMENT_NAME.finditer(text):
+                if m.group("name") == name:
+                    found[number] = None
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=256)
+def _lines(path: Path, stamp: tuple[int, int] | None) -> tuple[str, ...]:
+    return file_lines(path)
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size)
 
 
 def _referrers(definition, ctx: GraphContext) -> list[Node]:
@@ -171,7 +194,7 @@ def _referrers(definition, ctx: GraphContext) -> list[Node]:
     location = definition.location
     short = definition.name.rsplit("::", 1)[-1]
     nodes = []
-    for number in _argument_names(ctx.index.tree.root / location.path).get(short, ()):
+    for number in _argument_lines(ctx.index.tree.root / location.path, short):
         if location.line <= number <= (location.end_line or location.line):
             continue
         referrer = ctx.index.definition_at(location.path, number)
@@ -211,10 +234,13 @@ def _resolves_to(site, definition, ctx: GraphContext) -> bool:
     CUDABlas.cpp is at::cuda::blas::gemm's caller, not cpublas::gemm's."""
     from kernelmap.graph.down import _resolve_direct
 
-    caller = ctx.index.definition_at(site.location.path, site.location.line)
-    if caller is None:
-        return False
-    return any(d.name == definition.name and d.location == definition.location for d in _resolve_direct(site, caller, ctx))
+    kept = ctx.kept.setdefault("resolves_to", {})
+    key = (site, definition.name, definition.location)
+    if key not in kept:
+        caller = ctx.index.definition_at(site.location.path, site.location.line)
+        kept[key] = caller is not None and any(
+            d.name == definition.name and d.location == definition.location for d in _resolve_direct(site, caller, ctx))
+    return kept[key]
 
 
 class _KernelTable:
@@ -436,8 +462,22 @@ def _calls_in(path: Path, module: str, root: Path, word: str) -> dict[str, tuple
     call: called name (absolute, `self.<method>`, and the public name of a
     builtin) -> (caller, call). Only those are read: a large module
     (torch.nn.functional) has hundreds of functions."""
-    lines = file_lines(path)
     found: dict[str, dict[str, tuple[pysource.PyDef, pysource.PyCall]]] = {}
+    holds = re.compile(rf"\b{re.escape(word)}\b")
+    for definition, text in _definitions_in(path, module):
+        if not holds.search(text):
+            continue
+        for name, call in _named_calls(definition, root):
+            found.setdefault(name, {}).setdefault(definition.qualname, (definition, call))
+    return {k: tuple(v.values()) for k, v in found.items()}
+
+
+@functools.lru_cache(maxsize=64)
+def _definitions_in(path: Path, module: str) -> tuple[tuple[pysource.PyDef, str], ...]:
+    """(definition, its text) of the functions, methods and assignments of one
+    file, in order: read once, whatever word a question looks for."""
+    lines = file_lines(path)
+    found = []
     for node in pysource._parse(path).body:
         if isinstance(node, (ast.FunctionDef, ast.Assign)):
             names = [node.name] if isinstance(node, ast.FunctionDef) else [t.id for t in node.targets if isinstance(t, ast.Name)]
@@ -447,17 +487,22 @@ def _calls_in(path: Path, module: str, root: Path, word: str) -> dict[str, tuple
                            for item in node.body if isinstance(item, ast.FunctionDef)]
         else:
             continue
-        for definition in definitions:
-            if not re.search(rf"\b{re.escape(word)}\b", "\n".join(lines[definition.line - 1 : definition.end_line])):
-                continue
-            for call in pysource.calls(definition, root):
-                names = {call.target, pysource.builtin_name(call.target)} - {None}
-                if pysource.shadowed_binding(call.target, root):
-                    hiding = pysource.find_def(call.target, root)
-                    names = {hiding.qualname} if hiding is not None else set()
-                for name in names:
-                    found.setdefault(name, {}).setdefault(definition.qualname, (definition, call))
-    return {k: tuple(v.values()) for k, v in found.items()}
+        found.extend((d, "\n".join(lines[d.line - 1 : d.end_line])) for d in definitions)
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=8192)
+def _named_calls(definition: pysource.PyDef, root: Path) -> tuple[tuple[str, pysource.PyCall], ...]:
+    """(called name, call) of each call one definition makes, by every name it
+    is called by (Note [callers of Python]): read once per definition."""
+    found = []
+    for call in pysource.calls(definition, root):
+        names = {call.target, pysource.builtin_name(call.target)} - {None}
+        if pysource.shadowed_binding(call.target, root):
+            hiding = pysource.find_def(call.target, root)
+            names = {hiding.qualname} if hiding is not None else set()
+        found.extend((name, call) for name in names)
+    return tuple(found)
 
 
 def _python_callers(target: str, ctx: GraphContext) -> list[Node]:

@@ -239,6 +239,7 @@ class Index:
         self._ids: dict[str, int | None] = {}
         self._found: dict[tuple[str, tuple], tuple[Definition, ...]] = {}
         self._by_row: dict[int, Definition] = {}
+        self._sites: dict[tuple[str, tuple], tuple[CallSite, ...]] = {}
 
     def close(self) -> None:
         self._db.close()
@@ -402,6 +403,13 @@ class Index:
     _CALL_COLUMNS = "c.symbol_id, f.path, c.callee_id, c.short_id, c.kind, c.lib_id, c.op_id, c.line, c.cond_id, c.pp_id, c.outer_id"
 
     def _calls(self, where: str, args: tuple, callers: dict[int, Symbol] | None = None) -> list[CallSite]:
+        key = (where, args)
+        found = self._sites.get(key)
+        if found is None:  # a warm process (kernelmap mcp, serve) asks for the same calls from many questions
+            found = self._sites[key] = tuple(self._read_calls(where, args, callers))
+        return list(found)
+
+    def _read_calls(self, where: str, args: tuple, callers: dict[int, Symbol] | None) -> list[CallSite]:
         rows = self._db.execute(
             f"SELECT {self._CALL_COLUMNS} FROM calls c JOIN files f ON f.id = c.file_id WHERE ({where}) AND c.kind != {_ARGUMENT}"
             " ORDER BY f.path, c.line",

@@ -246,7 +246,7 @@ def _written_at(node) -> bool:
     """Whether a node's name is written on the line of its location: not a
     name a macro pastes together (cpu/vml.h's `vm##mkltype##mklop`, placed at
     the line of the use that gives `Exp`). True when the line cannot be read."""
-    from kernelmap.graph.down import file_lines
+    from kernelmap.graph.code import file_lines
 
     location = node.location
     if location is None or location.origin is None or location.origin.root is None:

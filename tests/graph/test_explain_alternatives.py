@@ -20,7 +20,7 @@ ALTERNATIVE_LAUNCHES = ("unrolled_elementwise_kernel", "launch_legacy_kernel", "
 
 
 def line_at(location, context) -> str:
-    from kernelmap.graph.down import location_lines
+    from kernelmap.graph.code import location_lines
 
     return location_lines(location, context)[location.line - 1]
 

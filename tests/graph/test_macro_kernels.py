@@ -55,7 +55,7 @@ def test_a_member_call_in_a_macro_body_has_its_receivers_type_from_the_macro(con
     declares `TensorIteratorBase& iter` and calls `iter.for_each(...)` above
     the line of the use that defines the kernel: the receiver's type is read
     from the macro's lines."""
-    from kernelmap.graph.down import receiver_type
+    from kernelmap.graph.resolve import receiver_type
 
     path = "aten/src/ATen/native/cpu/UnaryOpsKernel.cpp"
     lines = (tree_2_6 / path).read_text().splitlines()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from kernelmap import graph
-from kernelmap.graph.down import _parameter_type
+from kernelmap.graph.overloads import _parameter_type
 from kernelmap.graph.ends import call_ends
 from kernelmap.model import NodeKind
 from tests.graph.conftest import line_of, walk

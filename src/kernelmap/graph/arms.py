@@ -29,9 +29,7 @@ under conv2d is false. Which name the rank is read from is `input` (or
 
 from __future__ import annotations
 
-import functools
 import re
-from pathlib import Path
 
 from kernelmap.graph.context import GraphContext
 from kernelmap.graph.rules import balanced, other_device_reason, terms

@@ -18,7 +18,7 @@ from kernelmap import env
 from kernelmap.errors import KernelmapError
 from kernelmap.graph import DEVICE_KEYS, GraphContext, call_ends, stack, stub_kernel
 from kernelmap.graph import file_lines as _file_lines
-from kernelmap.graph.down import location_lines
+from kernelmap.graph.code import location_lines
 from kernelmap.model import Alternative, CallNode, CallTree, Explanation, Location, NodeKind, Step, located
 
 EXCERPT_LINES = 14

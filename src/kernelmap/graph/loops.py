@@ -39,7 +39,7 @@ from kernelmap.graph.context import GraphContext
 from kernelmap.graph.grow import Node
 from kernelmap.model import EdgeKind, Location, NodeKind
 
-# Where the iteration machinery lives (besides the loop headers of down.LOOP_HEADERS).
+# Where the iteration machinery lives (besides the loop headers of code.LOOP_HEADERS).
 MACHINERY_FILES = (
     "aten/src/ATen/TensorIterator.cpp",
     "aten/src/ATen/TensorIterator.h",

@@ -77,7 +77,7 @@ def _follow_candidates(children: list, ctx: GraphContext) -> list:
     through them, so here they are followed, under a condition that says the call
     was ambiguous. Where some candidates are the specialisation for the call's
     dtype (`gemm<float>` for float32), only those are followed."""
-    from kernelmap.graph.down import tree_lines
+    from kernelmap.graph.code import tree_lines
 
     cpp_type = _CPP_TYPES.get(ctx.dtype)
     for child in children:

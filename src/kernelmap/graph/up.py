@@ -25,9 +25,10 @@ from pathlib import Path
 
 from kernelmap import env, pysource
 from kernelmap.errors import BadInput, KernelmapError, UnknownName
+from kernelmap.graph.code import file_lines
 from kernelmap.graph.context import NEEDS_TREE, GraphContext
-from kernelmap.graph.down import cpp_node, dedupe, file_lines, op_node, vendor_node
-from kernelmap.graph.grow import Node, grow
+from kernelmap.graph.down import dedupe, op_node
+from kernelmap.graph.grow import Node, cpp_node, grow, vendor_node
 from kernelmap.graph.rules import DEFAULT_DEPTH, KERNEL_DIRS, is_symbol_text
 from kernelmap.model import CallTree, EdgeKind, Location, NodeKind, Op
 from kernelmap.safefiles import NotRegularFile, read_text
@@ -232,7 +233,7 @@ def _resolves_to(site, definition, ctx: GraphContext) -> bool:
     """Whether a call site found by name reaches `definition`, resolved the way
     the top-down graph resolves it (namespace-aware): a call of `gemm` in
     CUDABlas.cpp is at::cuda::blas::gemm's caller, not cpublas::gemm's."""
-    from kernelmap.graph.down import _resolve_direct
+    from kernelmap.graph.resolve import _resolve_direct
 
     kept = ctx.kept.setdefault("resolves_to", {})
     key = (site, definition.name, definition.location)

@@ -1,0 +1,656 @@
+"""Which definition a C++ call reaches when its name has several: the one whose
+parameters fit the operator's schema, the one the dtype enables (Note [enable_if
+overloads]) or the build compiles (Note [build configuration]), the class
+specialisation a call names, the overload its argument count and types pick
+(Note [overloads told apart by an argument's type]), an out= spelling; and the
+declarations and template facts those read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from pathlib import Path
+
+from kernelmap.graph.code import (
+    _bracket_items,
+    call_arguments,
+    _call_open,
+    compiled,
+    file_lines,
+    _joined,
+    _OPEN_TAIL,
+    _parameter_name,
+    parameters,
+    _parameters_from,
+    tree_lines,
+    _WORD_CHAR,
+)
+from kernelmap.graph.context import GraphContext
+from kernelmap.graph.grow import Node
+from kernelmap.graph.resolve import _NOT_TYPES
+from kernelmap.graph.rules import balanced, schema_arguments
+from kernelmap.model import Location, Op
+from kernelmap.safefiles import NotRegularFile, read_bytes
+
+
+def _parameter_names(definition, ctx: GraphContext) -> frozenset[str]:
+    """The names a definition's parameters are declared with (`FillStub& fill_stub` -> fill_stub)."""
+    if definition is None or ctx.index is None:
+        return frozenset()
+    return frozenset(filter(None, (_parameter_name(p) for p in parameters(definition, ctx) or ())))
+
+
+def _signature_distance(params: list[str], schema_args: list[str]) -> int:
+    """How far a C++ parameter list is from an operator schema's arguments: a
+    Dimname where the schema has none (or the reverse) rules a candidate out;
+    then the difference in argument count (TensorOptions stands for the
+    schema's dtype, layout, device and pin_memory)."""
+    cpp_named = sum("Dimname" in p for p in params)
+    schema_named = sum("Dimname" in a for a in schema_args)
+    if cpp_named != schema_named:
+        return 1000
+    count = len(params)
+    if any("TensorOptions" in p for p in params) and sum(a.split()[-1].split("=")[0] in ("dtype", "layout", "device", "pin_memory") for a in schema_args) == 4:
+        count += 3
+    return abs(count - len(schema_args))
+
+
+def by_signature(definitions: list, schema: str | None, ctx: GraphContext) -> list:
+    """The overloads of a kernel name whose parameters fit the operator's schema
+    (C++ overloads share a name: `sort(Tensor, int64_t, bool)` in Sorting.cpp,
+    `sort(Tensor, Dimname, bool)` in NamedTensor.cpp); all of them when none can be told apart."""
+    if len(definitions) < 2 or not schema:
+        return definitions
+    args = schema_arguments(schema)
+    scored = []
+    for d in definitions:
+        params = parameters(d, ctx)
+        scored.append(((_signature_distance(params, args), _type_mismatches(params, args)) if params is not None else (500, 0), d))
+    best = min(score for score, _ in scored)
+    return [d for score, d in scored if score == best] if best[0] < 500 else definitions
+
+
+def _schema_type_kind(argument: str) -> str | None:
+    """`tensor`, `tensors` or `scalar` for a schema argument (`Tensor(a!) out`,
+    `Tensor?[] indices`, `Scalar? alpha`), else None (not compared)."""
+    kind = argument.rsplit(None, 1)[0] if " " in argument else ""
+    if kind.startswith("Tensor"):
+        return "tensors" if "[" in kind else "tensor"
+    return "scalar" if kind in ("Scalar", "Scalar?") else None
+
+
+_CPP_TENSORS = re.compile(r"\b(?:TensorList|ITensorListRef|MaterializedITensorListRef)\b|(?:ArrayRef|vector|List)\s*<\s*(?:const\s+)?(?:at::)?(?:std::optional<\s*)?(?:at::)?Tensor\b")
+
+
+def _cpp_type_kind(param: str) -> str | None:
+    """The same for a C++ parameter (`const Tensor& self`, `TensorList tensors`,
+    `const Scalar& other`, `const std::optional<Tensor>& weight`)."""
+    if _CPP_TENSORS.search(param):
+        return "tensors"
+    if re.search(r"\bTensor\b", param):
+        return "tensor"
+    return "scalar" if re.search(r"\bScalar\b", param) else None
+
+
+def _type_mismatches(params: list[str], schema_args: list[str]) -> int:
+    """How many arguments, place by place, are of another kind in C++ than in
+    the schema, of a Tensor, a list of Tensors and a Scalar: overloads of one
+    arity told apart (where.self runs `where(const Tensor&, const Tensor&, const
+    Tensor&)`, not the ScalarSelf overload's `where(const Tensor&, const
+    Scalar&, const Tensor&)` beside it)."""
+    mismatches = 0
+    for param, argument in zip(params, schema_args):
+        want, have = _schema_type_kind(argument), _cpp_type_kind(param)
+        mismatches += want is not None and have is not None and want != have
+    return mismatches
+
+
+# The C++ element types of a dtype, as ATen spells them (at::Half, c10::Half, Half).
+_DTYPE_TYPES = {
+    "float32": ("float",), "float64": ("double",), "float16": ("Half",), "bfloat16": ("BFloat16",),
+    "complex64": ("complex<float>",), "complex128": ("complex<double>",), "int64": ("int64_t", "long"),
+    "int32": ("int32_t", "int"), "int16": ("int16_t", "short"), "int8": ("int8_t",), "uint8": ("uint8_t",), "bool": ("bool",),
+}
+_POINTER_PARAM = re.compile(r"^(?:const\s+)?([\w:]+(?:<[\w:<> ]*>)?)\s*(?:const\s*)?\*")
+
+
+def _element_types(definition, ctx: GraphContext) -> list[tuple[str | None, set[str]]]:
+    """(the explicit specialisation `gemm<float>`, the element types of its
+    pointer parameters) of a definition; of each function of its name that a
+    macro's use writes there (cpu/vml.h's `IMPLEMENT_VML_MKL(exp, Exp)`: a
+    `vexp` for `float *` and one for `double *`)."""
+    path = ctx.index.tree.root / definition.location.path
+    lines = file_lines(path)
+    line = lines[definition.location.line - 1] if definition.location.line <= len(lines) else ""
+    short = definition.name.rsplit("::", 1)[-1]
+    if _call_open(line, short) is None:  # the name is not written on its line: a macro's use
+        expanded = _macro_expansion(path, definition.location.line)
+        if expanded:
+            found, at = [], _call_open(expanded, short)
+            while at is not None:
+                found.append(_declared_types(expanded[expanded.rfind("\n", 0, at) + 1 : at], short, _parameters_from(expanded, at)))
+                following = _call_open(expanded[at:], short)
+                at = None if following is None else at + following
+            return found
+    return [_declared_types(line, short, parameters(definition, ctx) or ())]
+
+
+def _declared_types(line: str, short: str, params) -> tuple[str | None, set[str]]:
+    m = re.search(rf"\b{re.escape(short)}\s*<\s*([\w:<> ]+?)\s*>\s*\(", line)
+    special = m.group(1).replace(" ", "").rsplit("::", 1)[-1] if m else None
+    if special and "<" in m.group(1):
+        special = _bare_type(m.group(1))
+    pointers = set()
+    for p in params:
+        pm = _POINTER_PARAM.match(p)
+        if pm:
+            pointers.add(_bare_type(pm.group(1)))
+    return special, pointers
+
+
+@functools.lru_cache(maxsize=256)
+def _macro_expansion(path: Path, line: int) -> str | None:
+    from kernelmap.source import preprocess
+
+    try:
+        data = read_bytes(path)
+    except (OSError, NotRegularFile):
+        return None
+    expanded = preprocess.macro_expansion(data, line)
+    return None if expanded is None else expanded.decode("utf-8", "replace")
+
+
+def _bare_type(text: str) -> str:
+    """A type as spelled, without spaces or a leading c10::/at:: (`c10::complex<float>` -> `complex<float>`)."""
+    return re.sub(r"^(?:c10::|at::)", "", text.replace(" ", ""))
+
+
+def by_dtype(definitions: list, ctx: GraphContext) -> list:
+    """The template specialisation or overload of a call that runs for the
+    selected dtype: `gemm<float>` of the seven `at::cuda::blas::gemm`, the
+    `cpublas::gemm` whose arrays are all `float*`. The `--dtype` given (float32
+    by default) decides; none when no candidate is spelled for it."""
+    wanted = set(_DTYPE_TYPES.get(ctx.dtype, ()))
+    if not wanted:
+        return definitions
+    special, typed = [], []
+    for d in definitions:
+        declared = _element_types(d, ctx)
+        if any(spec is not None and spec in wanted for spec, _ in declared):
+            special.append(d)
+        elif any(spec is None and pointers and pointers <= wanted for spec, pointers in declared):
+            typed.append(d)
+    return special or typed
+
+
+def by_class_specialisation(definitions: list, ctx: GraphContext) -> tuple[list, str | None]:
+    """The methods of a class template that run for the selected dtype, of
+    several defined in its primary template and in explicit specialisations
+    (`sum_functor<scalar_t>{}(iter)` of ReduceSumProdKernel.cu: the primary's
+    `operator()`, not `sum_functor<c10::complex<at::Half>>`'s; UniqueCub<bool>'s
+    for bool): a specialisation spelled for the dtype, else the primary's.
+    Also why, or None when the definitions are not of that kind."""
+    heads = [_class_arguments(d, ctx) for d in definitions]
+    special = [a for a in heads if a is not None]
+    if not special or len(special) == len(heads):
+        return definitions, None
+    wanted = set(_DTYPE_TYPES.get(ctx.dtype, ()))
+    spelled = [d for d, a in zip(definitions, heads) if a is not None and _bare_type(a) in wanted]
+    if spelled:
+        return spelled, f"{ctx.dtype}: the class specialisation for it"
+    return [d for d, a in zip(definitions, heads) if a is None], f"{ctx.dtype}: the primary template, not its specialisation for {', '.join(dict.fromkeys(special))}"
+
+
+# The head of the class a method is defined in: `struct sum_functor<c10::complex<at::Half>> {` (arguments: a specialisation).
+_CLASS_HEAD = r"\b(?:struct|class)\s+(?:\w+\s+)*?{name}\s*(<(?:[^<>;{{}}]|<(?:[^<>;{{}}]|<[^<>;{{}}]*>)*>)*>)?\s*(?::[^;{{]*)?\{{"
+
+
+def _class_arguments(definition, ctx: GraphContext) -> str | None:
+    """The template arguments of the explicit specialisation of the class a
+    method is defined in (`c10::complex<at::Half>`), read from the nearest
+    head of that class above the method; None for the primary template, a
+    class that is no template, or a class not found within 200 lines."""
+    parts = definition.name.rsplit("::", 2)
+    if len(parts) < 3:
+        return None
+    lines = tree_lines(ctx, definition.location.path)
+    line = definition.location.line
+    text = "\n".join(lines[max(0, line - 200) : line])
+    m = None
+    for m in re.finditer(_CLASS_HEAD.format(name=re.escape(parts[1])), text):
+        pass
+    if m is None or m.group(1) is None:
+        return None
+    return m.group(1)[1:-1].strip()
+
+
+def declaration_head(definition, ctx: GraphContext) -> str:
+    """The text of a definition's declaration up to its name: the template
+    header and return type written on the lines before it (a few at most)."""
+    return _declaration_head(tree_path(ctx, definition.location.path), definition.location.line, definition.name.rsplit("::", 1)[-1])
+
+
+@functools.lru_cache(maxsize=4096)
+def _declaration_head(path: Path, line: int, short: str) -> str:
+    lines = file_lines(path)
+    text = "\n".join(lines[max(0, line - 8) : line])
+    # the last `\bNAME\s*(?:<...>)?\s*(` of the text, read without compiling a pattern per name
+    starts = _name_followed(text, short, _OPEN_TAIL)
+    text = text[: starts[-1]] if starts else text
+    cut = max(text.rfind(";"), text.rfind("}"), text.rfind("{"))
+    return text[cut + 1 :]
+
+
+def _name_followed(text: str, name: str, tail: re.Pattern[str]) -> list[int]:
+    """Where `\bNAME` followed by what `tail` matches is written in `text` (the name's starts)."""
+    found = []
+    word_first = bool(_WORD_CHAR.match(name)) if name else False
+    q = text.find(name) if name else -1
+    while q != -1:
+        word_before = q > 0 and bool(_WORD_CHAR.match(text, q - 1))
+        if word_before != word_first and tail.match(text, q + len(name)):
+            found.append(q)
+        q = text.find(name, q + 1)
+    return found
+
+
+_ANGLE_TAIL = re.compile(r"\s*<")
+
+
+def is_template(definition, ctx: GraphContext) -> bool:
+    """Whether a definition is a function template over a type (`template <typename scalar_t>`)."""
+    return re.search(r"\btemplate\s*<[^;{}]*\b(?:typename|class)\b", declaration_head(definition, ctx)) is not None
+
+
+# `std::enable_if_t<COND, ...>` conditions on the element type that a dtype decides
+# (Note [enable_if overloads]): the opmath type of Half and BFloat16 is float.
+_ENABLE_IF = re.compile(r"enable_if(?:_t)?\s*<\s*(!?)\s*(?:std::)?(is_same_v\s*<\s*(\w+)\s*,\s*(?:at::)?opmath_type\s*<\s*\3\s*>\s*>|(?:c10::|at::)?is_reduced_floating_point_v\s*<\s*\w+\s*>)")
+_REDUCED_DTYPES = ("float16", "bfloat16")
+
+
+def by_enable_if(definitions: list, ctx: GraphContext) -> list:
+    """Note [enable_if overloads]: template overloads of one name told apart by
+    `std::enable_if_t` on the element type (batch_norm_cpu_contiguous_impl,
+    LayerNormKernelImplInternal, _vec_softmax_lastdim: one for float and
+    double, one for the reduced floating types Half and BFloat16). The one the
+    selected dtype enables is the one called; all of them when a condition is
+    not one of these."""
+    reduced = ctx.dtype in _REDUCED_DTYPES
+    enabled = []
+    for d in definitions:
+        lines = tree_lines(ctx, d.location.path)
+        if not any("enable_if" in text for text in lines[max(0, d.location.line - 8) : d.location.line]):
+            return definitions  # the common case, answered without parsing the declaration
+        m = _ENABLE_IF.search(declaration_head(d, ctx))
+        if m is None:
+            return definitions
+        holds = (not reduced) if m.group(2).startswith("is_same") else reduced
+        if holds != bool(m.group(1)):
+            enabled.append(d)
+    return enabled or definitions
+
+
+# A dtype dispatch in a kernel's body: `AT_DISPATCH_FLOATING_TYPES(...)`, `AT_DISPATCH_V2(...)`,
+# a file's own wrapper of one (`_AT_DISPATCH_GEMM_TYPES`).
+_DTYPE_DISPATCH = re.compile(r"\b\w*AT_DISPATCH\w*\s*\(")
+
+
+@functools.lru_cache(maxsize=4096)
+def _dtype_cases(path: Path, start: int, end: int) -> tuple[tuple[int, int], ...]:
+    """The line spans of the dtype dispatches between lines `start` and `end` of a file."""
+    lines = file_lines(path)
+    text = "\n".join(lines[start - 1 : end])
+    spans = []
+    for m in _DTYPE_DISPATCH.finditer(text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        spans.append((start + text.count("\n", 0, m.start()), start + text.count("\n", 0, i)))
+    return tuple(spans)
+
+
+def dtype_work(line: int, callee_name: str, caller, caller_node: Node, callee, ctx: GraphContext) -> str | None:
+    """Why a direct call is the kernel's per-dtype work, kept though it reaches
+    no loop, launch or vendor call (cat_serial_kernel_impl<scalar_t> copies with
+    its own loops): a template over the element type (or a call spelling
+    template arguments, `vec_host_softmax_lastdim<scalar_t, false>::apply`)
+    made in an AT_DISPATCH case of the caller, or called from such work.
+    None otherwise."""
+    location = caller.location
+    if callee is not None and not callee.location.path.startswith("aten/src/ATen/native/"):
+        return None  # ATen's utilities (getTensorInfo<scalar_t, ...> of ATen/cuda/detail) are plumbing
+    why = None
+    for first, last in _dtype_cases(tree_path(ctx, location.path), location.line, location.end_line or location.line):
+        if first <= line <= last:
+            why = f"called in the dtype dispatch at line {first}"
+            break
+    if why is None and caller_node.attrs.get("dtype_work") and callee is not None and callee.location.path == location.path:
+        why = "a template over the element type, called by per-dtype work"
+    if why is None:
+        return None
+    if (callee is not None and is_template(callee, ctx)) or _templated_call(line, callee_name, location, ctx):
+        return why
+    return None  # a helper called in the case (getCurrentDeviceProperties) is plumbing like any other
+
+
+def _templated_call(line: int, name: str, location: Location, ctx: GraphContext) -> bool:
+    """Whether the call of `name` on `line` spells template arguments (`f<scalar_t>(`, `S<scalar_t>::f(`)."""
+    lines = tree_lines(ctx, location.path)
+    text = lines[line - 1] if line <= len(lines) else ""
+    short = re.escape(name.rsplit("::", 1)[-1].lstrip("."))
+    return re.search(rf"\b{short}\s*<|>\s*::\s*{short}\s*\(", text) is not None
+
+
+def by_build(definitions: list, ctx: GraphContext) -> list:
+    """Definitions the build compiles first, then the undecided, then the ones it leaves out."""
+    order = {True: 0, None: 1, False: 2}
+    return sorted(definitions, key=lambda d: order[compiled(d.symbol.condition, ctx)])
+
+
+def not_compiled(node: Node, condition: str | None, ctx: GraphContext) -> Node:
+    """Mark `node` as a branch the device's build leaves out, when its `#if` is false:
+    shown collapsed with its condition, never followed (unless all branches are asked for)."""
+    if condition and compiled(condition, ctx) is False:
+        why = ctx.build.why(condition) if ctx.build is not None else ""
+        node.attrs["branch"] = f"not compiled in a release {ctx.device} build: #if {condition}" + (f" ({why})" if why else "")
+        if not ctx.all_branches:
+            node.leaf().payload = None
+    return node
+
+
+def _structured_functional(op: Op, ctx: GraphContext) -> str | None:
+    """The functional operator whose name a structured group's TORCH_META_FUNC carries."""
+    out = ctx.catalog.delegate(op) or op
+    for candidate in ctx.catalog.overloads(out.name.name.rstrip("_")):
+        if candidate.structured_delegate == out.name.unqualified and not candidate.is_inplace:
+            return candidate.name.unqualified
+    return op.name.unqualified
+
+
+def tree_path(ctx: GraphContext, rel: str) -> Path:
+    """The path of a file of the selected tree (made once per file: a graph names the same files thousands of times)."""
+    return _joined(ctx.index.tree.root, rel)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spelled:
+    """A call site as `call_arguments` reads it: where it is and the name it calls."""
+
+    location: Location
+    name: str
+    callee: str
+
+
+def _template_parameters(text: str, start: int) -> list[str]:
+    """The names, in order, of the parameters of the template head whose `<`
+    ends at `start`: `template<template<typename> class K, typename RNG, int N = 2>`
+    -> K, RNG, N (an unnamed one is '')."""
+    return [(re.findall(r"\w+", item.split("=", 1)[0]) or [""])[-1] for item in _angle_items(text, start)]
+
+
+def _angle_items(text: str, start: int) -> list[str]:
+    """The top-level items of the `<...>` list that begins at `start` (after its `<`)."""
+    return [i.strip() for i in _bracket_items(text, start, "<([{", ">)]}") or () if i.strip()]
+
+
+def call_argument_count(site, ctx: GraphContext) -> int | None:
+    """How many arguments a call site passes, read from its lines in the tree
+    (None when the call cannot be read there)."""
+    arguments = call_arguments(site, ctx)
+    return None if arguments is None else len(arguments)
+
+
+# A declaration of a name: `static ReduceAdd reduce_add;`, `const Tensor& self,` (a parameter).
+_DECLARED = r"(?:^|[;{{(,])\s*(?:(?:static|const|constexpr|inline)\s+)*((?:\w+::)*\w+\s*(?:<[^;{{}}()]*>)?)\s*(?:const\s*)?[&*]?\s*\b{name}\s*(?:[;=,)]|\{{)"
+_CAST = re.compile(r"(?:static|reinterpret|const)_cast\s*<(.+)>\s*\(.*\)", re.S)
+
+
+def _type_key(text: str) -> str | None:
+    """A type as written, made comparable: qualifiers, `const`, `&`, `*` and
+    spaces dropped (`const std::optional<at::Generator>&` -> `optional<Generator>`)."""
+    text = re.sub(r"\b(?:const|volatile|struct|class|typename)\b|[&*\s]", "", text)
+    text = re.sub(r"\b\w+::", "", text)
+    return text if re.fullmatch(r"[\w<>,]+", text or "") else None
+
+
+def _declared_type(name: str, site, ctx: GraphContext) -> str | None:
+    """The type (_type_key) of the nearest declaration of `name` above a
+    call site in its file; None when not found."""
+    cache = ctx.__dict__.setdefault("_declared_types", {})
+    key = (name, site.location.path, site.location.line)
+    if key not in cache:
+        cache[key] = _find_declared_type(name, site, ctx)
+    return cache[key]
+
+
+def _find_declared_type(name: str, site, ctx: GraphContext) -> str | None:
+    lines = tree_lines(ctx, site.location.path)
+    pattern = re.compile(_DECLARED.format(name=re.escape(name)), re.M)
+    for i in range(site.location.line - 1, -1, -1):
+        if name not in lines[i]:
+            continue
+        text = "\n".join(lines[max(0, i - 1) : i + 1])
+        found = [m.group(1) for m in pattern.finditer(text) if re.match(r"\w+", m.group(1)).group() not in _NOT_TYPES]
+        if found:
+            return _type_key(found[-1])
+    return None
+
+
+def _argument_type(argument: str, site, ctx: GraphContext) -> str | None:
+    """The type of an argument where it is written out: a name's declaration
+    above the call, a cast's target (`static_cast<std::optional<Generator>>(std::nullopt)`),
+    or what the function it calls returns (`wrapped_scalar_tensor(other)`)."""
+    if re.fullmatch(r"[A-Za-z_]\w*", argument):
+        return _declared_type(argument, site, ctx)
+    cast = _CAST.fullmatch(argument)
+    if cast:
+        return _type_key(cast.group(1))
+    call = _CALL_ARGUMENT.fullmatch(argument)
+    # `f(a)`, not `f(a) + g(b)`: what lies between the first `(` and the last `)` is balanced
+    return _returned_type(call.group(1), ctx) if call and balanced(call.group(2)) else None
+
+
+_CALL_ARGUMENT = re.compile(r"((?:[A-Za-z_]\w*::)*[A-Za-z_]\w*)\s*\((.*)\)", re.S)
+# Words before a function's name that are not its return type (`static inline`, `C10_API`, `TORCH_API`).
+_SPECIFIERS = re.compile(r"\b(?:static|inline|constexpr|extern|virtual|explicit|friend|[A-Z][A-Z0-9_]*[A-Z0-9])\b")
+
+
+def _returned_type(name: str, ctx: GraphContext) -> str | None:
+    """The type (_type_key) a call of `name` returns, when every definition of
+    that name in the tree declares the same one, written out (ScalarOps.h's
+    `inline Tensor wrapped_scalar_tensor(`); None for a template, `auto`, or
+    definitions that disagree."""
+    found = ctx.index.definitions(name)
+    if not found or len(found) > 8:
+        return None
+    types = set()
+    for d in found:
+        head = declaration_head(d, ctx)
+        if re.search(r"\b(?:template|auto|decltype|operator)\b|[#()]", head):
+            return None
+        types.add(_type_key(_SPECIFIERS.sub("", head)))
+    return types.pop() if len(types) == 1 and None not in types else None
+
+
+def _parameter_type(parameter: str) -> str | None:
+    """`const ReduceAdd& f` -> ReduceAdd, `const Arguments&` -> Arguments (unnamed),
+    `std::optional<Generator> generator` -> optional<Generator> (_type_key);
+    None when it cannot be read (a function pointer)."""
+    text = re.sub(r"=.*", "", parameter, flags=re.S).strip()
+    if "(" in text or not text:
+        return None
+    named = re.search(r"(?<=[\s&*>])[A-Za-z_]\w*$", text)
+    if named is not None and re.search(r"\w", text[: named.start()]) and text[: named.start()].strip() not in ("unsigned", "signed", "long", "short"):
+        text = text[: named.start()]
+    return _type_key(text)
+
+
+_CLASS = re.compile(r"^(template\s*<[^;{}]*>\s*)?(?:class|struct)\s+(\w+)\s*(?:final\s*)?\{", re.M)
+
+
+@functools.lru_cache(maxsize=256)
+def _plain_classes(path: Path) -> frozenset[str]:
+    """The classes a file defines at the start of a line, not templates, with
+    no constructor of one argument (so nothing converts to them implicitly):
+    ScatterGatherKernel.cpp's functors ReduceMean, TensorAssign."""
+    text = "\n".join(file_lines(path))
+    found = set()
+    for m in _CLASS.finditer(text):
+        name = m.group(2)
+        if m.group(1) or re.search(rf"\b{name}\s*\(\s*(?:const\s+)?\w[\w:<>]*\s*[&*]*\s*\w*\s*\)", text):
+            continue  # a template, or a constructor that may convert
+        found.add(name)
+    return frozenset(found)
+
+
+_TEMPLATE_HEAD = re.compile(r"\btemplate\s*<")
+_ALIAS = re.compile(r"\busing\s+(\w+)\s*=|\btypedef\b[^;{}]*\btypename\b[^;{}]*?\b(\w+)\s*;")
+
+
+@functools.lru_cache(maxsize=256)
+def _dependent_names(path: Path) -> frozenset[str]:
+    """The names a file declares as template type parameters or aliases
+    (`typename scalar_t`, `using opmath_t = ...`): a type spelled so stands
+    for one a template's instantiation decides."""
+    text = "\n".join(file_lines(path))
+    names = set()
+    for m in _TEMPLATE_HEAD.finditer(text):
+        names.update(_template_parameters(text[m.end() : m.end() + 2000], 0))  # a head is short: read no further
+    names.update(a or b for a, b in _ALIAS.findall(text))
+    names.discard("")
+    return frozenset(names)
+
+
+def by_argument_types(definitions: list, site, ctx: GraphContext) -> list:
+    """Note [overloads told apart by an argument's type]: the overloads of a
+    call whose parameters differ in type where the call passes an argument
+    whose type is written out (a name declared above the call in its file, or
+    a cast): the overloads that take exactly that type
+    (`cuda_scatter_gather_base_kernel::operator()` of a `ReduceAdd& f`, for
+    `reduce_add`, declared `static ReduceAdd reduce_add;`; native::randn's
+    `std::optional<Generator>` overload, for
+    `static_cast<std::optional<Generator>>(std::nullopt)`), as C++ prefers an
+    exact match to a template or a conversion. Types are compared whole,
+    template arguments included, qualifiers and references dropped. A type a
+    template decides (`scalar_t`, `opmath_t`) decides nothing here. All of
+    them when the types cannot be read or none matches."""
+    if len(definitions) < 2 or ctx.index is None:
+        return definitions
+    arguments = call_arguments(site, ctx)
+    if not arguments:
+        return definitions
+    types = []
+    for d in definitions:
+        params = parameters(d, ctx)
+        if params is None or len(params) < len(arguments):
+            return definitions
+        types.append([_parameter_type(p) for p in params[: len(arguments)]])
+    matching = list(range(len(definitions)))
+    for position, argument in enumerate(arguments):
+        if len({t[position] for t in types}) < 2:
+            continue  # every overload takes the same type here
+        declared = _argument_type(argument, site, ctx)
+        if declared is None or set(re.findall(r"\w+", declared)) & _dependent_names(tree_path(ctx, site.location.path)):
+            continue  # unknown, or a template's type (`opmath_t`: `float` for Half, so gemm_notrans_'s Half overload)
+        exact = [i for i in matching if types[i][position] == declared]
+        if exact:
+            matching = exact
+            continue
+        # no overload takes it exactly: one whose parameter is another plain class of the file cannot take it
+        # (cpu_scatter_gather_base_kernel's `ReduceMean& kernel_func` for a TensorAssign): a template can
+        classes = _plain_classes(tree_path(ctx, site.location.path))
+        if declared in classes:
+            viable = [i for i in matching if types[i][position] not in classes]
+            if viable:
+                matching = viable
+    return [definitions[i] for i in matching] if len(matching) < len(definitions) else definitions
+
+
+def _accepts(op: Op, count: int) -> bool:
+    arguments = schema_arguments(op.schema)
+    required = sum("=" not in a for a in arguments)
+    return required <= count <= len(arguments)
+
+
+_OUT_SPELLINGS = ("_out", "_outf", "_symint_out", "_symint_outf")
+
+
+def by_out_spelling(op: Op, site, ctx: GraphContext) -> Op:
+    """The out= overload a call spelled `at::<name>_out` / `_outf` reaches
+    (`at::abs_out(result, self)`, or `at::abs_out` passed to a helper): the
+    one that takes as many arguments, else the first. The resolved operator
+    when the spelling is the operator's own name or none fits."""
+    base = op.name.name
+    if op.is_out or site.name == base or not site.name.endswith(_OUT_SPELLINGS) or site.name.removeprefix(base) not in _OUT_SPELLINGS:
+        return op
+    outs = [o for o in ctx.catalog.overloads(base) if o.is_out and o.name.name == base]
+    count = call_argument_count(site, ctx)
+    fitting = [o for o in outs if count is None or _accepts(o, count)]
+    return (fitting or outs or [op])[0]
+
+
+def by_argument_count(op: Op, site, ctx: GraphContext) -> Op:
+    """The overload a C++ call reaches: `at::sort(self, false, dim, descending)`
+    passes four arguments, which `sort(Tensor self, int dim=-1, bool
+    descending=False)` cannot take and `sort.stable` can. The resolved operator
+    stays when it accepts the count or no other overload of its name does."""
+    count = call_argument_count(site, ctx)
+    if count is not None and site.callee.startswith("."):
+        count += 1  # `self.sort(...)`: the tensor is the first argument
+    if count is None or _accepts(op, count):
+        return op
+    for other in ctx.catalog.overloads(op.name.name.rstrip("_")):
+        if other.name.name == op.name.name and other.is_out == op.is_out and other.is_inplace == op.is_inplace and _accepts(other, count):
+            return other
+    return op
+
+
+def by_arity(definitions: list, site, ctx: GraphContext) -> list:
+    """The overloads of a direct call that take as many arguments as it passes
+    (`cudnn_convolution_backward_input(input.sizes(), grad_output, ...)` with ten
+    arguments is ConvShared.cpp's Tensor overload, not the one that takes a
+    CheckedFrom first); all of them when the count cannot be read or none fits."""
+    if len(definitions) < 2:
+        return definitions
+    count = call_argument_count(site, ctx)
+    if count is None:
+        return definitions
+    fitting = []
+    for d in definitions:
+        params = parameters(d, ctx)
+        if params is None:
+            return definitions
+        required = sum("=" not in p for p in params if p != "...")
+        if required <= count and (count <= len(params) or any(p.endswith("...") for p in params)):
+            fitting.append(d)
+    return fitting or definitions
+
+
+def _one_symbol(definitions) -> bool:
+    return len({d.lookup for d in definitions}) == 1
+
+
+def _all_distinct_conditions(candidates) -> bool:
+    conditions = [d.symbol.condition for d in candidates]
+    return all(conditions) and len(set(conditions)) == len(conditions)
+
+
+def _nearest(definitions: list, callee: str, caller) -> list:
+    """The definitions a name written in `caller` means: a qualified name's
+    own, else the ones of the caller's namespace or the nearest enclosing one
+    (`gatherTopK<<<...>>>` in sbtopk::launch is sbtopk::gatherTopK, not mbtopk's)."""
+    if len(definitions) < 2:
+        return definitions
+    callee = callee.lstrip(":")
+    if "::" in callee:
+        exact = [d for d in definitions if f"::{d.lookup}".endswith(f"::{callee}")]
+        return exact or definitions
+    ns = caller.lookup.rsplit("::", 1)[0] if "::" in caller.lookup else ""
+    while True:
+        scoped = [d for d in definitions if d.lookup == (f"{ns}::{callee}" if ns else callee)]
+        if scoped or not ns:
+            return scoped or definitions
+        ns = ns.rsplit("::", 1)[0] if "::" in ns else ""

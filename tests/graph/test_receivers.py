@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from kernelmap import graph
-from kernelmap.graph.down import _tensor_like
+from kernelmap.graph.sites import _tensor_like
 from kernelmap.model import NodeKind
 from tests.graph.conftest import called_operator
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from kernelmap import graph
-from kernelmap.graph.down import forwarder
+from kernelmap.graph.sites import forwarder
 from tests.golden.observed import load
 from tests.graph.conftest import walk
 

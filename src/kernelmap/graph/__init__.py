@@ -13,8 +13,10 @@ source (`pysource`), bindings and wrappers from the regenerated files
 (`source`). Layers whose producer is missing are reported, not guessed.
 The package is split by job: `context` opens the producers, `rules` holds
 the expansion rules, `grow` expands and freezes, `code` reads the C++ text
-the rules need and `resolve` the definitions a direct call reaches, `down`
-and `up` are the two directions, `ends` ranks where a call ends (used by
+the rules need and `resolve` the definitions a direct call reaches,
+`overloads` and `values` which definition a call reaches and what it passes,
+`down` (by layer: `python`, `operators`, `sites`, `kernel_loops`, `stubs`,
+with the nodes of `nodes`) and `up` are the two directions, `ends` ranks where a call ends (used by
 `where` and `explain`). Imports point one way, to these lower jobs, never
 back up to a direction (tests/test_import_circles.py).
 Each rule that decides what a call runs has a Note where it is applied; the
@@ -35,7 +37,7 @@ def processors_for(context: GraphContext) -> Callable[[CallTree], CallTree]:
     """The processors a stack's options ask for: branches for other devices
     collapsed unless all branches are shown; plumbing pruned unless all calls
     are. (The autograd wrappers that never run are never grown: Note [the
-    autograd layer] in graph.down.)"""
+    autograd layer] in graph.operators.)"""
     from kernelmap import processors
 
     def apply(tree: CallTree) -> CallTree:

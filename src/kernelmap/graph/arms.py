@@ -1,5 +1,5 @@
 """Which arms of a definition can run for one call: its case/if tests
-evaluated under the values the call passes (graph.down's Note [values a
+evaluated under the values the call passes (graph.values' Note [values a
 call passes]), the selected device and the tensors' rank the operator's name
 fixes, and the values a backend selector can return under them.
 

@@ -3,7 +3,7 @@ and strings blanked where a rule must not read them), a definition's
 parameters, a call's arguments and the values it passes, the lambdas written
 at a device loop's call, whether the build for the device compiles an `#if`,
 and where the device loops are defined. Read by every direction of the graph
-(graph.down, graph.loops, graph.arms) and depending on none of them."""
+(graph.sites and the layers beside it, graph.loops, graph.arms) and depending on none of them."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ label_smoothing=0.0`; an `int` compared with a number is not read, as a
 kernel tests it once wrapped: `dim=-1` as `dim == 0`), or a flag that
 a call on the way passes as a literal (sort_kernel_impl's `if (stable)`
 below at::native::sort's `at::sort(self, false, ...)`: Note [flags passed as
-literals] in graph.down), whose `else` counts as no `else` arm below; an end
+literals] in graph.values), whose `else` counts as no `else` arm below; an end
 under two such arms ranks after one under one. So does a foreach kernel's
 per-tensor fallback, taken only when `can_use_fast_route` says the lists
 cannot go to multi_tensor_apply (tensors of several devices or dtypes).
@@ -308,7 +308,7 @@ def _end(node: CallNode, path: tuple[CallNode, ...], order: int, arguments: _Arg
 # with_complex_to_float_out calls unary_op_impl_float_out under `if
 # (promotes_integer_to_float)` and then unary_op_impl_out, which reach the same
 # abs_stub; abs_out passes `false` (Note [flags passed as literals] in
-# graph.down), so abs's loop is reached at the defaults only through the second
+# graph.values), so abs's loop is reached at the defaults only through the second
 # call, the repeat. An end reached at the defaults through some path is at
 # the defaults: the ranking also walks a repeat's expanded twin as if it were
 # below the repeat (not when the twin is on the path already: recursion),
@@ -349,7 +349,7 @@ def in_check(condition: str | None) -> bool:
 
 def _conditions(node: CallNode) -> tuple[str | None, ...]:
     """The condition a node is called under, and those around it in its
-    caller (Note [conditions around a call] in graph.down): sort's
+    caller (Note [conditions around a call] in graph.sites): sort's
     std::stable_sort is under `if (stable)`, in `if (descending)`."""
     outer = node.attrs.get("outer_conditions")
     return (node.condition, *outer) if outer else (node.condition,)
@@ -381,7 +381,7 @@ class _Arguments:
     [ranking a call's ends]): the optional arguments its schema does not
     require and the defaults of its flags; and, below a call of another
     operator, the flags that call passes as literals (Note [flags passed as
-    literals] in graph.down)."""
+    literals] in graph.values)."""
 
     def __init__(self, tree: CallTree):
         schema = tree.root.attrs.get("schema") if tree.root.kind is NodeKind.OPERATOR else None

@@ -44,7 +44,7 @@ class Node:
     # called in the lambda a kernel hands its own loop, or a template such a call instantiates: the
     # per-element work, never plumbing (Note [device loop machinery] in graph.loops)
     loop_work: bool = False
-    # a stub call's known arguments, by place after the device type (Note [values a call passes] in graph.down)
+    # a stub call's known arguments, by place after the device type (Note [values a call passes] in graph.values)
     passed: dict[int, bool] | None = None
     # the values its definition's parameters and fields are known to hold for the call (Note [values a call passes])
     known: dict[str, bool] | None = None
@@ -67,7 +67,7 @@ class Node:
 
 Expand = Callable[[Node], list[Node]]
 
-# The dispatch keys whose wrappers run on the way to the backend's (Note [the autograd layer] in graph.down).
+# The dispatch keys whose wrappers run on the way to the backend's (Note [the autograd layer] in graph.operators).
 _LAYER_KEYS = frozenset({"Autograd", "ADInplaceOrView", "BackendSelect"})
 
 

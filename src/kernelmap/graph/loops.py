@@ -24,7 +24,7 @@ A kernel that calls `iter.for_each(...)`, `iter.serial_for_each(...)` or
 `iter.parallel_reduce(...)` itself (cascade_sum, the unary kernels that
 UnaryOpsKernel.cpp's IMPLEMENT_FLOAT_KERNEL writes), or `at::parallel_for(...)`
 (the pooling kernels), has that call for its device loop, at its definition
-(graph.down's `_own_loop`); the loop it runs is the lambda at the call, whose
+(graph.kernel_loops' `_own_loop`); the loop it runs is the lambda at the call, whose
 calls are the kernel's own.
 """
 
@@ -54,7 +54,7 @@ _THREAD_FILES = ("aten/src/ATen/Parallel-inl.h", "aten/src/ATen/ParallelOpenMP.h
 # What each loop of Loops.h is, for the reader (and for explain).
 _ROLES = {"vectorized_loop": "vectorized inner loop", "basic_loop": "scalar inner loop"}
 _ITERATION = (".for_each", ".serial_for_each")
-# The calls a definition makes, only those on the lines of a span when one is given: graph.down's
+# The calls a definition makes, only those on the lines of a span when one is given: graph.sites'
 # `_code_children(node, ctx, owner, span)`, passed in (the direction that grows the tree owns its rules).
 CodeChildren = Callable[[Node, GraphContext, Any, "tuple[int, int] | None"], "list[Node]"]
 

@@ -1,7 +1,7 @@
 """A direct C++ call -> the definitions it may reach, best first: looked up
 from the caller's own class and namespaces outwards, and through the type its
 receiver is declared with (`iter.for_each(...)` where `auto iter =
-TensorIterator...`). Used by graph.down to follow calls and by graph.arms to
+TensorIterator...`). Used by graph.sites to follow calls and by graph.arms to
 read the selector a `switch` is on."""
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ _UTILITY_OPS = re.compile(
 )
 
 # Utilities that only inspect a tensor (its sizes, dtype, flags) or promote types: never
-# the work of a composite that calls them (Note [a composite's utilities] in graph.down).
+# the work of a composite that calls them (Note [a composite's utilities] in graph.sites).
 _INSPECTIONS = re.compile(
     r"(is_\w+|_is_\w+|size|stride|sym_\w+|numel|dim|result_type|can_cast|promote_types|_has_compatible_shallow_copy_type|"
     r"item|_local_scalar_dense|qscheme|q_\w+|_nnz|lift\w*)(_|\b|$)"

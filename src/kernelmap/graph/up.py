@@ -27,8 +27,8 @@ from kernelmap import env, pysource
 from kernelmap.errors import BadInput, KernelmapError, UnknownName
 from kernelmap.graph.code import file_lines
 from kernelmap.graph.context import NEEDS_TREE, GraphContext
-from kernelmap.graph.down import dedupe, op_node
 from kernelmap.graph.grow import Node, cpp_node, grow, vendor_node
+from kernelmap.graph.nodes import dedupe, op_node
 from kernelmap.graph.rules import DEFAULT_DEPTH, KERNEL_DIRS, is_symbol_text
 from kernelmap.model import CallTree, EdgeKind, Location, NodeKind, Op
 from kernelmap.safefiles import NotRegularFile, read_text
@@ -84,7 +84,7 @@ def _expand_up(node: Node, ctx: GraphContext) -> list[Node]:
         return [op_node(node.payload, ctx, EdgeKind.DISPATCHER, f"registered for {node.attrs.get('key')}")]
     if node.kind in ("wrapper", "ops_entry") and isinstance(node.payload, tuple) and len(node.payload) == 2 and isinstance(node.payload[1], Op):
         what, op = node.payload
-        if what == "redispatch":  # Note [the autograd layer] in graph.down: the autograd wrapper redispatched
+        if what == "redispatch":  # Note [the autograd layer] in graph.operators: the autograd wrapper redispatched
             return [_autograd_wrapper(op, ctx)]
         if what == "call":  # the operator's entry is called by its callers
             return _parents_of_op(op, ctx)
@@ -156,7 +156,7 @@ def _registered_stubs(definition, ctx: GraphContext) -> list[Node]:
 
 def _argument_lines(path: Path, name: str) -> tuple[int, ...]:
     """The lines of one file where `name` is passed as an argument (see
-    down._callbacks). Only the lines that hold the name are matched: a
+    sites._callbacks). Only the lines that hold the name are matched: a
     bottom-up tree asks this of hundreds of files, one name each; a warm
     process keeps the answers, by the file's size and modification time."""
     return _argument_lines_at(path, _stamp(path), name)
@@ -164,7 +164,7 @@ def _argument_lines(path: Path, name: str) -> tuple[int, ...]:
 
 @functools.lru_cache(maxsize=4096)
 def _argument_lines_at(path: Path, stamp: tuple[int, int] | None, name: str) -> tuple[int, ...]:
-    from kernelmap.graph.down import _ANY_ARGUMENT_NAME
+    from kernelmap.graph.sites import _ANY_ARGUMENT_NAME
 
     found: dict[int, None] = {}
     for number, text in enumerate(_lines(path, stamp), 1):
@@ -190,7 +190,7 @@ def _stamp(path: Path) -> tuple[int, int] | None:
 
 def _referrers(definition, ctx: GraphContext) -> list[Node]:
     """Definitions of the same file that pass `definition` as an argument (a
-    kernel handed to a helper as a function pointer, see down._callbacks), read
+    kernel handed to a helper as a function pointer, see sites._callbacks), read
     from a per-file table: a bottom-up tree asks for many."""
     location = definition.location
     short = definition.name.rsplit("::", 1)[-1]
@@ -296,7 +296,7 @@ def _ops_with_kernel(catalog, symbol: str) -> tuple[Op, ...]:
 def _code(op: Op, ctx: GraphContext):
     """The generated registration wrappers and bindings of `op`, located once per operator."""
     from kernelmap.codegen import Layer
-    from kernelmap.graph.down import _generated
+    from kernelmap.graph.nodes import _generated
 
     key = (id(ctx.generated), str(op.name))
     if key not in _CODE:  # every layer a bottom-up tree reads of an operator, located once
@@ -330,7 +330,7 @@ def _wrapper_nodes(op: Op, keys: list[str], ctx: GraphContext) -> list[Node]:
 def _above_op(op: Op, ctx: GraphContext) -> Node:
     """What reaches an operator's kernels, bottom-up: its autograd wrapper's
     `at::_ops::<op>::redispatch` when it has one (called from Python or a
-    composite, Note [the autograd layer] in graph.down; a kernel's own calls
+    composite, Note [the autograd layer] in graph.operators; a kernel's own calls
     skip it), else `at::_ops::<op>::call`, where its callers enter the dispatcher."""
     if _autograd_registration(op, ctx) is not None:
         symbol = f"at::_ops::{op.name.unqualified.replace('.', '_')}::redispatch"
@@ -342,7 +342,7 @@ def _above_op(op: Op, ctx: GraphContext) -> Node:
 
 def _autograd_registration(op: Op, ctx: GraphContext):
     """The generated VariableType wrapper of `op` (or the hand-written one of VariableTypeManual.cpp); None when it has none."""
-    from kernelmap.graph.down import _manual_autograd
+    from kernelmap.graph.operators import _manual_autograd
 
     if op.kind.value == "composite implicit":
         return None
@@ -509,7 +509,7 @@ def _named_calls(definition: pysource.PyDef, root: Path) -> tuple[tuple[str, pys
 def _python_callers(target: str, ctx: GraphContext) -> list[Node]:
     """Python functions and methods that call `target` (a builtin, a function,
     or a method through `self.`), and for a module's `forward`, the module."""
-    from kernelmap.graph.down import _python_node
+    from kernelmap.graph.nodes import _python_node
 
     root = ctx.python_dir  # the tree's own .py files when it has them (Note [graph versions])
     if root is None:

@@ -245,7 +245,7 @@ _CHECK_MACROS = (b"TORCH_CHECK", b"TORCH_INTERNAL_ASSERT", b"TORCH_WARN", b"AT_A
 # ...)` in Repeat.h; any macro named as _CHECK_MACROS start) validates the
 # inputs; it is not the work. Its condition is "inside TORCH_CHECK", with the
 # case/ifs around the check as the ones around it (Note [conditions around a
-# call] in graph.down), and its ends rank as setup.
+# call] in graph.sites), and its ends rank as setup.
 _CLOSE_BEFORE_BRACE = re.compile(rb"\)(?=\s*\})")
 _NAME_BEFORE = re.compile(rb"([A-Za-z_]\w*)[ \t]*$")
 

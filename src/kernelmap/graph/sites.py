@@ -1,0 +1,822 @@
+"""A C++ definition's children in the static graph: each call site as a node (an
+operator through the dispatcher, a stub, a device loop, a library, a direct
+call), with the rules that decide which calls run: Note [steps that run],
+Note [conditions around a call], Note [operators written as C++ operators],
+Note [vectorized math], Note [unqualified operator calls], Note [template
+arguments], Note [stub parameters], Note [a composite's utilities].
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from kernelmap.errors import KernelmapError
+from kernelmap.graph.code import (
+    _argument_value,
+    _blank_keeping_lines,
+    _bracket_items,
+    _by_short_name,
+    call_arguments,
+    _CODE_ONLY,
+    _COMMENT,
+    compiled,
+    _is_bool_parameter,
+    _parameter_name,
+    parameters,
+    tree_lines,
+)
+from kernelmap.graph.context import GraphContext
+from kernelmap.graph.grow import cpp_node, Node, vendor_node
+from kernelmap.graph.kernel_loops import (
+    _device_loop,
+    _ITERATOR_LOOPS,
+    _loop_call,
+    _loop_lambdas,
+    _own_loop,
+    _PARALLEL_LOOPS,
+)
+from kernelmap.graph.nodes import (
+    dedupe,
+    entered,
+    entered_op,
+    _is_utility_kernel,
+    is_view_alias,
+    op_node,
+    _own_overload,
+    _utility_kernel,
+)
+from kernelmap.graph.overloads import (
+    _all_distinct_conditions,
+    _angle_items,
+    _ANGLE_TAIL,
+    by_argument_count,
+    by_argument_types,
+    by_arity,
+    by_build,
+    by_class_specialisation,
+    by_dtype,
+    by_enable_if,
+    by_out_spelling,
+    declaration_head,
+    _DTYPE_TYPES,
+    dtype_work,
+    is_template,
+    _name_followed,
+    _nearest,
+    not_compiled,
+    _one_symbol,
+    _parameter_names,
+    _Spelled,
+    _TEMPLATE_HEAD,
+    _template_parameters,
+)
+from kernelmap.graph.resolve import _declarations, receiver_declarations, receiver_type, _resolve_direct
+from kernelmap.graph.rules import (
+    is_inspection_op,
+    is_utility_op,
+    KERNEL_DIRS,
+    launch_kind,
+    other_device_reason,
+    VECTORIZED_MATH,
+)
+from kernelmap.graph.stubs import _generated_children, _generated_kernel_children, GeneratedKernel, _stub_children
+from kernelmap.graph.values import (
+    _assigned,
+    by_literal_types,
+    _CALLER_VALUES,
+    _given,
+    _is_number,
+    literal_flags,
+    _literal_parameters,
+    node_flags,
+)
+from kernelmap.model import EdgeKind, Location, NodeKind, Op
+
+
+# Note [operators written as C++ operators]
+# `self * other`, `x == 0`, `out += bias` on a Tensor call the operator
+# TensorOperators.h defines for it, which calls the Tensor's method
+# (`operator*` -> `Tensor::mul`): an operator call like any, at the line of
+# the expression, though the index records no call there. An expression is
+# read so when its left operand is a variable the caller declares a Tensor
+# (`const Tensor& self`, `Tensor out`); a number on the right picks the
+# Scalar overload (`x * 2` is mul.Scalar); a compound assignment is the
+# in-place operator (`+=` is add_). The arms around it are the recorded
+# call's on the same line, if any.
+_TENSOR_OPERATORS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "==": "eq", "!=": "ne", "<": "lt", ">": "gt", "<=": "le", ">=": "ge",
+                     "&": "bitwise_and", "|": "bitwise_or", "^": "bitwise_xor", "+=": "add_", "-=": "sub_", "*=": "mul_", "/=": "div_"}
+_OPERATOR_EXPRESSION = re.compile(r"(?<![\w.>:\]])([A-Za-z_]\w*)\s*(==|!=|<=|>=|\+=|-=|\*=|/=|[-+*/<>&|^])(?![=\-+>&|<*/])\s*(\(|[A-Za-z_]\w*|\.?\d[\w.]*)")
+_TENSOR_TYPE = re.compile(r"(?:at::)?Tensor")
+_TENSOR_DECLARATION = re.compile(r"(?<![\w:])(?:at::)?Tensor\s*&{0,2}\s*([A-Za-z_]\w*)\s*[,)=;({]")
+
+
+def _operator_sites(definition, sites, span, ctx: GraphContext) -> list:
+    """Call sites for the operators a definition writes as C++ operators on
+    Tensors (Note [operators written as C++ operators]), in `span` if given."""
+    from kernelmap.source.index import CallSite
+
+    location = definition.location
+    lines = tree_lines(ctx, location.path)
+    first, last = (span if span is not None else (location.line, location.end_line or location.line))
+    body = _CODE_ONLY.sub(_blank_keeping_lines, "\n".join(lines[first - 1 : last])).split("\n")
+    if not any(("Tensor" in line) for line in lines[location.line - 1 : location.end_line or location.line]):
+        return []
+    # the names the definition declares a Tensor (its parameters, its locals): one reading of its text
+    whole = _CODE_ONLY.sub(_blank_keeping_lines, "\n".join(lines[location.line - 1 : location.end_line or location.line]))
+    tensors = set(_TENSOR_DECLARATION.findall(whole))
+    if not tensors:
+        return []
+    by_line: dict[int, Any] = {}
+    for s in sites:
+        by_line.setdefault(s.location.line, s)
+    found = []
+    for offset, text in enumerate(body):
+        if not any(c in text for c in "+-*/<>=!&|^"):
+            continue
+        number = first + offset
+        for m in _OPERATOR_EXPRESSION.finditer(text):
+            left, operator, right = m.group(1), m.group(2), m.group(3)
+            if left not in tensors or (operator == "<" and right[:1].isupper()):  # `Foo<Bar>`, not a comparison
+                continue
+            spelled = _Spelled(Location(location.path, number, origin=location.origin), left, left)
+            declared = _declarations(left, spelled, definition, lines)  # the nearest declaration above: a Tensor still
+            if not declared or not _TENSOR_TYPE.fullmatch(declared[-1].strip()):
+                continue
+            base = _TENSOR_OPERATORS[operator]
+            overload = "Scalar" if _is_number(right, spelled, ctx) else "Tensor"
+            op = f"{base}.{overload}" if any(o.name.name == base and o.name.overload == overload for o in ctx.catalog.overloads(base)) else base
+            near = by_line.get(number)
+            site = CallSite(definition.symbol, f".{base}", base, EdgeKind.DISPATCHER, spelled.location,
+                                near.condition if near else None, near.preproc if near else None, None, op, near.outer if near else ())
+            found.append(site)
+    return found
+
+
+# Note [stub parameters]
+# A helper that takes a stub as a parameter (`impl_func_cum_ops(..., Stub&
+# stub)`, scatter_impl's `ReduceStub& reduce_stub, FillStub& fill_stub`) calls
+# it by the parameter's name, which may shadow a global stub (fill_stub). The
+# index records the stub passed at the caller's line (Note [stubs passed on] in
+# the extractor). When the helper's node is made, the stubs its call site
+# passes, or passes on from the caller's own parameters, are bound to its
+# parameters (`bound`, beside template arguments); a call of such a parameter
+# is a call of the bound stub, at the helper's line and under its tests
+# (`else of if (reduce.has_value()); fill_stub = scatter_stub`), and the edge
+# at the passing line is dropped. A call of a stub parameter left unbound names
+# nothing. A helper that only passes the parameter on keeps the caller's edge.
+def _stub_bindings(node: Node, definition, ctx: GraphContext, outer: dict[str, str] | None = None) -> dict[str, str]:
+    """The parameters of `definition` bound to the stubs its call site passes
+    (`scatter_impl(self, dim, index, src, out, scatter_reduce_stub, scatter_stub)`
+    binds `ReduceStub& reduce_stub` and `FillStub& fill_stub`), or passes on
+    from its caller's own bound parameters (`outer`: `unary_op_impl_out(result,
+    self, stub)`); empty when either cannot be read."""
+    site = node.attrs.get("call_site")
+    if not isinstance(site, Location) or ctx.index is None:
+        return {}
+    short = definition.name.rsplit("::", 1)[-1]
+    arguments = call_arguments(_Spelled(site, short, short), ctx)
+    passed_on = {name: stub for name, stub in (outer or {}).items() if stub.endswith("_stub")}
+    if not arguments or not any(a.endswith("_stub") or a in passed_on for a in arguments):
+        return {}
+    names = [_parameter_name(p) for p in parameters(definition, ctx) or ()]
+    bound = {}
+    for name, argument in zip(names, arguments):
+        stub = passed_on.get(argument) or argument.rsplit("::", 1)[-1]
+        if name and stub.endswith("_stub") and re.fullmatch(r"[A-Za-z_][\w:]*", argument) and ctx.index.is_stub(stub):
+            bound[name] = stub
+    return bound
+
+
+# -- C++ ---------------------------------------------------------------------
+
+
+# Note [a composite's utilities]
+# A tensor utility (Note on _UTILITY_OPS in graph.rules) is a leaf where a
+# kernel calls it: the kernel's own work is elsewhere. A composite operator
+# has no work of its own but the operators it calls, and some do nothing but
+# call utilities: Tensor.to(torch.float64) runs at::native::to, whose to_impl
+# calls at::_to_copy, whose kernel makes an empty tensor and calls copy_,
+# whose kernel copies with copy_kernel. So in the kernel of a composite
+# operator (reached through a Composite* key), and the helpers it calls
+# directly when it calls no operator itself (to's to_impl), the utility calls
+# are followed when they are all the operators it calls and it calls no stub,
+# loop, launch or library itself: they are its work. A composite that calls
+# other operators (conv2d's convolution, beside its input.dim()) leaves its
+# utilities as leaves, and so do its helpers (_convolution's subtensor, whose
+# contiguous() copies only a tensor that is not).
+
+
+def _composite_utilities(children: list[Node], spelled: dict[int, str], ctx: GraphContext) -> list[Node]:
+    """`children` of a composite's kernel with its utility calls followed when
+    they are all the work it does (Note [a composite's utilities])."""
+    from kernelmap.graph.ends import other_layouts_only
+
+    # a strided tensor's arms: not another device's, not another layout's (Note [ranking a call's ends])
+    running = [c for c in children if not c.attrs.get("branch")
+               and not any(other_layouts_only(x) for x in (entered_op(c).condition, *entered_op(c).attrs.get("outer_conditions", ())))]
+    utilities = [c for c in running if c.kind is NodeKind.OPERATOR and c.attrs.get("utility") and isinstance(c.payload, Op)]
+    inspections = [c for c in utilities if is_inspection_op(c.payload.name.name, c.payload.is_view)]  # move no element
+    utilities = [c for c in utilities if c not in inspections]
+    work = (NodeKind.STUB, NodeKind.LAUNCH, NodeKind.DEVICE_LOOP, NodeKind.VENDOR, NodeKind.GENERATED, NodeKind.INNER_LOOP,
+            NodeKind.HEADER, NodeKind.OPS_ENTRY, NodeKind.OPERATOR)
+    if not utilities or any(c.kind in work and c not in utilities and c not in inspections for c in running):
+        return children
+    followed = []
+    for child in children:
+        if child in utilities:
+            del child.attrs["utility"]
+            child.identity = ("op", str(child.payload.name), *child.attrs.get("given_flags", ()))
+            child.attrs["identity"] = ":".join(child.identity)
+            child.attrs["keep"] = True
+            child = entered(child, spelled.get(id(child), ""), ctx)
+        followed.append(child)
+    return followed
+
+
+# Note [steps that run]
+# A direct call whose callee reaches no operator, stub, loop or library is
+# plumbing, pruned from `stack` unless all calls are asked for. Some are
+# steps a native stack shows, kept: the helpers of a structured kernel's meta
+# and impl functions, three levels down (resize_reduction,
+# make_reduction_from_out_ty's make_reduction and its review_reduce_result:
+# every call runs them), those an operator's kernel
+# calls itself (wrapped_scalar_tensor, batchCount), and a call of a function
+# another translation unit defines (a .cpp of its own: at::native::resize_output
+# from a kernel of another file), which the compiler cannot inline without
+# link-time optimisation, which release builds do not use: a real frame, and
+# its own helpers (_resize_output_check). A stub's kernel is an operator's
+# kernel too (lu_factor_kernel's batchCount and matrixStride). A forwarder,
+# a function whose body is one call (resize_output's `return
+# _resize_output(output, shape);`, native_resize_'s `native::resize_(...)`,
+# lu_factor_kernel's one call in its AT_DISPATCH lambda), uses up no level: the compiler folds it into the function next to it, and
+# what it forwards to is the step the binary shows.
+_META_HELPER_LEVELS = 3
+
+
+_FORWARDING_CALL = re.compile(r"\s*(?:return\s+)?[\w:]+\s*(?:<[^;{}]*>)?\s*\([^;{}]*\)\s*;\s*")
+# a dtype switch whose one case is a lambda (`AT_DISPATCH_FLOATING_TYPES(t, "name", [&] { ... });`)
+_DTYPE_SWITCH = re.compile(r"\s*AT_DISPATCH_\w+\s*\([^{};]*\[&\]\s*(?:\(\s*\))?\s*\{(?P<body>[^{}]*)\}\s*\)\s*;\s*", re.S)
+
+
+def forwarder(definition, ctx: GraphContext) -> bool:
+    """Whether a definition's body is one call, passed on or returned (`bool
+    resize_output(...) { return _resize_output(output, shape); }`): a forwarder,
+    which the compiler folds into its caller or its callee, so that a helper
+    level passes through it (Note [steps that run])."""
+    location = definition.location
+    if not location.end_line or location.end_line - location.line > 8:
+        return False
+    text = "\n".join(tree_lines(ctx, location.path)[location.line - 1 : location.end_line])
+    opened, closed = text.find("{"), text.rfind("}")
+    if opened < 0 or closed < opened:
+        return False
+    body = text[opened + 1 : closed]
+    switch = _DTYPE_SWITCH.fullmatch(body)
+    return _FORWARDING_CALL.fullmatch(switch.group("body") if switch else body) is not None
+
+
+def _another_unit(caller, callee) -> bool:
+    """Whether `callee` is defined in another translation unit (.cpp) of kernel code than `caller` (Note [steps that run])."""
+    path = callee.location.path
+    return path.endswith(".cpp") and path != caller.location.path and path.startswith(KERNEL_DIRS)
+
+
+def _vectorized_math(node: Node) -> bool:
+    """Whether a direct call's node is (every candidate of it is) in ATen's vectorized math."""
+    nodes = node.children if node.kind in (NodeKind.AMBIGUOUS, NodeKind.ALTERNATIVES) and node.children else [node]
+    return all(n.location is not None and n.location.path == VECTORIZED_MATH for n in nodes)
+
+
+# Note [conditions around a call]
+# A call is shown under its innermost case/if (`if (stable)`), but the ones
+# around it in its caller decide as much: sort_kernel_impl's std::stable_sort
+# is under `if (stable)` in `if (descending)`, mean_out's mean_stub under
+# `else of if (iter.numel() == 0)` in `else of if (self.device().is_cpu())`.
+# The index keeps them (calls.outer_id, outermost first); a call in another
+# device's or dtype's arm of any of them is that arm's, and the ranking of
+# ends reads all of them (Note [ranking a call's ends]; not for counting
+# `else` arms, which stay the innermost's). They are carried as the node's
+# `outer_conditions`.
+
+
+def _code_children(node: Node, ctx: GraphContext, owner=None, span: tuple[int, int] | None = None) -> list[Node]:
+    """The calls a definition makes (`owner`, else the node's own); with
+    `span`, only those made in the lambda on those lines, and without it, none
+    made in the lambda a kernel hands its own loop (they are below the loop)."""
+    if node.kind == "generated":
+        return _generated_children(node.payload, ctx)
+    if node.kind == "stub":  # called: the kernels of the stub the call names; at its declaration (asked for itself): all
+        at_declaration = node.location is not None and node.location == node.attrs.get("declared_at")
+        kernels = _stub_children(node.payload, ctx, None if at_declaration else node.location)
+        if node.passed:  # the stub call's known values, at their places of each kernel's parameters
+            for kernel in kernels:
+                declared = parameters(kernel.payload, ctx) if kernel.kind is NodeKind.KERNEL and kernel.payload is not None and ctx.index else None
+                flags = {name: node.passed[i] for i, p in enumerate(declared or ()) if i in node.passed and (name := _parameter_name(p))
+                         and _is_bool_parameter(p, name)}
+                _given(kernel, flags)
+        return kernels
+    if isinstance(node.payload, GeneratedKernel) and owner is None:
+        return _generated_kernel_children(node, ctx)
+    if ctx.index is None or (node.payload is None and owner is None):
+        return []
+    definition = owner if owner is not None else node.payload
+    sites = ctx.index.calls_from(definition)
+    if span is not None:  # a lambda's calls, not the loop's own call it is written in
+        sites = [s for s in sites if span[0] <= s.location.line <= span[1] and not (s.location.line == span[0] and _loop_call(s))]
+    lambdas = [] if span is not None else _loop_lambdas(sites, definition, ctx)
+    sites = [*sites, *_operator_sites(definition, sites, span, ctx)]  # Note [operators written as C++ operators]
+    if lambdas:  # made in the lambdas its loops are given: below the loops (Note [device loop machinery])
+        sites = [s for s in sites if _loop_call(s) or not any(first <= s.location.line <= last for first, last in lambdas)]
+    bound = node.bound if node.bound is not None else {**_template_bindings(node, definition, ctx), **_stub_bindings(node, definition, ctx)}
+    node.bound = bound  # the lambda of its own loop binds the same (Note [device loop machinery])
+    passed: list[tuple[int, set[str]]] = []  # (call line, stubs) of calls that pass stubs the callee's parameters take
+    spelled: dict[int, str] = {}  # utility operator calls left unexpanded: the name each call spells
+    if node.known is None or span is None:  # a lambda knows what the kernel it is written in knows
+        given = {**(node.known or {}), **node_flags(node)}
+        node.known = {**given, **_assigned(definition, given, ctx)}  # Note [values a call passes]
+    known = node.known
+    token = _CALLER_VALUES.set(known)
+    try:
+        children = _site_children(node, ctx, definition, sites, span, lambdas, bound, passed, spelled, known)
+    finally:
+        _CALLER_VALUES.reset(token)
+    return children
+
+
+def _site_children(node: Node, ctx: GraphContext, definition, sites, span, lambdas, bound, passed, spelled, known) -> list[Node]:
+    from kernelmap.graph import arms, dtypes, loops
+
+    children = []
+    for site in sites:
+        condition = site.condition
+        if site.preproc:
+            condition = f"{condition}  #if {site.preproc}" if condition else f"#if {site.preproc}"
+        branch = other_device_reason(site.condition, ctx.device) or other_device_reason(site.preproc, ctx.device)
+        branch = branch or dtypes.other_dtype_reason(site.condition, ctx.dtype)
+        if site.kind is EdgeKind.VENDOR:
+            branch = branch or dtypes.other_precision_reason(site.callee, site.library, ctx.dtype)
+        for around in site.outer:  # Note [conditions around a call]
+            branch = branch or other_device_reason(around, ctx.device) or dtypes.other_dtype_reason(around, ctx.dtype)
+        branch = branch or arms.cannot_run((site.condition, *site.outer), known, definition, ctx, node.rank)  # Note [arms that cannot run]
+        if not branch and site.condition is None and site.preproc:  # a `#if` in a case hides the case from the index
+            branch = arms.case_cannot_run(site.location.line, definition, known, ctx, node.rank)
+        child = _site_node(site, definition, ctx, condition, bound)
+        if child is None:
+            continue
+        if site.outer:
+            child.attrs["outer_conditions"] = tuple(site.outer)
+        if child.identity is not None and child.kind is NodeKind.KERNEL and child.payload is not None:
+            stubs = _stub_bindings(child, child.payload, ctx, bound)
+            if stubs:  # only the parameters the callee calls: the others' stubs stay where they are passed
+                called = {c.name for c in ctx.index.calls_from(child.payload) if "::" not in c.callee and c.kind in (EdgeKind.STUB, EdgeKind.DIRECT)}
+                stubs = {name: stub for name, stub in stubs.items() if name in called}
+            child.bound = {**_template_bindings(child, child.payload, ctx), **stubs}
+            if stubs:
+                passed.append((site.location.line, set(stubs.values())))
+            if child.bound:  # each instantiation is its own: sortCommon with SmallBitonicSort, then with MediumRadixSort
+                child.identity = (*child.identity, *sorted(child.bound.items()))
+                child.attrs["identity"] = ":".join(str(part) for part in child.identity)
+        if site.kind is EdgeKind.DIRECT and _vectorized_math(child):
+            for n in (child, *child.children):
+                n.attrs["keep"] = True
+        if site.preproc and compiled(site.preproc, ctx) is False:
+            not_compiled(child, site.preproc, ctx)
+            children.append(child)
+            continue
+        if branch:
+            child.attrs["branch"] = branch
+            if not ctx.all_branches:
+                child.leaf().payload = None
+        elif site.kind is EdgeKind.DIRECT and child.kind in (NodeKind.KERNEL, NodeKind.ALTERNATIVES, NodeKind.AMBIGUOUS):
+            work = dtype_work(site.location.line, site.callee, definition, node, child.payload if child.kind is NodeKind.KERNEL else None, ctx)
+            if work is not None:
+                child.attrs["dtype_work"] = work
+                child.attrs["keep"] = True
+        elif child.kind is NodeKind.OPERATOR and child.identity is not None:
+            child = entered(child, site.callee, ctx)  # Note [the way into the dispatcher]
+        elif child.kind is NodeKind.OPERATOR and child.attrs.get("utility"):
+            spelled[id(child)] = site.callee
+        if site.kind is EdgeKind.DIRECT and child.kind is NodeKind.KERNEL and not child.attrs.get("branch") and child.payload is not None:
+            if span is not None or (node.loop_work and is_template(child.payload, ctx)):
+                child.loop_work = True  # the lambda's work (layer_norm's RowwiseMoments), and the templates it runs (RowwiseMomentsImpl)
+                child.attrs["keep"] = True
+            if node.helper_levels > 0 or _another_unit(definition, child.payload):  # Note [steps that run]
+                child.attrs["keep"] = True
+                # a forwarder, calling or called, uses up no level: the compiler folds it into its neighbour
+                spent = 0 if forwarder(definition, ctx) or forwarder(child.payload, ctx) else 1
+                child.helper_levels = max(node.helper_levels - spent, 1 if _another_unit(definition, child.payload) else 0)
+        children.append(child)
+    for target, site in _callbacks(definition, ctx):
+        if (span is not None and not span[0] <= site.line <= span[1]) or any(first <= site.line <= last for first, last in lambdas):
+            continue
+        child = cpp_node(target, ctx, EdgeKind.DIRECT, "passed as a function argument", site)
+        work = dtype_work(site.line, target.name, definition, node, target, ctx)
+        if work is not None:
+            child.attrs["dtype_work"] = work
+            child.attrs["keep"] = True
+        children.append(child)
+    if span is None:
+        children.extend(loops.iteration_nodes(node, definition, ctx))  # a CPU device loop's, called or asked for
+    if node.composite and not ctx.all_calls:
+        children = _composite_utilities(children, spelled, ctx)
+        if not any(entered_op(c).kind is NodeKind.OPERATOR and not c.attrs.get("branch") for c in children):
+            for child in children:  # a composite that calls no operator itself does its work in its helpers (to's to_impl)
+                if child.kind is NodeKind.KERNEL and child.via is EdgeKind.DIRECT:
+                    child.composite = True
+    if passed:  # a stub passed to a callee that calls it is shown there, under the callee's test of it
+        children = [c for c in children if not (c.kind is NodeKind.STUB and c.via is EdgeKind.STUB and c.location is not None and any(
+            c.payload in taken and line <= c.location.line < line + 12 for line, taken in passed))]
+    return dedupe(children)
+
+
+# A function named as an argument: `split_batch_dim_to_32bit_out(..., raw_cudnn_convolution_forward_out_32bit)`.
+_ARGUMENT_NAME = r"(?:^|[(,])\s*&?\s*(?P<qualifier>(?:[\w:]*::)?)(?P<name>{name})\s*(?=[,)])"
+
+
+_ANY_ARGUMENT_NAME = re.compile(_ARGUMENT_NAME.format(name=r"\w+"))
+
+
+def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
+    """Functions of the same file that `definition` passes as arguments: calls
+    made through a function pointer, which no call site shows."""
+    location = definition.location
+    lines = tree_lines(ctx, location.path)
+    by_short = _by_short_name(ctx.index, location.path)
+    if not any(d.name != definition.name for ds in by_short.values() for d in ds):
+        return []
+    # comments and strings blanked, lines kept: `// inv, inverse, cholesky_inverse, etc.` passes nothing
+    body = _CODE_ONLY.sub(_blank_keeping_lines, "\n".join(lines[location.line - 1 : location.end_line or location.line])).split("\n")
+    head = "\n".join(body[: next((i for i, text in enumerate(body) if "{" in text), 0) + 1])
+    text = "\n".join(body)
+    found = []
+    for number in range(location.line + 1, (location.end_line or location.line) + 1):  # not the signature
+        line = body[number - location.line] if number - location.line < len(body) else ""
+        if "," not in line and ")" not in line:  # an argument is followed by one of them
+            continue
+        for m in _ANY_ARGUMENT_NAME.finditer(line):
+            qualifier, name = m.group("qualifier"), m.group("name")
+            if name not in by_short:
+                continue
+            # `RUN_K(INDEX_T, DIM, sbtopk::launch)`: the qualifier tells sbtopk::launch from mbtopk::launch
+            named = [d for d in by_short.get(name, ()) if d.name != definition.name and f"::{d.lookup}".endswith(f"::{qualifier}{name}")]
+            target = named[0] if named else None
+            # a parameter or local variable that shares a function's name (`min`) is no callback
+            # (a plain substring test first: every pattern below names `name`, and compiling one per name is dear)
+            if target is None or (name in head and re.search(rf"\b{name}\b", head)) or re.search(rf"\b{name}\s*=[^=]|[\w>&*]\s+{name}\s*[;=({{]", text):
+                continue
+            found.append((target, Location(location.path, number, origin=location.origin)))
+    return found
+
+
+def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: dict[str, str] | None = None) -> Node | None:
+    if bound and site.callee.startswith(".") and ctx.index is not None:
+        # Note [template arguments]: `sorter.template sort<A>(...)` on a `Sorter sorter` calls the method of the
+        # class the call site binds Sorter to (a method named like an operator included: it is no Tensor's)
+        receiver = receiver_type(site, caller, ctx)
+        argument = bound.get(receiver) if receiver is not None else None
+        if argument is not None:
+            callee = f"{argument}::{site.callee[1:]}"
+            site = dataclasses.replace(site, callee=callee, kind=EdgeKind.DIRECT, op=None)
+            condition = f"{condition}; {receiver} = {argument}" if condition else f"{receiver} = {argument}"
+    kind = site.kind
+    if (kind is EdgeKind.STUB or (kind is EdgeKind.DIRECT and bound and site.name in bound)) and "::" not in site.callee \
+            and site.name in _parameter_names(caller, ctx):
+        # Note [stub parameters]: a call through a parameter (scatter_impl's `FillStub& fill_stub`, not the
+        # global fill_stub; a helper's `Stub& stub`) calls the stub its caller passes
+        passed = (bound or {}).get(site.name)
+        if passed is not None and passed.endswith("_stub"):
+            condition = f"{condition}; {site.name} = {passed}" if condition else f"{site.name} = {passed}"
+            return Node(passed, "stub", site.location, EdgeKind.STUB, condition, {"call_site": str(site.location)}, payload=passed, identity=("stub", passed))
+        if kind is EdgeKind.STUB:
+            return None
+    if kind is EdgeKind.DISPATCHER:
+        if not site.op or (site.callee.startswith(".") and ctx.index is not None and not _tensor_receiver(site, caller, ctx)):
+            return _vectorized_method(site, caller, ctx, condition) if site.callee.startswith(".") and ctx.index is not None else None
+        try:
+            op = ctx.catalog.resolve(site.op)[0]
+        except KernelmapError:
+            return Node(site.callee, "op", site.location, kind, condition, {"unresolved": f"{site.op} is not in the catalog"})
+        op = by_literal_types(by_argument_count(by_out_spelling(op, site, ctx), site, ctx), site, ctx)
+        node = op_node(op, ctx, kind, condition, site.location)
+        _given(node, literal_flags(op, site, ctx))
+        # a utility's own kernel calling its other overload is the utility's work, not plumbing
+        # (at::native::arange calls arange.start_out, whose loop fills the range)
+        if (is_utility_op(op.name.name, op.is_view) and not _own_overload(op.name.name, caller) and not _utility_kernel(caller, ctx)
+                and not is_view_alias(op)):
+            node.attrs["utility"] = True
+            if not ctx.all_calls:
+                node.leaf()
+        return node
+    if kind is EdgeKind.STUB:
+        node = Node(site.name, "stub", site.location, kind, condition, {"call_site": str(site.location)}, payload=site.name, identity=("stub", site.name))
+        known = _CALLER_VALUES.get()
+        arguments = call_arguments(site, ctx) if known or ctx.index is not None else None
+        passed = {i: v for i, a in enumerate((arguments or [])[1:]) if (v := _argument_value(a, known)) is not None}
+        if passed:  # a stub called with known flags: its kernels' arms are decided by them (Note [values a call passes])
+            node.passed = passed
+            node.identity = (*node.identity, *(f"#{i}={'true' if v else 'false'}" for i, v in sorted(passed.items())))
+            node.attrs["identity"] = ":".join(node.identity)
+        return node
+    if kind is EdgeKind.LAUNCH:
+        if launch_kind(site.callee) is NodeKind.LAUNCH and ctx.index is not None:
+            # a host function named like a launcher (launch_clamp_scalar) is a call to follow, not a leaf
+            hosts = [d for d in _resolve_direct(site, caller, ctx) if d.symbol.kind != "global_kernel"]
+            if hosts:
+                return cpp_node(hosts[0], ctx, EdgeKind.DIRECT, condition, site.location)
+        if launch_kind(site.callee) is NodeKind.DEVICE_LOOP and ctx.index is not None:
+            loop = _device_loop(site, caller, ctx, condition)
+            if loop is not None:
+                return loop
+        attrs = {"call_site": site.location}
+        kernels = _nearest(ctx.index.global_kernels(site.name), site.callee, caller) if ctx.index else []
+        location = kernels[0].location if len(kernels) == 1 else site.location
+        return Node(site.callee, launch_kind(site.callee), location, kind, condition, attrs)
+    if kind is EdgeKind.VENDOR:
+        # a name the vendor table matches that the tree defines is PyTorch's own function: its
+        # body calls the library (mkl/LinearAlgebra.cpp's mkl_gemm_batched calls cblas_sgemm_batch)
+        own = _resolve_direct(site, caller, ctx) if ctx.index is not None else []
+        if own:
+            site = dataclasses.replace(site, kind=EdgeKind.DIRECT)
+            return _site_node(site, caller, ctx, condition, bound)
+        return vendor_node(site.callee, site.library, site.location, kind, condition)
+    # direct: resolve to definitions in the tree, namespace-aware
+    spelled = site  # as the call is written, for reading its arguments
+    if _names_template_parameter(site.callee, caller, ctx):
+        # Note [template arguments]: `bernoulli_scalar_kernel<RNG>()(self, p, gen)` in `template<template<typename>
+        # class bernoulli_scalar_kernel, ...> bernoulli_impl_` calls what the instantiation passes, not the name
+        parameter, _, rest = site.callee.partition("::")
+        argument = (bound or {}).get(parameter)
+        if argument is None:
+            return Node(site.callee, "kernel", None, kind, condition,
+                        {"call_site": site.location, "unresolved": "a template parameter of its caller: each instantiation passes its own"}).leaf()
+        callee = f"{argument}::{rest}" if rest else argument
+        site = dataclasses.replace(site, callee=callee, name=callee.rsplit("::", 1)[-1])
+        condition = f"{condition}; {parameter} = {argument}" if condition else f"{parameter} = {argument}"
+    if (site.callee in _ITERATOR_LOOPS or site.callee in _PARALLEL_LOOPS) and ctx.index is not None:
+        loop = _own_loop(site, caller, ctx, condition)
+        if loop is not None:
+            return loop
+    candidates = _resolve_direct(site, caller, ctx)
+    if not candidates:
+        op = _unqualified_operator(spelled, caller, ctx)
+        if op is None:
+            return _vectorized_method(site, caller, ctx, condition) if site.callee.startswith(".") else None
+        return _site_node(dataclasses.replace(spelled, kind=EdgeKind.DISPATCHER, op=op), caller, ctx, condition, bound)
+    if _is_utility_kernel(site.name, candidates, ctx) and not _own_overload(site.name, caller) and not _utility_kernel(caller, ctx):
+        # `copy_(nt, t)` in Shape.cu calls at::native::copy_ itself: the same tensor
+        # plumbing as `nt.copy_(t)` through the dispatcher, shown and not expanded
+        node = cpp_node(candidates[0], ctx, kind, condition, site.location)
+        node.attrs["utility"] = True
+        return node if ctx.all_calls else node.leaf()
+    if len(candidates) > 1:
+        candidates = by_argument_types(by_arity(by_enable_if(candidates, ctx), spelled, ctx), spelled, ctx)
+    if len(candidates) > 1:
+        typed = by_dtype(candidates, ctx)
+        if len(typed) > 1:  # the one the build compiles (mkl_gemm_batched for float, beside its placeholder without MKL)
+            typed = [d for d in typed if compiled(d.symbol.condition, ctx) is not False] or typed
+        if len(typed) == 1:
+            node = cpp_node(typed[0], ctx, kind, condition, site.location)
+            node.attrs["dtype_case"] = f"{ctx.dtype}: the {_DTYPE_TYPES[ctx.dtype][0]} overload of {len(candidates)}"
+            return _given(node, _literal_parameters(typed[0], spelled, ctx))
+        candidates, chosen = by_class_specialisation(candidates, ctx)
+        if len(candidates) == 1 and chosen:
+            node = cpp_node(candidates[0], ctx, kind, condition, site.location)
+            node.attrs["dtype_case"] = chosen
+            return _given(node, _literal_parameters(candidates[0], spelled, ctx))
+    if len(candidates) == 1:
+        return _given(cpp_node(candidates[0], ctx, kind, condition, site.location), _literal_parameters(candidates[0], spelled, ctx))
+    built = [d for d in candidates if compiled(d.symbol.condition, ctx) is not False]
+    if _all_distinct_conditions(candidates) or (built and len(built) < len(candidates) and _one_symbol(built)):
+        group = Node(site.callee, "alternatives", site.location, kind, condition, {"reason": "defined once per preprocessor condition; a build compiles one"})
+        group.children = [
+            not_compiled(_given(cpp_node(d, ctx, kind, f"#if {d.symbol.condition}" if d.symbol.condition else None, site.location),
+                                _literal_parameters(d, spelled, ctx)), d.symbol.condition, ctx)
+            for d in by_build(candidates, ctx)
+        ]
+        return group
+    group = Node(site.callee, "ambiguous", site.location, kind, condition, {"candidates": len(candidates), "reason": "several definitions match; ranked by namespace and file"})
+    group.children = [cpp_node(d, ctx, kind) for d in candidates[:10]]
+    for child in group.children:
+        child.leaf()  # shown, not expanded: the call is ambiguous
+    return group
+
+
+# Note [vectorized math]
+# A CPU kernel's Vectorized lambda (`[=](Vectorized<scalar_t> a) { return
+# a.exp(); }`, softmax's `(x - Vec(max_input)).exp()`) calls a method of
+# at::vec::Vectorized, a class specialised per element type and per CPU
+# capability in ATen/cpu/vec: vec512/vec512_float.h for a kernel compiled for
+# AVX512, vec256/vec256_float.h for AVX2. Where the method's body calls a
+# library (SLEEF: `Sleef_expf16_u10(values)`), it is where the element's math
+# is done, and is shown at its definition for the selected dtype, one per
+# capability; a method that calls none (operator+, neg) is the loop's own
+# arithmetic and is not shown.
+_VECTORIZED_TYPE = re.compile(r"(?:^|::)(?:Vectorized\b|Vec$|[a-z]+Vec$|vec_t$|Vectorized16\b)")
+_VECTOR_HEADERS = {"float32": "float", "float64": "double"}
+
+
+def _vectorized_method(site, caller, ctx: GraphContext, condition: str | None) -> Node | None:
+    """The Vectorized method a member call on a vector runs, per CPU capability
+    (Note [vectorized math]); None when the receiver is no vector, or the
+    method calls no library."""
+    suffix = _VECTOR_HEADERS.get(ctx.dtype)
+    if suffix is None or ctx.device != "cpu":
+        return None
+    method = site.callee[1:]
+    headers = {f"aten/src/ATen/cpu/vec/vec512/vec512_{suffix}.h": "AVX512", f"aten/src/ATen/cpu/vec/vec256/vec256_{suffix}.h": "AVX2"}
+    cache = ctx.__dict__.setdefault("_vectorized_methods", {})  # asked of many member calls: once per method
+    if method not in cache:
+        cache[method] = [d for d in ctx.index.definitions(f"at::vec::CPU_CAPABILITY::Vectorized::{method}")
+                         if d.location.path in headers and _calls_library(d, ctx)]
+    found = list(cache[method])
+    if not found:
+        return None
+    declared = receiver_declarations(site, caller, ctx) or receiver_declarations(site, caller, ctx, through_call=True)
+    if not declared or not _VECTORIZED_TYPE.search(re.sub(r"<.*", "", declared[-1]).strip()):
+        return None
+    found.sort(key=lambda d: list(headers).index(d.location.path))
+    if len(found) == 1:
+        node = cpp_node(found[0], ctx, EdgeKind.DIRECT, condition, site.location)
+        node.attrs["keep"] = True
+        return node
+    group = Node(f"at::vec::Vectorized::{method}", NodeKind.ALTERNATIVES, site.location, EdgeKind.DIRECT, condition,
+                 {"reason": "Vectorized is defined once per CPU capability: a kernel runs the one it was compiled for"})
+    for d in found:
+        child = cpp_node(d, ctx, EdgeKind.DIRECT, f"the kernel compiled for {headers[d.location.path]}", site.location)
+        child.attrs["keep"] = True
+        group.children.append(child)
+    return group
+
+
+def _calls_library(definition, ctx: GraphContext) -> bool:
+    cache = ctx.__dict__.setdefault("_calls_library", {})
+    key = (definition.name, str(definition.location))
+    if key not in cache:
+        cache[key] = any(s.kind is EdgeKind.VENDOR for s in ctx.index.calls_from(definition))
+    return cache[key]
+
+
+# Receivers whose methods named like an operator may be Tensor methods, which call
+# it through the dispatcher: a Tensor, an alias (`using SparseTensor = Tensor;`),
+# or what gives one through `->` (TensorArg, OptionalTensorRef, MaybeOwned<Tensor>).
+_TENSOR_RECEIVERS = frozenset(("Variable", "MaybeOwned", "ExclusivelyOwned", "IValue", "auto", "T", "scalar_t"))
+
+
+def _tensor_receiver(site, caller, ctx: GraphContext) -> bool:
+    """Whether a member call named like an operator (`.equal`, `.add_`) may be
+    made on a Tensor: not when the receiver's declaration nearest above the
+    call has another type (`exp_scalar.equal(.5)` on a `const Scalar&
+    exp_scalar` is c10::Scalar::equal; `a.exp()` in sigmoid_kernel's
+    Vectorized lambda, on its `Vectorized<scalar_t> a`, is Vectorized::exp,
+    though the scalar lambda above declares a `scalar_t a`: no operator).
+    A receiver that is an expression (another call's result, or one in
+    parentheses) is taken to be a Tensor unless the first variable in it is
+    of another type (`x_vec.neg().exp()` on a `Vectorized<scalar_t> x_vec`,
+    `(x - Vec(max_input)).exp()` on a `Vec x`: Vectorized's methods and
+    operators give Vectorized).
+    True when no declaration can be read. Never in ATen's vectorized math,
+    which works on raw arrays and Vectorized (`x.log1p()` on a `vec_t x` in
+    vlog1p)."""
+    if caller.location.path == VECTORIZED_MATH:
+        return False
+    declared = receiver_declarations(site, caller, ctx) or receiver_declarations(site, caller, ctx, through_call=True)
+    return not declared or _tensor_like(declared[-1])
+
+
+# Note [unqualified operator calls]
+# rms_norm_symint, in namespace at::native, calls `rsqrt(at::pow(...)...)`:
+# no rsqrt is defined in at::native (structured kernels define
+# structured_rsqrt_out), so C++ finds at::rsqrt, the operator's function, in
+# the enclosing namespace and by the Tensor argument's. An unqualified call
+# that resolves to no definition, made in namespace at, of the name of an
+# operator with a function variant (or its `_out`, `_symint` spelling), that
+# passes a Tensor, is that operator's call through the dispatcher. A Tensor:
+# a variable declared one nearest above the call, or a call of at::
+# (`at::pow(x, 2).mean(...)`); not the scalars of `fmax(a, b)` in a CUDA
+# kernel's lambda, CUDA's own function. Likewise a method call spelled with
+# `_symint` on a Tensor (tile's `self.repeat_symint(reps)`, chunk's
+# `self.split_symint(...)`) is the method TensorBody.h declares for the
+# operator of the base name, which calls it through the dispatcher.
+_TENSOR_DECLARED = re.compile(r"(?:const\s+)?(?:at::)?Tensor\s*&{0,2}")
+_AT_CALL = re.compile(r"at::\w+\s*\(")
+
+
+def _unqualified_operator(site, caller, ctx: GraphContext) -> str | None:
+    """The operator an unqualified call of no definition reaches (Note
+    [unqualified operator calls]), by its base name; None when it is none."""
+    if "::" in site.callee or caller is None or not caller.name.startswith("at::") or ctx.index is None:
+        return None
+    if site.callee.startswith("."):  # `self.repeat_symint(reps)`: Tensor's method of that spelling (TensorBody.h)
+        base = site.name.removesuffix("_symint")
+        if base == site.name or not any("method" in op.variants for op in ctx.catalog.overloads(base)):
+            return None
+        return base if _tensor_receiver(site, caller, ctx) else None
+    from kernelmap.source.facts import FUNCTION_SUFFIXES
+
+    spelled_as = (site.name, *(site.name.removesuffix(s) for s in FUNCTION_SUFFIXES if site.name.endswith(s)))
+    base = next((b for b in spelled_as if b and any("function" in op.variants for op in ctx.catalog.overloads(b))), None)
+    if base is None:
+        return None
+    lines = tree_lines(ctx, site.location.path)
+    for argument in call_arguments(site, ctx) or ():
+        if _AT_CALL.match(argument):
+            return base
+        if re.fullmatch(r"[A-Za-z_]\w*", argument):
+            declared = _declarations(argument, site, caller, lines)
+            if declared and _TENSOR_DECLARED.fullmatch(declared[-1].strip()):
+                return base
+    return None
+
+
+def _tensor_like(declared: str) -> bool:
+    last = declared.rsplit("::", 1)[-1]
+    # a lowercase name unqualified may be a template's parameter (`scalar_t`, `T`) or `auto`; `ideep::tensor` is a class
+    return ("Tensor" in last and "Iterator" not in last) or last in _TENSOR_RECEIVERS or (not last[:1].isupper() and "::" not in declared)
+
+
+# Note [template arguments]
+# `bernoulli_impl_<BernoulliStub, Generator>(self, p, gen)` instantiates
+# `template<template<typename> class bernoulli_scalar_kernel, typename RNG>
+# Tensor& bernoulli_impl_(...)`, whose body calls
+# `bernoulli_scalar_kernel<RNG>()(self, p, gen)`: the call runs
+# BernoulliStub's operator(), which calls bernoulli_scalar_stub. The template
+# arguments a call spells are bound, in order, to the parameters of the
+# callee's template head; a call in its body of one of them is a call of the
+# argument. A call that spells no template arguments binds by deduction where
+# it passes a temporary of a named class for a parameter declared with a
+# template parameter's type alone: `sortCommon(SmallBitonicSort{}, ...)` of
+# `template <typename Sorter> void sortCommon(Sorter sorter, ...)` binds
+# Sorter, and `sorter.template sort<A>(...)` in its body (a member call on a
+# receiver of that type) runs SmallBitonicSort::sort. A parameter no call binds
+# is unresolved (never resolved by its name: at::native::bernoulli_scalar_kernel
+# of cuda/ was drawn for CPU).
+
+
+def _template_bindings(node: Node, definition, ctx: GraphContext) -> dict[str, str]:
+    """The template parameters of `definition` (read from its head) bound
+    to the arguments its call site spells (`bernoulli_impl_<BernoulliStub,
+    Generator>(...)`); empty when either cannot be read."""
+    site = node.attrs.get("call_site")
+    if not isinstance(site, Location) or ctx.index is None:
+        return {}
+    short = definition.name.rsplit("::", 1)[-1]
+    lines = tree_lines(ctx, site.path)
+    text = "\n".join(lines[site.line - 1 : site.line + 3])
+    starts = _name_followed(text, short, _ANGLE_TAIL)  # `\bNAME\s*<`, without a pattern per name
+    m = _ANGLE_TAIL.match(text, starts[0] + len(short)) if starts else None
+    head = declaration_head(definition, ctx)
+    h = re.search(r"\btemplate\s*<", head)
+    if h is None:
+        return {}
+    parameters = _template_parameters(head, h.end())
+    if m is None:
+        return _deduced_bindings(site, short, definition, parameters, ctx)
+    arguments = _angle_items(text, m.end())
+    bound = {p: a for p, a in zip(parameters, arguments) if p and re.fullmatch(r"[A-Za-z_][\w:]*", a)}
+    if len(arguments) < len(parameters):  # `run_launcher<scalar_t, index_t>(..., KthValueLauncher(k))`: the rest deduced
+        rest = parameters[len(arguments):]
+        bound.update(_deduced_bindings(site, short, definition, rest, ctx))
+    return bound
+
+
+# A temporary of a named class passed as an argument: `SmallBitonicSort{}`, `ReduceAdd()`, `KthValueLauncher(k)`.
+_CLASS_TEMPORARY = re.compile(r"((?:[A-Za-z_]\w*::)*[A-Z]\w*(?:<[^<>(){}]*>)?)\s*(?:\{[^{}]*\}|\((?:[^()]|\([^()]*\))*\))")
+
+
+def _deduced_bindings(site: Location, short: str, definition, parameters: list[str], ctx: GraphContext) -> dict[str, str]:
+    """Template parameters a call binds by deduction (Note [template
+    arguments]): a function parameter declared with a template parameter's
+    type alone (`template <typename Sorter> void sortCommon(Sorter sorter,
+    ...)`, also `const Sorter&`, `Sorter&&`), given a temporary of a named
+    class (`sortCommon(SmallBitonicSort{}, ...)`, `run_launcher<scalar_t,
+    index_t>(..., KthValueLauncher(k))`), binds it to that class."""
+    wanted = {p for p in parameters if p}
+    lines = tree_lines(ctx, definition.location.path)
+    text = "\n".join(lines[definition.location.line - 1 : definition.location.line + 12])
+    opened = re.search(rf"\b{re.escape(short)}\s*(?:<[^(){{}};]*>)?\s*\(", text)
+    declared = _bracket_items(text, opened.end(), "([{<", ")]}>") if opened else None
+    if not declared or not any(p in " ".join(declared) for p in wanted):
+        return {}
+    arguments = call_arguments(_Spelled(site, short, short), ctx)
+    bound = {}
+    for declaration, argument in zip(declared, arguments or ()):
+        words = re.findall(r"[\w:]+", _COMMENT.sub("", declaration.split("=", 1)[0]))
+        words = [w for w in words if w not in ("const", "volatile")]
+        temporary = _CLASS_TEMPORARY.fullmatch(argument)
+        if len(words) == 2 and words[0] in wanted and temporary is not None:
+            bound.setdefault(words[0], temporary.group(1))
+    return bound
+
+
+def _names_template_parameter(callee: str, caller, ctx: GraphContext) -> bool:
+    """Whether a call's callee (its first name: `kernel_t::operator()` ->
+    `kernel_t`) is a type parameter of the caller's template head."""
+    if caller is None or ctx.index is None or callee.startswith(("::", ".")):
+        return False
+    name = callee.split("::", 1)[0]
+    head = declaration_head(caller, ctx)
+    if "template" not in head or name not in head:
+        return False
+    return any(name in _template_parameters(head, m.end()) for m in _TEMPLATE_HEAD.finditer(head))

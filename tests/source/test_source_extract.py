@@ -622,7 +622,10 @@ def test_masking_stays_linear_on_hostile_text(text, objc):
         elapsed = time.process_time() - started
     finally:
         gc.enable()
-    assert elapsed < 1.0
+    # linear, each input masks in under a second here (0.6 to 1.1 s of CPU for the
+    # nested Objective-C messages, from run to run of one machine); a quadratic
+    # look-back would take minutes, so the bound leaves room for that noise
+    assert elapsed < 2.5
     assert len(masked) == len(text) and masked.count(b"\n") == text.count(b"\n")
 
 

@@ -143,6 +143,38 @@ def test_the_sorted_join_keeps_what_a_dict_built_in_order_keeps():
     assert _lookup(keys[:0], values[:0], wanted, last=True).tolist() == [-1] * len(wanted)
 
 
+def test_the_nesting_keeps_what_one_stack_per_thread_keeps():
+    """build._nest (the innermost open event in locals, threads cut apart
+    beforehand) against the plain stack per thread it replaced, on several
+    threads, equal starts, instants (one starting with its parent stays
+    inside it), events ending where the next starts, partial overlaps, and
+    more events than one slice of _nest's lists."""
+    import numpy as np
+
+    from kernelmap.trace.build import _EPS, _nest, _SLICE
+
+    def reference(ts, dur, thread):
+        parent, stack, current = [], [], None
+        for k, (t, d, th) in enumerate(zip(ts.tolist(), dur.tolist(), thread.tolist())):
+            if th != current:
+                current, stack = th, []
+            while stack and t >= stack[-1][1] and not (t == stack[-1][2] and d == 0):
+                stack.pop()
+            parent.append(stack[-1][0] if stack else -1)
+            stack.append((k, t + d - (_EPS if d > 0 else 0.0), t))
+        return parent
+
+    rng = np.random.default_rng(3)
+    for trial in range(60):
+        n = _SLICE + 500 if trial == 0 else int(rng.integers(0, 400))
+        thread = np.sort(rng.integers(0, int(rng.integers(1, 5)), n))
+        ts = rng.integers(0, 40, n).astype(float) if trial % 2 else np.round(rng.random(n) * 400, 1)
+        dur = np.where(rng.random(n) < 0.3, 0.0, rng.integers(0, 25, n).astype(float))
+        order = np.lexsort((-dur, ts, thread))
+        ts, dur, thread = ts[order], dur[order], thread[order]
+        assert _nest(ts, dur, thread).tolist() == reference(ts, dur, thread)
+
+
 def test_the_flow_join_keeps_what_dicts_built_in_file_order_keep():
     """build._flow_launches against the dicts it replaced, on flows with
     repeated ids, absent ids, several flows ending at one place, starts at

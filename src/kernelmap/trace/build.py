@@ -42,6 +42,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import math
+
 import numpy as np
 
 from kernelmap.model import CallNode, CallTree, FACT_NAMES, NodeKind
@@ -258,26 +260,31 @@ def _nest(ts: np.ndarray, dur: np.ndarray, thread: np.ndarray) -> np.ndarray:
     longest first: each starts inside the innermost open event of its thread
     (an event with a duration closes _EPS early; one of none starting with its
     parent stays inside it)."""
-    parent = np.full(len(ts), -1, dtype=np.int32)
+    n = len(ts)
+    parent = np.full(n, -1, dtype=np.int32)
     closes_all = ts + dur - np.where(dur > 0, _EPS, 0.0)
-    stack: list[tuple[int, float, float]] = []  # (position, closes at, starts at) of the open events
-    current = None
-    for lo, hi in _slices(len(ts)):
-        ts_l, closes, instant, threads = ts[lo:hi].tolist(), closes_all[lo:hi].tolist(), (dur[lo:hi] == 0).tolist(), thread[lo:hi].tolist()
+    new_thread = np.flatnonzero(np.diff(thread)) + 1  # where each thread after the first begins
+    begins = {0, *new_thread.tolist()}
+    # The innermost open event is kept in locals (position, closes at, starts
+    # at), the ones it is inside on a stack under a bottom that never closes:
+    # one tuple per event, no index or length taken per event.
+    bottom = (-1, math.inf, math.nan)
+    top_pos, top_close, top_start = bottom
+    stack: list[tuple[int, float, float]] = []
+    for lo, hi in _slices(n):
+        ts_l, closes, instant = ts[lo:hi].tolist(), closes_all[lo:hi].tolist(), (dur[lo:hi] == 0).tolist()
         out = [-1] * (hi - lo)
-        for k, t in enumerate(ts_l):
-            if threads[k] != current:
-                current = threads[k]
+        cuts = new_thread[(new_thread > lo) & (new_thread < hi)].tolist()
+        for a, b in zip([lo, *cuts], [*cuts, hi]):
+            if a in begins:  # a thread's first event: nothing is open
+                top_pos, top_close, top_start = bottom
                 stack = []
-            while stack:
-                top = stack[-1]
-                if t >= top[1] and not (t == top[2] and instant[k]):
-                    stack.pop()
-                else:
-                    break
-            if stack:
-                out[k] = stack[-1][0]
-            stack.append((k + lo, closes[k], t))
+            for k, t in enumerate(ts_l[a - lo : b - lo], a - lo):
+                while t >= top_close and (t != top_start or not instant[k]):
+                    top_pos, top_close, top_start = stack.pop()
+                out[k] = top_pos
+                stack.append((top_pos, top_close, top_start))
+                top_pos, top_close, top_start = k + lo, closes[k], t
         parent[lo:hi] = out
     return parent
 

@@ -198,9 +198,10 @@ class Pool:
             out = [texts(bytes(v)) if type(v) is Raw else (-2 if v is None else add(v)) for v in values]
         if None in out:
             for i, x in enumerate(out):  # first sightings of a text
-                if x is None:
+                if x is None:  # (a text seen first in this window is decoded once, not at each of its events)
                     text = bytes(values[i])
-                    out[i] = seen[text] = add(msgspec.json.decode(text))
+                    x = seen.get(text)
+                    out[i] = x if x is not None else seen.setdefault(text, add(msgspec.json.decode(text)))
         codes = np.array(out, dtype=np.int32)
         codes[codes < -1] = -1
         return codes

@@ -33,3 +33,30 @@ def test_each_use_is_a_definition_at_its_line(tmp_path):
     assert (loc.path, loc.line) == ("aten/src/ATen/native/cuda/k.cuh", 8)
     assert "my_fwd_kernel" in SOURCE.splitlines()[loc.line - 1]
     assert r._grep("plain", "kernel") is None
+
+
+def test_the_definitions_table_is_kept_and_read_again_only_when_a_file_changes(tmp_path, monkeypatch):
+    """Note [definitions cache]: a second resolver on the same tree reads the
+    table from the cache (the sources are not read again); an edited file
+    makes another digest, and its new definition is found at its line."""
+    import os
+
+    from kernelmap.kernels import resolve
+
+    monkeypatch.setenv("KERNELMAP_CACHE_DIR", str(tmp_path / "cache"))
+    folder = tmp_path / "tree/aten/src/ATen/native/cuda"
+    folder.mkdir(parents=True)
+    source = folder / "k.cuh"
+    source.write_text(SOURCE)
+    first = KernelResolver(None, tmp_path / "tree", "t")._grep("my_fwd_kernel", "kernel")
+    assert len(list((tmp_path / "cache/kernels").iterdir())) == 1
+    read = []
+    monkeypatch.setattr(resolve, "read_text", lambda path, **kw: read.append(path) or path.read_text())
+    again = KernelResolver(None, tmp_path / "tree", "t")._grep("my_fwd_kernel", "kernel")
+    assert again == first and read == []
+    edited = "// moved down one line\n" + SOURCE
+    source.write_text(edited)
+    os.utime(source, ns=(1, 1))  # another size and time
+    moved = KernelResolver(None, tmp_path / "tree", "t")._grep("my_fwd_kernel", "kernel")
+    assert read == [source] and (moved.path, moved.line) == (first.path, first.line + 1)
+    assert "my_fwd_kernel" in edited.splitlines()[moved.line - 1]

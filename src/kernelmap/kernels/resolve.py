@@ -350,15 +350,9 @@ class KernelResolver:
             return None
         if self._text is None:
             base = self.root / "aten/src/ATen/native"
-            texts = []
-            for path in sorted(base.rglob("*")):
-                if path.suffix not in (".cu", ".cuh", ".h") or not ("cuda" in path.parts or path.parent == base):
-                    continue
-                try:
-                    texts.append((str(path.relative_to(self.root)), read_text(path, errors="replace")))
-                except (OSError, NotRegularFile):
-                    continue
-            self._text = {kind: {name: Location(*at) for name, at in table.items()} for kind, table in _definitions(texts).items()}
+            paths = [path for path in sorted(base.rglob("*"))
+                     if path.suffix in (".cu", ".cuh", ".h") and ("cuda" in path.parts or path.parent == base)]
+            self._text = {kind: {name: Location(*at) for name, at in table.items()} for kind, table in _tree_definitions(self.root, paths).items()}
         return self._text[what].get(name)
 
     def in_extension(self, answer: KernelAnswer, origin: Origin) -> KernelAnswer | None:
@@ -485,6 +479,61 @@ def _definitions(texts: list[tuple[str, str]]) -> dict[str, dict[str, tuple[str,
                 if m.group(1) not in table:
                     table[m.group(1)] = (rel, text.count("\n", 0, m.start(1)) + 1)
     return tables
+
+
+def _tree_definitions(root: Path, paths: list[Path]) -> dict[str, dict[str, tuple[str, int]]]:
+    """`_definitions` of a tree's CUDA sources (`paths`), kept in the cache
+    under a digest of each file's path, size and modification time and of
+    this module (Note [definitions cache])."""
+    import hashlib
+    import json
+
+    from kernelmap import env
+
+    def compute() -> dict[str, dict[str, tuple[str, int]]]:
+        texts = []
+        for path in paths:
+            try:
+                texts.append((str(path.relative_to(root)), read_text(path, errors="replace")))
+            except (OSError, NotRegularFile):
+                continue
+        return _definitions(texts)
+
+    try:
+        here = os.stat(__file__)
+        parts = [f"{__file__}:{here.st_size}:{here.st_mtime_ns}", str(root)]
+        for path in paths:
+            st = os.stat(path)
+            parts.append(f"{path.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}")
+        stamp = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
+        cached = env.cache_dir() / "kernels" / f"definitions-{stamp}.json"
+    except (OSError, ValueError):
+        return compute()
+    try:
+        data = json.loads(cached.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and set(data) == {"class", "kernel"}:
+            return {kind: {name: (at[0], at[1]) for name, at in table.items()} for kind, table in data.items()}
+    except (OSError, ValueError, RecursionError, TypeError, AttributeError, IndexError, KeyError):
+        pass
+    tables = compute()
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(tables), encoding="utf-8")
+        os.replace(tmp, cached)
+    except OSError:
+        pass  # an unwritable cache: the next process reads the sources again
+    return tables
+
+
+# Note [definitions cache]
+# The classes and kernels the grammar could not read are found by a pass of
+# regular expressions over the tree's CUDA sources (a few hundred files, a
+# fifth to half a second), in every process that resolves a kernel's functor:
+# each `trace` of a GPU trace paid it again. The table depends only on those
+# files' texts and on this module, so it is kept in the cache under a digest
+# of each file's path, size and modification time and of this module's own:
+# an edited file or a changed kernelmap makes another digest, read afresh.
 
 
 def open_resolver(source: str | None = None) -> tuple[KernelResolver, str | None]:

@@ -161,6 +161,18 @@ class Resolver:
     _extensions: dict[str, tuple] = field(default_factory=dict)  # custom op -> the extensions it was registered from
     _namespaces: dict[str, list[str]] = field(default_factory=dict)  # C++ namespace -> the operators registered in it
     versions: dict[str, str] = field(default_factory=dict)  # {"tree", "installed"} where they differ (Note [versions in a trace] in kernelmap.trace.summary)
+    _cache: Any = None  # the dispatch facts cache, opened once per trace
+    _cache_checked: bool = False
+
+    def _dispatch_cache(self):
+        """The dispatch facts cache (Note [dispatch facts cache]), or None: its
+        stamp (a digest of torch's libraries' sizes and times) is taken once per
+        trace, not at each operator asked (a few hundred stats and digests)."""
+        if self.live:
+            return None
+        if not self._cache_checked:
+            self._cache, self._cache_checked = _DispatchCache.opened(), True
+        return self._cache
 
     def _kernels(self):
         """The kernel-name resolver on the same tree as the kernel sources."""
@@ -205,7 +217,7 @@ class Resolver:
         if key in self._dispatch:
             return self._dispatch[key]
         # Note [dispatch facts cache]
-        cache = None if self.live else _DispatchCache.opened()
+        cache = self._dispatch_cache()
         asked = cache.get(key) if cache is not None else None
         if asked is None:
             asked = _ask_dispatcher(str(op.name), device, dtype, requires_grad, self._catalog())
@@ -425,7 +437,7 @@ class Resolver:
     def _served_by(self, op: str, key: str | None) -> str | None:
         """The torch._native override that serves `op` at `key`, in words
         (read statically once per torch install: Note [dispatch facts cache])."""
-        cache = None if self.live else _DispatchCache.opened()
+        cache = self._dispatch_cache()
         cached = cache.get(("override", op, key)) if cache is not None else None
         if cached is not None:
             return cached.get("served_by")

@@ -362,7 +362,7 @@ def _export_parquet(t, path: Path, origins: OriginTable) -> int:
             batch["location"].append(None if location == "null" else location)
             batch["facts"].append(facts)
             n += 1
-            if len(batch["id"]) >= 1 << 16:
+            if len(batch["id"]) >= 1 << 13:
                 flush()
         flush()
     return n

@@ -187,3 +187,26 @@ def test_a_template_parameter_the_caller_binds_picks_the_overload(context):
     picked = [n for n in subtree_nodes(impl) if n.name == "at::native::_maybe_resize_storage"]
     assert [n.location.line for n in picked] == [by_type["int64_t"]]
     assert {"maybe_resize_storage_cpu", "resize_bytes_cpu"} <= {short(n) for n in subtree_names(impl)}
+
+
+def test_an_alias_and_its_instantiation_are_one_type(context):
+    """histc's _resize_output<T> (called by resize_output with an `IntArrayRef shape`)
+    passes its `ArrayRef<T> shape` to native_resize_, declared once for
+    IntArrayRef and once for SymIntArrayRef (read from Resize.cpp). With T =
+    int64_t, `ArrayRef<int64_t>` is c10's IntArrayRef: the recorded stacks run
+    native::resize_ below resize_output (the IntArrayRef native_resize_ forwards
+    to it), and the map picks that overload."""
+    ctx = context("cpu")
+    assert "at::native::resize_" in observed_below("aten::histc", "at::native::resize_output")
+    lines = (ctx.index.tree.root / "aten/src/ATen/native/Resize.cpp").read_text().splitlines()
+    by_type = {}
+    for d in ctx.index.definitions("at::native::native_resize_"):
+        m = re.search(r"native_resize_\(const Tensor& output, (\w+) shape\)", lines[d.location.line - 1])
+        body = lines[d.location.line]
+        by_type[m.group(1)] = (d.location.line, body)
+    assert set(by_type) == {"IntArrayRef", "SymIntArrayRef"} and "native::resize_(" in by_type["IntArrayRef"][1]
+    tree = graph.stack("aten::histc", ctx, 40)
+    helper = first(tree, "at::native::_resize_output")
+    assert helper is not None
+    picked = [n for n in subtree_nodes(helper) if n.name == "at::native::native_resize_"]
+    assert picked and {n.location.line for n in picked} == {by_type["IntArrayRef"][0]}

@@ -592,17 +592,18 @@ def by_argument_types(definitions: list, site, ctx: GraphContext, bound: dict[st
     arguments = call_arguments(site, ctx)
     if not arguments:
         return definitions
+    aliases = _core_aliases(ctx.index.tree.root)  # `IntArrayRef` and `ArrayRef<int64_t>` are one type
     types = []
     for d in definitions:
         params = parameters(d, ctx)
         if params is None or len(params) < len(arguments):
             return definitions
-        types.append([_parameter_type(p) for p in params[: len(arguments)]])
+        types.append([aliases.get(t, t) for t in map(_parameter_type, params[: len(arguments)])])
     matching = list(range(len(definitions)))
     for position, argument in enumerate(arguments):
         if len({t[position] for t in types}) < 2:
             continue  # every overload takes the same type here
-        declared = bound_type(_argument_type(argument, site, ctx), bound)
+        declared = argument_type(argument, site, ctx, bound)
         if declared is None or set(re.findall(r"\w+", declared)) & _dependent_names(tree_path(ctx, site.location.path)):
             continue  # unknown, or a template's type (`opmath_t`: `float` for Half, so gemm_notrans_'s Half overload)
         exact = [i for i in matching if types[i][position] == declared]

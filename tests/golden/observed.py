@@ -78,7 +78,9 @@ class Frame:
 # create_<op>_typed_handle();` in the generated Operators_*.cpp: a static's
 # initialiser, which runs on a process's first call of the operator only, as
 # DispatchStub's choice does; below it c10's findSchemaOrThrow copies the
-# operator's name, the memcpy the recorded first calls show), and the
+# operator's name, the memcpy the recorded first calls show; beside it the C
+# library's registration of the static's destructor, __cxa_atexit, whose
+# __new_exitfn clears a new block of exit handlers with memset), and the
 # allocation helpers (at::detail::empty_*). The utility operator's entry
 # itself is graded: `stack` names the call. When the entry is itself a
 # utility (`to`), the utilities it calls are its work and are graded.
@@ -86,7 +88,7 @@ _TI_KEEP = ("for_each", "serial_for_each", "parallel_reduce", "foreach_reduced_e
 _SETUP = ("at::native::DispatchStubImpl::", "at::detail::empty", "at::native::empty_cpu", "at::native::empty_strided_cpu")
 
 
-_HANDLE = re.compile(r"at::_ops::create_\w+_typed_handle")
+_HANDLE = re.compile(r"at::_ops::create_\w+_typed_handle|__cxa_atexit|__internal_atexit|__new_exitfn")
 
 
 def _is_setup(function: str) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import gzip
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,7 +73,14 @@ class Frame:
 # Of those, the frames inside work `stack` shows as one step by design are
 # not graded either: below a utility operator the entry calls (empty, copy_,
 # resize_, as_strided...: kernelmap.graph.rules), TensorIterator's set-up
-# (build, compute_*), DispatchStub's choice of a CPU capability, and the
+# (build, compute_*), DispatchStub's choice of a CPU capability, the
+# dispatcher's lookup of an operator's handle (`static auto op =
+# create_<op>_typed_handle();` in the generated Operators_*.cpp: a static's
+# initialiser, which runs on a process's first call of the operator only, as
+# DispatchStub's choice does; below it c10's findSchemaOrThrow copies the
+# operator's name, the memcpy the recorded first calls show; beside it the C
+# library's registration of the static's destructor, __cxa_atexit, whose
+# __new_exitfn clears a new block of exit handlers with memset), and the
 # allocation helpers (at::detail::empty_*). The utility operator's entry
 # itself is graded: `stack` names the call. When the entry is itself a
 # utility (`to`), the utilities it calls are its work and are graded.
@@ -80,10 +88,13 @@ _TI_KEEP = ("for_each", "serial_for_each", "parallel_reduce", "foreach_reduced_e
 _SETUP = ("at::native::DispatchStubImpl::", "at::detail::empty", "at::native::empty_cpu", "at::native::empty_strided_cpu")
 
 
+_HANDLE = re.compile(r"at::_ops::create_\w+_typed_handle|__cxa_atexit|__internal_atexit|__new_exitfn")
+
+
 def _is_setup(function: str) -> bool:
     if function.startswith(("at::TensorIteratorBase::", "at::TensorIterator::", "at::TensorIteratorConfig::")):
         return function.rsplit("::", 1)[-1] not in _TI_KEEP
-    return function.startswith(_SETUP)
+    return function.startswith(_SETUP) or _HANDLE.fullmatch(function) is not None
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,15 @@ def subtree_names(node) -> set[str]:
     return names
 
 
+def subtree_nodes(node) -> list:
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(n.children)
+    return out
+
+
 def first(tree, name: str):
     return next((n for n, _ in walk(tree) if n.name == name), None)
 
@@ -151,3 +160,53 @@ def test_a_tensor_method_spelled_symint_is_its_operators_call(context):
     assert any("self.repeat_symint(" in line for line in lines)
     names = subtree_names(kernel)
     assert {"at::_ops::repeat::call", "aten::repeat", "at::native::repeat"} <= names
+
+
+def test_a_template_parameter_the_caller_binds_picks_the_overload(context):
+    """resize_ passes its `IntArrayRef size` to `template <typename T> _resize_(...,
+    ArrayRef<T> size, ...)`, which calls `_resize_impl_<T>`, whose `T
+    storage_size` goes to `_maybe_resize_storage`, declared once for int64_t
+    and once for c10::SymInt (all read from Resize.cpp; IntArrayRef is
+    `ArrayRef<int64_t>` in c10/util/ArrayRef.h). T is int64_t: the recorded
+    stacks run maybe_resize_storage_cpu below _resize_impl_ (the int64_t
+    overload forwards to it), and the map names that overload and follows it
+    there, not two overloads left undecided."""
+    ctx = context("cpu")
+    seen = observed_below("aten::resize_", "at::native::_resize_impl_")
+    assert "at::native::maybe_resize_storage_cpu" in seen
+    assert "at::native::_resize_impl_" in observed_below("aten::resize_", "at::native::resize_")
+    root = ctx.index.tree.root
+    assert re.search(r"^using IntArrayRef = ArrayRef<int64_t>;", (root / "c10/util/ArrayRef.h").read_text(), re.M)
+    overloads = {d.location.line: d for d in ctx.index.definitions("at::native::_maybe_resize_storage")}
+    lines = (root / "aten/src/ATen/native/Resize.cpp").read_text().splitlines()
+    by_type = {re.search(r"_maybe_resize_storage\(TensorImpl\* self, (.+) new_size_bytes\)", lines[n - 1]).group(1): n for n in overloads}
+    assert set(by_type) == {"int64_t", "c10::SymInt"}
+    tree = graph.stack("aten::resize_", ctx, 40)
+    impl = first(tree, "at::native::_resize_impl_")
+    assert impl is not None
+    picked = [n for n in subtree_nodes(impl) if n.name == "at::native::_maybe_resize_storage"]
+    assert [n.location.line for n in picked] == [by_type["int64_t"]]
+    assert {"maybe_resize_storage_cpu", "resize_bytes_cpu"} <= {short(n) for n in subtree_names(impl)}
+
+
+def test_an_alias_and_its_instantiation_are_one_type(context):
+    """histc's _resize_output<T> (called by resize_output with an `IntArrayRef shape`)
+    passes its `ArrayRef<T> shape` to native_resize_, declared once for
+    IntArrayRef and once for SymIntArrayRef (read from Resize.cpp). With T =
+    int64_t, `ArrayRef<int64_t>` is c10's IntArrayRef: the recorded stacks run
+    native::resize_ below resize_output (the IntArrayRef native_resize_ forwards
+    to it), and the map picks that overload."""
+    ctx = context("cpu")
+    assert "at::native::resize_" in observed_below("aten::histc", "at::native::resize_output")
+    lines = (ctx.index.tree.root / "aten/src/ATen/native/Resize.cpp").read_text().splitlines()
+    by_type = {}
+    for d in ctx.index.definitions("at::native::native_resize_"):
+        m = re.search(r"native_resize_\(const Tensor& output, (\w+) shape\)", lines[d.location.line - 1])
+        body = lines[d.location.line]
+        by_type[m.group(1)] = (d.location.line, body)
+    assert set(by_type) == {"IntArrayRef", "SymIntArrayRef"} and "native::resize_(" in by_type["IntArrayRef"][1]
+    tree = graph.stack("aten::histc", ctx, 40)
+    helper = first(tree, "at::native::_resize_output")
+    assert helper is not None
+    picked = [n for n in subtree_nodes(helper) if n.name == "at::native::native_resize_"]
+    assert picked and {n.location.line for n in picked} == {by_type["IntArrayRef"][0]}

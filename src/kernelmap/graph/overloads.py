@@ -439,10 +439,18 @@ def _find_declared_type(name: str, site, ctx: GraphContext) -> str | None:
     return None
 
 
+# A value passed on as it is: `std::move(storage_size)`, `std::forward<T>(x)`.
+_PASSED_ON = re.compile(r"std::(?:move|forward\s*<[^<>()]*>)\s*\(\s*([A-Za-z_]\w*)\s*\)")
+
+
 def _argument_type(argument: str, site, ctx: GraphContext) -> str | None:
     """The type of an argument where it is written out: a name's declaration
-    above the call, a cast's target (`static_cast<std::optional<Generator>>(std::nullopt)`),
-    or what the function it calls returns (`wrapped_scalar_tensor(other)`)."""
+    above the call (passed on by `std::move` or `std::forward` too), a cast's
+    target (`static_cast<std::optional<Generator>>(std::nullopt)`), or what
+    the function it calls returns (`wrapped_scalar_tensor(other)`)."""
+    moved = _PASSED_ON.fullmatch(argument)
+    if moved:
+        argument = moved.group(1)
     if re.fullmatch(r"[A-Za-z_]\w*", argument):
         return _declared_type(argument, site, ctx)
     cast = _CAST.fullmatch(argument)
@@ -524,7 +532,46 @@ def _dependent_names(path: Path) -> frozenset[str]:
     return frozenset(names)
 
 
-def by_argument_types(definitions: list, site, ctx: GraphContext) -> list:
+def bound_type(declared: str | None, bound: dict[str, str] | None) -> str | None:
+    """A declared type (_type_key) with the template parameters the caller's
+    instantiation binds put in (`T` -> `int64_t` in `_resize_impl_<int64_t>`,
+    Note [overloads told apart by an argument's type])."""
+    if declared is None or not bound:
+        return declared
+    return _type_key(re.sub(r"\b\w+\b", lambda m: bound.get(m.group(), m.group()), declared))
+
+
+# `using IntArrayRef = ArrayRef<int64_t>;`: an alias of one instantiation of a class template.
+_USING = re.compile(r"^\s*using\s+(\w+)\s*=\s*((?:\w+::)*\w+\s*<[^;<>{}()]*>)\s*;", re.M)
+
+
+@functools.lru_cache(maxsize=4)
+def _core_aliases(root: Path) -> dict[str, str]:
+    """The aliases c10's headers give instantiations of class templates
+    (`IntArrayRef` -> `ArrayRef<int64_t>`, `SymIntArrayRef` -> `ArrayRef<SymInt>`),
+    as _type_key writes them; a name aliased to two types is left out."""
+    found: dict[str, set] = {}
+    for path in sorted((root / "c10").rglob("*.h")):
+        text = "\n".join(file_lines(path))
+        if "using" not in text:
+            continue
+        for m in _USING.finditer(text):
+            found.setdefault(m.group(1), set()).add(_type_key(m.group(2)))
+    return {name: types.pop() for name, types in found.items() if len(types) == 1 and None not in types}
+
+
+def argument_type(argument: str, site, ctx: GraphContext, bound: dict[str, str] | None = None) -> str | None:
+    """The type (_type_key) of an argument written out at a call site, with the
+    caller's template bindings put in and a c10 alias spelled out
+    (`IntArrayRef size` -> `ArrayRef<int64_t>`): what a callee's template
+    parameters are deduced from (Note [template arguments])."""
+    declared = bound_type(_argument_type(argument, site, ctx), bound)
+    if declared is None or ctx.index is None:
+        return declared
+    return _core_aliases(ctx.index.tree.root).get(declared, declared)
+
+
+def by_argument_types(definitions: list, site, ctx: GraphContext, bound: dict[str, str] | None = None) -> list:
     """Note [overloads told apart by an argument's type]: the overloads of a
     call whose parameters differ in type where the call passes an argument
     whose type is written out (a name declared above the call in its file, or
@@ -535,24 +582,28 @@ def by_argument_types(definitions: list, site, ctx: GraphContext) -> list:
     `static_cast<std::optional<Generator>>(std::nullopt)`), as C++ prefers an
     exact match to a template or a conversion. Types are compared whole,
     template arguments included, qualifiers and references dropped. A type a
-    template decides (`scalar_t`, `opmath_t`) decides nothing here. All of
-    them when the types cannot be read or none matches."""
+    template decides (`scalar_t`, `opmath_t`) decides nothing here, unless the
+    caller's instantiation binds it (`bound`: `_resize_impl_<T>`'s `T
+    storage_size`, with T = int64_t where `_resize_` was given an IntArrayRef,
+    picks `_maybe_resize_storage(TensorImpl*, int64_t)` over its SymInt
+    overload). All of them when the types cannot be read or none matches."""
     if len(definitions) < 2 or ctx.index is None:
         return definitions
     arguments = call_arguments(site, ctx)
     if not arguments:
         return definitions
+    aliases = _core_aliases(ctx.index.tree.root)  # `IntArrayRef` and `ArrayRef<int64_t>` are one type
     types = []
     for d in definitions:
         params = parameters(d, ctx)
         if params is None or len(params) < len(arguments):
             return definitions
-        types.append([_parameter_type(p) for p in params[: len(arguments)]])
+        types.append([aliases.get(t, t) for t in map(_parameter_type, params[: len(arguments)])])
     matching = list(range(len(definitions)))
     for position, argument in enumerate(arguments):
         if len({t[position] for t in types}) < 2:
             continue  # every overload takes the same type here
-        declared = _argument_type(argument, site, ctx)
+        declared = argument_type(argument, site, ctx, bound)
         if declared is None or set(re.findall(r"\w+", declared)) & _dependent_names(tree_path(ctx, site.location.path)):
             continue  # unknown, or a template's type (`opmath_t`: `float` for Half, so gemm_notrans_'s Half overload)
         exact = [i for i in matching if types[i][position] == declared]

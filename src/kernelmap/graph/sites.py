@@ -50,6 +50,7 @@ from kernelmap.graph.nodes import (
 from kernelmap.graph.overloads import (
     _all_distinct_conditions,
     _angle_items,
+    argument_type,
     _ANGLE_TAIL,
     by_argument_count,
     by_argument_types,
@@ -372,7 +373,7 @@ def _site_children(node: Node, ctx: GraphContext, definition, sites, span, lambd
             if stubs:  # only the parameters the callee calls: the others' stubs stay where they are passed
                 called = {c.name for c in ctx.index.calls_from(child.payload) if "::" not in c.callee and c.kind in (EdgeKind.STUB, EdgeKind.DIRECT)}
                 stubs = {name: stub for name, stub in stubs.items() if name in called}
-            child.bound = {**_template_bindings(child, child.payload, ctx), **stubs}
+            child.bound = {**_template_bindings(child, child.payload, ctx, bound), **stubs}
             if stubs:
                 passed.append((site.location.line, set(stubs.values())))
             if child.bound:  # each instantiation is its own: sortCommon with SmallBitonicSort, then with MediumRadixSort
@@ -571,7 +572,7 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: di
         node.attrs["utility"] = True
         return node if ctx.all_calls else node.leaf()
     if len(candidates) > 1:
-        candidates = by_argument_types(by_arity(by_enable_if(candidates, ctx), spelled, ctx), spelled, ctx)
+        candidates = by_argument_types(by_arity(by_enable_if(candidates, ctx), spelled, ctx), spelled, ctx, bound)
     if len(candidates) > 1:
         typed = by_dtype(candidates, ctx)
         if len(typed) > 1:  # the one the build compiles (mkl_gemm_batched for float, beside its placeholder without MKL)
@@ -749,15 +750,24 @@ def _tensor_like(declared: str) -> bool:
 # template parameter's type alone: `sortCommon(SmallBitonicSort{}, ...)` of
 # `template <typename Sorter> void sortCommon(Sorter sorter, ...)` binds
 # Sorter, and `sorter.template sort<A>(...)` in its body (a member call on a
-# receiver of that type) runs SmallBitonicSort::sort. A parameter no call binds
-# is unresolved (never resolved by its name: at::native::bernoulli_scalar_kernel
+# receiver of that type) runs SmallBitonicSort::sort. A parameter declared
+# as a class template of a type parameter (`ArrayRef<T> size`) is bound by an
+# argument declared as that template's instantiation, or as an alias of one
+# that c10 writes (resize_'s `IntArrayRef size`: T = int64_t); a template
+# argument spelled with the caller's own parameter (`_resize_impl_<T>`) is
+# what the caller's instantiation binds, and a value of that type picks its
+# overload (Note [overloads told apart by an argument's type]: `T
+# storage_size` reaches `_maybe_resize_storage(TensorImpl*, int64_t)`, not
+# its SymInt twin). A parameter no call binds is unresolved (never resolved by its name: at::native::bernoulli_scalar_kernel
 # of cuda/ was drawn for CPU).
 
 
-def _template_bindings(node: Node, definition, ctx: GraphContext) -> dict[str, str]:
+def _template_bindings(node: Node, definition, ctx: GraphContext, outer: dict[str, str] | None = None) -> dict[str, str]:
     """The template parameters of `definition` (read from its head) bound
     to the arguments its call site spells (`bernoulli_impl_<BernoulliStub,
-    Generator>(...)`); empty when either cannot be read."""
+    Generator>(...)`; an argument that is a template parameter of the caller,
+    `_resize_impl_<T>(...)`, is what `outer`, the caller's bindings, binds
+    it to); empty when either cannot be read."""
     site = node.attrs.get("call_site")
     if not isinstance(site, Location) or ctx.index is None:
         return {}
@@ -772,12 +782,12 @@ def _template_bindings(node: Node, definition, ctx: GraphContext) -> dict[str, s
         return {}
     parameters = _template_parameters(head, h.end())
     if m is None:
-        return _deduced_bindings(site, short, definition, parameters, ctx)
+        return _deduced_bindings(site, short, definition, parameters, ctx, outer)
     arguments = _angle_items(text, m.end())
-    bound = {p: a for p, a in zip(parameters, arguments) if p and re.fullmatch(r"[A-Za-z_][\w:]*", a)}
+    bound = {p: (outer or {}).get(a, a) for p, a in zip(parameters, arguments) if p and re.fullmatch(r"[A-Za-z_][\w:]*", a)}
     if len(arguments) < len(parameters):  # `run_launcher<scalar_t, index_t>(..., KthValueLauncher(k))`: the rest deduced
         rest = parameters[len(arguments):]
-        bound.update(_deduced_bindings(site, short, definition, rest, ctx))
+        bound.update(_deduced_bindings(site, short, definition, rest, ctx, outer))
     return bound
 
 
@@ -785,13 +795,18 @@ def _template_bindings(node: Node, definition, ctx: GraphContext) -> dict[str, s
 _CLASS_TEMPORARY = re.compile(r"((?:[A-Za-z_]\w*::)*[A-Z]\w*(?:<[^<>(){}]*>)?)\s*(?:\{[^{}]*\}|\((?:[^()]|\([^()]*\))*\))")
 
 
-def _deduced_bindings(site: Location, short: str, definition, parameters: list[str], ctx: GraphContext) -> dict[str, str]:
+def _deduced_bindings(site: Location, short: str, definition, parameters: list[str], ctx: GraphContext,
+                      outer: dict[str, str] | None = None) -> dict[str, str]:
     """Template parameters a call binds by deduction (Note [template
     arguments]): a function parameter declared with a template parameter's
     type alone (`template <typename Sorter> void sortCommon(Sorter sorter,
     ...)`, also `const Sorter&`, `Sorter&&`), given a temporary of a named
     class (`sortCommon(SmallBitonicSort{}, ...)`, `run_launcher<scalar_t,
-    index_t>(..., KthValueLauncher(k))`), binds it to that class."""
+    index_t>(..., KthValueLauncher(k))`), binds it to that class; one declared
+    as a class template of it (`ArrayRef<T> size`), given an argument whose
+    declared type is that template's instantiation, or an alias of one
+    (`IntArrayRef size`, c10's `ArrayRef<int64_t>`), binds it to the
+    instantiation's argument (T = int64_t)."""
     wanted = {p for p in parameters if p}
     lines = tree_lines(ctx, definition.location.path)
     text = "\n".join(lines[definition.location.line - 1 : definition.location.line + 12])
@@ -807,7 +822,18 @@ def _deduced_bindings(site: Location, short: str, definition, parameters: list[s
         temporary = _CLASS_TEMPORARY.fullmatch(argument)
         if len(words) == 2 and words[0] in wanted and temporary is not None:
             bound.setdefault(words[0], temporary.group(1))
+            continue
+        of = _TEMPLATE_OF.fullmatch(re.sub(r"\b(?:const|volatile)\b|[&*]", "", _COMMENT.sub("", declaration.split("=", 1)[0])).strip())
+        if of is not None and of.group(2) in wanted:
+            given = argument_type(argument, _Spelled(site, short, short), ctx, outer)
+            instance = re.fullmatch(rf"{re.escape(of.group(1).rsplit('::', 1)[-1])}<(\w+)>", given or "")
+            if instance is not None:
+                bound.setdefault(of.group(2), instance.group(1))
     return bound
+
+
+# A parameter declared as a class template of one type parameter: `ArrayRef<T> size`, `c10::ArrayRef<T> size`.
+_TEMPLATE_OF = re.compile(r"((?:\w+::)*\w+)\s*<\s*(\w+)\s*>\s*\w+")
 
 
 def _names_template_parameter(callee: str, caller, ctx: GraphContext) -> bool:

@@ -151,3 +151,37 @@ def test_a_tensor_method_spelled_symint_is_its_operators_call(context):
     assert any("self.repeat_symint(" in line for line in lines)
     names = subtree_names(kernel)
     assert {"at::_ops::repeat::call", "aten::repeat", "at::native::repeat"} <= names
+
+
+def test_a_leaf_compiled_into_its_caller_ran_when_its_caller_ran(context):
+    """Loop templates and C10_ALWAYS_INLINE functions are compiled into their
+    caller, so the recording never stops in them (Note [leaves that are never
+    frames] in tests/golden/observed.py): avg_pool2d's at::parallel_for ran
+    inside avg_pool2d_kernel_impl, a frame of its recorded stacks, with no
+    thread pool frame; conj_physical of a real tensor copies it, and its
+    conj_kernel, whose cpu_kernel_vec `where` names, never ran; ufunc/add.h's
+    `add` is declared C10_ALWAYS_INLINE on its line of the tree."""
+    from kernelmap import api
+    from kernelmap.observe.mark import name_key
+    from tests.golden.observed import always_inline, inlined_into_ran
+
+    golden, ctx = load(), context("cpu")
+
+    def judged(op):
+        steps = [s for s in api._source_steps(op, "cpu", [], "debian-2.6.0", context=ctx) if s.role == "leaf"]
+        ends = graph.call_ends(graph.stack(op, ctx))
+        frames = [golden.frames[i] for stack in golden.by_operator()[op] for i in stack]
+        ran = {name_key(f.function) for f in frames} | {name_key(f.function).rsplit("::", 1)[-1] for f in frames}
+        return {s.name: (s, inlined_into_ran(s.name, ends, ran)) for s in steps}, {f.function for f in frames}
+
+    leaves, ran = judged("aten::avg_pool2d")
+    assert "at::parallel_for" in leaves and not any("invoke_parallel" in f or "parallel_for" in f for f in ran)
+    assert any(f.endswith("::avg_pool2d_kernel_impl") for f in ran) and leaves["at::parallel_for"][1]
+    leaves, ran = judged("aten::conj_physical")
+    assert "cpu_kernel_vec" in leaves and not any(f.endswith("::conj_kernel") for f in ran)
+    assert not leaves["cpu_kernel_vec"][1]
+    leaves, ran = judged("aten::add.Tensor")
+    step, judged_ran = leaves["at::native::ufunc::add"]
+    text = step.location.disk_path.read_text().splitlines()[step.location.line - 1]
+    assert "C10_ALWAYS_INLINE" in text and always_inline(step.location) and judged_ran
+    assert not any(f.endswith("ufunc::add") for f in ran)  # never a frame

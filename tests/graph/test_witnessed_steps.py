@@ -185,3 +185,66 @@ def test_a_leaf_compiled_into_its_caller_ran_when_its_caller_ran(context):
     text = step.location.disk_path.read_text().splitlines()[step.location.line - 1]
     assert "C10_ALWAYS_INLINE" in text and always_inline(step.location) and judged_ran
     assert not any(f.endswith("ufunc::add") for f in ran)  # never a frame
+
+
+def callers_miss(op: str, leaf: str, ctx) -> tuple[list, list[str]]:
+    """(the graded frames of a recorded stack of `op` down to `leaf`, those
+    above it that `callers LEAF` does not name): the bench's bottom-up grading."""
+    from kernelmap.observe.mark import name_key
+
+    golden = load()
+    graded = (golden.graded(s)[0] for s in golden.by_operator()[op])
+    frames = next(f[: [g.function for g in f].index(leaf) + 1] for f in graded if leaf in [g.function for g in f])
+    tree = graph.callers(frames[-1].parsed.lookup, ctx, 40)
+    keys = {name_key(n.name) for n, _ in walk(tree)}
+    shorts = {k.rsplit("::", 1)[-1] for k in keys}
+    return frames, [f.function for f in frames[:-1] if name_key(f.function) not in keys and name_key(f.function).rsplit("::", 1)[-1] not in shorts]
+
+
+def test_callers_of_an_operators_entry_go_up_from_the_operator(context):
+    """Note [callers of an operator's entry] in graph.up: at::native::cholesky
+    calls `raw_cholesky_output.triu_()` or `.tril_()` (read from
+    BatchLinearAlgebra.cpp), which the recorded stacks of cholesky show
+    entering at::_ops::tril_::call; `callers at::_ops::tril_::call` names every
+    frame above it, up to THPVariable_cholesky."""
+    ctx = context("cpu")
+    tree_text = ctx.index.tree.root.joinpath("aten/src/ATen/native/BatchLinearAlgebra.cpp").read_text()
+    assert "raw_cholesky_output.tril_()" in tree_text
+    assert "at::_ops::tril_::call" in observed_below("aten::cholesky", "at::native::cholesky")
+    frames, missed = callers_miss("aten::cholesky", "at::_ops::tril_::call", ctx)
+    assert frames[0].function.endswith("THPVariable_cholesky") and not missed, missed
+
+
+def test_callers_of_a_structured_kernel_reach_its_in_place_delegate(context):
+    """tril_ delegates to tril.out (native_functions.yaml): the in-place
+    operator's wrapper runs structured_tril_cpu::impl, and cholesky's call of
+    `tril_()` is among the callers of the kernel below it."""
+    ctx = context("cpu")
+    delegate = ctx.catalog.get("aten::tril_")
+    assert delegate.structured_delegate == "tril.out"
+    tree = graph.callers("at::native::structured_tril_cpu::impl", ctx, 12)
+    names = {n.name for n, _ in walk(tree)}
+    assert "aten::tril_" in names and "at::native::cholesky" in names
+
+
+def test_callers_of_a_meta_function_are_its_groups_wrappers(context):
+    """Note [callers of a meta function] in graph.up: the recorded stacks of
+    atanh run at::meta::structured_atanh::meta from the generated CPU wrapper
+    of atanh, below its binding; `callers` of the meta function names each of
+    those frames."""
+    frames, missed = callers_miss("aten::atanh", "at::meta::structured_atanh::meta", context("cpu"))
+    assert any("wrapper_CPU_atanh" in f.function for f in frames) and frames[0].function.endswith("THPVariable_atanh")
+    assert not missed, missed
+
+
+def test_callers_of_a_kernel_a_macro_registers(context):
+    """UnaryOpsKernel.cpp defines and registers asin_kernel with one macro,
+    `STATIC_IMPLEMENT_COMPLEX_KERNEL_WITH_AVX512(asin)`, whose registration
+    names `CPU_CAPABILITY::asin_kernel`: its callers go up through asin_stub to
+    every frame the recorded stacks of asin show above it."""
+    ctx = context("cpu")
+    definition = next(d for d in ctx.index.definitions("at::native::asin_kernel"))
+    line = ctx.index.tree.root.joinpath(definition.location.path).read_text().splitlines()[definition.location.line - 1]
+    assert "STATIC_IMPLEMENT_COMPLEX_KERNEL_WITH_AVX512(asin)" in line
+    frames, missed = callers_miss("aten::asin", "at::native::asin_kernel", ctx)
+    assert len(frames) >= 5 and not missed, missed

@@ -248,3 +248,14 @@ def test_callers_of_a_kernel_a_macro_registers(context):
     assert "STATIC_IMPLEMENT_COMPLEX_KERNEL_WITH_AVX512(asin)" in line
     frames, missed = callers_miss("aten::asin", "at::native::asin_kernel", ctx)
     assert len(frames) >= 5 and not missed, missed
+
+
+def test_callers_of_a_definition_named_like_a_vendor_call(context):
+    """at::native::mkl_gemm_batched is the tree's own wrapper of MKL
+    (mkl/LinearAlgebra.cpp), though its name reads as a vendor call's: the
+    recorded stacks of bmm reach it from gemm_batched_mkl_impl, and its
+    callers name every frame above it."""
+    ctx = context("cpu")
+    assert any(d.location.path == "aten/src/ATen/native/mkl/LinearAlgebra.cpp" for d in ctx.index.definitions("at::native::mkl_gemm_batched"))
+    frames, missed = callers_miss("aten::bmm", "at::native::mkl_gemm_batched", ctx)
+    assert frames[0].function.endswith("THPVariable_bmm") and not missed, missed

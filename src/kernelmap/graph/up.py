@@ -266,7 +266,9 @@ def _parents_of_definition(definition, ctx: GraphContext) -> list[Node]:
     # 3. direct callers and launchers (a host function named launch_*, a device
     #    loop such as cpu_kernel_vec, a __global__ kernel's <<<...>>>), and
     #    functions that pass it on as a callback
-    sites = [s for s in index.callers_of(definition.lookup) if s.kind in (EdgeKind.DIRECT, EdgeKind.LAUNCH) and _resolves_to(s, definition, ctx)]
+    #    (a call the index took for a vendor's by its name, `mkl_gemm_batched`, when it resolves to the tree's own definition)
+    sites = [s for s in index.callers_of(definition.lookup)
+             if s.kind in (EdgeKind.DIRECT, EdgeKind.LAUNCH, EdgeKind.VENDOR) and _resolves_to(s, definition, ctx)]
     nodes.extend(_caller_nodes(sites, ctx))
     nodes.extend(_referrers(definition, ctx))
     return dedupe(nodes)

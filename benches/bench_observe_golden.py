@@ -97,10 +97,15 @@ class Versions:
 def grade(golden, ops_limit: int | None, callers_limit: int, verbose: bool) -> dict:
     from kernelmap import api, graph
     from kernelmap.errors import KernelmapError
+    from tests.golden.observed import always_inline, inlined_into_ran
 
+    global _STACK
     context = graph.open_context("cpu", source=TREE_NAME)
     contexts = {"float32": context}
     versions = Versions(context)
+    if _STACK is None:  # `where`'s leaves (api._source_steps) and their ends share one tree per operator
+        _STACK = graph.stack
+        graph.stack = lambda target, ctx, *depth: _STACK(target, ctx, *depth) if depth else _last_stack(target, ctx)
     by_op = golden.by_operator()
     dtype_of = {s: c.dtype for c in golden.calls for s in c.stacks}  # each stack's call's dtype
     ops = sorted(by_op)[: ops_limit or None]
@@ -161,9 +166,10 @@ def grade(golden, ops_limit: int | None, callers_limit: int, verbose: bool) -> d
         # leaf precision: where's leaves that the set can see (work functions) and that never ran
         try:
             notes: list[str] = []
-            steps = api._source_steps(op, "cpu", notes, TREE_NAME)
+            steps = api._source_steps(op, "cpu", notes, TREE_NAME, context=context)
+            ends = graph.call_ends(_last_stack(op, context))
         except (KernelmapError, Exception):
-            steps = ()
+            steps, ends = (), ()
         everything = [golden.frames[i] for stack in by_op[op] for i in stack]
         ran = {name_key_of(f.function) for f in everything} | {name_key_of(f.function).split("::")[-1] for f in everything}
         looped = any(any(m in (f.name or "") for m in _LOOP_FRAMES) for f in everything)
@@ -172,10 +178,12 @@ def grade(golden, ops_limit: int | None, callers_limit: int, verbose: bool) -> d
                 continue
             k = name_key_of(s.name)
             short = k.split("::")[-1]
-            if short in _LOOP_TEMPLATES:  # inlined templates: they ran when their loop machinery ran
+            inlined = short in _LOOP_TEMPLATES or always_inline(s.location)  # Note [leaves that are never frames] in tests/golden/observed.py
+            if inlined:  # never a frame: it ran when its loop machinery, or the function it is inlined into, ran
+                hit = (short in _LOOP_TEMPLATES and looped) or inlined_into_ran(s.name, ends, ran)
                 prec["total"] += 1
-                prec["ran"] += looped
-                if not looped:
+                prec["ran"] += hit
+                if not hit:
                     never_ran[f"{op}: {s.name}"] += 1
                 continue
             if k not in ran and short not in ran and not (does_work(s.name) or s.name.startswith(("ideep::", "dnnl"))):
@@ -252,11 +260,27 @@ def _dtype(dtype: str, op: str, contexts: dict, names: dict, graph, error) -> st
 
 
 # Loop templates `where` names as leaves are always inlined into the kernel that calls them, so
-# they are never frames: they ran when the loop machinery they expand into ran.
+# they are never frames: they ran when the loop machinery they expand into ran, or when the
+# function they are inlined into ran (Note [leaves that are never frames] in tests/golden/observed.py).
 _LOOP_TEMPLATES = {"cpu_kernel", "cpu_kernel_vec", "cpu_serial_kernel", "cpu_serial_kernel_vec", "binary_kernel_reduce",
                    "binary_kernel_reduce_vec", "binary_kernel_reduce_lastdim", "parallel_for", "parallel_reduce"}
 _LOOP_FRAMES = ("TensorIteratorBase::for_each", "serial_for_each", "loop_2d_from_1d", "VectorizedLoop2d", "basic_loop",
                 "parallel_reduce", "invoke_parallel", "lambda(long, long)")
+
+
+_STACKS: dict = {}
+
+
+def _last_stack(op: str, context):
+    """graph.stack(op, context) at its default depth, grown once for `where`'s leaves and their ends."""
+    key = (op, id(context))
+    if key not in _STACKS:
+        _STACKS.clear()
+        _STACKS[key] = _STACK(op, context)
+    return _STACKS[key]
+
+
+_STACK = None
 
 
 def does_work(name: str) -> bool:

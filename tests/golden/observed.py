@@ -175,6 +175,51 @@ class ObservedGolden:
         return out
 
 
+# Note [leaves that are never frames]
+# A loop template (cpu_kernel_vec, at::parallel_for) and a function declared
+# C10_ALWAYS_INLINE (ufunc/add.h's `add`) are compiled into their caller, so the
+# recording never stops in them: at::parallel_for over fewer elements than the
+# grain size runs its lambda in place, inside avg_pool2d_kernel_impl. Such a
+# leaf ran when a function it is inlined into ran: on the map's path to it,
+# the definitions between it and the stub, operator or wrapper above (the
+# stub kernel it is written in, and that kernel's helpers), of which one the
+# recording can see (Note [the functions that do the work]) ran. A kernel
+# that never ran (conj_kernel below conj_physical for a real input) leaves
+# its loop a leaf that never ran. The arm inside that function is not
+# checked: an always-inlined leaf in an arm not taken is counted as run.
+_BOUNDARIES = ("stub", "op", "wrapper", "ops_entry", "header", "binding")
+
+
+def inlined_into_ran(name: str, ends, ran: set[str]) -> bool:
+    """Whether an always-inlined leaf `name` ran: a function it is inlined into,
+    on the map's path to it (`ends`: graph.call_ends of the call's tree), is
+    among the functions that ran (`ran`: name keys, and their last part)."""
+    from kernelmap.observe.mark import name_key
+
+    for end in ends:
+        if end.node.name != name:
+            continue
+        for node in reversed(end.path[:-1]):
+            if str(getattr(node.kind, "value", node.kind)) in _BOUNDARIES:
+                break
+            k = name_key(node.name)
+            if k in ran or k.split("::")[-1] in ran:
+                return True
+    return False
+
+
+def always_inline(location) -> bool:
+    """Whether the definition at `location` is declared C10_ALWAYS_INLINE (read from the tree)."""
+    if location is None:
+        return False
+    try:
+        lines = location.disk_path.read_text(errors="replace").splitlines()
+    except (OSError, AttributeError):
+        return False
+    head = " ".join(lines[max(0, location.line - 2) : location.line])
+    return "C10_ALWAYS_INLINE" in head or "__attribute__((always_inline))" in head
+
+
 @functools.cache
 def load() -> ObservedGolden:
     return ObservedGolden()

@@ -210,3 +210,111 @@ def test_an_alias_and_its_instantiation_are_one_type(context):
     assert helper is not None
     picked = [n for n in subtree_nodes(helper) if n.name == "at::native::native_resize_"]
     assert picked and {n.location.line for n in picked} == {by_type["IntArrayRef"][0]}
+
+
+def test_a_leaf_compiled_into_its_caller_ran_when_its_caller_ran(context):
+    """Loop templates and C10_ALWAYS_INLINE functions are compiled into their
+    caller, so the recording never stops in them (Note [leaves that are never
+    frames] in tests/golden/observed.py): avg_pool2d's at::parallel_for ran
+    inside avg_pool2d_kernel_impl, a frame of its recorded stacks, with no
+    thread pool frame; conj_physical of a real tensor copies it, and its
+    conj_kernel, whose cpu_kernel_vec `where` names, never ran; ufunc/add.h's
+    `add` is declared C10_ALWAYS_INLINE on its line of the tree."""
+    from kernelmap import api
+    from kernelmap.observe.mark import name_key
+    from tests.golden.observed import always_inline, inlined_into_ran
+
+    golden, ctx = load(), context("cpu")
+
+    def judged(op):
+        steps = [s for s in api._source_steps(op, "cpu", [], "debian-2.6.0", context=ctx) if s.role == "leaf"]
+        ends = graph.call_ends(graph.stack(op, ctx))
+        frames = [golden.frames[i] for stack in golden.by_operator()[op] for i in stack]
+        ran = {name_key(f.function) for f in frames} | {name_key(f.function).rsplit("::", 1)[-1] for f in frames}
+        return {s.name: (s, inlined_into_ran(s.name, ends, ran)) for s in steps}, {f.function for f in frames}
+
+    leaves, ran = judged("aten::avg_pool2d")
+    assert "at::parallel_for" in leaves and not any("invoke_parallel" in f or "parallel_for" in f for f in ran)
+    assert any(f.endswith("::avg_pool2d_kernel_impl") for f in ran) and leaves["at::parallel_for"][1]
+    leaves, ran = judged("aten::conj_physical")
+    assert "cpu_kernel_vec" in leaves and not any(f.endswith("::conj_kernel") for f in ran)
+    assert not leaves["cpu_kernel_vec"][1]
+    leaves, ran = judged("aten::add.Tensor")
+    step, judged_ran = leaves["at::native::ufunc::add"]
+    text = step.location.disk_path.read_text().splitlines()[step.location.line - 1]
+    assert "C10_ALWAYS_INLINE" in text and always_inline(step.location) and judged_ran
+    assert not any(f.endswith("ufunc::add") for f in ran)  # never a frame
+
+
+def callers_miss(op: str, leaf: str, ctx) -> tuple[list, list[str]]:
+    """(the graded frames of a recorded stack of `op` down to `leaf`, those
+    above it that `callers LEAF` does not name): the bench's bottom-up grading."""
+    from kernelmap.observe.mark import name_key
+
+    golden = load()
+    graded = (golden.graded(s)[0] for s in golden.by_operator()[op])
+    frames = next(f[: [g.function for g in f].index(leaf) + 1] for f in graded if leaf in [g.function for g in f])
+    tree = graph.callers(frames[-1].parsed.lookup, ctx, 40)
+    keys = {name_key(n.name) for n, _ in walk(tree)}
+    shorts = {k.rsplit("::", 1)[-1] for k in keys}
+    return frames, [f.function for f in frames[:-1] if name_key(f.function) not in keys and name_key(f.function).rsplit("::", 1)[-1] not in shorts]
+
+
+def test_callers_of_an_operators_entry_go_up_from_the_operator(context):
+    """Note [callers of an operator's entry] in graph.up: at::native::cholesky
+    calls `raw_cholesky_output.triu_()` or `.tril_()` (read from
+    BatchLinearAlgebra.cpp), which the recorded stacks of cholesky show
+    entering at::_ops::tril_::call; `callers at::_ops::tril_::call` names every
+    frame above it, up to THPVariable_cholesky."""
+    ctx = context("cpu")
+    tree_text = ctx.index.tree.root.joinpath("aten/src/ATen/native/BatchLinearAlgebra.cpp").read_text()
+    assert "raw_cholesky_output.tril_()" in tree_text
+    assert "at::_ops::tril_::call" in observed_below("aten::cholesky", "at::native::cholesky")
+    frames, missed = callers_miss("aten::cholesky", "at::_ops::tril_::call", ctx)
+    assert frames[0].function.endswith("THPVariable_cholesky") and not missed, missed
+
+
+def test_callers_of_a_structured_kernel_reach_its_in_place_delegate(context):
+    """tril_ delegates to tril.out (native_functions.yaml): the in-place
+    operator's wrapper runs structured_tril_cpu::impl, and cholesky's call of
+    `tril_()` is among the callers of the kernel below it."""
+    ctx = context("cpu")
+    delegate = ctx.catalog.get("aten::tril_")
+    assert delegate.structured_delegate == "tril.out"
+    tree = graph.callers("at::native::structured_tril_cpu::impl", ctx, 12)
+    names = {n.name for n, _ in walk(tree)}
+    assert "aten::tril_" in names and "at::native::cholesky" in names
+
+
+def test_callers_of_a_meta_function_are_its_groups_wrappers(context):
+    """Note [callers of a meta function] in graph.up: the recorded stacks of
+    atanh run at::meta::structured_atanh::meta from the generated CPU wrapper
+    of atanh, below its binding; `callers` of the meta function names each of
+    those frames."""
+    frames, missed = callers_miss("aten::atanh", "at::meta::structured_atanh::meta", context("cpu"))
+    assert any("wrapper_CPU_atanh" in f.function for f in frames) and frames[0].function.endswith("THPVariable_atanh")
+    assert not missed, missed
+
+
+def test_callers_of_a_kernel_a_macro_registers(context):
+    """UnaryOpsKernel.cpp defines and registers asin_kernel with one macro,
+    `STATIC_IMPLEMENT_COMPLEX_KERNEL_WITH_AVX512(asin)`, whose registration
+    names `CPU_CAPABILITY::asin_kernel`: its callers go up through asin_stub to
+    every frame the recorded stacks of asin show above it."""
+    ctx = context("cpu")
+    definition = next(d for d in ctx.index.definitions("at::native::asin_kernel"))
+    line = ctx.index.tree.root.joinpath(definition.location.path).read_text().splitlines()[definition.location.line - 1]
+    assert "STATIC_IMPLEMENT_COMPLEX_KERNEL_WITH_AVX512(asin)" in line
+    frames, missed = callers_miss("aten::asin", "at::native::asin_kernel", ctx)
+    assert len(frames) >= 5 and not missed, missed
+
+
+def test_callers_of_a_definition_named_like_a_vendor_call(context):
+    """at::native::mkl_gemm_batched is the tree's own wrapper of MKL
+    (mkl/LinearAlgebra.cpp), though its name reads as a vendor call's: the
+    recorded stacks of bmm reach it from gemm_batched_mkl_impl, and its
+    callers name every frame above it."""
+    ctx = context("cpu")
+    assert any(d.location.path == "aten/src/ATen/native/mkl/LinearAlgebra.cpp" for d in ctx.index.definitions("at::native::mkl_gemm_batched"))
+    frames, missed = callers_miss("aten::bmm", "at::native::mkl_gemm_batched", ctx)
+    assert frames[0].function.endswith("THPVariable_bmm") and not missed, missed

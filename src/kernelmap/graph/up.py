@@ -44,6 +44,11 @@ def callers(symbol: str, context: GraphContext, depth: int = DEFAULT_DEPTH) -> C
         raise BadInput(f"not a C++ symbol: {symbol!r}")
     if context.index is None:
         raise KernelmapError(f"`callers` reads C++ source: {NEEDS_TREE}")
+    entry = _ops_entry_root(text, context)
+    if entry is not None:  # Note [callers of an operator's entry]
+        grown = grow(entry, lambda node: _expand_up(node, context), depth)
+        context.check_index_intact()
+        return CallTree(grown, context.notes, {"kind": "callers", "target": symbol, "depth": depth, "torch": env.torch_install().version})
     definitions = context.index.definitions(text)
     sites = context.index.callers_of(text)
     if len(definitions) == 1:  # the definition itself, at its line
@@ -65,6 +70,37 @@ def callers(symbol: str, context: GraphContext, depth: int = DEFAULT_DEPTH) -> C
     grown = grow(root, lambda node: _expand_up(node, context), depth)
     context.check_index_intact()
     return CallTree(grown, context.notes, {"kind": "callers", "target": symbol, "depth": depth, "torch": env.torch_install().version})
+
+
+# Note [callers of an operator's entry]
+# `at::_ops::<op>::call` and `::redispatch` are defined in the generated
+# Operators_*.cpp, not in the tree: asked for their callers, the answer starts
+# at the operator's entry (the name's struct is the operator's name with `.`
+# spelled `_`, as torchgen writes it) and goes up as from any of its kernels:
+# `::redispatch` through the autograd wrapper to `::call`, `::call` to the C++
+# code that calls the operator (cholesky's `raw_cholesky_output.triu_()` for
+# at::_ops::triu_::call), the operators that delegate to it and its Python
+# bindings. A name no operator of the tree answers is looked up as before.
+_OPS_ENTRY = re.compile(r"(?:at::)?_ops::(\w+)::(call|redispatch)")
+
+
+def _ops_entry_root(text: str, ctx: GraphContext) -> Node | None:
+    m = _OPS_ENTRY.fullmatch(text)
+    if m is None:
+        return None
+    table = ctx.kept.get("ops_structs")
+    if table is None:
+        table = ctx.kept["ops_structs"] = {op.name.unqualified.replace(".", "_"): op for op in ctx.catalog}
+    op = table.get(m.group(1))
+    if op is None:
+        return None
+    if m.group(2) == "redispatch" and _autograd_registration(op, ctx) is not None:
+        node = _above_op(op, ctx)
+    else:
+        node = _ops_call_node(op, ctx)
+    node.via = node.condition = None  # the root: reached by no edge
+    node.identity = ("callers-root", text)
+    return node
 
 
 def _expand_up(node: Node, ctx: GraphContext) -> list[Node]:
@@ -139,7 +175,9 @@ def _registered_stubs(definition, ctx: GraphContext) -> list[Node]:
     cpu/BlasKernel.cpp writes it, may escape the index)."""
     short = definition.lookup.rsplit("::", 1)[-1]
     nodes: dict[str, Node] = {}
-    for reg in ctx.index.stubs_of_kernel(short):
+    # `&CPU_CAPABILITY::asin_kernel`: a registration a macro writes (STATIC_IMPLEMENT_COMPLEX_KERNEL_WITH_AVX512(asin))
+    # names the kernel in its capability's namespace
+    for reg in [*ctx.index.stubs_of_kernel(short), *ctx.index.stubs_of_kernel(f"CPU_CAPABILITY::{short}")]:
         # a registration names the kernel its own file sees: another file's elu_kernel is another kernel
         if reg.location.path != definition.location.path and any(
             d.name.rsplit("::", 1)[-1] == short for d in ctx.index.definitions_in(reg.location.path)
@@ -218,15 +256,59 @@ def _parents_of_definition(definition, ctx: GraphContext) -> list[Node]:
     for op in ops:
         keys = [k.key for k in op.dispatch if k.symbol in (symbol, f"at::native::{definition.op}")]
         nodes.extend(_wrapper_nodes(op, keys, ctx))
+        if definition.symbol.kind == "structured_impl":  # Note [callers of a meta function]: the group's wrappers call the impl too
+            structured = [k for k in keys if any(d.key == k and d.structured for d in op.dispatch)]
+            nodes.extend(w for other in _delegates(op, ctx) for w in _wrapper_nodes(other, structured, ctx) if w.kind == NodeKind.WRAPPER)
+    if definition.symbol.kind == "structured_meta":
+        nodes.extend(_meta_callers(definition, ctx))
     # 2. stubs it is registered to
     nodes.extend(_registered_stubs(definition, ctx))
     # 3. direct callers and launchers (a host function named launch_*, a device
     #    loop such as cpu_kernel_vec, a __global__ kernel's <<<...>>>), and
     #    functions that pass it on as a callback
-    sites = [s for s in index.callers_of(definition.lookup) if s.kind in (EdgeKind.DIRECT, EdgeKind.LAUNCH) and _resolves_to(s, definition, ctx)]
+    #    (a call the index took for a vendor's by its name, `mkl_gemm_batched`, when it resolves to the tree's own definition)
+    sites = [s for s in index.callers_of(definition.lookup)
+             if s.kind in (EdgeKind.DIRECT, EdgeKind.LAUNCH, EdgeKind.VENDOR) and _resolves_to(s, definition, ctx)]
     nodes.extend(_caller_nodes(sites, ctx))
     nodes.extend(_referrers(definition, ctx))
     return dedupe(nodes)
+
+
+# Note [callers of a meta function]
+# A structured operator's meta function (`TORCH_META_FUNC(atanh)`, the class
+# at::meta::structured_atanh) is called by the generated wrappers of its
+# group, which checks shapes and sets up the output before the kernel runs:
+# the functional operator it is named for (`structured_<name>_<overload>`,
+# as torchgen spells it), the out= operator that functional delegates to, and
+# the in-place operator delegating to the same, each for the dispatch keys
+# the out= operator has a kernel for. Those wrappers are generated, never in
+# the tree's index, so the meta function's callers are read from the catalog.
+def _meta_callers(definition, ctx: GraphContext) -> list[Node]:
+    struct = definition.lookup.rsplit("::", 2)[-2] if definition.lookup.count("::") >= 2 else ""
+    if not struct.startswith("structured_"):
+        return []
+    table = ctx.kept.get("ops_structs")
+    if table is None:
+        table = ctx.kept["ops_structs"] = {op.name.unqualified.replace(".", "_"): op for op in ctx.catalog}
+    functional = table.get(struct.removeprefix("structured_"))
+    if functional is None or not functional.structured_delegate:
+        return []
+    try:
+        out = ctx.catalog.get(functional.structured_delegate)
+    except KernelmapError:
+        return []
+    keys = [k.key for k in out.dispatch if k.structured and k.key != "Meta"]
+    group = [functional, out, *(op for op in _delegates(out, ctx) if op is not functional)]
+    nodes = [n for op in group for n in _wrapper_nodes(op, keys, ctx)]
+    wrappers = [n for n in nodes if n.kind == NodeKind.WRAPPER]
+    return wrappers or nodes  # a key the generated files register no wrapper for (MPS on a CPU build) only when none is
+
+
+def _delegates(op: Op, ctx: GraphContext) -> list[Op]:
+    """The functional and in-place operators whose structured_delegate is `op` (asin, asin_ of asin.out)."""
+    base = op.name.name.rstrip("_")
+    return [other for name in (base, f"{base}_") for other in ctx.catalog.overloads(name)
+            if other.name.name == name and other.structured_delegate == op.name.unqualified]
 
 
 def _resolves_to(site, definition, ctx: GraphContext) -> bool:
@@ -382,10 +464,10 @@ def _ops_call_node(op: Op, ctx: GraphContext) -> Node:
 
 def _parents_of_op(op: Op, ctx: GraphContext) -> list[Node]:
     nodes: list[Node] = []
-    # operators that delegate to it (add.Tensor -> add.out)
-    for other in ctx.catalog.overloads(op.name.name.rstrip("_")):
-        if other.structured_delegate == op.name.unqualified:
-            nodes.append(op_node(other, ctx, EdgeKind.DISPATCHER, "structured delegate"))
+    # operators that delegate to it (add.Tensor -> add.out), the in-place ones too, which the
+    # catalog lists under their own name (triu_ -> triu.out: cholesky's `raw_cholesky_output.triu_()`)
+    for other in _delegates(op, ctx):
+        nodes.append(op_node(other, ctx, EdgeKind.DISPATCHER, "structured delegate"))
     # dispatcher calls in C++
     nodes.extend(_caller_nodes(_dispatcher_sites(op, ctx), ctx))
     # the generated Python bindings that call it, then their Python names (Note [graph versions]: the wheel's)

@@ -79,7 +79,7 @@ def one_line_warnings() -> None:
 
 
 def _dtype(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    if ctx.get_parameter_source(param.name) is click.core.ParameterSource.DEFAULT:  # float32: every torch has it, no stubs read
+    if value == param.default:  # float32: every torch has it; its stubs are read only for another name
         return value
     return check_dtype(value)
 

@@ -114,7 +114,7 @@ def main() -> None:
     """Run the CLI. Usage errors (an unknown option, a missing argument, a bad
     value) are one `kernelmap: error:` line and exit status 2, like every
     other user mistake, not click's usage block."""
-    from kernelmap.commands.source import one_line_warnings
+    from kernelmap.commands.options import one_line_warnings
 
     one_line_warnings()
     from kernelmap import progress

@@ -13,21 +13,25 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-_console = None  # a rich Console on a terminal's stderr, once enabled
+_enabled = False
+_console = None  # a rich Console on a terminal's stderr, made at the first step once enabled (rich is not imported before)
 
 
 def enable() -> None:
     """Show steps on standard error, if it is a terminal."""
-    global _console
-    from rich.console import Console
-
-    console = Console(stderr=True)
-    _console = console if console.is_terminal else None
+    global _enabled, _console
+    _enabled, _console = True, None
 
 
 @contextmanager
 def step(text: str) -> Iterator[None]:
     """A spinner labelled `text` while the block runs (nothing when not enabled)."""
+    global _enabled, _console
+    if _enabled and _console is None:
+        from rich.console import Console
+
+        console = Console(stderr=True)
+        _enabled, _console = console.is_terminal, console if console.is_terminal else None
     if _console is None:
         yield
         return

@@ -116,3 +116,29 @@ def test_a_same_size_edit_of_a_generated_file_is_never_served(copied, keep_mtime
     check_manifest(target, tree_source(copy))  # size and mtime as generated: the open does not hash every file
     with pytest.raises(CacheDamaged, match="RegisterCPU.cpp is not the file that was generated"):
         GeneratedFiles(target, files.manifest, files.origin).lines(rel)  # read: its bytes are hashed as they are read
+
+
+def test_a_file_hashed_once_is_trusted_until_any_write(copied, monkeypatch):
+    """Note [generated files hashed once]: a file whose bytes were checked is
+    recorded and read again without hashing; an edit that keeps its size and
+    mtime still changes its ctime, and is found."""
+    import hashlib
+    import json
+
+    import kernelmap.verified
+
+    monkeypatch.setattr(kernelmap.verified, "MARGIN_NS", 0)  # the copy was just written: record it all the same
+    copy, target = copied
+    files = open_generated(copy)
+    rel = "build/aten/src/ATen/RegisterCPU.cpp"
+    first = list(files.lines(rel)[:5])
+    assert rel in json.loads((target / "read.verified").read_text())
+    hashed = []
+    real_sha256 = hashlib.sha256
+    monkeypatch.setattr(hashlib, "sha256", lambda *a: hashed.append(a) or real_sha256(*a))
+    assert list(GeneratedFiles(target, files.manifest, files.origin).lines(rel)[:5]) == first  # recorded: not hashed again
+    assert hashed == []
+    same_size_edit(target / rel, keep_mtime=True)
+    with pytest.raises(CacheDamaged, match="RegisterCPU.cpp is not the file that was generated"):
+        GeneratedFiles(target, files.manifest, files.origin).lines(rel)
+    assert hashed  # the record no longer matched: hashed, and refused

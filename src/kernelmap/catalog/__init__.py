@@ -94,6 +94,7 @@ class Catalog:
         self._db = PerThread(db)  # read from any thread (a graph context is kept and shared)
         self.origin = origin
         self._names: list[str] | None = None
+        self._ops: dict[int, Op] = {}  # by id, as read: a graph reads the same operators many times
 
     # -- lookups ---------------------------------------------------------
 
@@ -159,11 +160,13 @@ class Catalog:
                 return kernel
         return None
 
-    def ops_with_kernel(self, symbol: str) -> tuple[Op, ...]:
-        """Operators whose yaml names `symbol` (`at::native::cudnn_convolution`) as a kernel."""
-        rows = self._db.execute("SELECT id, record FROM ops WHERE record LIKE ?", (f'%"{symbol}"%',)).fetchall()
-        ops = (self._op(*row) for row in rows)
-        return tuple(op for op in ops if any(k.symbol == symbol for k in op.dispatch))
+    def ops_with_kernel(self, symbol: str, named: bool = False) -> tuple[Op, ...]:
+        """Operators whose yaml names `symbol` (`at::native::cudnn_convolution`)
+        as a kernel, in yaml order. `named`: none unless the symbol's last part
+        is a word of native_functions.yaml (not a kernel torchgen makes up)."""
+        sql = "SELECT ops.id, ops.record FROM kernels JOIN ops ON ops.id = kernels.op_id WHERE kernels.symbol = ?"
+        rows = self._db.execute(sql + (" AND kernels.named" if named else "") + " ORDER BY ops.id", (symbol,)).fetchall()
+        return tuple(self._op(*row) for row in rows)
 
     def entry_points(self) -> set[str]:
         """Every Python name that reaches an operator."""
@@ -203,6 +206,12 @@ class Catalog:
         return (self._op(*row),) if row else ()
 
     def _op(self, op_id: int, record: str) -> Op:
+        found = self._ops.get(op_id)
+        if found is None:
+            found = self._ops[op_id] = self._read_op(op_id, record)
+        return found
+
+    def _read_op(self, op_id: int, record: str) -> Op:
         r = json.loads(record)
         entries = [name for (name,) in self._db.execute("SELECT name FROM entries WHERE op_id = ? ORDER BY rowid", (op_id,))]
         yaml_loc = Location(NATIVE_YAML, r["line"], origin=self.origin)

@@ -6,6 +6,7 @@ Cache layout, under `kernelmap.env.cache_dir()`:
 
     codegen/<slug>/manifest.json          who filled it: version, commit, torchgen, options
     codegen/<slug>/index.sqlite           see kernelmap.codegen.index
+    codegen/<slug>/read.verified          files hashed once when read (Note [generated files hashed once])
     codegen/<slug>/build/aten/src/ATen/   Register*.cpp, Operators_*.cpp, Ufunc*.cpp/.cu, ...
     codegen/<slug>/torch/csrc/autograd/generated/   VariableType_*.cpp, python_*.cpp, ...
 

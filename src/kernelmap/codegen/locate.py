@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
+import json
+import os
 import re
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -28,7 +32,7 @@ from kernelmap.codegen.sites import (
 )
 from kernelmap.connections import PerThread
 from kernelmap.model import Location, Op, OperatorName, Origin
-from kernelmap.safefiles import connect, read_bytes
+from kernelmap.safefiles import NotRegularFile, connect, open_regular, read_bytes
 
 # The Python name a binding gets from the file its method table is in.
 _PYTHON_MODULES = (
@@ -66,7 +70,7 @@ def definition_end(lines: list[str], start: int, limit: int = 20000) -> int:
         return _definition_end_from(lines, start, stop)
     while index < stop:
         for line in lines[index : min(stop, index + 256)]:  # a slice at a time: `lines` may split its text lazily
-            text = _STRING.sub('""', line).split("//", 1)[0]
+            text = (_STRING.sub('""', line) if '"' in line or "'" in line else line).split("//", 1)[0]
             opens, closes = text.count("{"), text.count("}")
             depth += opens - closes
             opened = opened or opens > 0
@@ -116,12 +120,10 @@ class _Lines(Sequence):
             return len(self._text) + 1
         k = bisect.bisect_left(self._before, n) - 1  # the n-th newline is in block k
         found = self._newlines.get(k)
-        if found is None:
-            found, pos, end = [], k * self._BLOCK, min(len(self._text), (k + 1) * self._BLOCK)
-            while (pos := self._text.find("\n", pos, end)) != -1:
-                found.append(pos)
-                pos += 1
-            self._newlines[k] = found
+        if found is None:  # each newline's position: one past the end of each line the block's text splits into
+            start = k * self._BLOCK
+            parts = self._text[start : (k + 1) * self._BLOCK].split("\n")
+            found = self._newlines[k] = list(itertools.accumulate(map((1).__add__, map(len, parts[:-1])), initial=start - 1))[1:]
         return found[n - self._before[k] - 1] + 1
 
     def __getitem__(self, i):
@@ -142,6 +144,63 @@ class _Lines(Sequence):
         return iter(self._text.split("\n"))
 
 
+# Note [generated files hashed once]
+# A generated file read for an answer is hashed against the manifest
+# (Note [generated files keyed by content] in codegen/build.py). A CLI run
+# reads a few megabytes of them; so a file hashed once is recorded in one
+# small file beside the index (`read.verified`) with its size, mtime, inode
+# and ctime, and is not hashed again while all four are the same. Any write
+# changes the ctime, which no one can set back (an edit that keeps the size
+# and restores the mtime included); a check just after a write is not
+# recorded (Note [racy checks] in kernelmap.verified).
+_CHECKED = "read.verified"
+
+
+class _Checked:
+    """The generated files of one set whose bytes were hashed and found as generated."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._stamps: dict[str, list[int]] | None = None
+
+    @staticmethod
+    def _stamp(st: os.stat_result) -> list[int]:
+        return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
+
+    def _read(self) -> dict[str, list[int]]:
+        if self._stamps is None:
+            try:
+                kept = json.loads(read_bytes(self.path, "a check's record"))
+                self._stamps = kept if isinstance(kept, dict) else {}
+            except (OSError, ValueError, RecursionError, NotRegularFile):
+                self._stamps = {}
+        return self._stamps
+
+    def is_same(self, path: str, st: os.stat_result) -> bool:
+        return self._read().get(path) == self._stamp(st)
+
+    def add(self, path: str, st: os.stat_result) -> None:
+        """Record `path` as checked, unless it was written too recently to tell a later write apart."""
+        from kernelmap.verified import MARGIN_NS
+
+        if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < MARGIN_NS:
+            return
+        stamps = self._read()
+        stamps[path] = self._stamp(st)
+        try:  # another process may have recorded others meanwhile: keep theirs too
+            kept = json.loads(read_bytes(self.path, "a check's record"))
+            if isinstance(kept, dict):
+                stamps.update({k: v for k, v in kept.items() if k not in stamps})
+        except (OSError, ValueError, RecursionError, NotRegularFile):
+            pass
+        try:
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(stamps))
+            os.replace(tmp, self.path)
+        except OSError:  # a cache that cannot be written: hashed on each read
+            pass
+
+
 class GeneratedFiles:
     """One complete set of generated files in the cache, with its index."""
 
@@ -152,6 +211,7 @@ class GeneratedFiles:
         self.db = PerThread(connect(root / "index.sqlite", "the generated files' index"))  # read from any thread
         self._lines: dict[str, Sequence[str]] = {}
         self._located: dict[tuple, GeneratedCode] = {}  # locate_op's answers: the files never change under an open set
+        self._checked = _Checked(root / _CHECKED)
 
     def __repr__(self) -> str:
         return f"GeneratedFiles({self.origin.label!r}, {str(self.root)!r})"
@@ -160,13 +220,17 @@ class GeneratedFiles:
         """The lines of a generated file, by its build path (a sequence that
         splits them as they are asked for)."""
         if path not in self._lines:
-            data = read_bytes(self.root / path, "a generated file")
+            with open_regular(self.root / path, "rb", "a generated file") as f:
+                st = os.fstat(f.fileno())
+                data = f.read()
             # Note [generated files keyed by content] in codegen/build.py: what is read is what was generated
             expected = (self.manifest.get("sha256") or {}).get(path)
-            if expected is not None and hashlib.sha256(data).hexdigest() != expected:
-                from kernelmap.codegen.build import CacheDamaged
+            if expected is not None and not self._checked.is_same(path, st):
+                if hashlib.sha256(data).hexdigest() != expected:
+                    from kernelmap.codegen.build import CacheDamaged
 
-                raise CacheDamaged(f"{self.root}/{path} is not the file that was generated (edited since)")
+                    raise CacheDamaged(f"{self.root}/{path} is not the file that was generated (edited since)")
+                self._checked.add(path, st)
             self._lines[path] = _Lines(data.decode("utf-8", errors="replace"))
         return self._lines[path]
 

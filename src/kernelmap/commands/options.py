@@ -65,7 +65,22 @@ def check_dtype(value: str) -> str:
     return value
 
 
+def one_line_warnings() -> None:
+    """Show library warnings (a cache rebuilt, a registry entry ignored) as
+    one `kernelmap: warning:` line each, not Python's two-line form."""
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        from kernelmap.printable import printable_line
+
+        click.echo(f"kernelmap: warning: {printable_line(str(message))}", err=True)
+
+    warnings.showwarning = show
+
+
 def _dtype(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if value == param.default:  # float32: every torch has it; its stubs are read only for another name
+        return value
     return check_dtype(value)
 
 

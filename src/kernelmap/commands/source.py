@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from kernelmap.commands.options import emit, output_options, source_option
+from kernelmap.commands.options import emit, one_line_warnings, output_options, source_option  # noqa: F401 - one_line_warnings: also imported from here
 
 def _progress(description: str):
     """A rich progress bar on stderr, or a no-op when stderr is no terminal."""
@@ -16,17 +16,6 @@ def _progress(description: str):
     columns = [TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()]
     columns.insert(2, DownloadColumn() if description == "download" else MofNCompleteColumn())
     return Progress(*columns, console=console, transient=True, disable=not console.is_terminal)
-
-
-def one_line_warnings() -> None:
-    """Show library warnings (a cache rebuilt, a registry entry ignored) as
-    one `kernelmap: warning:` line each, not Python's two-line form."""
-    import warnings
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        click.echo(f"kernelmap: warning: {_line(str(message))}", err=True)
-
-    warnings.showwarning = show
 
 
 def _line(text: str) -> str:

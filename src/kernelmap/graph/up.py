@@ -326,53 +326,9 @@ def _resolves_to(site, definition, ctx: GraphContext) -> bool:
     return kept[key]
 
 
-class _KernelTable:
-    """Operators by the kernel symbols their yaml names, for one catalog. A few
-    lookups ask the catalog (a scan each); a tree that asks for many reads the
-    catalog once instead."""
-
-    ASK = 64  # lookups answered one by one before the whole table is read
-
-    def __init__(self, catalog):
-        self.catalog = catalog
-        self.asked = 0
-        self.table: dict[str, list[Op]] | None = None
-
-    def ops(self, symbol: str) -> tuple[Op, ...]:
-        if self.table is None and self.asked >= self.ASK:
-            self.table = {}
-            for op in self.catalog:
-                for k in op.dispatch:
-                    found = self.table.setdefault(k.symbol, [])
-                    if op not in found:
-                        found.append(op)
-        if self.table is not None:
-            return tuple(self.table.get(symbol, ()))
-        self.asked += 1
-        return self.catalog.ops_with_kernel(symbol)
-
-
-_TABLES: dict[int, _KernelTable] = {}
-
-
-@functools.lru_cache(maxsize=4)
-def _yaml_words(path: Path) -> frozenset[str] | None:
-    try:
-        return frozenset(re.findall(r"\w+", read_text(path)))
-    except (OSError, NotRegularFile, ValueError):
-        return None
-
-
 def _ops_with_kernel(catalog, symbol: str) -> tuple[Op, ...]:
-    # a kernel is named in native_functions.yaml: most helpers are not, and need no catalog scan
-    yaml = catalog.origin.disk_path("aten/src/ATen/native/native_functions.yaml") if catalog.origin is not None else None
-    words = _yaml_words(yaml) if yaml is not None else None
-    if words is not None and symbol.rsplit("::", 1)[-1] not in words:
-        return ()
-    table = _TABLES.get(id(catalog))
-    if table is None or table.catalog is not catalog:
-        table = _TABLES[id(catalog)] = _KernelTable(catalog)
-    return table.ops(symbol)
+    # a kernel is named in native_functions.yaml: a kernel torchgen makes up is not an operator's caller here
+    return catalog.ops_with_kernel(symbol, named=True)
 
 
 def _code(op: Op, ctx: GraphContext):

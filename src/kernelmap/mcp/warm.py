@@ -34,6 +34,8 @@ from kernelmap.web.files import SourceFiles
 T = TypeVar("T")
 MEMO = 512  # answers remembered by question
 STALE_EVERY = 30.0  # seconds between looks for source files edited since they were indexed
+KEPT_PATHS = 4096  # generated files' disk paths kept with their served names
+_NONE = object()
 
 
 class ServedFiles(SourceFiles):
@@ -41,6 +43,28 @@ class ServedFiles(SourceFiles):
     path under the generated-code cache, its set's folder first
     (`tree-2.6.0a0-83d8b5c5ae8c/build/aten/src/ATen/RegisterCPU_0.cpp`), or by
     a build path of the installed torch's set (`build/aten/...`)."""
+
+    def __init__(self, roots, default_tree: str | None = None):
+        super().__init__(roots, default_tree)
+        # a generated file's disk path -> its path under the generated-code cache (or None): every
+        # location of a generated file asks (a `resolve`, stats of each part), and answers name the
+        # same few files; the files are discovered again when a cache changes (Warm.fresh)
+        self._generated_rels: OrderedDict[str, str | None] = OrderedDict()
+
+    def generated_rel(self, disk: str) -> str | None:
+        """`disk` (a generated file's place on this machine) relative to the
+        generated-code cache, or None when it lies elsewhere."""
+        found = self._generated_rels.get(disk, _NONE)
+        if found is _NONE:
+            generated = self.roots.get("generated")
+            try:
+                found = Path(disk).resolve().relative_to(generated.directory).as_posix() if generated is not None else None
+            except (OSError, ValueError):
+                found = None
+            self._generated_rels[disk] = found
+            while len(self._generated_rels) > KEPT_PATHS:
+                self._generated_rels.popitem(last=False)
+        return found
 
     def _generated_path(self, rel: str) -> str:
         first = rel.split("/", 1)[0]

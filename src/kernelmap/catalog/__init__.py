@@ -94,6 +94,9 @@ class Catalog:
         self._db = PerThread(db)  # read from any thread (a graph context is kept and shared)
         self.origin = origin
         self._names: list[str] | None = None
+        # op id -> its Op (frozen), made once: a graph reads the same operators hundreds of times
+        # (the catalog never changes under an open connection; at most one entry per operator)
+        self._ops: dict[int, Op] = {}
 
     # -- lookups ---------------------------------------------------------
 
@@ -203,6 +206,12 @@ class Catalog:
         return (self._op(*row),) if row else ()
 
     def _op(self, op_id: int, record: str) -> Op:
+        found = self._ops.get(op_id)
+        if found is None:
+            found = self._ops[op_id] = self._made_op(op_id, record)
+        return found
+
+    def _made_op(self, op_id: int, record: str) -> Op:
         r = json.loads(record)
         entries = [name for (name,) in self._db.execute("SELECT name FROM entries WHERE op_id = ? ORDER BY rowid", (op_id,))]
         yaml_loc = Location(NATIVE_YAML, r["line"], origin=self.origin)

@@ -21,6 +21,7 @@ import ast
 import functools
 import os
 import re
+import weakref
 from pathlib import Path
 
 from kernelmap import env, pysource
@@ -251,15 +252,14 @@ class _KernelTable:
 
     ASK = 64  # lookups answered one by one before the whole table is read
 
-    def __init__(self, catalog):
-        self.catalog = catalog
+    def __init__(self):
         self.asked = 0
         self.table: dict[str, list[Op]] | None = None
 
-    def ops(self, symbol: str) -> tuple[Op, ...]:
+    def ops(self, catalog, symbol: str) -> tuple[Op, ...]:
         if self.table is None and self.asked >= self.ASK:
             self.table = {}
-            for op in self.catalog:
+            for op in catalog:
                 for k in op.dispatch:
                     found = self.table.setdefault(k.symbol, [])
                     if op not in found:
@@ -267,10 +267,10 @@ class _KernelTable:
         if self.table is not None:
             return tuple(self.table.get(symbol, ()))
         self.asked += 1
-        return self.catalog.ops_with_kernel(symbol)
+        return catalog.ops_with_kernel(symbol)
 
 
-_TABLES: dict[int, _KernelTable] = {}
+_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # catalog -> its table, while the catalog is open
 
 
 @functools.lru_cache(maxsize=4)
@@ -287,10 +287,10 @@ def _ops_with_kernel(catalog, symbol: str) -> tuple[Op, ...]:
     words = _yaml_words(yaml) if yaml is not None else None
     if words is not None and symbol.rsplit("::", 1)[-1] not in words:
         return ()
-    table = _TABLES.get(id(catalog))
-    if table is None or table.catalog is not catalog:
-        table = _TABLES[id(catalog)] = _KernelTable(catalog)
-    return table.ops(symbol)
+    table = _TABLES.get(catalog)
+    if table is None:
+        table = _TABLES[catalog] = _KernelTable()
+    return table.ops(catalog, symbol)
 
 
 def _code(op: Op, ctx: GraphContext):

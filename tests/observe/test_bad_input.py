@@ -111,3 +111,29 @@ def test_a_break_symbol_that_never_runs_or_does_not_exist(nothing_left, indexed_
     assert "add_kernel never ran" in line
     line = _one_line_error(run_kernelmap("observe", "-c", code, "--break", "no_such_function_anywhere", "--source", TREE_NAME, "--timeout", "300"))
     assert "no function named no_such_function_anywhere" in line
+
+
+@needs_gdb
+@pytest.mark.slow
+def test_a_terminated_observe_leaves_nothing_running_or_written(tmp_path, nothing_left):
+    """SIGTERM (a `timeout`, a job scheduler) to `kernelmap observe` mid-run ends gdb's session and the
+    debuggee and removes the scratch folder; Python's default would leave gdb running in its own session."""
+    import signal
+    import subprocess
+    import time
+
+    script = tmp_path / "model.py"
+    script.write_text("import time\ntime.sleep(600)\n")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    before = _ours()
+    proc = subprocess.Popen([sys.executable, "-m", "kernelmap", "observe", str(script), "--timeout", "300"],
+                            env=dict(os.environ, TMPDIR=str(scratch)), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (_ours() - before):
+        time.sleep(0.2)
+    assert _ours() - before, "the capture never started"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    assert "Traceback" not in proc.stderr.read().decode()
+    assert not list(scratch.glob("kernelmap-observe-*"))

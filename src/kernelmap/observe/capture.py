@@ -22,6 +22,7 @@ session, the debuggee dies with gdb (PR_SET_PDEATHSIG), and on every way out
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,7 +163,7 @@ def capture(
     NoDebugger, PtraceDenied, TimedOut or CallFailed with one line each."""
     gdb = find_gdb()
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="kernelmap-observe-") as tmp:
+    with ended_by_signals(), tempfile.TemporaryDirectory(prefix="kernelmap-observe-") as tmp:
         out, info_path = Path(tmp, "stacks.jsonl"), Path(tmp, "info.json")
         spec = dict(spec, info=str(info_path))
         Path(tmp, "spec.json").write_text(json.dumps(spec))
@@ -206,6 +208,28 @@ def capture(
             sys.stderr.write(text[-4000:] + "\n" + json.dumps(records[-5:])[:3000] + "\n")
         seconds = time.monotonic() - started
     return judge(records, info, text, spec, seconds, timeout)
+
+
+@contextlib.contextmanager
+def ended_by_signals():
+    """SIGTERM and SIGHUP (a `timeout`, a closed terminal) end a capture
+    through its clean-up, as Ctrl-C does: gdb's session killed, the debuggee
+    waited for, the scratch folder removed; then the process exits 128+N.
+    Python's default for them ends the process at once and leaves gdb and
+    the debuggee running in their own session."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def end_session(proc: subprocess.Popen, info_path: Path) -> None:

@@ -13,12 +13,22 @@ joins by launch order: the i-th launch stop of a run is the i-th
 cudaLaunchKernel of that run's trace, when the run is profiled in the same
 process and every launch is stopped at (no other thread launching).
 
-What is left to record on a GPU: the CUDA wheel's libtorch_cuda.so and
-libcudnn/libcublas keep their dynamic symbols (cudnnConvolutionForward,
-cublasSgemm_v2 are exported), so `observe --break cudaLaunchKernel` with
-`torch.profiler` around the same call gives both halves; the stacks and the
-trace of one Conv2d forward and one mm, kept as a fixture, would test this
-module on real host frames instead of the trace's operator nesting.
+Recorded on a GPU (scripts/record_cuda_launches.py, an H200 with torch
+2.11.0+cu130, under cuda-gdb): the launch functions' host stacks, from the
+binding through the dispatcher and the CUDA kernel to the vendor entry
+(cudnnBackendExecute, cublasSgemm_v2 -> cublasLtSSSMatmul) and the launch
+(cudaLaunchKernel in libcudart, cuLaunchKernel/cuLaunchKernelEx in libcuda,
+where cuDNN's and cuBLAS's static runtimes end). CUPTI records no GPU
+activity while a debugger holds CUDA's debug interface, so the profiler's
+kernel names come from a plain run of the same, warmed-up call: its i-th
+launch is the debugged run's i-th.
+
+Note [one launch, one stop]
+A runtime launch (cudaLaunchKernel) calls the driver's (cuLaunchKernel):
+one launch stops twice. The driver's stop, whose stack holds the runtime's
+launch frame below its top, is the same launch and is dropped; the profiler
+records the outer call alone (cuda_runtime), or the driver's (cuda_driver)
+when a library launched through the driver directly.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelmap.model import CallNode, CallTree, NodeKind
+from kernelmap.observe.capture import Capture, RawFrame, RawStack
 
 LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchCooperativeKernel")
 VENDOR_PREFIXES = ("cudnn", "cublasLt", "cublas", "cufft", "curand", "cusparse", "cusolver", "nccl")
@@ -122,3 +133,100 @@ def join_launches(stacks: list[HostStack], kernels: list[GpuKernel], target: str
     root = CallNode(target, NodeKind.TRACE, children=tuple(freeze(n, c) for n, c in root_children.items()))
     notes = (f"{unmatched} launches found no kernel in the trace",) if unmatched else ()
     return CallTree(root, notes, {"kind": "observe", "target": target, "device": "cuda"})
+
+
+# ---------------------------------------------------------------------------
+# recorded launches (scripts/record_cuda_launches.py)
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    """One call's launches as a CUDA build ran them: each launch's host
+    stack (innermost first) and, from the profiler, the kernel it ran."""
+
+    call: str
+    stacks: tuple[RawStack, ...]
+    kernels: tuple[GpuKernel | None, ...]  # per stack, by launch order; None where the trace has none
+    trace_launches: int  # launches the profiler recorded for the call (0: no trace, or no GPU activity)
+
+
+def _is_launch(name: str | None) -> bool:
+    return bool(name) and name.split("(", 1)[0] in LAUNCHES
+
+
+def one_launch_per_stop(stacks: list[RawStack]) -> list[RawStack]:
+    """The stops that are launches of their own (Note [one launch, one stop])."""
+    return [s for s in stacks if not any(_is_launch(f.name) for f in s.frames[1:])]
+
+
+def read_recorded(path: Path) -> tuple[dict, list[RecordedCall]]:
+    """The header and calls of a recording, each launch joined by order to the
+    kernel the plain run's profiler saw it run."""
+    with gzip.open(path, "rt") as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+    header = next(r for r in lines if r.get("t") == "header")
+    table = next(r for r in lines if r.get("t") == "frames")["frames"]
+    calls = []
+    for i, r in enumerate(x for x in lines if x.get("t") == "call"):
+        stacks = [RawStack("break", i, 0, tuple(RawFrame(name=table[k][0], lib=table[k][1]) for k in reversed(s["frames"])), s.get("brk"))
+                  for s in r["stacks"]]
+        stacks = one_launch_per_stop(stacks)
+        trace = r.get("trace") or {}
+        by_correlation = {k["correlation"]: k for k in trace.get("kernels") or ()}
+        ordered = [by_correlation.get(launch["correlation"]) for launch in trace.get("launches") or ()]
+        kernels = tuple(
+            GpuKernel(k["name"], int(k["correlation"]), float(k.get("dur") or 0.0), k.get("stream")) if k else None
+            for k in (ordered[j] if j < len(ordered) else None for j in range(len(stacks)))
+        )
+        calls.append(RecordedCall(r.get("call", f"call {i}"), tuple(stacks), kernels, len(ordered)))
+    return header, calls
+
+
+def launch_tree(header: dict, calls: RecordedCall | list[RecordedCall], sources, *, wheel=None, target: str | None = None) -> CallTree:
+    """Recorded calls' launches as one observed tree: each host frame joined
+    to the source map, the launch at the bottom, and under it the kernel the
+    profiler saw it run (Note [joining launches to kernels])."""
+    from kernelmap.observe.join import observed_tree
+
+    calls = [calls] if isinstance(calls, RecordedCall) else list(calls)
+    stacks = [st for c in calls for st in c.stacks]
+    kernels = [k for c in calls for k in c.kernels]
+    capture = Capture(tuple(stacks), {"torch": header.get("torch"), "git_version": header.get("git_version")})
+    below = [[CallNode(k.name, NodeKind.GPU_KERNEL, attrs={"duration_us": round(k.duration_us, 3), "linked_by": "launch order"})] if k else []
+             for k in kernels]
+    notes = [f"observed on {header.get('gpu')}, torch {header.get('torch')} ({(header.get('git_version') or '')[:12]}), CUDA {header.get('cuda')}, "
+             f"{header.get('recorded_with', 'a debugger')}"]
+    for c in calls:
+        if c.trace_launches != len(c.stacks):
+            notes.append(f"{c.call}: {len(c.stacks)} launches stopped at, {c.trace_launches} in the profiler's trace of the plain run: "
+                         + ("no kernel names" if not c.trace_launches else "joined by order as far as both go"))
+    meta = {"torch": header.get("torch"), "git_version": header.get("git_version"), "device": "cuda", "stacks": len(stacks)}
+    label = target or (calls[0].call if len(calls) == 1 else f"launches recorded on {header.get('gpu')}")
+    return observed_tree(capture, sources, label, wheel=wheel, notes=tuple(notes), meta=meta, below=below)
+
+
+def recorded_tree(path: str, call: str | None = None, *, source: str | None = None) -> CallTree:
+    """`observe --launches FILE [CALL]`: a recording's launches joined to the
+    selected tree; one line (BadInput) for a file that is not a recording."""
+    from kernelmap.errors import BadInput
+    from kernelmap.observe import source_map
+
+    file = Path(path)
+    if not file.is_file():
+        raise BadInput(f"no such recording: {path}")
+    try:
+        header, calls = read_recorded(file)
+    except (OSError, EOFError, ValueError, KeyError, IndexError, TypeError, StopIteration) as e:
+        raise BadInput(f"{path} is not a recording of CUDA launches (scripts/record_cuda_launches.py): {type(e).__name__}") from None
+    if call is not None:
+        picked = [c for c in calls if c.call == call]
+        if not picked:
+            raise BadInput(f"{path} holds no call {call!r}; it holds: {', '.join(c.call for c in calls)}")
+        calls = picked
+    notes: list[str] = []
+    sources, context = source_map(source, notes)
+    tree = launch_tree(header, calls, sources)
+    if context is not None and context.catalog.origin.version and not str(header.get("torch", "")).startswith(context.catalog.origin.version):
+        notes.append(f"version mismatch: the frames ran in torch {header.get('torch')}; their locations are {context.catalog.origin.label}'s, "
+                     "and a frame whose function that tree lacks says so")
+    return CallTree(tree.root, tree.notes + tuple(notes), tree.meta)

@@ -55,8 +55,22 @@ def is_plumbing(name: str) -> bool:
     return any(p in name for p in _PLUMBING)
 
 
+# NVIDIA's libraries, by file: a frame in one is the vendor's (cudnn::backend::execute) or the CUDA runtime's
+_CUDA_VENDOR_LIBS = ("libcudnn", "libcublas", "libcufft", "libcurand", "libcusparse", "libcusolver", "libnccl", "libnvrtc", "libnvJitLink")
+_CUDA_RUNTIME_LIBS = ("libcudart", "libcuda.so")
+
+
+def outside_library(lib: str | None) -> bool:
+    """A frame in NVIDIA's libraries: its code is not in any PyTorch tree."""
+    return bool(lib) and lib.startswith(_CUDA_VENDOR_LIBS + _CUDA_RUNTIME_LIBS)
+
+
 def node_kind(frame: NativeFrame, lib: str | None) -> NodeKind:
     f = frame.lookup
+    if lib and lib.startswith(_CUDA_RUNTIME_LIBS):
+        return NodeKind.RUNTIME
+    if lib and lib.startswith(_CUDA_VENDOR_LIBS):
+        return NodeKind.VENDOR
     if "THPVariable_" in f or f.startswith("torch::autograd::THP"):
         return NodeKind.BINDING
     if f.startswith("at::_ops::"):
@@ -74,6 +88,27 @@ def node_kind(frame: NativeFrame, lib: str | None) -> NodeKind:
     return NodeKind.KERNEL
 
 
+# Note [the definition a library holds]
+# One name can have several definitions in a tree: at::native::cudnn_convolution
+# in cudnn/ConvShared.cpp (under AT_CUDNN_ENABLED) and in ConvPlaceholders.cpp
+# (under !AT_CUDNN_ENABLED, the build without cuDNN); at::native::add_kernel in
+# the generated UfuncCPUKernel_add.cpp and UfuncCUDA_add.cu. A frame names the
+# library it ran in: libtorch_cuda is the CUDA build's and compiles CUDA
+# sources; libtorch_cpu compiles none. The definition shown is one that build
+# compiles (its #if holds for the release build's macros), in a file of the
+# library's kind.
+_CUDA_DIRS = ("/cuda/", "/cudnn/", "/miopen/", "/sparse/cuda/", "/quantized/cuda/", "/nested/cuda/", "/transformers/cuda/")
+
+
+def _is_cuda_source(path: str) -> bool:
+    base = os.path.basename(path)
+    return path.endswith((".cu", ".cuh")) or any(d in "/" + path for d in _CUDA_DIRS) or base.startswith(("UfuncCUDA", "RegisterCUDA", "CUDA"))
+
+
+def _build_of(lib: str | None) -> str:
+    return "cuda" if lib and lib.startswith(("libtorch_cuda", "libc10_cuda")) else "cpu"
+
+
 @dataclass
 class SourceMap:
     """Find a frame's definition: the selected tree's index, then the generated files."""
@@ -82,17 +117,20 @@ class SourceMap:
     generated: Any = None  # kernelmap.codegen.GeneratedFiles
     _cache: dict = field(default_factory=dict)
     _gen_db: Any = None
+    _configs: dict = field(default_factory=dict)
 
-    def definition(self, frame: NativeFrame) -> tuple[Location | None, str | None]:
-        """(location, why none)."""
-        key = (frame.lookup, frame.clone)
+    def definition(self, frame: NativeFrame, lib: str | None = None) -> tuple[Location | None, str | None]:
+        """(location, why none); `lib`, the library the frame ran in, picks
+        among definitions of one name (Note [the definition a library holds])."""
+        build = _build_of(lib)
+        key = (frame.lookup, frame.clone, build)
         if key in self._cache:
             return self._cache[key]
-        found = self._find(frame)
+        found = self._find(frame, build)
         self._cache[key] = found
         return found
 
-    def _find(self, frame: NativeFrame) -> tuple[Location | None, str | None]:
+    def _find(self, frame: NativeFrame, build: str) -> tuple[Location | None, str | None]:
         name = frame.lookup
         parts = split_scope(name)
         if self.index is not None:
@@ -102,17 +140,38 @@ class SourceMap:
                     kind = "structured_impl" if parts[-1] == "impl" else "structured_meta"
                     defs = self.index.structured_kernels(parts[-2][len("structured_") :], kind=kind)
                 if defs:
-                    return defs[0].location, None
+                    return self._built(defs, build).location, None
             except Exception:  # a damaged index reads as no definition; the answer says why
                 return None, "the source index could not be read"
-        located = self._generated(name, parts)
+        located = self._generated(name, parts, build)
         if located is not None:
             return located, None
         if "::" not in name or name.startswith(("dnnl::", "mkl", "Sleef", "std::")):
             return None, "a library outside the tree"
         return None, "not in the selected tree (a function of another version, or of a file the tree lacks)"
 
-    def _generated(self, name: str, parts: list[str]) -> Location | None:
+    def _built(self, defs: list, build: str):
+        """Of a name's definitions, one that `build` compiles, in a file of its
+        library's kind (Note [the definition a library holds])."""
+        if len(defs) < 2:
+            return defs[0]
+        config = self._configs.get(build)
+        if config is None and build not in self._configs:
+            try:
+                from kernelmap.source.config import build_config
+
+                config = build_config(Path(self.index.tree.root), "cuda" if build == "cuda" else "cpu")
+            except Exception:  # no build facts: file kinds alone decide
+                config = None
+            self._configs[build] = config
+
+        def rank(d):
+            compiled = config is None or config.evaluate(d.symbol.condition) is not False
+            return (not compiled, _is_cuda_source(d.location.path) != (build == "cuda"))
+
+        return min(defs, key=rank)
+
+    def _generated(self, name: str, parts: list[str], build: str = "cpu") -> Location | None:
         if self.generated is None:
             return None
         if self._gen_db is None:
@@ -141,7 +200,7 @@ class SourceMap:
             rows = [r for r in rows if "Ufunc" in r[0]]
         if not rows:
             return None
-        path, line = sorted(rows)[0]
+        path, line = min(rows, key=lambda r: (_is_cuda_source(r[0]) != (build == "cuda"), r))
         return Location(path, line, origin=self.generated.origin)
 
     def inlined_between(self, caller: NativeFrame, callee: NativeFrame) -> list[tuple[str, Location | None, EdgeKind | None]]:
@@ -214,10 +273,12 @@ def python_location(file: str | None, line: int | None, wheel: Origin | None) ->
 
 
 def observed_tree(capture: Capture, sources: SourceMap, target: str, *, wheel: Origin | None = None, notes: tuple[str, ...] = (),
-                  all_frames: bool = False, meta: dict | None = None) -> CallTree:
-    """The union of the captured stacks as one tree (Note [observed frames])."""
+                  all_frames: bool = False, meta: dict | None = None, below: list[list[CallNode]] | None = None) -> CallTree:
+    """The union of the captured stacks as one tree (Note [observed frames]).
+    `below`, one list per stack, holds nodes to hang under that stack's
+    innermost frame (the GPU kernel a launch ran)."""
     root = _Node(target, NodeKind.TRACE, None, {})
-    for stack in capture.stacks:
+    for s_index, stack in enumerate(capture.stacks):
         frames = list(stack.frames)  # innermost first
         natives = [parse_frame(f.name) if f.name and not f.is_python else None for f in frames]
         caps = stack_capability([n or parse_frame("?") for n in natives])
@@ -253,9 +314,9 @@ def observed_tree(capture: Capture, sources: SourceMap, target: str, *, wheel: O
             if nf.runs:  # a function_ref callback is named, and placed, for the loop it runs (its operator(), inlined into it)
                 is_class = split_scope(nf.runs)[-1][:1].isupper()
                 label_name = nf.runs + ("::operator()" if is_class else "")
-                location, why = sources.definition(parse_frame(label_name + ("" if is_class else "()")))
+                location, why = sources.definition(parse_frame(label_name + ("" if is_class else "()")), f.lib)
             else:
-                location, why = sources.definition(nf)
+                location, why = (None, "outside") if outside_library(f.lib) else sources.definition(nf, f.lib)
             attrs: dict[str, Any] = {"observed": "observed"}
             attrs["native_frame"] = nf.raw if len(nf.raw) <= 2000 else nf.raw[:2000] + "…"
             if f.lib:
@@ -270,7 +331,7 @@ def observed_tree(capture: Capture, sources: SourceMap, target: str, *, wheel: O
             if ran:
                 attrs["ran"] = ran
             if why and location is None:
-                attrs["source_reason"] = why
+                attrs["source_reason"] = f"in {f.lib}, a library outside the tree" if outside_library(f.lib) else why
             if hidden:
                 attrs["hidden"] = hidden
                 hidden = 0
@@ -280,7 +341,11 @@ def observed_tree(capture: Capture, sources: SourceMap, target: str, *, wheel: O
             key = ("native", nf.lookup, len(nf.lambda_path), nf.dtype)
             cur = _child(cur, key, label, node_kind(nf, f.lib), location, attrs)
             previous = nf
-        cur.hits += 0
+        for leaf in (below[s_index] if below and s_index < len(below) else ()):
+            node = _child(cur, ("below", leaf.name), leaf.name, leaf.kind, leaf.location, leaf.attrs)
+            for k in ("duration_us",):
+                if k in leaf.attrs and node.hits > 1:
+                    node.attrs[k] = round(node.attrs.get(k, 0) + leaf.attrs[k], 3)
     return CallTree(_freeze(root), notes, dict(meta or {}, kind="observe", target=target))
 
 

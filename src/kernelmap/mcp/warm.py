@@ -20,9 +20,10 @@ A warm process holds millions of objects (catalog rows, index answers,
 generated-code tables, the answers kept for expand), and Python's cycle
 collector walks all of them each time enough new objects outlive a few
 collections: a second or more, inside whichever question made the last of
-them (measured: about half the CPU time of warm first asks of `stack` and
-`callers`). So after each call, once its result is handed over, the producer
-thread collects what the call left and freezes the rest (`gc.freeze`): later
+them (measured over the bench's warm first asks: from a tenth to over half
+of the time of `stack` and `callers`, by where the full collections fall).
+So after each call, once its result is handed over, the producer thread
+collects what the call left and freezes the rest (`gc.freeze`): later
 collections walk only what later calls made. Cycles that die once frozen are
 not collected until the heap is thawed: every SETTLE_EVERY calls and after
 the warm state is dropped (`fresh`), the whole heap is collected once.

@@ -15,7 +15,6 @@ import itertools
 import json
 import os
 import re
-import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -84,7 +83,8 @@ def _definition_end_from(lines, start: int, stop: int) -> int:
     depth = 0
     opened = False
     for index in range(start - 1, stop):
-        text = _STRING.sub('""', lines[index]).split("//", 1)[0]
+        line = lines[index]
+        text = (_STRING.sub('""', line) if '"' in line or "'" in line else line).split("//", 1)[0]
         opens, closes = text.count("{"), text.count("}")
         depth += opens - closes
         opened = opened or opens > 0
@@ -212,6 +212,7 @@ class GeneratedFiles:
         self._lines: dict[str, Sequence[str]] = {}
         self._located: dict[tuple, GeneratedCode] = {}  # locate_op's answers: the files never change under an open set
         self._checked = _Checked(root / _CHECKED)
+        self._registered: dict[str, tuple[Registration, ...]] = {}  # an operator's registrations, for any set of layers
 
     def __repr__(self) -> str:
         return f"GeneratedFiles({self.origin.label!r}, {str(self.root)!r})"
@@ -292,6 +293,25 @@ def locate_op(files: GeneratedFiles, op: Op, layers: Iterable[Layer] = tuple(Lay
     found = files._located.get(key)
     if found is None:
         found = files._located[key] = _locate_op(files, op, layers, ufunc_op)
+        _forget_oldest(files._located)
+    return found
+
+
+KEPT = 8192  # operators' answers kept per set of files (about 2,500 operators ask for two or three sets of layers each)
+
+
+def _forget_oldest(table: dict) -> None:
+    while len(table) > KEPT:
+        del table[next(iter(table))]
+
+
+def _registrations_of(files: GeneratedFiles, unqualified: str) -> tuple[Registration, ...]:
+    """Every registration of an operator, read once whichever layers are asked for (a graph
+    asks top-down for some, bottom-up for others)."""
+    found = files._registered.get(unqualified)
+    if found is None:
+        found = files._registered[unqualified] = tuple(_registrations(files, unqualified))
+        _forget_oldest(files._registered)
     return found
 
 
@@ -323,7 +343,7 @@ def _locate_op(files: GeneratedFiles, op: Op, layers: frozenset[Layer], ufunc_op
     registrations: list[Registration] = []
     backward = None
     if layers & {Layer.AUTOGRAD, Layer.REGISTER}:
-        for reg in _registrations(files, unqualified):
+        for reg in _registrations_of(files, unqualified):
             if reg.layer in layers:
                 registrations.append(reg)
         if Layer.AUTOGRAD in layers:

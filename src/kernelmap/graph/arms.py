@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 
-from kernelmap.graph.context import GraphContext
+from kernelmap.graph.context import GraphContext, kept_results
 from kernelmap.graph.rules import balanced, other_device_reason, terms
 
 # An arm's test, its `else`, and what follows the test: the condition's `#if` or a bound name (`; stub = abs_stub`).
@@ -64,7 +64,7 @@ def cannot_run(conditions, known: dict[str, bool], definition, ctx: GraphContext
     run for the call whose known values are `known`; None when it may."""
     if not any(conditions):
         return None
-    cache = ctx.__dict__.setdefault("_cannot_run", {})  # the calls of one definition share their arms
+    cache = kept_results(ctx, "_cannot_run")  # the calls of one definition share their arms
     key = (tuple(conditions), tuple(sorted(known.items())), rank, str(definition.location) if definition is not None else None)
     if key not in cache:
         cache[key] = _cannot_run(conditions, known, definition, ctx, rank)
@@ -176,7 +176,7 @@ def _decidable(test: str, known: dict[str, bool], rank: int | None, definition, 
 
 def _file_predicates(path: str, ctx: GraphContext) -> frozenset[str]:
     """The names of the functions a file defines whose body is one `return`: the predicates a test may call."""
-    cache = ctx.__dict__.setdefault("_file_predicates", {})
+    cache = kept_results(ctx, "_file_predicates")
     if path not in cache:
         from kernelmap.graph.code import _by_short_name
 
@@ -258,7 +258,7 @@ def _predicate(term: str, known: dict[str, bool], ctx: GraphContext, rank: int |
 
 def _one_return(name: str, ctx: GraphContext) -> str | None:
     """The expression the one definition of `name` in kernel code returns, when its body is that `return` alone."""
-    cache = ctx.__dict__.setdefault("_one_return", {})
+    cache = kept_results(ctx, "_one_return")
     if name not in cache:
         from kernelmap.graph.rules import KERNEL_DIRS
 
@@ -292,7 +292,7 @@ def switch_values(definition, ctx: GraphContext, known: dict[str, bool], rank: i
     from kernelmap.graph.code import call_arguments, parameters, _bound_flags
     from kernelmap.graph.resolve import _resolve_direct
 
-    calls = ctx.__dict__.setdefault("_switched_calls", {})
+    calls = kept_results(ctx, "_switched_calls")
     key = (definition.name, str(definition.location))
     if key not in calls:
         calls[key] = _switched_call(definition, ctx)
@@ -308,7 +308,7 @@ def switch_values(definition, ctx: GraphContext, known: dict[str, bool], rank: i
     declared = parameters(selector, ctx) or []
     inner = _bound_flags(declared, arguments, known)
     key = (selector.name, str(selector.location), tuple(sorted(inner.items())), rank, ctx.device)
-    cache = ctx.__dict__.setdefault("_switch_values", {})
+    cache = kept_results(ctx, "_switch_values")
     if key not in cache:
         cache[key] = _returnable(selector, inner, ctx, rank)
     return cache[key]

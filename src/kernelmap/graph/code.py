@@ -11,7 +11,7 @@ import functools
 import re
 from pathlib import Path
 
-from kernelmap.graph.context import GraphContext
+from kernelmap.graph.context import GraphContext, kept_results
 from kernelmap.model import Location
 from kernelmap.safefiles import NotRegularFile, read_text
 
@@ -164,7 +164,7 @@ def call_arguments(site, ctx: GraphContext) -> list[str] | None:
     read there."""
     if ctx.index is None:
         return None
-    cache = ctx.__dict__.setdefault("_call_arguments", {})  # asked of one call by several readers of it
+    cache = kept_results(ctx, "_call_arguments")  # asked of one call by several readers of it
     key = (site.location.path, site.location.line, site.name, site.callee)
     if key not in cache:
         cache[key] = _call_arguments(site, ctx)

@@ -209,3 +209,35 @@ def open_context(
         no_index,
         stale,
     )
+
+
+# What a warm process keeps per context (`GraphContext.kept`; a context is
+# one version's producers, opened once): each table of a layer's pure results
+# (a definition's callbacks, an operator's generated code, a condition's arms)
+# forgets its oldest entries past KEPT, so that a server asked thousands of
+# questions stays bounded. An entry forgotten is computed again, the same.
+KEPT = 20_000
+
+
+class _Kept(dict):
+    """A dict that forgets its oldest entry when an entry past `limit` is added."""
+
+    __slots__ = ("limit",)
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit = limit
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        if len(self) > self.limit:
+            del self[next(iter(self))]
+
+
+def kept_results(ctx: GraphContext, name: str, limit: int = KEPT) -> dict:
+    """The context's table `name` of results kept between questions (in
+    `GraphContext.kept`; at most `limit` entries)."""
+    table = ctx.kept.get(name)
+    if table is None:
+        table = ctx.kept[name] = _Kept(limit)
+    return table

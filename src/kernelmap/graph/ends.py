@@ -280,14 +280,13 @@ def _end(node: CallNode, path: tuple[CallNode, ...], order: int, arguments: _Arg
     """The end `node` reached along `path`, ranked (Note [ranking a call's ends])."""
     library = vendors.library(node.attrs.get("library")) if node.kind is NodeKind.VENDOR else None
     setup = _setup(node, library)
-    flags = arguments.along(path)
-    elses = sum(1 for n, f in zip(path, flags) if (n.condition or "").startswith("else of ")
-                and not special_case(n.condition[8:]) and not arguments.non_default(n.condition[8:], f))
+    steps = [arguments.step(n, f) for n, f in zip(path, arguments.along(path))]
+    elses = sum(s[0] for s in steps)
     marks = [arguments.marks(n) for n in path]  # (special case, larger inputs, other layouts, growth or check) of each step
     trivial = sum(m[0] for m in marks)
     larger = sum(m[1] for m in marks)
     # the conditions on the path taken only in deterministic mode or with an argument not at its default
-    opting = [(c, f) for n, f in zip(path, flags) for c in reversed(_conditions(n)) if arguments.opts(c, f)]
+    opting = [o for s in steps for o in s[1]]
     layouts = sum(m[2] for m in marks)
     growths = sum(m[3] for m in marks)
     if library is not None and library.inner_loop:
@@ -393,6 +392,7 @@ class _Arguments:
         self._decided: dict[tuple, bool] = {}
         self._signatures: dict[int, tuple[dict, tuple]] = {}  # id(flags) -> (flags, their values), the dict kept so its id is not reused
         self._marks: dict[int, tuple[CallNode, tuple[bool, bool, bool, bool]]] = {}  # id(node) -> (node, its marks)
+        self._steps: dict[tuple[int, int], tuple] = {}  # (id(node), id(flags)) -> (node, flags, its `step`)
 
     def marks(self, n: CallNode) -> tuple[bool, bool, bool, bool]:
         """Whether a step is under an arm for a special case, for larger inputs,
@@ -405,6 +405,18 @@ class _Arguments:
                                              any(map(other_layouts_only, conditions)),
                                              bool(_STORAGE_GROWTH.search(n.name)) or any(map(in_check, conditions))))
         return kept[1]
+
+    def step(self, n: CallNode, flags: dict[str, tuple[bool, CallNode | None]]) -> tuple[int, tuple[tuple[str | None, dict], ...]]:
+        """Of a step with `flags` in effect at it (`_end`'s counts): 1 when it
+        is an `else` arm taken at the defaults (0 otherwise), and its conditions
+        that are arms away from the defaults (`opts`), innermost last: read once
+        per node and flags, though every path through it to an end asks."""
+        kept = self._steps.get((id(n), id(flags)))
+        if kept is None or kept[0] is not n or kept[1] is not flags:
+            condition = n.condition or ""
+            taken_else = int(condition.startswith("else of ") and not special_case(condition[8:]) and not self.non_default(condition[8:], flags))
+            kept = self._steps[(id(n), id(flags))] = (n, flags, taken_else, tuple((c, flags) for c in reversed(_conditions(n)) if self.opts(c, flags)))
+        return kept[2], kept[3]
 
     @staticmethod
     def below(node: CallNode, flags: dict[str, tuple[bool, CallNode | None]]) -> dict[str, tuple[bool, CallNode | None]]:

@@ -15,7 +15,7 @@ from typing import Any
 from kernelmap import env, pysource
 from kernelmap.errors import KernelmapError
 from kernelmap.graph.code import file_lines, tree_lines
-from kernelmap.graph.context import GraphContext
+from kernelmap.graph.context import GraphContext, kept_results
 from kernelmap.graph.grow import Node
 from kernelmap.graph.rules import is_utility_op
 from kernelmap.model import EdgeKind, Location, NodeKind, Op
@@ -107,7 +107,7 @@ def entered_op(node: Node) -> Node:
 def _header_function(op: Op, call: str, ctx: GraphContext):
     """The generated header's inline function a call names (`at::conv2d_symint`,
     `at::Tensor::add`), found once per operator and spelling; None when none is."""
-    cache = ctx.__dict__.setdefault("_header_functions", {})
+    cache = kept_results(ctx, "_header_functions")
     key = (str(op.name), call)
     if key not in cache:
         function = None
@@ -152,7 +152,7 @@ def _generated(op_name: str, ctx: GraphContext, layers):
     generated files of the same version (Note [graph versions])."""
     from kernelmap.codegen import locate_in
 
-    cache = ctx.__dict__.setdefault("_generated_code", {})  # a tree asks for one operator's code many times
+    cache = kept_results(ctx, "_generated_code")  # a tree asks for one operator's code many times
     key = (op_name, tuple(layers))
     if key not in cache:
         try:

@@ -27,7 +27,7 @@ from kernelmap.graph.code import (
     tree_lines,
     _WORD_CHAR,
 )
-from kernelmap.graph.context import GraphContext
+from kernelmap.graph.context import GraphContext, kept_results
 from kernelmap.graph.grow import Node
 from kernelmap.graph.resolve import _NOT_TYPES
 from kernelmap.graph.rules import balanced, schema_arguments
@@ -419,16 +419,22 @@ def _type_key(text: str) -> str | None:
 def _declared_type(name: str, site, ctx: GraphContext) -> str | None:
     """The type (_type_key) of the nearest declaration of `name` above a
     call site in its file; None when not found."""
-    cache = ctx.__dict__.setdefault("_declared_types", {})
+    cache = kept_results(ctx, "_declared_types")
     key = (name, site.location.path, site.location.line)
     if key not in cache:
         cache[key] = _find_declared_type(name, site, ctx)
     return cache[key]
 
 
+@functools.lru_cache(maxsize=2048)
+def _declared_pattern(name: str) -> re.Pattern[str]:
+    """Compiled once per name: `re`'s own cache is overflowed by a graph's per-name patterns."""
+    return re.compile(_DECLARED.format(name=re.escape(name)), re.M)
+
+
 def _find_declared_type(name: str, site, ctx: GraphContext) -> str | None:
     lines = tree_lines(ctx, site.location.path)
-    pattern = re.compile(_DECLARED.format(name=re.escape(name)), re.M)
+    pattern = _declared_pattern(name)
     for i in range(site.location.line - 1, -1, -1):
         if name not in lines[i]:
             continue

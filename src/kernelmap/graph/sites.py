@@ -9,6 +9,7 @@ arguments], Note [stub parameters], Note [a composite's utilities].
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from typing import Any
 
@@ -27,7 +28,7 @@ from kernelmap.graph.code import (
     parameters,
     tree_lines,
 )
-from kernelmap.graph.context import GraphContext
+from kernelmap.graph.context import GraphContext, kept_results
 from kernelmap.graph.grow import cpp_node, Node, vendor_node
 from kernelmap.graph.kernel_loops import (
     _device_loop,
@@ -439,9 +440,30 @@ _ARGUMENT_NAME = r"(?:^|[(,])\s*&?\s*(?P<qualifier>(?:[\w:]*::)?)(?P<name>{name}
 _ANY_ARGUMENT_NAME = re.compile(_ARGUMENT_NAME.format(name=r"\w+"))
 
 
+@functools.lru_cache(maxsize=2048)
+def _word(name: str) -> re.Pattern[str]:
+    return re.compile(rf"\b{name}\b")
+
+
+@functools.lru_cache(maxsize=2048)
+def _assigned_or_declared(name: str) -> re.Pattern[str]:
+    """`name = ...` or `Type name;`: a variable of that name (compiled once per name: `re`'s cache overflows)."""
+    return re.compile(rf"\b{name}\s*=[^=]|[\w>&*]\s+{name}\s*[;=({{]")
+
+
 def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
     """Functions of the same file that `definition` passes as arguments: calls
-    made through a function pointer, which no call site shows."""
+    made through a function pointer, which no call site shows. Read once per
+    definition (the text and the index never change under a context)."""
+    location = definition.location
+    cache = kept_results(ctx, "_callbacks")
+    key = (definition.name, location.path, location.line, location.end_line)
+    if key not in cache:
+        cache[key] = tuple(_find_callbacks(definition, ctx))
+    return list(cache[key])
+
+
+def _find_callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
     location = definition.location
     lines = tree_lines(ctx, location.path)
     by_short = _by_short_name(ctx.index, location.path)
@@ -465,7 +487,7 @@ def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
             target = named[0] if named else None
             # a parameter or local variable that shares a function's name (`min`) is no callback
             # (a plain substring test first: every pattern below names `name`, and compiling one per name is dear)
-            if target is None or (name in head and re.search(rf"\b{name}\b", head)) or re.search(rf"\b{name}\s*=[^=]|[\w>&*]\s+{name}\s*[;=({{]", text):
+            if target is None or (name in head and _word(name).search(head)) or _assigned_or_declared(name).search(text):
                 continue
             found.append((target, Location(location.path, number, origin=location.origin)))
     return found
@@ -627,7 +649,7 @@ def _vectorized_method(site, caller, ctx: GraphContext, condition: str | None) -
         return None
     method = site.callee[1:]
     headers = {f"aten/src/ATen/cpu/vec/vec512/vec512_{suffix}.h": "AVX512", f"aten/src/ATen/cpu/vec/vec256/vec256_{suffix}.h": "AVX2"}
-    cache = ctx.__dict__.setdefault("_vectorized_methods", {})  # asked of many member calls: once per method
+    cache = kept_results(ctx, "_vectorized_methods")  # asked of many member calls: once per method
     if method not in cache:
         cache[method] = [d for d in ctx.index.definitions(f"at::vec::CPU_CAPABILITY::Vectorized::{method}")
                          if d.location.path in headers and _calls_library(d, ctx)]
@@ -652,7 +674,7 @@ def _vectorized_method(site, caller, ctx: GraphContext, condition: str | None) -
 
 
 def _calls_library(definition, ctx: GraphContext) -> bool:
-    cache = ctx.__dict__.setdefault("_calls_library", {})
+    cache = kept_results(ctx, "_calls_library")
     key = (definition.name, str(definition.location))
     if key not in cache:
         cache[key] = any(s.kind is EdgeKind.VENDOR for s in ctx.index.calls_from(definition))

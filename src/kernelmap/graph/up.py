@@ -26,7 +26,7 @@ from pathlib import Path
 from kernelmap import env, pysource
 from kernelmap.errors import BadInput, KernelmapError, UnknownName
 from kernelmap.graph.code import file_lines
-from kernelmap.graph.context import NEEDS_TREE, GraphContext
+from kernelmap.graph.context import NEEDS_TREE, GraphContext, kept_results
 from kernelmap.graph.grow import Node, cpp_node, grow, vendor_node
 from kernelmap.graph.nodes import dedupe, op_node
 from kernelmap.graph.rules import DEFAULT_DEPTH, KERNEL_DIRS, is_symbol_text
@@ -317,7 +317,7 @@ def _resolves_to(site, definition, ctx: GraphContext) -> bool:
     CUDABlas.cpp is at::cuda::blas::gemm's caller, not cpublas::gemm's."""
     from kernelmap.graph.resolve import _resolve_direct
 
-    kept = ctx.kept.setdefault("resolves_to", {})
+    kept = kept_results(ctx, "resolves_to")
     key = (site, definition.name, definition.location)
     if key not in kept:
         caller = ctx.index.definition_at(site.location.path, site.location.line)
@@ -336,13 +336,11 @@ def _code(op: Op, ctx: GraphContext):
     from kernelmap.codegen import Layer
     from kernelmap.graph.nodes import _generated
 
-    key = (id(ctx.generated), str(op.name))
-    if key not in _CODE:  # every layer a bottom-up tree reads of an operator, located once
-        _CODE[key] = _generated(str(op.name), ctx, (Layer.REGISTER, Layer.BINDING, Layer.AUTOGRAD, Layer.OPS))
-    return _CODE[key]
-
-
-_CODE: dict[tuple[int, str], object] = {}
+    cache = kept_results(ctx, "_code")  # per context: a set of files opened again after a rebuild is read again
+    key = str(op.name)
+    if key not in cache:  # every layer a bottom-up tree reads of an operator, located once
+        cache[key] = _generated(key, ctx, (Layer.REGISTER, Layer.BINDING, Layer.AUTOGRAD, Layer.OPS))
+    return cache[key]
 
 
 def _wrapper_nodes(op: Op, keys: list[str], ctx: GraphContext) -> list[Node]:

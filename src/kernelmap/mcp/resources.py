@@ -17,7 +17,6 @@ the range and the origin.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -50,10 +49,7 @@ def resource_uri(location: dict[str, Any], origins: dict[str, Any], files: Serve
     disk = location.get("file")
     if (kind == "generated" or is_generated_path(path)) and generated is not None:
         if isinstance(disk, str):
-            try:
-                rel = Path(disk).resolve().relative_to(generated.directory).as_posix()
-            except (OSError, ValueError):
-                rel = None
+            rel = files.generated_rel(disk)
             if rel:
                 return f"kernelmap://generated/{quote(rel)}{fragment}"
         return f"kernelmap://generated/{quote(path)}{fragment}" if path.startswith("build/") else None

@@ -14,11 +14,25 @@ reads (a few `stat`s a call): the warm state is then opened again. A source
 file edited since its tree was indexed is looked for every STALE_EVERY
 seconds (a `stat` per indexed file, as each CLI run does): answers then say
 so again, as the CLI's do.
+
+Note [a warm heap]
+A warm process holds millions of objects (catalog rows, index answers,
+generated-code tables, the answers kept for expand), and Python's cycle
+collector walks all of them each time enough new objects outlive a few
+collections: a second or more, inside whichever question made the last of
+them (measured over the bench's warm first asks: from a tenth to over half
+of the time of `stack` and `callers`, by where the full collections fall).
+So after each call, once its result is handed over, the producer thread
+collects what the call left and freezes the rest (`gc.freeze`): later
+collections walk only what later calls made. Cycles that die once frozen are
+not collected until the heap is thawed: every SETTLE_EVERY calls and after
+the warm state is dropped (`fresh`), the whole heap is collected once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import time
 from collections import OrderedDict
@@ -34,6 +48,9 @@ from kernelmap.web.files import SourceFiles
 T = TypeVar("T")
 MEMO = 512  # answers remembered by question
 STALE_EVERY = 30.0  # seconds between looks for source files edited since they were indexed
+SETTLE_EVERY = 256  # calls between collections of the whole heap (Note [a warm heap])
+KEPT_PATHS = 4096  # generated files' disk paths kept with their served names
+_NONE = object()
 
 
 class ServedFiles(SourceFiles):
@@ -41,6 +58,28 @@ class ServedFiles(SourceFiles):
     path under the generated-code cache, its set's folder first
     (`tree-2.6.0a0-83d8b5c5ae8c/build/aten/src/ATen/RegisterCPU_0.cpp`), or by
     a build path of the installed torch's set (`build/aten/...`)."""
+
+    def __init__(self, roots, default_tree: str | None = None):
+        super().__init__(roots, default_tree)
+        # a generated file's disk path -> its path under the generated-code cache (or None): every
+        # location of a generated file asks (a `resolve`, stats of each part), and answers name the
+        # same few files; the files are discovered again when a cache changes (Warm.fresh)
+        self._generated_rels: OrderedDict[str, str | None] = OrderedDict()
+
+    def generated_rel(self, disk: str) -> str | None:
+        """`disk` (a generated file's place on this machine) relative to the
+        generated-code cache, or None when it lies elsewhere."""
+        found = self._generated_rels.get(disk, _NONE)
+        if found is _NONE:
+            generated = self.roots.get("generated")
+            try:
+                found = Path(disk).resolve().relative_to(generated.directory).as_posix() if generated is not None else None
+            except (OSError, ValueError):
+                found = None
+            self._generated_rels[disk] = found
+            while len(self._generated_rels) > KEPT_PATHS:
+                self._generated_rels.popitem(last=False)
+        return found
 
     def _generated_path(self, rel: str) -> str:
         first = rel.split("/", 1)[0]
@@ -65,12 +104,28 @@ class Warm:
         self._looked = time.monotonic()  # when edited source files were last looked for
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernelmap-mcp")
         self._aside = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernelmap-mcp-aside")
+        self._settled = 0  # calls settled (Note [a warm heap])
+        self._thaw = False  # the next settling collects the whole heap
 
     # -- running producers ------------------------------------------------------
 
     async def run(self, fn: Callable[[], T]) -> T:
-        """`fn()` on the producer thread; the caller's cancellation stops waiting, not the work."""
-        return await asyncio.wrap_future(self._executor.submit(fn))
+        """`fn()` on the producer thread; the caller's cancellation stops waiting, not the work.
+        Then, once its result is handed over, what it kept is settled (Note [a warm heap])."""
+        done = self._executor.submit(fn)
+        self._executor.submit(self._settle)
+        return await asyncio.wrap_future(done)
+
+    def _settle(self) -> None:
+        """Note [a warm heap]: collect what the last call left, then freeze what
+        is kept; every SETTLE_EVERY calls, or after the warm state was dropped,
+        thaw and collect the whole heap once."""
+        self._settled += 1
+        if self._thaw or self._settled % SETTLE_EVERY == 0:
+            self._thaw = False
+            gc.unfreeze()
+        gc.collect()
+        gc.freeze()
 
     async def aside(self, fn: Callable[[], T]) -> T:
         """`fn()` on the thread for long runs that read no warm state; one at a time."""
@@ -92,6 +147,7 @@ class Warm:
             # a source file edited (or put back) since the contexts were opened
             edited = any(c.index is not None and c.index.stale_note() != c.stale for c in self._contexts.values())
         if stamp != self._stamp or edited:
+            self._thaw = True  # what was dropped is collected after this call
             self._contexts.clear()
             self._memo.clear()
             self._resolvers.clear()

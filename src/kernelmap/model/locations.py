@@ -7,6 +7,7 @@ locations]).
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -182,14 +183,14 @@ class Location:
         """`origin` names the origin: its key in `origins` (the document's origin
         table) when given, else its label. `file` is where the file lies on this
         machine (generated files live in the cache), `url` its pinned link."""
-        disk = self.disk_path
+        disk = _disk_file(self.origin, self.path) if self.origin else None
         return {
             "path": self.path,
             "line": self.line,
             "end_line": self.end_line,
             "origin": (origins.key(self.origin) if origins is not None else self.origin.label) if self.origin else None,
             "url": self.url,
-            "file": str(disk) if disk is not None else None,
+            "file": disk,
             **({"template": self.template, "template_url": self.template_url} if self.template else {}),
         }
 
@@ -275,3 +276,11 @@ def location_json(location: Location | None, origins: OriginTable | None = None)
 
 def location_from_json(d: Mapping[str, Any] | None, origins: OriginTable | None = None) -> Location | None:
     return Location.from_json(d, origins) if d is not None else None
+
+
+@functools.lru_cache(maxsize=16384)
+def _disk_file(origin: Origin, path: str) -> str | None:
+    """Where `path` of `origin` lies on this machine, as text: an answer names
+    the same files at many of its locations (a Path made per location is dear)."""
+    disk = origin.disk_path(path)
+    return str(disk) if disk is not None else None

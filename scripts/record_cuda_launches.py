@@ -169,8 +169,8 @@ def main() -> int:
     records = []
     for i, what in enumerate(cap.info.get("windows") or []):
         trace = tmp / f"trace-{i}.json"
-        # CUPTI records no GPU activity while a debugger holds the CUDA debug API: the launches are
-        # joined to the plain run's trace of the same call, by launch order
+        # the debugged run's traces held no GPU activity (CUPTI under cuda-gdb, on an H200): the
+        # launches are joined to the plain run's trace of the same call, by launch order
         plain_trace = tmp / "plain" / f"trace-{i}.json"
         records.append(dict(what, t="call", stacks=per_window.get(i, []), trace=cut_trace(plain_trace) if plain_trace.exists() else None,
                             trace_under_debugger=cut_trace(trace) if trace.exists() else None))

@@ -84,7 +84,7 @@ def test_a_runtime_launch_stopped_twice_is_one_launch(launches):
         for st in call.stacks:
             assert st.frames[0].name.split("(")[0] in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
             assert not any(f.name and f.name.split("(")[0].startswith(("cudaLaunch", "cuLaunch")) for f in st.frames[1:])
-    assert header["gpu"] and header["torch"].endswith(("+cu130", "+cu128", "+cu126", "+cu124")) or "cu" in header["torch"]
+    assert header["gpu"] and "+cu" in header["torch"]  # a CUDA build's recording
 
 
 def test_recorded_launch_stacks_reach_the_vendor_entry_and_the_launch(launches, source_map):

@@ -140,6 +140,16 @@ def source_map(source: str | None = None, notes: list[str] | None = None):
     return SourceMap(context.index, context.generated), context
 
 
+def version_note(torch_version: str | None, context) -> list[str]:
+    """The note an answer carries when its frames ran in another torch than the tree's."""
+    if context is None or context.index is None or not context.catalog.origin.version:
+        return []
+    if str(torch_version or "").startswith(context.catalog.origin.version.split("a")[0]):
+        return []
+    return [f"version mismatch: the frames ran in torch {torch_version}; their locations are {context.catalog.origin.label}'s, "
+            "and a frame whose function that tree lacks says so"]
+
+
 def observe(
     target: str | None = None,
     *,
@@ -167,8 +177,7 @@ def observe(
         f"observed on torch {cap.info.get('torch')} ({(cap.info.get('git_version') or '')[:12]}), CPU capability {cap.capability}, "
         f"{cap.info.get('threads')} threads" + (f"; inputs: {what.get('opinfo') or what.get('module')} {what.get('input', '')} {what.get('dtype', '')}".rstrip() if what.get("opinfo") or what.get("module") else "")
     )
-    if context is not None and context.index is not None and context.catalog.origin.version and not str(cap.info.get("torch", "")).startswith(context.catalog.origin.version.split("a")[0]):
-        notes.append(f"version mismatch: the frames ran in torch {cap.info.get('torch')}; their locations are {context.catalog.origin.label}'s, and a frame whose function that tree lacks says so")
+    notes.extend(version_note(cap.info.get("torch"), context))
     if python_helpers() is None:
         notes.append("no Python frames: this interpreter has no CPython gdb helpers (python3.X-gdb.py; Debian: python3-dbg)")
     notes.extend(cap.notes)

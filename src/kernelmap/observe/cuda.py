@@ -18,10 +18,11 @@ Recorded on a GPU (scripts/record_cuda_launches.py, an H200 with torch
 binding through the dispatcher and the CUDA kernel to the vendor entry
 (cudnnBackendExecute, cublasSgemm_v2 -> cublasLtSSSMatmul) and the launch
 (cudaLaunchKernel in libcudart, cuLaunchKernel/cuLaunchKernelEx in libcuda,
-where cuDNN's and cuBLAS's static runtimes end). CUPTI records no GPU
-activity while a debugger holds CUDA's debug interface, so the profiler's
-kernel names come from a plain run of the same, warmed-up call: its i-th
-launch is the debugged run's i-th.
+where cuDNN's and cuBLAS's static runtimes end). In the debugged run the
+profiler's traces held no launch and no kernel (CUPTI, it seems, records
+nothing while cuda-gdb holds CUDA's debug interface), so the kernel names
+come from a plain run of the same, warmed-up call: its i-th launch is the
+debugged run's i-th.
 
 Note [one launch, one stop]
 A runtime launch (cudaLaunchKernel) calls the driver's (cuLaunchKernel):
@@ -209,7 +210,7 @@ def recorded_tree(path: str, call: str | None = None, *, source: str | None = No
     """`observe --launches FILE [CALL]`: a recording's launches joined to the
     selected tree; one line (BadInput) for a file that is not a recording."""
     from kernelmap.errors import BadInput
-    from kernelmap.observe import source_map
+    from kernelmap.observe import source_map, version_note
 
     file = Path(path)
     if not file.is_file():
@@ -226,7 +227,5 @@ def recorded_tree(path: str, call: str | None = None, *, source: str | None = No
     notes: list[str] = []
     sources, context = source_map(source, notes)
     tree = launch_tree(header, calls, sources)
-    if context is not None and context.catalog.origin.version and not str(header.get("torch", "")).startswith(context.catalog.origin.version):
-        notes.append(f"version mismatch: the frames ran in torch {header.get('torch')}; their locations are {context.catalog.origin.label}'s, "
-                     "and a frame whose function that tree lacks says so")
+    notes.extend(version_note(header.get("torch"), context))
     return CallTree(tree.root, tree.notes + tuple(notes), tree.meta)

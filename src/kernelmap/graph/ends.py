@@ -209,14 +209,14 @@ def call_ends(tree: CallTree) -> tuple[End, ...]:
     reached at the defaults when any path reaches it so (Note [ends below a repeat])."""
     arguments = _Arguments(tree)
     ends: dict[int, End] = {}
-    for node, path, _ in _end_paths(tree, {}):
-        ends[id(node)] = _end(node, path, len(ends), arguments)
+    for node, path, _, walked in _end_paths(tree, {}, arguments):
+        ends[id(node)] = _end(node, path, len(ends), arguments, walked)
     twins = _expanded_twins(tree)
     if twins:
-        for node, path, through_repeat in _end_paths(tree, twins):
+        for node, path, through_repeat, walked in _end_paths(tree, twins, arguments):
             known = ends.get(id(node))
             if through_repeat and known is not None:
-                other = _end(node, path, known.rank[-1], arguments)
+                other = _end(node, path, known.rank[-1], arguments, walked)
                 if other.rank[0] < known.rank[0]:  # fewer arms away from the defaults: nothing else is weighed again
                     ends[id(node)] = other
     return tuple(sorted(_lone_loops_as_machinery(ends.values()), key=lambda e: e.rank))
@@ -245,14 +245,17 @@ def _owner(path: tuple[CallNode, ...]) -> tuple[str, str] | None:
     return next(((n.kind.value, n.name) for n in reversed(path[:-1]) if n.kind in (NodeKind.STUB, NodeKind.OPERATOR)), None)
 
 
-def _end_paths(tree: CallTree, twins: dict[str, CallNode]):
-    """(end, path from the root, whether the path passes a repeat) for each
-    path to an end, in tree order; through the expanded twin of a repeat
-    found in `twins` (Note [ends below a repeat])."""
+def _end_paths(tree: CallTree, twins: dict[str, CallNode], arguments: _Arguments):
+    """(end, path from the root, whether the path passes a repeat, what the
+    path weighs: `_Walked`) for each path to an end, in tree order; through
+    the expanded twin of a repeat found in `twins` (Note [ends below a
+    repeat]). A path's weights are its parent path's and its last step's:
+    read once per step, not once per end below it (a stack has thousands of
+    paths to ends, each dozens of steps long)."""
     budget, sizes = _REPEAT_BUDGET, {}
-    stack: list[tuple[CallNode, tuple[CallNode, ...], bool]] = [(tree.root, (tree.root,), False)]
+    stack: list[tuple[CallNode, tuple[CallNode, ...], bool, _Walked | None]] = [(tree.root, (tree.root,), False, None)]
     while stack:
-        node, path, through = stack.pop()
+        node, path, through, above = stack.pop()
         if node.attrs.get("collapsed") or node.attrs.get("branch"):
             continue
         children = node.children
@@ -261,34 +264,62 @@ def _end_paths(tree: CallTree, twins: dict[str, CallNode]):
                 and not any(n.attrs.get("identity") == identity for n in path[:-1]):
             children, through = twins[identity].children, True
             budget -= sizes[identity] if identity in sizes else sizes.setdefault(identity, _size(twins[identity]))
+        if not children and node.kind not in _KIND_RANK:
+            continue  # no end, and none below
+        walked = _walk(above, node, arguments)
         if node.kind in _KIND_RANK:
-            if not _bookkeeping(path):
-                yield node, path, through
+            if above is None or not above.bookkeeping:  # no step above it is bookkeeping
+                yield node, path, through, walked
             if node.kind is not NodeKind.DEVICE_LOOP:
                 continue  # a device loop is followed into the kernels it launches
-        stack.extend((c, path + (c,), through) for c in reversed(children))
+        stack.extend((c, path + (c,), through, walked) for c in reversed(children))
 
 
-def _bookkeeping(path: tuple[CallNode, ...]) -> bool:
-    """Whether an end is reached through c10's containers (the memcpy of
-    c10::SmallVector's uninitialized_copy, which loop_2d_from_1d's copy of the
-    data pointers runs): the loop's bookkeeping, shown as a step, never an end."""
-    return any(n.location is not None and n.location.path.startswith("c10/") for n in path[:-1])
+@dataclass(frozen=True, slots=True)
+class _Walked:
+    """What a path from the root weighs for `_end`'s rank, summed over its steps."""
+
+    flags: dict  # the flags in effect below its last step (_Arguments.below)
+    elses: int  # `else` arms taken at the defaults (_Arguments.step)
+    opting: tuple  # conditions away from the defaults, in path order (_Arguments.step)
+    trivial: int  # steps under an arm for a special case (_Arguments.marks)
+    larger: int  # ... for larger inputs
+    layouts: int  # ... for another layout
+    growths: int  # ... that grow storage or check
+    bookkeeping: bool  # whether a step is in c10's containers (_bookkeeping)
 
 
-def _end(node: CallNode, path: tuple[CallNode, ...], order: int, arguments: _Arguments) -> End:
-    """The end `node` reached along `path`, ranked (Note [ranking a call's ends])."""
+def _walk(above: _Walked | None, node: CallNode, arguments: _Arguments) -> _Walked:
+    """The weights of a path `above` (None: the empty path) one step on, to `node`."""
+    flags = arguments.flags if above is None else above.flags
+    taken_else, opts = arguments.step(node, flags)
+    special, larger, layouts, growth = arguments.marks(node)
+    c10 = _bookkeeping(node)
+    if above is None:
+        return _Walked(arguments.below(node, flags), taken_else, opts, int(special), int(larger), int(layouts), int(growth), c10)
+    return _Walked(arguments.below(node, flags), above.elses + taken_else, above.opting + opts if opts else above.opting,
+                   above.trivial + special, above.larger + larger, above.layouts + layouts, above.growths + growth,
+                   above.bookkeeping or c10)
+
+
+def _bookkeeping(node: CallNode) -> bool:
+    """Whether a step is in c10's containers: an end reached through one (the
+    memcpy of c10::SmallVector's uninitialized_copy, which loop_2d_from_1d's
+    copy of the data pointers runs) is the loop's bookkeeping, shown as a step,
+    never an end."""
+    return node.location is not None and node.location.path.startswith("c10/")
+
+
+def _end(node: CallNode, path: tuple[CallNode, ...], order: int, arguments: _Arguments, walked: _Walked) -> End:
+    """The end `node` reached along `path`, ranked (Note [ranking a call's
+    ends]); `walked`: what `path` weighs (`_end_paths`)."""
     library = vendors.library(node.attrs.get("library")) if node.kind is NodeKind.VENDOR else None
     setup = _setup(node, library)
-    steps = [arguments.step(n, f) for n, f in zip(path, arguments.along(path))]
-    elses = sum(s[0] for s in steps)
-    marks = [arguments.marks(n) for n in path]  # (special case, larger inputs, other layouts, growth or check) of each step
-    trivial = sum(m[0] for m in marks)
-    larger = sum(m[1] for m in marks)
+    elses = walked.elses
+    # (special case, larger inputs, other layouts, growth or check) of each step, counted
+    trivial, larger, layouts, growths = walked.trivial, walked.larger, walked.layouts, walked.growths
     # the conditions on the path taken only in deterministic mode or with an argument not at its default
-    opting = [o for s in steps for o in s[1]]
-    layouts = sum(m[2] for m in marks)
-    growths = sum(m[3] for m in marks)
+    opting = walked.opting
     if library is not None and library.inner_loop:
         kind = _KIND_RANK[NodeKind.INNER_LOOP]
     elif own_loop(node):

@@ -269,11 +269,11 @@ def _one_return(name: str, ctx: GraphContext) -> str | None:
 
 
 def _returned(definition, ctx: GraphContext) -> str | None:
-    from kernelmap.graph.code import _CODE_ONLY, _blank_keeping_lines, tree_lines
+    from kernelmap.graph.code import code_only, tree_lines
 
     location = definition.location
     lines = tree_lines(ctx, location.path)
-    text = _CODE_ONLY.sub(_blank_keeping_lines, "\n".join(lines[location.line - 1 : location.end_line or location.line]))
+    text = code_only(lines, location.line, location.end_line or location.line)
     opened = text.find("{")
     if opened < 0:
         return None
@@ -335,11 +335,11 @@ def _switched_call(definition, ctx: GraphContext):
 
 def _returnable(selector, known: dict[str, bool], ctx: GraphContext, rank: int | None) -> set[str] | None:
     """The enumerators a selector's body can return for the call (Note [arms that cannot run])."""
-    from kernelmap.graph.code import _CODE_ONLY, _blank_keeping_lines, tree_lines
+    from kernelmap.graph.code import code_only, tree_lines
 
     location = selector.location
     lines = tree_lines(ctx, location.path)
-    text = _CODE_ONLY.sub(_blank_keeping_lines, "\n".join(lines[location.line - 1 : location.end_line or location.line]))
+    text = code_only(lines, location.line, location.end_line or location.line)
     opened = text.find("{")
     if opened < 0:
         return None

@@ -127,8 +127,27 @@ def _by_short_name(index, path: str) -> dict[str, list]:
 _CODE_ONLY = re.compile(r"""//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'""", re.S)
 
 
+_CODE_OF: dict[tuple[int, int, int], tuple[tuple[str, ...], str]] = {}
+
+
+def code_only(lines: tuple[str, ...], first: int, last: int) -> str:
+    """Lines `first` to `last` (1-based) of a file, joined, with comments and
+    strings blanked and every line kept: read once per stretch, though a
+    definition's body is read so by several of a graph's readers."""
+    key = (id(lines), first, last)
+    kept = _CODE_OF.get(key)
+    if kept is not None and kept[0] is lines:
+        return kept[1]
+    text = _CODE_ONLY.sub(_blank_keeping_lines, "\n".join(lines[first - 1 : last]))
+    if len(_CODE_OF) > 4096:
+        _CODE_OF.clear()
+    _CODE_OF[key] = (lines, text)
+    return text
+
+
 def _blank_keeping_lines(m: re.Match) -> str:
-    return re.sub(r"[^\n]", " ", m.group())
+    text = m.group()
+    return " " * len(text) if "\n" not in text else re.sub(r"[^\n]", " ", text)
 
 
 def _bracket_items(text: str, start: int, opening: str, closing: str) -> list[str] | None:

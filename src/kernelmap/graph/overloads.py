@@ -29,7 +29,7 @@ from kernelmap.graph.code import (
 )
 from kernelmap.graph.context import GraphContext, kept_results
 from kernelmap.graph.grow import Node
-from kernelmap.graph.resolve import _NOT_TYPES
+from kernelmap.graph.resolve import _MARK, _NOT_TYPES, _WORD_CHAR, _words_at
 from kernelmap.graph.rules import balanced, schema_arguments
 from kernelmap.model import Location, Op
 from kernelmap.safefiles import NotRegularFile, read_bytes
@@ -432,14 +432,30 @@ def _declared_pattern(name: str) -> re.Pattern[str]:
     return re.compile(_DECLARED.format(name=re.escape(name)), re.M)
 
 
+# _DECLARED of a name written as resolve's marker (`_declared_in`): one pattern for every name.
+_DECLARED_MARKED = re.compile(_DECLARED.replace(r"\b{name}", "{name}").format(name=_MARK), re.M)
+
+
+def _declared_in(text: str, name: str) -> list[str]:
+    """The types of `name` the matches of `_declared_pattern(name)` in `text`
+    read, through one pattern where the name stands as a word once (as
+    resolve._declared_types_in does)."""
+    places = _words_at(text, name)
+    if not places:
+        return []
+    if len(places) > 1 or _MARK in text or not _WORD_CHAR.match(name[0]) or not _WORD_CHAR.match(name[-1]):
+        return [m.group(1) for m in _declared_pattern(name).finditer(text)]
+    q = places[0]
+    return [m.group(1) for m in _DECLARED_MARKED.finditer(f"{text[:q]}{_MARK}{text[q + len(name):]}")]
+
+
 def _find_declared_type(name: str, site, ctx: GraphContext) -> str | None:
     lines = tree_lines(ctx, site.location.path)
-    pattern = _declared_pattern(name)
     for i in range(site.location.line - 1, -1, -1):
         if name not in lines[i]:
             continue
         text = "\n".join(lines[max(0, i - 1) : i + 1])
-        found = [m.group(1) for m in pattern.finditer(text) if re.match(r"\w+", m.group(1)).group() not in _NOT_TYPES]
+        found = [t for t in _declared_in(text, name) if re.match(r"\w+", t).group() not in _NOT_TYPES]
         if found:
             return _type_key(found[-1])
     return None

@@ -259,15 +259,13 @@ def _declared_at(lines: tuple[str, ...], start: int, end: int, variable: str) ->
     kept = _DECLARED_AT.get(key)
     if kept is not None and kept[0] is lines:
         return kept[1]
-    word = _word_pattern(variable)
-    declared = _declaration_pattern(variable)
     found = []
     for i in range(start, min(end, len(lines))):
-        if variable not in lines[i] or not word.search(lines[i]):
+        if variable not in lines[i] or not _words_at(lines[i], variable):
             continue
         text = f"{lines[i - 1] if i > start else ''}\n{lines[i]}"
-        found.extend((i, d.group(1)) for begin, stop in _statement_pieces(text, variable) for d in declared.finditer(text, begin, stop)
-                     if d.group(1) not in _NOT_TYPES and not d.group(1).startswith("std::"))
+        found.extend((i, t) for begin, stop in _statement_pieces(text, variable) for t in _declared_types_in(text, begin, stop, variable)
+                     if t not in _NOT_TYPES and not t.startswith("std::"))
     if len(_DECLARED_AT) > 20000:
         _DECLARED_AT.clear()
     _DECLARED_AT[key] = (lines, tuple(found))
@@ -284,14 +282,49 @@ def macro_start(lines: list[str], line: int) -> int:
     return i
 
 
-# Compiled once per variable name: a graph asks for the same receivers (`iter`, `params`) hundreds of times.
-@functools.lru_cache(maxsize=2048)
-def _word_pattern(variable: str) -> re.Pattern[str]:
-    return re.compile(rf"\b{re.escape(variable)}\b")
+_WORD_CHAR = re.compile(r"\w")
+
+
+def _words_at(text: str, word: str, begin: int = 0, end: int | None = None) -> list[int]:
+    """Where `word` (a C++ identifier) stands in `text[begin:end]` as a whole
+    word: what `\\bWORD\\b` finds, without compiling a pattern per word."""
+    end = len(text) if end is None else end
+    found, q = [], text.find(word, begin, end)
+    while q != -1:
+        after = q + len(word)
+        if (q == 0 or not _WORD_CHAR.match(text, q - 1)) and (after == len(text) or not _WORD_CHAR.match(text, after)):
+            found.append(q)
+        q = text.find(word, q + 1, end)
+    return found
+
+
+# A marker for the one place a variable stands in a statement: no C++ source holds it.
+_MARK = "\x01"
+_TEMPLATE = r"<[^;(){}<>\n]*(?:<[^;(){}<>\n]*>[^;(){}<>\n]*)*>"
+# `Type<...> const& variable`: the type a variable is declared with, the variable written as _MARK.
+_DECLARATION = re.compile(rf"([A-Za-z_][\w:]*)\s*(?:{_TEMPLATE})?\s*(?:const\s*)?[&*]*\s*{_MARK}\s*[,)=;({{\[]")
+
+
+def _declared_types_in(text: str, begin: int, stop: int, variable: str) -> list[str]:
+    """The types `variable` is declared with in `text[begin:stop]`: the
+    matches of `_declaration_pattern(variable)` there. Where the variable
+    stands as a word once, that place is written as _MARK and one pattern
+    serves every variable: a match needs the variable's place, and the
+    pattern's other parts match the marker only where the variable would
+    leave none for the match to end on, so it finds the same matches, without
+    a pattern compiled per variable (hundreds a graph, and dear)."""
+    places = _words_at(text, variable, begin, stop)
+    if not places:
+        return []  # `\\bvariable\\s*[,)=;({[]` has no place to match
+    if len(places) > 1 or _MARK in text or not _WORD_CHAR.match(variable[0]) or not _WORD_CHAR.match(variable[-1]):
+        return [d.group(1) for d in _declaration_pattern(variable).finditer(text, begin, stop)]
+    q = places[0]
+    marked = f"{text[:q]}{_MARK}{text[q + len(variable):]}"
+    return [d.group(1) for d in _DECLARATION.finditer(marked, begin, stop - len(variable) + 1)]
 
 
 @functools.lru_cache(maxsize=2048)
 def _declaration_pattern(variable: str) -> re.Pattern[str]:
-    """`Type<...> const& variable`: the type a variable is declared with."""
-    template = r"<[^;(){}<>\n]*(?:<[^;(){}<>\n]*>[^;(){}<>\n]*)*>"
-    return re.compile(rf"([A-Za-z_][\w:]*)\s*(?:{template})?\s*(?:const\s*)?[&*]*\s*\b{re.escape(variable)}\s*[,)=;({{\[]")
+    """`Type<...> const& variable`: the type a variable is declared with (compiled
+    once per variable: only where `_declared_types_in` cannot use `_DECLARATION`)."""
+    return re.compile(rf"([A-Za-z_][\w:]*)\s*(?:{_TEMPLATE})?\s*(?:const\s*)?[&*]*\s*\b{re.escape(variable)}\s*[,)=;({{\[]")

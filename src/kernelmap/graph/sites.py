@@ -16,12 +16,11 @@ from typing import Any
 from kernelmap.errors import KernelmapError
 from kernelmap.graph.code import (
     _argument_value,
-    _blank_keeping_lines,
     _bracket_items,
     _by_short_name,
     call_arguments,
-    _CODE_ONLY,
     _COMMENT,
+    code_only,
     compiled,
     _is_bool_parameter,
     _parameter_name,
@@ -122,11 +121,11 @@ def _operator_sites(definition, sites, span, ctx: GraphContext) -> list:
     location = definition.location
     lines = tree_lines(ctx, location.path)
     first, last = (span if span is not None else (location.line, location.end_line or location.line))
-    body = _CODE_ONLY.sub(_blank_keeping_lines, "\n".join(lines[first - 1 : last])).split("\n")
     if not any(("Tensor" in line) for line in lines[location.line - 1 : location.end_line or location.line]):
         return []
+    body = code_only(lines, first, last).split("\n")
     # the names the definition declares a Tensor (its parameters, its locals): one reading of its text
-    whole = _CODE_ONLY.sub(_blank_keeping_lines, "\n".join(lines[location.line - 1 : location.end_line or location.line]))
+    whole = code_only(lines, location.line, location.end_line or location.line)
     tensors = set(_TENSOR_DECLARATION.findall(whole))
     if not tensors:
         return []
@@ -469,8 +468,12 @@ def _find_callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]
     by_short = _by_short_name(ctx.index, location.path)
     if not any(d.name != definition.name for ds in by_short.values() for d in ds):
         return []
+    raw = "\n".join(lines[location.line - 1 : location.end_line or location.line])
+    # a callback's name is written in the body (blanking keeps every other character where it is): most bodies name none
+    if not any(name in raw for name, ds in by_short.items() if any(d.name != definition.name for d in ds)):
+        return []
     # comments and strings blanked, lines kept: `// inv, inverse, cholesky_inverse, etc.` passes nothing
-    body = _CODE_ONLY.sub(_blank_keeping_lines, "\n".join(lines[location.line - 1 : location.end_line or location.line])).split("\n")
+    body = code_only(lines, location.line, location.end_line or location.line).split("\n")
     head = "\n".join(body[: next((i for i, text in enumerate(body) if "{" in text), 0) + 1])
     text = "\n".join(body)
     found = []

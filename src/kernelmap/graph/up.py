@@ -18,6 +18,7 @@ as `_VF.norm`.
 from __future__ import annotations
 
 import ast
+import bisect
 import functools
 import os
 import re
@@ -29,6 +30,7 @@ from kernelmap.graph.code import file_lines
 from kernelmap.graph.context import NEEDS_TREE, GraphContext, kept_results
 from kernelmap.graph.grow import Node, cpp_node, grow, vendor_node
 from kernelmap.graph.nodes import dedupe, op_node
+from kernelmap.graph.resolve import _WORD_CHAR, _words_at
 from kernelmap.graph.rules import DEFAULT_DEPTH, KERNEL_DIRS, is_symbol_text
 from kernelmap.model import CallTree, EdgeKind, Location, NodeKind, Op
 from kernelmap.safefiles import NotRegularFile, read_text
@@ -205,17 +207,31 @@ def _argument_lines_at(path: Path, stamp: tuple[int, int] | None, name: str) -> 
     from kernelmap.graph.sites import _ANY_ARGUMENT_NAME
 
     found: dict[int, None] = {}
-    for number, text in enumerate(_lines(path, stamp), 1):
-        if name in text:
-            for m in _ANY_ARGUMENT_NAME.finditer(text):
-                if m.group("name") == name:
-                    found[number] = None
+    lines, (text, starts) = _lines(path, stamp), _joined(path, stamp)
+    q = text.find(name) if lines and "\n" not in name else -1
+    while q != -1:  # only the lines that hold the name, found in the file's text at once
+        i = bisect.bisect_right(starts, q) - 1
+        for m in _ANY_ARGUMENT_NAME.finditer(lines[i]):
+            if m.group("name") == name:
+                found[i + 1] = None
+        q = text.find(name, starts[i + 1]) if i + 1 < len(starts) else -1
     return tuple(found)
 
 
 @functools.lru_cache(maxsize=256)
 def _lines(path: Path, stamp: tuple[int, int] | None) -> tuple[str, ...]:
     return file_lines(path)
+
+
+@functools.lru_cache(maxsize=256)
+def _joined(path: Path, stamp: tuple[int, int] | None) -> tuple[str, tuple[int, ...]]:
+    """A file's lines joined by newlines, and where each begins in that text."""
+    lines = _lines(path, stamp)
+    starts, at = [], 0
+    for line in lines:
+        starts.append(at)
+        at += len(line) + 1
+    return "\n".join(lines), tuple(starts)
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
@@ -500,13 +516,20 @@ def _calls_in(path: Path, module: str, root: Path, word: str) -> dict[str, tuple
     builtin) -> (caller, call). Only those are read: a large module
     (torch.nn.functional) has hundreds of functions."""
     found: dict[str, dict[str, tuple[pysource.PyDef, pysource.PyCall]]] = {}
-    holds = re.compile(rf"\b{re.escape(word)}\b")
     for definition, text in _definitions_in(path, module):
-        if not holds.search(text):
+        if word not in text or not _holds_word(text, word):
             continue
         for name, call in _named_calls(definition, root):
             found.setdefault(name, {}).setdefault(definition.qualname, (definition, call))
     return {k: tuple(v.values()) for k, v in found.items()}
+
+
+def _holds_word(text: str, word: str) -> bool:
+    """Whether `\\bWORD\\b` is found in `text`: looked for as plain text first
+    (a regular expression that opens with `\\b` scans each definition slowly)."""
+    if not word or not _WORD_CHAR.match(word[0]) or not _WORD_CHAR.match(word[-1]):
+        return re.search(rf"\b{re.escape(word)}\b", text) is not None
+    return bool(_words_at(text, word))
 
 
 @functools.lru_cache(maxsize=64)

@@ -57,3 +57,40 @@ def test_a_call_s_cycles_are_collected_and_what_is_kept_frozen():
     finally:
         warm.close()
         gc.unfreeze()
+
+
+def test_the_tools_share_one_context_per_device(served):
+    """Note [one context per options]: a path after a stack, and callers (which
+    require a tree) after both, read the context the stack opened; another
+    device or dtype is another context."""
+    from kernelmap.mcp.warm import Warm
+
+    warm = Warm()
+    try:
+        stack = warm.context("cpu", requires_grad=False, all_branches=False, all_calls=False, dtype="float32")
+        assert warm.context("cpu", dtype="float32") is stack  # path's and explain's options
+        assert warm.context(require_tree=True) is stack and stack.index is not None  # callers'
+        assert warm.context("cuda", dtype="float32") is not stack
+        assert warm.context("cpu", dtype="float64") is not stack
+    finally:
+        warm.close()
+
+
+def test_code_tables_are_shared_by_the_contexts_of_one_tree(served):
+    """What reads only the tree's code and index (graph.context.shared_results)
+    is kept once for every device; a context's own tables are its own."""
+    from kernelmap import graph
+    import kernelmap.graph.context as context
+    from kernelmap.graph.context import kept_results, shared_results
+    from tests.mcp.conftest import TREE_NAME
+
+    cpu, cuda = graph.open_context("cpu", source=TREE_NAME), graph.open_context("cuda", source=TREE_NAME)
+    assert cpu.code_key == cuda.code_key is not None
+    assert shared_results(cpu, "_shared_for_a_test") is shared_results(cuda, "_shared_for_a_test")
+    assert kept_results(cpu, "_kept_for_a_test") is not kept_results(cuda, "_kept_for_a_test")
+    graph.stack("torch.nn.functional.conv2d", cuda)
+    assert shared_results(cpu, "_resolve_direct"), "the CUDA graph's resolved calls are there for a CPU one"
+    after_cuda = graph.stack("torch.nn.functional.conv2d", cpu).to_json()
+    context._SHARED.clear()  # a process that never drew a CUDA graph
+    alone = graph.stack("torch.nn.functional.conv2d", graph.open_context("cpu", source=TREE_NAME)).to_json()
+    assert after_cuda == alone

@@ -11,7 +11,7 @@ import functools
 import re
 from pathlib import Path
 
-from kernelmap.graph.context import GraphContext, kept_results
+from kernelmap.graph.context import GraphContext, shared_results
 from kernelmap.model import Location
 from kernelmap.safefiles import NotRegularFile, read_text
 
@@ -183,7 +183,7 @@ def call_arguments(site, ctx: GraphContext) -> list[str] | None:
     read there."""
     if ctx.index is None:
         return None
-    cache = kept_results(ctx, "_call_arguments")  # asked of one call by several readers of it
+    cache = shared_results(ctx, "_call_arguments")  # asked of one call by several readers of it
     key = (site.location.path, site.location.line, site.name, site.callee)
     if key not in cache:
         cache[key] = _call_arguments(site, ctx)

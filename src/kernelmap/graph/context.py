@@ -17,6 +17,7 @@ one note; when nothing does, it says nothing.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -86,6 +87,20 @@ class GraphContext:
         computes them: a warm process (kernelmap mcp, serve) asks many
         questions of one context, and they read much of the same code."""
         return {}
+
+    @functools.cached_property
+    def code_key(self) -> tuple | None:
+        """What results read only from the selected tree's code and its index
+        depend on (`shared_results`): the tree, its index as built (a rebuild
+        is another), and the files edited since; None without an index."""
+        if self.index is None:
+            return None
+        try:
+            st = os.stat(self.index.path)
+            built = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            built = None
+        return (str(self.index.tree.root), str(self.index.path), built, self.stale)
 
     def check_index_intact(self) -> None:
         """Refuse an answer grown from an index that a read found damaged
@@ -240,4 +255,31 @@ def kept_results(ctx: GraphContext, name: str, limit: int = KEPT) -> dict:
     table = ctx.kept.get(name)
     if table is None:
         table = ctx.kept[name] = _Kept(limit)
+    return table
+
+
+# Tables of results that read only the selected tree's code and its index
+# (what a call resolves to, the type a receiver is declared with, the
+# callbacks a definition passes): the same under every device and option, so
+# kept once per tree and index (GraphContext.code_key) for every context open
+# on them: a warm process asked of CUDA, then of the CPU, reads the code once.
+# The tables of the last few keys are kept, each bounded as `kept_results`'s.
+_SHARED: dict[tuple, dict[str, _Kept]] = {}
+_SHARED_KEYS = 4
+
+
+def shared_results(ctx: GraphContext, name: str, limit: int = KEPT) -> dict:
+    """The table `name` of results that depend on the tree's code and index
+    only, shared by the contexts open on them (`kept_results` without an index)."""
+    key = ctx.code_key
+    if key is None:
+        return kept_results(ctx, name, limit)
+    tables = _SHARED.get(key)
+    if tables is None:
+        while len(_SHARED) >= _SHARED_KEYS:
+            del _SHARED[next(iter(_SHARED))]
+        tables = _SHARED[key] = {}
+    table = tables.get(name)
+    if table is None:
+        table = tables[name] = _Kept(limit)
     return table

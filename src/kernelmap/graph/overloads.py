@@ -27,7 +27,7 @@ from kernelmap.graph.code import (
     tree_lines,
     _WORD_CHAR,
 )
-from kernelmap.graph.context import GraphContext, kept_results
+from kernelmap.graph.context import GraphContext, shared_results
 from kernelmap.graph.grow import Node
 from kernelmap.graph.resolve import _MARK, _NOT_TYPES, _WORD_CHAR, _words_at
 from kernelmap.graph.rules import balanced, schema_arguments
@@ -419,7 +419,7 @@ def _type_key(text: str) -> str | None:
 def _declared_type(name: str, site, ctx: GraphContext) -> str | None:
     """The type (_type_key) of the nearest declaration of `name` above a
     call site in its file; None when not found."""
-    cache = kept_results(ctx, "_declared_types")
+    cache = shared_results(ctx, "_declared_types")
     key = (name, site.location.path, site.location.line)
     if key not in cache:
         cache[key] = _find_declared_type(name, site, ctx)

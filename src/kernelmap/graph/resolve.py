@@ -10,7 +10,7 @@ import functools
 import re
 
 from kernelmap.graph.code import tree_lines
-from kernelmap.graph.context import GraphContext, kept_results
+from kernelmap.graph.context import GraphContext, shared_results
 from kernelmap.graph.rules import KERNEL_DIRS
 
 
@@ -18,7 +18,7 @@ def _resolve_direct(site, caller, ctx: GraphContext) -> list:
     """Definitions a direct call may reach, best first: the caller's own
     namespace and its parents, then the call's file, then the rest. Found
     once per call and caller (a warm process asks of the same helpers again)."""
-    cache = kept_results(ctx, "_resolve_direct")
+    cache = shared_results(ctx, "_resolve_direct")
     key = (site.callee, site.name, site.location, caller)
     found = cache.get(key)
     if found is None:
@@ -145,7 +145,7 @@ def receiver_declarations(site, caller, ctx: GraphContext, through_call: bool = 
     `through_call`: of a receiver that is an expression, another call's
     result (`x_vec.neg().exp()`) or one in parentheses (`(x -
     Vec(max_input)).exp()`), the first variable in it declared in the caller."""
-    cache = kept_results(ctx, "_receiver_declarations")
+    cache = shared_results(ctx, "_receiver_declarations")
     key = (site.callee, site.location, caller, through_call)
     found = cache.get(key)
     if found is None:

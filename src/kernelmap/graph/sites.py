@@ -27,7 +27,7 @@ from kernelmap.graph.code import (
     parameters,
     tree_lines,
 )
-from kernelmap.graph.context import GraphContext, kept_results
+from kernelmap.graph.context import GraphContext, kept_results, shared_results
 from kernelmap.graph.grow import cpp_node, Node, vendor_node
 from kernelmap.graph.kernel_loops import (
     _device_loop,
@@ -455,7 +455,7 @@ def _callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]:
     made through a function pointer, which no call site shows. Read once per
     definition (the text and the index never change under a context)."""
     location = definition.location
-    cache = kept_results(ctx, "_callbacks")
+    cache = shared_results(ctx, "_callbacks")
     key = (definition.name, location.path, location.line, location.end_line)
     if key not in cache:
         cache[key] = tuple(_find_callbacks(definition, ctx))

@@ -89,6 +89,16 @@ class ServedFiles(SourceFiles):
         return super()._generated_path(rel)
 
 
+# Note [one context per options]
+# A context is what open_context makes of a device and its options; asked
+# for with an option left out, it is the one asked for with the option at
+# its default, and asked for with require_tree it is the one asked for
+# without, once that has its tree (open_context differs only in raising
+# when the tree cannot be had). So the tools share one context per device:
+# what it keeps of the code (GraphContext.kept) serves them all.
+_CONTEXT_DEFAULTS = {"requires_grad": False, "all_branches": False, "all_calls": False, "dtype": "float32"}
+
+
 class Warm:
     """The producers one server opened, and the answers it gave."""
 
@@ -164,10 +174,15 @@ class Warm:
         from kernelmap import graph
 
         source = source if source is not None else self.source
-        key = (device, source, tuple(sorted(options.items())))
-        if key not in self._contexts:
-            self._contexts[key] = graph.open_context(device, source=source, **options)
-        return self._contexts[key]
+        # one context per device and options as opened, whichever tool asks: a path after a stack, or
+        # callers (which require a tree) after either, reads what the first kept (Note [one context per options])
+        require_tree = options.pop("require_tree", False)
+        opened = {**_CONTEXT_DEFAULTS, **options}
+        key = (device, source, tuple(sorted(opened.items())))
+        found = self._contexts.get(key)
+        if found is None or (require_tree and found.index is None):  # one opened without its tree is no answer to callers
+            found = self._contexts[key] = graph.open_context(device, source=source, require_tree=require_tree, **opened)
+        return found
 
     def resolver(self, source: str | None = None):
         """(kernel-name resolver, why it has no source locations or None), opened once."""

@@ -77,8 +77,9 @@ def test_the_tools_share_one_context_per_device(served):
 
 
 def test_code_tables_are_shared_by_the_contexts_of_one_tree(served):
-    """What reads only the tree's code and index (graph.context.shared_results)
-    is kept once for every device; a context's own tables are its own."""
+    """What reads only the tree's code and index (graph.context.shared_results,
+    and the index itself) is kept once for every device; a context's own
+    tables are its own; an answer is the same either way."""
     from kernelmap import graph
     import kernelmap.graph.context as context
     from kernelmap.graph.context import kept_results, shared_results
@@ -86,6 +87,7 @@ def test_code_tables_are_shared_by_the_contexts_of_one_tree(served):
 
     cpu, cuda = graph.open_context("cpu", source=TREE_NAME), graph.open_context("cuda", source=TREE_NAME)
     assert cpu.code_key == cuda.code_key is not None
+    assert cpu.index is cuda.index  # one Index, whose look-ups each keeps for the other
     assert shared_results(cpu, "_shared_for_a_test") is shared_results(cuda, "_shared_for_a_test")
     assert kept_results(cpu, "_kept_for_a_test") is not kept_results(cuda, "_kept_for_a_test")
     graph.stack("torch.nn.functional.conv2d", cuda)

@@ -164,7 +164,7 @@ def open_context(
         tree = choice.tree
         if choice.note:
             notes.append(choice.note)
-        index = open_index(tree)
+        index = _opened_index(tree, open_index)
         catalog = load_catalog(tree=tree.root, origin=tree.origin)
         stale = index.stale_note()
         if stale:
@@ -224,6 +224,40 @@ def open_context(
         no_index,
         stale,
     )
+
+
+# The indexes opened, by tree and by the index file as it is on disk: an
+# Index keeps its answers to repeated look-ups for its life (its database
+# never changes under it), so the contexts of a warm process opened on one
+# tree (a device each, their options) share one, and what one looked up
+# serves the others. An index rebuilt is another file, opened anew.
+_INDEXES: dict[tuple, Index] = {}
+_INDEX_KEYS = 4
+
+
+def _opened_index(tree, open_index) -> Index:
+    from kernelmap.source.index import IndexDamaged
+    from kernelmap.source.records import index_path
+
+    path = index_path(tree)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return open_index(tree)  # says why, as it does
+    key = (tree, str(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)  # ctime: a file written in place, its mtime put back
+    found = _INDEXES.get(key)
+    if found is not None:
+        try:
+            found.check_intact()
+        except IndexDamaged:
+            found = None  # opened again, as a context opened anew would
+    if found is None:
+        found = open_index(tree)
+        _INDEXES.pop(key, None)
+        while len(_INDEXES) >= _INDEX_KEYS:
+            del _INDEXES[next(iter(_INDEXES))]
+        _INDEXES[key] = found
+    return found
 
 
 # What a warm process keeps per context (`GraphContext.kept`; a context is

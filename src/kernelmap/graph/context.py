@@ -102,6 +102,15 @@ class GraphContext:
             built = None
         return (str(self.index.tree.root), str(self.index.path), built, self.stale)
 
+    def overloads(self, base: str) -> tuple:
+        """`catalog.overloads(base)`, read once per name: a graph asks of the
+        same names at many calls, and each asking is a query."""
+        table = kept_results(self, "_overloads")
+        found = table.get(base)
+        if found is None:
+            found = table[base] = self.catalog.overloads(base)
+        return found
+
     def check_index_intact(self) -> None:
         """Refuse an answer grown from an index that a read found damaged
         (kernelmap.source.index.IndexDamaged): it would be silently short."""

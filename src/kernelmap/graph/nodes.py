@@ -207,7 +207,7 @@ def _is_utility_kernel(name: str, candidates: list, ctx: GraphContext) -> bool:
     """Whether a direct call is of the native kernel of a utility operator (copy_, fill_, zero_)."""
     if not is_utility_op(name, False) or not all(d.lookup.startswith("at::native::") for d in candidates):
         return False
-    return bool(ctx.catalog.overloads(name))  # an operator of that name (`copy_` is aten::copy_)
+    return bool(ctx.overloads(name))  # an operator of that name (`copy_` is aten::copy_)
 
 
 def _inner_loop(name: str, ctx: GraphContext) -> Node:

@@ -364,7 +364,7 @@ def not_compiled(node: Node, condition: str | None, ctx: GraphContext) -> Node:
 def _structured_functional(op: Op, ctx: GraphContext) -> str | None:
     """The functional operator whose name a structured group's TORCH_META_FUNC carries."""
     out = ctx.catalog.delegate(op) or op
-    for candidate in ctx.catalog.overloads(out.name.name.rstrip("_")):
+    for candidate in ctx.overloads(out.name.name.rstrip("_")):
         if candidate.structured_delegate == out.name.unqualified and not candidate.is_inplace:
             return candidate.name.unqualified
     return op.name.unqualified
@@ -659,7 +659,7 @@ def by_out_spelling(op: Op, site, ctx: GraphContext) -> Op:
     base = op.name.name
     if op.is_out or site.name == base or not site.name.endswith(_OUT_SPELLINGS) or site.name.removeprefix(base) not in _OUT_SPELLINGS:
         return op
-    outs = [o for o in ctx.catalog.overloads(base) if o.is_out and o.name.name == base]
+    outs = [o for o in ctx.overloads(base) if o.is_out and o.name.name == base]
     count = call_argument_count(site, ctx)
     fitting = [o for o in outs if count is None or _accepts(o, count)]
     return (fitting or outs or [op])[0]
@@ -675,7 +675,7 @@ def by_argument_count(op: Op, site, ctx: GraphContext) -> Op:
         count += 1  # `self.sort(...)`: the tensor is the first argument
     if count is None or _accepts(op, count):
         return op
-    for other in ctx.catalog.overloads(op.name.name.rstrip("_")):
+    for other in ctx.overloads(op.name.name.rstrip("_")):
         if other.name.name == op.name.name and other.is_out == op.is_out and other.is_inplace == op.is_inplace and _accepts(other, count):
             return other
     return op

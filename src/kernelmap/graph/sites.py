@@ -147,7 +147,7 @@ def _operator_sites(definition, sites, span, ctx: GraphContext) -> list:
                 continue
             base = _TENSOR_OPERATORS[operator]
             overload = "Scalar" if _is_number(right, spelled, ctx) else "Tensor"
-            op = f"{base}.{overload}" if any(o.name.name == base and o.name.overload == overload for o in ctx.catalog.overloads(base)) else base
+            op = f"{base}.{overload}" if any(o.name.name == base and o.name.overload == overload for o in ctx.overloads(base)) else base
             near = by_line.get(number)
             site = CallSite(definition.symbol, f".{base}", base, EdgeKind.DISPATCHER, spelled.location,
                                 near.condition if near else None, near.preproc if near else None, None, op, near.outer if near else ())
@@ -437,6 +437,7 @@ _ARGUMENT_NAME = r"(?:^|[(,])\s*&?\s*(?P<qualifier>(?:[\w:]*::)?)(?P<name>{name}
 
 
 _ANY_ARGUMENT_NAME = re.compile(_ARGUMENT_NAME.format(name=r"\w+"))
+_WORDS = re.compile(r"\w+")
 
 
 @functools.lru_cache(maxsize=2048)
@@ -468,9 +469,10 @@ def _find_callbacks(definition, ctx: GraphContext) -> list[tuple[Any, Location]]
     by_short = _by_short_name(ctx.index, location.path)
     if not any(d.name != definition.name for ds in by_short.values() for d in ds):
         return []
-    raw = "\n".join(lines[location.line - 1 : location.end_line or location.line])
-    # a callback's name is written in the body (blanking keeps every other character where it is): most bodies name none
-    if not any(name in raw for name, ds in by_short.items() if any(d.name != definition.name for d in ds)):
+    # a callback's name is a whole word of the body as written (blanking puts spaces for comments and strings, which
+    # start on no word character and end on none or at the line's end): most bodies name none of the file's other functions
+    words = set(_WORDS.findall("\n".join(lines[location.line - 1 : location.end_line or location.line])))
+    if not any(d.name != definition.name for w in words & by_short.keys() for d in by_short[w]):
         return []
     # comments and strings blanked, lines kept: `// inv, inverse, cholesky_inverse, etc.` passes nothing
     body = code_only(lines, location.line, location.end_line or location.line).split("\n")
@@ -736,13 +738,13 @@ def _unqualified_operator(site, caller, ctx: GraphContext) -> str | None:
         return None
     if site.callee.startswith("."):  # `self.repeat_symint(reps)`: Tensor's method of that spelling (TensorBody.h)
         base = site.name.removesuffix("_symint")
-        if base == site.name or not any("method" in op.variants for op in ctx.catalog.overloads(base)):
+        if base == site.name or not any("method" in op.variants for op in ctx.overloads(base)):
             return None
         return base if _tensor_receiver(site, caller, ctx) else None
     from kernelmap.source.facts import FUNCTION_SUFFIXES
 
     spelled_as = (site.name, *(site.name.removesuffix(s) for s in FUNCTION_SUFFIXES if site.name.endswith(s)))
-    base = next((b for b in spelled_as if b and any("function" in op.variants for op in ctx.catalog.overloads(b))), None)
+    base = next((b for b in spelled_as if b and any("function" in op.variants for op in ctx.overloads(b))), None)
     if base is None:
         return None
     lines = tree_lines(ctx, site.location.path)

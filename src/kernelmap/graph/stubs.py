@@ -118,7 +118,7 @@ def _generated_stub_kernels(stub: str, ctx: GraphContext) -> list[Node]:
 
     base = stub.removesuffix("_stub")
     nodes = []
-    for op in ctx.catalog.overloads(base):
+    for op in ctx.overloads(base):
         if not op.ufunc_inner_loop:
             continue
         code = _generated(str(op.name), ctx, (Layer.UFUNC,))
@@ -169,7 +169,7 @@ def _generated_kernel_children(node: Node, ctx: GraphContext) -> list[Node]:
     children = []
     for offset, text in enumerate(kernel.text.splitlines()):
         for m in re.finditer(r"\bat::_ops::(\w+)::call\s*\(|\.(\w+)\s*\(", text):
-            op = structs.get(m.group(1)) if m.group(1) else next(iter(ctx.catalog.overloads(m.group(2))), None)
+            op = structs.get(m.group(1)) if m.group(1) else next(iter(ctx.overloads(m.group(2))), None)
             if op is None:
                 continue
             site = Location(kernel.location.path, kernel.location.line + offset, origin=kernel.location.origin)

@@ -323,7 +323,7 @@ def _meta_callers(definition, ctx: GraphContext) -> list[Node]:
 def _delegates(op: Op, ctx: GraphContext) -> list[Op]:
     """The functional and in-place operators whose structured_delegate is `op` (asin, asin_ of asin.out)."""
     base = op.name.name.rstrip("_")
-    return [other for name in (base, f"{base}_") for other in ctx.catalog.overloads(name)
+    return [other for name in (base, f"{base}_") for other in ctx.overloads(name)
             if other.name.name == name and other.structured_delegate == op.name.unqualified]
 
 

@@ -168,7 +168,7 @@ def by_literal_types(op: Op, site, ctx: GraphContext) -> Op:
             return False
         return not any(declared[i][0].startswith("Tensor") for i in numbers)
 
-    for other in ctx.catalog.overloads(op.name.name):  # an in-place operator's overloads are listed under its own name (bernoulli_)
+    for other in ctx.overloads(op.name.name):  # an in-place operator's overloads are listed under its own name (bernoulli_)
         if other.name.name == op.name.name and other.is_out == op.is_out and other.is_inplace == op.is_inplace and fits(other):
             return other
     return op

@@ -13,7 +13,11 @@ what it kept). Goals, on the first asks: p50 of warm `where` at most 10 ms,
 `stack`/`path`/`callers` at most 50 ms; cold `where --static` at most 0.08x
 `import torch`, `stack`/`path`/`callers` at most 0.3x.
 
-    python benches/bench_mcp.py [--runs N] [--cache DIR] [--skip-cold]
+    python benches/bench_mcp.py [--runs N] [--cache DIR] [--skip-cold] [--against SRC]
+
+With `--against SRC` (another checkout's `src`), a second server runs that
+code, asked each warm question right after this one: before and after a
+change, measured together.
 
 Needs the 2.6.0 test tree registered and indexed and the generated files
 in the cache (`--cache`, else $KERNELMAP_CACHE_DIR, else the user cache).
@@ -48,7 +52,12 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def warm(env: dict[str, str], repeats: int) -> None:
+def warm(envs: dict[str, dict[str, str]], repeats: int) -> None:
+    """Each server of `envs` (a name -> its environment) asked the same
+    questions, one after the other per question, so that a busy machine
+    slows them alike."""
+    from contextlib import AsyncExitStack
+
     import anyio
     from mcp import Client, StdioServerParameters
 
@@ -63,39 +72,54 @@ def warm(env: dict[str, str], repeats: int) -> None:
     }
 
     async def main() -> None:
-        params = StdioServerParameters(command=sys.executable, args=["-m", "kernelmap", "mcp"], env=env)
-        async with Client(params) as client:
-            await client.call_tool("where", {"name": "torch.mul"})  # open the catalogs
-            await client.call_tool("stack", {"target": "aten::sub.Tensor", "device": "cuda"})  # open the graph's producers
-            await client.call_tool("callers", {"symbol": "at::native::add_kernel"})
-            trips = []
-            for _ in range(50):  # the transport and the SDK alone: a tool listing, never from the client's cache
-                t = time.perf_counter()
-                await client.list_tools(cache_mode="refresh")
-                trips.append(time.perf_counter() - t)
-            print(f"reference: the client's round trip (tools/list) p50 {statistics.median(trips) * 1000:7.2f} ms  p95 {percentile(trips, 0.95) * 1000:7.2f} ms")
+        async with AsyncExitStack() as stack:
+            clients = {}
+            for name, env in envs.items():
+                params = StdioServerParameters(command=sys.executable, args=["-m", "kernelmap", "mcp"], env=env)
+                client = clients[name] = await stack.enter_async_context(Client(params))
+                await client.call_tool("where", {"name": "torch.mul"})  # open the catalogs
+                await client.call_tool("stack", {"target": "aten::sub.Tensor", "device": "cuda"})  # open the graph's producers
+                await client.call_tool("callers", {"symbol": "at::native::add_kernel"})
+            for name, client in clients.items():
+                trips = []
+                for _ in range(50):  # the transport and the SDK alone: a tool listing, never from the client's cache
+                    t = time.perf_counter()
+                    await client.list_tools(cache_mode="refresh")
+                    trips.append(time.perf_counter() - t)
+                print(f"{name + ':':9}reference: the client's round trip (tools/list) p50 {statistics.median(trips) * 1000:7.2f} ms"
+                      f"  p95 {percentile(trips, 0.95) * 1000:7.2f} ms")
             goals = {"where": 10, "stack": 50, "path": 50, "callers": 50}
             for tool, asks in questions.items():
-                first, again = [], []
-                for name, args in asks:
-                    t = time.perf_counter()
-                    result = await client.call_tool(name, args)
-                    first.append(time.perf_counter() - t)
-                    assert not result.is_error, (name, args, result.content[0].text)
-                for _ in range(repeats):
-                    for name, args in asks:
+                first: dict[str, list[float]] = {name: [] for name in clients}
+                again: dict[str, list[float]] = {name: [] for name in clients}
+                for q, args in asks:
+                    for name, client in clients.items():
                         t = time.perf_counter()
-                        await client.call_tool(name, args)
-                        again.append(time.perf_counter() - t)
+                        result = await client.call_tool(q, args)
+                        first[name].append(time.perf_counter() - t)
+                        assert not result.is_error, (name, q, args, result.content[0].text)
+                for _ in range(repeats):
+                    for q, args in asks:
+                        for name, client in clients.items():
+                            t = time.perf_counter()
+                            await client.call_tool(q, args)
+                            again[name].append(time.perf_counter() - t)
                 goal = goals.get(tool)
-                verdict = ""
-                if goal is not None:
-                    p50 = statistics.median(first) * 1000
-                    verdict = f"  goal p50 <= {goal} ms on first asks: {'ok' if p50 <= goal else 'MISSED'}"
-                print(f"{tool:8} first ask  p50 {statistics.median(first) * 1000:8.1f} ms  p95 {percentile(first, 0.95) * 1000:8.1f} ms (n={len(first)})"
-                      f" | asked again p50 {statistics.median(again) * 1000:7.2f} ms  p95 {percentile(again, 0.95) * 1000:7.2f} ms (n={len(again)}){verdict}")
+                for name in clients:
+                    verdict = ""
+                    if goal is not None:
+                        p50 = statistics.median(first[name]) * 1000
+                        verdict = f"  goal p50 <= {goal} ms on first asks: {'ok' if p50 <= goal else 'MISSED'}"
+                    label = f"{tool} ({name})" if len(clients) > 1 else tool
+                    print(f"{label:18} first ask  p50 {statistics.median(first[name]) * 1000:8.1f} ms  p95 {percentile(first[name], 0.95) * 1000:8.1f} ms"
+                          f" (n={len(first[name])}) | asked again p50 {statistics.median(again[name]) * 1000:7.2f} ms"
+                          f"  p95 {percentile(again[name], 0.95) * 1000:7.2f} ms (n={len(again[name])}){verdict}")
 
     anyio.run(main)
+
+
+def with_source(env: dict[str, str], src: Path) -> dict[str, str]:
+    return {**env, "PYTHONPATH": os.pathsep.join([str(src), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
 
 
 def cold(env: dict[str, str], runs: int) -> None:
@@ -124,12 +148,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="how often each warm question is asked again")
     parser.add_argument("--cache", type=Path, help="the kernelmap cache to read (default: $KERNELMAP_CACHE_DIR or the user cache)")
     parser.add_argument("--skip-cold", action="store_true")
+    parser.add_argument("--against", type=Path, help="another checkout's src directory: its server asked the same questions in turn")
     args = parser.parse_args()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as a user has it: bytecode compiled
     if args.cache is not None:
         env["KERNELMAP_CACHE_DIR"] = str(args.cache)
     print("warm: kernelmap mcp over stdio, through the SDK's client")
-    warm(env, args.repeats)
+    envs = {"this": with_source(env, ROOT / "src")}
+    if args.against is not None:
+        envs = {"against": with_source(env, args.against.resolve()), **envs}
+    warm(envs if args.against is not None else {"this": env}, args.repeats)
     if not args.skip_cold:
         print("cold: one process per question")
         cold(env, args.runs)

@@ -60,3 +60,22 @@ def test_a_file_larger_than_the_bound_is_still_read(generated, kept, monkeypatch
     path = _largest(generated, 1)[0]
     assert list(generated.lines(path)[:3]) == file_lines(generated, path)[:3]
     assert len(kept._lines) == 1
+
+
+def test_the_headers_kept_are_bounded(monkeypatch):
+    """A warm process asks for many operators' headers: HeaderFiles keeps the
+    HEADERS_KEPT most recently asked for, and reads a forgotten one alike."""
+    from kernelmap.codegen import headers as headers_module
+    from kernelmap.codegen.headers import wheel_headers
+
+    shipped = wheel_headers()
+    assert shipped is not None
+    monkeypatch.setattr(headers_module, "HEADERS_KEPT", 4)
+    files = headers_module.HeaderFiles(shipped.aten_dir, shipped.origin)
+    names = sorted(p.name for p in (shipped.aten_dir / "ops").glob("a*.h"))[:10]
+    first = {name: files.lines(f"ops/{name}") for name in names}
+    assert len(files._lines) == 4 and list(files._lines) == [f"ops/{name}" for name in names[-4:]]
+    assert files.lines(f"ops/{names[-1]}") is first[names[-1]]
+    again = files.lines(f"ops/{names[0]}")
+    assert again == (shipped.aten_dir / "ops" / names[0]).read_text(errors="replace").splitlines() == first[names[0]]
+    assert len(files._lines) == 4

@@ -13,7 +13,7 @@ What rich would draw otherwise (a character outside printable ASCII, a
 tab, a string that reads as console markup, a grid whose unwrappable
 columns do not fit) raises `NotPlain`, and the caller asks rich. Styles and
 links are accepted and dropped, as rich drops them without colour.
-tests/test_render_plain.py holds the two to the same bytes.
+tests/render/test_plain.py holds the two to the same bytes.
 """
 
 from __future__ import annotations

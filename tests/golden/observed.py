@@ -88,6 +88,15 @@ _TI_KEEP = ("for_each", "serial_for_each", "parallel_reduce", "foreach_reduced_e
 _SETUP = ("at::native::DispatchStubImpl::", "at::detail::empty", "at::native::empty_cpu", "at::native::empty_strided_cpu")
 
 
+# Note [a utility's kernel called directly]
+# A kernel may call a utility operator's native kernel itself, not through
+# the dispatcher: Resize.cpp's native_resize_ calls `native::resize_(output,
+# shape)`, the CPU kernel of aten::resize_. It is the same tensor plumbing as
+# `output.resize_(shape)` (kernelmap.graph.nodes' _is_utility_kernel: the map
+# shows it as one step, not expanded), so it is graded as a utility
+# operator's entry is: the kernel's frame is graded, what runs below it
+# (_resize_impl_, maybe_resize_storage_cpu) is not.
+_NAMES: dict[int, frozenset[str]] = {}
 _HANDLE = re.compile(r"at::_ops::create_\w+_typed_handle|__cxa_atexit|__internal_atexit|__new_exitfn")
 
 
@@ -216,6 +225,30 @@ class ObservedGolden:
             return True
         return tree is not None and not writes_copy(caller, tree)
 
+    def utility_kernel(self, function: str, entry: str | None, tree=None) -> bool:
+        """Whether `function` is the native kernel of a utility operator other
+        than `entry`, called directly (Note [a utility's kernel called directly])."""
+        from kernelmap.graph.rules import is_utility_op
+
+        if not function.startswith("at::native::") or function.count("::") != 2:
+            return False
+        name = function.rsplit("::", 1)[-1]
+        if entry and entry.split("::", 1)[-1].split(".", 1)[0] == name:
+            return False
+        return is_utility_op(name, False) and name in self._operator_names(tree)
+
+    def _operator_names(self, tree) -> frozenset[str]:
+        """The operators' base names: the tree's native_functions.yaml, else the set's own entries."""
+        key = id(tree)
+        if key not in _NAMES:
+            names = {op.split("::", 1)[-1].split(".", 1)[0] for op in self.structs.values()}
+            root = getattr(getattr(getattr(tree, "index", None), "tree", None), "root", None)
+            yaml = root / "aten/src/ATen/native/native_functions.yaml" if root is not None else None
+            if yaml is not None and yaml.exists():
+                names = set(re.findall(r"^- func: (\w+)[.(]", yaml.read_text(), re.M))
+            _NAMES[key] = frozenset(names)
+        return _NAMES[key]
+
     def graded(self, stack: tuple[int, ...], tree=None) -> tuple[list[Frame], int]:
         """(the graded frames of a stack, outermost first, from the binding
         down; how many of them lie above the entry's first frame below it):
@@ -243,6 +276,9 @@ class ObservedGolden:
                 if op and op != entry and not entry_is_utility and is_utility_op(op.split("::", 1)[-1].split(".", 1)[0], False):
                     out.append(f)
                     break
+            if seen_entry and not entry_is_utility and self.utility_kernel(f.function, entry, tree):
+                out.append(f)  # Note [a utility's kernel called directly]
+                break
             if f.parsed is not None and _is_setup(f.function):
                 break
             if f.is_real or "THPVariable_" in name:

@@ -136,3 +136,27 @@ def test_a_containers_block_copy_is_not_graded_and_the_trees_own_is(golden, sour
     _, context = open_source_map(TREE_NAME)
     tree = graph.stack("aten::embedding", context, 40)
     assert any(node.name == "memcpy" for node, _ in walk(tree))
+
+
+def test_a_utility_kernel_called_directly_is_graded_as_its_operators_entry(golden, source_map):
+    """Note [a utility's kernel called directly] in tests/golden/observed.py:
+    Resize.cpp's native_resize_ calls `native::resize_(output, shape)`, the CPU
+    kernel native_functions.yaml names for aten::resize_ (both read from the
+    tree). argwhere's recorded stacks run at::native::resize_ below
+    resize_output, not through `at::_ops::resize_::call`, then _resize_impl_
+    below it: the kernel is graded, as a utility operator's entry is, and what
+    runs below it is not."""
+    root = source_map.index.tree.root
+    resize = (root / "aten/src/ATen/native/Resize.cpp").read_text()
+    assert re.search(r"static void native_resize_\(const Tensor& output, IntArrayRef shape\) \{\s*native::resize_\(output, shape\);", resize)
+    yaml = (root / "aten/src/ATen/native/native_functions.yaml").read_text()
+    assert re.search(r"^- func: resize_\((?:.*\n)+?\s+CPU: resize_\n", yaml, re.M)
+    stacks = [s for s in golden.by_operator()["aten::argwhere"] if any(golden.frames[i].function == "at::native::_resize_impl_" for i in s)]
+    assert stacks
+    for stack in stacks:
+        names = [golden.frames[i].function for i in stack]
+        at = names.index("at::native::resize_")
+        assert not names[at - 1].startswith("at::_ops::resize_")
+        graded, _ = golden.graded(stack, source_map)
+        assert graded[-1].function == "at::native::resize_"
+        assert "at::native::_resize_impl_" not in {f.function for f in graded}

@@ -21,11 +21,15 @@ import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kernelmap.catalog.functional import functional_builtins
 from kernelmap.env import torchgen_environment
 from kernelmap.errors import KernelmapError, TorchgenError
 from kernelmap.safefiles import check_regular, connect, read_bytes
+
+if TYPE_CHECKING:
+    import subprocess
 
 SCHEMA_VERSION = 3  # 2: each dispatch entry's own yaml line; 3: the kernels table
 

@@ -23,6 +23,8 @@
 
     python benches/bench_trace.py [--size-mb 100] [--repeat 5] [--skip-model] [--skip-import]
     python benches/bench_trace.py --scale [--big] [--two-gb] [--hta FOLDER]
+    python benches/bench_trace.py --scale --synthetic-only --events 1000000 --events 4000000 \
+        --view summary --view "text tree" --view=--html --view=--json --reference OTHER/src
 """
 
 from __future__ import annotations
@@ -357,9 +359,13 @@ STORED_VIEWS = ("text tree", "--html", "--json")
 
 
 def bench_scale(two_gb: bool, big: bool, hta_path: str | None, full_tree_max: int, small: bool = True,
-                given: tuple[Path, ...] = ()) -> None:
+                given: tuple[Path, ...] = (), reference: str | None = None, events: tuple[int, ...] = (),
+                views: tuple[str, ...] = (), real: bool = True) -> None:
     """Every view of every input: MB/s of JSON per core (CPU time), wall time,
-    peak RSS; the parse floor and HTA on the same inputs."""
+    peak RSS; the parse floor and HTA on the same inputs. With `reference`
+    (another checkout's `src`), each view is run with it too, right after,
+    and the ratios printed (`ref` rows); `events`: the synthetic sizes
+    (default 1M, and 10M with `big`); `views`: only these views."""
     from kernelmap import env
 
     with tempfile.TemporaryDirectory() as d:
@@ -372,8 +378,12 @@ def bench_scale(two_gb: bool, big: bool, hta_path: str | None, full_tree_max: in
         environ = {"KERNELMAP_CACHE_DIR": str(cache), "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
         km = [sys.executable, "-m", "kernelmap", "trace", "--from"]
         run_measured([*km, str(REAL[0]), "--no-tree", "--no-store"], environ)  # fills the dispatcher's cache once
-        inputs: list[tuple[str, Path, int | None]] = [(p.name.split(".")[0][:40], p, None) for p in REAL] if small else []
-        synthetic = ([("1M synthetic events", 1_000_000)] if small else []) + ([("10M synthetic events", 10_000_000)] if big else [])
+        inputs: list[tuple[str, Path, int | None]] = [(p.name.split(".")[0][:40], p, None) for p in REAL] if small and real else []
+        sizes = events or ((1_000_000,) if small else ()) + ((10_000_000,) if big else ())
+        synthetic = [(f"{n / 1e6:g}M synthetic events", n) for n in sizes]
+        ref_environ = {**environ, "PYTHONPATH": os.pathsep.join([reference, os.environ.get("PYTHONPATH", "")])} if reference else None
+        if ref_environ:
+            run_measured([*km, str(REAL[0]), "--no-tree", "--no-store"], ref_environ)
         for label, events in synthetic:
             p = d / f"{events}.json"
             n = synthesise(p, events=events)
@@ -398,10 +408,28 @@ def bench_scale(two_gb: bool, big: bool, hta_path: str | None, full_tree_max: in
                     continue
                 if large and view != "summary":
                     continue
+                if views and view not in views:
+                    continue
                 args = [a.replace("{out}", str(d / "out")) for a in args]
-                line(view, run_measured([*km, str(path), *args], environ))
+                new = run_measured([*km, str(path), *args], environ)
+                line(view, new)
                 if view == "summary":  # the first read resolved the trace's names into the cache: the import alone now
-                    line("summary (names cached)", run_measured([*km, str(path), *args], environ))
+                    new = run_measured([*km, str(path), *args], environ)
+                    line("summary (names cached)", new)
+                if ref_environ:
+                    if view == "summary":
+                        run_measured([*km, str(path), *args], ref_environ)  # its names cached too
+                    ref = run_measured([*km, str(path), *args], ref_environ)
+                    line(f"{view} (ref)", ref, f"   ref/new: cpu {ref['cpu_s'] / new['cpu_s']:.2f}x, peak {ref['peak_mb'] / new['peak_mb']:.2f}x"
+                         f" ({mb / ref['cpu_s']:.1f} MB/s/core)")
+            if views:
+                floor = run_measured([sys.executable, "-c", _FLOOR, str(path)], environ, capture=True)
+                if floor["rc"] == 0:
+                    count, secs = floor["out"].split()
+                    print(f"{label:42} {mb:7.1f} {'parse floor (msgspec)':22} {floor['wall_s']:8.2f} {float(secs):8.2f} {mb / float(secs):9.1f} {floor['peak_mb']:8.0f}", flush=True)
+                if path.parent == d:
+                    path.unlink()
+                continue
             # the store: import once, then re-open
             line("import into store", run_measured([*km, str(path), "--no-tree"], environ))
             reopen = run_measured([sys.executable, "-c", _REOPEN, str(path)], environ, capture=True)
@@ -444,9 +472,14 @@ def main() -> None:
     ap.add_argument("--large-only", action="store_true", help="with --scale, only --big and --two-gb (not the real traces and 1M events)")
     ap.add_argument("--input", action="append", default=[], help="with --scale, also this trace file (kept)")
     ap.add_argument("--full-tree-max", type=int, default=1_500_000, help="events above which --json --full-tree is not run")
+    ap.add_argument("--reference", default=None, help="with --scale, another checkout's src folder: each view run with it too, ratios printed")
+    ap.add_argument("--events", type=int, action="append", default=[], help="with --scale, synthetic events (repeatable; default 1M)")
+    ap.add_argument("--view", action="append", default=[], choices=list(VIEWS), help="with --scale, only this view (repeatable; no store rows)")
+    ap.add_argument("--synthetic-only", action="store_true", help="with --scale, not the real traces")
     args = ap.parse_args()
     if args.scale:
-        bench_scale(args.two_gb, args.big, args.hta, args.full_tree_max, small=not args.large_only, given=tuple(Path(p) for p in args.input))
+        bench_scale(args.two_gb, args.big, args.hta, args.full_tree_max, small=not args.large_only, given=tuple(Path(p) for p in args.input),
+                    reference=args.reference, events=tuple(args.events), views=tuple(args.view), real=not (args.large_only or args.synthetic_only))
         return
     if not args.skip_model:
         m = bench_model(args.repeat)

@@ -39,17 +39,20 @@ def where(
     from kernelmap.names import resolve_ops
 
     install = env.torch_install()
-    wheel = load_catalog()
     notes: list[str] = []
     selected = _selected_tree(source, notes)
     tree = selected.root if selected is not None else None
-    catalog, python_catalog, python_root = wheel, wheel, install.site_packages
-    if selected is not None:
+    if selected is None:
+        catalog = python_catalog = load_catalog()
+        python_root = install.site_packages
+    else:
         from kernelmap.source.trees import has_python  # not the graph's context: a static answer imports no graph
 
         catalog = load_catalog(tree=selected.root, origin=selected.origin)
         if has_python(selected.root):  # Note [graph versions]: the tree's own Python names
             python_catalog, python_root = catalog, selected.root
+        else:  # the installed wheel's names, opened only where they are read
+            python_catalog, python_root = load_catalog(), install.site_packages
     try:
         ops = resolve_ops(name, catalog, python_catalog, python_root)
     except UnknownName:
@@ -57,6 +60,7 @@ def where(
             raise
         # A tree chosen by default lacks the name (an operator newer than it):
         # the installed torch answers, and says so once.
+        wheel = load_catalog()
         ops = resolve_ops(name, wheel, wheel, install.site_packages)
         notes.append(f"{name} is not in {catalog.origin.label}, the default tree; answered from the installed torch {install.version}")
         catalog, selected, tree = wheel, None, None
@@ -72,7 +76,7 @@ def where(
                 f"version mismatch: the live dispatcher (registrations, dispatch path) is torch {install.version}'s; "
                 f"the operator, its yaml and derivatives come from {catalog.origin.label}"
             )
-        live_catalog = catalog if tree is None else wheel
+        live_catalog = catalog if tree is None else load_catalog()
         qualified = str(ops[0].name)
         path = dispatch.dispatch_path(
             qualified,

@@ -27,6 +27,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +71,9 @@ class HeaderFunction:
     calls: str  # at::_ops::add_Tensor::call
 
 
+HEADERS_KEPT = 512  # headers kept per set: an operator's ops/<op>.h is a few KB, TensorBody.h (asked for often) 300 KB
+
+
 class HeaderFiles:
     """One version's generated headers: the wheel's torch/include, or a tree's regenerated set."""
 
@@ -77,20 +81,32 @@ class HeaderFiles:
         self.aten_dir = aten_dir  # holds ops/, core/TensorBody.h, Functions.h
         self.origin = origin  # locations are named build/aten/src/ATen/...; the origin maps them to aten_dir
         self._sizes = sizes  # recorded sizes, checked on each read (a tree's cache); None for the wheel
-        self._lines: dict[str, list[str]] = {}
+        self._lines: dict[str, list[str]] = {}  # the HEADERS_KEPT headers most recently asked for, the least first
+        self._lock = threading.Lock()  # questions are answered on several threads
 
     def lines(self, rel: str) -> list[str]:
         """The lines of `rel` (`ops/add.h`); [] when absent."""
-        if rel not in self._lines:
-            path = self.aten_dir / rel
-            try:
-                text = read_text(path, "a generated header", errors="replace")  # a FIFO is refused, not waited on
-            except OSError:
-                text = None
-            if self._sizes is not None and rel in self._sizes and (text is None or path.stat().st_size != self._sizes[rel]):
-                raise HeadersDamaged(path)
-            self._lines[rel] = text.splitlines() if text is not None else []
-        return self._lines[rel]
+        with self._lock:
+            found = self._lines.pop(rel, None)
+            if found is not None:
+                self._lines[rel] = found
+                return found
+        found = self._read(rel)
+        with self._lock:
+            self._lines[rel] = found
+            while len(self._lines) > HEADERS_KEPT:  # a warm process asks for many operators' headers: forget the oldest
+                del self._lines[next(iter(self._lines))]
+        return found
+
+    def _read(self, rel: str) -> list[str]:
+        path = self.aten_dir / rel
+        try:
+            text = read_text(path, "a generated header", errors="replace")  # a FIFO is refused, not waited on
+        except OSError:
+            text = None
+        if self._sizes is not None and rel in self._sizes and (text is None or path.stat().st_size != self._sizes[rel]):
+            raise HeadersDamaged(path)
+        return text.splitlines() if text is not None else []
 
     def function(self, op: Op, call: str) -> HeaderFunction | None:
         """The inline function a binding's call (`at::conv2d_symint`,

@@ -15,6 +15,8 @@ import itertools
 import json
 import os
 import re
+import stat
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -201,6 +203,55 @@ class _Checked:
             pass
 
 
+# Note [generated lines kept]
+# A warm process (kernelmap mcp, the web app) answers hundreds of questions
+# from the same generated files, through several sets (the wheel's, each
+# tree's) and several open copies of one set (a graph context per device
+# opens its own). A file read is kept, split into lines as they are asked
+# for, in one table for the whole process, keyed by the file's content hash
+# from the manifest (what was checked against it once is the same text for
+# every copy of the set), up to LINES_KEPT characters: past that, the files
+# least recently asked for are forgotten, and read and checked again when
+# asked for. A stack reads most of one set (30-35 MB of its 35-45 MB, in
+# turn, the largest files many times), so a table smaller than a set would
+# read files again on every question: it holds about two sets.
+LINES_KEPT = 64 << 20
+
+
+class _KeptLines:
+    """The lines of the generated files read, least recently asked for first."""
+
+    def __init__(self) -> None:
+        self._lines: dict[tuple, _Lines] = {}
+        self._chars = 0
+        self._lock = threading.Lock()  # questions are answered on several threads
+
+    def get(self, key: tuple) -> _Lines | None:
+        with self._lock:
+            found = self._lines.pop(key, None)
+            if found is not None:  # now the most recently asked for: last
+                self._lines[key] = found
+            return found
+
+    def put(self, key: tuple, lines: _Lines) -> _Lines:
+        with self._lock:
+            again = self._lines.pop(key, None)  # read by another thread meanwhile
+            if again is not None:
+                self._chars -= len(again._text)
+            self._lines[key] = lines
+            self._chars += len(lines._text)
+            while self._chars > LINES_KEPT and len(self._lines) > 1:  # forget the least recently asked for
+                self._chars -= len(self._lines.pop(next(iter(self._lines)))._text)
+        return lines
+
+    @property
+    def chars(self) -> int:
+        return self._chars
+
+
+_KEPT = _KeptLines()
+
+
 class GeneratedFiles:
     """One complete set of generated files in the cache, with its index."""
 
@@ -209,7 +260,8 @@ class GeneratedFiles:
         self.manifest = manifest
         self.origin = origin  # kind GENERATED, root = the cache directory
         self.db = PerThread(connect(root / "index.sqlite", "the generated files' index"))  # read from any thread
-        self._lines: dict[str, Sequence[str]] = {}
+        self._unhashed = object()  # keys the lines of files the manifest has no hash of to this open set alone
+        self._seen: set[str] = set()  # the files this open set has checked (Note [generated lines kept])
         self._located: dict[tuple, GeneratedCode] = {}  # locate_op's answers: the files never change under an open set
         self._checked = _Checked(root / _CHECKED)
         self._registered: dict[str, tuple[Registration, ...]] = {}  # an operator's registrations, for any set of layers
@@ -219,21 +271,37 @@ class GeneratedFiles:
 
     def lines(self, path: str) -> Sequence[str]:
         """The lines of a generated file, by its build path (a sequence that
-        splits them as they are asked for)."""
-        if path not in self._lines:
-            with open_regular(self.root / path, "rb", "a generated file") as f:
-                st = os.fstat(f.fileno())
-                data = f.read()
-            # Note [generated files keyed by content] in codegen/build.py: what is read is what was generated
-            expected = (self.manifest.get("sha256") or {}).get(path)
-            if expected is not None and not self._checked.is_same(path, st):
-                if hashlib.sha256(data).hexdigest() != expected:
-                    from kernelmap.codegen.build import CacheDamaged
+        splits them as they are asked for; Note [generated lines kept])."""
+        expected = (self.manifest.get("sha256") or {}).get(path)
+        key = ("sha256", expected) if expected is not None else (self._unhashed, path)
+        found = _KEPT.get(key)
+        if found is None or (path not in self._seen and not self._unchanged(path, expected)):
+            found = _KEPT.put(key, self._read(path))
+        self._seen.add(path)
+        return found
 
-                    raise CacheDamaged(f"{self.root}/{path} is not the file that was generated (edited since)")
-                self._checked.add(path, st)
-            self._lines[path] = _Lines(data.decode("utf-8", errors="replace"))
-        return self._lines[path]
+    def _unchanged(self, path: str, expected: str | None) -> bool:
+        """Whether this set's `path` is, by its stamp, the file once hashed as `expected`
+        (another open copy of the set read it): each open set checks each of its files."""
+        try:
+            st = os.stat(self.root / path, follow_symlinks=False)
+        except OSError:
+            return False
+        return expected is not None and stat.S_ISREG(st.st_mode) and self._checked.is_same(path, st)
+
+    def _read(self, path: str) -> _Lines:
+        with open_regular(self.root / path, "rb", "a generated file") as f:
+            st = os.fstat(f.fileno())
+            data = f.read()
+        # Note [generated files keyed by content] in codegen/build.py: what is read is what was generated
+        expected = (self.manifest.get("sha256") or {}).get(path)
+        if expected is not None and not self._checked.is_same(path, st):
+            if hashlib.sha256(data).hexdigest() != expected:
+                from kernelmap.codegen.build import CacheDamaged
+
+                raise CacheDamaged(f"{self.root}/{path} is not the file that was generated (edited since)")
+            self._checked.add(path, st)
+        return _Lines(data.decode("utf-8", errors="replace"))
 
     def excerpt(self, path: str, line: int, end_line: int | None = None) -> Excerpt:
         lines = self.lines(path)

@@ -1,5 +1,6 @@
 """Render a `where` answer (kernelmap.model.WhereAnswer) as text for a
-terminal (rich). Its JSON document, `where/2`, is the answer's own
+terminal (rich; uncoloured text is drawn alike by kernelmap.render.plain,
+which spares a cold `where` rich's import). Its JSON document, `where/2`, is the answer's own
 `to_json()` (kernelmap.answers describes every document)."""
 
 from __future__ import annotations
@@ -26,15 +27,28 @@ def to_text(answer, width: int | None = None, color: bool | None = None, links: 
     one line unless `full`; every leaf after the first (the main path's:
     graph.ends ranks them) is shown under it as where the call ends instead,
     with the condition that picks it."""
+    if color is None:
+        import sys
+
+        color = sys.stdout.isatty()
+    if not color:  # drawn as rich draws it, without importing rich (kernelmap.render.plain), unless rich would draw it otherwise
+        from kernelmap.render import plain
+
+        out = io.StringIO()
+        try:
+            _draw(answer, plain.Console(file=out, width=width or 120), plain.Table, plain.Text, links, full)
+            return "".join(line.rstrip() + "\n" for line in out.getvalue().splitlines())
+        except plain.NotPlain:
+            pass
+    return _rich_text(answer, width, color, links, full)
+
+
+def _rich_text(answer, width: int | None, color: bool, links: bool, full: bool) -> str:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     out = io.StringIO()
-    if color is None:
-        import sys
-
-        color = sys.stdout.isatty()
     console = Console(
         file=out,
         width=width or (None if color else 120),
@@ -44,10 +58,15 @@ def to_text(answer, width: int | None = None, color: bool | None = None, links: 
         highlight=False,
         emoji=False,
     )
+    _draw(answer, console, Table, Text, links, full)
+    return "".join(line.rstrip() + "\n" for line in out.getvalue().splitlines())
 
+
+def _draw(answer, console, Table, Text, links: bool, full: bool) -> None:
+    """Print the answer on `console`, with rich's `Table` and `Text` or kernelmap.render.plain's."""
     versions = tags_versions(answer.locations(), answer.torch_version)  # Note [versions on locations]
 
-    def where_text(location: Location | None) -> Text:
+    def where_text(location: Location | None):
         if location is None:
             return Text("-", style="dim")
         text = Text(located(location, versions), style="cyan")
@@ -175,4 +194,3 @@ def to_text(answer, width: int | None = None, color: bool | None = None, links: 
     if len(answer.ops) > 1:
         console.print()
         console.print(Text("also: " + ", ".join(str(o.name) for o in answer.ops[1:]), style="dim"))
-    return "".join(line.rstrip() + "\n" for line in out.getvalue().splitlines())

@@ -211,14 +211,20 @@ def build(c: Collected, keep_frames: bool = False) -> Table:
     kind[0] = KIND["trace"]
     label[0] = labels.add("trace", "trace", "trace")
     kind[thread_final] = KIND["thread"]
-    kind[final_body] = kind_rows[body_row]
-    label[final_body] = c.label[body_row]
     row[final_body] = body_row
     linked[final_body] = body_link
     del body_link, is_host
     table = Table(c, kind, label, row, parent, np.ones(N, dtype=np.int32), np.zeros(N), np.zeros(N), linked)
-    table.ts[final_body] = c.ts[body_row]
-    table.dur[final_body] = c.dur[body_row]
+    orphan_label, orphan_ts, orphan_dur = c.label[orphans], c.ts[orphans], c.dur[orphans]
+    # The table holds the event columns per node now: each copied a slice at a
+    # time (no temporary as long as the column) and freed at once.
+    del c.columns["cat"]
+    for out, column in ((kind, None), (label, "label"), (table.ts, "ts"), (table.dur, "dur")):
+        values = kind_rows if column is None else c.columns[column]
+        for lo, hi in _slices(B):
+            out[final_body[lo:hi]] = values[body_row[lo:hi]]
+        if column is not None:
+            del c.columns[column], values
     del body_row
 
     # Thread nodes: named, spanning their top-level nodes.
@@ -242,16 +248,14 @@ def build(c: Collected, keep_frames: bool = False) -> Table:
         kind[g], parent[g] = KIND["thread"], 0
         label[g] = labels.add("device events without a launch", "thread", "device events without a launch")
         rest = np.arange(g + 1, N)
-        parent[rest], kind[rest], label[rest], row[rest] = g, kind_rows[orphans], c.label[orphans], orphans
-        table.ts[rest], table.dur[rest] = c.ts[orphans], c.dur[orphans]
+        parent[rest], kind[rest], label[rest], row[rest] = g, kind_rows[orphans], orphan_label, orphans
+        table.ts[rest], table.dur[rest] = orphan_ts, orphan_dur
     if n_thr:  # the group of device events without a launch starts and ends at 0
         table.ts[0] = min(t_start.min(), 0.0) if len(orphans) else t_start.min()
         ends = table.ts[thread_final] + table.dur[thread_final]
         table.dur[0] = max(ends.max(), 0.0) - table.ts[0] if len(orphans) else ends.max() - table.ts[0]
     table.size = subtree_sizes(parent)
     _link_backward(table)
-    for k in ("label", "cat", "ts", "dur"):  # the table holds them per node now
-        del c.columns[k]
     return table
 
 

@@ -228,3 +228,61 @@ class Pool:
 def plain(value: Any) -> Any:
     """A value of the reader's records as Python data (raw JSON decoded)."""
     return msgspec.json.decode(bytes(value)) if type(value) is Raw else value
+
+
+class Sparse:
+    """A column of the collected events most of whose rows hold one value
+    (`fill`): only the other rows and their values, sorted by row (Note
+    [sparse arg columns] in kernelmap.trace.collect). Indexed like the dense
+    column it stands for (by an int, an array of rows or a mask); `np.asarray`
+    makes that dense column."""
+
+    __slots__ = ("rows", "values", "fill", "size")
+
+    def __init__(self, rows: np.ndarray, values: np.ndarray, fill: Any, size: int):
+        self.rows = rows  # ascending
+        self.values = values
+        self.fill = fill
+        self.size = size
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.values.dtype
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self.size,)
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows.nbytes + self.values.nbytes
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, (int, np.integer)):
+            k = int(key) + (self.size if key < 0 else 0)
+            if not 0 <= k < self.size:
+                raise IndexError(f"index {key} is out of bounds for a column of {self.size} rows")
+            at = int(np.searchsorted(self.rows, k))
+            return self.values[at] if at < len(self.rows) and self.rows[at] == k else self.values.dtype.type(self.fill)
+        if isinstance(key, slice):
+            key = np.arange(self.size)[key]
+        key = np.asarray(key)
+        if key.dtype == np.bool_:
+            key = np.flatnonzero(key)
+        out = np.full(key.shape, self.fill, dtype=self.values.dtype)
+        if len(self.rows) and key.size:
+            k = np.where(key < 0, key + self.size, key)
+            if k.size and (k.min() < 0 or k.max() >= self.size):
+                raise IndexError(f"an index is out of bounds for a column of {self.size} rows")
+            at = np.minimum(np.searchsorted(self.rows, k), len(self.rows) - 1)
+            hit = self.rows[at] == k
+            out[hit] = self.values[at[hit]]
+        return out
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = np.full(self.size, self.fill, dtype=self.values.dtype)
+        out[self.rows] = self.values
+        return out if dtype is None else out.astype(dtype)

@@ -6,6 +6,7 @@ it (Note [columns from records]).
 from __future__ import annotations
 
 import math
+import mmap
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,7 +94,7 @@ def collect(batches: Iterable[list[Any]], python_frames: PythonFrames | None = N
     from kernelmap.trace.reader import Args, Event
 
     c = Collected()
-    chunks = _Blocks(_ROW_COLUMNS)
+    chunks = _Blocks(_ROW_COLUMNS, _EMPTY)
     flow_chunks: dict[str, list[np.ndarray]] = {k: [] for k in ("id", "thread", "ts", "end")}
     empty_args = Args()
     conv_labels: set[int] = set()
@@ -147,47 +148,105 @@ def collect(batches: Iterable[list[Any]], python_frames: PythonFrames | None = N
     return c
 
 
-_BLOCK = 1 << 18  # rows per block of the collected columns
+_BLOCK = 1 << 18  # values per block of a collected column (a map each: few maps even for 100M events)
+
+
+class _Growing:
+    """One column filled a window at a time into blocks of _BLOCK values. A
+    window's few thousand values kept as arrays of their own would lie among
+    the window's freed temporaries on the heap, which then cannot shrink (a
+    million events: 75 MB held for nothing); a block is one allocation of its
+    own, and its pages are taken only as values are written."""
+
+    def __init__(self, dtype: Any):
+        self.dtype = dtype
+        self.blocks: list[np.ndarray] = []
+        self.fill = _BLOCK  # values written in the last block
+        self.size = 0
+
+    def add(self, values: np.ndarray) -> None:
+        m, at = len(values), 0
+        while at < m:
+            if self.fill == _BLOCK:
+                self.blocks.append(_block(self.dtype))
+                self.fill = 0
+            take = min(m - at, _BLOCK - self.fill)
+            self.blocks[-1][self.fill : self.fill + take] = values[at : at + take]
+            self.fill += take
+            at += take
+        self.size += m
+
+    def joined(self) -> np.ndarray:
+        """The values as one array (the blocks freed as they are joined)."""
+        parts, self.blocks = self.blocks, []
+        if not parts:
+            return np.zeros(0, dtype=self.dtype)
+        parts[-1] = parts[-1][: self.fill]
+        out = pages(self.size, self.dtype)
+        at = 0
+        while parts:
+            part = parts.pop(0)
+            out[at : at + len(part)] = part
+            at += len(part)
+        return out
+
+
+def pages(n: int, dtype: Any) -> np.ndarray:
+    """An array of `n` values (zeros) in pages of its own: an anonymous map,
+    not the heap. A column that lives as long as the trace, made among a
+    window's short-lived temporaries on the heap, would keep the heap from
+    shrinking past it; its own map is returned whole when it is freed."""
+    dtype = np.dtype(dtype)
+    if n * dtype.itemsize < mmap.PAGESIZE:
+        return np.zeros(n, dtype=dtype)
+    return np.frombuffer(mmap.mmap(-1, n * dtype.itemsize), dtype=dtype)
+
+
+def _block(dtype: Any) -> np.ndarray:
+    return pages(_BLOCK, dtype)
+
+
+# Note [sparse arg columns]
+# Each kept arg (correlation, external id, shapes, device, stream, grid...)
+# belongs to one or two categories of events, so most rows of its column hold
+# "none" (NONE, or -1 for pooled values). Those columns are kept as the rows
+# that hold something and their values (codes.Sparse), a third of the bytes
+# of the ten dense columns on a Kineto trace; the columns every row has
+# (label, category, thread, start, duration, event) stay dense.
 
 
 class _Blocks:
-    """The collected row columns, filled a window at a time into blocks of
-    _BLOCK rows. A window's few thousand rows kept as arrays of their own
-    would lie among the window's freed temporaries on the heap, which then
-    cannot shrink (a million events: 75 MB held for nothing); a block is one
-    allocation of its own, and its pages are taken only as rows are written."""
+    """The collected row columns, filled a window at a time (_Growing): the
+    dense ones whole, the sparse ones (Note [sparse arg columns]) as the rows
+    that hold something and their values."""
 
-    def __init__(self, dtypes: dict[str, Any]):
-        self.dtypes = dtypes
-        self.blocks: dict[str, list[np.ndarray]] = {k: [] for k in dtypes}
+    def __init__(self, dtypes: dict[str, Any], sparse: dict[str, Any]):
+        self.dense = {k: _Growing(dtype) for k, dtype in dtypes.items() if k not in sparse}
+        self.sparse = {k: (_Growing(np.int64), _Growing(dtypes[k])) for k in sparse}
+        self.fills = sparse
         self.rows = 0
-        self._fill = _BLOCK  # rows written in the last block
 
     def add(self, rows: dict[str, np.ndarray]) -> None:
         m = len(next(iter(rows.values())))
-        at = 0
-        while at < m:
-            if self._fill == _BLOCK:
-                for k, dtype in self.dtypes.items():
-                    self.blocks[k].append(np.empty(_BLOCK, dtype=dtype))
-                self._fill = 0
-            take = min(m - at, _BLOCK - self._fill)
-            for k, v in rows.items():
-                self.blocks[k][-1][self._fill : self._fill + take] = v[at : at + take]
-            self._fill += take
-            at += take
+        for k, column in self.dense.items():
+            column.add(rows[k])
+        for k, (at, values) in self.sparse.items():
+            v = rows[k]
+            some = np.flatnonzero(v != self.fills[k])
+            if len(some):
+                at.add(some + self.rows)
+                values.add(v[some])
         self.rows += m
 
-    def columns(self) -> dict[str, np.ndarray]:
+    def columns(self) -> dict[str, Any]:
         """Each column joined, a column at a time (its blocks freed as it is)."""
-        out = {}
-        for k in list(self.blocks):
-            parts = self.blocks.pop(k)
-            if parts:
-                parts[-1] = parts[-1][: self._fill]
-            out[k] = np.concatenate(parts) if len(parts) > 1 else parts[0].copy() if parts else np.zeros(0, dtype=self.dtypes[k])
-            del parts
-        return out
+        from kernelmap.trace.codes import Sparse
+
+        out: dict[str, Any] = {k: column.joined() for k, column in self.dense.items()}
+        for k, (at, values) in self.sparse.items():
+            rows = at.joined()
+            out[k] = Sparse(rows.astype(np.int32) if self.rows < 1 << 31 else rows, values.joined(), self.fills[k], self.rows)
+        return {k: out[k] for k in _ROW_COLUMNS}
 
 
 def _collect_rows(c: Collected, xs: list, xi: list[int], base: int, python_frames: PythonFrames | None,

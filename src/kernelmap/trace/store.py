@@ -282,7 +282,7 @@ def save(t, folder: Path) -> None:
         if n > DEFAULT_NODES:  # the default view's nodes, chosen now, while the columns are in memory (views._stored_hot)
             hot = hot_nodes(table, DEFAULT_NODES).astype(np.int64)
             np.save(tmp / f"hot-{DEFAULT_NODES}-None.npy", hot, allow_pickle=False)
-        _write_arrow(tmp / "events.arrow", dict(c.columns))
+        _write_arrow(tmp / "events.arrow", {k: np.asarray(v) for k, v in c.columns.items()})  # sparse arg columns made dense: mapped on opening
         flows = flow_columns(c.flows)
         _write_arrow(tmp / "flows.arrow", {**flows, "end": flows["end"].view(np.int8)})  # Arrow packs booleans into bits: no mapped view
         _write_arrow(tmp / "links.arrow", link_columns(table))

@@ -297,7 +297,7 @@ class Flat:
     group: np.ndarray  # int64
     names: list[str]  # per group
     facts: list[Any]  # per group: a Mapping of facts
-    shape: np.ndarray  # int64 per node: index into shapes, -1 for none
+    shape: np.ndarray  # int32 per node: index into shapes, -1 for none
     shapes: list[str]
 
 
@@ -330,7 +330,7 @@ def flat_of_tree(tree: CallTree) -> Flat:
         group=np.arange(len(nodes), dtype=np.int64),
         names=[n.name for n in nodes],
         facts=[n.attrs for n in nodes],
-        shape=np.array(shape, dtype=np.int64),
+        shape=np.array(shape, dtype=np.int32),
         shapes=shapes,
     )
 
@@ -341,13 +341,17 @@ def flat_of_table(t) -> Flat:
 
     n = len(t)
     facts = t.facts if t.facts is not None else np.full(n, -1, dtype=np.int32)
-    single = np.full(n, -1, dtype=np.int64)
     flagged = getattr(t.own, "library_nodes", None)  # a re-opened trace's: read without decoding every node's facts
     own = flagged() if flagged is not None else [i for i, o in t.own.items() if "library" in o or "closed" in o]
-    single[own] = own
-    first, _, group = first_seen(combine(t.label, facts, single))
+    if own:
+        single = np.full(n, -1, dtype=np.int64)
+        single[own] = own
+        first, _, group = first_seen(combine(t.label, facts, single))
+        del single
+    else:  # (a column of one value adds nothing to the keys: not made, a million nodes are 8 MB)
+        first, _, group = first_seen(combine(t.label, facts))
     display = t.c.labels.display
-    shape = np.full(n, -1, dtype=np.int64)
+    shape = np.full(n, -1, dtype=np.int32)
     shapes: list[str] = []
     if t.resolved:
         ops = np.flatnonzero(t.kind == KIND["op"])

@@ -88,6 +88,15 @@ _TI_KEEP = ("for_each", "serial_for_each", "parallel_reduce", "foreach_reduced_e
 _SETUP = ("at::native::DispatchStubImpl::", "at::detail::empty", "at::native::empty_cpu", "at::native::empty_strided_cpu")
 
 
+# Note [a utility's kernel called directly]
+# A kernel may call a utility operator's native kernel itself, not through
+# the dispatcher: Resize.cpp's native_resize_ calls `native::resize_(output,
+# shape)`, the CPU kernel of aten::resize_. It is the same tensor plumbing as
+# `output.resize_(shape)` (kernelmap.graph.nodes' _is_utility_kernel: the map
+# shows it as one step, not expanded), so it is graded as a utility
+# operator's entry is: the kernel's frame is graded, what runs below it
+# (_resize_impl_, maybe_resize_storage_cpu) is not.
+_NAMES: dict[int, frozenset[str]] = {}
 _HANDLE = re.compile(r"at::_ops::create_\w+_typed_handle|__cxa_atexit|__internal_atexit|__new_exitfn")
 
 
@@ -95,6 +104,59 @@ def _is_setup(function: str) -> bool:
     if function.startswith(("at::TensorIteratorBase::", "at::TensorIterator::", "at::TensorIteratorConfig::")):
         return function.rsplit("::", 1)[-1] not in _TI_KEEP
     return function.startswith(_SETUP) or _HANDLE.fullmatch(function) is not None
+
+
+# Note [inside a vendor library]
+# Below a kernel, the static map names a library's entry, the first function
+# of the library that the tree's code calls (`sgetrf_` in LAPACK's MKL, oneDNN's
+# `dnnl::impl::primitive_execute`, `memcpy` in the C library): the functions
+# the library runs below its entry (`mkl_lapack_ps_avx512_sgetrf_small`,
+# `mkl_lapack_slamch`, `dnnl::impl::cpu::*`, a memcpy MKL calls) have no source
+# in the tree, so nothing there can be named from it. A vendor frame whose
+# nearest real-code frame above is a vendor frame lies inside a library below
+# its entry: it is counted apart, like a version difference, and not graded;
+# the entry itself is graded. A frame of the tree's code that a library calls
+# back (the comparator std::sort runs) is graded, and a vendor frame below it
+# is an entry again.
+
+
+# Note [whose block copy]
+# memcpy, memmove and memset are the C library's, and the map names them
+# where the tree's code calls them (index_select's rows: Note [library
+# entries] in kernelmap.vendors). Most of the ones a stack shows are not the
+# tree's copies but c10's and the standard library's containers' (Note [real
+# code]: not graded): called by std::vector's or SmallVector's own frames, by
+# TensorImpl::set_sizes_and_strides, or inlined into real code that never
+# writes a copy (loop_2d_from_1d's `PtrVector data(base, base + ntensor)`, a
+# c10::SmallVector, resize_reduction's DimVector of the shape). A block copy is
+# the tree's when the frame that calls it is real code whose definition in
+# the tree writes one (memcpy, memmove, memset, std::copy, std::fill and
+# their _n forms: std::copy of a trivially copyable range is a memmove, which
+# glibc runs as memcpy's code, so a stack names it memcpy); otherwise it is a
+# container's and not graded. A copy the tree writes in a helper the compiler
+# inlined (zero_'s memset, in zero_cpu_) reads as a container's. Without the
+# tree, only the stack can say: a copy called by a frame that is not real
+# code is a container's.
+_BLOCK_COPY = re.compile(r"memcpy|memmove|memset|__mem\w+")
+_WRITES_COPY = re.compile(r"\b(?:(?:std::)?(?:memcpy|memmove|memset)|std::(?:copy|copy_n|fill|fill_n|uninitialized_copy|uninitialized_fill))\s*\(")
+_COPIES: dict[tuple[int, str], bool] = {}
+
+
+def writes_copy(frame: Frame, tree) -> bool:
+    """Whether the definition of `frame`'s function in `tree` (a SourceMap)
+    writes a block copy (Note [whose block copy])."""
+    key = (id(tree), frame.function)
+    if key not in _COPIES:
+        target = frame.parsed
+        if target is not None and target.runs:  # a function_ref callback: the loop it runs
+            target = parse_frame(frame.function + "()")
+        location, _ = tree.definition(target, frame.lib) if target is not None else (None, None)
+        text = ""
+        if location is not None and location.disk_path is not None:
+            lines = location.disk_path.read_text(errors="replace").splitlines()
+            text = "\n".join(lines[location.line - 1 : location.end_line or location.line])
+        _COPIES[key] = _WRITES_COPY.search(text) is not None
+    return _COPIES[key]
 
 
 @dataclass(frozen=True)
@@ -135,19 +197,78 @@ class ObservedGolden:
         first = next((k for k, f in enumerate(frames) if (f.name or "").startswith("at::_ops::")), None)
         return frames[first + 1 :] if first is not None else []
 
-    def graded(self, stack: tuple[int, ...]) -> tuple[list[Frame], int]:
+    def inside_vendor(self, stack: tuple[int, ...]) -> list[Frame]:
+        """The frames of a stack inside a vendor library below its entry
+        (Note [inside a vendor library]), outermost first."""
+        out: list[Frame] = []
+        above_is_vendor = False  # whether the nearest real-code frame above is a vendor's
+        for i in stack:
+            f = self.frames[i]
+            if "THPVariable_" in (f.name or ""):
+                above_is_vendor = False
+            elif f.is_real:
+                if f.is_vendor and above_is_vendor:
+                    out.append(f)
+                above_is_vendor = f.is_vendor
+        return out
+
+    def container_copy(self, stack: tuple[int, ...], k: int, tree=None) -> bool:
+        """Whether the C library's memory copy at position `k` of a stack is a
+        container's, not the tree's code (Note [whose block copy])."""
+        f = self.frames[stack[k]]
+        if not (f.is_vendor and _BLOCK_COPY.fullmatch(f.function)) or k == 0:
+            return False
+        caller = self.frames[stack[k - 1]]
+        if caller.is_vendor:
+            return False  # inside a library (Note [inside a vendor library])
+        if not caller.is_real:
+            return True
+        return tree is not None and not writes_copy(caller, tree)
+
+    def utility_kernel(self, function: str, entry: str | None, tree=None) -> bool:
+        """Whether `function` is the native kernel of a utility operator other
+        than `entry`, called directly (Note [a utility's kernel called directly])."""
+        from kernelmap.graph.rules import is_utility_op
+
+        if not function.startswith("at::native::") or function.count("::") != 2:
+            return False
+        name = function.rsplit("::", 1)[-1]
+        if entry and entry.split("::", 1)[-1].split(".", 1)[0] == name:
+            return False
+        return is_utility_op(name, False) and name in self._operator_names(tree)
+
+    def _operator_names(self, tree) -> frozenset[str]:
+        """The operators' base names: the tree's native_functions.yaml, else the set's own entries."""
+        key = id(tree)
+        if key not in _NAMES:
+            names = {op.split("::", 1)[-1].split(".", 1)[0] for op in self.structs.values()}
+            root = getattr(getattr(getattr(tree, "index", None), "tree", None), "root", None)
+            yaml = root / "aten/src/ATen/native/native_functions.yaml" if root is not None else None
+            if yaml is not None and yaml.exists():
+                names = set(re.findall(r"^- func: (\w+)[.(]", yaml.read_text(), re.M))
+            _NAMES[key] = frozenset(names)
+        return _NAMES[key]
+
+    def graded(self, stack: tuple[int, ...], tree=None) -> tuple[list[Frame], int]:
         """(the graded frames of a stack, outermost first, from the binding
         down; how many of them lie above the entry's first frame below it):
-        real code (Note [real code]) outside the set-up subtrees."""
+        real code (Note [real code]) outside the set-up subtrees, less the
+        frames inside a vendor library below its entry (Note [inside a
+        vendor library]) and the block copies of c10's and the standard
+        library's containers (Note [whose block copy]: `tree`, the selected
+        tree's SourceMap, tells the tree's own copies)."""
         from kernelmap.graph.rules import is_utility_op
 
         entry = self.entry(stack)
         # asked about a utility (`to`), the utilities it calls are its work: `to -> _to_copy -> copy_`
         entry_is_utility = bool(entry) and is_utility_op(entry.split("::", 1)[-1].split(".", 1)[0], False)
+        inside = {f.id for f in self.inside_vendor(stack)}
         out: list[Frame] = []
         above = 0
         seen_entry = False
-        for i in stack:
+        for k, i in enumerate(stack):
+            if i in inside or self.container_copy(stack, k, tree):
+                continue
             f = self.frames[i]
             name = f.name or ""
             if name.startswith("at::_ops::") and seen_entry:
@@ -155,6 +276,9 @@ class ObservedGolden:
                 if op and op != entry and not entry_is_utility and is_utility_op(op.split("::", 1)[-1].split(".", 1)[0], False):
                     out.append(f)
                     break
+            if seen_entry and not entry_is_utility and self.utility_kernel(f.function, entry, tree):
+                out.append(f)  # Note [a utility's kernel called directly]
+                break
             if f.parsed is not None and _is_setup(f.function):
                 break
             if f.is_real or "THPVariable_" in name:

@@ -318,3 +318,35 @@ def test_callers_of_a_definition_named_like_a_vendor_call(context):
     assert any(d.location.path == "aten/src/ATen/native/mkl/LinearAlgebra.cpp" for d in ctx.index.definitions("at::native::mkl_gemm_batched"))
     frames, missed = callers_miss("aten::bmm", "at::native::mkl_gemm_batched", ctx)
     assert frames[0].function.endswith("THPVariable_bmm") and not missed, missed
+
+
+def test_a_comparison_branches_on_its_bool_output(context):
+    """eq_kernel tests `iter.dtype()`, the output's dtype (read from
+    BinaryOpsKernel.cpp): `cpu_kernel` with a `-> bool` lambda for a bool
+    output, `cpu_kernel_vec` otherwise. eq's meta function builds its
+    iterator with build_borrowing_comparison_op, whose comparison_op_config
+    declares a bool output when none is given (TensorIterator.cpp). The
+    recorded stacks of eq.Tensor on float32 inputs run cpu_kernel's
+    loop_2d_from_1d, not the vectorized loop; the map follows the bool arm
+    and collapses the other (Note [a comparison's output dtype])."""
+    ctx = context("cpu")
+    golden = load()
+    calls = [c for c in golden.calls if c.dtype == "float32" and any(golden.entry(s) == "aten::eq.Tensor" for s in c.stacks)]
+    assert calls
+    below = {f.function for c in calls for s in c.stacks for f in golden.graded(s)[0]}
+    assert "at::TensorIteratorBase::loop_2d_from_1d" in below and not any("VectorizedLoop2d" in f for f in below)
+    root = ctx.index.tree.root
+    config = (root / "aten/src/ATen/TensorIterator.cpp").read_text()
+    assert re.search(r"if \(!out\.defined\(\)\) \{\s*config\.declare_static_dtype\(kBool\);", config)
+    tree = graph.stack("aten::eq.Tensor", ctx, 40)
+    meta = first(tree, "at::meta::structured_eq_Tensor::meta")
+    assert meta is not None and any(s.name == "build_borrowing_comparison_op" for s in ctx.index.calls_from(definition(meta, ctx)))
+    kernel = next(n for n, _ in walk(tree) if short(n.name) == "eq_kernel")
+    body = kernel.location.disk_path.read_text().splitlines()[kernel.location.line - 1 : kernel.location.end_line]
+    assert any("if (iter.dtype() == ScalarType::Bool)" in line for line in body)
+    loops = {c.name: c for c in kernel.children}
+    assert not loops["cpu_kernel"].attrs.get("branch") and loops["cpu_kernel_vec"].attrs.get("branch")
+    assert "at::TensorIteratorBase::loop_2d_from_1d" in subtree_names(loops["cpu_kernel"])
+    out = graph.stack("aten::eq.Tensor_out", ctx, 40)  # an out= call leaves the output's dtype to the tensor given
+    kernel = next(n for n, _ in walk(out) if short(n.name) == "eq_kernel")
+    assert not {c.name: c for c in kernel.children}["cpu_kernel_vec"].attrs.get("branch")

@@ -15,6 +15,20 @@ below do not read leaves the branch as it was. Every tensor of the call is
 taken to be of the selected dtype: mean_kernel_cuda's `iter.dtype(1) ==
 kHalf && iter.dtype() == kFloat` (a Half input, a float output) is false for
 float32.
+
+Note [a comparison's output dtype]
+A comparison's kernel tests the output's dtype, not the inputs':
+BinaryOpsKernel.cpp's eq_kernel runs `cpu_kernel` with a `-> bool` lambda
+`if (iter.dtype() == ScalarType::Bool)` and `cpu_kernel_vec` otherwise, and
+`iter.dtype()` is operand 0's, the output's. A structured operator whose
+meta function builds its iterator with `build_borrowing_comparison_op` (or
+`build_comparison_op`, `build_borrowing_except_last_argument_comparison_op`)
+gets TensorIterator.cpp's comparison_op_config, which declares the output
+`kBool` when no output is given: a functional call (`eq.Tensor`, not its
+out= or in-place form) writes a bool tensor whatever its inputs' dtype. Its
+impl node carries that output dtype (in its identity) to the stub kernels it
+calls, where `iter.dtype()` and `iter.dtype(0)` are read as the output's;
+every other dtype expression stays the inputs' (the selected dtype).
 """
 
 from __future__ import annotations
@@ -46,6 +60,8 @@ _INTEGRAL = {"Long", "Int", "Short", "Char", "Byte"}
 # an operand's `iter.dtype(1)`: every tensor of the call is taken to be of the selected dtype.
 _DTYPE_EXPR = r"[\w.>\-]*(?:dtype|scalar_type)\w*(?:\(\d?\))?"
 _COMPARE = re.compile(rf"^({_DTYPE_EXPR})\s*(==|!=)\s*(?:(?:at|c10)::)?(?:ScalarType::|k)(\w+)$")
+# The output operand's dtype in a TensorIterator kernel: `iter.dtype()`, `iter.dtype(0)`.
+_OUTPUT_EXPR = re.compile(r"^\w+(?:\.|->)dtype\(0?\)$")
 _PREDICATE = re.compile(rf"^(?:(?:at|c10)::)?is(ReducedFloating|Floating|Complex|Integral)Type\(\s*({_DTYPE_EXPR})\s*(?:,\s*(\w+)\s*)?\)$")
 # A tensor's own test of its dtype: `self.is_complex()`, `result.is_floating_point()`.
 _TENSOR_PREDICATE = re.compile(r"^[\w.>\-]*?\bis_(complex|floating_point)\(\)$")
@@ -66,7 +82,7 @@ def scalar_type(dtype: str | None) -> str | None:
     return SCALAR_TYPES[name][0] if name else None
 
 
-def _atom(text: str, scalar: str) -> bool | None:
+def _atom(text: str, scalar: str, output: str | None = None) -> bool | None:
     text = re.sub(r"/\*.*?\*/", "", text).strip()
     negated = False
     while text.startswith("!"):
@@ -76,7 +92,8 @@ def _atom(text: str, scalar: str) -> bool | None:
     value: bool | None = None
     m = _COMPARE.match(text)
     if m:
-        value = (m.group(3) == scalar) == (m.group(2) == "==")
+        tested = output if output is not None and _OUTPUT_EXPR.match(m.group(1)) else scalar
+        value = (m.group(3) == tested) == (m.group(2) == "==")
     m = _TENSOR_PREDICATE.match(text) if value is None else None
     if m:  # `self.is_complex()`: every input of the call is of the selected dtype; not always an output
         if negated:  # (`!result.is_complex()`: abs of a complex tensor gives a real one)
@@ -114,10 +131,12 @@ def _split(text: str, operator: str) -> list[str]:
     return parts
 
 
-def evaluate(condition: str, dtype: str | None) -> bool | None:
+def evaluate(condition: str, dtype: str | None, output: str | None = None) -> bool | None:
     """Whether the `if (...)` / `else of if (...)` condition holds for `dtype`
-    (None: undecided, Note [dtype branches])."""
+    (None: undecided, Note [dtype branches]); `output`, the output's dtype
+    where the operator decides it (Note [a comparison's output dtype])."""
     scalar = scalar_type(dtype)
+    out = scalar_type(output)
     if scalar is None or not condition:
         return None
     text = condition.strip()
@@ -128,17 +147,17 @@ def evaluate(condition: str, dtype: str | None) -> bool | None:
         return None
     body = m.group(1)
     if "||" in body:
-        values = [evaluate_conjunction(part, scalar) for part in _split(body, "||")]
+        values = [evaluate_conjunction(part, scalar, out) for part in _split(body, "||")]
         value = True if True in values else (False if all(v is False for v in values) else None)
     else:
-        value = evaluate_conjunction(body, scalar)
+        value = evaluate_conjunction(body, scalar, out)
     if value is None:
         return None
     return not value if negate else value
 
 
-def evaluate_conjunction(text: str, scalar: str) -> bool | None:
-    values = [_atom(part, scalar) for part in _split(text, "&&")]
+def evaluate_conjunction(text: str, scalar: str, output: str | None = None) -> bool | None:
+    values = [_atom(part, scalar, output) for part in _split(text, "&&")]
     if False in values:
         return False
     return True if all(v is True for v in values) else None
@@ -153,14 +172,48 @@ def checks_dtype(condition: str | None) -> bool:
 
 
 @functools.lru_cache(maxsize=4096)
-def other_dtype_reason(condition: str | None, dtype: str | None) -> str | None:
-    """Why a branch under `condition` is not taken for `dtype`; None when it may be."""
+def other_dtype_reason(condition: str | None, dtype: str | None, output: str | None = None) -> str | None:
+    """Why a branch under `condition` is not taken for `dtype` (and the
+    output's dtype `output`, Note [a comparison's output dtype]); None when it may be."""
     if not condition or ("dtype" not in condition and "scalar_type" not in condition and "is_complex" not in condition
                          and "is_floating_point" not in condition):
         return None  # most conditions test no dtype: answered without parsing them
-    if evaluate(condition, dtype) is not False:
+    if evaluate(condition, dtype, output) is not False:
         return None
+    if output is not None and evaluate(condition, dtype) is not False:
+        return f"a branch for another output dtype than {canonical(output)}"
     return f"a branch for another dtype than {canonical(dtype)}"
+
+
+# The TensorIterator builds whose config declares a bool output when none is given (TensorIterator.cpp's comparison_op_config)
+_COMPARISON_BUILDS = {"build_comparison_op", "build_borrowing_comparison_op", "build_borrowing_except_last_argument_comparison_op"}
+
+
+def output_dtype(op, metas, index) -> str | None:
+    """The dtype a structured operator's functional call writes whatever its
+    inputs' (Note [a comparison's output dtype]): "bool" when its meta
+    functions (`metas`: their definitions) build a comparison iterator."""
+    if op.is_out or op.is_inplace or index is None:
+        return None
+    for meta in metas:
+        if any(site.name in _COMPARISON_BUILDS for site in index.calls_from(meta)):
+            return "bool"
+    return None
+
+
+def with_output_dtype(node, output: str | None):
+    """`node`, carrying the output dtype its operator decides (Note [a
+    comparison's output dtype]); expanded on its own, apart from a call of
+    it that leaves the output to the inputs."""
+    if output and node.identity is not None and output_of(node) != output:
+        node.identity = (*node.identity, f"output={output}")
+        node.attrs["identity"] = ":".join(str(part) for part in node.identity)
+    return node
+
+
+def output_of(node) -> str | None:
+    """The output dtype a node carries (with_output_dtype); None when the inputs' decides."""
+    return next((part[len("output="):] for part in node.identity or () if isinstance(part, str) and part.startswith("output=")), None)
 
 
 _PRECISIONS = {"float32": "single", "complex64": "single", "float64": "double", "complex128": "double"}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from kernelmap.graph import dtypes
 from kernelmap.graph.code import _parameter_name, parameters, tree_lines
 from kernelmap.graph.context import GraphContext
 from kernelmap.graph.grow import cpp_node, Node
@@ -84,7 +85,12 @@ def _op_children(node: Node, ctx: GraphContext) -> list[Node]:
     else:
         note = f"dispatch key {key}" + (f" (via {kernel.key})" if kernel.key != key else "")
         target_parent.append(Node(f"{kernel.key} -> {kernel.symbol}", "note", None, EdgeKind.DISPATCHER, note))
-    for kernel_node in _kernel_nodes(op, kernel, code, ctx):
+    kernel_nodes = _kernel_nodes(op, kernel, code, ctx)
+    metas = [n.payload for n in kernel_nodes if (n.condition or "").startswith("meta") and n.payload is not None]
+    output = dtypes.output_dtype(op, metas, ctx.index) if kernel.structured and metas else None  # Note [a comparison's output dtype]
+    for kernel_node in kernel_nodes:
+        if output and kernel_node.condition == "impl":
+            dtypes.with_output_dtype(kernel_node, output)
         kernel_node.rank = rank
         if flags and kernel_node.kind is NodeKind.KERNEL and kernel_node.payload is not None and ctx.index is not None \
                 and not isinstance(kernel_node.payload, GeneratedKernel):

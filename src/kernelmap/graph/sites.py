@@ -317,6 +317,10 @@ def _code_children(node: Node, ctx: GraphContext, owner=None, span: tuple[int, i
                 flags = {name: node.passed[i] for i, p in enumerate(declared or ()) if i in node.passed and (name := _parameter_name(p))
                          and _is_bool_parameter(p, name)}
                 _given(kernel, flags)
+        from kernelmap.graph.dtypes import output_of, with_output_dtype
+
+        for kernel in kernels:  # Note [a comparison's output dtype] in graph.dtypes
+            with_output_dtype(kernel, output_of(node))
         return kernels
     if isinstance(node.payload, GeneratedKernel) and owner is None:
         return _generated_kernel_children(node, ctx)
@@ -350,22 +354,25 @@ def _site_children(node: Node, ctx: GraphContext, definition, sites, span, lambd
     from kernelmap.graph import arms, dtypes, loops
 
     children = []
+    output = dtypes.output_of(node)  # Note [a comparison's output dtype]
     for site in sites:
         condition = site.condition
         if site.preproc:
             condition = f"{condition}  #if {site.preproc}" if condition else f"#if {site.preproc}"
         branch = other_device_reason(site.condition, ctx.device) or other_device_reason(site.preproc, ctx.device)
-        branch = branch or dtypes.other_dtype_reason(site.condition, ctx.dtype)
+        branch = branch or dtypes.other_dtype_reason(site.condition, ctx.dtype, output)
         if site.kind is EdgeKind.VENDOR:
             branch = branch or dtypes.other_precision_reason(site.callee, site.library, ctx.dtype)
         for around in site.outer:  # Note [conditions around a call]
-            branch = branch or other_device_reason(around, ctx.device) or dtypes.other_dtype_reason(around, ctx.dtype)
+            branch = branch or other_device_reason(around, ctx.device) or dtypes.other_dtype_reason(around, ctx.dtype, output)
         branch = branch or arms.cannot_run((site.condition, *site.outer), known, definition, ctx, node.rank)  # Note [arms that cannot run]
         if not branch and site.condition is None and site.preproc:  # a `#if` in a case hides the case from the index
             branch = arms.case_cannot_run(site.location.line, definition, known, ctx, node.rank)
         child = _site_node(site, definition, ctx, condition, bound)
         if child is None:
             continue
+        if output and child.kind is NodeKind.STUB:
+            dtypes.with_output_dtype(child, output)
         if site.outer:
             child.attrs["outer_conditions"] = tuple(site.outer)
         if child.identity is not None and child.kind is NodeKind.KERNEL and child.payload is not None:

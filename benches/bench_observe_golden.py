@@ -18,7 +18,8 @@ Figures, over the distinct (operator, frame) pairs of the set:
                     templates, inlined always, judged by the loop machinery they expand into)
 
 Each stack is graded against the map of its call's dtype (`stack --dtype`; float32 where the
-map has no case for it). Frames matched on their function's last two scope parts (kernelmap.observe.mark.name_key).
+map has no case for it). Frames matched on their function's last two scope parts (kernelmap.observe.mark.name_key),
+or on the last alone where no other observed function has that name (not `call`, `impl`, `operator()`).
 A frame whose function the 2.6.0 tree does not define at all (renamed or new in 2.13) is a
 version difference, counted apart and left out of the recalls. A frame inside a vendor library
 below the library's entry (MKL's `mkl_lapack_slamch` below `sgetrf_`: no source in the tree;
@@ -66,17 +67,53 @@ def _prepare(cache: Path | None) -> None:
 
 
 def _keys(tree) -> tuple[set[str], set[str]]:
+    from kernelmap.model import NodeKind
     from kernelmap.observe.mark import name_key
 
     keys = {name_key(n.name) for _, n in tree.walk()}
+    # an operator's node is its call: the binary's `at::_ops::<name>_<overload>::call`
+    keys |= {n.name.split("::", 1)[-1].replace(".", "_") + "::call" for _, n in tree.walk() if n.kind is NodeKind.OPERATOR}
     return keys, {k.split("::")[-1] for k in keys}
+
+
+_AMBIGUOUS: set[str] = set()  # bare names the set's frames share between functions (`call`, `impl`, `operator()`)
+
+
+def _ambiguous_names(golden) -> set[str]:
+    """Bare names that stand for more than one observed function: a frame is
+    matched on its bare name only where that name is its function's alone."""
+    from kernelmap.observe.mark import name_key
+
+    keys_of: dict[str, set[str]] = {}
+    for f in golden.frames:
+        if f.parsed is not None:
+            key = name_key(f.function)
+            keys_of.setdefault(key.split("::")[-1], set()).add(key)
+    return {short for short, keys in keys_of.items() if len(keys) > 1}
 
 
 def _named(frame, keys: set[str], shorts: set[str]) -> bool:
     from kernelmap.observe.mark import name_key
 
     key = name_key(frame.function)
-    return key in keys or key.split("::")[-1] in shorts
+    short = key.split("::")[-1]
+    return key in keys or (short in shorts and short not in _AMBIGUOUS)
+
+
+def _operator_entries(missed: Counter, catalog) -> Counter:
+    """Missed entries of other operators (`at::_ops::<name>_<overload>::call`),
+    and how many of them are of the utilities and views `stack` prunes."""
+    from kernelmap.graph.rules import is_utility_op
+
+    ops = {str(op.name).split("::", 1)[-1].replace(".", "_"): op for op in catalog}
+    counts = Counter()
+    for fn, k in missed.items():
+        m = re.fullmatch(r"at::_ops::(\w+)::(?:call|redispatch)", fn)
+        if m:
+            counts["all"] += k
+            op = ops.get(m.group(1))
+            counts["utility"] += k if op is not None and is_utility_op(op.name.name, op.is_view) else 0
+    return counts
 
 
 class Versions:
@@ -105,6 +142,7 @@ def grade(golden, ops_limit: int | None, callers_limit: int, verbose: bool) -> d
     global _STACK
     context = graph.open_context("cpu", source=TREE_NAME)
     contexts = {"float32": context}
+    _AMBIGUOUS.update(_ambiguous_names(golden))
     versions = Versions(context)
     if _STACK is None:  # `where`'s leaves (api._source_steps) and their ends share one tree per operator
         _STACK = graph.stack
@@ -242,7 +280,8 @@ def grade(golden, ops_limit: int | None, callers_limit: int, verbose: bool) -> d
             else:
                 bu_missed[f.function] += 1
                 frames_of.setdefault(f.function, f)
-    return {"ops": len(ops), "failed": failed, "frames": frames_of, "td": td, "leaf": leaf, "prec": prec, "bu": bu, "missed": missed,
+    entries = _operator_entries(missed, context.catalog)
+    return {"ops": len(ops), "failed": failed, "entries": entries, "frames": frames_of, "td": td, "leaf": leaf, "prec": prec, "bu": bu, "missed": missed,
             "leaf_missed": leaf_missed, "never_ran": never_ran, "bu_missed": bu_missed, "missed_by_op": missed_by_op, "seconds": time.monotonic() - t0}
 
 
@@ -386,6 +425,8 @@ def main() -> int:
     print(f"graded {r['ops']} operators in {r['seconds']:.0f}s ({len(r['failed'])} without a stack answer)")
     print(f"top-down recall:  {pct(r['td'], 'named')}   version differences apart: {r['td']['version']}; "
           f"inside a vendor library, below its entry: {r['td']['inside']}")
+    print(f"  of its misses, calls of other operators (at::_ops::<op>::call, ::redispatch): {r['entries']['all']}, of which "
+          f"{r['entries']['utility']} are of tensor utilities and views, which `stack` prunes as plumbing unless --all-calls")
     print(f"bottom-up recall: {pct(r['bu'], 'named')}   version differences apart: {r['bu']['version']}")
     print(f"leaf recall:      {pct(r['leaf'], 'named')}   version differences apart: {r['leaf']['version']}; "
           f"inside a vendor library, below its entry (graded at the entry): {r['leaf']['inside']}")

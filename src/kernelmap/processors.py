@@ -50,9 +50,11 @@ def _with(node: CallNode, children: tuple[CallNode, ...], **facts) -> CallNode:
 
 
 def prune_plumbing(tree: CallTree) -> CallTree:
-    """Drop tensor utility operators (empty, view, contiguous...) and direct-call
-    subtrees that reach no operator, stub, loop, launch or vendor call: helpers
-    that only compute shapes or check arguments. A node marked "expanded above"
+    """Drop direct-call subtrees that reach no operator, stub, loop, launch or
+    vendor call: helpers that only compute shapes or check arguments. A tensor
+    utility (empty, view, contiguous...: fact `utility`) called by a step that
+    stays is kept as one step, the call with its definition and nothing below
+    it (Note [utilities as steps]); it keeps no step above it. A node marked "expanded above"
     is kept when its expanded twin is; every variant of an `alternatives`
     group stays visible. A node whose children a limit cut (`truncated`) is
     kept with its mark: what lies below it is unknown, not plumbing, and a
@@ -75,9 +77,30 @@ def prune_plumbing(tree: CallTree) -> CallTree:
                 worth.add(ident)
 
     keep = {id(c) for n in order for c in n.children
-            if not c.attrs.get("utility") and (n.kind is NodeKind.ALTERNATIVES or interesting[id(c)] or c.via is not EdgeKind.DIRECT)}
-    pruned = _rebuild(tree, lambda n, children: _with(n, children) if n is tree.root or id(n) in keep else None)
-    return _unmark_empty_repeats(pruned)
+            if c.attrs.get("utility") or n.kind is NodeKind.ALTERNATIVES or interesting[id(c)] or c.via is not EdgeKind.DIRECT}
+
+    def visit(n: CallNode, children: tuple[CallNode, ...]) -> CallNode | None:
+        if n is not tree.root and id(n) not in keep:
+            return None
+        if n.attrs.get("utility"):  # one step: what the utility runs is below --all-calls
+            return n if not n.children else replace(n, children=(), attrs={k: v for k, v in n.attrs.items() if k != "repeat"})
+        return _with(n, children)
+
+    return _unmark_empty_repeats(_rebuild(tree, visit))
+
+
+# Note [utilities as steps]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~
+# A tensor utility a kernel calls (matmul's reshape, transpose and expand,
+# to's copy_) really runs: the binary enters its `at::_ops::<op>::call`. So
+# the default answer keeps the call as a step, where it is made, with the
+# utility's definition, but not what the utility runs (an allocation, a
+# view's metadata): that is below --all-calls. A utility is no end of the
+# call (graph.ends ranks vendor calls, launches and loops), so `where`'s
+# leaves and the main path never stop at one; and it keeps nothing above it:
+# a helper that only calls utilities is still plumbing. The text view folds
+# the utilities a step calls into one line (`+ 3 utilities: reshape x2,
+# expand`, fold_notes); JSON and HTML keep each as a node marked `utility`.
 
 
 def _unmark_empty_repeats(tree: CallTree) -> CallTree:
@@ -308,8 +331,10 @@ def fold_notes(nodes, main: CallNode | None = None) -> tuple[CallNode, ...]:
     shared = main.condition if main is not None and (main.condition or "").startswith("#if") else None
     for n in nodes:
         case = _case(n.condition)
-        if case is not None:
-            key: object = ("case", case[0])
+        if n.attrs.get("utility") and not n.children:
+            key: object = "utility"  # Note [utilities as steps]
+        elif case is not None:
+            key = ("case", case[0])
         elif (n.condition and n.condition != shared) or n.attrs.get("branch"):
             key = "branch"
         else:
@@ -324,6 +349,11 @@ def fold_note(nodes) -> CallNode:
     with its condition and location in the fact `folded`."""
     nodes = tuple(nodes)
     cases = [_case(n.condition) for n in nodes]
+    if all(n.attrs.get("utility") for n in nodes):  # Note [utilities as steps]: where each call is made
+        names = [_bare(n) for n in nodes]
+        text = f"+ {len(nodes)} {'utility' if len(nodes) == 1 else 'utilities'}: {_counted(names)}"
+        folded = tuple((n.name, n.condition, str(_call_site(n)) if _call_site(n) is not None else None) for n in nodes)
+        return CallNode(text, NodeKind.NOTE, attrs={"folded": folded})
     if all(cases) and len({c[0] for c in cases}) == 1:
         enum = cases[0][0]
         word = "backends" if enum.endswith("Backend") else f"{enum} cases"
@@ -333,12 +363,27 @@ def fold_note(nodes) -> CallNode:
         names = [_short(n) + (f" [{n.condition}]" if n.condition and len(nodes) <= 2 else "") for n in nodes]
     if len(nodes) == 1:
         word = word.removesuffix("es") if word.endswith("ches") else word.removesuffix("s")
-    counts: dict[str, int] = {}
-    for name in names:  # one name per definition: gemm x9, not nine gemms
-        counts[name] = counts.get(name, 0) + 1
-    text = f"+ {len(nodes)} other {word}: {', '.join(n + (f' x{c}' if c > 1 else '') for n, c in counts.items())}"
+    text = f"+ {len(nodes)} other {word}: {_counted(names)}"
     folded = tuple((n.name, n.condition, str(n.location) if n.location is not None else None) for n in nodes)
     return CallNode(text, NodeKind.NOTE, attrs={"folded": folded})
+
+
+def _counted(names) -> str:
+    """`gemm x9, gemv`: one name per definition, not nine gemms."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return ", ".join(n + (f" x{c}" if c > 1 else "") for n, c in counts.items())
+
+
+def _bare(node: CallNode) -> str:
+    """A utility's name as a line of utilities reads it: `reshape`, `fill_.Scalar`."""
+    return node.name.split("::", 1)[-1] if node.kind is NodeKind.OPERATOR else _short(node)
+
+
+def _call_site(node: CallNode):
+    """Where a call is made: its `call_site` fact (an operator's location is its schema's), else its location."""
+    return node.attrs.get("call_site") or node.location
 
 
 def _case(condition: str | None) -> tuple[str, str] | None:

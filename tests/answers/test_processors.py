@@ -11,8 +11,10 @@ def _names(tree: CallTree) -> list[tuple[int, str]]:
 
 
 def _tree() -> CallTree:
-    helper = CallNode("check_args", NodeKind.KERNEL, via=EdgeKind.DIRECT, attrs={"identity": "cpp:check_args"})
-    empty = CallNode("aten::empty", NodeKind.OPERATOR, via=EdgeKind.DISPATCHER, attrs={"utility": True})
+    view = CallNode("aten::view", NodeKind.OPERATOR, via=EdgeKind.DISPATCHER, attrs={"utility": True})
+    helper = CallNode("check_args", NodeKind.KERNEL, via=EdgeKind.DIRECT, children=(view,), attrs={"identity": "cpp:check_args"})
+    alloc = CallNode("empty_cpu", NodeKind.KERNEL, via=EdgeKind.DISPATCHER, attrs={"identity": "cpp:empty_cpu"})
+    empty = CallNode("aten::empty", NodeKind.OPERATOR, via=EdgeKind.DISPATCHER, children=(alloc,), attrs={"utility": True})
     vendor = CallNode("cudnnConvolutionForward", NodeKind.VENDOR, via=EdgeKind.VENDOR, attrs={"library": "cuDNN", "closed": True})
     work = CallNode("raw_conv", NodeKind.KERNEL, via=EdgeKind.DIRECT, children=(vendor,), attrs={"identity": "cpp:raw_conv"})
     other = CallNode("mkldnn_conv", NodeKind.KERNEL, via=EdgeKind.DISPATCHER, children=(CallNode("ideep::f", NodeKind.VENDOR),),
@@ -22,11 +24,24 @@ def _tree() -> CallTree:
     return CallTree(root, ("a note",), {"kind": "stack"})
 
 
-def test_prune_plumbing_drops_utility_ops_and_dead_end_helpers():
+def test_prune_plumbing_keeps_utility_calls_as_steps_and_drops_dead_end_helpers():
+    """A utility a kept step calls stays, one step with nothing below it
+    (Note [utilities as steps]); a helper that only calls utilities is still plumbing."""
     pruned = processors.prune_plumbing(_tree())
     names = [n for _, n in _names(pruned)]
-    assert "check_args" not in names and "aten::empty" not in names
+    assert "check_args" not in names and "aten::view" not in names
+    (empty,) = [n for _, n in pruned.walk() if n.name == "aten::empty"]
+    assert empty.attrs["utility"] and empty.children == () and "empty_cpu" not in names
     assert names.count("cudnnConvolutionForward") == 2 and "mkldnn_conv" in names
+
+
+def test_fold_notes_gives_a_steps_utilities_one_line():
+    utilities = [CallNode(f"aten::{name}", NodeKind.OPERATOR, via=EdgeKind.DISPATCHER, attrs={"utility": True})
+                 for name in ("reshape", "transpose.int", "reshape", "expand")]
+    work = CallNode("mm", NodeKind.KERNEL, via=EdgeKind.DIRECT)
+    notes = processors.fold_notes([utilities[0], work, *utilities[1:]])
+    assert [n.name for n in notes] == ["+ 4 utilities: reshape x2, transpose.int, expand", "+ 1 other call: mm"]
+    assert [f[0] for f in notes[0].attrs["folded"]] == [u.name for u in utilities]
 
 
 def test_collapse_branches_marks_and_drops_children():

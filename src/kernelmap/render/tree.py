@@ -12,6 +12,7 @@ explicit stack, so a tree of any depth renders; rich only adds colour.
 from __future__ import annotations
 
 import io
+import re
 from typing import Any
 
 from kernelmap.model import CallNode, CallTree, NodeKind, located, tags_versions
@@ -147,6 +148,7 @@ def lines(tree: CallTree, *, max_depth: int | None = None, min_us: float = 0.0, 
             continue
         shown = [c for c in node.children if not min_us or float(c.attrs.get("duration_us", min_us)) >= min_us]
         hidden = len(node.children) - len(shown)
+        shown = _utilities_folded(shown)
         entries: list[tuple[CallNode | None, str]] = [(c, "") for c in shown]
         if hidden:
             entries.append((None, f"… {hidden} shorter than {duration_text(min_us)}"))
@@ -164,6 +166,26 @@ def lines(tree: CallTree, *, max_depth: int | None = None, min_us: float = 0.0, 
                 stack.append((CallNode(text, NodeKind.NOTE), guide, below, -1))
             else:
                 stack.append((child, guide, below, depth + 1))
+
+
+def _utilities_folded(children: list[CallNode]) -> list[CallNode]:
+    """`children` with each run of two or more tensor utilities left
+    unexpanded folded into one line (`+ 3 utilities: reshape x2, expand`:
+    Note [utilities as steps] in kernelmap.processors); JSON and HTML keep
+    each node."""
+    from kernelmap.processors import fold_note
+
+    out: list[CallNode] = []
+    run: list[CallNode] = []
+    for c in [*children, None]:
+        if c is not None and c.attrs.get("utility") and not c.children:
+            run.append(c)
+            continue
+        out.extend([fold_note(run)] if len(run) > 1 else run)
+        run = []
+        if c is not None:
+            out.append(c)
+    return out
 
 
 def main_lines(tree: CallTree, *, sources: bool = True, versions: bool = False):
@@ -202,12 +224,14 @@ def main_groups(tree: CallTree, *, sources: bool = True, versions: bool = False)
 # Shown on a screen (a width given), the main path's steps all stay and the
 # `+` lines under them fill what the screen has left (SCREEN_LINES with the
 # notes and the closing line). Where they do not all fit, the least telling go
-# first, each from the top: what the generated layers hold (a binding's other
+# first, each from the top: the tensor utilities a step calls, what the
+# generated layers hold (a binding's other
 # overload, a wrapper's other #if), then the calls a step makes whatever the
 # branch, then other branches; a switch's other cases (conv's backends) and
 # subtrees go last. The closing line counts what was left out; piped output
 # and --all keep every line.
 SCREEN_LINES = 40
+_UTILITIES = re.compile(r"\+ \d+ utilit(?:y|ies): ")
 _GLUE = {NodeKind.BINDING, NodeKind.HEADER, NodeKind.OPS_ENTRY, NodeKind.OPERATOR, NodeKind.WRAPPER, NodeKind.ALTERNATIVES}
 
 
@@ -216,6 +240,8 @@ def _telling(step: CallNode, other: CallNode) -> int:
     if step.kind in _GLUE:
         return 0
     if other.kind is NodeKind.NOTE and other.attrs.get("folded"):
+        if _UTILITIES.match(other.name):  # tensor plumbing (Note [utilities as steps] in kernelmap.processors)
+            return 0
         if " other call" in other.name:
             return 1
         if " other branch" in other.name:

@@ -68,12 +68,20 @@ def test_piped_output_keeps_full_lines_and_all_keeps_the_tree(conv_stack):
     piped = _run("stack", "torch.nn.Conv2d", "--device", "cuda")
     assert "…" not in piped
     whole = _run("stack", "torch.nn.Conv2d", "--device", "cuda", "--all")
-    nodes, stack = 0, [conv_stack["root"]]
+    lines, stack = 0, [conv_stack["root"]]
     while stack:
         node = stack.pop()
-        nodes += 1
+        lines += 1
         stack.extend(node["children"])
-    assert len(whole.splitlines()) == nodes  # one line a node, as before
+        # a run of two or more sibling utilities left unexpanded is one line (Note [utilities as steps])
+        run = 0
+        for child in [*node["children"], None]:
+            if child is not None and child["facts"].get("utility") and not child["children"]:
+                run += 1
+                continue
+            lines -= run - 1 if run > 1 else 0
+            run = 0
+    assert "utilities: " in whole and len(whole.splitlines()) == lines  # one line a node, or a run of utilities
 
 
 def test_callers_fits_a_screen(indexed_tree, generated):

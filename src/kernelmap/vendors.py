@@ -49,8 +49,40 @@ class Library:
         return {"name": self.name, "closed": self.closed, "repository": self.repository}
 
 
+class _Lazy:
+    """A regular expression compiled when first used, as `re.Pattern` otherwise:
+    a question uses a few of the ninety patterns below, and compiling them all
+    cost each run of the CLI about 30 ms."""
+
+    __slots__ = ("pattern", "_flags", "_compiled")
+
+    def __init__(self, pattern: str, flags: int = 0):
+        self.pattern = pattern
+        self._flags = flags
+        self._compiled: re.Pattern[str] | None = None
+
+    def compiled(self) -> re.Pattern[str]:
+        if self._compiled is None:
+            self._compiled = re.compile(self.pattern, self._flags)
+        return self._compiled
+
+    def __getattr__(self, name: str):  # match, search, fullmatch, flags...: the compiled pattern's
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.compiled(), name)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Lazy) and (self.pattern, self._flags) == (other.pattern, other._flags)
+
+    def __hash__(self) -> int:
+        return hash((self.pattern, self._flags))
+
+    def __repr__(self) -> str:
+        return f"re.compile({self.pattern!r})" if not self._flags else f"re.compile({self.pattern!r}, {self._flags})"
+
+
 def _re(pattern: str, flags: int = 0) -> re.Pattern[str]:
-    return re.compile(pattern, flags)
+    return _Lazy(pattern, flags)  # type: ignore[return-value]  # used only as a Pattern
 
 
 _GEMM_OPS = r"^aten::(mm|addmm|bmm|baddbmm|addbmm|addmv|mv|dot|vdot|_addmm_activation|_scaled_mm|_int_mm)(_|$)"
@@ -348,7 +380,7 @@ def library(name: str | None) -> Library | None:
 # index classifies tens of thousands of distinct callees, and one match tried
 # left to right gives the library the loop over the patterns would.
 _CALLERS = [lib for lib in LIBRARIES if lib.calls is not None]
-_ANY_CALL = re.compile("|".join(f"(?P<l{i}>{lib.calls.pattern})" for i, lib in enumerate(_CALLERS)))
+_ANY_CALL = _re("|".join(f"(?P<l{i}>{lib.calls.pattern})" for i, lib in enumerate(_CALLERS)))
 
 
 # Note [library entries]
@@ -383,8 +415,8 @@ def of_call(callee: str) -> Library | None:
 
 # The precision a routine is written for, by its library's naming convention: BLAS and LAPACK
 # (sgemm_, cblas_dgemm, LAPACKE_zgeqrf) and MKL's vector math (vsExp, vmdLn): s and c single, d and z double.
-_PRECISION_LETTER = {"blas": re.compile(r"^(?:cblas_|LAPACKE_)?([sdcz])[a-z]"), "mkl": re.compile(r"^v([sd])Rng[A-Z]"),
-                     "mkl_vml": re.compile(r"^vm?([sdcz])[A-Z]"), "sleef": re.compile(r"^Sleef_[a-z0-9]*?([fd])(?:\d+|x)_")}
+_PRECISION_LETTER = {"blas": _re(r"^(?:cblas_|LAPACKE_)?([sdcz])[a-z]"), "mkl": _re(r"^v([sd])Rng[A-Z]"),
+                     "mkl_vml": _re(r"^vm?([sdcz])[A-Z]"), "sleef": _re(r"^Sleef_[a-z0-9]*?([fd])(?:\d+|x)_")}
 
 
 def precision(callee: str, library_id: str | None) -> str | None:

@@ -7,6 +7,7 @@ copy) and of the cache, never of .cache/ or of the session's cache."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -142,3 +143,63 @@ def test_a_file_hashed_once_is_trusted_until_any_write(copied, monkeypatch):
     with pytest.raises(CacheDamaged, match="RegisterCPU.cpp is not the file that was generated"):
         GeneratedFiles(target, files.manifest, files.origin).lines(rel)
     assert hashed  # the record no longer matched: hashed, and refused
+
+
+def _located(files: GeneratedFiles, tree: Path, name: str = "aten::add.Tensor"):
+    from kernelmap.codegen import Layer, resolve_op
+    from kernelmap.codegen.locate import locate_op
+
+    op, ufunc_op = resolve_op(name, tree)
+    return locate_op(files, op, tuple(Layer), ufunc_op)
+
+
+def test_a_located_answer_is_kept_and_never_served_for_an_edited_file(copied, tree_2_6, monkeypatch):
+    """Note [located answers kept]: an operator located once is answered from
+    its record by the next process, the same answer; once a file it read is
+    edited (size and mtime kept), the record is not used and the edit is found."""
+    import importlib
+
+    locate = importlib.import_module("kernelmap.codegen.locate")  # the package's `locate` function hides the module
+    monkeypatch.setattr("kernelmap.verified.MARGIN_NS", 0)  # the copy was just written: record it all the same
+    copy, target = copied
+    files = open_generated(copy)
+    before = set((target / "located").glob("*.json"))  # the session's records, linked: another manifest's
+    first = _located(files, tree_2_6.resolve())
+    records = sorted(set((target / "located").glob("*.json")) - before)
+    assert len(records) == 1
+    computed = []
+    real = locate._locate_op
+    monkeypatch.setattr(locate, "_locate_op", lambda *a: computed.append(a) or real(*a))
+    again = GeneratedFiles(target, files.manifest, files.origin)  # another process: nothing kept in memory
+    assert _located(again, tree_2_6.resolve()) == first
+    assert computed == []  # answered from the record
+    read = json.loads(records[0].read_text())["files"]
+    rel = next(p for p in read if "RegisterCPU" in p)  # a file the answer read
+    same_size_edit(target / rel, keep_mtime=True)
+    with pytest.raises(CacheDamaged, match="is not the file that was generated"):
+        _located(GeneratedFiles(target, files.manifest, files.origin), tree_2_6.resolve())
+    assert computed  # the record no longer matched: located again, and the edit found
+
+
+@pytest.mark.parametrize("damage", ["garbled", "empty", "foreign", "another operator's"])
+def test_a_damaged_located_record_is_located_again_and_rewritten(copied, tree_2_6, damage):
+    copy, target = copied
+    files = open_generated(copy)
+    before = set((target / "located").glob("*.json"))  # the session's records, linked: another manifest's
+    first = _located(files, tree_2_6.resolve())
+    (record,) = set((target / "located").glob("*.json")) - before
+    if damage == "garbled":
+        record.write_bytes(record.read_bytes()[:1000] + b"\xff\x00")
+    elif damage == "empty":
+        record.write_bytes(b"")
+    elif damage == "foreign":
+        record.write_text(json.dumps({"kernelmap": "gen", "answer": [1, 2]}))
+    else:  # a valid record of another operator under this operator's name
+        other = GeneratedFiles(target, files.manifest, files.origin)
+        _located(other, tree_2_6.resolve(), "aten::mul.Tensor")
+        (mul,) = set((target / "located").glob("*.json")) - before - {record}
+        kept = json.loads(mul.read_text())
+        kept["key"] = json.loads(record.read_text())["key"]
+        record.write_text(json.dumps(kept))
+    assert _located(GeneratedFiles(target, files.manifest, files.origin), tree_2_6.resolve()) == first
+    assert json.loads(record.read_text())["answer"] == first.to_json()  # rewritten whole

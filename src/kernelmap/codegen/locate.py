@@ -33,6 +33,7 @@ from kernelmap.codegen.sites import (
 )
 from kernelmap.connections import PerThread
 from kernelmap.model import Location, Op, OperatorName, Origin
+from kernelmap.errors import KernelmapError
 from kernelmap.safefiles import NotRegularFile, connect, open_regular, read_bytes
 
 # The Python name a binding gets from the file its method table is in.
@@ -265,6 +266,8 @@ class GeneratedFiles:
         self._located: dict[tuple, GeneratedCode] = {}  # locate_op's answers: the files never change under an open set
         self._checked = _Checked(root / _CHECKED)
         self._registered: dict[str, tuple[Registration, ...]] = {}  # an operator's registrations, for any set of layers
+        self._reading: list[set[str]] = []  # the files each answer being computed reads (Note [located answers kept])
+        self._store_key: str | None = None
 
     def __repr__(self) -> str:
         return f"GeneratedFiles({self.origin.label!r}, {str(self.root)!r})"
@@ -274,6 +277,8 @@ class GeneratedFiles:
         splits them as they are asked for; Note [generated lines kept])."""
         expected = (self.manifest.get("sha256") or {}).get(path)
         key = ("sha256", expected) if expected is not None else (self._unhashed, path)
+        for reads in self._reading:
+            reads.add(path)
         found = _KEPT.get(key)
         if found is None or (path not in self._seen and not self._unchanged(path, expected)):
             found = _KEPT.put(key, self._read(path))
@@ -360,9 +365,87 @@ def locate_op(files: GeneratedFiles, op: Op, layers: Iterable[Layer] = tuple(Lay
     key = (op.name, op.manual_cpp_binding, source.name.name if source is not None else None, layers)
     found = files._located.get(key)
     if found is None:
-        found = files._located[key] = _locate_op(files, op, layers, ufunc_op)
+        found = _kept_answer(files, key)
+        if found is None:
+            reads: set[str] = set()
+            files._reading.append(reads)
+            try:
+                found = _locate_op(files, op, layers, ufunc_op)
+            finally:
+                files._reading.remove(reads)
+            _keep_answer(files, key, found, reads)
+        files._located[key] = found
         _forget_oldest(files._located)
     return found
+
+
+# Note [located answers kept]
+# A cold CLI question locates tens of operators in the generated files, each
+# a few index queries and a brace match over megabytes of text. The answer is
+# a function of the files, the index built from them and this module's code;
+# so each is written, as its gen document, in `located/` beside the index,
+# under a hash of the operator's key, the manifest and the code. It is
+# answered from there only when it names the same key, manifest and code and
+# every generated file it read has the stamp recorded when that file was last
+# hashed against the manifest (`read.verified`): an edited file is read, and
+# refused, as without the record. A record that cannot be read or does not
+# parse is computed again and rewritten (temp file, then rename).
+_LOCATED = "located"
+_STORE_VERSION = 1
+
+
+def _store_key(files: GeneratedFiles) -> str:
+    if files._store_key is None:
+        code = hashlib.sha256()
+        here = Path(__file__).resolve().parent
+        for name in ("locate.py", "sites.py", "index.py"):
+            try:
+                code.update(read_bytes(here / name))
+            except (OSError, NotRegularFile):
+                code.update(os.urandom(16))  # unknown code: never match a record
+        manifest = json.dumps(files.manifest, sort_keys=True, default=str).encode()
+        files._store_key = f"{_STORE_VERSION}:{code.hexdigest()}:{hashlib.sha256(manifest).hexdigest()}"
+    return files._store_key
+
+
+def _answer_path(files: GeneratedFiles, key: tuple) -> tuple[Path, str]:
+    name = repr((key[0].unqualified if isinstance(key[0], OperatorName) else str(key[0]), *key[1:3], sorted(layer.value for layer in key[3])))
+    digest = hashlib.sha256(f"{_store_key(files)}\n{name}".encode()).hexdigest()[:40]
+    return files.root / _LOCATED / f"{digest}.json", name
+
+
+def _kept_answer(files: GeneratedFiles, key: tuple) -> GeneratedCode | None:
+    path, name = _answer_path(files, key)
+    try:
+        kept = json.loads(read_bytes(path, "a located answer"))
+        if not (isinstance(kept, dict) and kept.get("key") == name and kept.get("store") == _store_key(files)):
+            return None
+        hashes = files.manifest.get("sha256") or {}
+        read = kept["files"]
+        if not all(hashes.get(p) == sha and files._unchanged(p, sha) for p, sha in read.items()):
+            return None
+        found = GeneratedCode.from_json(kept["answer"])
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, AssertionError, RecursionError, NotRegularFile, KernelmapError):
+        return None
+    if found.origin != files.origin or found.op != key[0]:
+        return None
+    files._seen.update(read)
+    return found
+
+
+def _keep_answer(files: GeneratedFiles, key: tuple, found: GeneratedCode, reads: set[str]) -> None:
+    hashes = files.manifest.get("sha256") or {}
+    if any(hashes.get(p) is None for p in reads):
+        return  # a file the manifest has no hash of: nothing to check a record against
+    path, name = _answer_path(files, key)
+    record = {"store": _store_key(files), "key": name, "files": {p: hashes[p] for p in sorted(reads)}, "answer": found.to_json()}
+    try:
+        path.parent.mkdir(exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, path)
+    except OSError:  # a read-only cache: located on each run
+        pass
 
 
 KEPT = 8192  # operators' answers kept per set of files (about 2,500 operators ask for two or three sets of layers each)

@@ -426,7 +426,7 @@ def main() -> int:
     print(f"top-down recall:  {pct(r['td'], 'named')}   version differences apart: {r['td']['version']}; "
           f"inside a vendor library, below its entry: {r['td']['inside']}")
     print(f"  of its misses, calls of other operators (at::_ops::<op>::call, ::redispatch): {r['entries']['all']}, of which "
-          f"{r['entries']['utility']} are of tensor utilities and views, which `stack` prunes as plumbing unless --all-calls")
+          f"{r['entries']['utility']} are of tensor utilities and views (called from helpers `stack` drops as plumbing, or under another overload)")
     print(f"bottom-up recall: {pct(r['bu'], 'named')}   version differences apart: {r['bu']['version']}")
     print(f"leaf recall:      {pct(r['leaf'], 'named')}   version differences apart: {r['leaf']['version']}; "
           f"inside a vendor library, below its entry (graded at the entry): {r['leaf']['inside']}")

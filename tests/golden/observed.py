@@ -82,9 +82,9 @@ class Frame:
 # library's registration of the static's destructor, __cxa_atexit, whose
 # __new_exitfn clears a new block of exit handlers with memset), and the
 # allocation helpers (at::detail::empty_*). The utility operator's entry
-# itself is graded: it is a call that runs (`stack --all-calls` names it;
-# by default `stack` prunes it as plumbing, and the bench counts these
-# misses on a line of their own). When the entry is itself a
+# itself is graded: it is a call that runs, and `stack` names it as one
+# step with nothing below (Note [utilities as steps] in
+# kernelmap.processors). When the entry is itself a
 # utility (`to`), the utilities it calls are its work and are graded.
 _TI_KEEP = ("for_each", "serial_for_each", "parallel_reduce", "foreach_reduced_elt", "loop_2d_from_1d", "serial_for_each")
 _SETUP = ("at::native::DispatchStubImpl::", "at::detail::empty", "at::native::empty_cpu", "at::native::empty_strided_cpu")

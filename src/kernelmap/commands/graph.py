@@ -17,7 +17,7 @@ from kernelmap.suggest import closest_names
 @click.option("--requires-grad", is_flag=True, help="An input requires grad: the autograd wrapper records its backward node (the layer is shown either way).")
 @click.option("--depth", type=int, default=DEFAULT_DEPTH, show_default=True, help="How many levels to expand.")
 @click.option("--all-branches", is_flag=True, help="Follow branches for other devices too, instead of collapsing them.")
-@click.option("--all-calls", is_flag=True, help="Also show tensor utility calls and helpers that reach nothing else.")
+@click.option("--all-calls", is_flag=True, help="Expand tensor utility calls (by default one step each, nothing below) and show helpers that reach nothing else.")
 @click.option("--compact", is_flag=True, help="One line per layer: nodes of their parent's layer are spliced out.")
 @all_option
 @observe_option

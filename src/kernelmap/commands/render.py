@@ -14,7 +14,7 @@ from kernelmap.commands.options import all_option, check_input_file, check_min_u
 @click.option("--depth", type=int, default=None, help="Cut call trees below this depth.")
 @click.option("--hide-below", "hide", multiple=True, metavar="NAME", help="Hide the children of nodes named NAME. Repeatable.")
 @click.option("--collapse-branches", is_flag=True, help="Collapse branches for another device or backend.")
-@click.option("--prune", is_flag=True, help="Drop tensor utility calls and helpers that reach nothing else.")
+@click.option("--prune", is_flag=True, help="Cut tensor utility calls to one step each and drop helpers that reach nothing else.")
 @click.option("--min-us", type=float, default=0.0, help="Hide trace nodes shorter than this many microseconds.")
 @all_option
 @output_options

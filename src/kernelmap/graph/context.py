@@ -384,9 +384,13 @@ _ON_DISK: dict[tuple, tuple[dict, Index | None]] = {}  # per key: the tables as 
 @functools.lru_cache(maxsize=1)
 def _code_stamp() -> str:
     """Changes whenever a module of kernelmap changes (its size or mtime)."""
+    return code_stamp(Path(__file__).resolve().parents[1])
+
+
+def code_stamp(here: Path) -> str:
+    """A digest of the name, size and mtime of every module of the package at `here`."""
     import hashlib
 
-    here = Path(__file__).resolve().parents[1]
     h = hashlib.sha256(str(here).encode())
     for path in sorted(here.rglob("*.py")):
         try:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from kernelmap.catalog.functional import functional_builtins
 from kernelmap.env import torchgen_environment
 from kernelmap.errors import KernelmapError, TorchgenError
-from kernelmap.safefiles import check_regular, connect, read_bytes
+from kernelmap.safefiles import NotRegularFile, check_regular, connect, read_bytes, read_text
 
 if TYPE_CHECKING:
     import subprocess
@@ -113,6 +113,80 @@ class CatalogFiles:
                 h.update(b"\0absent")
         h.update(str(self.torchgen_root).encode())
         return h.hexdigest()[:24]
+
+    def stamped_key(self, cache: Path) -> str:
+        """`key()`, read from the record of keys in `cache` while every input
+        and reader is the file it was hashed from (Note [catalog keys by stamp])."""
+        stamps = self._stamps()
+        record = cache / "catalog" / _KEYS
+        try:
+            known = json.loads(read_text(record, "the catalog's record of keys"))  # a FIFO there is refused, not waited on
+        except (OSError, ValueError, RecursionError, NotRegularFile):
+            known = {}
+        if not isinstance(known, dict):
+            known = {}
+        if stamps is not None and isinstance(known.get(stamps), str):
+            return known[stamps]
+        key = self.key()
+        if stamps is not None and self._stamps() == stamps and self._settled():
+            known.pop(stamps, None)
+            known[stamps] = key
+            for old in list(known)[:-_KEYS_KEPT]:
+                del known[old]
+            try:
+                record.parent.mkdir(parents=True, exist_ok=True)
+                tmp = record.with_name(f".{record.name}.{os.getpid()}.tmp")
+                tmp.write_text(json.dumps(known))
+                os.replace(tmp, record)
+            except OSError:
+                pass  # hashed again next time
+        return key
+
+    def _inputs(self) -> list[Path]:
+        return [*_READERS, *(p for p in (self.native_yaml, self.tags_yaml, self.derivatives_yaml, self.functional_py) if p is not None)]
+
+    def _stamps(self) -> str | None:
+        """Each input's and reader's inode, size, mtime and ctime, with the torchgen (a
+        missing file too); None when one cannot be looked at."""
+        found = []
+        for path in self._inputs():
+            try:
+                st = os.stat(path)
+                found.append([str(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns])
+            except FileNotFoundError:
+                found.append([str(path)])
+            except OSError:
+                return None
+        return json.dumps([SCHEMA_VERSION, str(self.torchgen_root), found])
+
+    def _settled(self) -> bool:
+        """Whether every input was last written well before now (Note [racy checks] in kernelmap.verified)."""
+        import time
+
+        from kernelmap.verified import MARGIN_NS
+
+        now = time.time_ns()
+        for path in self._inputs():
+            try:
+                if now - os.stat(path).st_ctime_ns < MARGIN_NS:
+                    return False
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return False
+        return True
+
+
+# Note [catalog keys by stamp]
+# A catalog's key hashes its inputs (native_functions.yaml and the others,
+# about a megabyte) and the code that reads them: a few milliseconds that
+# every question paid, twice with a tree selected. The key is kept in
+# `catalog/keys.json` under the stamps of those files (inode, size, mtime and
+# ctime: any write changes the ctime, which no one can set back), and hashed
+# again when one differs. A stamp is recorded only for files written well
+# before it was taken (Note [racy checks]); the last _KEYS_KEPT are kept.
+_KEYS = "keys.json"
+_KEYS_KEPT = 16
 
 
 _READERS = (Path(__file__).with_name("_extract.py"), Path(__file__).with_name("functional.py"))
@@ -244,7 +318,7 @@ def open_catalog_db(files: CatalogFiles, cache: Path) -> sqlite3.Connection:
     A corrupted or truncated cache file is rebuilt with a warning; a cache
     directory that cannot be written gives an in-memory catalog, with a warning.
     """
-    path = cache / "catalog" / f"{files.key()}.sqlite"
+    path = cache / "catalog" / f"{files.stamped_key(cache)}.sqlite"
     if check_regular(path, "the catalog cache") is not None:  # a FIFO there is refused, not waited on
         try:
             db = connect(path, "the catalog cache")

@@ -43,6 +43,8 @@ def _python_children(definition: pysource.PyDef, ctx: GraphContext) -> list[Node
     that calls it (`call_site`). Read from the stored table while the files it
     read are unchanged (Note [Python read once])."""
     root = ctx.python_dir
+    if root is None or not definition.path.is_relative_to(root):
+        return [node for node, _ in _computed_children(definition, ctx)]  # not of the Python root: nothing to key it by
     key = ("children", definition.qualname, _relative(definition.path, root), definition.line,
            _entry_points_digest(ctx), _rebound_digest(root))
     found = remembered(root, key, lambda: _children_spec(definition, ctx), (definition.path,))
@@ -61,12 +63,19 @@ def _python_children(definition: pysource.PyDef, ctx: GraphContext) -> list[Node
 def _children_spec(definition: pysource.PyDef, ctx: GraphContext) -> list:
     """`_python_children` as JSON data: [spec, condition, call line] per child,
     a spec being `def_spec`'s or ["builtin", name]."""
+    root = ctx.python_dir
+    return [[["builtin", node.payload] if node.kind == "builtin" else def_spec(node.payload, root), node.condition, line]
+            for node, line in _computed_children(definition, ctx)]
+
+
+def _computed_children(definition: pysource.PyDef, ctx: GraphContext) -> list[tuple[Node, int | None]]:
+    """`_python_children` worked out from the parsed files: (node, the line of its call)."""
     import ast
 
     root = ctx.python_dir
     if isinstance(definition.node, ast.ClassDef):
         forward = pysource.find_def(f"{definition.qualname}.forward", root)
-        return [[def_spec(forward, root), None, None]] if forward else []
+        return [(_python_node(forward, ctx), None)] if forward else []
     entry_points = ctx.entry_catalog.entry_points()
     children: list[Node] = []
     found = []
@@ -76,8 +85,8 @@ def _children_spec(definition: pysource.PyDef, ctx: GraphContext) -> list:
         _python_call(definition, call, children, owner, entry_points, ctx)
         if len(children) > before:
             child = children[-1]
-            spec = ["builtin", child.payload] if child.kind == "builtin" else def_spec(child.payload, root)
-            found.append([spec, child.condition, call.line])
+            child.attrs["call_site"] = _python_location(definition.path, call.line, None, ctx)
+            found.append((child, call.line))
     return found
 
 

@@ -242,3 +242,29 @@ def test_a_damaged_or_foreign_results_file_is_not_read(tmp_path, monkeypatch):
     shutil.copy(context._results_path(other)[0], path)  # another key's tables under this key's name
     assert context._read_results(key) == {}
     _fresh_memory()
+
+
+def test_a_server_writes_back_after_its_first_call_and_then_now_and_then(monkeypatch):
+    """Note [what a server writes back]: a server is ended by a signal, which
+    runs no exit handler; its producer thread writes the tables instead."""
+    import asyncio
+
+    import kernelmap.mcp.warm as warm_module
+    from kernelmap.mcp.warm import Warm
+
+    written = []
+    monkeypatch.setattr(warm_module, "write_back", lambda: written.append(1))
+    warm = Warm()
+    try:
+        async def calls(n):
+            for _ in range(n):
+                await warm.run(lambda: None)
+            await warm.run(lambda: None)  # the settling of the last call is done before this one runs
+
+        asyncio.run(calls(3))
+        assert written == [1]
+        warm._written -= warm_module.WRITE_EVERY  # as if that long had passed
+        asyncio.run(calls(1))
+        assert written == [1, 1]
+    finally:
+        warm.close()

@@ -247,9 +247,11 @@ def _entry_node(op: Op, condition: str | None, calls: tuple[str, ...], ctx: Grap
 # torch/__init__.py rebinds). A definition taken from the table is a
 # `StoredDef`, whose AST node is parsed only if something asks for it. The
 # table is written back (temp file, then rename) when the process ends, if it
-# gained entries; at most _STORED entries are kept, the oldest dropped.
+# gained entries; at most _STORED entries are kept, the oldest dropped, and
+# the newest _TABLE_FILES tables.
 _STORE_VERSION = 1
 _STORED = 4096
+_TABLE_FILES = 8  # tables kept on disk, the newest written
 _READING_UNKNOWN: list[bool] = []  # per entry being computed: whether it read what is not recorded
 
 
@@ -405,6 +407,9 @@ class _Table:
             finally:
                 tmp.unlink(missing_ok=True)
             self.added = 0
+            kept = sorted(self.path.parent.glob("python-*.json"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+            for old in kept[_TABLE_FILES:]:  # the tables of other roots and older code
+                old.unlink(missing_ok=True)
         except OSError:
             pass  # a cache that cannot be written: computed again next time
 

@@ -253,7 +253,7 @@ def test_a_server_writes_back_after_its_first_call_and_then_now_and_then(monkeyp
     from kernelmap.mcp.warm import Warm
 
     written = []
-    monkeypatch.setattr(warm_module, "write_back", lambda: written.append(1))
+    monkeypatch.setattr(warm_module, "write_back", lambda shared=True: written.append(shared))
     warm = Warm()
     try:
         async def calls(n):
@@ -262,9 +262,9 @@ def test_a_server_writes_back_after_its_first_call_and_then_now_and_then(monkeyp
             await warm.run(lambda: None)  # the settling of the last call is done before this one runs
 
         asyncio.run(calls(3))
-        assert written == [1]
+        assert written == [True, False, False, False]  # the Python tables after each call, the shared results after the first
         warm._written -= warm_module.WRITE_EVERY  # as if that long had passed
         asyncio.run(calls(1))
-        assert written == [1, 1]
+        assert written[4:] == [True, False]
     finally:
         warm.close()

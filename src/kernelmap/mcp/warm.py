@@ -95,14 +95,16 @@ class ServedFiles(SourceFiles):
 # kernelmap.graph.context, Note [Python read once] in kernelmap.graph.python)
 # is written back when a CLI process exits; a server is usually ended by its
 # client with a signal, which runs no exit handler. So the producer thread
-# writes the tables that gained entries after its first call and then at
-# most every WRITE_EVERY seconds, once a call's result is handed over: the
-# next server (or CLI run) reads them instead of working them out again.
-def write_back() -> None:
+# writes them once a call's result is handed over: the Python layer's small
+# JSON tables after every call that added to them, the pickled shared results
+# (larger) after the first call and then at most every WRITE_EVERY seconds.
+# The next server (or CLI run) reads them instead of working them out again.
+def write_back(shared: bool = True) -> None:
     from kernelmap.graph.context import write_shared_results
     from kernelmap.graph.python import write_tables
 
-    write_shared_results()
+    if shared:
+        write_shared_results()
     write_tables()
 
 
@@ -152,6 +154,8 @@ class Warm:
         if time.monotonic() - self._written >= WRITE_EVERY:
             self._written = time.monotonic()
             write_back()
+        else:
+            write_back(shared=False)
         if self._thaw or self._settled % SETTLE_EVERY == 0:
             self._thaw = False
             gc.unfreeze()

@@ -114,33 +114,34 @@ class CatalogFiles:
         h.update(str(self.torchgen_root).encode())
         return h.hexdigest()[:24]
 
-    def stamped_key(self, cache: Path) -> str:
+    def stamped_key(self, cache: Path) -> tuple[str, str | None]:
         """`key()`, read from the record of keys in `cache` while every input
-        and reader is the file it was hashed from (Note [catalog keys by stamp])."""
+        and reader is the file it was hashed from (Note [catalog keys by
+        stamp]); and the stamps to record it under (`record_key`) once the
+        catalog is stored, None when there is nothing to record."""
         stamps = self._stamps()
+        known = _known_keys(cache)
+        if stamps is not None and isinstance(known.get(stamps), str):
+            return known[stamps], None
+        key = self.key()
+        return key, stamps if stamps is not None and self._stamps() == stamps and self._settled() else None
+
+    def record_key(self, cache: Path, stamps: str | None, key: str) -> None:
+        """Remember `key` under `stamps` (from `stamped_key`) in the record of keys."""
+        if stamps is None:
+            return
+        known = _known_keys(cache)
+        known.pop(stamps, None)
+        known[stamps] = key
+        for old in list(known)[:-_KEYS_KEPT]:
+            del known[old]
         record = cache / "catalog" / _KEYS
         try:
-            known = json.loads(read_text(record, "the catalog's record of keys"))  # a FIFO there is refused, not waited on
-        except (OSError, ValueError, RecursionError, NotRegularFile):
-            known = {}
-        if not isinstance(known, dict):
-            known = {}
-        if stamps is not None and isinstance(known.get(stamps), str):
-            return known[stamps]
-        key = self.key()
-        if stamps is not None and self._stamps() == stamps and self._settled():
-            known.pop(stamps, None)
-            known[stamps] = key
-            for old in list(known)[:-_KEYS_KEPT]:
-                del known[old]
-            try:
-                record.parent.mkdir(parents=True, exist_ok=True)
-                tmp = record.with_name(f".{record.name}.{os.getpid()}.tmp")
-                tmp.write_text(json.dumps(known))
-                os.replace(tmp, record)
-            except OSError:
-                pass  # hashed again next time
-        return key
+            tmp = record.with_name(f".{record.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(known))
+            os.replace(tmp, record)
+        except OSError:
+            pass  # hashed again next time
 
     def _inputs(self) -> list[Path]:
         return [*_READERS, *(p for p in (self.native_yaml, self.tags_yaml, self.derivatives_yaml, self.functional_py) if p is not None)]
@@ -184,9 +185,19 @@ class CatalogFiles:
 # `catalog/keys.json` under the stamps of those files (inode, size, mtime and
 # ctime: any write changes the ctime, which no one can set back), and hashed
 # again when one differs. A stamp is recorded only for files written well
-# before it was taken (Note [racy checks]); the last _KEYS_KEPT are kept.
+# before it was taken (Note [racy checks]), and only once the catalog is
+# stored (a cache that cannot hold it is left as it was); the last
+# _KEYS_KEPT are kept.
 _KEYS = "keys.json"
 _KEYS_KEPT = 16
+
+
+def _known_keys(cache: Path) -> dict:
+    try:
+        known = json.loads(read_text(cache / "catalog" / _KEYS, "the catalog's record of keys"))  # a FIFO there is refused, not waited on
+    except (OSError, ValueError, RecursionError, NotRegularFile):
+        return {}
+    return known if isinstance(known, dict) else {}
 
 
 _READERS = (Path(__file__).with_name("_extract.py"), Path(__file__).with_name("functional.py"))
@@ -318,12 +329,14 @@ def open_catalog_db(files: CatalogFiles, cache: Path) -> sqlite3.Connection:
     A corrupted or truncated cache file is rebuilt with a warning; a cache
     directory that cannot be written gives an in-memory catalog, with a warning.
     """
-    path = cache / "catalog" / f"{files.stamped_key(cache)}.sqlite"
+    key, unrecorded = files.stamped_key(cache)
+    path = cache / "catalog" / f"{key}.sqlite"
     if check_regular(path, "the catalog cache") is not None:  # a FIFO there is refused, not waited on
         try:
             db = connect(path, "the catalog cache")
             try:
                 if _is_complete(db, path):
+                    files.record_key(cache, unrecorded, key)
                     return db
             except (sqlite3.DatabaseError, ValueError):
                 db.close()
@@ -352,6 +365,7 @@ def open_catalog_db(files: CatalogFiles, cache: Path) -> sqlite3.Connection:
         _write(db, files, extracted)
         db.close()
         os.replace(tmp, path)  # atomic: readers see the old file or the whole new one
+        files.record_key(cache, unrecorded, key)
     except (sqlite3.OperationalError, OSError) as e:  # a full disk: the answer does not need the cache
         if db is not None:
             db.close()

@@ -268,3 +268,25 @@ def test_a_server_writes_back_after_its_first_call_and_then_now_and_then(monkeyp
         assert written[4:] == [True, False]
     finally:
         warm.close()
+
+
+def test_computing_an_entry_leaves_what_the_process_remembered(tmp_path, monkeypatch):
+    """An entry is computed with lookups of their own memory (every file read
+    is recorded); the process's memory of lookups stays for what follows."""
+    from kernelmap import pysource
+    import kernelmap.graph.python as python
+
+    monkeypatch.setenv(env.CACHE_ENV, str(tmp_path / "cache"))
+    root = tmp_path / "tree"
+    (root / "torch").mkdir(parents=True)
+    (root / "torch" / "__init__.py").write_text("from torch.m import f\n")
+    (root / "torch" / "m.py").write_text("def f():\n    return 1\n")
+    _fresh_memory()
+    assert pysource.find_def("torch.f", root) is not None  # remembered, with both files read
+    kept = pysource.find_def
+    before = kept.cache_info().currsize
+    read = python.remembered(root, ("f",), lambda: pysource.find_def("torch.f", root).path.name)
+    assert read == "m.py"
+    assert pysource.find_def is kept and kept.cache_info().currsize >= before
+    assert set(python._table(root).entries['["f"]']["files"]) == {"torch/__init__.py", "torch/m.py"}, "a file the lookup walked through was not recorded"
+    _fresh_memory()

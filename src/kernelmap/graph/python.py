@@ -6,6 +6,7 @@ hand-written bindings' C++.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import hashlib
 import json
@@ -239,9 +240,10 @@ def _entry_node(op: Op, condition: str | None, calls: tuple[str, ...], ctx: Grap
 # kernelmap code (`results/python-*.json` in the cache), each entry with the
 # SHA-1 of the content of every file its computing read: an entry is used
 # only while each of those files holds the same bytes, whatever their mtime.
-# Computing an entry clears `pysource.find_def`'s memory first, so that every
-# file a lookup walks through (a chain of re-exports) is read, and recorded,
-# again. An entry whose computing read what is not recorded (the C++ tables
+# An entry is computed with `pysource.find_def` (and the other memoized
+# readers it calls) given a memory of its own, so that every file a lookup
+# walks through (a chain of re-exports) is read, and recorded, again, while
+# what the process remembered stays for the questions that follow. An entry whose computing read what is not recorded (the C++ tables
 # of a hand-written binding) is not stored. Each key also holds what it reads
 # that is not a file (a digest of the catalog's entry points, of the names
 # torch/__init__.py rebinds). A definition taken from the table is a
@@ -424,27 +426,43 @@ def _table(root: Path) -> _Table:
     return found
 
 
-def remembered(root: Path, key: tuple, compute, reads: tuple[Path, ...] = ()):
+def remembered(root: Path, key: tuple, compute, reads: tuple[Path, ...] = (), fresh: tuple = ()):
     """`compute()` (JSON data), from the stored table of `root` while the files
-    it read (and `reads`) hold the same bytes; computed and stored otherwise (Note [Python read once])."""
+    it read (and `reads`) hold the same bytes; computed and stored otherwise
+    (Note [Python read once]). `fresh`: more (module, name) of memoized
+    functions it calls whose results depend on files read."""
     table = _table(root)
     text = json.dumps(key)
     entry = table.get(text)
     if entry is not None:
         return entry["value"]
     files: list[Path] = list(reads)
-    for kept in (pysource.find_def, pysource._top_level_aliases, pysource._top_level_names):
-        kept.cache_clear()  # every file a lookup walks through is read again, and recorded
     pysource._READ.append(files)
     _READING_UNKNOWN.append(False)
     try:
-        value = json.loads(json.dumps(compute()))  # as it will be read back: lists, not tuples
+        with _fresh(((pysource, "find_def"), (pysource, "_top_level_aliases"), (pysource, "_top_level_names"), *fresh)):
+            value = json.loads(json.dumps(compute()))  # as it will be read back: lists, not tuples
     finally:
         pysource._READ.remove(files)
         unknown = _READING_UNKNOWN.pop()
     if not unknown:
         table.put(text, value, set(files))
     return value
+
+
+@contextlib.contextmanager
+def _fresh(functions):
+    """Each memoized function (module, name) replaced by one with a memory of
+    its own while the block runs: every file a lookup walks through is read
+    again, and recorded, and what the process remembered is left as it was."""
+    saved = [(module, name, getattr(module, name)) for module, name in functions]
+    for module, name, kept in saved:
+        setattr(module, name, functools.lru_cache(maxsize=kept.cache_info().maxsize)(kept.__wrapped__))
+    try:
+        yield
+    finally:
+        for module, name, kept in saved:
+            setattr(module, name, kept)
 
 
 @atexit.register

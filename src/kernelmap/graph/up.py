@@ -23,6 +23,7 @@ import functools
 import hashlib
 import os
 import re
+import sys
 from pathlib import Path
 
 from kernelmap import env, pysource
@@ -578,7 +579,8 @@ def _python_callers(target: str, ctx: GraphContext) -> list[Node]:
         return []
     files = _python_files(root)
     listed = hashlib.sha1("\n".join(f.relative_to(root).as_posix() for f, _ in files).encode()).hexdigest()
-    found = remembered(root, ("callers", target, listed), lambda: _python_callers_spec(target, root), tuple(f for f, _ in files))
+    found = remembered(root, ("callers", target, listed), lambda: _python_callers_spec(target, root), tuple(f for f, _ in files),
+                       fresh=((sys.modules[__name__], "_calls_in"), (sys.modules[__name__], "_named_calls")))
     nodes: list[Node] = []
     for spec, condition, line in found:
         node = stored_node(spec, root, ctx, condition)
@@ -592,8 +594,6 @@ def _python_callers_spec(target: str, root: Path) -> list:
     """`_python_callers` as JSON data: [def_spec, condition, call line] per caller."""
     from kernelmap.graph.python import def_spec
 
-    for kept in (_calls_in, _named_calls):
-        kept.cache_clear()  # each file it walks through is read again, and recorded (Note [Python read once])
     found = []
     owner, _, method = target.rpartition(".")
     owner_def = pysource.find_def(owner, root) if owner.startswith("torch.nn.modules.") else None

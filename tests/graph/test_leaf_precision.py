@@ -90,3 +90,64 @@ def test_the_sleef_leaf_is_the_one_the_binary_ran(op, indexed_tree):
     ran = {golden.frames[i].function for s in golden.by_operator()[op] for i in s}
     sleef = [leaf.name for leaf in _leaves(op, indexed_tree) if leaf.name.startswith("Sleef_")]
     assert sleef and all(name in ran for name in sleef)
+
+
+def _below_entry(golden, op: str) -> set[str]:
+    """The functions the recorded runs of `op` ran below its entry kernel's frame."""
+    out: set[str] = set()
+    for stack in golden.by_operator()[op]:
+        frames = [golden.frames[i] for i in stack]
+        at = next((k for k, f in enumerate(frames) if f.function == f"at::native::{op.split('::')[1]}"), None)
+        if at is not None:
+            out |= {f.function for f in frames[at + 1 :] if f.is_real}
+    return out
+
+
+def test_a_call_after_a_return_taken_for_the_dtype_cannot_run(tree_2_6, context, indexed_tree):
+    """UnaryOps.cpp's conj_physical returns its input first for a real one
+    (read here): for float32 its call of at::_conj_physical is a branch that
+    cannot run, and `where` names no leaf (conj_kernel's loop never runs: the
+    recorded runs show nothing below the kernel); for complex64 it runs."""
+    from kernelmap import graph
+    from tests.graph.conftest import walk
+
+    text = (tree_2_6 / "aten/src/ATen/native/UnaryOps.cpp").read_text()
+    body = text[text.index("Tensor conj_physical(const Tensor& self) {"):]
+    assert body.splitlines()[1].strip() == "if (!self.is_complex()) return self;"
+    assert not _below_entry(load(), "aten::conj_physical")
+    for dtype, runs in (("float32", False), ("complex64", True)):
+        tree = graph.stack("aten::conj_physical", context("cpu", dtype=dtype))
+        call = next(n for n, _ in walk(tree) if n.name in ("aten::_conj_physical", "at::_conj_physical"))
+        assert bool(call.attrs.get("branch")) is not runs, dtype
+        if not runs:
+            assert "returns before it" in call.attrs["branch"] and "is_complex" in call.attrs["branch"]
+    assert _leaves("aten::conj_physical", indexed_tree) == []
+
+
+def test_a_real_tensor_has_no_conjugate_bit(tree_2_6, indexed_tree):
+    """resolve_conj returns a tensor whose conjugate bit is not set (read
+    here), and a real tensor's never is: no copy runs for float32, as the
+    recorded runs show, and `where` names no leaf."""
+    text = (tree_2_6 / "aten/src/ATen/native/UnaryOps.cpp").read_text()
+    body = text[text.index("Tensor resolve_conj(const Tensor& self) {"):]
+    assert re.match(r"\s*if \(!self\.is_conj\(\)\) \{\s*return self;", body[body.index("{") + 1 :])
+    assert not _below_entry(load(), "aten::resolve_conj")
+    assert _leaves("aten::resolve_conj", indexed_tree) == []
+
+
+def test_a_loop_for_bit_types_is_no_leaf_of_a_float_copy(tree_2_6, context):
+    """CopyKernel.cpp's direct_copy_kernel runs cpu_kernel only `if
+    (isBitsType(dtype))` (read here): no float dtype is one, so that loop is a
+    branch of a float32 copy, and the cpu_kernel_vec of its `else` is not."""
+    from kernelmap import graph
+    from tests.graph.conftest import walk
+
+    text = (tree_2_6 / "aten/src/ATen/native/cpu/CopyKernel.cpp").read_text()
+    body = text[text.index("void direct_copy_kernel("):]
+    assert "} else if (isBitsType(dtype)) {" in body[: body.index("\n}\n")]
+    tree = graph.stack("aten::copy_", context("cpu"))
+    copy = next(n for n, _ in walk(tree) if n.name.endswith("::direct_copy_kernel") and n.children)
+    loops = {n.name: n for n in copy.children if n.name in ("cpu_kernel", "cpu_kernel_vec")}
+    assert "bit" not in str(loops["cpu_kernel_vec"].attrs.get("branch") or "")
+    assert not loops["cpu_kernel_vec"].attrs.get("branch")
+    assert "isBitsType" in (loops["cpu_kernel"].condition or "") and loops["cpu_kernel"].attrs.get("branch")

@@ -151,7 +151,9 @@ def _read_early_returns(definition, ctx: GraphContext):
             depth -= 1
             if depth == 0:
                 return
-        elif depth == 1 and ch == "i" and (m := _IF.match(text, i)) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+        elif ch == "#" and depth >= 1:
+            return  # a `#if` in the body may compile a return out: read no further
+        elif depth == 1 and ch == "i" and (m := _IF.match(text, i)) and _starts_statement(text, i):
             close = _matching(text, m.end() - 1, "(", ")") - 1  # the `)` closing the test
             if close >= len(text) - 1:
                 return
@@ -172,6 +174,14 @@ def _read_early_returns(definition, ctx: GraphContext):
                 continue
             i = close  # the test read; the statement's body is walked as any other text
         i += 1
+
+
+def _starts_statement(text: str, i: int) -> bool:
+    """Whether the `if` at `i` starts a statement of its block: not a loop's
+    body (`for (...) if`), nor an `else if` of a chain, which is reached only
+    when the arms before it are not taken."""
+    before = text[:i].rstrip()
+    return not before or (before[-1] in ";{}" and not re.search(r"\belse$", before))
 
 
 def case_cannot_run(line: int, definition, known: dict[str, bool], ctx: GraphContext, rank: int | None = None) -> str | None:

@@ -180,8 +180,10 @@ def _starts_statement(text: str, i: int) -> bool:
     """Whether the `if` at `i` starts a statement of its block: not a loop's
     body (`for (...) if`), nor an `else if` of a chain, which is reached only
     when the arms before it are not taken."""
-    before = text[:i].rstrip()
-    return not before or (before[-1] in ";{}" and not re.search(r"\belse$", before))
+    j = i - 1
+    while j >= 0 and text[j].isspace():
+        j -= 1
+    return j < 0 or text[j] in ";{}"  # `else if` and `for (...) if` end otherwise
 
 
 def case_cannot_run(line: int, definition, known: dict[str, bool], ctx: GraphContext, rank: int | None = None) -> str | None:

@@ -18,7 +18,7 @@ from kernelmap.graph.code import file_lines, tree_lines
 from kernelmap.graph.context import GraphContext, kept_results
 from kernelmap.graph.grow import Node
 from kernelmap.graph.rules import is_utility_op
-from kernelmap.model import EdgeKind, Location, NodeKind, Op
+from kernelmap.model import EdgeKind, Location, NodeKind, Op, OpKind
 
 
 def _python_location(path: Path, line: int, end_line: int | None, ctx: GraphContext) -> Location:
@@ -182,25 +182,35 @@ def _own_overload(name: str, caller) -> bool:
 # its work: at::native::stack concatenates with at::cat, zero_ fills with
 # fill_. They are followed from the asked operator's own kernels only, not
 # from the utilities they reach in turn (flatten's reshape is followed, and
-# the clone reshape makes of a tensor no view can describe is not), and not
-# for a view, which moves no element (moveaxis's movedim sorts its dims).
+# the clone reshape makes of a tensor no view can describe is not). A view
+# asked for is no exception: it moves no element, but the binary runs its
+# kernel's views down to the one that sets the metadata (transpose's and
+# unsqueeze's as_strided, whose as_strided_tensorimpl checks the storage's
+# bounds and sets the strides: the recorded stacks of torch 2.13.0 show each
+# frame), and moveaxis's movedim sorts its dims. Only its calls of other views
+# are followed: what it calls that may copy (ravel's contiguous), and a
+# composite view that may copy (reshape_as's reshape, which clones a tensor no
+# view can describe), stay one step each, the copy being theirs.
 # A view spelled otherwise than the views by name, with a composite implicit
 # kernel (mT, mH, adjoint: `is_view_alias`), is not a leaf where it is called:
 # the binary runs its kernel and helpers (mT's _adjoint) down to the view
 # they call (transpose), which is.
-_ASKED_UTILITY: contextvars.ContextVar[str | None] = contextvars.ContextVar("asked_utility", default=None)
+_ASKED_UTILITY: contextvars.ContextVar[tuple[str, bool] | None] = contextvars.ContextVar("asked_utility", default=None)
 
 
-def _utility_asked(root: Node) -> str | None:
-    """The base name of the utility operator a tree is grown for, if it is one."""
+def _utility_asked(root: Node) -> tuple[str, bool] | None:
+    """The base name of the utility operator a tree is grown for, and whether it is a view; None if it is no utility."""
     op = root.payload if root.kind is NodeKind.OPERATOR else None
-    return op.name.name if isinstance(op, Op) and not op.is_view and is_utility_op(op.name.name, False) else None
+    return (op.name.name, op.is_view) if isinstance(op, Op) and is_utility_op(op.name.name, op.is_view) else None
 
 
-def _utility_kernel(caller, ctx: GraphContext) -> bool:
-    """Whether `caller` is a kernel of the utility asked for (Note [a utility asked for])."""
+def _utility_kernel(caller, ctx: GraphContext, callee: Op | None = None) -> bool:
+    """Whether `caller` is a kernel of the utility asked for, so that its call
+    of the utility `callee` is followed (Note [a utility asked for])."""
     asked = _ASKED_UTILITY.get()
-    return asked is not None and _own_overload(asked, caller)
+    if asked is None or not _own_overload(asked[0], caller):
+        return False
+    return not asked[1] or callee is None or (callee.is_view and callee.kind is not OpKind.COMPOSITE_IMPLICIT)
 
 
 def _is_utility_kernel(name: str, candidates: list, ctx: GraphContext) -> bool:

@@ -538,7 +538,7 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: di
         _given(node, literal_flags(op, site, ctx))
         # a utility's own kernel calling its other overload is the utility's work, not plumbing
         # (at::native::arange calls arange.start_out, whose loop fills the range)
-        if (is_utility_op(op.name.name, op.is_view) and not _own_overload(op.name.name, caller) and not _utility_kernel(caller, ctx)
+        if (is_utility_op(op.name.name, op.is_view) and not _own_overload(op.name.name, caller) and not _utility_kernel(caller, ctx, op)
                 and not is_view_alias(op)):
             node.attrs["utility"] = True
             if not ctx.all_calls:

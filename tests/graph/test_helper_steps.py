@@ -88,13 +88,15 @@ def test_a_utility_a_helper_calls_stays_with_the_helper(context):
 
 def test_a_view_asked_for_runs_its_views(context):
     """transpose and unsqueeze set a view's metadata through as_strided,
-    whose kernel checks the storage's bounds: the recorded stacks of each
-    show as_strided_tensorimpl and checkInBoundsForStorage below the view's
-    kernel. Asked for, the view's tree has them, below its as_strided call;
-    where another kernel calls the view (matmul's transpose), it stays one
-    unexpanded step."""
+    whose kernel checks the storage's bounds, and t through transpose: the
+    recorded stacks of each show as_strided_tensorimpl and
+    checkInBoundsForStorage below the view's kernel. Asked for, the view's
+    tree has them, below its as_strided call, however deep; where another
+    kernel calls the view (matmul's transpose), it stays one unexpanded
+    step, and what a view asked for calls that may copy (ravel's
+    contiguous) stays one step too."""
     ctx = context("cpu")
-    for op, kernel in (("aten::transpose.int", "at::native::transpose"), ("aten::unsqueeze", "at::native::unsqueeze")):
+    for op, kernel in (("aten::transpose.int", "at::native::transpose"), ("aten::unsqueeze", "at::native::unsqueeze"), ("aten::t", "at::native::t")):
         pairs = observed_pairs(op)
         assert ("at::_ops::as_strided::call", "at::native::as_strided_tensorimpl") in pairs
         assert ("at::native::as_strided_tensorimpl", "at::native::checkInBoundsForStorage") in pairs
@@ -109,3 +111,7 @@ def test_a_view_asked_for_runs_its_views(context):
     matmul = graph.stack("aten::matmul", ctx)
     views = [n for n, _ in walk(matmul) if n.name == "aten::transpose.int"]
     assert views and all(v.attrs.get("utility") and not v.children for v in views)
+    ravel = graph.stack("aten::ravel", ctx)
+    copies = [n for n, _ in walk(ravel) if n.name == "aten::contiguous" or n.name.startswith("at::_ops::contiguous")]
+    assert copies and all(not c.children or c.attrs.get("utility") for c in copies if c.name == "aten::contiguous")
+    assert not any(n.name == "aten::clone" for n, _ in walk(ravel))

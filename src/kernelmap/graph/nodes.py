@@ -17,8 +17,8 @@ from kernelmap.errors import KernelmapError
 from kernelmap.graph.code import file_lines, tree_lines
 from kernelmap.graph.context import GraphContext, kept_results
 from kernelmap.graph.grow import Node
-from kernelmap.graph.rules import is_utility_op
-from kernelmap.model import EdgeKind, Location, NodeKind, Op, OpKind
+from kernelmap.graph.rules import is_utility_op, moves_no_element
+from kernelmap.model import EdgeKind, Location, NodeKind, Op
 
 
 def _python_location(path: Path, line: int, end_line: int | None, ctx: GraphContext) -> Location:
@@ -188,9 +188,12 @@ def _own_overload(name: str, caller) -> bool:
 # unsqueeze's as_strided, whose as_strided_tensorimpl checks the storage's
 # bounds and sets the strides: the recorded stacks of torch 2.13.0 show each
 # frame), and moveaxis's movedim sorts its dims. Only its calls of other views
-# are followed: what it calls that may copy (ravel's contiguous), and a
-# composite view that may copy (reshape_as's reshape, which clones a tensor no
-# view can describe), stay one step each, the copy being theirs.
+# are followed: what it calls that may copy (ravel's contiguous, reshape_as's
+# reshape, which clones a tensor no view can describe: graph.rules'
+# moves_no_element) stays one step, the copy being that utility's. A view moves
+# no element, so below a utility asked for every view is followed to the one
+# that sets the metadata, however deep (t -> transpose -> as_strided, chunk ->
+# split -> narrow -> slice -> as_strided, transpose_copy's transpose).
 # A view spelled otherwise than the views by name, with a composite implicit
 # kernel (mT, mH, adjoint: `is_view_alias`), is not a leaf where it is called:
 # the binary runs its kernel and helpers (mT's _adjoint) down to the view
@@ -208,9 +211,12 @@ def _utility_kernel(caller, ctx: GraphContext, callee: Op | None = None) -> bool
     """Whether `caller` is a kernel of the utility asked for, so that its call
     of the utility `callee` is followed (Note [a utility asked for])."""
     asked = _ASKED_UTILITY.get()
-    if asked is None or not _own_overload(asked[0], caller):
+    if asked is None:
         return False
-    return not asked[1] or callee is None or (callee.is_view and callee.kind is not OpKind.COMPOSITE_IMPLICIT)
+    view = callee is not None and moves_no_element(callee.name.name, callee.is_view)
+    if not _own_overload(asked[0], caller):
+        return view  # a view's views, wherever the asked utility reaches them (t -> transpose -> as_strided)
+    return not asked[1] or callee is None or view
 
 
 def _is_utility_kernel(name: str, candidates: list, ctx: GraphContext) -> bool:

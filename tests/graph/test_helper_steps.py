@@ -115,3 +115,15 @@ def test_a_view_asked_for_runs_its_views(context):
     copies = [n for n, _ in walk(ravel) if n.name == "aten::contiguous" or n.name.startswith("at::_ops::contiguous")]
     assert copies and all(not c.children or c.attrs.get("utility") for c in copies if c.name == "aten::contiguous")
     assert not any(n.name == "aten::clone" for n, _ in walk(ravel))
+
+
+def test_a_view_not_named_as_a_utility_is_followed_where_it_is_called(context):
+    """unfold is a view by its schema but no utility by name: instance_norm's
+    repeat calls it, and the recorded stacks run unfold's own kernel below
+    its operator. The default answer follows it there, down to the view its
+    kernel calls (as_strided), which stays one step."""
+    assert ("at::_ops::unfold::call", "at::native::unfold") in observed_pairs("aten::instance_norm")
+    tree = graph.stack("aten::instance_norm", context("cpu"))
+    kernels = [n for n, path in walk(tree) if n.name == "at::native::unfold" and any(p.name == "aten::unfold" for p in path)]
+    assert kernels and _defines(kernels[0], "unfold")
+    assert any(c.name == "aten::as_strided" and c.attrs.get("utility") and not c.children for c in kernels[0].children)

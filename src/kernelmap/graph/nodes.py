@@ -163,11 +163,13 @@ def _generated(op_name: str, ctx: GraphContext, layers):
 
 
 def is_view_alias(op: Op) -> bool:
-    """A view operator other than the utilities by name, whose kernel is
-    composite implicit (mT, mH, adjoint, swapaxes): another spelling of a view
-    (Note [a utility asked for]). The binary runs its kernel, then the view it
-    calls: followed to that view, which stays a utility."""
-    return op.is_view and op.kind.value == "composite implicit" and not is_utility_op(op.name.name, False)
+    """A view operator other than the utilities by name: another spelling of a
+    view with a composite implicit kernel (mT, mH, adjoint, swapaxes), or a
+    view with a kernel of its own (unfold, whose kernel computes the window's
+    sizes and strides) (Note [a utility asked for]). The binary runs its
+    kernel, then the view it calls: followed to that view, which stays a
+    utility."""
+    return op.is_view and not is_utility_op(op.name.name, False)
 
 
 def _own_overload(name: str, caller) -> bool:
@@ -194,10 +196,10 @@ def _own_overload(name: str, caller) -> bool:
 # no element, so below a utility asked for every view is followed to the one
 # that sets the metadata, however deep (t -> transpose -> as_strided, chunk ->
 # split -> narrow -> slice -> as_strided, transpose_copy's transpose).
-# A view spelled otherwise than the views by name, with a composite implicit
-# kernel (mT, mH, adjoint: `is_view_alias`), is not a leaf where it is called:
-# the binary runs its kernel and helpers (mT's _adjoint) down to the view
-# they call (transpose), which is.
+# A view spelled otherwise than the views by name (mT, mH, adjoint, unfold:
+# `is_view_alias`) is not a leaf where it is called: the binary runs its
+# kernel and helpers (mT's _adjoint, unfold's window) down to the view they
+# call (transpose, as_strided), which is.
 _ASKED_UTILITY: contextvars.ContextVar[tuple[str, bool] | None] = contextvars.ContextVar("asked_utility", default=None)
 
 

@@ -13,9 +13,10 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from kernelmap import env, pysource
-from kernelmap.graph.context import GraphContext
+from kernelmap.graph.context import GraphContext, _Kept
 from kernelmap.graph.grow import Node
 from kernelmap.graph.nodes import (
     _builtin_node,
@@ -417,6 +418,10 @@ class _Table:
 
 
 _TABLES: dict[Path, _Table] = {}
+# What this process already took from a table or computed: asked again, it is
+# answered as the memoized readers it stands for answer (`pysource.find_def`,
+# `up._calls_in`: for the life of the process), without checking each file again.
+_SEEN: dict[tuple[Path, str], Any] = _Kept(_STORED)
 
 
 def _table(root: Path) -> _Table:
@@ -431,10 +436,14 @@ def remembered(root: Path, key: tuple, compute, reads: tuple[Path, ...] = (), fr
     it read (and `reads`) hold the same bytes; computed and stored otherwise
     (Note [Python read once]). `fresh`: more (module, name) of memoized
     functions it calls whose results depend on files read."""
-    table = _table(root)
     text = json.dumps(key)
+    seen = _SEEN.get((root, text))
+    if seen is not None:
+        return seen
+    table = _table(root)
     entry = table.get(text)
     if entry is not None:
+        _SEEN[root, text] = entry["value"]
         return entry["value"]
     files: list[Path] = list(reads)
     pysource._READ.append(files)
@@ -447,6 +456,7 @@ def remembered(root: Path, key: tuple, compute, reads: tuple[Path, ...] = (), fr
         unknown = _READING_UNKNOWN.pop()
     if not unknown:
         table.put(text, value, set(files))
+    _SEEN[root, text] = value
     return value
 
 

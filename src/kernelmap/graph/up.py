@@ -502,6 +502,12 @@ def _python_files(root: Path) -> tuple[tuple[Path, str], ...]:
     return tuple(found)
 
 
+@functools.lru_cache(maxsize=8)
+def _listed(root: Path) -> str:
+    """A digest of the names of the files `_python_files` reads (a module added is another)."""
+    return hashlib.sha1("\n".join(f.relative_to(root).as_posix() for f, _ in _python_files(root)).encode()).hexdigest()
+
+
 @functools.lru_cache(maxsize=64)
 def _identifiers(path: Path) -> frozenset[str]:
     """Every word of one file: whether it can name a callee at all, before it is parsed."""
@@ -578,7 +584,7 @@ def _python_callers(target: str, ctx: GraphContext) -> list[Node]:
     if root is None:
         return []
     files = _python_files(root)
-    listed = hashlib.sha1("\n".join(f.relative_to(root).as_posix() for f, _ in files).encode()).hexdigest()
+    listed = _listed(root)
     found = remembered(root, ("callers", target, listed), lambda: _python_callers_spec(target, root), tuple(f for f, _ in files),
                        fresh=((sys.modules[__name__], "_calls_in"), (sys.modules[__name__], "_named_calls")))
     nodes: list[Node] = []

@@ -15,9 +15,13 @@ and source tree): the import's result depends on those too. A variant holds
   nodes.arrow   the call tree in pre-order, one row per node: kind, label,
                 event row, parent, subtree size, start, duration, how a device
                 event was joined to its launch, its shared facts' number
-  events.arrow  the kept events' own columns (thread, file index,
-                correlation, external id, sequence number, shapes, dtypes,
-                device, stream, grid, block)
+  events.arrow  the kept events' dense columns (thread, file index...)
+  arg-*.arrow   each sparse arg column (correlation, external id, sequence
+                number, shapes, dtypes, device, stream, grid, block: Note
+                [sparse arg columns] in kernelmap.trace.collect) as what it
+                is in memory: the rows that hold a value, and their values
+                (made dense, the ten would be written at once, ten times the
+                bytes: the import's peak)
   labels.arrow  each distinct (name, category): kind, display name, raw name,
                 Python location (interned strings: nodes refer to them)
   own.arrow     the facts of single nodes (a convolution's backend, an
@@ -82,7 +86,7 @@ import numpy as np
 from kernelmap.errors import BadInput
 from kernelmap.model import Location, OriginTable
 
-STORE_VERSION = 6  # 2: the events' record function ids (rf); 3: each node's children and their time; 4: own and conv facts mapped, the default view; 5: meta holds the versions a trace mixes; 6: flows and links tables
+STORE_VERSION = 7  # 2: the events' record function ids (rf); 3: each node's children and their time; 4: own and conv facts mapped, the default view; 5: meta holds the versions a trace mixes; 6: flows and links tables; 7: sparse arg columns kept sparse
 _ID_LENGTH = 32
 
 
@@ -282,7 +286,12 @@ def save(t, folder: Path) -> None:
         if n > DEFAULT_NODES:  # the default view's nodes, chosen now, while the columns are in memory (views._stored_hot)
             hot = hot_nodes(table, DEFAULT_NODES).astype(np.int64)
             np.save(tmp / f"hot-{DEFAULT_NODES}-None.npy", hot, allow_pickle=False)
-        _write_arrow(tmp / "events.arrow", {k: np.asarray(v) for k, v in c.columns.items()})  # sparse arg columns made dense: mapped on opening
+        from kernelmap.trace.codes import Sparse
+
+        sparse = {k: v for k, v in c.columns.items() if isinstance(v, Sparse)}
+        _write_arrow(tmp / "events.arrow", {k: np.asarray(v) for k, v in c.columns.items() if k not in sparse})
+        for k, v in sparse.items():  # each mapped on opening, as it was in memory
+            _write_arrow(tmp / f"arg-{k}.arrow", {"rows": v.rows, "values": v.values})
         flows = flow_columns(c.flows)
         _write_arrow(tmp / "flows.arrow", {**flows, "end": flows["end"].view(np.int8)})  # Arrow packs booleans into bits: no mapped view
         _write_arrow(tmp / "links.arrow", link_columns(table))
@@ -309,6 +318,8 @@ def save(t, folder: Path) -> None:
             "odd_int": [i for i, v in enumerate(c.values.odd) if isinstance(v, int)],
             "event_threads": [_encode(k, origins) for k in c.threads],
             "counts": {"events": c.events, "skipped": c.skipped, "device_count": c.device_count},
+            "columns": list(c.columns),
+            "sparse": {k: [int(v.fill), int(v.size)] for k, v in sparse.items()},
         }
         _write_facts(tmp / "own.arrow", table.own, origins)
         _write_facts(tmp / "conv.arrow", c.conv, origins)
@@ -378,7 +389,8 @@ def _read_arrow(path: Path) -> dict[str, np.ndarray]:
         if col.num_chunks == 1:
             out[name] = col.chunk(0).to_numpy(zero_copy_only=True)
         else:  # several record batches: one copy, joined
-            out[name] = np.concatenate([ch.to_numpy(zero_copy_only=True) for ch in col.chunks]) if col.num_chunks else np.zeros(0)
+            out[name] = (np.concatenate([ch.to_numpy(zero_copy_only=True) for ch in col.chunks]) if col.num_chunks
+                         else np.zeros(0, dtype=col.type.to_pandas_dtype()))  # no rows: typed as written
     return out
 
 
@@ -492,7 +504,13 @@ def open_variant(folder: Path, file: Path | None = None):
     c.values.odd = [int(v) if i in odd_int else v for i, v in enumerate(doc["odd"])]
     c.threads = [tuple(_decode(k, origins)) for k in doc["event_threads"]]
     c.conv = MappedFacts(folder / "conv.arrow", origins)
-    c.columns = events
+    from kernelmap.trace.codes import Sparse
+
+    sparse = {}
+    for k, (fill, size) in doc["sparse"].items():
+        arg = _read_arrow(folder / f"arg-{k}.arrow")
+        sparse[k] = Sparse(arg["rows"], arg["values"], fill, size)
+    c.columns = {k: sparse[k] if k in sparse else events[k] for k in doc["columns"]}
     flows = _read_arrow(folder / "flows.arrow")
     c.flows = flow_columns({**flows, "end": flows["end"].view(np.bool_)})
     c.events, c.skipped, c.device_count = doc["counts"]["events"], doc["counts"]["skipped"], doc["counts"]["device_count"]
@@ -570,9 +588,25 @@ def load(path: Path | str, *, keep_frames: bool = False, resolve: bool = True, s
     except OSError:
         return t  # an unwritable cache: the trace is still answered, from memory
     evict(limit, keep=folder)
+    try:  # Note [import, then re-open]
+        reopened = open_variant(folder, path)
+    except (OSError, ValueError, KeyError, TypeError):
+        reopened = None
+    if reopened is not None:
+        reopened.meta = t.meta  # the meta asked for (`meta`) included, as the import kept it
+        return reopened
     t.id = tid
     t.stored, t.kept = folder, KEPT
     return t
+
+
+# Note [import, then re-open]
+# A trace just imported is answered from the tables it was written to, as a
+# trace imported before is, not from the columns it was built in: those (the
+# collected events, every column of the tree, its facts) are freed at once,
+# and each view reads from the mapped tables only the pages it touches. The
+# summary and the views of a large trace thus run beside no copy of the
+# import, and a fresh import and a re-open answer from the same bytes.
 
 
 # Note [trace store bound]

@@ -296,8 +296,9 @@ def _nest(ts: np.ndarray, dur: np.ndarray, thread: np.ndarray) -> np.ndarray:
 _SLICE = 1 << 16  # rows turned into Python lists at a time (a list of a million ints is 36 MB)
 
 
-def _slices(n: int, backwards: bool = False, size: int = _SLICE):
-    starts = range(0, n, size)
+def _slices(n: int, backwards: bool = False, size: int | None = None):
+    starts = range(0, n, size or _SLICE)  # (_SLICE read when called: the tests make it tiny)
+    size = size or _SLICE
     for lo in reversed(starts) if backwards else starts:
         yield lo, min(lo + size, n)
 

@@ -261,8 +261,9 @@ def link_columns(table) -> dict[str, np.ndarray]:
     }
 
 
-def save(t, folder: Path) -> None:
-    """Write the trace `t` (a Trace with its columns) as a variant folder, atomically."""
+def save(t, folder: Path, views: bool = True) -> None:
+    """Write the trace `t` (a Trace with its columns) as a variant folder,
+    atomically; `views`: with its default bounded view chosen and kept."""
     import pyarrow as pa
 
     table = t._table
@@ -283,7 +284,7 @@ def save(t, folder: Path) -> None:
         del children, child_us
         from kernelmap.trace.views import DEFAULT_NODES, hot_nodes
 
-        if n > DEFAULT_NODES:  # the default view's nodes, chosen now, while the columns are in memory (views._stored_hot)
+        if views and n > DEFAULT_NODES:  # the default view's nodes, chosen now, while the columns are in memory (views._stored_hot)
             hot = hot_nodes(table, DEFAULT_NODES).astype(np.int64)
             np.save(tmp / f"hot-{DEFAULT_NODES}-None.npy", hot, allow_pickle=False)
         from kernelmap.trace.codes import Sparse
@@ -325,7 +326,7 @@ def save(t, folder: Path) -> None:
         _write_facts(tmp / "conv.arrow", c.conv, origins)
         from kernelmap.trace.views import _depths
 
-        if n > DEFAULT_NODES and int(_depths(table, hot).max()) <= _VIEW_DEPTH:  # the default view itself, for a re-open
+        if views and n > DEFAULT_NODES and int(_depths(table, hot).max()) <= _VIEW_DEPTH:  # the default view itself, for a re-open
             from kernelmap.model import CallTree
             from kernelmap.trace.views import subset_root
 
@@ -594,10 +595,60 @@ def load(path: Path | str, *, keep_frames: bool = False, resolve: bool = True, s
         reopened = None
     if reopened is not None:
         reopened.meta = t.meta  # the meta asked for (`meta`) included, as the import kept it
+        del t
+        release_freed()
         return reopened
     t.id = tid
     t.stored, t.kept = folder, KEPT
     return t
+
+
+SPILL_NODES = 1 << 19  # below this, a trace read without the store stays in memory: its columns weigh less than the table writer's import
+
+
+def spilled(path: Path | str, *, keep_frames: bool = False, resolve: bool = True, source_tree: Path | None = None,
+            meta: dict[str, Any] | None = None):
+    """The trace at `path` imported as `load` does, into a temporary folder of
+    the cache that is removed at once (its files stay readable while mapped):
+    a trace read without the store (`--no-store`) answers from mapped tables
+    too (Note [import, then re-open]), and nothing of it is kept. A trace of
+    fewer than SPILL_NODES nodes, or an unwritable cache: the trace as
+    imported, in memory."""
+    from kernelmap.trace.kineto import read_file
+
+    path = Path(path)
+    t = read_file(path, keep_frames, resolve, source_tree, False, meta)
+    if t._table is None or len(t._table) < SPILL_NODES:
+        return t
+    parent = store_dir() / "spill"
+    folder = parent / f"trace.tmp-{os.getpid()}-{time.monotonic_ns()}"  # a killed process's: removed by a later one (_clean_leftovers)
+    try:
+        save(t, folder, views=False)
+        reopened = open_variant(folder, path)
+    except (OSError, ValueError, KeyError, TypeError):
+        return t
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    reopened.meta = t.meta
+    reopened.id = reopened.stored = reopened.kept = None  # nothing kept: no summary or view is written beside it
+    del t
+    release_freed()
+    return reopened
+
+
+def release_freed() -> None:
+    """Hand the heap's free pages back to the system (glibc keeps them for
+    reuse): an import's temporaries, freed, no longer count in the process's
+    memory while the trace is read from its tables."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # no glibc: nothing to trim
+        return
+    trim(0)
 
 
 # Note [import, then re-open]

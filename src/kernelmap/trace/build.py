@@ -431,15 +431,18 @@ def _link_backward(t: Table) -> None:
     """Name on each autograd node the forward operator that recorded it: the
     forward op carries a sequence number, the node repeats it with the id of
     the forward thread."""
-    seq = t.column("seq", NONE)
+    both = np.flatnonzero(np.isin(t.kind, (KIND["op"], KIND["autograd"])))  # (the sequence numbers of these only: no column per node)
+    seq = t.column("seq", NONE, both)
     good = usable(seq)
-    ops = np.flatnonzero(good & (t.kind == KIND["op"]))
+    is_op = t.kind[both] == KIND["op"]
+    ops, op_seq = both[good & is_op], seq[good & is_op]
+    nodes, node_seq = both[good & ~is_op], seq[good & ~is_op]
+    del both, seq, good, is_op
     display = t.c.labels.display
-    nodes = np.flatnonzero(good & (t.kind == KIND["autograd"]))
-    forward = _lookup(seq[ops], t.label[ops].astype(np.int64), seq[nodes], last=True)  # pre-order: the innermost op wins
-    for i, fwd in zip(nodes.tolist(), forward.tolist()):
+    forward = _lookup(op_seq, t.label[ops].astype(np.int64), node_seq, last=True)  # pre-order: the innermost op wins
+    for i, s, fwd in zip(nodes.tolist(), node_seq.tolist(), forward.tolist()):
         own = t.own.setdefault(i, {})
-        own["sequence_nr"] = t.c.values.decode(int(seq[i]))
+        own["sequence_nr"] = t.c.values.decode(int(s))
         if fwd >= 0 and display[fwd]:
             own["forward_op"] = display[fwd]
 

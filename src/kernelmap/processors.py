@@ -51,10 +51,11 @@ def _with(node: CallNode, children: tuple[CallNode, ...], **facts) -> CallNode:
 
 def prune_plumbing(tree: CallTree) -> CallTree:
     """Drop direct-call subtrees that reach no operator, stub, loop, launch or
-    vendor call: helpers that only compute shapes or check arguments. A tensor
+    vendor call and hold no helper of the tree's own code (Note [helpers as
+    steps]): c10's containers, and the Python helpers that reach no torch. A tensor
     utility (empty, view, contiguous...: fact `utility`) called by a step that
     stays is kept as one step, the call with its definition and nothing below
-    it (Note [utilities as steps]); it keeps no step above it. A node marked "expanded above"
+    it (Note [utilities as steps]). A node marked "expanded above"
     is kept when its expanded twin is; every variant of an `alternatives`
     group stays visible. A node whose children a limit cut (`truncated`) is
     kept with its mark: what lies below it is unknown, not plumbing, and a
@@ -68,6 +69,7 @@ def prune_plumbing(tree: CallTree) -> CallTree:
             ident = n.attrs.get("identity")
             interesting[id(n)] = (
                 (n.kind in _WORK_KINDS and not n.attrs.get("utility"))
+                or _runs(n)
                 or bool(n.attrs.get("keep"))
                 or bool(n.attrs.get("truncated"))
                 or (bool(n.attrs.get("repeat")) and ident in worth)
@@ -89,6 +91,29 @@ def prune_plumbing(tree: CallTree) -> CallTree:
     return _unmark_empty_repeats(_rebuild(tree, visit))
 
 
+def _runs(n: CallNode) -> bool:
+    """A helper that runs (Note [helpers as steps]): a definition of the tree's
+    own code that a kept step calls, not c10's containers, not a utility."""
+    if n.kind is not NodeKind.KERNEL or n.attrs.get("utility") or n.location is None:
+        return False
+    return not n.location.path.startswith(_PLUMBING_DIRS)
+
+
+# Note [helpers as steps]
+# ~~~~~~~~~~~~~~~~~~~~~~~
+# A helper a kernel calls directly really runs: the recorded stacks of torch
+# 2.13.0 show review_reduce_result under make_reduction, promote_tensor_fft
+# (and the to() it makes) under fft_c2c, wrapped_scalar_tensor under le's
+# meta function, norm_from_string under every fft. So the default answer keeps
+# every definition of the tree's code it reached (graph.rules' KERNEL_DIRS:
+# direct calls are followed into kernel code only), with the utilities it
+# calls (Note [utilities as steps]); what it drops as plumbing is what lies
+# below a utility and c10's containers. The answer stays readable in text:
+# off the main path a step's other calls are one `+ N other calls:` line
+# (fold_notes), and --all folds each run of sibling utilities to one line.
+_PLUMBING_DIRS = ("c10/",)
+
+
 # Note [utilities as steps]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~
 # A tensor utility a kernel calls (matmul's reshape, transpose and expand,
@@ -97,8 +122,9 @@ def prune_plumbing(tree: CallTree) -> CallTree:
 # utility's definition, but not what the utility runs (an allocation, a
 # view's metadata): that is below --all-calls. A utility is no end of the
 # call (graph.ends ranks vendor calls, launches and loops), so `where`'s
-# leaves and the main path never stop at one; and it keeps nothing above it:
-# a helper that only calls utilities is still plumbing. The text view folds
+# leaves and the main path never stop at one. The helper that calls it is a
+# step for itself (Note [helpers as steps]), so a utility a helper calls
+# stays with it (promote_tensor_fft's to, _linalg_check_errors' item). The text view folds
 # the utilities a step calls into one line (`+ 3 utilities: reshape x2,
 # expand`, fold_notes); JSON and HTML keep each as a node marked `utility`.
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kernelmap import processors
-from kernelmap.model import CallNode, CallTree, EdgeKind, NodeKind
+from kernelmap.model import CallNode, CallTree, EdgeKind, Location, NodeKind
 
 
 def _names(tree: CallTree) -> list[tuple[int, str]]:
@@ -12,7 +14,8 @@ def _names(tree: CallTree) -> list[tuple[int, str]]:
 
 def _tree() -> CallTree:
     view = CallNode("aten::view", NodeKind.OPERATOR, via=EdgeKind.DISPATCHER, attrs={"utility": True})
-    helper = CallNode("check_args", NodeKind.KERNEL, via=EdgeKind.DIRECT, children=(view,), attrs={"identity": "cpp:check_args"})
+    helper = CallNode("check_args", NodeKind.KERNEL, Location("aten/src/ATen/native/Conv.cpp", 3), EdgeKind.DIRECT, children=(view,),
+                      attrs={"identity": "cpp:check_args"})
     alloc = CallNode("empty_cpu", NodeKind.KERNEL, via=EdgeKind.DISPATCHER, attrs={"identity": "cpp:empty_cpu"})
     empty = CallNode("aten::empty", NodeKind.OPERATOR, via=EdgeKind.DISPATCHER, children=(alloc,), attrs={"utility": True})
     vendor = CallNode("cudnnConvolutionForward", NodeKind.VENDOR, via=EdgeKind.VENDOR, attrs={"library": "cuDNN", "closed": True})
@@ -24,12 +27,17 @@ def _tree() -> CallTree:
     return CallTree(root, ("a note",), {"kind": "stack"})
 
 
-def test_prune_plumbing_keeps_utility_calls_as_steps_and_drops_dead_end_helpers():
+def test_prune_plumbing_keeps_utility_calls_and_helpers_as_steps():
     """A utility a kept step calls stays, one step with nothing below it
-    (Note [utilities as steps]); a helper that only calls utilities is still plumbing."""
-    pruned = processors.prune_plumbing(_tree())
+    (Note [utilities as steps]); a helper of the tree's own code is a step,
+    with the utilities it calls (Note [helpers as steps]); c10's containers
+    that reach nothing are plumbing."""
+    tree = _tree()
+    container = CallNode("c10::SmallVector::push_back", NodeKind.KERNEL, Location("c10/util/SmallVector.h", 10), EdgeKind.DIRECT)
+    tree = CallTree(replace(tree.root, children=(*tree.root.children, container)), tree.notes, tree.meta)
+    pruned = processors.prune_plumbing(tree)
     names = [n for _, n in _names(pruned)]
-    assert "check_args" not in names and "aten::view" not in names
+    assert "check_args" in names and "aten::view" in names and "c10::SmallVector::push_back" not in names
     (empty,) = [n for _, n in pruned.walk() if n.name == "aten::empty"]
     assert empty.attrs["utility"] and empty.children == () and "empty_cpu" not in names
     assert names.count("cudnnConvolutionForward") == 2 and "mkldnn_conv" in names

@@ -112,6 +112,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
+import platform
 import re
 from dataclasses import dataclass
 
@@ -272,6 +274,7 @@ def _end_paths(tree: CallTree, twins: dict[str, CallNode], arguments: _Arguments
                 yield node, path, through, walked
             if node.kind is not NodeKind.DEVICE_LOOP:
                 continue  # a device loop is followed into the kernels it launches
+        children = _capability_children(node, children, walked.capability)
         stack.extend((c, path + (c,), through, walked) for c in reversed(children))
 
 
@@ -287,6 +290,7 @@ class _Walked:
     layouts: int  # ... for another layout
     growths: int  # ... that grow storage or check
     bookkeeping: bool  # whether a step is in c10's containers (_bookkeeping)
+    capability: str | None = None  # the CPU capability whose build runs below its last stub (_stub_capability)
 
 
 def _walk(above: _Walked | None, node: CallNode, arguments: _Arguments) -> _Walked:
@@ -295,11 +299,83 @@ def _walk(above: _Walked | None, node: CallNode, arguments: _Arguments) -> _Walk
     taken_else, opts = arguments.step(node, flags)
     special, larger, layouts, growth = arguments.marks(node)
     c10 = _bookkeeping(node)
+    capability = _stub_capability(node) if node.kind is NodeKind.STUB else (above.capability if above is not None else None)
     if above is None:
-        return _Walked(arguments.below(node, flags), taken_else, opts, int(special), int(larger), int(layouts), int(growth), c10)
+        return _Walked(arguments.below(node, flags), taken_else, opts, int(special), int(larger), int(layouts), int(growth), c10, capability)
     return _Walked(arguments.below(node, flags), above.elses + taken_else, above.opting + opts if opts else above.opting,
                    above.trivial + special, above.larger + larger, above.layouts + layouts, above.growths + growth,
-                   above.bookkeeping or c10)
+                   above.bookkeeping or c10, capability)
+
+
+# Note [the CPU capability that runs]
+# A kernel of native/cpu is compiled once per CPU capability, and a
+# Vectorized method it calls is defined once per capability (Note [vectorized
+# math] in graph.sites): vec512_float.h's exp calls Sleef_expf16_u10,
+# vec256_float.h's Sleef_expf8_u10. Which build runs is the stub's choice
+# (DispatchStubImpl::choose_cpu_impl, from compute_cpu_capability): the
+# capability ATEN_CPU_CAPABILITY names, else the best the CPU has (AVX512
+# where it has avx512vl, avx512bw, avx512dq and fma; AVX2 where avx2 and fma).
+# Answers are for the CPU kernelmap runs on, read the same way
+# (host_cpu_capability). On an AVX512 CPU the AVX512 build runs where the
+# stub's registration fills the AVX512 slot (ALSO_REGISTER_AVX512_DISPATCH),
+# and the AVX2 build where it leaves the slot nullptr (REGISTER_DISPATCH,
+# compiled for AVX512, registers nullptr: such a kernel's AVX512 build never
+# runs on any CPU); on an AVX2 CPU the AVX2 build runs. Below a stub, only
+# that capability's Vectorized method is followed to an end; the other stays
+# a step of the tree. Where no stub above says (a kernel called directly), or
+# the CPU is not an x86 one read here, both are ends.
+_PER_CAPABILITY = "Vectorized is defined once per CPU capability"
+
+
+@functools.cache
+def host_cpu_capability() -> str | None:
+    """The CPU capability torch's DispatchStub picks on this machine, read as
+    compute_cpu_capability does: ATEN_CPU_CAPABILITY where it names one, else
+    the CPU's flags; None off x86 Linux (Note [the CPU capability that runs])."""
+    named = {"avx512": "AVX512", "avx2": "AVX2", "default": "DEFAULT"}.get(os.environ.get("ATEN_CPU_CAPABILITY", ""))
+    if named is not None:
+        return named
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return None
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as cpuinfo:
+            flags = next((set(line.split(":", 1)[1].split()) for line in cpuinfo if line.startswith("flags")), None)
+    except OSError:
+        return None
+    if flags is None:
+        return None
+    if {"avx512vl", "avx512bw", "avx512dq", "fma"} <= flags:
+        return "AVX512"
+    return "AVX2" if {"avx2", "fma"} <= flags else "DEFAULT"
+
+
+def _stub_capability(stub: CallNode) -> str | None:
+    """The capability whose build of its kernel a CPU stub runs on this
+    machine's CPU (host_cpu_capability): on an AVX512 CPU, read off the
+    stub's choice of the capability (graph.stubs' machinery: choose_cpu_impl,
+    called under what the registration does with the AVX512 slot); None when
+    neither is known (Note [the CPU capability that runs])."""
+    host = host_cpu_capability()
+    if host != "AVX512":
+        return host
+    for machinery in stub.children:
+        for choose in machinery.children:
+            if choose.name.endswith("::choose_cpu_impl") and choose.condition:
+                if "AVX512 slot nullptr" in choose.condition:
+                    return "AVX2"
+                if "fills the AVX512 slot" in choose.condition:
+                    return "AVX512"
+    return None
+
+
+def _capability_children(node: CallNode, children, capability: str | None):
+    """Of a node's `children`, those an end is looked for below: of the
+    per-capability definitions of a Vectorized method, the one of
+    `capability` when it is known (Note [the CPU capability that runs])."""
+    if capability is None or node.kind is not NodeKind.ALTERNATIVES or not str(node.attrs.get("reason", "")).startswith(_PER_CAPABILITY):
+        return children
+    kept = tuple(c for c in children if (c.condition or "").endswith(f"compiled for {capability}"))
+    return kept or children
 
 
 def _bookkeeping(node: CallNode) -> bool:

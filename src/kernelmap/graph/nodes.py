@@ -17,7 +17,7 @@ from kernelmap.errors import KernelmapError
 from kernelmap.graph.code import file_lines, tree_lines
 from kernelmap.graph.context import GraphContext, kept_results
 from kernelmap.graph.grow import Node
-from kernelmap.graph.rules import is_utility_op
+from kernelmap.graph.rules import is_utility_op, moves_no_element
 from kernelmap.model import EdgeKind, Location, NodeKind, Op
 
 
@@ -163,11 +163,13 @@ def _generated(op_name: str, ctx: GraphContext, layers):
 
 
 def is_view_alias(op: Op) -> bool:
-    """A view operator other than the utilities by name, whose kernel is
-    composite implicit (mT, mH, adjoint, swapaxes): another spelling of a view
-    (Note [a utility asked for]). The binary runs its kernel, then the view it
-    calls: followed to that view, which stays a utility."""
-    return op.is_view and op.kind.value == "composite implicit" and not is_utility_op(op.name.name, False)
+    """A view operator other than the utilities by name: another spelling of a
+    view with a composite implicit kernel (mT, mH, adjoint, swapaxes), or a
+    view with a kernel of its own (unfold, whose kernel computes the window's
+    sizes and strides) (Note [a utility asked for]). The binary runs its
+    kernel, then the view it calls: followed to that view, which stays a
+    utility."""
+    return op.is_view and not is_utility_op(op.name.name, False)
 
 
 def _own_overload(name: str, caller) -> bool:
@@ -182,25 +184,41 @@ def _own_overload(name: str, caller) -> bool:
 # its work: at::native::stack concatenates with at::cat, zero_ fills with
 # fill_. They are followed from the asked operator's own kernels only, not
 # from the utilities they reach in turn (flatten's reshape is followed, and
-# the clone reshape makes of a tensor no view can describe is not), and not
-# for a view, which moves no element (moveaxis's movedim sorts its dims).
-# A view spelled otherwise than the views by name, with a composite implicit
-# kernel (mT, mH, adjoint: `is_view_alias`), is not a leaf where it is called:
-# the binary runs its kernel and helpers (mT's _adjoint) down to the view
-# they call (transpose), which is.
-_ASKED_UTILITY: contextvars.ContextVar[str | None] = contextvars.ContextVar("asked_utility", default=None)
+# the clone reshape makes of a tensor no view can describe is not). A view
+# asked for is no exception: it moves no element, but the binary runs its
+# kernel's views down to the one that sets the metadata (transpose's and
+# unsqueeze's as_strided, whose as_strided_tensorimpl checks the storage's
+# bounds and sets the strides: the recorded stacks of torch 2.13.0 show each
+# frame), and moveaxis's movedim sorts its dims. Only its calls of other views
+# are followed: what it calls that may copy (ravel's contiguous, reshape_as's
+# reshape, which clones a tensor no view can describe: graph.rules'
+# moves_no_element) stays one step, the copy being that utility's. A view moves
+# no element, so below a utility asked for every view is followed to the one
+# that sets the metadata, however deep (t -> transpose -> as_strided, chunk ->
+# split -> narrow -> slice -> as_strided, transpose_copy's transpose).
+# A view spelled otherwise than the views by name (mT, mH, adjoint, unfold:
+# `is_view_alias`) is not a leaf where it is called: the binary runs its
+# kernel and helpers (mT's _adjoint, unfold's window) down to the view they
+# call (transpose, as_strided), which is.
+_ASKED_UTILITY: contextvars.ContextVar[tuple[str, bool] | None] = contextvars.ContextVar("asked_utility", default=None)
 
 
-def _utility_asked(root: Node) -> str | None:
-    """The base name of the utility operator a tree is grown for, if it is one."""
+def _utility_asked(root: Node) -> tuple[str, bool] | None:
+    """The base name of the utility operator a tree is grown for, and whether it is a view; None if it is no utility."""
     op = root.payload if root.kind is NodeKind.OPERATOR else None
-    return op.name.name if isinstance(op, Op) and not op.is_view and is_utility_op(op.name.name, False) else None
+    return (op.name.name, op.is_view) if isinstance(op, Op) and is_utility_op(op.name.name, op.is_view) else None
 
 
-def _utility_kernel(caller, ctx: GraphContext) -> bool:
-    """Whether `caller` is a kernel of the utility asked for (Note [a utility asked for])."""
+def _utility_kernel(caller, ctx: GraphContext, callee: Op | None = None) -> bool:
+    """Whether `caller` is a kernel of the utility asked for, so that its call
+    of the utility `callee` is followed (Note [a utility asked for])."""
     asked = _ASKED_UTILITY.get()
-    return asked is not None and _own_overload(asked, caller)
+    if asked is None:
+        return False
+    view = callee is not None and moves_no_element(callee.name.name, callee.is_view)
+    if not _own_overload(asked[0], caller):
+        return view  # a view's views, wherever the asked utility reaches them (t -> transpose -> as_strided)
+    return not asked[1] or callee is None or view
 
 
 def _is_utility_kernel(name: str, candidates: list, ctx: GraphContext) -> bool:

@@ -231,6 +231,18 @@ def _closes_at_end(text: str) -> bool:
     return False
 
 
+# Views by their schema (`-> Tensor(a)`) that return a copy when no view can
+# describe the result (torch's documentation of each says "may return a copy"):
+# followed below a utility asked for only where a copy is asked for
+# (Note [a utility asked for] in graph.nodes).
+_COPYING_VIEWS = re.compile(r"(contiguous|reshape|reshape_as|flatten|ravel)$")
+
+
+def moves_no_element(name: str, is_view: bool) -> bool:
+    """A view that never copies: `transpose`, `narrow`, `as_strided`, not `reshape`."""
+    return is_view and not _COPYING_VIEWS.match(name)
+
+
 def is_utility_op(name: str, is_view: bool) -> bool:
     return is_view or bool(_UTILITY_OPS.match(name))
 

@@ -79,6 +79,7 @@ from kernelmap.graph.rules import (
     is_utility_op,
     KERNEL_DIRS,
     launch_kind,
+    moves_no_element,
     other_device_reason,
     VECTORIZED_MATH,
 )
@@ -202,7 +203,8 @@ def _stub_bindings(node: Node, definition, ctx: GraphContext, outer: dict[str, s
 # whose kernel copies with copy_kernel. So in the kernel of a composite
 # operator (reached through a Composite* key), and the helpers it calls
 # directly when it calls no operator itself (to's to_impl), the utility calls
-# are followed when they are all the operators it calls and it calls no stub,
+# are followed when they are all the operators it calls (a view followed
+# below a utility asked for moves no element: _conj_physical's conj) and it calls no stub,
 # loop, launch or library itself: they are its work. A composite that calls
 # other operators (conv2d's convolution, beside its input.dim()) leaves its
 # utilities as leaves, and so do its helpers (_convolution's subtensor, whose
@@ -222,7 +224,8 @@ def _composite_utilities(children: list[Node], spelled: dict[int, str], ctx: Gra
     utilities = [c for c in utilities if c not in inspections]
     work = (NodeKind.STUB, NodeKind.LAUNCH, NodeKind.DEVICE_LOOP, NodeKind.VENDOR, NodeKind.GENERATED, NodeKind.INNER_LOOP,
             NodeKind.HEADER, NodeKind.OPS_ENTRY, NodeKind.OPERATOR)
-    if not utilities or any(c.kind in work and c not in utilities and c not in inspections for c in running):
+    views = [c for c in running if isinstance(entered_op(c).payload, Op) and moves_no_element(entered_op(c).payload.name.name, entered_op(c).payload.is_view)]
+    if not utilities or any(c.kind in work and c not in utilities and c not in inspections and c not in views for c in running):
         return children
     followed = []
     for child in children:
@@ -366,6 +369,7 @@ def _site_children(node: Node, ctx: GraphContext, definition, sites, span, lambd
         for around in site.outer:  # Note [conditions around a call]
             branch = branch or other_device_reason(around, ctx.device) or dtypes.other_dtype_reason(around, ctx.dtype, output)
         branch = branch or arms.cannot_run((site.condition, *site.outer), known, definition, ctx, node.rank)  # Note [arms that cannot run]
+        branch = branch or arms.returned_before(site.location.line, definition, known, ctx, node.rank)  # Note [returns before a call]
         if not branch and site.condition is None and site.preproc:  # a `#if` in a case hides the case from the index
             branch = arms.case_cannot_run(site.location.line, definition, known, ctx, node.rank)
         child = _site_node(site, definition, ctx, condition, bound)
@@ -538,7 +542,7 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: di
         _given(node, literal_flags(op, site, ctx))
         # a utility's own kernel calling its other overload is the utility's work, not plumbing
         # (at::native::arange calls arange.start_out, whose loop fills the range)
-        if (is_utility_op(op.name.name, op.is_view) and not _own_overload(op.name.name, caller) and not _utility_kernel(caller, ctx)
+        if (is_utility_op(op.name.name, op.is_view) and not _own_overload(op.name.name, caller) and not _utility_kernel(caller, ctx, op)
                 and not is_view_alias(op)):
             node.attrs["utility"] = True
             if not ctx.all_calls:

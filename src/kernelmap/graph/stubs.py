@@ -174,7 +174,7 @@ def _generated_kernel_children(node: Node, ctx: GraphContext) -> list[Node]:
                 continue
             site = Location(kernel.location.path, kernel.location.line + offset, origin=kernel.location.origin)
             child = op_node(op, ctx, EdgeKind.DISPATCHER, None, site)
-            if is_utility_op(op.name.name, op.is_view) and not _utility_kernel(node, ctx):
+            if is_utility_op(op.name.name, op.is_view) and not _utility_kernel(node, ctx, op):
                 child.attrs["utility"] = True
                 if not ctx.all_calls:
                     child.leaf()

@@ -159,10 +159,15 @@ def test_a_reopened_tables_columns_are_views_of_the_mapped_files(tmp_path, monke
     from kernelmap.trace import load
 
     path = HERE / "data" / "hta-trace_filter-sampled_rank-1.json.gz"
-    load(path, resolve=False, store=True)
+    from kernelmap.trace.codes import Sparse
+
+    fresh = load(path, resolve=False, store=True)._table  # a fresh import is answered from its tables too
     t = load(path, resolve=False, store=True)._table
-    for column in (t.kind, t.parent, t.size, t.dur, *t.c.columns.values()):
-        assert not column.flags.writeable and not column.flags.owndata
+    for table in (fresh, t):
+        columns = [part for v in table.c.columns.values() for part in ((v.rows, v.values) if isinstance(v, Sparse) else (v,))]
+        assert any(isinstance(v, Sparse) for v in table.c.columns.values())  # kept sparse (Note [sparse arg columns])
+        for column in (table.kind, table.parent, table.size, table.dur, *columns):
+            assert not column.flags.writeable and not column.flags.owndata or not len(column)  # (an empty column maps nothing)
 
 
 def test_a_reopened_traces_own_facts_and_default_view_are_read_from_their_files(tmp_path, monkeypatch):

@@ -97,6 +97,10 @@ def load(
         from kernelmap.trace import store as stored
 
         return stored.load(path, keep_frames=keep_frames, resolve=resolve, source_tree=source_tree, meta=meta)
+    if not live:  # imported into a temporary folder, answered from its mapped tables (Note [import, then re-open])
+        from kernelmap.trace import store as stored
+
+        return stored.spilled(path, keep_frames=keep_frames, resolve=resolve, source_tree=source_tree, meta=meta)
     return read_file(Path(path), keep_frames, resolve, source_tree, live, meta)
 
 

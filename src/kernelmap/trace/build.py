@@ -127,9 +127,11 @@ def build(c: Collected, keep_frames: bool = False) -> Table:
     np.minimum.at(tmin, c.thread[host], c.ts[host])
     first = np.full(n_threads, np.iinfo(np.int64).max)
     np.minimum.at(first, c.thread[host], host)
-    thread_rank = np.empty(n_threads, dtype=np.int64)
+    thread_rank = np.empty(n_threads, dtype=np.int32)
     thread_rank[np.lexsort((first, tmin))] = np.arange(n_threads)
-    order = host[np.lexsort((c.event[host], _CAT_RANK[c.cat[host]], -c.dur[host], c.ts[host], thread_rank[c.thread[host]]))]
+    # (Rows are in file order, so a row's index orders as its event's: `host` itself is the last key,
+    # not a copy of the event column; likewise below.)
+    order = host[np.lexsort((host, _CAT_RANK[c.cat[host]], -c.dur[host], c.ts[host], thread_rank[c.thread[host]]))]
     parent0 = _nest(c.ts[order], c.dur[order], thread_rank[c.thread[order]])
     H = len(order)
     pos_of_row = np.full(n_rows, -1, dtype=np.int64)
@@ -157,7 +159,9 @@ def build(c: Collected, keep_frames: bool = False) -> Table:
     autograd_parent = has_parent & (kind_pos[p] == KIND["autograd"]) & same_name
     duplicate = autograd_parent & (((kind_pos == KIND["autograd"]) & (children_count[p] == 1)) | (kind_pos == KIND["annotation"]))
     keep &= ~duplicate
+    del has_parent, p, same_name, autograd_parent, duplicate, children_count, work, label_pos, kind_pos
     up = _effective_parents(parent0, keep)
+    del parent0  # (what the simplification used, freed before the pre-order's arrays are made)
 
     # Pre-order: each kept host node, then the device events hung under it (file
     # order). Positions are host positions: a device event's is its launch's.
@@ -168,7 +172,7 @@ def build(c: Collected, keep_frames: bool = False) -> Table:
     n_kept = len(kept)
     body_pos = np.concatenate([kept, launch[attached].astype(np.int32)])
     body_order = np.lexsort((
-        np.concatenate([np.zeros(n_kept, np.int64), c.event[device[attached]]]),
+        np.concatenate([np.zeros(n_kept, np.int64), device[attached]]),  # (rows in file order)
         np.concatenate([np.zeros(n_kept, np.int8), np.ones(len(attached), np.int8)]),
         body_pos,
     ))
@@ -296,8 +300,9 @@ def _nest(ts: np.ndarray, dur: np.ndarray, thread: np.ndarray) -> np.ndarray:
 _SLICE = 1 << 16  # rows turned into Python lists at a time (a list of a million ints is 36 MB)
 
 
-def _slices(n: int, backwards: bool = False, size: int = _SLICE):
-    starts = range(0, n, size)
+def _slices(n: int, backwards: bool = False, size: int | None = None):
+    starts = range(0, n, size or _SLICE)  # (_SLICE read when called: the tests make it tiny)
+    size = size or _SLICE
     for lo in reversed(starts) if backwards else starts:
         yield lo, min(lo + size, n)
 
@@ -358,7 +363,7 @@ def _attach_device(c: Collected, host: np.ndarray, device: np.ndarray, kind_rows
     if not len(device):
         return launch, how
     # Hosts in thread order, then file order: a later duplicate wins, as in a dict.
-    hosts = host[np.lexsort((c.event[host], c.thread[host]))]
+    hosts = host[np.lexsort((host, c.thread[host]))]  # (rows in file order: see build)
     runtime = hosts[kind_rows[hosts] == KIND["runtime"]]
     has_corr = runtime[c.corr[runtime] != NONE]
     launch[:] = _lookup(c.corr[has_corr], pos_of_row[has_corr], c.corr[device], last=True)
@@ -430,15 +435,18 @@ def _link_backward(t: Table) -> None:
     """Name on each autograd node the forward operator that recorded it: the
     forward op carries a sequence number, the node repeats it with the id of
     the forward thread."""
-    seq = t.column("seq", NONE)
+    both = np.flatnonzero(np.isin(t.kind, (KIND["op"], KIND["autograd"])))  # (the sequence numbers of these only: no column per node)
+    seq = t.column("seq", NONE, both)
     good = usable(seq)
-    ops = np.flatnonzero(good & (t.kind == KIND["op"]))
+    is_op = t.kind[both] == KIND["op"]
+    ops, op_seq = both[good & is_op], seq[good & is_op]
+    nodes, node_seq = both[good & ~is_op], seq[good & ~is_op]
+    del both, seq, good, is_op
     display = t.c.labels.display
-    nodes = np.flatnonzero(good & (t.kind == KIND["autograd"]))
-    forward = _lookup(seq[ops], t.label[ops].astype(np.int64), seq[nodes], last=True)  # pre-order: the innermost op wins
-    for i, fwd in zip(nodes.tolist(), forward.tolist()):
+    forward = _lookup(op_seq, t.label[ops].astype(np.int64), node_seq, last=True)  # pre-order: the innermost op wins
+    for i, s, fwd in zip(nodes.tolist(), node_seq.tolist(), forward.tolist()):
         own = t.own.setdefault(i, {})
-        own["sequence_nr"] = t.c.values.decode(int(seq[i]))
+        own["sequence_nr"] = t.c.values.decode(int(s))
         if fwd >= 0 and display[fwd]:
             own["forward_op"] = display[fwd]
 

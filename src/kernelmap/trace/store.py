@@ -15,9 +15,13 @@ and source tree): the import's result depends on those too. A variant holds
   nodes.arrow   the call tree in pre-order, one row per node: kind, label,
                 event row, parent, subtree size, start, duration, how a device
                 event was joined to its launch, its shared facts' number
-  events.arrow  the kept events' own columns (thread, file index,
-                correlation, external id, sequence number, shapes, dtypes,
-                device, stream, grid, block)
+  events.arrow  the kept events' dense columns (thread, file index...)
+  arg-*.arrow   each sparse arg column (correlation, external id, sequence
+                number, shapes, dtypes, device, stream, grid, block: Note
+                [sparse arg columns] in kernelmap.trace.collect) as what it
+                is in memory: the rows that hold a value, and their values
+                (made dense, the ten would be written at once, ten times the
+                bytes: the import's peak)
   labels.arrow  each distinct (name, category): kind, display name, raw name,
                 Python location (interned strings: nodes refer to them)
   own.arrow     the facts of single nodes (a convolution's backend, an
@@ -82,7 +86,7 @@ import numpy as np
 from kernelmap.errors import BadInput
 from kernelmap.model import Location, OriginTable
 
-STORE_VERSION = 6  # 2: the events' record function ids (rf); 3: each node's children and their time; 4: own and conv facts mapped, the default view; 5: meta holds the versions a trace mixes; 6: flows and links tables
+STORE_VERSION = 7  # 2: the events' record function ids (rf); 3: each node's children and their time; 4: own and conv facts mapped, the default view; 5: meta holds the versions a trace mixes; 6: flows and links tables; 7: sparse arg columns kept sparse
 _ID_LENGTH = 32
 
 
@@ -257,8 +261,9 @@ def link_columns(table) -> dict[str, np.ndarray]:
     }
 
 
-def save(t, folder: Path) -> None:
-    """Write the trace `t` (a Trace with its columns) as a variant folder, atomically."""
+def save(t, folder: Path, views: bool = True) -> None:
+    """Write the trace `t` (a Trace with its columns) as a variant folder,
+    atomically; `views`: with its default bounded view chosen and kept."""
     import pyarrow as pa
 
     table = t._table
@@ -279,10 +284,15 @@ def save(t, folder: Path) -> None:
         del children, child_us
         from kernelmap.trace.views import DEFAULT_NODES, hot_nodes
 
-        if n > DEFAULT_NODES:  # the default view's nodes, chosen now, while the columns are in memory (views._stored_hot)
+        if views and n > DEFAULT_NODES:  # the default view's nodes, chosen now, while the columns are in memory (views._stored_hot)
             hot = hot_nodes(table, DEFAULT_NODES).astype(np.int64)
             np.save(tmp / f"hot-{DEFAULT_NODES}-None.npy", hot, allow_pickle=False)
-        _write_arrow(tmp / "events.arrow", {k: np.asarray(v) for k, v in c.columns.items()})  # sparse arg columns made dense: mapped on opening
+        from kernelmap.trace.codes import Sparse
+
+        sparse = {k: v for k, v in c.columns.items() if isinstance(v, Sparse)}
+        _write_arrow(tmp / "events.arrow", {k: np.asarray(v) for k, v in c.columns.items() if k not in sparse})
+        for k, v in sparse.items():  # each mapped on opening, as it was in memory
+            _write_arrow(tmp / f"arg-{k}.arrow", {"rows": v.rows, "values": v.values})
         flows = flow_columns(c.flows)
         _write_arrow(tmp / "flows.arrow", {**flows, "end": flows["end"].view(np.int8)})  # Arrow packs booleans into bits: no mapped view
         _write_arrow(tmp / "links.arrow", link_columns(table))
@@ -309,12 +319,14 @@ def save(t, folder: Path) -> None:
             "odd_int": [i for i, v in enumerate(c.values.odd) if isinstance(v, int)],
             "event_threads": [_encode(k, origins) for k in c.threads],
             "counts": {"events": c.events, "skipped": c.skipped, "device_count": c.device_count},
+            "columns": list(c.columns),
+            "sparse": {k: [int(v.fill), int(v.size)] for k, v in sparse.items()},
         }
         _write_facts(tmp / "own.arrow", table.own, origins)
         _write_facts(tmp / "conv.arrow", c.conv, origins)
         from kernelmap.trace.views import _depths
 
-        if n > DEFAULT_NODES and int(_depths(table, hot).max()) <= _VIEW_DEPTH:  # the default view itself, for a re-open
+        if views and n > DEFAULT_NODES and int(_depths(table, hot).max()) <= _VIEW_DEPTH:  # the default view itself, for a re-open
             from kernelmap.model import CallTree
             from kernelmap.trace.views import subset_root
 
@@ -378,7 +390,8 @@ def _read_arrow(path: Path) -> dict[str, np.ndarray]:
         if col.num_chunks == 1:
             out[name] = col.chunk(0).to_numpy(zero_copy_only=True)
         else:  # several record batches: one copy, joined
-            out[name] = np.concatenate([ch.to_numpy(zero_copy_only=True) for ch in col.chunks]) if col.num_chunks else np.zeros(0)
+            out[name] = (np.concatenate([ch.to_numpy(zero_copy_only=True) for ch in col.chunks]) if col.num_chunks
+                         else np.zeros(0, dtype=col.type.to_pandas_dtype()))  # no rows: typed as written
     return out
 
 
@@ -492,7 +505,13 @@ def open_variant(folder: Path, file: Path | None = None):
     c.values.odd = [int(v) if i in odd_int else v for i, v in enumerate(doc["odd"])]
     c.threads = [tuple(_decode(k, origins)) for k in doc["event_threads"]]
     c.conv = MappedFacts(folder / "conv.arrow", origins)
-    c.columns = events
+    from kernelmap.trace.codes import Sparse
+
+    sparse = {}
+    for k, (fill, size) in doc["sparse"].items():
+        arg = _read_arrow(folder / f"arg-{k}.arrow")
+        sparse[k] = Sparse(arg["rows"], arg["values"], fill, size)
+    c.columns = {k: sparse[k] if k in sparse else events[k] for k in doc["columns"]}
     flows = _read_arrow(folder / "flows.arrow")
     c.flows = flow_columns({**flows, "end": flows["end"].view(np.bool_)})
     c.events, c.skipped, c.device_count = doc["counts"]["events"], doc["counts"]["skipped"], doc["counts"]["device_count"]
@@ -570,9 +589,75 @@ def load(path: Path | str, *, keep_frames: bool = False, resolve: bool = True, s
     except OSError:
         return t  # an unwritable cache: the trace is still answered, from memory
     evict(limit, keep=folder)
+    try:  # Note [import, then re-open]
+        reopened = open_variant(folder, path)
+    except (OSError, ValueError, KeyError, TypeError):
+        reopened = None
+    if reopened is not None:
+        reopened.meta = t.meta  # the meta asked for (`meta`) included, as the import kept it
+        del t
+        release_freed()
+        return reopened
     t.id = tid
     t.stored, t.kept = folder, KEPT
     return t
+
+
+SPILL_NODES = 1 << 19  # below this, a trace read without the store stays in memory: its columns weigh less than the table writer's import
+
+
+def spilled(path: Path | str, *, keep_frames: bool = False, resolve: bool = True, source_tree: Path | None = None,
+            meta: dict[str, Any] | None = None):
+    """The trace at `path` imported as `load` does, into a temporary folder of
+    the cache that is removed at once (its files stay readable while mapped):
+    a trace read without the store (`--no-store`) answers from mapped tables
+    too (Note [import, then re-open]), and nothing of it is kept. A trace of
+    fewer than SPILL_NODES nodes, or an unwritable cache: the trace as
+    imported, in memory."""
+    from kernelmap.trace.kineto import read_file
+
+    path = Path(path)
+    t = read_file(path, keep_frames, resolve, source_tree, False, meta)
+    if t._table is None or len(t._table) < SPILL_NODES:
+        return t
+    parent = store_dir() / "spill"
+    folder = parent / f"trace.tmp-{os.getpid()}-{time.monotonic_ns()}"  # a killed process's: removed by a later one (_clean_leftovers)
+    try:
+        save(t, folder, views=False)
+        reopened = open_variant(folder, path)
+    except (OSError, ValueError, KeyError, TypeError):
+        return t
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    reopened.meta = t.meta
+    reopened.id = reopened.stored = reopened.kept = None  # nothing kept: no summary or view is written beside it
+    del t
+    release_freed()
+    return reopened
+
+
+def release_freed() -> None:
+    """Hand the heap's free pages back to the system (glibc keeps them for
+    reuse): an import's temporaries, freed, no longer count in the process's
+    memory while the trace is read from its tables."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # no glibc: nothing to trim
+        return
+    trim(0)
+
+
+# Note [import, then re-open]
+# A trace just imported is answered from the tables it was written to, as a
+# trace imported before is, not from the columns it was built in: those (the
+# collected events, every column of the tree, its facts) are freed at once,
+# and each view reads from the mapped tables only the pages it touches. The
+# summary and the views of a large trace thus run beside no copy of the
+# import, and a fresh import and a re-open answer from the same bytes.
 
 
 # Note [trace store bound]

@@ -294,7 +294,7 @@ class Flat:
     parent: np.ndarray  # int64, -1 for the root
     size: np.ndarray  # int64
     dur: np.ndarray  # float64 µs (0 where none)
-    group: np.ndarray  # int64
+    group: np.ndarray  # int32 (int64 from a tree)
     names: list[str]  # per group
     facts: list[Any]  # per group: a Mapping of facts
     shape: np.ndarray  # int32 per node: index into shapes, -1 for none
@@ -350,6 +350,7 @@ def flat_of_table(t) -> Flat:
         del single
     else:  # (a column of one value adds nothing to the keys: not made, a million nodes are 8 MB)
         first, _, group = first_seen(combine(t.label, facts))
+    group = group.astype(np.int32) if len(first) < 1 << 31 else group  # one per label and facts: half the bytes per node
     display = t.c.labels.display
     shape = np.full(n, -1, dtype=np.int32)
     shapes: list[str] = []
@@ -427,23 +428,25 @@ def _summarize(f: Flat, notes: tuple[str, ...], versions: dict | None = None) ->
     is_device = np.isin(kind, (KIND["gpu_kernel"], KIND["gpu_memcpy"], KIND["gpu_memset"]))
     is_row = np.isin(kind, (KIND["op"], KIND["autograd"]))
     rows = np.flatnonzero(is_row)
-    # Device time below each node, itself included.
+    # Device time below each node, itself included: one running sum, read at the nodes asked for
+    # (operators and modules: no array of a value per node besides the sum).
     cs = np.concatenate([[0.0], np.cumsum(np.where(is_device, dur, 0.0))])
-    ends = np.arange(n, dtype=np.int64)
-    ends += f.size
-    device = cs[ends]
-    del ends
-    device -= cs[:n]
-    del cs
+
+    def device(nodes: np.ndarray) -> np.ndarray:
+        return cs[nodes + f.size[nodes]] - cs[nodes]
     # The closed library a call ends in, itself or anywhere below it: the first in pre-order.
     closed_lib = [a.get("library") if a.get("closed") and a.get("library") != "CUDA runtime" else None for a in facts]
     has_closed = np.array([bool(x) for x in closed_lib], dtype=bool)
     below_rows = _first_below(rows, f.size, has_closed[group])
-    # Self time: less the host children's time.
-    host_child = np.isin(kind, (KIND["op"], KIND["autograd"], KIND["annotation"])) & (f.parent >= 0)
-    self_us = np.bincount(f.parent[host_child], weights=dur[host_child], minlength=n).astype(np.float64, copy=False) if n else np.zeros(0)
-    del host_child  # (with no host child, bincount counts in ints)
-    np.subtract(dur, self_us, out=self_us)
+    # Self time of each operator row: less its host children's time (summed per row in the
+    # children's order, as a sum per node would: the same floats).
+    host_child = np.flatnonzero(np.isin(kind, (KIND["op"], KIND["autograd"], KIND["annotation"])) & (f.parent >= 0))
+    parents = f.parent[host_child]
+    at = np.searchsorted(rows, parents)
+    mine = (at < len(rows)) & (rows[np.minimum(at, max(len(rows) - 1, 0))] == parents) if len(rows) else np.zeros(len(at), bool)
+    self_us = np.bincount(at[mine], weights=dur[host_child[mine]], minlength=len(rows)).astype(np.float64, copy=False)
+    del host_child, parents, at, mine  # (with no host child, bincount counts in ints)
+    np.subtract(dur[rows], self_us, out=self_us)  # per row of `rows`
     name_code, distinct_names = codes_of(names)  # per group
 
     row_name = name_code[group[rows]]
@@ -452,8 +455,8 @@ def _summarize(f: Flat, notes: tuple[str, ...], versions: dict | None = None) ->
     k = len(ops)
     calls = np.bincount(row_key, minlength=k)
     total = np.bincount(row_key, weights=dur[rows], minlength=k)
-    selfs = np.bincount(row_key, weights=self_us[rows], minlength=k)
-    devs = np.bincount(row_key, weights=device[rows], minlength=k)
+    selfs = np.bincount(row_key, weights=self_us, minlength=k)
+    devs = np.bincount(row_key, weights=device(rows), minlength=k)
     rows_list = list(ops.values())
     for row, c, t, s, d in zip(rows_list, calls.tolist(), total.tolist(), selfs.tolist(), devs.tolist()):
         row.calls, row.total_us, row.self_us, row.device_us = c, t, s, d
@@ -462,7 +465,7 @@ def _summarize(f: Flat, notes: tuple[str, ...], versions: dict | None = None) ->
         _row_shapes(rows_list, rows, row_key, f)
     _row_kernels(rows_list, f, is_device, is_row, name_code, distinct_names, row_key, rows, versions)
     modules = _modules(f, device, name_code, distinct_names)
-    files = _files(f, is_row, is_device, self_us, name_code, distinct_names, versions)
+    files = _files(f, is_row, rows, self_us, name_code, distinct_names, versions)  # (self_us per row of `rows`)
     return Summary(
         ops=sorted(ops.values(), key=lambda r: (-r.total_us, r.name)),
         modules=sorted(modules.values(), key=lambda r: (-r.total_us, r.name)),
@@ -535,7 +538,7 @@ def _row_kernels(rows_list, f: Flat, is_device, is_row, name_code, distinct_name
     devices = np.flatnonzero(is_device)
     if not len(devices) or not len(rows):
         return
-    row_of = np.full(len(f.kind), -1, dtype=np.int64)
+    row_of = np.full(len(f.kind), -1, dtype=np.int32)  # (a few thousand rows at most: half the bytes of int64 per node)
     row_of[rows] = row_key
     devices, r = _directly_below(f, devices, (KIND["runtime"],), is_row, row_of)
     kname = name_code[f.group[devices]]
@@ -557,7 +560,7 @@ def _row_kernels(rows_list, f: Flat, is_device, is_row, name_code, distinct_name
                 rows_list[r[at]].kernel_versions[distinct_names[kname[at]]] = version
 
 
-def _modules(f: Flat, device: np.ndarray, name_code, distinct_names) -> dict[str, GroupRow]:
+def _modules(f: Flat, device, name_code, distinct_names) -> dict[str, GroupRow]:
     """Per module type: calls, time with nested modules, and the operators it called directly."""
 
     nodes = np.flatnonzero(f.kind == KIND["module"])
@@ -570,10 +573,10 @@ def _modules(f: Flat, device: np.ndarray, name_code, distinct_names) -> dict[str
     rows = list(modules.values())
     k = len(rows)
     for row, c, t, d in zip(rows, np.bincount(key, minlength=k).tolist(), np.bincount(key, weights=f.dur[nodes], minlength=k).tolist(),
-                            np.bincount(key, weights=device[nodes], minlength=k).tolist()):
+                            np.bincount(key, weights=device(nodes), minlength=k).tolist()):
         row.calls, row.total_us, row.device_us = c, t, d
     # The outermost operators under a module: through Python frames, not nested modules.
-    row_of = np.full(len(f.kind), -1, dtype=np.int64)
+    row_of = np.full(len(f.kind), -1, dtype=np.int32)  # (a few thousand rows at most: half the bytes of int64 per node)
     row_of[nodes] = key
     ops, m = _directly_below(f, np.flatnonzero(f.kind == KIND["op"]), (KIND["python"], KIND["builtin"]), f.kind == KIND["module"], row_of)
     if len(ops):
@@ -584,7 +587,7 @@ def _modules(f: Flat, device: np.ndarray, name_code, distinct_names) -> dict[str
     return modules
 
 
-def _files(f: Flat, is_row, is_device, self_us, name_code, distinct_names, versions=None) -> dict[tuple, GroupRow]:
+def _files(f: Flat, is_row, op_rows, self_us, name_code, distinct_names, versions=None) -> dict[tuple, GroupRow]:
     """Source files: operators by their kernel's source (else their registration), GPU kernels by theirs
     (named by the symbol on that line: the functor, where the source is the functor's). A file of one
     version is kept apart from the same path of another (Note [versions in a trace])."""
@@ -628,7 +631,10 @@ def _files(f: Flat, is_row, is_device, self_us, name_code, distinct_names, versi
     k = len(rows)
     is_kernel = f.kind[nodes] == KIND["gpu_kernel"]
     calls = np.bincount(key, minlength=k)
-    host = np.bincount(key, weights=np.where(is_kernel, 0.0, self_us[nodes]), minlength=k)
+    weights = np.zeros(len(nodes))
+    weights[~is_kernel] = self_us[np.searchsorted(op_rows, nodes[~is_kernel])]  # the others are operator rows (self_us per row of `op_rows`)
+    host = np.bincount(key, weights=weights, minlength=k)
+    del weights
     dev = np.bincount(key, weights=np.where(is_kernel, f.dur[nodes], 0.0), minlength=k)
     del is_kernel, nodes
     for row, c, t, d in zip(rows, calls.tolist(), host.tolist(), dev.tolist()):

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from kernelmap.catalog.functional import functional_builtins
 from kernelmap.env import torchgen_environment
 from kernelmap.errors import KernelmapError, TorchgenError
-from kernelmap.safefiles import check_regular, connect, read_bytes
+from kernelmap.safefiles import NotRegularFile, check_regular, connect, read_bytes, read_text
 
 if TYPE_CHECKING:
     import subprocess
@@ -113,6 +113,91 @@ class CatalogFiles:
                 h.update(b"\0absent")
         h.update(str(self.torchgen_root).encode())
         return h.hexdigest()[:24]
+
+    def stamped_key(self, cache: Path) -> tuple[str, str | None]:
+        """`key()`, read from the record of keys in `cache` while every input
+        and reader is the file it was hashed from (Note [catalog keys by
+        stamp]); and the stamps to record it under (`record_key`) once the
+        catalog is stored, None when there is nothing to record."""
+        stamps = self._stamps()
+        known = _known_keys(cache)
+        if stamps is not None and isinstance(known.get(stamps), str):
+            return known[stamps], None
+        key = self.key()
+        return key, stamps if stamps is not None and self._stamps() == stamps and self._settled() else None
+
+    def record_key(self, cache: Path, stamps: str | None, key: str) -> None:
+        """Remember `key` under `stamps` (from `stamped_key`) in the record of keys."""
+        if stamps is None:
+            return
+        known = _known_keys(cache)
+        known.pop(stamps, None)
+        known[stamps] = key
+        for old in list(known)[:-_KEYS_KEPT]:
+            del known[old]
+        record = cache / "catalog" / _KEYS
+        try:
+            tmp = record.with_name(f".{record.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(known))
+            os.replace(tmp, record)
+        except OSError:
+            pass  # hashed again next time
+
+    def _inputs(self) -> list[Path]:
+        return [*_READERS, *(p for p in (self.native_yaml, self.tags_yaml, self.derivatives_yaml, self.functional_py) if p is not None)]
+
+    def _stamps(self) -> str | None:
+        """Each input's and reader's inode, size, mtime and ctime, with the torchgen (a
+        missing file too); None when one cannot be looked at."""
+        found = []
+        for path in self._inputs():
+            try:
+                st = os.stat(path)
+                found.append([str(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns])
+            except FileNotFoundError:
+                found.append([str(path)])
+            except OSError:
+                return None
+        return json.dumps([SCHEMA_VERSION, str(self.torchgen_root), found])
+
+    def _settled(self) -> bool:
+        """Whether every input was last written well before now (Note [racy checks] in kernelmap.verified)."""
+        import time
+
+        from kernelmap.verified import MARGIN_NS
+
+        now = time.time_ns()
+        for path in self._inputs():
+            try:
+                if now - os.stat(path).st_ctime_ns < MARGIN_NS:
+                    return False
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return False
+        return True
+
+
+# Note [catalog keys by stamp]
+# A catalog's key hashes its inputs (native_functions.yaml and the others,
+# about a megabyte) and the code that reads them: a few milliseconds that
+# every question paid, twice with a tree selected. The key is kept in
+# `catalog/keys.json` under the stamps of those files (inode, size, mtime and
+# ctime: any write changes the ctime, which no one can set back), and hashed
+# again when one differs. A stamp is recorded only for files written well
+# before it was taken (Note [racy checks]), and only once the catalog is
+# stored (a cache that cannot hold it is left as it was); the last
+# _KEYS_KEPT are kept.
+_KEYS = "keys.json"
+_KEYS_KEPT = 16
+
+
+def _known_keys(cache: Path) -> dict:
+    try:
+        known = json.loads(read_text(cache / "catalog" / _KEYS, "the catalog's record of keys"))  # a FIFO there is refused, not waited on
+    except (OSError, ValueError, RecursionError, NotRegularFile):
+        return {}
+    return known if isinstance(known, dict) else {}
 
 
 _READERS = (Path(__file__).with_name("_extract.py"), Path(__file__).with_name("functional.py"))
@@ -244,12 +329,14 @@ def open_catalog_db(files: CatalogFiles, cache: Path) -> sqlite3.Connection:
     A corrupted or truncated cache file is rebuilt with a warning; a cache
     directory that cannot be written gives an in-memory catalog, with a warning.
     """
-    path = cache / "catalog" / f"{files.key()}.sqlite"
+    key, unrecorded = files.stamped_key(cache)
+    path = cache / "catalog" / f"{key}.sqlite"
     if check_regular(path, "the catalog cache") is not None:  # a FIFO there is refused, not waited on
         try:
             db = connect(path, "the catalog cache")
             try:
                 if _is_complete(db, path):
+                    files.record_key(cache, unrecorded, key)
                     return db
             except (sqlite3.DatabaseError, ValueError):
                 db.close()
@@ -278,6 +365,7 @@ def open_catalog_db(files: CatalogFiles, cache: Path) -> sqlite3.Connection:
         _write(db, files, extracted)
         db.close()
         os.replace(tmp, path)  # atomic: readers see the old file or the whole new one
+        files.record_key(cache, unrecorded, key)
     except (sqlite3.OperationalError, OSError) as e:  # a full disk: the answer does not need the cache
         if db is not None:
             db.close()

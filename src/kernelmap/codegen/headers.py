@@ -159,14 +159,14 @@ def generated_headers(tree: Path | None = None, *, progress: Reporter | None = N
     """The headers of `tree` regenerated with its own torchgen (or, with no
     tree, the installed torchgen's: for checking them against the shipped
     ones), generated on first use and cached."""
-    import filelock
-
     source = installed_source() if tree is None else tree_source(tree)
     directory = _headers_dir(source)
     clean_stale_dirs(directory.parent)
     opened = _open(directory, source)
     if opened is not None:
         return opened
+    import filelock  # only to generate: headers generated are read without it
+
     directory.parent.mkdir(parents=True, exist_ok=True)
     with filelock.FileLock(str(directory.parent / f".{directory.name}.lock")):
         opened = _open(directory, source)

@@ -445,7 +445,38 @@ def _keep_answer(files: GeneratedFiles, key: tuple, found: GeneratedCode, reads:
         tmp.write_text(json.dumps(record))
         os.replace(tmp, path)
     except OSError:  # a read-only cache: located on each run
-        pass
+        return
+    _bound_answers(path.parent)
+
+
+# The answers kept on disk per set of files: an answer is one file, and those
+# of an older kernelmap (another `_store_key`) are never read again, so the
+# folder is looked over at a process's first answer written and every
+# _PRUNE_EVERY after: past _LOCATED_FILES files, the oldest written are
+# removed, down to three quarters of it (a removed answer is located again).
+_LOCATED_FILES = 8192
+_PRUNE_EVERY = 1024
+_WRITTEN: dict[Path, int] = {}  # per folder, the answers this process wrote there
+
+
+def _bound_answers(folder: Path) -> None:
+    written = _WRITTEN[folder] = _WRITTEN.get(folder, 0) + 1
+    if (written - 1) % _PRUNE_EVERY:
+        return
+    limit = _LOCATED_FILES
+    try:
+        with os.scandir(folder) as entries:
+            found = [(e.stat(follow_symlinks=False).st_mtime_ns, e.path) for e in entries if e.name.endswith(".json")]
+    except OSError:
+        return
+    if len(found) <= limit:
+        return
+    found.sort()
+    for _, path in found[: len(found) - limit * 3 // 4]:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 KEPT = 8192  # operators' answers kept per set of files (about 2,500 operators ask for two or three sets of layers each)

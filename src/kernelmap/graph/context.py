@@ -16,6 +16,7 @@ one note; when nothing does, it says nothing.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 from dataclasses import dataclass
@@ -67,6 +68,7 @@ class GraphContext:
     build: BuildConfig | None = None  # the release build's macros on `device` (Note [build configuration])
     no_index: str | None = None  # why the selected tree's index could not be opened (missing, damaged)
     stale: str | None = None  # which indexed files changed since (Index.stale_note), also among `notes`
+    edited: tuple[tuple, ...] = ()  # those files as they are now: (path, size, mtime_ns), or (path,) when gone
 
     @functools.cached_property
     def headers(self) -> HeaderFiles | None:
@@ -91,16 +93,12 @@ class GraphContext:
     @functools.cached_property
     def code_key(self) -> tuple | None:
         """What results read only from the selected tree's code and its index
-        depend on (`shared_results`): the tree, its index as built (a rebuild
-        is another), and the files edited since; None without an index."""
+        depend on (`shared_results`): the tree, its index as opened (stamped
+        as `_opened_index` keys it: a rebuild is another), and the files edited
+        since, as they are now; None without an index."""
         if self.index is None:
             return None
-        try:
-            st = os.stat(self.index.path)
-            built = (st.st_mtime_ns, st.st_size)
-        except OSError:
-            built = None
-        return (str(self.index.tree.root), str(self.index.path), built, self.stale)
+        return (str(self.index.tree.root), str(self.index.path), _index_stamp(self.index.path), self.edited)
 
     def overloads(self, base: str) -> tuple:
         """`catalog.overloads(base)`, read once per name: a graph asks of the
@@ -166,6 +164,7 @@ def open_context(
     catalog, index, tree = wheel_catalog, None, None
     no_index: str | None = None
     stale: str | None = None
+    edited: tuple[tuple, ...] = ()
     try:
         from kernelmap.source import choose_tree, open_index
 
@@ -175,7 +174,9 @@ def open_context(
             notes.append(choice.note)
         index = _opened_index(tree, open_index)
         catalog = load_catalog(tree=tree.root, origin=tree.origin)
-        stale = index.stale_note()
+        changed = index.changed_files()
+        edited = _stamped(tree.root, changed)
+        stale = index.stale_note(changed)
         if stale:
             notes.append(stale)
     except KernelmapError as e:
@@ -232,7 +233,30 @@ def open_context(
         build,
         no_index,
         stale,
+        edited,
     )
+
+
+def _stamped(root: Path, paths: list[str]) -> tuple[tuple, ...]:
+    """(path, size, mtime_ns) of each file under `root`; (path,) for one that is gone."""
+    found = []
+    for path in paths:
+        try:
+            st = os.stat(root / path)
+            found.append((path, st.st_size, st.st_mtime_ns))
+        except OSError:
+            found.append((path,))
+    return tuple(found)
+
+
+def _index_stamp(path: Path) -> tuple | None:
+    """What tells an index file from another at `path` (a rebuild; one written
+    in place with its mtime put back: the ctime)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 # The indexes opened, by tree and by the index file as it is on disk: an
@@ -249,11 +273,10 @@ def _opened_index(tree, open_index) -> Index:
     from kernelmap.source.records import index_path
 
     path = index_path(tree)
-    try:
-        st = os.stat(path)
-    except OSError:
+    stamp = _index_stamp(path)
+    if stamp is None:
         return open_index(tree)  # says why, as it does
-    key = (tree, str(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)  # ctime: a file written in place, its mtime put back
+    key = (tree, str(path), stamp)
     found = _INDEXES.get(key)
     if found is not None:
         try:
@@ -278,16 +301,19 @@ KEPT = 20_000
 
 
 class _Kept(dict):
-    """A dict that forgets its oldest entry when an entry past `limit` is added."""
+    """A dict that forgets its oldest entry when an entry past `limit` is added
+    (`added` counts the entries set since it was made)."""
 
-    __slots__ = ("limit",)
+    __slots__ = ("limit", "added")
 
     def __init__(self, limit: int):
         super().__init__()
         self.limit = limit
+        self.added = 0
 
     def __setitem__(self, key, value) -> None:
         super().__setitem__(key, value)
+        self.added += 1
         if len(self) > self.limit:
             del self[next(iter(self))]
 
@@ -306,7 +332,8 @@ def kept_results(ctx: GraphContext, name: str, limit: int = KEPT) -> dict:
 # callbacks a definition passes): the same under every device and option, so
 # kept once per tree and index (GraphContext.code_key) for every context open
 # on them: a warm process asked of CUDA, then of the CPU, reads the code once.
-# The tables of the last few keys are kept, each bounded as `kept_results`'s.
+# The tables of the last few keys are kept, each bounded as `kept_results`'s,
+# and also on disk (Note [shared results on disk]).
 _SHARED: dict[tuple, dict[str, _Kept]] = {}
 _SHARED_KEYS = 4
 
@@ -320,9 +347,117 @@ def shared_results(ctx: GraphContext, name: str, limit: int = KEPT) -> dict:
     tables = _SHARED.get(key)
     if tables is None:
         while len(_SHARED) >= _SHARED_KEYS:
+            _write_results(next(iter(_SHARED)))
             del _SHARED[next(iter(_SHARED))]
         tables = _SHARED[key] = {}
+        _ON_DISK[key] = (_read_results(key), ctx.index)
     table = tables.get(name)
     if table is None:
         table = tables[name] = _Kept(limit)
+        stored = _ON_DISK[key][0].get(name)
+        if stored:
+            table.update(list(stored.items())[-limit:])  # not counted as added
     return table
+
+
+# Note [shared results on disk]
+# A cold CLI question grows its graph from nothing, and most of that time is
+# spent on the code-only results of `shared_results` (which definition a call
+# reaches, a receiver's type, a definition's callbacks): the same answers a
+# warm process keeps. So the tables of one code key are kept on disk too, in
+# `results/` of the cache, one pickle per key: read the first time a table of
+# the key is asked for, and written back (temp file, then rename) when the
+# process ends or the key is dropped, if it added entries and no read found
+# the index damaged (an answer it held could be short). The file is named by
+# a hash of the key and holds the key itself: the tree, its index as opened
+# (`_index_stamp`: a rebuild is another), the tree's files edited since it was
+# indexed as they are now, and kernelmap's own code (each module's size and
+# mtime, `_code_stamp`): a changed tree or changed kernelmap never reads
+# another's results. Each table holds at most its limit (KEPT) of entries;
+# the newest _DISK_FILES files are kept, the older ones removed.
+_DISK_VERSION = 1
+_DISK_FILES = 8
+_RESULTS = "results"
+_ON_DISK: dict[tuple, tuple[dict, Index | None]] = {}  # per key: the tables as read from disk, and the index they read
+
+
+@functools.lru_cache(maxsize=1)
+def _code_stamp() -> str:
+    """Changes whenever a module of kernelmap changes (its size or mtime)."""
+    return code_stamp(Path(__file__).resolve().parents[1])
+
+
+def code_stamp(here: Path) -> str:
+    """A digest of the name, size and mtime of every module of the package at `here`."""
+    import hashlib
+
+    h = hashlib.sha256(str(here).encode())
+    for path in sorted(here.rglob("*.py")):
+        try:
+            st = path.stat()
+        except OSError:
+            h.update(os.urandom(16))  # unknown code: never match a record
+            continue
+        h.update(f"{path.relative_to(here)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def _results_path(key: tuple) -> tuple[Path, str]:
+    import hashlib
+
+    described = repr((_DISK_VERSION, _code_stamp(), key))
+    return env.cache_dir() / _RESULTS / f"{hashlib.sha256(described.encode()).hexdigest()[:32]}.pickle", described
+
+
+def _read_results(key: tuple) -> dict:
+    import pickle
+
+    from kernelmap.safefiles import NotRegularFile, open_regular
+
+    try:
+        path, described = _results_path(key)
+        with open_regular(path, "rb", "a cache file") as f:  # a FIFO there is refused, not waited on
+            kept = pickle.load(f)
+        if isinstance(kept, dict) and kept.get("key") == described and isinstance(kept.get("tables"), dict):
+            return kept["tables"]
+    except (OSError, NotRegularFile, pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError,
+            ImportError, IndexError, KeyError, RecursionError, MemoryError):
+        pass
+    return {}
+
+
+def _write_results(key: tuple) -> None:
+    """The tables of `key` written back to disk if they added entries (Note [shared results on disk])."""
+    import pickle
+
+    tables = _SHARED.get(key) or {}
+    stored, index = _ON_DISK.get(key, ({}, None))
+    if not any(t.added for t in tables.values()) or getattr(getattr(index, "_db", None), "damaged", None) is not None:
+        return
+    try:
+        path, described = _results_path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        value = {"key": described, "tables": {**stored, **{name: dict(t) for name, t in tables.items()}}}
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        for t in tables.values():
+            t.added = 0
+        kept = sorted(path.parent.glob("*.pickle"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+        for old in kept[_DISK_FILES:]:
+            old.unlink(missing_ok=True)
+    except (OSError, pickle.PicklingError, TypeError, AttributeError, RecursionError):
+        pass  # a cache that cannot be written: computed again next time
+
+
+def write_shared_results() -> None:
+    """Every key's tables written back (at exit; Note [shared results on disk])."""
+    for key in list(_SHARED):
+        _write_results(key)
+
+
+atexit.register(write_shared_results)

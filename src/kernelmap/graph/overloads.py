@@ -81,7 +81,22 @@ def _schema_type_kind(argument: str) -> str | None:
     return "scalar" if kind in ("Scalar", "Scalar?") else None
 
 
-_CPP_TENSORS = re.compile(r"\b(?:TensorList|ITensorListRef|MaterializedITensorListRef)\b|(?:ArrayRef|vector|List)\s*<\s*(?:const\s+)?(?:at::)?(?:std::optional<\s*)?(?:at::)?Tensor\b")
+class _lazy:
+    """A regular expression compiled when first used: importing this module
+    compiles none, and a cold question uses few of them."""
+
+    __slots__ = ("_args", "_pattern")
+
+    def __init__(self, *args):
+        self._args, self._pattern = args, None
+
+    def __getattr__(self, name: str):
+        if self._pattern is None:
+            self._pattern = re.compile(*self._args)
+        return getattr(self._pattern, name)
+
+
+_CPP_TENSORS = _lazy(r"\b(?:TensorList|ITensorListRef|MaterializedITensorListRef)\b|(?:ArrayRef|vector|List)\s*<\s*(?:const\s+)?(?:at::)?(?:std::optional<\s*)?(?:at::)?Tensor\b")
 
 
 def _cpp_type_kind(param: str) -> str | None:
@@ -113,7 +128,7 @@ _DTYPE_TYPES = {
     "complex64": ("complex<float>",), "complex128": ("complex<double>",), "int64": ("int64_t", "long"),
     "int32": ("int32_t", "int"), "int16": ("int16_t", "short"), "int8": ("int8_t",), "uint8": ("uint8_t",), "bool": ("bool",),
 }
-_POINTER_PARAM = re.compile(r"^(?:const\s+)?([\w:]+(?:<[\w:<> ]*>)?)\s*(?:const\s*)?\*")
+_POINTER_PARAM = _lazy(r"^(?:const\s+)?([\w:]+(?:<[\w:<> ]*>)?)\s*(?:const\s*)?\*")
 
 
 def _element_types(definition, ctx: GraphContext) -> list[tuple[str | None, set[str]]]:
@@ -256,7 +271,7 @@ def _name_followed(text: str, name: str, tail: re.Pattern[str]) -> list[int]:
     return found
 
 
-_ANGLE_TAIL = re.compile(r"\s*<")
+_ANGLE_TAIL = _lazy(r"\s*<")
 
 
 def is_template(definition, ctx: GraphContext) -> bool:
@@ -266,7 +281,7 @@ def is_template(definition, ctx: GraphContext) -> bool:
 
 # `std::enable_if_t<COND, ...>` conditions on the element type that a dtype decides
 # (Note [enable_if overloads]): the opmath type of Half and BFloat16 is float.
-_ENABLE_IF = re.compile(r"enable_if(?:_t)?\s*<\s*(!?)\s*(?:std::)?(is_same_v\s*<\s*(\w+)\s*,\s*(?:at::)?opmath_type\s*<\s*\3\s*>\s*>|(?:c10::|at::)?is_reduced_floating_point_v\s*<\s*\w+\s*>)")
+_ENABLE_IF = _lazy(r"enable_if(?:_t)?\s*<\s*(!?)\s*(?:std::)?(is_same_v\s*<\s*(\w+)\s*,\s*(?:at::)?opmath_type\s*<\s*\3\s*>\s*>|(?:c10::|at::)?is_reduced_floating_point_v\s*<\s*\w+\s*>)")
 _REDUCED_DTYPES = ("float16", "bfloat16")
 
 
@@ -294,7 +309,7 @@ def by_enable_if(definitions: list, ctx: GraphContext) -> list:
 
 # A dtype dispatch in a kernel's body: `AT_DISPATCH_FLOATING_TYPES(...)`, `AT_DISPATCH_V2(...)`,
 # a file's own wrapper of one (`_AT_DISPATCH_GEMM_TYPES`).
-_DTYPE_DISPATCH = re.compile(r"\b\w*AT_DISPATCH\w*\s*\(")
+_DTYPE_DISPATCH = _lazy(r"\b\w*AT_DISPATCH\w*\s*\(")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -405,7 +420,7 @@ def call_argument_count(site, ctx: GraphContext) -> int | None:
 
 # A declaration of a name: `static ReduceAdd reduce_add;`, `const Tensor& self,` (a parameter).
 _DECLARED = r"(?:^|[;{{(,])\s*(?:(?:static|const|constexpr|inline)\s+)*((?:\w+::)*\w+\s*(?:<[^;{{}}()]*>)?)\s*(?:const\s*)?[&*]?\s*\b{name}\s*(?:[;=,)]|\{{)"
-_CAST = re.compile(r"(?:static|reinterpret|const)_cast\s*<(.+)>\s*\(.*\)", re.S)
+_CAST = _lazy(r"(?:static|reinterpret|const)_cast\s*<(.+)>\s*\(.*\)", re.S)
 
 
 def _type_key(text: str) -> str | None:
@@ -433,7 +448,7 @@ def _declared_pattern(name: str) -> re.Pattern[str]:
 
 
 # _DECLARED of a name written as resolve's marker (`_declared_in`): one pattern for every name.
-_DECLARED_MARKED = re.compile(_DECLARED.replace(r"\b{name}", "{name}").format(name=_MARK), re.M)
+_DECLARED_MARKED = _lazy(_DECLARED.replace(r"\b{name}", "{name}").format(name=_MARK), re.M)
 
 
 def _declared_in(text: str, name: str) -> list[str]:
@@ -462,7 +477,7 @@ def _find_declared_type(name: str, site, ctx: GraphContext) -> str | None:
 
 
 # A value passed on as it is: `std::move(storage_size)`, `std::forward<T>(x)`.
-_PASSED_ON = re.compile(r"std::(?:move|forward\s*<[^<>()]*>)\s*\(\s*([A-Za-z_]\w*)\s*\)")
+_PASSED_ON = _lazy(r"std::(?:move|forward\s*<[^<>()]*>)\s*\(\s*([A-Za-z_]\w*)\s*\)")
 
 
 def _argument_type(argument: str, site, ctx: GraphContext) -> str | None:
@@ -483,9 +498,9 @@ def _argument_type(argument: str, site, ctx: GraphContext) -> str | None:
     return _returned_type(call.group(1), ctx) if call and balanced(call.group(2)) else None
 
 
-_CALL_ARGUMENT = re.compile(r"((?:[A-Za-z_]\w*::)*[A-Za-z_]\w*)\s*\((.*)\)", re.S)
+_CALL_ARGUMENT = _lazy(r"((?:[A-Za-z_]\w*::)*[A-Za-z_]\w*)\s*\((.*)\)", re.S)
 # Words before a function's name that are not its return type (`static inline`, `C10_API`, `TORCH_API`).
-_SPECIFIERS = re.compile(r"\b(?:static|inline|constexpr|extern|virtual|explicit|friend|[A-Z][A-Z0-9_]*[A-Z0-9])\b")
+_SPECIFIERS = _lazy(r"\b(?:static|inline|constexpr|extern|virtual|explicit|friend|[A-Z][A-Z0-9_]*[A-Z0-9])\b")
 
 
 def _returned_type(name: str, ctx: GraphContext) -> str | None:
@@ -518,7 +533,7 @@ def _parameter_type(parameter: str) -> str | None:
     return _type_key(text)
 
 
-_CLASS = re.compile(r"^(template\s*<[^;{}]*>\s*)?(?:class|struct)\s+(\w+)\s*(?:final\s*)?\{", re.M)
+_CLASS = _lazy(r"^(template\s*<[^;{}]*>\s*)?(?:class|struct)\s+(\w+)\s*(?:final\s*)?\{", re.M)
 
 
 @functools.lru_cache(maxsize=256)
@@ -536,8 +551,8 @@ def _plain_classes(path: Path) -> frozenset[str]:
     return frozenset(found)
 
 
-_TEMPLATE_HEAD = re.compile(r"\btemplate\s*<")
-_ALIAS = re.compile(r"\busing\s+(\w+)\s*=|\btypedef\b[^;{}]*\btypename\b[^;{}]*?\b(\w+)\s*;")
+_TEMPLATE_HEAD = _lazy(r"\btemplate\s*<")
+_ALIAS = _lazy(r"\busing\s+(\w+)\s*=|\btypedef\b[^;{}]*\btypename\b[^;{}]*?\b(\w+)\s*;")
 
 
 @functools.lru_cache(maxsize=256)
@@ -564,7 +579,7 @@ def bound_type(declared: str | None, bound: dict[str, str] | None) -> str | None
 
 
 # `using IntArrayRef = ArrayRef<int64_t>;`: an alias of one instantiation of a class template.
-_USING = re.compile(r"^\s*using\s+(\w+)\s*=\s*((?:\w+::)*\w+\s*<[^;<>{}()]*>)\s*;", re.M)
+_USING = _lazy(r"^\s*using\s+(\w+)\s*=\s*((?:\w+::)*\w+\s*<[^;<>{}()]*>)\s*;", re.M)
 
 
 @functools.lru_cache(maxsize=4)

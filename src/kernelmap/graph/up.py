@@ -20,8 +20,10 @@ from __future__ import annotations
 import ast
 import bisect
 import functools
+import hashlib
 import os
 import re
+import sys
 from pathlib import Path
 
 from kernelmap import env, pysource
@@ -500,6 +502,12 @@ def _python_files(root: Path) -> tuple[tuple[Path, str], ...]:
     return tuple(found)
 
 
+@functools.lru_cache(maxsize=8)
+def _listed(root: Path) -> str:
+    """A digest of the names of the files `_python_files` reads (a module added is another)."""
+    return hashlib.sha1("\n".join(f.relative_to(root).as_posix() for f, _ in _python_files(root)).encode()).hexdigest()
+
+
 @functools.lru_cache(maxsize=64)
 def _identifiers(path: Path) -> frozenset[str]:
     """Every word of one file: whether it can name a callee at all, before it is parsed."""
@@ -567,18 +575,37 @@ def _named_calls(definition: pysource.PyDef, root: Path) -> tuple[tuple[str, pys
 
 def _python_callers(target: str, ctx: GraphContext) -> list[Node]:
     """Python functions and methods that call `target` (a builtin, a function,
-    or a method through `self.`), and for a module's `forward`, the module."""
-    from kernelmap.graph.nodes import _python_node
+    or a method through `self.`), and for a module's `forward`, the module.
+    Read from the stored table while the files in scope are unchanged
+    (Note [Python read once] in kernelmap.graph.python)."""
+    from kernelmap.graph.python import remembered, stored_node
 
     root = ctx.python_dir  # the tree's own .py files when it has them (Note [graph versions])
     if root is None:
         return []
+    files = _python_files(root)
+    listed = _listed(root)
+    found = remembered(root, ("callers", target, listed), lambda: _python_callers_spec(target, root), tuple(f for f, _ in files),
+                       fresh=((sys.modules[__name__], "_calls_in"), (sys.modules[__name__], "_named_calls")))
     nodes: list[Node] = []
+    for spec, condition, line in found:
+        node = stored_node(spec, root, ctx, condition)
+        if line is not None:
+            node.attrs["call_site"] = Location(spec[3], line, origin=node.location.origin if node.location else None)
+        nodes.append(node)
+    return nodes
+
+
+def _python_callers_spec(target: str, root: Path) -> list:
+    """`_python_callers` as JSON data: [def_spec, condition, call line] per caller."""
+    from kernelmap.graph.python import def_spec
+
+    found = []
     owner, _, method = target.rpartition(".")
     owner_def = pysource.find_def(owner, root) if owner.startswith("torch.nn.modules.") else None
     is_method = owner_def is not None and isinstance(owner_def.node, ast.ClassDef)
     if is_method and method == "forward":
-        nodes.append(_python_node(owner_def, ctx, "the module's __call__ runs forward"))
+        found.append([def_spec(owner_def, root), "the module's __call__ runs forward", None])
     short = target.rsplit(".", 1)[-1]
     called = f"self.{method}" if is_method else target
     for path, module in _python_files(root):
@@ -589,7 +616,5 @@ def _python_callers(target: str, ctx: GraphContext) -> list[Node]:
         for definition, call in _calls_in(path, module, root, short).get(called, ()):
             if definition.qualname == target or (is_method and not definition.qualname.startswith(f"{owner}.")):
                 continue
-            node = _python_node(definition, ctx, call.condition)
-            node.attrs["call_site"] = Location(path.relative_to(root).as_posix(), call.line, origin=node.location.origin if node.location else None)
-            nodes.append(node)
-    return nodes
+            found.append([def_spec(definition, root), call.condition, call.line])
+    return found

@@ -50,6 +50,7 @@ MEMO = 512  # answers remembered by question
 STALE_EVERY = 30.0  # seconds between looks for source files edited since they were indexed
 SETTLE_EVERY = 256  # calls between collections of the whole heap (Note [a warm heap])
 KEPT_PATHS = 4096  # generated files' disk paths kept with their served names
+WRITE_EVERY = 30.0  # seconds between writes of what the graph worked out from code (Note [what a server writes back])
 _NONE = object()
 
 
@@ -89,6 +90,24 @@ class ServedFiles(SourceFiles):
         return super()._generated_path(rel)
 
 
+# Note [what a server writes back]
+# What the graph works out from code alone (Note [shared results on disk] in
+# kernelmap.graph.context, Note [Python read once] in kernelmap.graph.python)
+# is written back when a CLI process exits; a server is usually ended by its
+# client with a signal, which runs no exit handler. So the producer thread
+# writes them once a call's result is handed over: the Python layer's small
+# JSON tables after every call that added to them, the pickled shared results
+# (larger) after the first call and then at most every WRITE_EVERY seconds.
+# The next server (or CLI run) reads them instead of working them out again.
+def write_back(shared: bool = True) -> None:
+    from kernelmap.graph.context import write_shared_results
+    from kernelmap.graph.python import write_tables
+
+    if shared:
+        write_shared_results()
+    write_tables()
+
+
 # Note [one context per options]
 # A context is what open_context makes of a device and its options; asked
 # for with an option left out, it is the one asked for with the option at
@@ -116,6 +135,7 @@ class Warm:
         self._aside = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernelmap-mcp-aside")
         self._settled = 0  # calls settled (Note [a warm heap])
         self._thaw = False  # the next settling collects the whole heap
+        self._written = time.monotonic() - WRITE_EVERY  # when the graph's tables were last written back: the first call writes
 
     # -- running producers ------------------------------------------------------
 
@@ -131,6 +151,11 @@ class Warm:
         is kept; every SETTLE_EVERY calls, or after the warm state was dropped,
         thaw and collect the whole heap once."""
         self._settled += 1
+        if time.monotonic() - self._written >= WRITE_EVERY:
+            self._written = time.monotonic()
+            write_back()
+        else:
+            write_back(shared=False)
         if self._thaw or self._settled % SETTLE_EVERY == 0:
             self._thaw = False
             gc.unfreeze()

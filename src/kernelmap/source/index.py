@@ -269,9 +269,10 @@ class Index:
                 changed.append(path)  # as `index` judges it
         return changed
 
-    def stale_note(self) -> str | None:
-        """One line saying which files changed since the tree was indexed, or None."""
-        changed = self.changed_files()
+    def stale_note(self, changed: list[str] | None = None) -> str | None:
+        """One line saying which files changed since the tree was indexed
+        (`changed`, when the caller has them: `changed_files`), or None."""
+        changed = self.changed_files() if changed is None else changed
         if not changed:
             return None
         shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")

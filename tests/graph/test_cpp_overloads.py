@@ -115,3 +115,47 @@ def test_a_kernels_empty_is_the_overload_the_binary_ran(context, indexed_tree):
                         site = c.attrs["call_site"]
                         text = (indexed_tree.root / site.path).read_text().splitlines()[site.line - 1]
                         assert re.search(r"(?<![\w.])(?:at::)?empty\s*\(", text), (caller, str(site), text)
+
+
+def _operators_called(node) -> set[str]:
+    """The operators a kernel's calls reach: its children's, through the
+    generated header and `at::_ops::<op>::call` steps between them."""
+    found, stack = set(), list(node.children)
+    while stack:
+        n = stack.pop()
+        if n.name.startswith("aten::"):
+            found.add(n.name)
+        elif n.name.startswith(("at::_ops::", "at::Tensor::")) or (n.name.startswith("at::") and n.name.count("::") == 1):
+            stack.extend(n.children)
+    return found
+
+
+def test_each_call_of_an_overloaded_operator_is_the_overload_the_binary_ran(context):
+    """Of the calls the recording shows a kernel making to an operator of
+    several overloads (at::max(a, b * c) in linalg_pinv: max.other, not
+    max.dim; count_nonzero's `IntArrayRef{*dim}`: count_nonzero.dim_IntList),
+    each the map shows reaches the overload that ran."""
+    golden = load()
+    ctx = context("cpu")
+    calls = collections.defaultdict(set)
+    for op, stacks in golden.by_operator().items():
+        for stack in stacks:
+            real = [golden.frames[i] for i in stack if golden.frames[i].is_real]
+            for caller, callee in zip(real, real[1:]):
+                if not (callee.function.startswith("at::_ops::") and callee.function.endswith("::call") and caller.function.startswith("at::native::")):
+                    continue
+                ran = golden.structs.get(callee.function.split("::")[2])
+                if ran and "." in ran and not is_utility_op(caller.function.rsplit("::", 1)[-1], False):
+                    calls[op].add((caller.function, ran))
+    chosen = [op for op in sorted(calls) if op.startswith(("aten::linalg_pinv", "aten::count_nonzero", "aten::rms_norm", "aten::cdist", "aten::logdet"))]
+    assert len(chosen) >= 4, chosen
+    checked, wrong = [], []
+    for op in chosen:
+        tree = graph.stack(op, ctx, 40)
+        for caller, ran in sorted(calls[op]):
+            base = ran.split("::", 1)[1].split(".")[0]
+            named = {o for n, _ in walk(tree) if n.name == caller for o in _operators_called(n) if o.split("::", 1)[1].split(".")[0] == base}
+            if named:
+                (checked if ran in named else wrong).append((op, caller, ran, sorted(named)))
+    assert not wrong, wrong
+    assert len(checked) >= 4, checked

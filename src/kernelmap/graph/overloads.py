@@ -488,6 +488,9 @@ _CALL_ARGUMENT = re.compile(r"((?:[A-Za-z_]\w*::)*[A-Za-z_]\w*)\s*\((.*)\)", re.
 _SPECIFIERS = re.compile(r"\b(?:static|inline|constexpr|extern|virtual|explicit|friend|[A-Z][A-Z0-9_]*[A-Z0-9])\b")
 
 
+_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+
+
 def _returned_type(name: str, ctx: GraphContext) -> str | None:
     """The type (_type_key) a call of `name` returns, when every definition of
     that name in the tree declares the same one, written out (ScalarOps.h's
@@ -498,7 +501,7 @@ def _returned_type(name: str, ctx: GraphContext) -> str | None:
         return None
     types = set()
     for d in found:
-        head = declaration_head(d, ctx)
+        head = _COMMENTS.sub(" ", declaration_head(d, ctx))  # the comment above it is none of its type
         if re.search(r"\b(?:template|auto|decltype|operator)\b|[#()]", head):
             return None
         types.add(_type_key(_SPECIFIERS.sub("", head)))
@@ -850,6 +853,8 @@ _CONVERTS = {
     "Layout": {"Layout": 0, "TensorOptions": 1},
     "Generator": {"Generator": 0},
     "str": {"str": 0, "Device": 1, "TensorOptions": 1},
+    "TypeMeta": {"TensorOptions": 1},  # `A.dtype()`: a caffe2::TypeMeta, which TensorOptions is made from
+    "number": {"int": 1, "float": 1, "bool": 1, "Scalar": 1},  # an element type: float, Half, c10::complex<double>...
 }
 
 
@@ -878,7 +883,8 @@ _OPTIONS = re.compile(rf"(?:.*\.\s*options\s*\(\s*\)|(?:(?:at|c10|torch)::)?(?:T
 # What a method of a tensor returns, by name.
 _TENSOR_METHODS = {"sizes": "int[]", "strides": "int[]", "sym_sizes": "int[]", "sym_strides": "int[]", "size": "int", "stride": "int",
                    "dim": "int", "ndimension": "int", "numel": "int", "sym_numel": "int", "sym_size": "int", "scalar_type": "ScalarType",
-                   "suggest_memory_format": "MemoryFormat", "device": "Device", "layout": "Layout"}
+                   "suggest_memory_format": "MemoryFormat", "device": "Device", "layout": "Layout", "dtype": "TypeMeta",
+                   "vec": "int[]"}
 # A declared type (_type_key) -> its kind.
 _TYPE_KINDS = {"Tensor": "Tensor", "TensorBase": "Tensor", "Scalar": "Scalar", "TensorOptions": "TensorOptions", "ScalarType": "ScalarType",
                "MemoryFormat": "MemoryFormat", "Device": "Device", "Layout": "Layout", "Dimname": "Dimname", "DimnameList": "Dimname[]",
@@ -888,6 +894,8 @@ _TYPE_KINDS = {"Tensor": "Tensor", "TensorBase": "Tensor", "Scalar": "Scalar", "
                "OptionalIntArrayRef": "int[]?", "OptionalSymIntArrayRef": "int[]?", "List<optional<Tensor>>": "Tensor?[]",
                "ArrayRef<double>": "float[]", "ArrayRef<Scalar>": "Scalar[]", "Storage": "Storage", "Stream": "Stream"}
 _INT_TYPES = frozenset(("int", "long", "int64_t", "int32_t", "int16_t", "int8_t", "uint8_t", "uint32_t", "uint64_t", "size_t", "SymInt", "unsigned"))
+# The names AT_DISPATCH and the kernels give a tensor's element type (each a number, never a Tensor).
+_ELEMENT_TYPES = frozenset(("scalar_t", "opmath_t", "accscalar_t", "acc_t", "value_t", "Half", "BFloat16"))
 _INT_LIST = re.compile(r"(?:ArrayRef|vector|SmallVector|array|OptionalArrayRef)<(?:int64_t|SymInt|long)(?:,\w+)?>|(?:Sym)?DimVector")
 
 
@@ -901,6 +909,8 @@ def _type_kind(declared: str | None) -> str | None:
         return None if inner is None else f"{inner}?"
     if declared in _INT_TYPES:
         return "int"
+    if declared in _ELEMENT_TYPES:
+        return "number"
     if _INT_LIST.fullmatch(declared):
         return "int[]"
     return _TYPE_KINDS.get(declared)
@@ -949,6 +959,9 @@ def argument_kind(argument: str, site, ctx: GraphContext, depth: int = 0) -> str
     call = _last_call(text)
     if call is not None:
         return _call_kind(*call, text, site, ctx)
+    if text.startswith("*") and re.fullmatch(r"\*\s*[A-Za-z_]\w*", text):  # `*opt_dtype`: what an optional holds
+        held = argument_kind(text[1:].strip(), site, ctx, depth + 1)
+        return held[:-1] if held and held.endswith("?") else None
     if re.fullmatch(r"[A-Za-z_]\w*", text):
         declared = _auto_declared(text, site, ctx)
         if declared is not None:
@@ -983,7 +996,8 @@ def _expression_kind(text: str, site, ctx: GraphContext, depth: int):
         colon = flat.find(":", question)
         if colon == -1:
             return None
-        kinds = {argument_kind(text[question + 1 : colon], site, ctx, depth + 1), argument_kind(text[colon + 1 :], site, ctx, depth + 1)}
+        # the branches have one type: the one known, where the other is not
+        kinds = {argument_kind(text[question + 1 : colon], site, ctx, depth + 1), argument_kind(text[colon + 1 :], site, ctx, depth + 1)} - {None}
         return kinds.pop() if len(kinds) == 1 else None
     operators = [m for m in _BINARY.finditer(flat) if m.start() > 0]
     if not operators:
@@ -999,10 +1013,10 @@ def _expression_kind(text: str, site, ctx: GraphContext, depth: int):
     names = {m.group() for m in operators}
     if names & {"&&", "||"}:
         return "bool"
-    if kinds and all(k in ("int", "float", "bool") for k in kinds):
+    if kinds and all(k in ("int", "float", "bool", "number") for k in kinds):
         if names & {"==", "!=", "<", ">", "<=", ">="}:
             return "bool"
-        return "float" if "float" in kinds else "int"
+        return "number" if "number" in kinds else "float" if "float" in kinds else "int"
     return None
 
 
@@ -1031,6 +1045,9 @@ def _call_kind(receiver: str, separator: str, name: str, templated: bool, text: 
     `at::native::zeros_like`), a type's constructor (`Scalar(1)`), or the
     type a function of the tree is declared to return."""
     if separator in (".", "->"):
+        if name in ("value", "value_or") and receiver:  # an optional's value
+            held = argument_kind(receiver, site, ctx, 1)
+            return held[:-1] if held and held.endswith("?") else None
         if name in _TENSOR_METHODS:
             return _TENSOR_METHODS[name]
         return None if templated else _operator_returns(name, ctx)

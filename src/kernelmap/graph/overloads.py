@@ -739,17 +739,24 @@ def _nearest(definitions: list, callee: str, caller) -> list:
 # options={}, ...)` (empty.names) and `empty(IntArrayRef size, TensorOptions
 # options={}, optional<MemoryFormat> memory_format=nullopt)`
 # (empty.memory_format), and C++ picks the one whose parameters take the
-# arguments. The parameters are torchgen's (torchgen.api.cpp.arguments) read
-# from each schema: a Tensor, a Scalar, an `int[]` (IntArrayRef), the
-# dtype/layout/device/pin_memory group as one `TensorOptions options` (all
-# four defaulted: `={}`), and beside it the "faithful" signature that takes
-# the four apart with no defaults at all; a method call's receiver is `self`;
-# `at::<op>_out` takes its outputs first, `_outf` last. An argument's kind is
-# what the call site shows of it: `.options()` (or a chain on it, `at::dtype(...)`,
-# `TensorOptions()`) is TensorOptions, `kLong` a ScalarType (which converts to
-# TensorOptions), a braced list of numbers or a `.sizes()` an int list, a
-# literal a number, `std::nullopt` any optional, else the type the name is
-# declared with above the call (a local or a parameter). An overload is viable
+# arguments. The parameters are read from each schema by torchgen's rules
+# (torchgen.api.cpp.arguments; the tree's own torchgen runs only in the
+# catalog's interpreter, Note [one torchgen per interpreter]): a Tensor, a
+# Scalar, an `int[]` (IntArrayRef), the keyword-only dtype/layout/device/
+# pin_memory as one `TensorOptions options` (`={}` when the four default to
+# None), and beside it the "faithful" signature that takes the four apart with
+# no defaults at all; the yaml's `cpp_no_default_args` drop a default; a
+# method call's receiver is `self`; `at::<op>_out` takes its outputs first,
+# `_outf` last. tests/graph/test_cpp_overloads.py holds these against every
+# inline function of the wheel's generated headers.
+# An argument's kind is what the call site shows of it: `.options()` (or a
+# chain on it, `at::dtype(...)`, `TensorOptions()`) is TensorOptions, `kLong`
+# a ScalarType and `A.dtype()` a TypeMeta (both make TensorOptions), a braced
+# list of numbers or a `.sizes()` an int list, a literal a number,
+# `std::nullopt` any optional, an operator's result what its schema returns
+# (`S.reciprocal()`, `at::zeros(...)`: a Tensor), arithmetic or a comparison
+# with a Tensor a Tensor, else the type a name is declared with above the call
+# (a local, a parameter, an `auto` local's initialiser). An overload is viable
 # when it takes as many arguments and each known kind converts to its
 # parameter; of the viable ones, one that takes every known argument at least
 # as exactly as another and one more exactly wins (as C++ ranks implicit

@@ -419,6 +419,35 @@ _PRECISION_LETTER = {"blas": _re(r"^(?:cblas_|LAPACKE_)?([sdcz])[a-z]"), "mkl": 
                      "mkl_vml": _re(r"^vm?([sdcz])[A-Z]"), "sleef": _re(r"^Sleef_[a-z0-9]*?([fd])(?:\d+|x)_")}
 
 
+# Note [SLEEF's vector-ABI names]
+# SLEEF exports each vector function under two names at one address: the name
+# ATen's Vectorized methods call (`Sleef_expf16_u10`: the function, `f` for
+# float, the lanes, the accuracy) and its name in the x86 vector function ABI
+# (`_ZGVeN16v_Sleef_expf_u10`: `_ZGV`, the ISA's letter, N for unmasked, the
+# lanes, one letter per parameter, then the scalar function's name). A
+# debugger shows either at that address; both are the function the tree
+# calls. The ISA's vector width over the lanes gives the element's width: 512
+# bits in 16 lanes are floats (`expf` -> `Sleef_expf16_u10`), in 8 doubles
+# (`exp` -> `Sleef_expd8_u10`).
+_VECTOR_ABI = _re(r"_ZGV([bcde])N(\d+)[vul\d]+_Sleef_(\w+?)(_u\d+)?")
+_ISA_BITS = {"b": 128, "c": 256, "d": 256, "e": 512}
+
+
+def sleef_name(symbol: str) -> str | None:
+    """The name the tree calls a SLEEF function by, for its vector-ABI symbol
+    (`_ZGVeN16v_Sleef_expf_u10` -> `Sleef_expf16_u10`: Note [SLEEF's
+    vector-ABI names]); None for any other symbol."""
+    m = _VECTOR_ABI.fullmatch(symbol)
+    if m is None:
+        return None
+    lanes = int(m.group(2))
+    width = _ISA_BITS[m.group(1)] // lanes
+    if width not in (32, 64):
+        return None
+    base = m.group(3) if width == 32 else m.group(3) + "d"
+    return f"Sleef_{base}{lanes}{m.group(4) or ''}"
+
+
 def precision(callee: str, library_id: str | None) -> str | None:
     """"single" or "double": the precision a routine of BLAS, LAPACK, MKL's
     vector math or SLEEF is written for (`vmsExp`, `dgetrf_`, `Sleef_expf16_u10`);

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 
+from kernelmap.graph import dtypes
 from kernelmap.graph.context import GraphContext, kept_results
 from kernelmap.graph.rules import balanced, other_device_reason, terms
 
@@ -90,6 +91,99 @@ def _cannot_run(conditions, known: dict[str, bool], definition, ctx: GraphContex
             if reason is not None:
                 return reason
     return None
+
+
+# Note [returns before a call]
+# A function that returns early for the call runs nothing after that return:
+# UnaryOps.cpp's conj_physical starts `if (!self.is_complex()) return self;`,
+# so for a real input its at::_conj_physical (and the conj_kernel loop below
+# it) never runs. A call written after an `if (TEST) return ...;` (or `if
+# (TEST) { return ...; }`) of the function body's top level, whose TEST is
+# decided true for the call (the dtype, Note [dtype branches] in
+# graph.dtypes; the values it passes, Note [arms that cannot run]), cannot
+# run: it is a branch, shown collapsed and never a leaf. A return nested in
+# another block, or one whose test is unknown, rules nothing out.
+_IF = re.compile(r"\bif\s*\(")
+
+
+def returned_before(line: int, definition, known: dict[str, bool], ctx: GraphContext, rank: int | None = None) -> str | None:
+    """Why a call on `line` of `definition` cannot run: the function returns
+    before it for the call (Note [returns before a call]); None when it may."""
+    if definition is None or ctx.index is None or ctx.dtype is None and not known and rank is None:
+        return None
+    for end, test in _early_returns(definition, ctx):
+        if end >= line:
+            break
+        holds = dtypes.evaluate(f"if ({test})", ctx.dtype)
+        if holds is None and balanced(test) and _decidable(test, known, rank, definition, ctx):
+            holds = decide(test, known, ctx, rank, path=definition.location.path)
+        if holds:
+            return f"cannot run for this call: the function returns before it, under if ({test}) at line {end}"
+    return None
+
+
+def _early_returns(definition, ctx: GraphContext) -> tuple[tuple[int, str], ...]:
+    """(the line a return ends on, its test) of each `if (TEST) return ...;`
+    at the top level of a definition's body, in order."""
+    cache = kept_results(ctx, "_early_returns")
+    key = (definition.name, str(definition.location))
+    if key not in cache:
+        cache[key] = tuple(_read_early_returns(definition, ctx))
+    return cache[key]
+
+
+def _read_early_returns(definition, ctx: GraphContext):
+    from kernelmap.graph.code import code_only, tree_lines
+
+    location = definition.location
+    if not location.end_line:
+        return
+    text = code_only(tree_lines(ctx, location.path), location.line, location.end_line)
+    opened = text.find("{")
+    if opened < 0:
+        return
+    depth, i = 1, opened + 1
+    while i < len(text):
+        ch = text[i]
+        if ch in "{([":
+            depth += 1
+        elif ch in "})]":
+            depth -= 1
+            if depth == 0:
+                return
+        elif ch == "#" and depth >= 1:
+            return  # a `#if` in the body may compile a return out: read no further
+        elif depth == 1 and ch == "i" and (m := _IF.match(text, i)) and _starts_statement(text, i):
+            close = _matching(text, m.end() - 1, "(", ")") - 1  # the `)` closing the test
+            if close >= len(text) - 1:
+                return
+            test = re.sub(r"\s+", " ", text[m.end() : close]).strip()
+            after = _skip_space(text, close + 1)
+            end = None
+            if text.startswith("return", after) and not (text[after + 6 : after + 7].isalnum() or text[after + 6 : after + 7] == "_"):
+                semi = text.find(";", after)
+                end = semi if semi >= 0 and "{" not in text[after:semi] else None
+            elif text.startswith("{", after):
+                block = _matching(text, after, "{", "}") - 1  # the `}` closing the block
+                inner = text[after + 1 : block].strip()
+                if re.fullmatch(r"return\b[^;{}]*;", inner, re.S):
+                    end = block
+            if end is not None:
+                yield location.line + text.count("\n", 0, end), test
+                i = end + 1
+                continue
+            i = close  # the test read; the statement's body is walked as any other text
+        i += 1
+
+
+def _starts_statement(text: str, i: int) -> bool:
+    """Whether the `if` at `i` starts a statement of its block: not a loop's
+    body (`for (...) if`), nor an `else if` of a chain, which is reached only
+    when the arms before it are not taken."""
+    j = i - 1
+    while j >= 0 and text[j].isspace():
+        j -= 1
+    return j < 0 or text[j] in ";{}"  # `else if` and `for (...) if` end otherwise
 
 
 def case_cannot_run(line: int, definition, known: dict[str, bool], ctx: GraphContext, rank: int | None = None) -> str | None:

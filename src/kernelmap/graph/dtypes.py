@@ -62,9 +62,13 @@ _DTYPE_EXPR = r"[\w.>\-]*(?:dtype|scalar_type)\w*(?:\(\d?\))?"
 _COMPARE = re.compile(rf"^({_DTYPE_EXPR})\s*(==|!=)\s*(?:(?:at|c10)::)?(?:ScalarType::|k)(\w+)$")
 # The output operand's dtype in a TensorIterator kernel: `iter.dtype()`, `iter.dtype(0)`.
 _OUTPUT_EXPR = re.compile(r"^\w+(?:\.|->)dtype\(0?\)$")
-_PREDICATE = re.compile(rf"^(?:(?:at|c10)::)?is(ReducedFloating|Floating|Complex|Integral)Type\(\s*({_DTYPE_EXPR})\s*(?:,\s*(\w+)\s*)?\)$")
+_PREDICATE = re.compile(rf"^(?:(?:at|c10)::)?is(ReducedFloating|Floating|Complex|Integral|QInt|Bits|Float8)Type\(\s*({_DTYPE_EXPR})\s*(?:,\s*(\w+)\s*)?\)$")
 # A tensor's own test of its dtype: `self.is_complex()`, `result.is_floating_point()`.
 _TENSOR_PREDICATE = re.compile(r"^[\w.>\-]*?\bis_(complex|floating_point)\(\)$")
+# The call's own input, whose dtype is the selected one whichever way it is tested (`!self.is_complex()`)
+_INPUT_RECEIVER = re.compile(r"^(?:self|input)\.is_")
+# A tensor's test of its conjugate bit: `self.is_conj()`, `!src.is_conj()`
+_CONJ_BIT = re.compile(r"^[\w.>\-]*?\bis_conj\(\)$")
 
 
 def canonical(dtype: str | None) -> str | None:
@@ -96,9 +100,11 @@ def _atom(text: str, scalar: str, output: str | None = None) -> bool | None:
         value = (m.group(3) == tested) == (m.group(2) == "==")
     m = _TENSOR_PREDICATE.match(text) if value is None else None
     if m:  # `self.is_complex()`: every input of the call is of the selected dtype; not always an output
-        if negated:  # (`!result.is_complex()`: abs of a complex tensor gives a real one)
+        if negated and not _INPUT_RECEIVER.match(text):  # (`!result.is_complex()`: abs of a complex tensor gives a real one)
             return None
         value = scalar in (_COMPLEX if m.group(1) == "complex" else _FLOATING)
+    if value is None and _CONJ_BIT.match(text) and scalar not in _COMPLEX:
+        value = False  # a real tensor never has its conjugate bit set (at::conj of one is itself)
     m = _PREDICATE.match(text) if value is None else None
     if m:
         kind = m.group(1)
@@ -108,6 +114,8 @@ def _atom(text: str, scalar: str, output: str | None = None) -> bool | None:
             value = scalar in _FLOATING
         elif kind == "Complex":
             value = scalar in _COMPLEX
+        elif kind in ("QInt", "Bits", "Float8"):
+            value = False  # quantized, bit and float8 types: none of the dtypes a call is asked for
         else:
             value = scalar in _INTEGRAL or (scalar == "Bool" and m.group(3) in ("true", "True", "includeBool"))
     if value is None:
@@ -176,7 +184,7 @@ def other_dtype_reason(condition: str | None, dtype: str | None, output: str | N
     """Why a branch under `condition` is not taken for `dtype` (and the
     output's dtype `output`, Note [a comparison's output dtype]); None when it may be."""
     if not condition or ("dtype" not in condition and "scalar_type" not in condition and "is_complex" not in condition
-                         and "is_floating_point" not in condition):
+                         and "is_floating_point" not in condition and "is_conj" not in condition):
         return None  # most conditions test no dtype: answered without parsing them
     if evaluate(condition, dtype, output) is not False:
         return None

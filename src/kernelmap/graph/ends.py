@@ -272,6 +272,7 @@ def _end_paths(tree: CallTree, twins: dict[str, CallNode], arguments: _Arguments
                 yield node, path, through, walked
             if node.kind is not NodeKind.DEVICE_LOOP:
                 continue  # a device loop is followed into the kernels it launches
+        children = _capability_children(node, children, walked.capability)
         stack.extend((c, path + (c,), through, walked) for c in reversed(children))
 
 
@@ -287,6 +288,7 @@ class _Walked:
     layouts: int  # ... for another layout
     growths: int  # ... that grow storage or check
     bookkeeping: bool  # whether a step is in c10's containers (_bookkeeping)
+    capability: str | None = None  # the CPU capability whose build runs below its last stub (_stub_capability)
 
 
 def _walk(above: _Walked | None, node: CallNode, arguments: _Arguments) -> _Walked:
@@ -295,11 +297,54 @@ def _walk(above: _Walked | None, node: CallNode, arguments: _Arguments) -> _Walk
     taken_else, opts = arguments.step(node, flags)
     special, larger, layouts, growth = arguments.marks(node)
     c10 = _bookkeeping(node)
+    capability = _stub_capability(node) if node.kind is NodeKind.STUB else (above.capability if above is not None else None)
     if above is None:
-        return _Walked(arguments.below(node, flags), taken_else, opts, int(special), int(larger), int(layouts), int(growth), c10)
+        return _Walked(arguments.below(node, flags), taken_else, opts, int(special), int(larger), int(layouts), int(growth), c10, capability)
     return _Walked(arguments.below(node, flags), above.elses + taken_else, above.opting + opts if opts else above.opting,
                    above.trivial + special, above.larger + larger, above.layouts + layouts, above.growths + growth,
-                   above.bookkeeping or c10)
+                   above.bookkeeping or c10, capability)
+
+
+# Note [the CPU capability that runs]
+# A kernel of native/cpu is compiled once per CPU capability, and a
+# Vectorized method it calls is defined once per capability (Note [vectorized
+# math] in graph.sites): vec512_float.h's exp calls Sleef_expf16_u10,
+# vec256_float.h's Sleef_expf8_u10. Which build runs is the stub's choice
+# (DispatchStubImpl::choose_cpu_impl): answers are for a CPU with AVX512, the
+# capability it picks first, so the AVX512 build runs where the stub's
+# registration fills the AVX512 slot (ALSO_REGISTER_AVX512_DISPATCH), and the
+# AVX2 build where it leaves the slot nullptr (REGISTER_DISPATCH, compiled
+# for AVX512, registers nullptr: such a kernel's AVX512 build never runs on
+# any CPU). Below a stub whose slot is read, only that capability's
+# Vectorized method is followed to an end; the other stays a step of the
+# tree. Where no stub above says (a kernel called directly), both are ends.
+_PER_CAPABILITY = "Vectorized is defined once per CPU capability"
+
+
+def _stub_capability(stub: CallNode) -> str | None:
+    """The capability whose build of its kernel a CPU stub runs on an AVX512
+    CPU, read off its choice of the capability (graph.stubs' machinery:
+    choose_cpu_impl, called under what the registration does with the AVX512
+    slot); None when the registration was not read (Note [the CPU capability
+    that runs])."""
+    for machinery in stub.children:
+        for choose in machinery.children:
+            if choose.name.endswith("::choose_cpu_impl") and choose.condition:
+                if "AVX512 slot nullptr" in choose.condition:
+                    return "AVX2"
+                if "fills the AVX512 slot" in choose.condition:
+                    return "AVX512"
+    return None
+
+
+def _capability_children(node: CallNode, children, capability: str | None):
+    """Of a node's `children`, those an end is looked for below: of the
+    per-capability definitions of a Vectorized method, the one of
+    `capability` when it is known (Note [the CPU capability that runs])."""
+    if capability is None or node.kind is not NodeKind.ALTERNATIVES or not str(node.attrs.get("reason", "")).startswith(_PER_CAPABILITY):
+        return children
+    kept = tuple(c for c in children if (c.condition or "").endswith(f"compiled for {capability}"))
+    return kept or children
 
 
 def _bookkeeping(node: CallNode) -> bool:

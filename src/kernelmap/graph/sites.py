@@ -367,6 +367,7 @@ def _site_children(node: Node, ctx: GraphContext, definition, sites, span, lambd
         for around in site.outer:  # Note [conditions around a call]
             branch = branch or other_device_reason(around, ctx.device) or dtypes.other_dtype_reason(around, ctx.dtype, output)
         branch = branch or arms.cannot_run((site.condition, *site.outer), known, definition, ctx, node.rank)  # Note [arms that cannot run]
+        branch = branch or arms.returned_before(site.location.line, definition, known, ctx, node.rank)  # Note [returns before a call]
         if not branch and site.condition is None and site.preproc:  # a `#if` in a case hides the case from the index
             branch = arms.case_cannot_run(site.location.line, definition, known, ctx, node.rank)
         child = _site_node(site, definition, ctx, condition, bound)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kernelmap import vendors
 from kernelmap.observe.symbols import strip_return_type
 
 CAPABILITIES = ("DEFAULT", "AVX2", "AVX512", "ZVECTOR", "SVE256", "SVE")
@@ -161,6 +162,9 @@ def parse_frame(raw: str) -> NativeFrame:
     libc = re.fullmatch(r"__(memcpy|memmove|memset|mempcpy)_\w+", name)
     if libc:  # glibc's implementation picked for this CPU (__memcpy_avx512_unaligned_erms) is memcpy
         return NativeFrame(raw, libc.group(1), libc.group(1))
+    sleef = vendors.sleef_name(name)
+    if sleef:  # SLEEF's vector-ABI alias of the function the tree calls (Note [SLEEF's vector-ABI names] in kernelmap.vendors)
+        return NativeFrame(raw, sleef, sleef)
     clone = None
     m = re.search(r" \[clone ([^\]]+)\]$", name)
     while m:

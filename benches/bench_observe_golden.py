@@ -419,6 +419,8 @@ def main() -> int:
     from tests.golden.observed import load
 
     golden = load()
+    # answers for the CPU the set was recorded on (Note [the CPU capability that runs] in graph/ends.py)
+    os.environ["ATEN_CPU_CAPABILITY"] = golden.header["capability"].lower()
     print(f"golden set: torch {golden.header['torch']} ({golden.header['git_version'][:12]}), {golden.header['capability']}, "
           f"{len(golden.calls)} OpInfo calls, {len(golden.by_operator())} entry operators, {len(golden.frames)} distinct frames")
     r = grade(golden, args.ops, args.callers, args.verbose)

@@ -7,9 +7,11 @@ from output."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -50,6 +52,35 @@ def test_a_recorded_sleef_frame_is_named_as_the_tree_calls_it(tree_2_6, sleef_ad
         assert re.search(rf"\b{name}\(", vec), name
 
 
+@pytest.fixture
+def on_a_cpu(monkeypatch):
+    """Answers as on a CPU whose best capability is the one named, named as
+    torch reads it (ATEN_CPU_CAPABILITY)."""
+    from kernelmap.graph.ends import host_cpu_capability
+
+    def on(capability: str) -> None:
+        monkeypatch.setenv("ATEN_CPU_CAPABILITY", capability)
+        host_cpu_capability.cache_clear()
+
+    yield on
+    monkeypatch.undo()
+    host_cpu_capability.cache_clear()
+
+
+def test_the_capability_is_the_one_torch_picks_here():
+    """kernelmap reads this machine's CPU capability as torch's
+    compute_cpu_capability does, without importing torch: the same as the
+    installed torch reports."""
+    from kernelmap.graph.ends import host_cpu_capability
+
+    if "ATEN_CPU_CAPABILITY" in os.environ:
+        pytest.skip("ATEN_CPU_CAPABILITY is set for this run")
+    host_cpu_capability.cache_clear()
+    code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+    torch_says = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert host_cpu_capability() == torch_says
+
+
 def _leaves(op: str, indexed_tree) -> list:
     answer = api.where(op, device="cpu", static=True, with_source=True, source=indexed_tree.name)
     return [s for s in answer.source if s.role == "leaf"]
@@ -69,11 +100,12 @@ def _capability(tree_2_6, path: str, stub: str) -> str:
 @pytest.mark.parametrize(("op", "path", "stub"), [("aten::sinh", "aten/src/ATen/native/cpu/UnaryOpsKernel.cpp", "sinh_stub"),
                                                   ("aten::atanh", "aten/src/ATen/native/cpu/UnaryOpsKernel.cpp", "atanh_stub"),
                                                   ("aten::fmod.Tensor", "aten/src/ATen/native/cpu/BinaryOpsKernel.cpp", "fmod_stub")])
-def test_where_names_the_sleef_routine_of_the_build_that_runs(op, path, stub, tree_2_6, indexed_tree):
+def test_where_names_the_sleef_routine_of_the_build_that_runs(op, path, stub, tree_2_6, indexed_tree, on_a_cpu):
     """A kernel of native/cpu is compiled once per CPU capability and its
     Vectorized method calls SLEEF once per capability (vec512_float.h's
     Sleef_sinhf16_u10, vec256_float.h's Sleef_sinhf8_u10): `where` names the
     routine of the build the stub runs on an AVX512 CPU, not both."""
+    on_a_cpu("avx512")
     capability = _capability(tree_2_6, path, stub)
     sleef = [leaf for leaf in _leaves(op, indexed_tree) if leaf.name.startswith("Sleef_")]
     assert [leaf.location.path for leaf in sleef] == [VEC_HEADERS[capability]]
@@ -81,10 +113,20 @@ def test_where_names_the_sleef_routine_of_the_build_that_runs(op, path, stub, tr
     assert f"{leaf.name}(" in (tree_2_6 / leaf.location.path).read_text().splitlines()[leaf.location.line - 1]
 
 
+def test_an_avx2_cpu_runs_every_stub_s_avx2_build(indexed_tree, on_a_cpu):
+    """On a CPU without AVX512 the stub picks the AVX2 build whatever the
+    registration does with the AVX512 slot: sinh's kernel fills it, yet the
+    leaf is vec256_float.h's routine."""
+    on_a_cpu("avx2")
+    sleef = [leaf for leaf in _leaves("aten::sinh", indexed_tree) if leaf.name.startswith("Sleef_")]
+    assert [leaf.location.path for leaf in sleef] == [VEC_HEADERS["AVX2"]]
+
+
 @pytest.mark.parametrize("op", ["aten::sinh", "aten::atanh"])
-def test_the_sleef_leaf_is_the_one_the_binary_ran(op, indexed_tree):
+def test_the_sleef_leaf_is_the_one_the_binary_ran(op, indexed_tree, on_a_cpu):
     """The recorded run of the operator (an AVX512 CPU) called the SLEEF
-    routine `where` names."""
+    routine `where` names for such a CPU."""
+    on_a_cpu("avx512")
     golden = load()
     assert golden.header["capability"] == "AVX512"
     ran = {golden.frames[i].function for s in golden.by_operator()[op] for i in s}

@@ -112,6 +112,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
+import platform
 import re
 from dataclasses import dataclass
 
@@ -310,23 +312,52 @@ def _walk(above: _Walked | None, node: CallNode, arguments: _Arguments) -> _Walk
 # Vectorized method it calls is defined once per capability (Note [vectorized
 # math] in graph.sites): vec512_float.h's exp calls Sleef_expf16_u10,
 # vec256_float.h's Sleef_expf8_u10. Which build runs is the stub's choice
-# (DispatchStubImpl::choose_cpu_impl): answers are for a CPU with AVX512, the
-# capability it picks first, so the AVX512 build runs where the stub's
-# registration fills the AVX512 slot (ALSO_REGISTER_AVX512_DISPATCH), and the
-# AVX2 build where it leaves the slot nullptr (REGISTER_DISPATCH, compiled
-# for AVX512, registers nullptr: such a kernel's AVX512 build never runs on
-# any CPU). Below a stub whose slot is read, only that capability's
-# Vectorized method is followed to an end; the other stays a step of the
-# tree. Where no stub above says (a kernel called directly), both are ends.
+# (DispatchStubImpl::choose_cpu_impl, from compute_cpu_capability): the
+# capability ATEN_CPU_CAPABILITY names, else the best the CPU has (AVX512
+# where it has avx512vl, avx512bw, avx512dq and fma; AVX2 where avx2 and fma).
+# Answers are for the CPU kernelmap runs on, read the same way
+# (host_cpu_capability). On an AVX512 CPU the AVX512 build runs where the
+# stub's registration fills the AVX512 slot (ALSO_REGISTER_AVX512_DISPATCH),
+# and the AVX2 build where it leaves the slot nullptr (REGISTER_DISPATCH,
+# compiled for AVX512, registers nullptr: such a kernel's AVX512 build never
+# runs on any CPU); on an AVX2 CPU the AVX2 build runs. Below a stub, only
+# that capability's Vectorized method is followed to an end; the other stays
+# a step of the tree. Where no stub above says (a kernel called directly), or
+# the CPU is not an x86 one read here, both are ends.
 _PER_CAPABILITY = "Vectorized is defined once per CPU capability"
 
 
+@functools.cache
+def host_cpu_capability() -> str | None:
+    """The CPU capability torch's DispatchStub picks on this machine, read as
+    compute_cpu_capability does: ATEN_CPU_CAPABILITY where it names one, else
+    the CPU's flags; None off x86 Linux (Note [the CPU capability that runs])."""
+    named = {"avx512": "AVX512", "avx2": "AVX2", "default": "DEFAULT"}.get(os.environ.get("ATEN_CPU_CAPABILITY", ""))
+    if named is not None:
+        return named
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return None
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as cpuinfo:
+            flags = next((set(line.split(":", 1)[1].split()) for line in cpuinfo if line.startswith("flags")), None)
+    except OSError:
+        return None
+    if flags is None:
+        return None
+    if {"avx512vl", "avx512bw", "avx512dq", "fma"} <= flags:
+        return "AVX512"
+    return "AVX2" if {"avx2", "fma"} <= flags else "DEFAULT"
+
+
 def _stub_capability(stub: CallNode) -> str | None:
-    """The capability whose build of its kernel a CPU stub runs on an AVX512
-    CPU, read off its choice of the capability (graph.stubs' machinery:
-    choose_cpu_impl, called under what the registration does with the AVX512
-    slot); None when the registration was not read (Note [the CPU capability
-    that runs])."""
+    """The capability whose build of its kernel a CPU stub runs on this
+    machine's CPU (host_cpu_capability): on an AVX512 CPU, read off the
+    stub's choice of the capability (graph.stubs' machinery: choose_cpu_impl,
+    called under what the registration does with the AVX512 slot); None when
+    neither is known (Note [the CPU capability that runs])."""
+    host = host_cpu_capability()
+    if host != "AVX512":
+        return host
     for machinery in stub.children:
         for choose in machinery.children:
             if choose.name.endswith("::choose_cpu_impl") and choose.condition:

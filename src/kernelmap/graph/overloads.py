@@ -30,7 +30,7 @@ from kernelmap.graph.code import (
 from kernelmap.graph.context import GraphContext, shared_results
 from kernelmap.graph.grow import Node
 from kernelmap.graph.resolve import _MARK, _NOT_TYPES, _WORD_CHAR, _words_at
-from kernelmap.graph.rules import balanced, schema_arguments
+from kernelmap.graph.rules import balanced, _SCHEMA_ARGS, schema_arguments
 from kernelmap.model import Location, Op
 from kernelmap.safefiles import NotRegularFile, read_bytes
 
@@ -503,6 +503,9 @@ _CALL_ARGUMENT = _lazy(r"((?:[A-Za-z_]\w*::)*[A-Za-z_]\w*)\s*\((.*)\)", re.S)
 _SPECIFIERS = _lazy(r"\b(?:static|inline|constexpr|extern|virtual|explicit|friend|[A-Z][A-Z0-9_]*[A-Z0-9])\b")
 
 
+_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+
+
 def _returned_type(name: str, ctx: GraphContext) -> str | None:
     """The type (_type_key) a call of `name` returns, when every definition of
     that name in the tree declares the same one, written out (ScalarOps.h's
@@ -513,7 +516,7 @@ def _returned_type(name: str, ctx: GraphContext) -> str | None:
         return None
     types = set()
     for d in found:
-        head = declaration_head(d, ctx)
+        head = _COMMENTS.sub(" ", declaration_head(d, ctx))  # the comment above it is none of its type
         if re.search(r"\b(?:template|auto|decltype|operator)\b|[#()]", head):
             return None
         types.add(_type_key(_SPECIFIERS.sub("", head)))
@@ -742,3 +745,468 @@ def _nearest(definitions: list, callee: str, caller) -> list:
         if scoped or not ns:
             return scoped or definitions
         ns = ns.rsplit("::", 1)[0] if "::" in ns else ""
+
+
+# Note [the C++ overload a call reaches]
+# An operator's overloads are C++ overloads of one name in the API torchgen
+# writes (ATen/ops/<op>.h, TensorBody.h): `at::empty(sizes, options)` is one
+# of `empty(IntArrayRef size, optional<DimnameList> names, TensorOptions
+# options={}, ...)` (empty.names) and `empty(IntArrayRef size, TensorOptions
+# options={}, optional<MemoryFormat> memory_format=nullopt)`
+# (empty.memory_format), and C++ picks the one whose parameters take the
+# arguments. The parameters are read from each schema by torchgen's rules
+# (torchgen.api.cpp.arguments; the tree's own torchgen runs only in the
+# catalog's interpreter, Note [one torchgen per interpreter]): a Tensor, a
+# Scalar, an `int[]` (IntArrayRef), the keyword-only dtype/layout/device/
+# pin_memory as one `TensorOptions options` (`={}` when the four default to
+# None), and beside it the "faithful" signature that takes the four apart with
+# no defaults at all; the yaml's `cpp_no_default_args` drop a default; a
+# method call's receiver is `self`; `at::<op>_out` takes its outputs first,
+# `_outf` last. tests/graph/test_cpp_overloads.py holds these against every
+# inline function of the wheel's generated headers.
+# An argument's kind is what the call site shows of it: `.options()` (or a
+# chain on it, `at::dtype(...)`, `TensorOptions()`) is TensorOptions, `kLong`
+# a ScalarType and `A.dtype()` a TypeMeta (both make TensorOptions), a braced
+# list of numbers or a `.sizes()` an int list, a literal a number,
+# `std::nullopt` any optional, an operator's result what its schema returns
+# (`S.reciprocal()`, `at::zeros(...)`: a Tensor), arithmetic or a comparison
+# with a Tensor a Tensor, else the type a name is declared with above the call
+# (a local, a parameter, an `auto` local's initialiser). An overload is viable
+# when it takes as many arguments and each known kind converts to its
+# parameter; of the viable ones, one that takes every known argument at least
+# as exactly as another and one more exactly wins (as C++ ranks implicit
+# conversions). Where the arguments cannot tell, the overload chosen before stays.
+
+# A schema type's base -> the kind of its C++ parameter (SymInt is int: `at::<op>_symint` spells the SymInt one).
+_SCHEMA_KINDS = {"SymInt": "int", "int": "int", "float": "float", "bool": "bool", "Scalar": "Scalar", "Tensor": "Tensor",
+                 "ScalarType": "ScalarType", "Layout": "Layout", "Device": "Device", "MemoryFormat": "MemoryFormat",
+                 "Dimname": "Dimname", "Generator": "Generator", "str": "str", "Storage": "Storage", "Stream": "Stream"}
+_OPTIONS_GROUP = (("ScalarType?", "dtype"), ("Layout?", "layout"), ("Device?", "device"), ("bool?", "pin_memory"))
+
+
+def _schema_kind(schema_type: str) -> str:
+    """`Tensor(a!)` -> Tensor, `SymInt[]` -> int[], `int[2]?` -> int[]?, `Tensor?[]` -> Tensor?[] (a kind _converts reads)."""
+    text = re.sub(r"\([^()]*\)", "", schema_type).strip()
+    optional = text.endswith("?")
+    text = text.rstrip("?")
+    listed = re.search(r"\[\d*\]$", text)
+    base = text[: listed.start()] if listed else text
+    inner_optional = base.endswith("?")
+    kind = _SCHEMA_KINDS.get(base.rstrip("?"), base.rstrip("?"))
+    if inner_optional:
+        kind += "?"
+    if listed:
+        kind += "[]"
+    return kind + ("?" if optional else "")
+
+
+def _cpp_signatures(op: Op, site) -> list[list[tuple[str, bool]]]:
+    """(kind, has a default) of the parameters of each C++ overload `op` is
+    spelled as at `site` (Note [the C++ overload a call reaches])."""
+    no_default = _no_default_arguments(op)
+    declared = []
+    for argument in schema_arguments(op.schema):
+        head, eq, default = argument.partition("=")
+        kind, _, name = head.strip().rpartition(" ")
+        declared.append((kind.strip(), name, default.strip() if eq and name not in no_default else None))
+    # torchgen groups the four among the keyword-only arguments; the outputs are the mutable ones that end them
+    keyword = _keyword_start(op.schema)
+    group = [i for i, (kind, name, _) in enumerate(declared) if (kind, name) in _OPTIONS_GROUP and i >= keyword]
+    outputs = 0
+    while op.is_out and outputs < len(declared) - keyword and "!" in declared[len(declared) - 1 - outputs][0]:
+        outputs += 1
+    if site.callee.startswith(".") and declared and declared[0][1] == "self":
+        declared, group = declared[1:], [i - 1 for i in group]
+    if outputs and site.name.endswith(("_out", "_symint_out")):
+        declared, group = declared[-outputs:] + declared[:-outputs], [i + outputs for i in group]
+    plain = [(_schema_kind(kind), default is not None) for kind, _, default in declared]
+    if len(group) < len(_OPTIONS_GROUP):
+        return [plain]
+    # torchgen's `options={}` when the four default to None (or dtype to long), else none
+    defaulted = all(declared[i][2] == "None" for i in group) or declared[group[0]][2] == "long"
+    grouped = [("TensorOptions", defaulted) if i == group[0] else p for i, p in enumerate(plain) if i == group[0] or i not in group]
+    return [grouped, [(kind, False) for kind, _ in plain]]
+
+
+def _keyword_start(schema: str) -> int:
+    """How many of a schema's arguments come before its `*` (all of them when it has none)."""
+    m = _SCHEMA_ARGS.search(schema)
+    items = [i.strip() for i in _split_top(m.group(1))] if m else []
+    return items.index("*") if "*" in items else len(items)
+
+
+_NO_DEFAULT = re.compile(r"^\s*cpp_no_default_args:\s*\[([^\]]*)\]")
+
+
+def _no_default_arguments(op: Op) -> frozenset[str]:
+    """The arguments whose schema default the C++ API leaves out: the
+    entry's `cpp_no_default_args: ['dim']` in native_functions.yaml (any.dims)."""
+    path = op.location.disk_path
+    return _yaml_no_defaults(path, op.location.line) if path is not None else frozenset()
+
+
+@functools.lru_cache(maxsize=8192)
+def _yaml_no_defaults(path: Path, line: int) -> frozenset[str]:
+    lines = file_lines(path)
+    for text in lines[line : line + 40]:
+        if text.startswith("- func:"):
+            break
+        m = _NO_DEFAULT.match(text)
+        if m:
+            return frozenset(re.findall(r"\w+", m.group(1)))
+    return frozenset()
+
+
+# What an argument's kind converts to, with its rank (0: exactly, 1: by a conversion); kinds not listed take nothing else.
+_CONVERTS = {
+    "Tensor": {"Tensor": 0, "Tensor[]": 1},
+    "Tensor[]": {"Tensor[]": 0},
+    "Scalar": {"Scalar": 0},
+    "int": {"int": 0, "float": 1, "bool": 1, "Scalar": 1, "int[]": 1},
+    "float": {"float": 0, "int": 1, "bool": 1, "Scalar": 1},
+    "bool": {"bool": 0, "int": 1, "float": 1, "Scalar": 1},
+    "int[]": {"int[]": 0},
+    "ScalarType": {"ScalarType": 0, "TensorOptions": 1},
+    "TensorOptions": {"TensorOptions": 0},
+    "Dimname": {"Dimname": 0, "Dimname[]": 1},
+    "Dimname[]": {"Dimname[]": 0},
+    "MemoryFormat": {"MemoryFormat": 0, "TensorOptions": 1},
+    "Device": {"Device": 0, "TensorOptions": 1},
+    "Layout": {"Layout": 0, "TensorOptions": 1},
+    "Generator": {"Generator": 0},
+    "str": {"str": 0, "Device": 1, "TensorOptions": 1},
+    "TypeMeta": {"TensorOptions": 1},  # `A.dtype()`: a caffe2::TypeMeta, which TensorOptions is made from
+    "number": {"int": 1, "float": 1, "bool": 1, "Scalar": 1},  # an element type: float, Half, c10::complex<double>...
+}
+
+
+def _converts(argument: str, parameter: str) -> int | None:
+    """The rank of passing an argument of a kind to a parameter of a kind; None when it cannot be passed."""
+    if argument == "nullopt":
+        return 0 if parameter.endswith("?") else None
+    if argument.endswith("?"):  # an optional is passed to an optional of its kind only
+        return 0 if parameter == argument else None
+    if parameter.endswith("?") and not parameter.endswith("?[]"):
+        rank = _CONVERTS.get(argument, {}).get(parameter[:-1])
+        return None if rank is None else rank + (argument != parameter[:-1])
+    return _CONVERTS.get(argument, {}).get(parameter)
+
+
+_SCALAR_TYPE_NAMES = frozenset(("Byte", "Char", "Short", "Int", "Long", "Half", "Float", "Double", "ComplexHalf", "ComplexFloat", "ComplexDouble",
+                                "Bool", "BFloat16", "QInt8", "QUInt8", "QInt32", "QUInt4x2", "QUInt2x4", "Float8_e5m2", "Float8_e4m3fn",
+                                "UInt16", "UInt32", "UInt64"))
+_DEVICE_TYPE_NAMES = frozenset(("CPU", "CUDA", "Meta", "XPU", "MPS", "HIP", "XLA", "Lazy", "IPU", "MTIA", "PrivateUse1"))
+_LAYOUT_NAMES = frozenset(("Strided", "Sparse", "SparseCsr", "SparseCsc", "SparseBsr", "SparseBsc", "Mkldnn", "Jagged"))
+_CONSTANT = re.compile(r"(?:(?:at|c10|torch)::)?(?:(ScalarType|MemoryFormat|Layout|DeviceType)::(\w+)|k(\w+))")
+_NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?[fFlLuU]*")
+# A chain of calls on a value: `.dtype(kLong).memory_format(...)` (balanced parentheses are checked apart).
+_CHAIN = r"(?:\s*\.\s*\w+\s*\(.*\))*"
+_OPTIONS = re.compile(rf"(?:.*\.\s*options\s*\(\s*\)|(?:(?:at|c10|torch)::)?(?:TensorOptions\s*\(.*\)|(?:dtype|device|layout)\s*(?:<[\w:]+>)?\s*\(.*\))){_CHAIN}", re.S)
+# What a method of a tensor returns, by name.
+_TENSOR_METHODS = {"sizes": "int[]", "strides": "int[]", "sym_sizes": "int[]", "sym_strides": "int[]", "size": "int", "stride": "int",
+                   "dim": "int", "ndimension": "int", "numel": "int", "sym_numel": "int", "sym_size": "int", "scalar_type": "ScalarType",
+                   "suggest_memory_format": "MemoryFormat", "device": "Device", "layout": "Layout", "dtype": "TypeMeta",
+                   "vec": "int[]"}
+# A declared type (_type_key) -> its kind.
+_TYPE_KINDS = {"Tensor": "Tensor", "TensorBase": "Tensor", "Scalar": "Scalar", "TensorOptions": "TensorOptions", "ScalarType": "ScalarType",
+               "MemoryFormat": "MemoryFormat", "Device": "Device", "Layout": "Layout", "Dimname": "Dimname", "DimnameList": "Dimname[]",
+               "ArrayRef<Dimname>": "Dimname[]", "Generator": "Generator", "TensorList": "Tensor[]", "ArrayRef<Tensor>": "Tensor[]",
+               "vector<Tensor>": "Tensor[]", "ITensorListRef": "Tensor[]", "bool": "bool", "double": "float", "float": "float",
+               "string_view": "str", "DimVector": "int[]", "SymDimVector": "int[]", "IntArrayRef": "int[]", "SymIntArrayRef": "int[]",
+               "OptionalIntArrayRef": "int[]?", "OptionalSymIntArrayRef": "int[]?", "List<optional<Tensor>>": "Tensor?[]",
+               "ArrayRef<double>": "float[]", "ArrayRef<Scalar>": "Scalar[]", "Storage": "Storage", "Stream": "Stream"}
+_INT_TYPES = frozenset(("int", "long", "int64_t", "int32_t", "int16_t", "int8_t", "uint8_t", "uint32_t", "uint64_t", "size_t", "SymInt", "unsigned"))
+# The names AT_DISPATCH and the kernels give a tensor's element type (each a number, never a Tensor).
+_ELEMENT_TYPES = frozenset(("scalar_t", "opmath_t", "accscalar_t", "acc_t", "value_t", "Half", "BFloat16"))
+_INT_LIST = re.compile(r"(?:ArrayRef|vector|SmallVector|array|OptionalArrayRef)<(?:int64_t|SymInt|long)(?:,\w+)?>|(?:Sym)?DimVector")
+
+
+def _type_kind(declared: str | None) -> str | None:
+    """The kind (Note [the C++ overload a call reaches]) of a type as _type_key writes it."""
+    if declared is None:
+        return None
+    m = re.fullmatch(r"optional<(.+)>", declared)
+    if m:
+        inner = _type_kind(m.group(1))
+        return None if inner is None else f"{inner}?"
+    if declared in _INT_TYPES:
+        return "int"
+    if declared in _ELEMENT_TYPES:
+        return "number"
+    if _INT_LIST.fullmatch(declared):
+        return "int[]"
+    return _TYPE_KINDS.get(declared)
+
+
+def argument_kind(argument: str, site, ctx: GraphContext, depth: int = 0) -> str | None:
+    """The kind of an argument written at a call site (Note [the C++ overload
+    a call reaches]); None when the site does not show it."""
+    text = argument.strip()
+    moved = _PASSED_ON.fullmatch(text)
+    if moved:
+        text = moved.group(1)
+    if text in ("std::nullopt", "c10::nullopt", "nullopt", "::std::nullopt"):
+        return "nullopt"
+    if text in ("true", "false"):
+        return "bool"
+    if _NUMBER.fullmatch(text):
+        return "float" if re.search(r"[.eE]|[fF]$", text) and not text.lower().startswith("0x") else "int"
+    if text.startswith('"'):
+        return "str"
+    if text.startswith("{") and text.endswith("}") and balanced(text[1:-1]):
+        items = [i.strip() for i in _split_top(text[1:-1])]
+        if items and depth < 2 and all(argument_kind(i, site, ctx, depth + 1) == "int" for i in items):
+            return "int[]"
+        return None
+    constant = _CONSTANT.fullmatch(text)
+    if constant:
+        scope, member, short = constant.groups()
+        if scope:
+            return {"ScalarType": "ScalarType", "MemoryFormat": "MemoryFormat", "Layout": "Layout", "DeviceType": "Device"}[scope]
+        return "ScalarType" if short in _SCALAR_TYPE_NAMES else "Device" if short in _DEVICE_TYPE_NAMES else "Layout" if short in _LAYOUT_NAMES else None
+    if text in _FLOAT_MACROS:
+        return "float"
+    if not balanced(text) or depth > 4:
+        return None
+    if _OPTIONS.fullmatch(text) and _chain_balanced(text):
+        return "TensorOptions"
+    braced = _BRACED_CAST.fullmatch(text)
+    if braced and balanced(braced.group(2)):  # `IntArrayRef{*dim}`
+        return _type_kind(_type_key(braced.group(1)))
+    if ctx.index is None:
+        return None
+    expression = _expression_kind(text, site, ctx, depth)
+    if expression is not _NOT_AN_EXPRESSION:
+        return expression
+    call = _last_call(text)
+    if call is not None:
+        return _call_kind(*call, text, site, ctx)
+    if text.startswith("*") and re.fullmatch(r"\*\s*[A-Za-z_]\w*", text):  # `*opt_dtype`: what an optional holds
+        held = argument_kind(text[1:].strip(), site, ctx, depth + 1)
+        return held[:-1] if held and held.endswith("?") else None
+    if re.fullmatch(r"[A-Za-z_]\w*", text):
+        declared = _auto_declared(text, site, ctx)
+        if declared is not None:
+            return argument_kind(declared[0], declared[1], ctx, depth + 1)
+    if not re.fullmatch(r"[\w:<>,\s()*&.\[\]-]+", text):
+        return None
+    return _type_kind(argument_type(text, site, ctx))
+
+
+_FLOAT_MACROS = frozenset(("NAN", "INFINITY", "M_PI", "M_E", "M_SQRT2", "M_SQRT1_2", "M_2_SQRTPI", "M_LN2"))
+_BRACED_CAST = re.compile(r"((?:\w+::)*\w+(?:\s*<[\w:,\s<>]*>)?)\s*\{(.*)\}", re.S)
+_NOT_AN_EXPRESSION = object()
+# The operators of an expression at its top level, longest first; `->` and `::` are none.
+# A `<` or `>` is a comparison when spaced (`S > tol`), a template's bracket when not (`static_cast<int64_t>(x)`).
+_BINARY = re.compile(r"&&|\|\||==|!=|(?<=\s)(?:<=|>=|<|>)(?=\s)|(?<![-+])[+\-](?![+\->=])|[*/%](?!=)")
+
+
+def _expression_kind(text: str, site, ctx: GraphContext, depth: int):
+    """The kind of an expression of operators at its top level (`rtol * max_val`,
+    `S > tol`, `c ? kDouble : kFloat`): a Tensor when an operand is one, a
+    number of numbers, a bool of a comparison of numbers; _NOT_AN_EXPRESSION
+    when the text has no operator at its top level."""
+    chars, depth_now = [], 0
+    for ch in text:  # the text with what lies inside brackets blanked out
+        closing = ch in ")]}"
+        depth_now -= closing
+        chars.append(ch if depth_now == 0 and ch not in "([{" and not closing else " ")
+        depth_now += ch in "([{"
+    flat = "".join(chars).replace("::", "  ")
+    question = flat.find("?")
+    if question > 0:
+        colon = flat.find(":", question)
+        if colon == -1:
+            return None
+        # the branches have one type: the one known, where the other is not
+        kinds = {argument_kind(text[question + 1 : colon], site, ctx, depth + 1), argument_kind(text[colon + 1 :], site, ctx, depth + 1)} - {None}
+        return kinds.pop() if len(kinds) == 1 else None
+    operators = [m for m in _BINARY.finditer(flat) if m.start() > 0]
+    if not operators:
+        return _NOT_AN_EXPRESSION
+    pieces, start = [], 0
+    for m in operators:
+        pieces.append(text[start : m.start()])
+        start = m.end()
+    pieces.append(text[start:])
+    kinds = [argument_kind(p, site, ctx, depth + 1) for p in pieces if p.strip()]
+    if "Tensor" in kinds:
+        return "Tensor"
+    names = {m.group() for m in operators}
+    if names & {"&&", "||"}:
+        return "bool"
+    if kinds and all(k in ("int", "float", "bool", "number") for k in kinds):
+        if names & {"==", "!=", "<", ">", "<=", ">="}:
+            return "bool"
+        return "number" if "number" in kinds else "float" if "float" in kinds else "int"
+    return None
+
+
+def _last_call(text: str) -> tuple[str, str, str, bool] | None:
+    """(receiver, `.`/`->`/`::`/'', name, template arguments spelled) of the
+    call that ends `text` (`self.isnan().__iand__(other.isnan())` ->
+    `self.isnan()`, `.`, `__iand__`); None when `text` is no call."""
+    if not text.endswith(")"):
+        return None
+    depth = 0
+    for i in range(len(text) - 1, -1, -1):
+        depth += (text[i] == ")") - (text[i] == "(")
+        if depth == 0:
+            break
+    else:
+        return None
+    m = re.search(r"(\.|->|::)?\s*(\w+)\s*(<[^()]*>)?\s*$", text[:i])
+    if m is None:
+        return None
+    return text[: m.start()].strip(), m.group(1) or "", m.group(2), m.group(3) is not None
+
+
+def _call_kind(receiver: str, separator: str, name: str, templated: bool, text: str, site, ctx: GraphContext) -> str | None:
+    """The kind of what a call returns: a tensor's method (`.sizes()`, an
+    operator's method `.isnan()`), an operator's function (`at::zeros(...)`,
+    `at::native::zeros_like`), a type's constructor (`Scalar(1)`), or the
+    type a function of the tree is declared to return."""
+    if separator in (".", "->"):
+        if name in ("value", "value_or") and receiver:  # an optional's value
+            held = argument_kind(receiver, site, ctx, 1)
+            return held[:-1] if held and held.endswith("?") else None
+        if name in _TENSOR_METHODS:
+            return _TENSOR_METHODS[name]
+        return None if templated else _operator_returns(name, ctx)
+    if separator == "::" and receiver.lstrip(":") not in ("at", "at::native", "native", "torch"):
+        constructed = _type_kind(_type_key(f"{receiver}::{name}"))
+        return constructed if constructed is not None else _type_kind(argument_type(text, site, ctx))
+    constructed = _type_kind(name) if not separator and not receiver else None
+    if constructed is not None:
+        return constructed
+    if separator == "::" and not templated:
+        return _operator_returns(name, ctx)
+    return _type_kind(argument_type(text, site, ctx)) if not receiver else None
+
+
+def _operator_returns(name: str, ctx: GraphContext) -> str | None:
+    """The kind every overload of the operator `name` returns (`Tensor`, `Scalar`, `bool`); None when they differ or none is."""
+    ops = [o for o in ctx.overloads(name) or ctx.overloads(name.rstrip("_")) if o.name.name == name and not o.is_out]
+    kinds = set()
+    for o in ops:
+        returned = re.sub(r"\([^()]*\)", "", o.schema.rsplit("->", 1)[-1]).strip()
+        kinds.add(_SCHEMA_KINDS.get(returned, "Tensor[]" if returned == "Tensor[]" else None))
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+_AUTO = r"\bauto\s*&{0,2}\s*\b%s\s*=(?!=)"
+
+
+def _auto_declared(name: str, site, ctx: GraphContext):
+    """(the initialiser, a site at its line) of the nearest declaration of
+    `name` above a call when it is `auto name = ...;`; None when the nearest
+    one states its type, or none is found."""
+    cache = shared_results(ctx, "_auto_declared")
+    key = (name, site.location.path, site.location.line)
+    if key not in cache:
+        cache[key] = _find_auto(name, site, ctx)
+    return cache[key]
+
+
+def _find_auto(name: str, site, ctx: GraphContext):
+    lines = tree_lines(ctx, site.location.path)
+    pattern = re.compile(_AUTO % re.escape(name))
+    for i in range(site.location.line - 1, max(-1, site.location.line - 200), -1):
+        if name not in lines[i]:
+            continue
+        m = pattern.search(lines[i])
+        if m is not None:
+            text = "\n".join(lines[i : i + 8])
+            start = text.index(m.group()) + len(m.group())
+            depth, end = 0, None
+            for j in range(start, len(text)):
+                depth += (text[j] in "([{") - (text[j] in ")]}")
+                if depth < 0 or (depth == 0 and text[j] == ";"):
+                    end = j
+                    break
+            if end is None:
+                return None
+            at = dataclasses.replace(site.location, line=i + 1)
+            return text[start:end].strip(), _Spelled(at, site.name, site.callee)
+        text = "\n".join(lines[max(0, i - 1) : i + 1])
+        if [t for t in _declared_in(text, name) if re.match(r"\w+", t).group() not in _NOT_TYPES]:
+            return None  # stated with its type: argument_type reads it
+    return None
+
+
+def _split_top(text: str) -> list[str]:
+    """The comma-separated items of `text` at its top level."""
+    items, depth, current = [], 0, []
+    for ch in text:
+        depth += ch in "([{<" and ch != "<"
+        depth -= ch in ")]}"
+        if ch == "," and depth == 0:
+            items.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    items.append("".join(current))
+    return items
+
+
+def _chain_balanced(text: str) -> bool:
+    """Whether every call of a chain (`x.options().dtype(kLong)`) closes its own parentheses: `f(a).g(b)`, not `f(a, g(b)`."""
+    depth = 0
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def _ranks(signature: list[tuple[str, bool]], kinds: list[str | None]) -> list[int | None] | None:
+    """The rank of each argument passed to a signature (None: unknown); None when the signature cannot take them."""
+    if len(kinds) > len(signature) or any(not default for _, default in signature[len(kinds):]):
+        return None
+    ranks = []
+    for kind, (parameter, _) in zip(kinds, signature):
+        if kind is None:
+            ranks.append(None)
+            continue
+        rank = _converts(kind, parameter)
+        if rank is None:
+            return None
+        ranks.append(rank)
+    return ranks
+
+
+def _better(a: list[int | None], b: list[int | None]) -> bool:
+    """Whether ranks `a` beat `b`: no known argument worse, one better."""
+    pairs = [(x, y) for x, y in zip(a, b) if x is not None and y is not None]
+    return all(x <= y for x, y in pairs) and any(x < y for x, y in pairs)
+
+
+def by_cpp_overload(op: Op, site, ctx: GraphContext) -> Op:
+    """Note [the C++ overload a call reaches]: the overload of `op`'s name (and
+    kind: out=, in-place) that C++ resolves the call at `site` to, by the kinds
+    of the arguments it passes: `at::empty(sizes, self.options())` is
+    empty.memory_format, not empty.names. `op` stays when it takes the
+    arguments and no other overload takes them better, or when none does."""
+    arguments = call_arguments(site, ctx)
+    if arguments is None:
+        return op
+    name = op.name.name
+    candidates = {str(o.name): o for base in dict.fromkeys((name, name.rstrip("_"))) for o in ctx.overloads(base)
+                  if o.name.name == name and o.is_out == op.is_out and o.is_inplace == op.is_inplace}
+    if len(candidates) < 2:
+        return op
+    kinds = [argument_kind(a, site, ctx) for a in arguments]
+    ranked = []
+    for candidate in candidates.values():
+        fits = [r for r in (_ranks(s, kinds) for s in _cpp_signatures(candidate, site)) if r is not None]
+        if fits:
+            best = min(fits, key=lambda r: sum(x or 0 for x in r))
+            ranked.append((candidate, best))
+    if not ranked:
+        return op
+    mine = next((r for c, r in ranked if str(c.name) == str(op.name)), None)
+    if mine is not None:
+        better = [c for c, r in ranked if _better(r, mine) and all(not _better(other, r) for _, other in ranked)]
+        return better[0] if len(better) == 1 else op
+    winners = [c for c, r in ranked if not any(_better(other, r) for _, other in ranked)]
+    return winners[0]

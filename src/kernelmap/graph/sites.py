@@ -57,6 +57,7 @@ from kernelmap.graph.overloads import (
     by_arity,
     by_build,
     by_class_specialisation,
+    by_cpp_overload,
     by_dtype,
     by_enable_if,
     by_out_spelling,
@@ -538,6 +539,7 @@ def _site_node(site, caller, ctx: GraphContext, condition: str | None, bound: di
         except KernelmapError:
             return Node(site.callee, "op", site.location, kind, condition, {"unresolved": f"{site.op} is not in the catalog"})
         op = by_literal_types(by_argument_count(by_out_spelling(op, site, ctx), site, ctx), site, ctx)
+        op = by_cpp_overload(op, site, ctx)  # Note [the C++ overload a call reaches]
         node = op_node(op, ctx, kind, condition, site.location)
         _given(node, literal_flags(op, site, ctx))
         # a utility's own kernel calling its other overload is the utility's work, not plumbing

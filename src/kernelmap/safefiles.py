@@ -196,3 +196,17 @@ def write_output(path: str | os.PathLike, data: str | bytes, option: str) -> Pat
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
     return target
+
+
+def write_pickle(path: Path, value: Any) -> None:
+    """Pickle `value` to a cache file `path`: written aside (a name of this
+    process), then renamed into place, so a reader never sees half of it."""
+    import pickle
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

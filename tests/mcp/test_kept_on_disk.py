@@ -262,12 +262,16 @@ def test_a_server_writes_back_after_its_first_call_and_then_now_and_then(monkeyp
         async def calls(n):
             for _ in range(n):
                 await warm.run(lambda: None)
-            await warm.run(lambda: None)  # the settling of the last call is done before this one runs
 
-        asyncio.run(calls(3))
+        def settled():  # the producer thread runs one job at a time, in order: the last call's settling is done
+            warm._executor.submit(lambda: None).result()
+
+        asyncio.run(calls(4))
+        settled()
         assert written == [True, False, False, False]  # the Python tables after each call, the shared results after the first
         warm._written -= warm_module.WRITE_EVERY  # as if that long had passed
-        asyncio.run(calls(1))
+        asyncio.run(calls(2))
+        settled()
         assert written[4:] == [True, False]
     finally:
         warm.close()

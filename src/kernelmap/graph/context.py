@@ -430,6 +430,8 @@ def _write_results(key: tuple) -> None:
     """The tables of `key` written back to disk if they added entries (Note [shared results on disk])."""
     import pickle
 
+    from kernelmap.safefiles import write_pickle
+
     tables = _SHARED.get(key) or {}
     stored, index = _ON_DISK.get(key, ({}, None))
     if not any(t.added for t in tables.values()) or getattr(getattr(index, "_db", None), "damaged", None) is not None:
@@ -438,13 +440,7 @@ def _write_results(key: tuple) -> None:
         path, described = _results_path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         value = {"key": described, "tables": {**stored, **{name: dict(t) for name, t in tables.items()}}}
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            with open(tmp, "wb") as f:
-                pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        write_pickle(path, value)
         for t in tables.values():
             t.added = 0
         kept = sorted(path.parent.glob("*.pickle"), key=lambda p: p.stat().st_mtime_ns, reverse=True)

@@ -29,7 +29,7 @@ from kernelmap.graph.code import (
 )
 from kernelmap.graph.context import GraphContext, shared_results
 from kernelmap.graph.grow import Node
-from kernelmap.graph.resolve import _MARK, _NOT_TYPES, _WORD_CHAR, _words_at
+from kernelmap.graph.resolve import _MARK, _NOT_TYPES, _words_at
 from kernelmap.graph.rules import balanced, _SCHEMA_ARGS, schema_arguments
 from kernelmap.model import Location, Op
 from kernelmap.safefiles import NotRegularFile, read_bytes
@@ -968,7 +968,7 @@ def argument_kind(argument: str, site, ctx: GraphContext, depth: int = 0) -> str
         return "float"
     if not balanced(text) or depth > 4:
         return None
-    if _OPTIONS.fullmatch(text) and _chain_balanced(text):
+    if _OPTIONS.fullmatch(text) and balanced(text):
         return "TensorOptions"
     braced = _BRACED_CAST.fullmatch(text)
     if braced and balanced(braced.group(2)):  # `IntArrayRef{*dim}`
@@ -1147,16 +1147,6 @@ def _split_top(text: str) -> list[str]:
             current.append(ch)
     items.append("".join(current))
     return items
-
-
-def _chain_balanced(text: str) -> bool:
-    """Whether every call of a chain (`x.options().dtype(kLong)`) closes its own parentheses: `f(a).g(b)`, not `f(a, g(b)`."""
-    depth = 0
-    for ch in text:
-        depth += (ch == "(") - (ch == ")")
-        if depth < 0:
-            return False
-    return depth == 0
 
 
 def _ranks(signature: list[tuple[str, bool]], kinds: list[str | None]) -> list[int | None] | None:

@@ -42,15 +42,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pickle
 import re
 import time
 from array import array
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernelmap.safefiles import write_pickle
 from kernelmap.source.config import _evaluate, build_config
 from kernelmap.source.includes import ANGLED, COMPUTED, read
 
@@ -655,13 +654,7 @@ def save(path: Path, value) -> None:
     """Written aside and renamed into place; older graphs of the same tree and device are removed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     prefix = path.name.rsplit(".", 2)[0]
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_pickle(path, value)
     for old in path.parent.glob(f"{prefix}.*.pickle"):
         if old != path:
             old.unlink(missing_ok=True)

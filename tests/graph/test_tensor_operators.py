@@ -63,15 +63,19 @@ def test_a_kernels_cpp_operators_are_the_overloads_the_binary_ran(context, index
     `atol + (rtol * other).abs()` in isclose (a Scalar on the left: y.add(x)
     and y.mul(x), the .Scalar overloads), `(input1 * input1).sum(dim) +
     EPSILON` in cosine_embedding_loss, `self.abs() == infinity()` in isinf,
-    `!infos.any().item<bool>()` in _linalg_check_errors: each recorded call
+    `sign == -1.` of `auto [sign, logabsdet] = at::linalg_slogdet(A)` in
+    logdet, `counts == 0` of `auto counts = include_self ? at::ones_like(r)
+    : ...` in index_reduce, `self.reshape_symint(...) * vec2` in outer,
+    `pivots.gt(0).all().item<bool>()` in lu_solve_kernel: each recorded call
     is named under its kernel, as the overload that ran, at a line that
     writes it as the C++ operator (or `.item`)."""
     golden = load()
     calls = _operator_calls(golden)
     kernels_of = {"aten::pairwise_distance": "pairwise_distance", "aten::isclose": "isclose", "aten::cosine_embedding_loss": "cosine_embedding_loss",
-                  "aten::isinf": "isinf", "aten::special_ndtr": "calc_ndtr", "aten::allclose": "allclose", "aten::lu_solve": "lu_solve_kernel"}
+                  "aten::isinf": "isinf", "aten::special_ndtr": "calc_ndtr", "aten::allclose": "allclose", "aten::lu_solve": "lu_solve_kernel",
+                  "aten::logdet": "logdet", "aten::index_reduce": "index_reduce_func_impl", "aten::outer": "outer"}
     chosen = [op for op in sorted(calls) if op in kernels_of]
-    assert len(chosen) >= 6, chosen
+    assert len(chosen) >= 9, chosen
     ctx = context("cpu")
     found, missing = [], []
     for op in chosen:
@@ -88,7 +92,7 @@ def test_a_kernels_cpp_operators_are_the_overloads_the_binary_ran(context, index
             spelled = [site for site, _ in at if re.search(_SPELLED[method], (indexed_tree.root / site.path).read_text().splitlines()[site.line - 1])]
             (found if spelled else missing).append((op, caller, ran))
     assert not missing, missing
-    assert len(found) >= 6, found
+    assert len(found) >= 15, found
     assert any(ran.endswith(".Scalar") for _, _, ran in found) and any(ran.endswith(".Tensor") for _, _, ran in found), found
     assert any(ran == "aten::item" for _, _, ran in found), found
 

@@ -194,7 +194,7 @@ def _returns_tensor(name: str, ctx: GraphContext) -> bool:
     return any(o.schema.rsplit("->", 1)[-1].strip() in ("Tensor", "Tensor(a)", "Tensor(a!)") for o in overloads)
 
 
-def _operand_kind(text: str, end: int, tensors: set[str], spelled, definition, lines, dispatched: dict[int, set[str]], ctx, depth: int = 0) -> str | None:
+def _operand_kind(text: str, end: int, tensors: set[str], spelled, definition, lines, dispatched: dict[int, dict[str, str]], ctx, depth: int = 0) -> str | None:
     """"Tensor", "Scalar" or None (not known) for the operand that ends just
     before `end` in `text`."""
     left = text[:end].rstrip()
@@ -221,7 +221,8 @@ def _operand_kind(text: str, end: int, tensors: set[str], spelled, definition, l
         name = m.group(1)
         if name == "Scalar":
             return "Scalar"
-        return "Tensor" if name in dispatched.get(spelled.location.line, ()) and _returns_tensor(name, ctx) else None
+        op = dispatched.get(spelled.location.line, {}).get(name)
+        return "Tensor" if op is not None and _returns_tensor(op, ctx) else None
     if _NUMBER_TAIL.search(left):
         return "Scalar"
     m = _TRAILING_NAME.search(left)
@@ -247,13 +248,22 @@ def _operand_kind(text: str, end: int, tensors: set[str], spelled, definition, l
             m = pattern.search(lines[i]) if name in lines[i] else None
             if m is not None:
                 before = dataclasses.replace(spelled, location=dataclasses.replace(spelled.location, line=i + 1))
-                return _right_kind(lines[i], m.end(), tensors, before, definition, lines, dispatched, ctx, depth + 1)
+                start = m.end()
+                if m.group(1):  # `auto [sign, logabsdet] = at::linalg_slogdet(A)`: the elements of the Tensors it returns
+                    call = re.match(r"\s*(?:at::|[\w.]+\.)?(\w+)\s*\(", lines[i][start:])
+                    op = dispatched.get(i + 1, {}).get(call.group(1)) if call else None
+                    returned = [o.schema.rsplit("->", 1)[-1].strip() for o in ctx.overloads(op)] if op else []
+                    return "Tensor" if returned and all(r.startswith("(Tensor") and "[]" not in r for r in returned) else None
+                question = re.match(r"[^?;()]*\?", lines[i][start:])  # `auto counts = include_self ? at::ones_like(r) : ...`
+                if question:
+                    start += question.end()
+                return _right_kind(lines[i], start, tensors, before, definition, lines, dispatched, ctx, depth + 1)
     return None
 
 
 @functools.lru_cache(maxsize=1024)
 def _auto_pattern(name: str) -> re.Pattern[str]:
-    return re.compile(rf"(?<![\w:])auto\s+{re.escape(name)}\s*=")
+    return re.compile(rf"(?<![\w:])auto\s*&{{0,2}}\s*(?:{re.escape(name)}|(\[[^\]]*\b{re.escape(name)}\b[^\]]*\]))\s*=")
 
 
 _KEYWORDS = frozenset(("return", "if", "while", "for", "switch", "case", "else", "do", "sizeof", "co_return", "throw"))
@@ -319,11 +329,14 @@ def _operator_sites(definition, sites, span, ctx: GraphContext) -> list:
     tensors = set(_TENSOR_DECLARATION.findall(whole))
     tensors.update(name for names in _TENSORS_DECLARED.findall(whole) for name in re.findall(r"\w+", names))  # `Tensor a, b;`
     by_line: dict[int, Any] = {}
-    dispatched_by_line: dict[int, set[str]] = {}
+    dispatched_by_line: dict[int, dict[str, str]] = {}  # line -> {called name (`reshape_symint`): its operator's base name}
     for s in sites:
         by_line.setdefault(s.location.line, s)
         if s.kind is EdgeKind.DISPATCHER and s.op:
-            dispatched_by_line.setdefault(s.location.line, set()).update((s.name, s.op.split(".")[0]))
+            dispatched_by_line.setdefault(s.location.line, {}).update({s.name: s.op.split(".")[0], s.op.split(".")[0]: s.op.split(".")[0]})
+        elif s.callee.startswith(".") and s.name.endswith("_symint") and ctx.overloads(s.name.removesuffix("_symint")):
+            # `self.reshape_symint(...)`: the Tensor method of an operator's SymInt spelling
+            dispatched_by_line.setdefault(s.location.line, {})[s.name] = s.name.removesuffix("_symint")
     binary, compound = _operator_table(str(ctx.index.tree.root))
     found = []
 
@@ -339,7 +352,7 @@ def _operator_sites(definition, sites, span, ctx: GraphContext) -> list:
                 spelled = _Spelled(Location(location.path, number, origin=location.origin), "item", "item")
                 if _operand_kind(text, m.start(), tensors, spelled, definition, lines, dispatched_by_line, ctx) == "Tensor":
                     add(number, "item", "item")
-        if not tensors and number not in dispatched_by_line:
+        if not tensors and number not in dispatched_by_line and "auto" not in whole:
             continue
         if not any(c in text for c in "+-*/%<>=!&|^"):
             continue

@@ -118,3 +118,24 @@ def test_numbers_written_with_operators_are_no_calls(context, indexed_tree):
     assert len(arithmetic) >= 2, arithmetic  # the ints' lines are there to be misread
     assert [(s.location.line, s.op) for s in found] == [(n, op) for n in body if "x1 - x2 + eps" in lines[n - 1]
                                                        for op in ("sub.Tensor", "add.Scalar")]
+
+
+def test_operators_on_vectorized_values_are_no_calls(context, indexed_tree):
+    """elu_kernel's Vectorized lambda writes `((a * negiptcoef_vec).exp() -
+    one_vec) * negcoef_vec` on a `Vec a`: Vectorized's operators, no Tensor's,
+    though the index reads `.exp()` as a method named like an operator. The
+    recorded elu stacks call no operator below the kernel, and the map names
+    none there."""
+    golden = load()
+    ran = {golden.frames[i].function for stack in golden.by_operator()["aten::elu"] for i in stack}
+    called = {f.split("::")[2] for f in ran if re.fullmatch(r"at::_ops::\w+::(call|redispatch)", f)}
+    assert called == {"elu"}, sorted(ran)
+    ctx = context("cpu")
+    kernel = next(d for d in ctx.index.definitions("elu_kernel") if d.location.path.endswith("native/cpu/Activation.cpp"))
+    lines = tree_lines(ctx, kernel.location.path)
+    assert any("(a * negiptcoef_vec).exp() - one_vec" in lines[n - 1] for n in range(kernel.location.line, kernel.location.end_line + 1))
+    assert sites._operator_sites(kernel, ctx.index.calls_from(kernel), None, ctx) == []
+    tree = graph.stack("aten::elu", ctx, 40)
+    methods = {m for forward, reverse in sites._operator_table(str(indexed_tree.root))[0].values() for m, _ in (forward, *reverse)}
+    below = sorted(n.name for n, _ in walk(tree) if n.name.startswith("aten::") and n.name.split("::")[1].split(".")[0] in methods)
+    assert not below, below

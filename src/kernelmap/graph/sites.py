@@ -332,7 +332,8 @@ def _operator_sites(definition, sites, span, ctx: GraphContext) -> list:
     dispatched_by_line: dict[int, dict[str, str]] = {}  # line -> {called name (`reshape_symint`): its operator's base name}
     for s in sites:
         by_line.setdefault(s.location.line, s)
-        if s.kind is EdgeKind.DISPATCHER and s.op:
+        if s.kind is EdgeKind.DISPATCHER and s.op and (not s.callee.startswith(".") or _tensor_receiver(s, definition, ctx)):
+            # a method named like an operator on another type gives no Tensor (`(a * b_vec).exp() - one_vec` on a Vec a)
             dispatched_by_line.setdefault(s.location.line, {}).update({s.name: s.op.split(".")[0], s.op.split(".")[0]: s.op.split(".")[0]})
         elif s.callee.startswith(".") and s.name.endswith("_symint") and ctx.overloads(s.name.removesuffix("_symint")):
             # `self.reshape_symint(...)`: the Tensor method of an operator's SymInt spelling

@@ -74,7 +74,7 @@ from kernelmap.graph.overloads import (
     _TEMPLATE_HEAD,
     _template_parameters,
 )
-from kernelmap.graph.resolve import _declarations, receiver_declarations, receiver_type, _resolve_direct
+from kernelmap.graph.resolve import _declarations, _declared_at, receiver_declarations, receiver_type, _resolve_direct
 from kernelmap.graph.rules import (
     is_inspection_op,
     is_utility_op,
@@ -99,25 +99,223 @@ from kernelmap.model import EdgeKind, Location, NodeKind, Op
 
 
 # Note [operators written as C++ operators]
-# `self * other`, `x == 0`, `out += bias` on a Tensor call the operator
-# TensorOperators.h defines for it, which calls the Tensor's method
-# (`operator*` -> `Tensor::mul`): an operator call like any, at the line of
-# the expression, though the index records no call there. An expression is
-# read so when its left operand is a variable the caller declares a Tensor
-# (`const Tensor& self`, `Tensor out`); a number on the right picks the
-# Scalar overload (`x * 2` is mul.Scalar); a compound assignment is the
-# in-place operator (`+=` is add_). The arms around it are the recorded
-# call's on the same line, if any.
-_TENSOR_OPERATORS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "==": "eq", "!=": "ne", "<": "lt", ">": "gt", "<=": "le", ">=": "ge",
-                     "&": "bitwise_and", "|": "bitwise_or", "^": "bitwise_xor", "+=": "add_", "-=": "sub_", "*=": "mul_", "/=": "div_"}
-_OPERATOR_EXPRESSION = re.compile(r"(?<![\w.>:\]])([A-Za-z_]\w*)\s*(==|!=|<=|>=|\+=|-=|\*=|/=|[-+*/<>&|^])(?![=\-+>&|<*/])\s*(\(|[A-Za-z_]\w*|\.?\d[\w.]*)")
+# `self * other`, `x == 0`, `out += bias` on a Tensor call the operator the
+# tree's TensorOperators.h defines for it (`_(*, x.mul(y), y.mul(x))`: a
+# Tensor on the left calls its method with the right operand, a Scalar on the
+# left the reverse body, `1 - x` an empty_like filled with the Scalar, then
+# sub_), and TensorBody.h's compound assignments (`operator+=` -> `add_`): an
+# operator call like any, at the line of the expression, though the index
+# records no call there. Both headers are read from the selected tree. An
+# expression is read so where an operand is known to be a Tensor: a variable
+# the caller declares a Tensor (`const Tensor& self`, `Tensor out`), the
+# result of an operator that returns one (`(a * a).sum(dim) + EPSILON`,
+# `at::all(x) == y`) or of a parenthesised Tensor expression; `i * 2` on ints
+# is no call. The other operand picks the overload the header's definition
+# reaches: a number, or a name declared a number or Scalar (`x + EPSILON` of
+# `constexpr float EPSILON`, `Scalar(0)`), the `.Scalar` one, else `.Tensor`.
+# `.item<T>()` (and `.item()`) on a Tensor is the operator item: TensorBody.h
+# declares it beside the Tensor's generated methods, and each of its
+# specialisations calls `item()`, which calls `at::_ops::item::call`. The arms
+# around a call are the recorded call's on the same line, if any.
+_FALLBACK_BINARY = {
+    **{o: (m, (r,)) for o, m, r in (("+", "add", "add"), ("*", "mul", "mul"), ("&", "bitwise_and", "bitwise_and"), ("|", "bitwise_or", "bitwise_or"),
+                                    ("^", "bitwise_xor", "bitwise_xor"), ("<", "lt", "gt"), ("<=", "le", "ge"), (">", "gt", "lt"),
+                                    (">=", "ge", "le"), ("==", "eq", "eq"), ("!=", "ne", "ne"))},
+    **{o: (m, ("empty_like", "fill_", f"{m}_")) for o, m in (("-", "sub"), ("/", "div"), ("%", "remainder"))}}
+_FALLBACK_COMPOUND = {"+=": "add_", "-=": "sub_", "*=": "mul_", "/=": "div_", "&=": "bitwise_and_", "|=": "bitwise_or_", "^=": "bitwise_xor_"}
+_BINARY_ENTRY = re.compile(r"_\(\s*([-+*/%&|^<>=!]+)\s*,")
+_CALLED_NAME = re.compile(r"(?:::|\.)\s*([A-Za-z_]\w*)\s*\(\s*([A-Za-z_]\w*)?")
+_COMPOUND_DEFINITION = re.compile(r"Tensor\s*&\s*operator\s*([-+*/%&|^]=)\s*\(\s*const\s+(Tensor|Scalar)\s*&\s*\w+\s*\)\s*\{\s*return\s+(\w+)\s*\(")
+# an operator token: not `->`, `<<`, `>>`, `&&`, `||`, `++`, `--`, `::`, nor a token's first character
+_OPERATOR_TOKEN = re.compile(r"(?<![-+*/%&|^<>=!])(==|!=|<=|>=|[-+*/%&|^]=|[-+*/%&|^<>])(?![-+*/%&|^<>=!])")
+_ITEM_CALL = re.compile(r"(?:\.|->)\s*item\s*(?:<[^<>();]*>)?\s*\(\s*\)")
+_TRAILING_NAME = re.compile(r"(?:(?:->|\.)\s*|::)?([A-Za-z_]\w*)\s*$")
 _TENSOR_TYPE = re.compile(r"(?:at::)?Tensor")
 _TENSOR_DECLARATION = re.compile(r"(?<![\w:])(?:at::)?Tensor\s*&{0,2}\s*([A-Za-z_]\w*)\s*[,)=;({]")
+_TENSORS_DECLARED = re.compile(r"(?<![\w:(,]\s)(?<![\w:(,])(?:at::)?Tensor\s+([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)+)\s*;")
+
+
+@functools.lru_cache(maxsize=8)
+def _operator_table(root) -> tuple[dict[str, tuple[tuple[str, str], tuple[tuple[str, str], ...]]], dict[tuple[str, str], str]]:
+    """({operator: (the method a Tensor on the left calls, the calls of the
+    reverse body for a Scalar on the left)}, {(compound operator, right type):
+    the in-place method}), read from the tree's TensorOperators.h and
+    TensorBody.h (Note [operators written as C++ operators]); the 2.6.0
+    headers' table where a tree lacks them."""
+    from pathlib import Path
+
+    binary: dict[str, tuple[tuple[str, str], tuple[tuple[str, str], ...]]] = {}
+    try:
+        text = Path(root, "aten/src/ATen/TensorOperators.h").read_text(errors="replace")
+    except OSError:
+        text = ""
+    block = text.partition("#define AT_FORALL_BINARY_OPS(_)")[2].partition("#define DEFINE_OPERATOR")[0].replace("\\\n", " ")
+    entries = list(_BINARY_ENTRY.finditer(block))
+    for m, after in zip(entries, [*entries[1:], None]):
+        body = block[m.end() : after.start() if after else len(block)]
+        depth, split = 0, None
+        for i, ch in enumerate(body):  # the forward body ends at the first top-level comma
+            depth += (ch == "(") - (ch == ")")
+            if ch == "," and depth == 0:
+                split = i
+                break
+        if split is None:
+            continue
+        forward, reverse = _CALLED_NAME.findall(body[:split]), _CALLED_NAME.findall(body[split + 1 :])
+        if forward and reverse:
+            binary[m.group(1)] = (forward[0], tuple(reverse))
+    compound: dict[tuple[str, str], str] = {}
+    try:
+        body_text = Path(root, "aten/src/ATen/templates/TensorBody.h").read_text(errors="replace")
+    except OSError:
+        body_text = ""
+    for m in _COMPOUND_DEFINITION.finditer(body_text):
+        compound[(m.group(1), m.group(2))] = m.group(3)
+    if not binary:
+        binary = {o: ((m, "y"), tuple((r, "y" if r != "fill_" else "x") for r in reverse)) for o, (m, reverse) in _FALLBACK_BINARY.items()}
+    if not compound:
+        compound = {(o, kind): method for o, method in _FALLBACK_COMPOUND.items() for kind in ("Tensor", "Scalar")}
+    return binary, compound
+
+
+def _matching_open(text: str, close: int) -> int | None:
+    """The index of the `(` that the `)` at `close` closes; None if none."""
+    depth = 0
+    for i in range(close, -1, -1):
+        depth += (text[i] == ")") - (text[i] == "(")
+        if depth == 0:
+            return i
+    return None
+
+
+def _returns_tensor(name: str, ctx: GraphContext) -> bool:
+    overloads = ctx.overloads(name)
+    # one overload that returns a Tensor (where.self beside where's Tensor[]): the call's, where its result is an operand
+    return any(o.schema.rsplit("->", 1)[-1].strip() in ("Tensor", "Tensor(a)", "Tensor(a!)") for o in overloads)
+
+
+def _operand_kind(text: str, end: int, tensors: set[str], spelled, definition, lines, dispatched: dict[int, dict[str, str]], ctx, depth: int = 0) -> str | None:
+    """"Tensor", "Scalar" or None (not known) for the operand that ends just
+    before `end` in `text`."""
+    left = text[:end].rstrip()
+    if not left or depth > 4:
+        return None
+    if left.endswith(")"):
+        start = _matching_open(left, len(left) - 1)
+        if start is None:
+            return None
+        before = left[:start].rstrip()
+        m = _TRAILING_NAME.search(before)
+        if m is None and before[-1:] and (before[-1].isalnum() or before[-1] in "_>]"):
+            return None  # a call of a template's specialisation, of an element: not read here
+        if m is not None and m.group(1) in _KEYWORDS and not m.group(0).startswith((".", "->", "::")):
+            m = None  # `return (1 + at::erf(x)) * 0.5`: a parenthesised expression
+        if m is None:  # a parenthesised expression: its last operand's kind
+            inner = left[start + 1 : -1]
+            ops = [t for t in _OPERATOR_TOKEN.finditer(inner) if not t.group(1).endswith("=") or t.group(1) in ("==", "!=", "<=", ">=")]
+            if not ops:
+                return _operand_kind(inner, len(inner), tensors, spelled, definition, lines, dispatched, ctx, depth + 1)
+            kinds = {_operand_kind(inner, t.start(), tensors, spelled, definition, lines, dispatched, ctx, depth + 1) for t in ops}
+            kinds |= {_right_kind(inner, t.end(), tensors, spelled, definition, lines, dispatched, ctx, depth + 1) for t in ops} if depth < 3 else set()
+            return "Tensor" if "Tensor" in kinds else None
+        name = m.group(1)
+        if name == "Scalar":
+            return "Scalar"
+        op = dispatched.get(spelled.location.line, {}).get(name)
+        return "Tensor" if op is not None and _returns_tensor(op, ctx) else None
+    if _NUMBER_TAIL.search(left):
+        return "Scalar"
+    m = _TRAILING_NAME.search(left)
+    if m is None or m.group(0).lstrip().startswith((".", "->", "::")):
+        return None  # a member or qualified name: its type is not read here
+    name = m.group(1)
+    if _CONSTANT.fullmatch(name):
+        return "Scalar"  # a macro's or a constant's name (`INFINITY`, `M_SQRT1_2`, `EPSILON`)
+    if name in tensors:
+        # the nearest declaration above the line (`(a * a)` on it reads as a pointer's): a Tensor still
+        number = spelled.location.line
+        declared = [t for i, t in _declared_at(lines, definition.location.line - 1, number, name) if (i < number - 1 or number == definition.location.line)
+                    and t.strip(" *&") not in tensors]  # `(input1 * input2)` is no declaration of input2
+        if not declared or _TENSOR_TYPE.fullmatch(declared[-1].strip()):  # `Tensor a, b;` is read as tensors' names only
+            return "Tensor"
+        return None
+    if _is_number(name, spelled, ctx):
+        return "Scalar"
+    if depth < 3:  # `auto cos = prod_sum / denom;`: a local the caller initialises with a Tensor expression
+        number = spelled.location.line
+        pattern = _auto_pattern(name)
+        for i in range(number - 2, definition.location.line - 1, -1):
+            m = pattern.search(lines[i]) if name in lines[i] else None
+            if m is not None:
+                before = dataclasses.replace(spelled, location=dataclasses.replace(spelled.location, line=i + 1))
+                start = m.end()
+                if m.group(1):  # `auto [sign, logabsdet] = at::linalg_slogdet(A)`: the elements of the Tensors it returns
+                    call = re.match(r"\s*(?:at::|[\w.]+\.)?(\w+)\s*\(", lines[i][start:])
+                    op = dispatched.get(i + 1, {}).get(call.group(1)) if call else None
+                    returned = [o.schema.rsplit("->", 1)[-1].strip() for o in ctx.overloads(op)] if op else []
+                    return "Tensor" if returned and all(r.startswith("(Tensor") and "[]" not in r for r in returned) else None
+                question = re.match(r"[^?;()]*\?", lines[i][start:])  # `auto counts = include_self ? at::ones_like(r) : ...`
+                if question:
+                    start += question.end()
+                return _right_kind(lines[i], start, tensors, before, definition, lines, dispatched, ctx, depth + 1)
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _auto_pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![\w:])auto\s*&{{0,2}}\s*(?:{re.escape(name)}|(\[[^\]]*\b{re.escape(name)}\b[^\]]*\]))\s*=")
+
+
+_KEYWORDS = frozenset(("return", "if", "while", "for", "switch", "case", "else", "do", "sizeof", "co_return", "throw"))
+_CONSTANT = re.compile(r"(?:[A-Z][A-Z0-9]*_)*[A-Z][A-Z0-9]+(?:_[A-Z0-9]+)*")
+_NUMBER_TAIL = re.compile(r"(?<![\w.])\.?\d[\w.]*\s*$")
+
+
+_PRIMARY = re.compile(r"\s*(?:[-+]\s*(?=[.\d]))?(?:\.?\d[\w.]*|(?:::)?[A-Za-z_]\w*(?:\s*<[^<>();]*>)?(?:\s*::\s*[A-Za-z_]\w*(?:\s*<[^<>();]*>)?)*|(?=\())")
+_POSTFIX = re.compile(r"\s*(?:(?:\.|->)\s*(?:template\s+)?[A-Za-z_]\w*)?\s*(?:<[^<>();]*>)?\s*(?=[(\[])")
+
+
+def _closing(text: str, start: int) -> int | None:
+    """The index just past the bracket that closes the one at `start`."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += (text[i] in "([") - (text[i] in ")]")
+        if depth == 0:
+            return i + 1
+    return None
+
+
+def _right_kind(text: str, start: int, tensors: set[str], spelled, definition, lines, dispatched, ctx, depth: int = 0) -> str | None:
+    """The kind of the operand that starts at `start` in `text`: its primary
+    expression and the calls and members after it (what binds to the
+    operator first)."""
+    m = _PRIMARY.match(text, start)
+    if m is None:
+        return None
+    if m.group().strip().startswith(("std::", "::std::")):
+        return "Scalar"  # `std::numeric_limits<scalar_t>::infinity()`: the standard library's values are no Tensors
+    end = m.end()
+    while True:  # `(rtol * other).abs()`, `x.sum(dim)`, `Scalar(0)`
+        p = _POSTFIX.match(text, end)
+        if p is None:
+            break
+        close = _closing(text, p.end())
+        if close is None:
+            return None
+        end = close
+    if end == m.end() and re.match(r"\s*(?:\.|->)", text[end:]):
+        return None  # a member, not read here
+    return _operand_kind(text, end, tensors, spelled, definition, lines, dispatched, ctx, depth)
+
+
+def _overload(base: str, kind: str, ctx: GraphContext) -> str:
+    return f"{base}.{kind}" if any(o.name.name == base and o.name.overload == kind for o in ctx.overloads(base)) else base
 
 
 def _operator_sites(definition, sites, span, ctx: GraphContext) -> list:
     """Call sites for the operators a definition writes as C++ operators on
-    Tensors (Note [operators written as C++ operators]), in `span` if given."""
+    Tensors and its `.item<T>()` calls (Note [operators written as C++
+    operators]), in `span` if given."""
     from kernelmap.source.index import CallSite
 
     location = definition.location
@@ -129,31 +327,62 @@ def _operator_sites(definition, sites, span, ctx: GraphContext) -> list:
     # the names the definition declares a Tensor (its parameters, its locals): one reading of its text
     whole = code_only(lines, location.line, location.end_line or location.line)
     tensors = set(_TENSOR_DECLARATION.findall(whole))
-    if not tensors:
-        return []
+    tensors.update(name for names in _TENSORS_DECLARED.findall(whole) for name in re.findall(r"\w+", names))  # `Tensor a, b;`
     by_line: dict[int, Any] = {}
+    dispatched_by_line: dict[int, dict[str, str]] = {}  # line -> {called name (`reshape_symint`): its operator's base name}
     for s in sites:
         by_line.setdefault(s.location.line, s)
+        if s.kind is EdgeKind.DISPATCHER and s.op and (not s.callee.startswith(".") or _tensor_receiver(s, definition, ctx)):
+            # a method named like an operator on another type gives no Tensor (`(a * b_vec).exp() - one_vec` on a Vec a)
+            dispatched_by_line.setdefault(s.location.line, {}).update({s.name: s.op.split(".")[0], s.op.split(".")[0]: s.op.split(".")[0]})
+        elif s.callee.startswith(".") and s.name.endswith("_symint") and ctx.overloads(s.name.removesuffix("_symint")):
+            # `self.reshape_symint(...)`: the Tensor method of an operator's SymInt spelling
+            dispatched_by_line.setdefault(s.location.line, {})[s.name] = s.name.removesuffix("_symint")
+    binary, compound = _operator_table(str(ctx.index.tree.root))
     found = []
+
+    def add(number: int, base: str, op: str) -> None:
+        near = by_line.get(number)
+        found.append(CallSite(definition.symbol, f".{base}", base, EdgeKind.DISPATCHER, Location(location.path, number, origin=location.origin),
+                              near.condition if near else None, near.preproc if near else None, None, op, near.outer if near else ()))
+
     for offset, text in enumerate(body):
-        if not any(c in text for c in "+-*/<>=!&|^"):
-            continue
         number = first + offset
-        for m in _OPERATOR_EXPRESSION.finditer(text):
-            left, operator, right = m.group(1), m.group(2), m.group(3)
-            if left not in tensors or (operator == "<" and right[:1].isupper()):  # `Foo<Bar>`, not a comparison
+        if "item" in text:
+            for m in _ITEM_CALL.finditer(text):
+                spelled = _Spelled(Location(location.path, number, origin=location.origin), "item", "item")
+                if _operand_kind(text, m.start(), tensors, spelled, definition, lines, dispatched_by_line, ctx) == "Tensor":
+                    add(number, "item", "item")
+        if not tensors and number not in dispatched_by_line and "auto" not in whole:
+            continue
+        if not any(c in text for c in "+-*/%<>=!&|^"):
+            continue
+        dispatched = dispatched_by_line
+        for m in _OPERATOR_TOKEN.finditer(text):
+            operator = m.group(1)
+            if operator == "=" or (operator.endswith("=") and operator not in ("==", "!=", "<=", ">=") and (operator, "Tensor") not in compound):
                 continue
-            spelled = _Spelled(Location(location.path, number, origin=location.origin), left, left)
-            declared = _declarations(left, spelled, definition, lines)  # the nearest declaration above: a Tensor still
-            if not declared or not _TENSOR_TYPE.fullmatch(declared[-1].strip()):
+            if operator == "<" and re.match(r"\s*[A-Z]", text[m.end():]):
+                continue  # `Foo<Bar>`, not a comparison
+            spelled = _Spelled(Location(location.path, number, origin=location.origin), operator, operator)
+            left = _operand_kind(text, m.start(), tensors, spelled, definition, lines, dispatched, ctx)
+            if left is None:
                 continue
-            base = _TENSOR_OPERATORS[operator]
-            overload = "Scalar" if _is_number(right, spelled, ctx) else "Tensor"
-            op = f"{base}.{overload}" if any(o.name.name == base and o.name.overload == overload for o in ctx.overloads(base)) else base
-            near = by_line.get(number)
-            site = CallSite(definition.symbol, f".{base}", base, EdgeKind.DISPATCHER, spelled.location,
-                                near.condition if near else None, near.preproc if near else None, None, op, near.outer if near else ())
-            found.append(site)
+            right = _right_kind(text, m.end(), tensors, spelled, definition, lines, dispatched, ctx)
+            if any(o == operator for o, _ in compound):
+                if left == "Tensor":
+                    kind = right or "Tensor"
+                    method = compound.get((operator, kind)) or compound.get((operator, "Tensor"))
+                    add(number, method, _overload(method, kind, ctx))
+                continue
+            if operator not in binary:
+                continue
+            forward, reverse = binary[operator]
+            if left == "Tensor":  # x.mul(y): the overload of the right operand's kind
+                add(number, forward[0], _overload(forward[0], right or "Tensor", ctx))
+            elif left == "Scalar" and right == "Tensor":  # y.mul(x), or empty_like(y).fill_(x).sub_(y)
+                for method, argument in reverse:
+                    add(number, method, _overload(method, "Scalar" if argument == "x" else "Tensor", ctx))
     return found
 
 

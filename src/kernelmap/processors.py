@@ -10,6 +10,8 @@ functions decide what is shown. Each walks with an explicit stack.
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -96,7 +98,23 @@ def _runs(n: CallNode) -> bool:
     own code that a kept step calls, not c10's containers, not a utility."""
     if n.kind is not NodeKind.KERNEL or n.attrs.get("utility") or n.location is None:
         return False
-    return not n.location.path.startswith(_PLUMBING_DIRS)
+    site = n.attrs.get("call_site")
+    called_from = getattr(site, "path", None) or (str(site).rsplit(":", 1)[0] if site else None)
+    machinery = _loop_machinery()
+    return not n.location.path.startswith(_PLUMBING_DIRS) and n.location.path not in machinery and called_from not in machinery
+
+
+@functools.cache
+def _loop_machinery() -> frozenset[str]:
+    """The files of the device loops' machinery, whose steps the loop rules
+    choose (Note [device loop machinery] in graph.loops): a helper defined
+    there or called from there (make_vectorized_loop2d, needs_dynamic_casting,
+    invoke, can_vectorize_up_to) is no step by itself (Note [helpers as steps])."""
+    from kernelmap.graph.code import LOOP_HEADERS
+    from kernelmap.graph.loops import MACHINERY_FILES
+
+    return frozenset((*LOOP_HEADERS, *MACHINERY_FILES, "aten/src/ATen/native/TensorIteratorDynamicCasting.h",
+                      "aten/src/ATen/native/cuda/MemoryAccess.cuh", "aten/src/ATen/native/cuda/thread_constants.h"))
 
 
 # Note [helpers as steps]

@@ -583,3 +583,18 @@ def _call_node(name: str, kind: str, location, children: tuple, attrs: Mapping[s
     _set(node, "children", children)
     _set(node, "attrs", attrs)
     return node
+
+
+def release_freed() -> None:
+    """Hand the heap's free pages back to the system (glibc keeps them for
+    reuse): an import's temporaries, freed, no longer count in the process's
+    memory while the trace is read from its tables."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # no glibc: nothing to trim
+        return
+    trim(0)

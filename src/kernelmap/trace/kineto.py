@@ -113,7 +113,7 @@ def read(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None,
     except ValueError as e:
         raise TraceFormatError(path.name, None, f"unusable event: {e}") from None  # it names the event by its number
     table = build(collected, keep_frames=keep_frames)
-    from kernelmap.trace.store import release_freed
+    from kernelmap.trace.build import release_freed
 
     release_freed()  # the reader's windows and the build's temporaries, freed: their pages back to the system
     notes = table.notes

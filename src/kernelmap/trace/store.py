@@ -596,6 +596,8 @@ def load(path: Path | str, *, keep_frames: bool = False, resolve: bool = True, s
     if reopened is not None:
         reopened.meta = t.meta  # the meta asked for (`meta`) included, as the import kept it
         del t
+        from kernelmap.trace.build import release_freed
+
         release_freed()
         return reopened
     t.id = tid
@@ -632,23 +634,10 @@ def spilled(path: Path | str, *, keep_frames: bool = False, resolve: bool = True
     reopened.meta = t.meta
     reopened.id = reopened.stored = reopened.kept = None  # nothing kept: no summary or view is written beside it
     del t
+    from kernelmap.trace.build import release_freed
+
     release_freed()
     return reopened
-
-
-def release_freed() -> None:
-    """Hand the heap's free pages back to the system (glibc keeps them for
-    reuse): an import's temporaries, freed, no longer count in the process's
-    memory while the trace is read from its tables."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):  # no glibc: nothing to trim
-        return
-    trim(0)
 
 
 # Note [import, then re-open]

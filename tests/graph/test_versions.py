@@ -49,7 +49,8 @@ def check_symbol_on_line(node) -> bool:
         if short in ("meta", "impl"):
             owner = node.name.rsplit("::", 2)[-2].removeprefix("structured_")
             spelled = re.sub(r"TORCH_(META|IMPL)_FUNC2\((\w+),\s*(\w+)\)", r"\2_\3", lines_at(loc))  # FUNC2(add, Tensor): add_Tensor
-            assert owner in spelled, (node.name, str(loc))
+            assert owner in spelled or pastes_into(loc.disk_path.read_text(errors="replace").splitlines(), loc.line, owner), \
+                (node.name, str(loc))  # a macro's use that pastes it: CREATE_COMPARISON_SCALAR_TENSOR_META_FUNC(eq)
         else:
             name = short.split("<")[0]
             assert name in lines_at(loc) or pastes_into(loc.disk_path.read_text(errors="replace").splitlines(), loc.line, name), \

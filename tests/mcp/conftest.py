@@ -102,7 +102,11 @@ def holds(name: str, line: str) -> bool:
     m = re.search(r"structured_(\w+)::(meta|impl)$", name)
     if m:
         spelled = re.sub(r"\s+", "", line).replace(",", "_")
-        return f"TORCH_{m.group(2).upper()}_FUNC" in spelled and f"({m.group(1)})" in spelled
+        if f"TORCH_{m.group(2).upper()}_FUNC" in spelled and f"({m.group(1)})" in spelled:
+            return True
+        # a use of a macro that pastes the operator's name: CREATE_COMPARISON_SCALAR_TENSOR_IMPL_FUNC(eq)
+        use = re.fullmatch(r"[A-Z][A-Z0-9_]*_(?:META|IMPL)_FUNC\((\w+)\);?", spelled)
+        return use is not None and m.group(1).startswith(f"{use.group(1)}_")
     return short(name) in line
 
 

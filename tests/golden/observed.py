@@ -349,3 +349,16 @@ def always_inline(location) -> bool:
 @functools.cache
 def load() -> ObservedGolden:
     return ObservedGolden()
+
+
+def kernel_operator_calls(golden):
+    """(entry operator, ATen kernel, overload) of each recorded direct call of
+    an `at::native::` kernel to an operator's entry (`at::_ops::<op>::call`)."""
+    for op, stacks in golden.by_operator().items():
+        for stack in stacks:
+            real = [golden.frames[i] for i in stack if golden.frames[i].is_real]
+            for caller, callee in zip(real, real[1:]):
+                if callee.function.startswith("at::_ops::") and callee.function.endswith("::call") and caller.function.startswith("at::native::"):
+                    ran = golden.structs.get(callee.function.split("::")[2])
+                    if ran:
+                        yield op, caller.function, ran

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from kernelmap import graph
 from kernelmap.graph.overloads import _cpp_signatures, _parameter_type, _type_kind
 from kernelmap.graph.rules import is_utility_op
-from tests.golden.observed import load
+from tests.golden.observed import kernel_operator_calls, load
 from tests.graph.conftest import walk
 
 _INLINE = re.compile(r"^inline [^(]*?\b(\w+)\((.*)\) \{$")
@@ -138,15 +138,9 @@ def test_each_call_of_an_overloaded_operator_is_the_overload_the_binary_ran(cont
     golden = load()
     ctx = context("cpu")
     calls = collections.defaultdict(set)
-    for op, stacks in golden.by_operator().items():
-        for stack in stacks:
-            real = [golden.frames[i] for i in stack if golden.frames[i].is_real]
-            for caller, callee in zip(real, real[1:]):
-                if not (callee.function.startswith("at::_ops::") and callee.function.endswith("::call") and caller.function.startswith("at::native::")):
-                    continue
-                ran = golden.structs.get(callee.function.split("::")[2])
-                if ran and "." in ran and not is_utility_op(caller.function.rsplit("::", 1)[-1], False):
-                    calls[op].add((caller.function, ran))
+    for op, caller, ran in kernel_operator_calls(golden):
+        if "." in ran and not is_utility_op(caller.rsplit("::", 1)[-1], False):
+            calls[op].add((caller, ran))
     chosen = [op for op in sorted(calls) if op.startswith(("aten::linalg_pinv", "aten::count_nonzero", "aten::rms_norm", "aten::cdist", "aten::logdet"))]
     assert len(chosen) >= 4, chosen
     checked, wrong = [], []

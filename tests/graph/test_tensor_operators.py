@@ -15,7 +15,7 @@ import re
 from kernelmap import graph
 from kernelmap.graph import sites
 from kernelmap.graph.code import tree_lines
-from tests.golden.observed import load
+from tests.golden.observed import kernel_operator_calls, load
 from tests.graph.conftest import walk
 
 # what a C++ operator on a Tensor, or `.item`, is written as, by the method its definition calls
@@ -46,15 +46,9 @@ def _operator_calls(golden) -> dict[str, set[tuple[str, str]]]:
     """Entry operator -> (ATen kernel, overload) of the recorded direct calls
     of a kernel to an overload whose method a C++ operator calls (or to item)."""
     calls = collections.defaultdict(set)
-    for op, stacks in golden.by_operator().items():
-        for stack in stacks:
-            real = [golden.frames[i] for i in stack if golden.frames[i].is_real]
-            for caller, callee in zip(real, real[1:]):
-                if not (callee.function.startswith("at::_ops::") and callee.function.endswith("::call") and caller.function.startswith("at::native::")):
-                    continue
-                ran = golden.structs.get(callee.function.split("::")[2])
-                if ran and ran.split("::", 1)[1].split(".")[0] in _SPELLED:
-                    calls[op].add((caller.function, ran))
+    for op, caller, ran in kernel_operator_calls(golden):
+        if ran.split("::", 1)[1].split(".")[0] in _SPELLED:
+            calls[op].add((caller, ran))
     return calls
 
 

@@ -204,10 +204,14 @@ def build(c: Collected, keep_frames: bool = False) -> Table:
     parent = np.full(N, -1, dtype=np.int32)
     parent[thread_final] = 0
     # a host node's parent: its nearest kept ancestor, else its thread; a device event's: its launch
-    up_or_launch = np.where(is_host, up[body_pos], body_pos)
-    del up, body_pos
-    parent[final_body] = np.where(up_or_launch >= 0, final_of_pos[np.maximum(up_or_launch, 0)], thread_final[thread_of_body])
-    del up_or_launch, final_of_pos
+    # (a slice at a time: no temporary as long as the tree)
+    thread_final32 = thread_final.astype(np.int32)
+    for lo, hi in _slices(B):
+        pos = body_pos[lo:hi]
+        up_or_launch = np.where(is_host[lo:hi], up[pos], pos)
+        parent[final_body[lo:hi]] = np.where(up_or_launch >= 0, final_of_pos[np.maximum(up_or_launch, 0)],
+                                             thread_final32[thread_of_body[lo:hi]])
+    del up, body_pos, final_of_pos
     kind = np.empty(N, dtype=np.int8)
     label = np.empty(N, dtype=np.int32)
     row = np.full(N, -1, dtype=np.int64)

@@ -111,14 +111,21 @@ def combine(*columns: np.ndarray) -> np.ndarray:
 
 def climb(nodes: np.ndarray, kind: np.ndarray, parent: np.ndarray, through) -> np.ndarray:
     """Per node of `nodes`, its nearest ancestor whose kind is not in `through` (-1: none)."""
-    passing = np.isin(kind, list(through))
-    above = parent[nodes].astype(np.int64)
-    climbing = np.flatnonzero(above >= 0)
-    while len(climbing):
-        climbing = climbing[passing[above[climbing]]]
-        above[climbing] = parent[above[climbing]]
-        climbing = climbing[above[climbing] >= 0]
-    return above
+    table = np.zeros(max([int(kind.max()) + 1 if len(kind) else 1, *(k + 1 for k in through)]), dtype=bool)
+    table[list(through)] = True
+    out = np.empty(len(nodes), dtype=np.int64)
+    for lo in range(0, len(nodes), _CLIMB):  # a block of nodes at a time: no index array as long as `nodes`
+        above = parent[nodes[lo : lo + _CLIMB]].astype(np.int64)
+        climbing = np.flatnonzero(above >= 0)
+        while len(climbing):
+            climbing = climbing[table[kind[above[climbing]]]]
+            above[climbing] = parent[above[climbing]]
+            climbing = climbing[above[climbing] >= 0]
+        out[lo : lo + len(above)] = above
+    return out
+
+
+_CLIMB = 1 << 16
 
 
 def first_seen(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -131,20 +138,22 @@ def first_seen(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty, empty
     top = int(keys.max()) + 1
+    small = np.int32 if n < 1 << 31 else np.int64  # positions and ranks: int32 where they fit (a dense table is up to 4n long)
     if top <= 4 * n + 1024:
-        first = np.full(top, n, dtype=np.int64)
-        np.minimum.at(first, keys, np.arange(n, dtype=np.int64))
+        first = np.full(top, n, dtype=small)
+        np.minimum.at(first, keys, np.arange(n, dtype=small))
         distinct = np.flatnonzero(first < n)
     else:
         distinct, at = np.unique(keys, return_index=True)
         first = np.zeros(0, dtype=np.int64)
         first_of = at
-    firsts = first[distinct] if len(first) else first_of
+    firsts = first[distinct].astype(np.int64) if len(first) else first_of
+    del first
     order = np.argsort(firsts, kind="stable")
-    if len(first):
-        rank = np.empty(top, dtype=np.int64)
+    if len(distinct) and top <= 4 * n + 1024:
+        rank = np.empty(top, dtype=small)
         rank[distinct[order]] = np.arange(len(order))
-        inverse = rank[keys]
+        inverse = rank[keys].astype(np.int64)
     else:
         inverse = np.searchsorted(distinct, keys)
         rank = np.empty(len(order), dtype=np.int64)

@@ -134,6 +134,7 @@ def read(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None,
 
         resolver = Resolver(live=live, source_index=index, source_reason=reason, platform=platform_of(header.fields, table))
         notes.extend(resolver.resolve(table))
+        release_freed()  # resolution's temporaries (per-node keys, tables of distinct names), freed: their pages back too
         if resolver.versions:
             meta = {"versions": resolver.versions, **(meta or {})}  # Note [versions in a trace] in kernelmap.trace.summary
     m: dict[str, Any] = {

@@ -39,7 +39,7 @@ from kernelmap.errors import KernelmapError
 from kernelmap.model import OriginKind
 import numpy as np
 
-from kernelmap.trace.build import Table
+from kernelmap.trace.build import _slices, Table
 from kernelmap.trace.codes import climb, combine, DEVICE_KINDS, first_seen, KIND, KINDS, NONE
 from kernelmap.trace.events import CONV_OPS
 
@@ -341,11 +341,12 @@ class Resolver:
         """Per node: True where an op ran on CUDA (Note [inputs of a traced call]):
         it launched device work, itself or below it, or it runs inside an op that did."""
         n = len(t)
-        starts = np.arange(n)
-        ends = starts + t.size
-        launchy = np.isin(t.kind, (KIND["runtime"], *DEVICE_KINDS.tolist()))
-        cs = np.concatenate([[0], np.cumsum(launchy)])
-        launched = cs[ends] - cs[starts] > 0
+        cs = np.zeros(n + 1, dtype=np.int32)  # launch and device nodes before each node (int32, a slice at a time: no int64 per node)
+        np.cumsum(np.isin(t.kind, (KIND["runtime"], *DEVICE_KINDS.tolist())), dtype=np.int32, out=cs[1:])
+        launched = np.empty(n, dtype=bool)
+        for lo, hi in _slices(n):
+            launched[lo:hi] = cs[np.arange(lo, hi) + t.size[lo:hi]] > cs[lo:hi]
+        del cs
         return launched | _inside(n, np.flatnonzero(launched & (t.kind == KIND["op"])), t.size, 0)
 
     def _resolve_ops(self, t: Table, can_ask_conv: bool) -> None:
@@ -600,7 +601,7 @@ def _op_chains(t: Table) -> tuple[list[tuple[str, ...]], np.ndarray]:
     innermost first (chains[number]); -1 for other nodes. Worked out a level
     of operator nesting at a time."""
     ops = np.flatnonzero(t.kind == KIND["op"])
-    chain_of = np.full(len(t), -1, dtype=np.int64)
+    chain_of = np.full(len(t), -1, dtype=np.int32)  # (a number per node: int32, half the bytes)
     chains: list[tuple[str, ...]] = []
     numbers: dict[tuple[int, int], int] = {}
     display = t.c.labels.display
@@ -792,7 +793,8 @@ _INFERRED = ("device", "requires_grad")  # shared by every op node: Note [inputs
 def _inside(n: int, nodes: np.ndarray, size: np.ndarray, skip: int) -> np.ndarray:
     """Per node of a pre-order table: whether it lies in the subtree of one of
     `nodes` (from `skip` past each: 1 leaves the node itself out)."""
-    marks = np.zeros(n + 1, dtype=np.int64)
+    marks = np.zeros(n + 1, dtype=np.int32)  # (counts of nodes: int32 is enough, half the bytes per node)
     np.add.at(marks, nodes + skip, 1)
     np.add.at(marks, nodes + size[nodes], -1)
-    return np.cumsum(marks[:n]) > 0
+    np.cumsum(marks, dtype=np.int32, out=marks)
+    return marks[:n] > 0

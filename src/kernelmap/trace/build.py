@@ -131,8 +131,11 @@ def build(c: Collected, keep_frames: bool = False) -> Table:
     thread_rank[np.lexsort((first, tmin))] = np.arange(n_threads)
     # (Rows are in file order, so a row's index orders as its event's: `host` itself is the last key,
     # not a copy of the event column; likewise below.)
-    order = host[np.lexsort((host, _CAT_RANK[c.cat[host]], -c.dur[host], c.ts[host], thread_rank[c.thread[host]]))]
-    parent0 = _nest(c.ts[order], c.dur[order], thread_rank[c.thread[order]])
+    longest_first = c.dur[host]
+    np.negative(longest_first, out=longest_first)  # (in place: no second copy of the column)
+    order = host[np.lexsort((host, _CAT_RANK[c.cat[host]], longest_first, c.ts[host], thread_rank[c.thread[host]]))]
+    del longest_first
+    parent0 = _nest(c.ts, c.dur, thread_rank[c.thread[order]], order)
     H = len(order)
     pos_of_row = np.full(n_rows, -1, dtype=np.int64)
     pos_of_row[order] = np.arange(H)
@@ -171,18 +174,23 @@ def build(c: Collected, keep_frames: bool = False) -> Table:
     del keep
     n_kept = len(kept)
     body_pos = np.concatenate([kept, launch[attached].astype(np.int32)])
-    body_order = np.lexsort((
-        np.concatenate([np.zeros(n_kept, np.int64), device[attached]]),  # (rows in file order)
-        np.concatenate([np.zeros(n_kept, np.int8), np.ones(len(attached), np.int8)]),
-        body_pos,
-    ))
-    body_row = np.concatenate([order[kept], device[attached]])[body_order]
+    # (np.lexsort is stable: device events under one launch stay in the order
+    # given, which is file order; no key of their rows is made)
+    body_order = np.lexsort((np.concatenate([np.zeros(n_kept, np.int8), np.ones(len(attached), np.int8)]), body_pos))
+    B = len(body_order)
+    body_row = np.empty(B, dtype=np.int64)
+    for lo, hi in _slices(B):  # (a slice at a time: no joined copy of the rows to index)
+        at = body_order[lo:hi]
+        is_kept = at < n_kept
+        part = np.empty(hi - lo, dtype=np.int64)
+        part[is_kept] = order[kept[at[is_kept]]]
+        part[~is_kept] = device[attached[at[~is_kept] - n_kept]]
+        body_row[lo:hi] = part
     body_link = np.concatenate([np.zeros(n_kept, np.int8), how[attached]])[body_order]
     del kept, attached, how
     body_pos = body_pos[body_order]
     is_host = body_order < n_kept
     del body_order
-    B = len(body_row)
     body_tid = c.thread[order[body_pos]] if B else np.zeros(0, np.int32)  # a device event: its launch's thread
     del order
     starts = np.flatnonzero(np.diff(body_tid, prepend=-1)) if B else np.zeros(0, np.int64)
@@ -267,14 +275,15 @@ def build(c: Collected, keep_frames: bool = False) -> Table:
     return table
 
 
-def _nest(ts: np.ndarray, dur: np.ndarray, thread: np.ndarray) -> np.ndarray:
+def _nest(ts: np.ndarray, dur: np.ndarray, thread: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
     """Parents (positions, -1 at the top) of host events sorted by thread, start,
     longest first: each starts inside the innermost open event of its thread
     (an event with a duration closes _EPS early; one of none starting with its
-    parent stays inside it)."""
-    n = len(ts)
+    parent stays inside it). With `order`, `ts` and `dur` are the event columns
+    and position k is row order[k] (read a slice at a time: no sorted copy of
+    either column)."""
+    n = len(thread)
     parent = np.full(n, -1, dtype=np.int32)
-    closes_all = ts + dur - np.where(dur > 0, _EPS, 0.0)
     new_thread = np.flatnonzero(np.diff(thread)) + 1  # where each thread after the first begins
     begins = {0, *new_thread.tolist()}
     # The innermost open event is kept in locals (position, closes at, starts
@@ -284,7 +293,9 @@ def _nest(ts: np.ndarray, dur: np.ndarray, thread: np.ndarray) -> np.ndarray:
     top_pos, top_close, top_start = bottom
     stack: list[tuple[int, float, float]] = []
     for lo, hi in _slices(n):
-        ts_l, closes, instant = ts[lo:hi].tolist(), closes_all[lo:hi].tolist(), (dur[lo:hi] == 0).tolist()
+        rows = slice(lo, hi) if order is None else order[lo:hi]
+        ts_s, dur_s = ts[rows], dur[rows]
+        ts_l, closes, instant = ts_s.tolist(), (ts_s + dur_s - np.where(dur_s > 0, _EPS, 0.0)).tolist(), (dur_s == 0).tolist()
         out = [-1] * (hi - lo)
         cuts = new_thread[(new_thread > lo) & (new_thread < hi)].tolist()
         for a, b in zip([lo, *cuts], [*cuts, hi]):

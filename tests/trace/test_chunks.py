@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernelmap.trace import build, collect, reader
+from kernelmap.trace import build, codes, collect, reader
 from kernelmap.trace.kineto import read_file
 from kernelmap.trace.summary import dump
 
@@ -24,7 +24,8 @@ TRACES = sorted(p.name for p in DATA.iterdir() if p.name.endswith((".json", ".js
 
 @pytest.fixture
 def tiny_chunks(monkeypatch):
-    """Windows of 4 KB of text, column blocks of 64 values, slices of 7 events."""
+    """Windows of 4 KB of text, column blocks of 64 values, slices of 7 events, climbs of 5 nodes."""
+    monkeypatch.setattr(codes, "_CLIMB", 5)
     monkeypatch.setattr(reader, "CHUNK", 4096)
     monkeypatch.setattr(collect, "_BLOCK", 64)
     monkeypatch.setattr(build, "_SLICE", 7)
@@ -67,6 +68,7 @@ def test_tiny_chunks_give_the_same_tables_tree_and_summary(name):
         m.setattr(reader, "CHUNK", 4096 if small else 1 << 16)
         m.setattr(collect, "_BLOCK", 64 if small else 4096)
         m.setattr(build, "_SLICE", 7 if small else 1000)
+        m.setattr(codes, "_CLIMB", 5 if small else 1000)
         chunked = read(path, resolve=False)
         got = tables(chunked), json.dumps(chunked.tree.to_json()), dump(chunked.summary())
     assert len(whole._table) > (7 if small else 1000) * 3  # several slices
@@ -83,6 +85,7 @@ def test_tiny_chunks_resolved_give_the_same_summary_and_tree(tiny_chunks):
         m.setattr(reader, "CHUNK", 1 << 20)
         m.setattr(collect, "_BLOCK", 1 << 18)
         m.setattr(build, "_SLICE", 1 << 16)
+        m.setattr(codes, "_CLIMB", 1 << 16)
         whole = read(path, resolve=True)
         expected = tables(whole), json.dumps(whole.tree.to_json()), dump(whole.summary())
     assert got == expected

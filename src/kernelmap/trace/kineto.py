@@ -112,9 +112,10 @@ def read(path: Path, keep_frames: bool, resolve: bool, source_tree: Path | None,
         collected = collect(read_batches(path, header) if batches is None else batches, python_frames=frames)
     except ValueError as e:
         raise TraceFormatError(path.name, None, f"unusable event: {e}") from None  # it names the event by its number
-    table = build(collected, keep_frames=keep_frames)
     from kernelmap.trace.build import release_freed
 
+    release_freed()  # the reader's windows, freed: their pages back before the build's arrays are made
+    table = build(collected, keep_frames=keep_frames)
     release_freed()  # the reader's windows and the build's temporaries, freed: their pages back to the system
     notes = table.notes
     if frames.mismatched:

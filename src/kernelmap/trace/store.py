@@ -275,8 +275,11 @@ def save(t, folder: Path, views: bool = True) -> None:
     try:
         facts = table.facts if table.facts is not None else np.full(len(table), -1, dtype=np.int32)
         n = len(table)
-        children = np.bincount(table.parent[1:], minlength=n).astype(np.int32) if n > 1 else np.zeros(n, np.int32)
-        child_us = np.bincount(table.parent[1:], weights=table.dur[1:], minlength=n) if n > 1 else np.zeros(n)
+        # (np.add.at in the parents' order, as bincount sums: no int64 copy of the parents, no int64 counts)
+        children = np.zeros(n, np.int32)
+        child_us = np.zeros(n)
+        np.add.at(children, table.parent[1:], np.int32(1))
+        np.add.at(child_us, table.parent[1:], table.dur[1:])
         _write_arrow(tmp / "nodes.arrow", {
             "kind": table.kind, "label": table.label, "row": table.row, "parent": table.parent, "size": table.size,
             "ts": table.ts, "dur": table.dur, "linked": table.linked, "facts": facts, "children": children, "child_us": child_us,

@@ -430,7 +430,9 @@ def _summarize(f: Flat, notes: tuple[str, ...], versions: dict | None = None) ->
     rows = np.flatnonzero(is_row)
     # Device time below each node, itself included: one running sum, read at the nodes asked for
     # (operators and modules: no array of a value per node besides the sum).
-    cs = np.concatenate([[0.0], np.cumsum(np.where(is_device, dur, 0.0))])
+    cs = np.zeros(n + 1)  # (made in place: durations are finite and not negative, so dur * is_device is where(is_device, dur, 0))
+    np.multiply(dur, is_device, out=cs[1:])
+    np.add.accumulate(cs[1:], out=cs[1:])
 
     def device(nodes: np.ndarray) -> np.ndarray:
         return cs[nodes + f.size[nodes]] - cs[nodes]

@@ -619,6 +619,7 @@ def _files(f: Flat, is_row, op_rows, self_us, name_code, distinct_names, version
         lines.append(int(line) if line.isdigit() else -1)
     path_code, distinct_paths = codes_of(paths)
     what_code, distinct_whats = codes_of(whats)
+    path_code, what_code = path_code.astype(np.int32), what_code.astype(np.int32)  # (one per group: int32 per node when gathered)
     nodes = np.flatnonzero(is_row | (f.kind == KIND["gpu_kernel"]))
     g = f.group[nodes]
     has_path = np.array([p is not None for p in distinct_paths], dtype=bool)[path_code[g]]
@@ -646,12 +647,11 @@ def _files(f: Flat, is_row, op_rows, self_us, name_code, distinct_names, version
     first, counts, _ = first_seen(keys)
     for j, count in zip(first.tolist(), counts.tolist()):
         rows[key[j]].ops[distinct_whats[w[j]]] += count
-    line = np.array(lines, dtype=np.int64)[g]
-    known = np.flatnonzero(line >= 0)
+    known = np.flatnonzero(np.array([x >= 0 for x in lines], dtype=bool)[g])  # (the line read per group: no line per node)
     if len(known):
         first, _, _ = first_seen(keys[known])
         for j in known[first].tolist():
-            rows[key[j]].lines.setdefault(distinct_whats[w[j]], int(line[j]))
+            rows[key[j]].lines.setdefault(distinct_whats[w[j]], lines[g[j]])
     return files
 
 

@@ -34,6 +34,19 @@ for (`to_tree`), one pass in reverse pre-order.
 
 The events become columns in `collect`, with the codes of `codes` and the
 kinds and names of `events`; this module nests them into the tree.
+
+Note [import memory]
+What an import holds grows with the trace in two ways: the columns themselves
+(the collected events, then the tree's, about 80 bytes an event together at
+the build's end) and the temporaries made over them. The temporaries are kept
+to a slice (`_slices`) or to int32 wherever a pass allows it: the nesting
+reads start and duration of a slice of the sorted rows at a time, the
+pre-order's rows and parents are gathered a slice at a time, and np.lexsort
+being stable, file order needs no key of its own. What is left whole is the
+sort of the host events (its keys, about 30 bytes a host event) and the
+columns: a build bounded whatever the size needs those spilled to the cache
+(sort runs merged, the columns written as they are made), which this module
+does not do yet.
 """
 
 from __future__ import annotations

@@ -213,3 +213,21 @@ def test_the_flow_join_keeps_what_dicts_built_in_file_order_keep():
         assert _flow_launches(c, runtime, positions, rows).tolist() == expected
         joined += sum(p >= 0 for p in expected)
     assert joined > 100  # the cases above join many rows, not none
+
+
+def test_first_seen_without_inverse_gives_the_same_firsts_and_counts():
+    """first_seen(keys, inverse=False), which makes no number per position
+    where the keys are dense, finds the same first positions and counts as
+    with the inverse, on dense keys and on sparse ones (the sort path)."""
+    import numpy as np
+
+    from kernelmap.trace.codes import first_seen
+
+    rng = np.random.default_rng(7)
+    for keys in (rng.integers(0, 50, 10_000), rng.integers(0, 1 << 40, 10_000), np.repeat(rng.integers(0, 1 << 40, 30), 7),
+                 np.zeros(1, dtype=np.int64)):
+        first, counts, inverse = first_seen(keys)
+        first2, counts2, none = first_seen(keys, inverse=False)
+        assert first2.tolist() == first.tolist() and counts2.tolist() == counts.tolist() and len(inverse) == len(keys)
+        assert keys[first].tolist() == list(dict.fromkeys(keys.tolist()))  # first appearance order, read from the keys
+        assert counts.tolist() == [keys.tolist().count(k) for k in keys[first].tolist()]

@@ -128,11 +128,12 @@ def climb(nodes: np.ndarray, kind: np.ndarray, parent: np.ndarray, through) -> n
 _CLIMB = 1 << 16
 
 
-def first_seen(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def first_seen(keys: np.ndarray, inverse: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The distinct keys (non-negative) in order of first appearance: (the
     position of each one's first appearance, how often each appears, and per
-    position the number of its key in that order). Without sorting the keys
-    where they are dense."""
+    position the number of its key in that order; with `inverse` False, an
+    empty array for that: where the keys are dense, none is made). Without
+    sorting the keys where they are dense."""
     n = len(keys)
     if not n:
         empty = np.zeros(0, dtype=np.int64)
@@ -150,6 +151,8 @@ def first_seen(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     firsts = first[distinct].astype(np.int64) if len(first) else first_of
     del first
     order = np.argsort(firsts, kind="stable")
+    if not inverse and len(distinct) and top <= 4 * n + 1024:  # the counts read per key: no number per position
+        return firsts[order], np.bincount(keys, minlength=top)[distinct[order]], np.zeros(0, dtype=np.int64)
     if len(distinct) and top <= 4 * n + 1024:
         rank = np.empty(top, dtype=small)
         rank[distinct[order]] = np.arange(len(order))

@@ -482,8 +482,8 @@ def _row_facts(rows_list, rows, row_key, group, facts, below, closed_lib, versio
     """Each operator row's facts: the first call's that has each, the last's library
     (`below`: per row, the first node below it of a closed library, -1: none)."""
     keys = combine(row_key, group[rows])
-    first, _, _ = first_seen(keys)
-    last_first, _, _ = first_seen(keys[::-1])
+    first, _, _ = first_seen(keys, inverse=False)
+    last_first, _, _ = first_seen(keys[::-1], inverse=False)
     last_at = {int(keys[::-1][j]): len(keys) - 1 - j for j in last_first.tolist()}
     libraries: dict[int, tuple[int, str]] = {}
     for j in first.tolist():  # each distinct (row, facts), in order of first call
@@ -517,7 +517,7 @@ def _row_shapes(rows_list, rows, row_key, f: Flat) -> None:
     if not has.any():
         return
     row_key, shape = row_key[has], shape[has]
-    first, counts, _ = first_seen(combine(row_key, shape))
+    first, counts, _ = first_seen(combine(row_key, shape), inverse=False)
     for j, count in zip(first.tolist(), counts.tolist()):
         rows_list[row_key[j]].shapes[f.shapes[shape[j]]] += count
 
@@ -545,14 +545,14 @@ def _row_kernels(rows_list, f: Flat, is_device, is_row, name_code, distinct_name
     devices, r = _directly_below(f, devices, (KIND["runtime"],), is_row, row_of)
     kname = name_code[f.group[devices]]
     keys = combine(r, kname)
-    first, counts, _ = first_seen(keys)
+    first, counts, _ = first_seen(keys, inverse=False)
     for j, count in zip(first.tolist(), counts.tolist()):
         rows_list[r[j]].kernels[distinct_names[kname[j]]] += count
     where = [f.facts[g].get("source") or f.facts[g].get("library") for g in range(len(f.names))]
     has = np.array([bool(w) for w in where], dtype=bool)[f.group[devices]]
     if has.any():  # the last launch's source or library
         kept = np.flatnonzero(has)
-        last, _, _ = first_seen(keys[kept][::-1])
+        last, _, _ = first_seen(keys[kept][::-1], inverse=False)
         for j in last.tolist():
             at = kept[::-1][j]
             a = f.facts[f.group[devices[at]]]
@@ -583,7 +583,7 @@ def _modules(f: Flat, device, name_code, distinct_names) -> dict[str, GroupRow]:
     ops, m = _directly_below(f, np.flatnonzero(f.kind == KIND["op"]), (KIND["python"], KIND["builtin"]), f.kind == KIND["module"], row_of)
     if len(ops):
         op_name = name_code[f.group[ops]]
-        first, counts, _ = first_seen(combine(m, op_name))
+        first, counts, _ = first_seen(combine(m, op_name), inverse=False)
         for j, count in zip(first.tolist(), counts.tolist()):
             rows[m[j]].ops[distinct_names[op_name[j]]] += count
     return modules
@@ -644,12 +644,12 @@ def _files(f: Flat, is_row, op_rows, self_us, name_code, distinct_names, version
         row.calls, row.total_us, row.device_us = c, t, d
     w = what_code[g]
     keys = combine(key, w)
-    first, counts, _ = first_seen(keys)
+    first, counts, _ = first_seen(keys, inverse=False)
     for j, count in zip(first.tolist(), counts.tolist()):
         rows[key[j]].ops[distinct_whats[w[j]]] += count
     known = np.flatnonzero(np.array([x >= 0 for x in lines], dtype=bool)[g])  # (the line read per group: no line per node)
     if len(known):
-        first, _, _ = first_seen(keys[known])
+        first, _, _ = first_seen(keys[known], inverse=False)
         for j in known[first].tolist():
             rows[key[j]].lines.setdefault(distinct_whats[w[j]], lines[g[j]])
     return files

@@ -25,6 +25,7 @@ in the cache (`--cache`, else $KERNELMAP_CACHE_DIR, else the user cache).
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import resource
 import statistics
@@ -73,7 +74,10 @@ def same(env: dict[str, str], sources: dict[str, Path]) -> int:
             got = subprocess.run(km + argv, capture_output=True, env=with_source(env, sources["this"]))
             if (got.returncode, got.stdout, got.stderr) != (expected.returncode, expected.stdout, expected.stderr):
                 differ += 1
-                print(f"DIFFERS ({ask} ask): kernelmap {' '.join(argv)}")
+                print(f"DIFFERS ({ask} ask): kernelmap {' '.join(argv)} (exit {expected.returncode} -> {got.returncode})")
+                for stream in ("stdout", "stderr"):  # the first lines that differ, to see why
+                    a, b = getattr(expected, stream).decode(errors="replace"), getattr(got, stream).decode(errors="replace")
+                    print("".join(list(difflib.unified_diff(a.splitlines(True), b.splitlines(True), stream, stream, n=1))[:12]), end="")
                 break
     print(f"{len(SAME) - differ} of {len(SAME)} answers byte-identical to {sources['against']}")
     return differ

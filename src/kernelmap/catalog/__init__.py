@@ -90,9 +90,10 @@ def _kind(r: dict) -> OpKind:
 class Catalog:
     """Operators of one set of yaml files (the installed wheel's, or a tree's)."""
 
-    def __init__(self, db: sqlite3.Connection, origin: Origin):
+    def __init__(self, db: sqlite3.Connection, origin: Origin, stamp: tuple = ()):
         self._db = PerThread(db)  # read from any thread (a graph context is kept and shared)
         self.origin = origin
+        self.stamp = stamp  # what tells its yaml files and database apart from edited ones (results kept on disk name it)
         self._names: list[str] | None = None
         self._ops: dict[int, Op] = {}  # by id, as read: a graph reads the same operators many times
 
@@ -331,7 +332,7 @@ def load_catalog(tree: Path | None = None, origin: Origin | None = None) -> Cata
            str(cache), _stamp(*sorted((cache / "catalog").glob("*.sqlite"))), threading.get_ident())
     found = _OPENED.get(key)
     if found is None:
-        found = _OPENED[key] = Catalog(open_catalog_db(files, cache), origin)
+        found = _OPENED[key] = Catalog(open_catalog_db(files, cache), origin, key[0] + key[4])
     return found
 
 

@@ -16,6 +16,7 @@ into that), never a traceback or a silent default.
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -233,12 +234,27 @@ def fit_to_width(text: str, width: int | None) -> str:
     return "\n".join(out)
 
 
+def _may_be_terminal(stream) -> bool:
+    """False where rich's Console would find `stream` no terminal (it is no
+    tty, and no TTY_COMPATIBLE or FORCE_COLOR says otherwise); True where
+    rich must be asked."""
+    if "TTY_COMPATIBLE" in os.environ or "FORCE_COLOR" in os.environ:
+        return True
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
 class codegen_bar:
     """A progress bar on stderr (a terminal only) for the first generation of
     build files: a context manager whose value is the reporter the library
     calls with (step, "start" | "done"), or None when stderr is no terminal."""
 
     def __enter__(self):
+        if not _may_be_terminal(sys.stderr):  # rich (a tenth of a cold question) is not imported to hear no
+            self._bar = None
+            return None
         from rich.console import Console
 
         self._console = Console(stderr=True)

@@ -39,15 +39,25 @@ def _call_open(text: str, name: str) -> int | None:
     return None
 
 
+_PARAMETERS_OF: dict[tuple[int, int, int | None, str], tuple[tuple[str, ...], tuple[str, ...] | None]] = {}
+
+
 def parameters(definition, ctx: GraphContext) -> list[str] | None:
     """The parameter declarations of a definition, read from its lines in the
-    tree (None when the declarator cannot be read)."""
+    tree (None when the declarator cannot be read): read once per definition,
+    though a graph's readers ask of the same definitions many times."""
     lines = tree_lines(ctx, definition.location.path)
-    start = definition.location.line - 1
-    text = "\n".join(lines[start : min(len(lines), (definition.location.end_line or start + 1), start + 40)])
     short = definition.name.rsplit("::", 1)[-1]
-    opened = _call_open(text, short)
-    return None if opened is None else _parameters_from(text, opened)
+    key = (id(lines), definition.location.line, definition.location.end_line, short)
+    kept = _PARAMETERS_OF.get(key)
+    if kept is None or kept[0] is not lines:
+        start = definition.location.line - 1
+        text = "\n".join(lines[start : min(len(lines), (definition.location.end_line or start + 1), start + 40)])
+        opened = _call_open(text, short)
+        if len(_PARAMETERS_OF) > 4096:
+            _PARAMETERS_OF.clear()
+        kept = _PARAMETERS_OF[key] = (lines, None if opened is None else tuple(_parameters_from(text, opened)))
+    return None if kept[1] is None else list(kept[1])
 
 
 def _parameters_from(text: str, opened: int) -> list[str]:

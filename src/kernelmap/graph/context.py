@@ -373,7 +373,10 @@ def shared_results(ctx: GraphContext, name: str, limit: int = KEPT) -> dict:
 # (`_index_stamp`: a rebuild is another), the tree's files edited since it was
 # indexed as they are now, and kernelmap's own code (each module's size and
 # mtime, `_code_stamp`): a changed tree or changed kernelmap never reads
-# another's results. Each table holds at most its limit (KEPT) of entries;
+# another's results. A result that reads the catalog too (the operators a
+# definition writes as C++ operators, and their overloads) names the
+# catalog's stamp in its entry's key: its yaml files are no indexed files.
+# Each table holds at most its limit (KEPT) of entries;
 # the newest _DISK_FILES files are kept, the older ones removed.
 _DISK_VERSION = 1
 _DISK_FILES = 8

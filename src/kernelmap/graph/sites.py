@@ -243,9 +243,9 @@ def _operand_kind(text: str, end: int, tensors: set[str], spelled, definition, l
         return "Scalar"
     if depth < 3:  # `auto cos = prod_sum / denom;`: a local the caller initialises with a Tensor expression
         number = spelled.location.line
-        pattern = _auto_pattern(name)
         for i in range(number - 2, definition.location.line - 1, -1):
-            m = pattern.search(lines[i]) if name in lines[i] else None
+            # a plain substring test first: the pattern names `name`, and compiling one per name is dear
+            m = _auto_pattern(name).search(lines[i]) if name in lines[i] and "auto" in lines[i] else None
             if m is not None:
                 before = dataclasses.replace(spelled, location=dataclasses.replace(spelled.location, line=i + 1))
                 start = m.end()
@@ -310,6 +310,19 @@ def _right_kind(text: str, start: int, tensors: set[str], spelled, definition, l
 
 def _overload(base: str, kind: str, ctx: GraphContext) -> str:
     return f"{base}.{kind}" if any(o.name.name == base and o.name.overload == kind for o in ctx.overloads(base)) else base
+
+
+def _kept_operator_sites(definition, sites, span, ctx: GraphContext) -> tuple:
+    """`_operator_sites`, read once per definition and span: it reads only the
+    tree's code, its index (the definition's `sites` are its calls, in `span`)
+    and the catalog's overloads, so it is kept with the code's results, under
+    the catalog's stamp (Note [shared results on disk] in graph.context)."""
+    cache = shared_results(ctx, "_operator_sites")
+    key = (definition.symbol, span, getattr(ctx.catalog, "stamp", None))
+    found = cache.get(key)
+    if found is None:
+        found = cache[key] = tuple(_operator_sites(definition, sites, span, ctx))
+    return found
 
 
 def _operator_sites(definition, sites, span, ctx: GraphContext) -> list:
@@ -564,7 +577,7 @@ def _code_children(node: Node, ctx: GraphContext, owner=None, span: tuple[int, i
     if span is not None:  # a lambda's calls, not the loop's own call it is written in
         sites = [s for s in sites if span[0] <= s.location.line <= span[1] and not (s.location.line == span[0] and _loop_call(s))]
     lambdas = [] if span is not None else _loop_lambdas(sites, definition, ctx)
-    sites = [*sites, *_operator_sites(definition, sites, span, ctx)]  # Note [operators written as C++ operators]
+    sites = [*sites, *_kept_operator_sites(definition, sites, span, ctx)]  # Note [operators written as C++ operators]
     if lambdas:  # made in the lambdas its loops are given: below the loops (Note [device loop machinery])
         sites = [s for s in sites if _loop_call(s) or not any(first <= s.location.line <= last for first, last in lambdas)]
     bound = node.bound if node.bound is not None else {**_template_bindings(node, definition, ctx), **_stub_bindings(node, definition, ctx)}

@@ -301,6 +301,15 @@ class Index:
             s = self._strings[i] = row[0]
         return s
 
+    def _read_texts(self, ids) -> None:
+        """The strings of `ids` not read yet, read in one query each few
+        hundred (a call site names up to seven): `_text` then finds them kept."""
+        unread = sorted({i for i in ids if i is not None and i not in self._strings})
+        for start in range(0, len(unread), 500):
+            chunk = unread[start : start + 500]
+            rows = self._db.execute(f"SELECT id, text FROM strings WHERE id IN ({','.join('?' * len(chunk))})", tuple(chunk))
+            self._strings.update(rows)
+
     def _id(self, text: str) -> int | None:
         if text in self._ids:
             return self._ids[text]
@@ -321,6 +330,7 @@ class Index:
                 f"SELECT {self._SYMBOL_COLUMNS} FROM symbols s JOIN files f ON f.id = s.file_id WHERE {where} ORDER BY f.path, s.line",
                 args,
             ).fetchall()
+            self._read_texts(i for r in rows for i in (r[2], r[3], r[7], r[8]))
             found = self._found[key] = tuple(self._definition(r) for r in rows)
         return list(found)
 
@@ -417,6 +427,7 @@ class Index:
             args,
         ).fetchall()
         callers = dict(callers or {})
+        self._read_texts(i for r in rows for i in (r[2], r[3], r[5], r[6], r[8], r[9], r[10]))
         out = []
         for sid, path, callee_id, short_id, kind, lib_id, op_id, line, cond_id, pp_id, outer_id in rows:
             caller = None

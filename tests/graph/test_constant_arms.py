@@ -1,0 +1,91 @@
+"""Arms that cannot run for a call are branches, not leaves (issue "Witness
+it", leaf precision): the values a call fixes (the dtype a template tests,
+the global settings at their defaults, the overload of a predicate the build
+compiles) decide tests in the callees. Graded against the stacks torch
+2.13's CPU build really ran (tests/golden/observed-cpu.jsonl.gz) and read
+from the real 2.6.0 tree, never copied from output."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from kernelmap import api
+from tests.golden.observed import load
+
+MATMUL = "aten/src/ATen/native/mkldnn/Matmul.cpp"
+
+
+def _leaves(op: str, indexed_tree) -> list:
+    answer = api.where(op, device="cpu", static=True, with_source=True, source=indexed_tree.name)
+    return [s for s in answer.source if s.role == "leaf"]
+
+
+def _ran(op: str) -> set[str]:
+    golden = load()
+    return {golden.frames[i].function for s in golden.by_operator()[op] for i in s}
+
+
+def test_settings_are_read_at_their_defaults_from_the_tree(tree_2_6, context):
+    """at::globalContext()'s getters return a member whose initializer
+    Context.h writes (read here); an environment variable left unset takes
+    the `:` arm of a `check_env(...) == true ? A : B` initializer."""
+    from kernelmap.graph import arms
+
+    header = (tree_2_6 / "aten/src/ATen/Context.h").read_text()
+    m = re.search(r"float32_matmul_precision =\s*c10::utils::check_env\([^()]*\) == true\s*\?\s*([\w:]+)\s*:\s*([\w:]+);", header)
+    assert m is not None
+    enabled = re.search(r"\bbool enabled_mkldnn = (true|false);", header).group(1)
+    ctx = context("cpu")
+    assert arms.setting_default("float32MatmulPrecision", ctx) == m.group(2)
+    assert arms.setting_default("userEnabledMkldnn", ctx) == enabled
+    medium = "at::globalContext().float32MatmulPrecision() == at::Float32MatmulPrecision::MEDIUM"
+    assert arms.decide(medium, {}, ctx) is (m.group(2).rsplit("::", 1)[-1] == "MEDIUM")
+    assert arms.decide(f"!{medium}", {}, ctx) is not (m.group(2).rsplit("::", 1)[-1] == "MEDIUM")
+
+
+def test_an_element_type_tested_in_a_template(context):
+    """`std::is_same_v<scalar_t, X>` holds for the selected dtype's element
+    type only; a type that is no element type (opmath_t) is not read."""
+    from kernelmap.graph import arms, dtypes
+
+    for dtype, same, other in (("float32", "float", "c10::BFloat16"), ("bfloat16", "c10::BFloat16", "float")):
+        ctx = context("cpu", dtype=dtype)
+        assert arms.decide(f"std::is_same_v<scalar_t, {same}>", {}, ctx) is True
+        assert arms.decide(f"std::is_same_v<scalar_t, {other}> && anything_else()", {}, ctx) is False
+    assert dtypes.evaluate("if (std::is_same_v<scalar_t, opmath_t>)", "float32") is None
+
+
+def test_the_overload_the_build_compiles_is_the_predicate_read(tree_2_6, context):
+    """mkldnn/Matmul.cpp defines use_mkldnn_bf32_matmul three times (read
+    here): `return false;` for a build without oneDNN, and with oneDNN a
+    static one taking no arguments and one taking three tensors. A call's
+    arguments pick among those the release CPU build compiles."""
+    from kernelmap.graph import arms
+
+    text = (tree_2_6 / MATMUL).read_text()
+    assert len(re.findall(r"^(?:static )?bool use_mkldnn_bf32_matmul\(", text, re.M)) == 3
+    assert text.index("#if !AT_MKLDNN_ENABLED()") < text.index("bool use_mkldnn_bf32_matmul(") < text.index("#else // AT_MKLDNN_ENABLED")
+    ctx = context("cpu")
+    assert "float32MatmulPrecision()" in arms._one_return("use_mkldnn_bf32_matmul", ctx, 0)
+    assert arms._one_return("use_mkldnn_bf32_matmul", ctx, 3).startswith("( use_mkldnn_bf32_matmul() &&")
+
+
+@pytest.mark.parametrize("op", ["aten::mm", "aten::bmm", "aten::addmv", "aten::dot"])
+def test_onednn_matmul_is_no_leaf_of_a_float_gemm(op, tree_2_6, indexed_tree):
+    """A float32 matrix product goes to oneDNN only with
+    float32MatmulPrecision at MEDIUM (mkldnn_gemm's `bf32_usable`, and
+    use_mkldnn_matmul's bf32 test; read here), which is not its default: the
+    recorded runs never reached ideep::matmul_forward::compute, and `where`
+    names no oneDNN leaf; BLAS's gemm, which mm's recorded runs called, is
+    still a leaf."""
+    text = (tree_2_6 / MATMUL).read_text()
+    assert "bool bf32_usable = std::is_same_v<scalar_t, float> && use_mkldnn_bf32_matmul();" in text
+    assert "if ( !(bf16_usable || fp16_usable || bf32_usable) ||" in text
+    ran = _ran(op)
+    assert not any(name.startswith("ideep::") for name in ran)
+    leaves = [leaf.name for leaf in _leaves(op, indexed_tree)]
+    assert not any(name.startswith("ideep::") for name in leaves), leaves
+    if op == "aten::mm":
+        assert "sgemm_" in ran and "sgemm_" in leaves

@@ -89,3 +89,41 @@ def test_onednn_matmul_is_no_leaf_of_a_float_gemm(op, tree_2_6, indexed_tree):
     assert not any(name.startswith("ideep::") for name in leaves), leaves
     if op == "aten::mm":
         assert "sgemm_" in ran and "sgemm_" in leaves
+
+
+def test_numbers_a_call_passes_decide_the_comparisons_below(tree_2_6, context):
+    """mm's kernel calls `addmm_impl_cpu_(..., 0, 1)` (read here): the
+    helper's `beta` is 0 for it, so the `else` of its `if
+    (beta.toComplexDouble() == 0.0)`, which scales the result by beta with
+    at::mul_, is a branch that cannot run; the recorded runs of mm never
+    entered mul_."""
+    from kernelmap import graph
+    from tests.graph.conftest import walk
+
+    text = (tree_2_6 / "aten/src/ATen/native/LinearAlgebra.cpp").read_text()
+    assert "addmm_impl_cpu_(const_cast<Tensor&>(result), result, self, mat2, 0, 1);" in text
+    helper = text[text.index("static void addmm_impl_cpu_(") :]
+    assert "const Scalar& beta, const Scalar& alpha" in helper[: helper.index("{")]
+    assert "if (beta.toComplexDouble() == 0.0) {" in helper
+    assert not any(name.startswith("at::_ops::mul_") for name in _ran("aten::mm"))
+    tree = graph.stack("aten::mm", context("cpu"))
+    helper_node = next(n for n, _ in walk(tree) if n.name.endswith("::addmm_impl_cpu_"))
+    assert set(helper_node.attrs["given_values"]) == {"beta=0", "alpha=1"}
+    scaled = [n for n, _ in walk(tree) if n.name in ("aten::mul_.Scalar", "at::Tensor::mul_") and "beta" in (n.condition or "")]
+    assert scaled and all("cannot run" in str(n.attrs.get("branch")) for n in scaled)
+
+
+def test_no_tensor_of_a_call_has_its_negative_bit_set(tree_2_6, context):
+    """CopyKernel.cpp's copy_kernel sets `requires_neg` from the two tensors'
+    negative bits (read here), which only at::_neg_view sets: for any other
+    tensor the copy is not negated, neg_kernel is a branch that cannot run,
+    and the recorded runs of copy_ never entered it."""
+    from kernelmap import graph
+    from tests.graph.conftest import walk
+
+    text = (tree_2_6 / "aten/src/ATen/native/cpu/CopyKernel.cpp").read_text()
+    assert "const bool requires_neg = (iter.tensor_base(0).is_neg() != iter.tensor_base(1).is_neg());" in text
+    assert not any(name.endswith("::neg_kernel") for name in _ran("aten::copy_"))
+    tree = graph.stack("aten::copy_", context("cpu"))
+    negated = [n for n, _ in walk(tree) if n.name.endswith("::neg_kernel") and n.condition and "requires_conj" in n.condition]
+    assert negated and all(n.attrs.get("branch") for n in negated)

@@ -367,6 +367,10 @@ def decide(test: str, known: dict[str, bool], ctx: GraphContext, rank: int | Non
     if name in known:
         value = known[name]
         return value if isinstance(value, bool) else value != 0
+    if (sides := _equality(term)) is not None:  # `a.is_neg() != b.is_neg()`: two tests the call decides
+        left, right = (decide(side, known, ctx, rank, depth, path) for side in sides[1:])
+        if left is not None and right is not None:
+            return (left == right) == (sides[0] == "==")
     if (compared := _NUMBER_TEST.fullmatch(term)) is not None and any(not isinstance(v, bool) for v in known.values()):
         found = _number_test(compared, known)  # Note [numbers passed as literals] in graph.values
         if found is not None:
@@ -459,6 +463,20 @@ def _read_setting_default(getter: str, ctx: GraphContext) -> str | None:
             return None
         value = chosen.group(3)
     return value if re.fullmatch(r"true|false|(?:\w+::)*\w+", value) else None
+
+
+def _equality(term: str) -> tuple[str, str, str] | None:
+    """(`==` or `!=`, left, right) of a term that compares two tests at its
+    top level (`a.is_neg() != b.is_neg()`); None for any other term."""
+    depth = 0
+    for i, ch in enumerate(term):
+        depth += (ch in "(<[") - (ch in ")>]") if ch not in "<>" or term[i - 1 : i + 1] not in ("->",) else 0
+        if depth == 0 and term.startswith(("==", "!="), i):
+            left, right = term[:i].strip(), term[i + 2 :].strip()
+            if left and right and not right.startswith("="):
+                return term[i : i + 2], left, right
+            return None
+    return None
 
 
 # `beta.toComplexDouble() == 0.0`, `beta != scalar_t(1)`, `alpha == 1`: a value compared with a number

@@ -69,6 +69,8 @@ _TENSOR_PREDICATE = re.compile(r"^[\w.>\-]*?\bis_(complex|floating_point)\(\)$")
 _INPUT_RECEIVER = re.compile(r"^(?:self|input)\.is_")
 # A tensor's test of its conjugate bit: `self.is_conj()`, `!src.is_conj()`
 _CONJ_BIT = re.compile(r"^[\w.>\-]*?\bis_conj\(\)$")
+# A tensor's test of its negative bit: `iter.tensor_base(0).is_neg()`
+_NEG_BIT = re.compile(r"^[\w.>\-]*?(?:\(\d?\)\.)?\bis_neg\(\)$")
 # A template's test of its element type: `std::is_same_v<scalar_t, c10::BFloat16>`, `std::is_same<scalar_t, float>::value`
 # (Note [an element type tested]).
 _SAME_TYPE = re.compile(r"^(?:std::)?is_same(?:_v<\s*scalar_t\s*,\s*([\w:<> ]+?)\s*>|<\s*scalar_t\s*,\s*([\w:<> ]+?)\s*>::value)$")
@@ -108,6 +110,8 @@ def _atom(text: str, scalar: str, output: str | None = None) -> bool | None:
         value = scalar in (_COMPLEX if m.group(1) == "complex" else _FLOATING)
     if value is None and _CONJ_BIT.match(text) and scalar not in _COMPLEX:
         value = False  # a real tensor never has its conjugate bit set (at::conj of one is itself)
+    if value is None and _NEG_BIT.match(text):
+        value = False  # nor has a tensor made by any call but at::_neg_view its negative bit (answers are for such tensors)
     m = _SAME_TYPE.match(text) if value is None else None
     if m:
         value = same_element_type(m.group(1) or m.group(2), scalar)

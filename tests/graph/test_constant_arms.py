@@ -127,3 +127,19 @@ def test_no_tensor_of_a_call_has_its_negative_bit_set(tree_2_6, context):
     tree = graph.stack("aten::copy_", context("cpu"))
     negated = [n for n, _ in walk(tree) if n.name.endswith("::neg_kernel") and n.condition and "requires_conj" in n.condition]
     assert negated and all(n.attrs.get("branch") for n in negated)
+
+
+@pytest.mark.parametrize("op", ["aten::dot", "aten::vdot"])
+def test_a_library_routine_wrapped_out_of_the_build_is_the_leaf(op, tree_2_6, indexed_tree):
+    """BlasKernel.cpp wraps cblas_sdot in a `static inline sdot_` only under
+    `#if AT_BLAS_USE_CBLAS_DOT()` (read here), which the release CPU build
+    leaves out: the build calls BLAS's own sdot_, as the recorded runs show,
+    and `where` names it, at the line that holds its name."""
+    text = (tree_2_6 / "aten/src/ATen/native/BlasKernel.cpp").read_text()
+    guarded = text[text.index("#if AT_BLAS_USE_CBLAS_DOT()") :]
+    assert guarded.index("static inline ffloat sdot_(") < guarded.index("#endif")
+    ran = _ran(op)
+    leaves = _leaves(op, indexed_tree)
+    assert [leaf.name for leaf in leaves] == ["sdot_"] and "sdot_" in ran
+    leaf = leaves[0]
+    assert "sdot_(" in (tree_2_6 / leaf.location.path).read_text().splitlines()[leaf.location.line - 1]

@@ -14,7 +14,9 @@ and an unknown test never rules an arm out; `&&` and `||` are decided when
 their known terms decide them. A call of a predicate whose body is one
 `return` (ConvParams::is_depthwise, Dropout.cpp's is_fused_kernel_acceptable)
 is its returned expression, read with the object's known fields (a method's
-`transposed` is its object's `params.transposed`), two levels deep at most.
+`transposed` is its object's `params.transposed`), three levels deep at most
+(bmm's use_mkldnn_matmul, use_mkldnn_bf32_matmul(mat1, mat2, result), then
+use_mkldnn_bf32_matmul() and the setting it reads).
 A `case E::X` of a `switch (v)` whose `v` a call of a selector sets (`auto
 backend = _select_conv_backend(...)`) is taken only when the selector can
 return `E::X`: each `return E::X;` of its body, under the tests around it,
@@ -45,7 +47,9 @@ _RANK = re.compile(r"(input|self|input_r|input_)\s*\.\s*(?:ndimension|dim)\(\)\s
 _SPATIAL_NAME = re.compile(r"(?:^|_)\w*?([123])d(?:_|$)")
 _OWN_DEVICE = {"cpu": re.compile(r"(?:\.|\b)is_cpu\(\)|device\(\)\.is_cpu\(\)|==\s*(?:at::|c10::)?(?:kCPU|DeviceType::CPU)\b"),
                "cuda": re.compile(r"(?:\.|\b)is_cuda\(\)|device\(\)\.is_cuda\(\)|==\s*(?:at::|c10::)?(?:kCUDA|DeviceType::CUDA)\b")}
-_PREDICATE_DEPTH = 2
+_PREDICATE_DEPTH = 3
+# An iterator's output dtype (`iter.dtype()`): a comparison's is bool (Note [a comparison's output dtype] in graph.dtypes), not read here.
+_OUTPUT_DTYPE = re.compile(r"\b\w+\s*(?:\.|->)\s*dtype\(\s*0?\s*\)")
 
 
 def rank_of(op) -> int | None:
@@ -265,7 +269,28 @@ def _decidable(test: str, known: dict[str, bool], rank: int | None, definition, 
         return True
     if rank is not None and ("ndimension" in words or "dim" in words):
         return True
-    return definition is not None and "(" in test and bool(words & _file_predicates(definition.location.path, ctx))
+    if definition is None or "(" not in test:
+        return False
+    return bool(words & _file_predicates(definition.location.path, ctx)) or any(_kernel_predicate(m.group(1), ctx) for m in _CALLED.finditer(test))
+
+
+# a function called in a test, not a method: `use_mkldnn_matmul(` but not `self.dim(`
+_CALLED = re.compile(r"(?<![\w.>:])([A-Za-z_]\w*)\s*\(")
+
+
+def _kernel_predicate(name: str, ctx: GraphContext) -> bool:
+    """Whether kernel code defines `name` (the build's definitions) as one `return`:
+    a predicate of another file (Blas.cpp's dot tests mkldnn/Matmul.cpp's use_mkldnn_matmul)."""
+    cache = kept_results(ctx, "_kernel_predicate")
+    if name not in cache:
+        from kernelmap.graph.rules import KERNEL_DIRS
+
+        cache[name] = name not in _NOT_PREDICATES and any(
+            _returned(d, ctx) is not None for d in _compiled([d for d in ctx.index.definitions(name) if d.location.path.startswith(KERNEL_DIRS)], ctx))
+    return cache[name]
+
+
+_NOT_PREDICATES = frozenset(("if", "while", "for", "switch", "return", "sizeof", "static_cast", "defined"))
 
 
 def _file_predicates(path: str, ctx: GraphContext) -> frozenset[str]:
@@ -274,13 +299,41 @@ def _file_predicates(path: str, ctx: GraphContext) -> frozenset[str]:
     if path not in cache:
         from kernelmap.graph.code import _by_short_name
 
-        cache[path] = frozenset(name for name, ds in _by_short_name(ctx.index, path).items() if len(ds) == 1 and _returned(ds[0], ctx) is not None)
+        found = set()
+        for name, ds in _by_short_name(ctx.index, path).items():
+            if any(_returned(d, ctx) is not None for d in _compiled(ds, ctx)):
+                found.add(name)
+        cache[path] = frozenset(found)
     return cache[path]
+
+
+def _compiled(definitions, ctx: GraphContext, arity: int | None = None) -> list:
+    """Of several definitions of one name, those the build compiles that take
+    `arity` arguments (any, when None): mkldnn/Matmul.cpp defines
+    use_mkldnn_bf32_matmul(mat1, mat2, result) for a build without oneDNN
+    (`return false;`), and for one with it both that (testing the tensors)
+    and a static use_mkldnn_bf32_matmul() (testing the settings); the
+    release CPU build compiles the last two, and a call's arguments pick one."""
+    from kernelmap.graph.code import compiled, parameters
+
+    if len(definitions) < 2:
+        return list(definitions)
+    kept = [d for d in definitions if compiled(d.symbol.condition, ctx) is not False]
+    if arity is not None and len(kept) > 1:
+        kept = [d for d in kept if _takes(parameters(d, ctx), arity)]
+    return kept
+
+
+def _takes(declared: list[str] | None, arity: int) -> bool:
+    """Whether a definition declaring `declared` can be called with `arity` arguments (its defaults left out)."""
+    if declared is None:
+        return True
+    return sum(1 for p in declared if "=" not in p) <= arity <= len(declared)
 
 
 def _why(test: str, known: dict[str, bool], rank: int | None, ctx: GraphContext) -> str:
     words = set(re.findall(r"[\w.]+", test))
-    facts = [f"{k}={'true' if v else 'false'}" for k, v in known.items() if k in words or k.rsplit(".", 1)[-1] in words]
+    facts = [f"{k}={('true' if v else 'false') if isinstance(v, bool) else f'{v:g}'}" for k, v in known.items() if k in words or k.rsplit(".", 1)[-1] in words]
     if rank is not None and _RANK.search(test):
         facts.append(f"{rank}-D input")
     if other_device_reason(f"if ({test})", ctx.device) or any(w in test for w in ("is_cuda", "is_cpu", "cudnn", "mkldnn", "miopen")):
@@ -312,7 +365,16 @@ def decide(test: str, known: dict[str, bool], ctx: GraphContext, rank: int | Non
         return term == "true"
     name = term.replace("->", ".")
     if name in known:
-        return known[name]
+        value = known[name]
+        return value if isinstance(value, bool) else value != 0
+    if (sides := _equality(term)) is not None:  # `a.is_neg() != b.is_neg()`: two tests the call decides
+        left, right = (decide(side, known, ctx, rank, depth, path) for side in sides[1:])
+        if left is not None and right is not None:
+            return (left == right) == (sides[0] == "==")
+    if (compared := _NUMBER_TEST.fullmatch(term)) is not None and any(not isinstance(v, bool) for v in known.values()):
+        found = _number_test(compared, known)  # Note [numbers passed as literals] in graph.values
+        if found is not None:
+            return found
     if rank is not None and (m := _RANK.fullmatch(term)) is not None:
         return _compare(rank, m.group(2), int(m.group(3)))
     if other_device_reason(f"if ({term})", ctx.device) is not None:
@@ -320,9 +382,117 @@ def decide(test: str, known: dict[str, bool], ctx: GraphContext, rank: int | Non
     own = _OWN_DEVICE.get(ctx.device)
     if own is not None and own.search(term) and "!" not in term:
         return True
+    if ctx.dtype is not None and not _OUTPUT_DTYPE.search(term):  # Note [dtype branches], [an element type tested] in graph.dtypes
+        found = dtypes.evaluate(f"if ({term})", ctx.dtype)
+        if found is not None:
+            return found
+    if "globalContext()" in term and (found := _setting_test(term, ctx)) is not None:  # Note [settings at their defaults]
+        return found
     if depth < _PREDICATE_DEPTH and "(" in term:
         return _predicate(term, known, ctx, rank, depth, path)
     return None
+
+
+# Note [settings at their defaults]
+# A test of a global setting reads it from at::globalContext(): mkldnn_gemm's
+# `use_mkldnn_bf32_matmul()` is `use_mkldnn_bf16_matmul() &&
+# at::globalContext().float32MatmulPrecision() == at::Float32MatmulPrecision::MEDIUM`.
+# Answers are for the settings at their defaults, read from the tree as any
+# other fact: the getter (Context.cpp's `Context::float32MatmulPrecision`)
+# whose body is `return MEMBER;`, and the member's initializer in
+# Context.h (`float32_matmul_precision = check_env(...) == true ? HIGH :
+# HIGHEST`: an environment variable left unset takes the `:` arm). A bool
+# setting is its value; one compared with an enumerator (== or !=) is
+# decided by the enumerator's last name. A member initialized in more than
+# one place (under `#ifdef USE_ROCM` and its `#else`) is not read, nor is
+# deterministic mode, whose arms are ranked (Note [ranking a call's ends] in
+# graph.ends) rather than ruled out.
+_SETTING = re.compile(r"(?:at::)?globalContext\(\)\s*\.\s*(\w+)\(\)")
+_SETTING_TEST = re.compile(rf"(!?)\s*{_SETTING.pattern}(?:\s*(==|!=)\s*((?:\w+::)*\w+))?")
+_CONTEXT_FILES = ("aten/src/ATen/Context.h", "aten/src/ATen/Context.cpp")
+_RANKED_SETTINGS = frozenset(("deterministicAlgorithms", "deterministicFillUninitializedMemory"))
+
+
+def _setting_test(term: str, ctx: GraphContext) -> bool | None:
+    """Whether a test of a global setting holds at the settings' defaults (Note [settings at their defaults])."""
+    m = _SETTING_TEST.fullmatch(term.strip())
+    if m is None or m.group(2) in _RANKED_SETTINGS:
+        return None
+    value = setting_default(m.group(2), ctx)
+    if value is None:
+        return None
+    if m.group(3) is None:
+        if value not in ("true", "false"):
+            return None
+        holds = value == "true"
+    else:
+        if value in ("true", "false") or re.fullmatch(r"-?[\d.]+\w*", value):
+            return None
+        holds = (value.rsplit("::", 1)[-1] == m.group(4).rsplit("::", 1)[-1]) == (m.group(3) == "==")
+    return not holds if m.group(1) else holds
+
+
+def setting_default(getter: str, ctx: GraphContext) -> str | None:
+    """The default of the global setting at::globalContext().GETTER() as the
+    tree writes it (`true`, `at::Float32MatmulPrecision::HIGHEST`); None when
+    it cannot be read (Note [settings at their defaults])."""
+    cache = kept_results(ctx, "_setting_default")
+    if getter not in cache:
+        cache[getter] = _read_setting_default(getter, ctx) if ctx.index is not None else None
+    return cache[getter]
+
+
+def _read_setting_default(getter: str, ctx: GraphContext) -> str | None:
+    from kernelmap.graph.code import _CODE_ONLY, _blank_keeping_lines, tree_lines
+
+    getters = [d for d in ctx.index.definitions(f"at::Context::{getter}") if d.location.path in _CONTEXT_FILES]
+    bodies = {_returned(d, ctx) for d in getters}
+    if len(bodies) != 1:
+        return None
+    member = bodies.pop()
+    if member is None or not re.fullmatch(r"[A-Za-z_]\w*", member):
+        return None
+    header = _CODE_ONLY.sub(_blank_keeping_lines, "\n".join(tree_lines(ctx, _CONTEXT_FILES[0])))
+    found = re.findall(rf"^\s*[\w:<>]+\s+{re.escape(member)}\s*(?:=\s*([^;{{}}]*?)|\{{([^;{{}}]*)\}})\s*;", header, re.M)
+    if len(found) != 1:
+        return None
+    value = re.sub(r"\s+", " ", found[0][0] or found[0][1]).strip()
+    chosen = re.fullmatch(r"(.*?)\s*\?\s*((?:\w+::)*\w+)\s*:\s*((?:\w+::)*\w+)", value)
+    if chosen is not None:  # `check_env("X") == true ? A : B`: the variable unset is not `true`
+        if not re.fullmatch(r"(?:c10::utils::)?check_env\([^()]*\)\s*==\s*true", chosen.group(1)):
+            return None
+        value = chosen.group(3)
+    return value if re.fullmatch(r"true|false|(?:\w+::)*\w+", value) else None
+
+
+def _equality(term: str) -> tuple[str, str, str] | None:
+    """(`==` or `!=`, left, right) of a term that compares two tests at its
+    top level (`a.is_neg() != b.is_neg()`); None for any other term."""
+    depth = 0
+    for i, ch in enumerate(term):
+        depth += (ch in "(<[") - (ch in ")>]") if ch not in "<>" or term[i - 1 : i + 1] not in ("->",) else 0
+        if depth == 0 and term.startswith(("==", "!="), i):
+            left, right = term[:i].strip(), term[i + 2 :].strip()
+            if left and right and not right.startswith("="):
+                return term[i : i + 2], left, right
+            return None
+    return None
+
+
+# `beta.toComplexDouble() == 0.0`, `beta != scalar_t(1)`, `alpha == 1`: a value compared with a number
+_NUMBER_TEST = re.compile(r"(.+?)\s*(==|!=|>=|<=|>|<)\s*(.+)")
+
+
+def _number_test(compared: re.Match, known: dict) -> bool | None:
+    """Whether a comparison of a number the call passes with a number holds;
+    None when either side is not a number the call fixes."""
+    from kernelmap.graph.values import number_value
+
+    left, right = compared.group(1), compared.group(3)
+    a, b = number_value(left, known), number_value(right, known)
+    if a is None or b is None or not any(ch.isalpha() or ch == "_" for ch in left + right):
+        return None
+    return _compare(a, compared.group(2), b)
 
 
 def _compare(a: int, op: str, b: int) -> bool:
@@ -342,38 +512,77 @@ def _predicate(term: str, known: dict[str, bool], ctx: GraphContext, rank: int |
         return None
     receiver, name = m.group(1), m.group(2)
     fields = {k[len(receiver) + 1:]: v for k, v in known.items() if k.startswith(f"{receiver}.")} if receiver is not None else {}
-    if not fields and not (receiver is None and path is not None and name in _file_predicates(path, ctx)) and not (receiver is not None and rank is not None):
+    if not fields and not (receiver is None and ((path is not None and name in _file_predicates(path, ctx)) or _kernel_predicate(name, ctx))) \
+            and not (receiver is not None and rank is not None):
         return None
-    found = _one_return(name, ctx)
+    found = _one_return(name, ctx, len(terms(m.group(3), ",")) if m.group(3).strip() else 0)
     if found is None:
         return None
     return decide(found, {**known, **fields}, ctx, rank, depth + 1, path)
 
 
-def _one_return(name: str, ctx: GraphContext) -> str | None:
-    """The expression the one definition of `name` in kernel code returns, when its body is that `return` alone."""
+def _one_return(name: str, ctx: GraphContext, arity: int | None = None) -> str | None:
+    """The expression the one definition of `name` in kernel code returns, when
+    its body is that `return` alone; of overloads, the one the build compiles
+    that takes `arity` arguments."""
     cache = kept_results(ctx, "_one_return")
-    if name not in cache:
+    key = (name, arity)
+    if key not in cache:
         from kernelmap.graph.rules import KERNEL_DIRS
 
-        found = [d for d in ctx.index.definitions(name) if d.location.path.startswith(KERNEL_DIRS)]
+        found = _compiled([d for d in ctx.index.definitions(name) if d.location.path.startswith(KERNEL_DIRS)], ctx, arity)
         bodies = {_returned(d, ctx) for d in found}
-        cache[name] = bodies.pop() if len(bodies) == 1 else None
-    return cache[name]
+        cache[key] = bodies.pop() if len(bodies) == 1 else None
+    return cache[key]
 
 
 def _returned(definition, ctx: GraphContext) -> str | None:
+    """The expression a definition returns when its body is one `return`
+    (in a block of its own, after a `#if` the build leaves out: mkldnn's
+    use_mkldnn_bf16_matmul tests an Arm CPU first under `#if
+    defined(__aarch64__)`); None otherwise."""
     from kernelmap.graph.code import code_only, tree_lines
 
     location = definition.location
     lines = tree_lines(ctx, location.path)
     text = code_only(lines, location.line, location.end_line or location.line)
+    if "#" in text:
+        text = _without_left_out(text, ctx)
     opened = text.find("{")
     if opened < 0:
         return None
     body = text[opened + 1 : text.rfind("}")].strip()
+    while body.startswith("{") and body.endswith("}") and balanced(body[1:-1]):
+        body = body[1:-1].strip()
     m = re.fullmatch(r"return\s+(.*?);", body, re.S)
     return re.sub(r"\s+", " ", m.group(1)).strip() if m and ";" not in m.group(1) else None
+
+
+_LEFT_OUT = re.compile(r"^[ \t]*#\s*if\s+(.*?)\s*$(.*?)^[ \t]*#\s*endif\b[^\n]*$", re.M | re.S)
+# `defined(__aarch64__)`: a test of the machine the build is for
+_ARCHITECTURE = re.compile(r"defined\s*\(?\s*(__aarch64__|__arm__|__powerpc__|__s390x__|__x86_64__)\s*\)?")
+
+
+def _without_left_out(text: str, ctx: GraphContext) -> str:
+    """`text` less each `#if COND ... #endif` block (with no `#else`) whose
+    COND the build leaves out: one the build model decides false, or a
+    test of another machine than the one kernelmap runs on (answers are for
+    its CPU: Note [the CPU capability that runs] in graph.ends)."""
+    import platform
+
+    from kernelmap.graph.code import compiled
+
+    machine = {"x86_64": "__x86_64__", "AMD64": "__x86_64__", "aarch64": "__aarch64__", "arm64": "__aarch64__"}.get(platform.machine())
+
+    def left_out(m: re.Match) -> str:
+        condition, inner = m.group(1), m.group(2)
+        if re.search(r"^[ \t]*#\s*(?:else|elif|if)", inner, re.M):
+            return m.group(0)
+        arch = _ARCHITECTURE.fullmatch(condition.strip())
+        out = (arch.group(1) != machine if machine is not None else None) if arch else (compiled(condition, ctx) is False)
+        return "\n" * m.group(0).count("\n") if out else m.group(0)
+
+    return _LEFT_OUT.sub(left_out, text)
 
 
 # -- selectors -----------------------------------------------------------------

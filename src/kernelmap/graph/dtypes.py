@@ -69,6 +69,11 @@ _TENSOR_PREDICATE = re.compile(r"^[\w.>\-]*?\bis_(complex|floating_point)\(\)$")
 _INPUT_RECEIVER = re.compile(r"^(?:self|input)\.is_")
 # A tensor's test of its conjugate bit: `self.is_conj()`, `!src.is_conj()`
 _CONJ_BIT = re.compile(r"^[\w.>\-]*?\bis_conj\(\)$")
+# A tensor's test of its negative bit: `iter.tensor_base(0).is_neg()`
+_NEG_BIT = re.compile(r"^[\w.>\-]*?(?:\(\d?\)\.)?\bis_neg\(\)$")
+# A template's test of its element type: `std::is_same_v<scalar_t, c10::BFloat16>`, `std::is_same<scalar_t, float>::value`
+# (Note [an element type tested]).
+_SAME_TYPE = re.compile(r"^(?:std::)?is_same(?:_v<\s*scalar_t\s*,\s*([\w:<> ]+?)\s*>|<\s*scalar_t\s*,\s*([\w:<> ]+?)\s*>::value)$")
 
 
 def canonical(dtype: str | None) -> str | None:
@@ -105,6 +110,11 @@ def _atom(text: str, scalar: str, output: str | None = None) -> bool | None:
         value = scalar in (_COMPLEX if m.group(1) == "complex" else _FLOATING)
     if value is None and _CONJ_BIT.match(text) and scalar not in _COMPLEX:
         value = False  # a real tensor never has its conjugate bit set (at::conj of one is itself)
+    if value is None and _NEG_BIT.match(text):
+        value = False  # nor has a tensor made by any call but at::_neg_view its negative bit (answers are for such tensors)
+    m = _SAME_TYPE.match(text) if value is None else None
+    if m:
+        value = same_element_type(m.group(1) or m.group(2), scalar)
     m = _PREDICATE.match(text) if value is None else None
     if m:
         kind = m.group(1)
@@ -121,6 +131,31 @@ def _atom(text: str, scalar: str, output: str | None = None) -> bool | None:
     if value is None:
         return None
     return not value if negated else value
+
+
+# Note [an element type tested]
+# A kernel templated on its element type tests it in C++ too:
+# mkldnn/Matmul.cpp's mkldnn_gemm sets `bool bf16_usable =
+# std::is_same_v<scalar_t, c10::BFloat16> && use_mkldnn_bf16_matmul();`
+# and returns before its oneDNN call unless one such flag holds. `scalar_t`
+# is the element type of the selected dtype (every tensor of the call is of
+# it, Note [dtype branches]): `std::is_same_v<scalar_t, X>` (or
+# `std::is_same<scalar_t, X>::value`) holds when X spells that type (`float`,
+# `c10::BFloat16`, `at::Half`), and fails when X spells another element type
+# this module knows; any other X (`opmath_t`, a class) is not read.
+_ELEMENT_TYPES = {element.removeprefix("c10::"): scalar for scalar, element in SCALAR_TYPES.values()}
+_ELEMENT_TYPES.update({"Half": "Half", "BFloat16": "BFloat16", "complex<float>": "ComplexFloat", "complex<double>": "ComplexDouble",
+                       "complex<Half>": "ComplexHalf", "long": "Long", "int": "Int", "short": "Short"})
+
+
+def same_element_type(spelled: str, scalar: str) -> bool | None:
+    """Whether the type `spelled` is the element type of the ScalarType
+    `scalar` (Note [an element type tested]); None when `spelled` is no
+    element type this module knows."""
+    name = re.sub(r"\s+", "", spelled)
+    name = re.sub(r"\b(?:c10|at)::", "", name)
+    found = _ELEMENT_TYPES.get(name)
+    return None if found is None else found == scalar
 
 
 def _split(text: str, operator: str) -> list[str]:

@@ -153,7 +153,7 @@ _SETUP_LAUNCH = re.compile(r"(?i:check|assert)|(?:^|_)[Ff]ill(?:_|$|[A-Z])")
 # cusparseSpMM_bufferSize, cufftXtMakePlanMany, cudnnBackendFinalize.
 _VENDOR_SETUP = re.compile(r"(?:Set|Get|Create|Destroy|Make|Init|Commit|Finalize|Free|Malloc|Alloc|Synchronize|Query)(?=[A-Z_]|$)"
                            r"|[Bb]uffer_?[Ss]ize|Workspace|Occupancy|Version")
-_WORK = re.compile(r"(Execute|Exec(?![a-z])|Forward|Backward|gemm|Gemm|compute|_kernel$|kernel_vec$|kernel$)")
+_WORK = re.compile(r"(Execute|Exec(?![a-z])|Forward|Backward|gemm|Gemm|gemv|^[sdcz]dot[cu]?_$|compute|_kernel$|kernel_vec$|kernel$)")
 
 
 @dataclass(frozen=True)
@@ -266,10 +266,11 @@ def _end_paths(tree: CallTree, twins: dict[str, CallNode], arguments: _Arguments
                 and not any(n.attrs.get("identity") == identity for n in path[:-1]):
             children, through = twins[identity].children, True
             budget -= sizes[identity] if identity in sizes else sizes.setdefault(identity, _size(twins[identity]))
-        if not children and node.kind not in _KIND_RANK:
+        routine = library_routine(node)
+        if not children and node.kind not in _KIND_RANK and routine is None:
             continue  # no end, and none below
         walked = _walk(above, node, arguments)
-        if node.kind in _KIND_RANK:
+        if node.kind in _KIND_RANK or routine is not None:
             if above is None or not above.bookkeeping:  # no step above it is bookkeeping
                 yield node, path, through, walked
             if node.kind is not NodeKind.DEVICE_LOOP:
@@ -378,6 +379,25 @@ def _capability_children(node: CallNode, children, capability: str | None):
     return kept or children
 
 
+# Note [a library routine wrapped out of the build]
+# BlasKernel.cpp defines `static inline ffloat sdot_(...)`, a wrapper that
+# calls cblas_sdot, under `#if AT_BLAS_USE_CBLAS_DOT()`; the release CPU
+# build leaves it out (its cblas_sdot is collapsed as not compiled) and
+# calls BLAS's own `sdot_`, declared `extern "C"` beside it, as the recorded
+# runs of dot show. A call that reaches such a definition (a free function
+# named as a library's routine, whose every call is collapsed or a branch)
+# ends in the library as a vendor call does.
+def library_routine(node: CallNode):
+    """The library whose routine a kernel node stands for (Note [a library
+    routine wrapped out of the build]); None for any other node."""
+    if node.kind is not NodeKind.KERNEL or "::" in node.name or not node.children:
+        return None
+    library = vendors.of_call(node.name)
+    if library is None or library.inner_loop:
+        return None
+    return library if all(c.attrs.get("collapsed") or c.attrs.get("branch") for c in node.children) else None
+
+
 def _bookkeeping(node: CallNode) -> bool:
     """Whether a step is in c10's containers: an end reached through one (the
     memcpy of c10::SmallVector's uninitialized_copy, which loop_2d_from_1d's
@@ -389,7 +409,8 @@ def _bookkeeping(node: CallNode) -> bool:
 def _end(node: CallNode, path: tuple[CallNode, ...], order: int, arguments: _Arguments, walked: _Walked) -> End:
     """The end `node` reached along `path`, ranked (Note [ranking a call's
     ends]); `walked`: what `path` weighs (`_end_paths`)."""
-    library = vendors.library(node.attrs.get("library")) if node.kind is NodeKind.VENDOR else None
+    routine = library_routine(node)
+    library = vendors.library(node.attrs.get("library")) if node.kind is NodeKind.VENDOR else routine
     setup = _setup(node, library)
     elses = walked.elses
     # (special case, larger inputs, other layouts, growth or check) of each step, counted
@@ -401,7 +422,7 @@ def _end(node: CallNode, path: tuple[CallNode, ...], order: int, arguments: _Arg
     elif own_loop(node):
         kind = _ITERATION_RANK  # a kernel's own loop over its iterator: its lambda's calls are the work
     else:
-        kind = _KIND_RANK[node.kind]
+        kind = _KIND_RANK[node.kind if routine is None else NodeKind.VENDOR]
     return End(node, path, (len(opting), layouts, trivial, larger, growths, kind, setup,
                             node.kind is NodeKind.LAUNCH and _borrowed(path), elses, order),
                opting[0][0] if opting else None, arguments.passed(*opting[0]) if opting else None)
@@ -477,7 +498,7 @@ def _setup(node: CallNode, library) -> int:
         return 0  # a loop works, whatever its name (TensorIteratorBase::for_each)
     if _WORK.search(short):  # its own name: dnnl::ukernel::brgemm::release_hw_context is no gemm
         return 0
-    if node.kind is NodeKind.VENDOR and library is not None and not library.inner_loop and "::" not in node.name:
+    if (node.kind is NodeKind.VENDOR or library is not None) and library is not None and not library.inner_loop and "::" not in node.name:
         return 2 if _VENDOR_SETUP.search(short) or short.isupper() else 1
     return 2
 
@@ -898,7 +919,7 @@ def _has_ends(node: CallNode) -> bool:
         n = stack.pop()
         if n.attrs.get("collapsed") or n.attrs.get("branch"):
             continue
-        if n.kind in _KIND_RANK:
+        if n.kind in _KIND_RANK or library_routine(n) is not None:
             return True
         stack.extend(n.children)
     return False

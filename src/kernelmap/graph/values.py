@@ -41,14 +41,70 @@ from kernelmap.model import Op
 # where it was expanded above with `forward` as its caller passes it.
 
 
-def _given(node: Node, flags: dict[str, bool]) -> Node:
+def _given(node: Node, flags: dict[str, bool | float]) -> Node:
     """`node` with the flags its call passes as literals (Note [flags passed
-    as literals]); a call with other flags is expanded on its own."""
+    as literals]) and the numbers (Note [numbers passed as literals]); a
+    call with other values is expanded on its own."""
     if flags and node.identity is not None:
-        node.attrs["given_flags"] = tuple(f"{name}={'true' if value else 'false'}" for name, value in flags.items())
-        node.identity = (*node.identity, *node.attrs["given_flags"])
+        bools = {name: value for name, value in flags.items() if isinstance(value, bool)}
+        numbers = {name: value for name, value in flags.items() if not isinstance(value, bool)}
+        if bools:
+            node.attrs["given_flags"] = tuple(f"{name}={'true' if value else 'false'}" for name, value in bools.items())
+        if numbers:
+            node.attrs["given_values"] = tuple(f"{name}={value:g}" for name, value in numbers.items())
+        node.identity = (*node.identity, *node.attrs.get("given_flags", ()), *node.attrs.get("given_values", ()))
         node.attrs["identity"] = ":".join(str(part) for part in node.identity)
     return node
+
+
+# Note [numbers passed as literals]
+# A call passes numbers as well as flags: mm's kernel runs
+# `addmm_impl_cpu_(result, result, self, mat2, 0, 1)`, the addmm helper with
+# `beta` 0 and `alpha` 1, and dot calls `mkldnn_matmul(self, other, r,
+# /*beta=*/0)`. A direct call records the number parameters of the
+# definition it reaches (`const Scalar& beta`, `float alpha`, `int64_t dim`)
+# that it passes a number literal (`0`, `1.0f`, `-1`), or a number its own
+# caller passed it by name, read as a number (`beta.to<float>()`,
+# `beta.toComplexDouble()`). The numbers join the node's identity as the
+# flags do, and decide the tests that compare them with a number below
+# (`if (beta.toComplexDouble() == 0.0)`, `beta != scalar_t(1)`: Note [arms
+# that cannot run] in graph.arms), so the arm mm never takes (`result.mul_(beta)`)
+# is a branch, not a leaf.
+_NUMBER_PARAMETER = re.compile(r"(?:const\s+)?(?:at::|c10::|std::)?(Scalar|double|float|int64_t|int32_t|int|long|SymInt|opmath_t|scalar_t|acc_t)"
+                               r"\s*&?\s+([A-Za-z_]\w*)(?:\s*=.*)?", re.S)
+# A number read from a value by name: `beta`, `beta.to<float>()`, `alpha.toComplexDouble()`, `beta_.toDouble()`
+_READ_AS_NUMBER = re.compile(r"([A-Za-z_]\w*)(?:\s*\.\s*(?:toComplexDouble|toDouble|toFloat|toLong|toInt|to\s*<\s*[\w:]+\s*>)\s*\(\s*\))?")
+
+
+def number_value(text: str, known: dict) -> float | None:
+    """The number an argument (or an operand of a test) is for the call: a
+    literal, a cast of one (`scalar_t(1)`, `static_cast<float>(0)`), or a
+    value the caller knows read as a number (Note [numbers passed as literals])."""
+    text = text.strip()
+    cast = re.fullmatch(r"(?:static_cast\s*<\s*[\w:]+\s*>|[A-Za-z_][\w:]*)\s*\((.*)\)", text)
+    if cast is not None and _NUMBER_LITERAL.fullmatch(cast.group(1).strip()):
+        text = cast.group(1).strip()
+    if _NUMBER_LITERAL.fullmatch(text):
+        try:
+            return float(text.rstrip("fFlLuU"))
+        except ValueError:
+            return None
+    m = _READ_AS_NUMBER.fullmatch(text)
+    if m is not None:
+        value = known.get(m.group(1))
+        if value is not None and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
+def _bound_numbers(declared: list[str], arguments: list[str], known: dict) -> dict[str, float]:
+    """The number parameters of `declared` that `arguments` pass a number to (Note [numbers passed as literals])."""
+    numbers = {}
+    for parameter, text in zip(declared, arguments):
+        m = _NUMBER_PARAMETER.fullmatch(parameter.strip())
+        if m is not None and (value := number_value(text, known)) is not None:
+            numbers[m.group(2)] = value
+    return numbers
 
 
 def literal_flags(op: Op, site, ctx: GraphContext) -> dict[str, bool]:
@@ -88,7 +144,8 @@ _CALLER_VALUES: contextvars.ContextVar[dict[str, bool]] = contextvars.ContextVar
 
 
 # `params.transposed = transposed_;` (a field set from a value the call passes), `const bool train = false;`
-# (a constant): a name set to a known value.
+# (a constant): a name set to a known value. A local `bool` set from a test the call decides is known too:
+# mkldnn_gemm's `bool bf32_usable = std::is_same_v<scalar_t, float> && use_mkldnn_bf32_matmul();`.
 _ASSIGNMENT = re.compile(r"(?:^|[;{])\s*(?:(const|constexpr)\s+bool\s+)?([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)\s*=\s*(!?\s*[A-Za-z_]\w*)\s*;", re.M)
 
 
@@ -111,15 +168,40 @@ def _assigned(definition, known: dict[str, bool], ctx: GraphContext) -> dict[str
         literal = value_text.strip() in ("true", "false")
         value = _argument_value(value_text, known) if (constant or not literal) else None
         found[name] = value if name not in found and value is not None else None
+    for m in _DECLARED_FROM_TEST.finditer(code):  # `bool bf16_usable = std::is_same_v<scalar_t, c10::BFloat16> && ...;`
+        name, test = m.group(1), re.sub(r"\s+", " ", m.group(2)).strip()
+        if name in found or _ASSIGNMENT_VALUE.fullmatch(test):
+            continue
+        found[name] = _decided(test, known, definition, ctx)
     for name in [n for n, v in found.items() if v is not None]:  # set once, and nowhere else
         if len(re.findall(rf"(?<![\w.]){re.escape(name)}\s*(?:[-+*/|&^]|<<|>>)?=(?!=)", code)) != 1:
             found[name] = None
     return {name: value for name, value in found.items() if value is not None and name not in known}
 
 
-def node_flags(node) -> dict[str, bool]:
-    """The flags a node's call passes (`given_flags`), by name."""
-    return {name: value == "true" for name, _, value in (f.partition("=") for f in node.attrs.get("given_flags", ()))}
+# `bool bf16_usable = std::is_same_v<scalar_t, c10::BFloat16> && use_mkldnn_bf16_matmul();`: a local flag set from a test.
+_DECLARED_FROM_TEST = re.compile(r"(?:^|[;{}])\s*(?:const\s+|constexpr\s+)?bool\s+([A-Za-z_]\w*)\s*=\s*([^;{}]+?)\s*;", re.M)
+_ASSIGNMENT_VALUE = re.compile(r"!?\s*[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?")
+
+
+def _decided(test: str, known: dict[str, bool], definition, ctx: GraphContext) -> bool | None:
+    """The value of a local flag set from a test (Note [values a call
+    passes]) where the call decides it: the values it passes, the dtype
+    (Note [an element type tested] in graph.dtypes), the settings at their
+    defaults (Note [settings at their defaults] in graph.arms); None otherwise."""
+    from kernelmap.graph import arms
+
+    if "(" not in test and not any(k.split(".", 1)[0] in test for k in known):
+        return None
+    return arms.decide(test, known, ctx, path=definition.location.path)
+
+
+def node_flags(node) -> dict[str, bool | float]:
+    """The flags a node's call passes (`given_flags`), by name, and the
+    numbers (`given_values`: Note [numbers passed as literals])."""
+    flags: dict[str, bool | float] = {name: value == "true" for name, _, value in (f.partition("=") for f in node.attrs.get("given_flags", ()))}
+    flags.update({name: float(value) for name, _, value in (f.partition("=") for f in node.attrs.get("given_values", ()))})
+    return flags
 
 
 def _passed_parameters(op: Op, site) -> list[tuple[str, str]]:
@@ -192,15 +274,18 @@ def _is_number(text: str, site, ctx: GraphContext) -> bool:
     return bool(names) and all(_declared_type(name, site, ctx) in _NUMBER_TYPES for name in names)
 
 
-def _literal_parameters(definition, site, ctx: GraphContext) -> dict[str, bool]:
+def _literal_parameters(definition, site, ctx: GraphContext) -> dict[str, bool | float]:
     """The `bool` parameters of `definition` a direct call at `site` passes as
     `true` or `false`, by name (`_exec_fft(out, self, out_sizes, dims,
-    normalization, /*forward=*/false)`): Note [flags passed as literals]."""
+    normalization, /*forward=*/false)`): Note [flags passed as literals]; and
+    the number parameters it passes a number (Note [numbers passed as literals])."""
     arguments = call_arguments(site, ctx)
     known = _CALLER_VALUES.get()
-    if not arguments or not any(_argument_value(a, known) is not None or f"{a.strip()}." in "".join(known) for a in arguments):
+    if not arguments or not any(_argument_value(a, known) is not None or f"{a.strip()}." in "".join(known) or number_value(a, known) is not None
+                                for a in arguments):
         return {}
     declared = parameters(definition, ctx)
     if declared is None or len(arguments) > len(declared):
         return {}
-    return _bound_flags(declared, arguments, known)
+    bools = {name: value for name, value in known.items() if isinstance(value, bool)}
+    return {**_bound_numbers(declared, arguments, known), **_bound_flags(declared, arguments, bools)}

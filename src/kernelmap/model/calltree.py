@@ -186,6 +186,7 @@ FACTS: dict[str, Fact] = {
     "repository": Fact("str", "where an open library's source lives"),
     "dtype_case": Fact("str", "the AT_DISPATCH case taken for the selected dtype"),
     "given_flags": Fact("list", "the flags a C++ call of the operator passes as literals (`stable=false`): the arms they decide below it"),
+    "given_values": Fact("list", "the numbers a C++ call passes as literals (`beta=0`): the comparisons they decide below it"),
     "outer_conditions": Fact("list", "the case/if conditions around the call's own condition in its caller, outermost first"),
     "dtype_work": Fact("str", "why a direct call is the kernel's per-dtype work (made in an AT_DISPATCH case, or a template below one): never pruned"),
     "loop": Fact("str", "the node's part in a device loop: iteration, threads, loop object, vectorized or scalar inner loop"),

@@ -328,3 +328,125 @@ def _declaration_pattern(variable: str) -> re.Pattern[str]:
     """`Type<...> const& variable`: the type a variable is declared with (compiled
     once per variable: only where `_declared_types_in` cannot use `_DECLARATION`)."""
     return re.compile(rf"([A-Za-z_][\w:]*)\s*(?:{_TEMPLATE})?\s*(?:const\s*)?[&*]*\s*\b{re.escape(variable)}\s*[,)=;({{\[]")
+
+
+# Note [a member call's result as a receiver]
+# `iter.output_base().fill_(ident)` (binary_kernel_reduce_vec, cascade_sum)
+# calls fill_ on what TensorIteratorBase::output_base returns, a `const
+# TensorBase&`: a Tensor's method, the operator's call through the
+# dispatcher, though the variable the chain starts from is a TensorIterator.
+# A receiver that is a chain of member calls on a declared variable
+# (`var.m1(...).m2(...)`) has the type the last method returns, read from the
+# method's definition in the variable's class or a class it derives from
+# (`struct TensorIterator final : public TensorIteratorBase`, read from the
+# file that defines the class's members), where the head writes the type out;
+# unknown otherwise (a template, `auto`), and the variable's type decides as before.
+def chained_receiver_type(site, caller, ctx: GraphContext) -> str | None:
+    """The type (as written in the head, `const TensorBase&`) of a member
+    call's receiver that is a chain of member calls on a declared variable
+    (Note [a member call's result as a receiver]); None when it is no such
+    chain or a type cannot be read."""
+    cache = shared_results(ctx, "_chained_receiver_type")
+    key = (site.callee, site.location, caller)
+    if key not in cache:
+        cache[key] = _chained_receiver_type(site, caller, ctx)
+    return cache[key]
+
+
+def _chained_receiver_type(site, caller, ctx: GraphContext) -> str | None:
+    lines = tree_lines(ctx, site.location.path)
+    if site.location.line > len(lines):
+        return None
+    chain = _member_chain(lines[site.location.line - 1], site.callee.lstrip("."))
+    if chain is None:
+        return None
+    variable, methods = chain
+    found = _declarations(variable, site, caller, lines)
+    if not found:
+        return None
+    declared = found[-1]
+    for method in methods:
+        declared = _method_returns(re.sub(r"<.*", "", declared).strip(), method, ctx)
+        if declared is None:
+            return None
+    return declared
+
+
+def _member_chain(line: str, method: str) -> tuple[str, list[str]] | None:
+    """(variable, [m1, m2, ...]) of the first `.METHOD(` on `line` made on a
+    chain of member calls `variable.m1(...).m2(...)`; None when there is none."""
+    for m in re.finditer(rf"(?:\.|->)\s*{re.escape(method)}\s*\(", line):
+        j, methods = m.start() - 1, []
+        while True:
+            while j >= 0 and line[j].isspace():
+                j -= 1
+            if j < 0 or line[j] != ")":
+                break
+            opened = _opening(line, j)
+            if opened is None:
+                break
+            k = opened - 1
+            while k >= 0 and line[k].isspace():
+                k -= 1
+            end = k + 1
+            while k >= 0 and (line[k].isalnum() or line[k] == "_"):
+                k -= 1
+            name = line[k + 1 : end]
+            while k >= 0 and line[k].isspace():
+                k -= 1
+            if not name or name[0].isdigit():
+                break
+            if k >= 0 and line[k] == ".":
+                j = k - 1
+            elif k >= 1 and line[k - 1 : k + 1] == "->":
+                j = k - 2
+            else:
+                break
+            methods.insert(0, name)
+            while j >= 0 and line[j].isspace():
+                j -= 1
+            if j >= 0 and (line[j].isalnum() or line[j] == "_"):
+                e = j + 1
+                while j >= 0 and (line[j].isalnum() or line[j] == "_"):
+                    j -= 1
+                variable = line[j + 1 : e]
+                before = line[:j + 1].rstrip()
+                if variable[0].isdigit() or before.endswith((".", "->", "::")):
+                    break
+                return variable, methods
+    return None
+
+
+# `struct TORCH_API TensorIterator final : public TensorIteratorBase {`: the classes a class derives from
+_BASES = r"\b(?:struct|class)\s+(?:[A-Z][A-Z0-9_]*\s+)*{name}\s*(?:final\s*)?:\s*([^{{;]*)\{{"
+
+
+def _method_returns(cls: str, method: str, ctx: GraphContext) -> str | None:
+    """The return type written in the head of `cls::method`, or of the method
+    in a class `cls` derives from; None when it is not written out."""
+    from kernelmap.graph.overloads import declaration_head
+
+    seen: set[str] = set()
+    classes = [cls.rsplit("::", 1)[-1]]
+    while classes:
+        name = classes.pop(0)
+        if name in seen or not name:
+            continue
+        seen.add(name)
+        found = [d for d in ctx.index.definitions(method) if d.lookup.rsplit("::", 2)[-2:-1] == [name]]
+        heads = {re.sub(r"\s+", " ", _HEAD_SPECIFIERS.sub("", declaration_head(d, ctx))).strip() for d in found}
+        if len(heads) == 1:
+            head = heads.pop()
+            return None if not head or re.search(r"\b(?:template|auto|decltype)\b|[#()]", head) else head
+        if heads:
+            return None
+        members = [d for d in ctx.index.definitions(name) if d.lookup.rsplit("::", 2)[-2:-1] == [name]]  # its constructors: the file of the class
+        for path in sorted({d.location.path for d in members}):
+            text = "\n".join(tree_lines(ctx, path))
+            for b in re.finditer(_BASES.format(name=re.escape(name)), text):
+                classes.extend(re.sub(r"<.*", "", p).split()[-1].rsplit("::", 1)[-1]
+                               for p in b.group(1).split(",") if p.strip())
+    return None
+
+
+_HEAD_SPECIFIERS = re.compile(r"//[^\n]*|/\*.*?\*/|\b(?:static|inline|constexpr|virtual|explicit|C10_ALWAYS_INLINE|[A-Z][A-Z0-9_]*_API)\b", re.S)

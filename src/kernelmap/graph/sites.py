@@ -74,7 +74,7 @@ from kernelmap.graph.overloads import (
     _TEMPLATE_HEAD,
     _template_parameters,
 )
-from kernelmap.graph.resolve import _declarations, _declared_at, receiver_declarations, receiver_type, _resolve_direct
+from kernelmap.graph.resolve import chained_receiver_type, _declarations, _declared_at, receiver_declarations, receiver_type, _resolve_direct
 from kernelmap.graph.rules import (
     is_inspection_op,
     is_utility_op,
@@ -952,7 +952,13 @@ def _tensor_receiver(site, caller, ctx: GraphContext) -> bool:
     if caller.location.path == VECTORIZED_MATH:
         return False
     declared = receiver_declarations(site, caller, ctx) or receiver_declarations(site, caller, ctx, through_call=True)
+    if declared and not _tensor_like(declared[-1]):  # `iter.output_base().fill_(...)`: what output_base returns decides
+        returned = chained_receiver_type(site, caller, ctx)  # Note [a member call's result as a receiver] in graph.resolve
+        return returned is not None and _TENSOR_RESULT.fullmatch(returned) is not None
     return not declared or _tensor_like(declared[-1])
+
+
+_TENSOR_RESULT = re.compile(r"(?:const\s+)?(?:at::)?(?:Tensor|TensorBase)\s*&?")
 
 
 # Note [unqualified operator calls]

@@ -98,7 +98,7 @@ def _op_children(node: Node, ctx: GraphContext) -> list[Node]:
         kernel_node.grad = kernel_grad
         kernel_node.composite = kernel.key.startswith("Composite")
         if wrapper is not None and kernel_node.kind is NodeKind.KERNEL and (kernel_node.condition or "").startswith("meta"):
-            kernel_node.children.extend(_out_resize(wrapper, ctx))
+            kernel_node.then.extend(_out_resize(wrapper, ctx))  # after the meta function's own calls, which it does not replace
         target_parent.append(kernel_node)
     children.extend(_override_nodes(op, ctx))
     return children

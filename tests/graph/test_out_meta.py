@@ -1,0 +1,58 @@
+"""Note [an out= call's resize] in graph.operators: the meta function of a
+structured kernel's out= overload runs its own helpers (resize_reduction
+below sum.IntList_out's) and then resizes the tensor it was given. The calls
+are read from the native stacks the installed torch ran
+(tests/golden/observed-cpu.jsonl.gz)."""
+
+from __future__ import annotations
+
+import collections
+
+from kernelmap import graph
+from tests.golden.observed import load
+from tests.graph.conftest import walk
+
+
+def _out_meta_frames(golden) -> dict[str, set[str]]:
+    """out= overload -> the at::meta:: functions a recorded stack runs right
+    below its entry (its meta function, or the helper the meta function
+    calls where the compiler folded the meta function in)."""
+    found = collections.defaultdict(set)
+    for stacks in golden.by_operator().values():
+        for stack in stacks:
+            real = [golden.frames[i] for i in stack if golden.frames[i].is_real]
+            for entry, below in zip(real, real[1:]):
+                if not (entry.function.startswith("at::_ops::") and entry.function.endswith("::call")):
+                    continue
+                op = golden.structs.get(entry.function.split("::")[2], "")
+                if (op.endswith(".out") or op.rsplit(".", 1)[-1].endswith("_out")) and below.function.startswith("at::meta::"):
+                    found[op].add(below.function)
+    return found
+
+
+def test_an_out_calls_meta_function_runs_its_own_helpers_before_the_resize(context):
+    """sum.IntList_out's and mean.out's meta functions call resize_reduction
+    (the recorded stacks show it right below the operator's entry); the map
+    names it under the out= overload's meta function, beside the resize of
+    the tensor given."""
+    golden = load()
+    recorded = _out_meta_frames(golden)
+    helpers = {op: names for op, names in recorded.items() if any(not n.endswith("::meta") for n in names)}
+    assert len(helpers) >= 2, recorded
+    ctx = context("cpu")
+    for op in sorted(helpers):
+        tree = graph.stack(op, ctx, 40)
+        metas = [n for n, _ in walk(tree) if n.name.endswith("::meta") and (n.condition or "").startswith("meta")]
+        assert metas, op
+        below = {d.name for m in metas for d in (m, *_below(m))}
+        for name in helpers[op]:
+            assert name in below, (op, name, sorted(below))
+        assert any(d.name == "at::native::resize_output" for m in metas for d in m.children), op
+
+
+def _below(node):
+    stack = list(node.children)
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(n.children)

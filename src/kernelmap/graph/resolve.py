@@ -37,9 +37,14 @@ def _resolved(site, caller, ctx: GraphContext) -> list:
         callee = f"{receiver}::{callee[1:]}"
     if callee.startswith("std::") or len(site.name) < 3:
         return []
-    # kernel code: its folders, and ATen's functions of namespace at::native elsewhere (ScalarOps.h's wrapped_scalar_tensor)
-    found = [d for d in ctx.index.definitions(callee)
-             if d.location.path.startswith(KERNEL_DIRS) or (d.lookup.startswith("at::native::") and d.location.path.startswith("aten/src/ATen/"))]
+    found = _kernel_definitions(callee, ctx)
+    if not found and "::" in callee:  # `HelperInterpLinear::init_indices_weights(...)`: a static method of a class it derives from
+        owner, _, method = callee.rpartition("::")
+        for base in class_bases(owner, ctx, site.location.path):
+            found = _kernel_definitions(f"{base}::{method}", ctx)
+            if found:
+                callee = f"{base}::{method}"
+                break
     if not found:
         return []
     bodies = [d for d in found if not _is_statement(d, ctx)]
@@ -61,12 +66,39 @@ def _resolved(site, caller, ctx: GraphContext) -> list:
             ns = ns.rsplit("::", 1)[0] if "::" in ns else ""
         if scoped:
             found = scoped
+        elif caller_ns.split("::", 1)[0] == "at" and _operator_function(callee, ctx):
+            return []  # Note [an operator's function hides another namespace's]
     same_file = [d for d in found if d.location.path == caller.location.path]
     if same_file and len(same_file) < len(found):
         # a static helper in the caller's file shadows others of the same name
         if all(d.lookup == same_file[0].lookup for d in same_file):
             return same_file
     return found
+
+
+# Note [an operator's function hides another namespace's]
+# An unqualified call is looked up from the caller's scope outwards: from
+# at::native, at::native then at, where ATen's generated functions declare
+# every operator's function (`at::empty`). upsample's init_indices_weights
+# calls `empty(new_shape, at::device(kCPU)...)`: at::empty.memory_format
+# through the dispatcher, which the binary ran, not at::native::metal::empty,
+# which no enclosing namespace holds. So in namespace at, an unqualified call
+# whose definitions all lie in namespaces around none of the caller's, of the
+# name of an operator with a function variant, is no direct call: it is the
+# operator's (Note [unqualified operator calls] in graph.sites decides).
+def _operator_function(name: str, ctx: GraphContext) -> bool:
+    """Whether `name` is the function of an operator (`empty`, `zeros_out`)."""
+    from kernelmap.source.facts import FUNCTION_SUFFIXES
+
+    spelled_as = (name, *(name.removesuffix(s) for s in FUNCTION_SUFFIXES if name.endswith(s)))
+    return any(b and any("function" in op.variants for op in ctx.overloads(b)) for b in spelled_as)
+
+
+def _kernel_definitions(callee: str, ctx: GraphContext) -> list:
+    """The definitions of `callee` in kernel code: its folders, and ATen's functions
+    of namespace at::native elsewhere (ScalarOps.h's wrapped_scalar_tensor)."""
+    return [d for d in ctx.index.definitions(callee)
+            if d.location.path.startswith(KERNEL_DIRS) or (d.lookup.startswith("at::native::") and d.location.path.startswith("aten/src/ATen/"))]
 
 
 def _is_statement(definition, ctx: GraphContext) -> bool:
@@ -426,13 +458,7 @@ def _method_returns(cls: str, method: str, ctx: GraphContext) -> str | None:
     in a class `cls` derives from; None when it is not written out."""
     from kernelmap.graph.overloads import declaration_head
 
-    seen: set[str] = set()
-    classes = [cls.rsplit("::", 1)[-1]]
-    while classes:
-        name = classes.pop(0)
-        if name in seen or not name:
-            continue
-        seen.add(name)
+    for name in (cls.rsplit("::", 1)[-1], *class_bases(cls, ctx)):
         found = [d for d in ctx.index.definitions(method) if d.lookup.rsplit("::", 2)[-2:-1] == [name]]
         heads = {re.sub(r"\s+", " ", _HEAD_SPECIFIERS.sub("", declaration_head(d, ctx))).strip() for d in found}
         if len(heads) == 1:
@@ -440,13 +466,34 @@ def _method_returns(cls: str, method: str, ctx: GraphContext) -> str | None:
             return None if not head or re.search(r"\b(?:template|auto|decltype)\b|[#()]", head) else head
         if heads:
             return None
-        members = [d for d in ctx.index.definitions(name) if d.lookup.rsplit("::", 2)[-2:-1] == [name]]  # its constructors: the file of the class
-        for path in sorted({d.location.path for d in members}):
-            text = "\n".join(tree_lines(ctx, path))
-            for b in re.finditer(_BASES.format(name=re.escape(name)), text):
-                classes.extend(re.sub(r"<.*", "", p).split()[-1].rsplit("::", 1)[-1]
-                               for p in b.group(1).split(",") if p.strip())
     return None
+
+
+def class_bases(cls: str, ctx: GraphContext, near: str | None = None) -> list[str]:
+    """The classes `cls` derives from, nearest first, by their last names
+    (`struct TORCH_API TensorIterator final : public TensorIteratorBase`),
+    read from the files that define the class's members, and `near` (the
+    file of a call that names it)."""
+    cache = shared_results(ctx, "_class_bases")
+    key = (cls, near)
+    if key not in cache:
+        found: list[str] = []
+        pending = [cls.rsplit("::", 1)[-1]]
+        while pending:
+            name = pending.pop(0)
+            members = [d for d in ctx.index.definitions(name) if d.lookup.rsplit("::", 2)[-2:-1] == [name]]  # its constructors
+            for path in sorted({d.location.path for d in members} | ({near} if near else set())):
+                text = "\n".join(tree_lines(ctx, path))
+                if name not in text:
+                    continue
+                for b in re.finditer(_BASES.format(name=re.escape(name)), text):
+                    for part in b.group(1).split(","):
+                        base = re.sub(r"<.*", "", part).split()[-1].rsplit("::", 1)[-1] if part.split() else ""
+                        if base and base not in found and base != cls.rsplit("::", 1)[-1]:
+                            found.append(base)
+                            pending.append(base)
+        cache[key] = tuple(found)
+    return list(cache[key])
 
 
 _HEAD_SPECIFIERS = re.compile(r"//[^\n]*|/\*.*?\*/|\b(?:static|inline|constexpr|virtual|explicit|C10_ALWAYS_INLINE|[A-Z][A-Z0-9_]*_API)\b", re.S)

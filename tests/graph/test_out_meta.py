@@ -56,3 +56,26 @@ def _below(node):
         n = stack.pop()
         yield n
         stack.extend(n.children)
+
+
+def test_an_out_call_below_another_resizes_though_its_meta_function_was_expanded_above(context):
+    """huber_loss's mean calls sum.IntList_out after the functional sum's meta
+    function was expanded above in the same tree; the out= call's meta still
+    resizes the tensor given: the recorded stacks run resize_output and its
+    _resize_output_check below sum.IntList_out's entry, and the map names them."""
+    golden = load()
+    recorded = collections.defaultdict(set)
+    for op, stacks in golden.by_operator().items():
+        if op.endswith(".out") or op.rsplit(".", 1)[-1].endswith("_out"):
+            continue
+        for stack in stacks:
+            names = [golden.frames[i].function for i in stack if golden.frames[i].is_real]
+            if "at::_ops::sum_IntList_out::call" in names:
+                below = names[names.index("at::_ops::sum_IntList_out::call") + 1 :]
+                recorded[op].update(n for n in below if n in ("at::native::resize_output", "at::native::_resize_output_check"))
+    chosen = sorted(op for op, names in recorded.items() if names)[:4]
+    assert len(chosen) >= 3, sorted(recorded)
+    ctx = context("cpu")
+    for op in chosen:
+        named = {n.name for n, _ in walk(graph.stack(op, ctx, 40))}
+        assert recorded[op] <= named, (op, recorded[op] - named)

@@ -99,6 +99,9 @@ def _op_children(node: Node, ctx: GraphContext) -> list[Node]:
         kernel_node.composite = kernel.key.startswith("Composite")
         if wrapper is not None and kernel_node.kind is NodeKind.KERNEL and (kernel_node.condition or "").startswith("meta"):
             kernel_node.then.extend(_out_resize(wrapper, ctx))  # after the meta function's own calls, which it does not replace
+            if kernel_node.then and kernel_node.identity is not None:  # not the functional call's meta expanded above: it resizes
+                kernel_node.identity = (*kernel_node.identity, "out=")
+                kernel_node.attrs["identity"] = ":".join(str(part) for part in kernel_node.identity)
         target_parent.append(kernel_node)
     children.extend(_override_nodes(op, ctx))
     return children

@@ -7,6 +7,7 @@ are read from the native stacks the installed torch ran
 from __future__ import annotations
 
 import collections
+import re
 
 from kernelmap import graph
 from tests.golden.observed import load
@@ -79,3 +80,31 @@ def test_an_out_call_below_another_resizes_though_its_meta_function_was_expanded
     for op in chosen:
         named = {n.name for n, _ in walk(graph.stack(op, ctx, 40))}
         assert recorded[op] <= named, (op, recorded[op] - named)
+
+
+def test_an_out_calls_resize_restrides_where_the_meta_function_gives_strides(context, indexed_tree):
+    """_linalg_solve_ex's meta function gives its result's strides
+    (`set_output_strided(0, result_shape, result_strides, ...)`, read from
+    the tree), so the generated resize_out restrides the out= tensor it
+    resized with `out.as_strided_(sizes, strides)`: the recorded stacks run
+    as_strided_'s entry right below the meta function, and the map names it
+    there."""
+    golden = load()
+    recorded = collections.defaultdict(set)
+    for op, stacks in golden.by_operator().items():
+        for stack in stacks:
+            real = [golden.frames[i].function for i in stack if golden.frames[i].is_real]
+            for meta, below in zip(real, real[1:]):
+                if meta.startswith("at::meta::structured_") and meta.endswith("::meta") and below == "at::_ops::as_strided_::call":
+                    recorded[op].add(meta)
+    chosen = sorted(recorded)[:3]
+    assert len(chosen) >= 2, sorted(recorded)
+    text = (indexed_tree.root / "aten/src/ATen/native/BatchLinearAlgebra.cpp").read_text()
+    assert re.search(r"TORCH_META_FUNC\(_linalg_solve_ex\)[^{]*\{(?:(?!\nTORCH_)[\s\S])*?set_output_strided\(0,", text)
+    ctx = context("cpu")
+    for op in chosen:
+        tree = graph.stack(op, ctx, 40)
+        for meta in recorded[op]:
+            nodes = [n for n, _ in walk(tree) if n.name == meta]
+            assert nodes, (op, meta)
+            assert any(c.name == "aten::as_strided_" and c.attrs.get("utility") for n in nodes for c in n.children), (op, meta)

@@ -12,6 +12,7 @@ import re
 from kernelmap.graph.code import tree_lines
 from kernelmap.graph.context import GraphContext, shared_results
 from kernelmap.graph.rules import KERNEL_DIRS
+from kernelmap.model import EdgeKind
 
 
 def _resolve_direct(site, caller, ctx: GraphContext) -> list:
@@ -95,10 +96,34 @@ def _operator_function(name: str, ctx: GraphContext) -> bool:
 
 
 def _kernel_definitions(callee: str, ctx: GraphContext) -> list:
-    """The definitions of `callee` in kernel code: its folders, and ATen's functions
-    of namespace at::native elsewhere (ScalarOps.h's wrapped_scalar_tensor)."""
+    """The definitions of `callee` in kernel code: its folders, ATen's functions
+    of namespace at::native elsewhere (ScalarOps.h's wrapped_scalar_tensor),
+    and ATen's own helpers that call operators (Note [ATen's helpers that call operators])."""
     return [d for d in ctx.index.definitions(callee)
-            if d.location.path.startswith(KERNEL_DIRS) or (d.lookup.startswith("at::native::") and d.location.path.startswith("aten/src/ATen/"))]
+            if d.location.path.startswith(KERNEL_DIRS) or (d.lookup.startswith("at::native::") and d.location.path.startswith("aten/src/ATen/"))
+            or _calls_operators(d, ctx)]
+
+
+# Note [ATen's helpers that call operators]
+# The headers at the top of ATen (ExpandUtils.h, TensorSubclassLikeUtils.h)
+# define helpers of namespace at that kernels call: cov's
+# `at::is_scalar_tensor_true(w.min().ge(0))` runs `at::equal(t,
+# t.new_ones({}, t.options()))`, addr's `expand_size(self, ...)` runs
+# `to_expand.expand(sizes)`; the binary inlines the helper and shows the
+# operators' entries right below the kernel. Such a helper, written in a
+# header directly under aten/src/ATen/ and calling an operator through the
+# dispatcher, is followed like kernel code; ATen's other helpers (dimension
+# wrapping, size inference) call no operator and stay unfollowed.
+def _calls_operators(definition, ctx: GraphContext) -> bool:
+    path = definition.location.path
+    if not (path.startswith("aten/src/ATen/") and path.endswith(".h") and path.count("/") == 3 and definition.lookup.startswith("at::")
+            and definition.lookup.count("::") == 1):
+        return False
+    cache = shared_results(ctx, "_calls_operators")
+    key = (definition.name, str(definition.location))
+    if key not in cache:
+        cache[key] = any(s.kind is EdgeKind.DISPATCHER and s.op for s in ctx.index.calls_from(definition))
+    return cache[key]
 
 
 def _is_statement(definition, ctx: GraphContext) -> bool:

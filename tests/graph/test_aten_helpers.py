@@ -47,3 +47,24 @@ def test_an_operator_a_kernel_calls_through_atens_helper_is_named_below_it(conte
                 assert helper.name.split("::")[1] in text, text
                 found[ran] += 1
     assert {"aten::equal", "aten::new_ones", "aten::expand"} <= set(found), found
+
+
+def test_a_helper_that_forwards_to_another_that_calls_operators_is_followed(context, indexed_tree):
+    """sum_to_size_symint's `sum_to(self, size)` forwards to ExpandUtils.h's
+    _sum_to, whose `tensor.sum(reduce_dims, /*keepdim=*/true)` the recorded
+    stacks run right below the kernel: the map names the operator below the
+    two helpers."""
+    text = (indexed_tree.root / "aten/src/ATen/ExpandUtils.h").read_text()
+    assert re.search(r"inline Tensor sum_to\([^{]*\{\s*return _sum_to\(", text) and "tensor.sum(reduce_dims, /*keepdim=*/true)" in text
+    ran = {r for op, caller, r in kernel_operator_calls(load()) if op == "aten::sum_to_size" and caller == "at::native::sum_to_size_symint"}
+    assert ran, "no recorded call from sum_to_size_symint"
+    tree = graph.stack("aten::sum_to_size", context("cpu"), 40)
+    [kernel] = [n for n, _ in walk(tree) if n.name == "at::native::sum_to_size_symint"]
+    below, stack = set(), list(kernel.children)
+    while stack:
+        n = stack.pop()
+        if n.kind is NodeKind.KERNEL and _TOP_HEADER.fullmatch(n.location.path if n.location else ""):
+            stack.extend(n.children)
+        elif called_operator(n).kind is NodeKind.OPERATOR:
+            below.add(called_operator(n).name)
+    assert ran <= below, (ran, below)

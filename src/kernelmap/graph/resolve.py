@@ -112,7 +112,8 @@ def _kernel_definitions(callee: str, ctx: GraphContext) -> list:
 # `to_expand.expand(sizes)`; the binary inlines the helper and shows the
 # operators' entries right below the kernel. Such a helper, written in a
 # header directly under aten/src/ATen/ and calling an operator through the
-# dispatcher, is followed like kernel code; ATen's other helpers (dimension
+# dispatcher (itself, or through another helper of its header it calls:
+# sum_to's _sum_to), is followed like kernel code; ATen's other helpers (dimension
 # wrapping, size inference) call no operator and stay unfollowed.
 def _calls_operators(definition, ctx: GraphContext) -> bool:
     path = definition.location.path
@@ -122,7 +123,12 @@ def _calls_operators(definition, ctx: GraphContext) -> bool:
     cache = shared_results(ctx, "_calls_operators")
     key = (definition.name, str(definition.location))
     if key not in cache:
-        cache[key] = any(s.kind is EdgeKind.DISPATCHER and s.op for s in ctx.index.calls_from(definition))
+        cache[key] = False  # a helper that calls itself is read once
+        sites = ctx.index.calls_from(definition)
+        # an operator called by the helper, or by another of its header's it forwards to (sum_to's _sum_to)
+        cache[key] = any(s.kind is EdgeKind.DISPATCHER and s.op for s in sites) or any(
+            _calls_operators(d, ctx) for s in sites if s.kind is EdgeKind.DIRECT and "::" not in s.callee
+            for d in ctx.index.definitions(s.callee) if d.location.path == path and d.name != definition.name)
     return cache[key]
 
 

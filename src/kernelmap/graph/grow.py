@@ -52,6 +52,9 @@ class Node:
     rank: int | None = None
     # how many levels of its direct helpers are steps that run (a meta function's resize_reduction), not plumbing
     helper_levels: int = 0
+    # steps that run after the calls its definition makes, added to them when it is expanded (a structured
+    # kernel's meta function's out= resize: Note [an out= call's resize] in graph.operators)
+    then: list[Node] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.kind = NodeKind(self.kind)
@@ -106,9 +109,10 @@ def grow(root: Node, expand: Expand, depth: int) -> CallNode:
             expanded.add(node.identity)
             if not node.children:
                 try:
-                    node.children = expand(node)
+                    node.children = [*expand(node), *node.then]
                 except KernelmapError as e:
                     node.attrs["unresolved"] = str(e)
+                    node.children = list(node.then)
             count += len(node.children)
             path = path | {node.identity}
         elif level >= depth and not _passes_through(node):  # a grouping node at the limit: keep it, cut below

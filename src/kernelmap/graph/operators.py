@@ -98,7 +98,10 @@ def _op_children(node: Node, ctx: GraphContext) -> list[Node]:
         kernel_node.grad = kernel_grad
         kernel_node.composite = kernel.key.startswith("Composite")
         if wrapper is not None and kernel_node.kind is NodeKind.KERNEL and (kernel_node.condition or "").startswith("meta"):
-            kernel_node.children.extend(_out_resize(wrapper, ctx))
+            kernel_node.then.extend(_out_resize(wrapper, ctx, kernel_node.payload))  # after the meta function's own calls, which it does not replace
+            if kernel_node.then and kernel_node.identity is not None:  # not the functional call's meta expanded above: it resizes
+                kernel_node.identity = (*kernel_node.identity, "out=")
+                kernel_node.attrs["identity"] = ":".join(str(part) for part in kernel_node.identity)
         target_parent.append(kernel_node)
     children.extend(_override_nodes(op, ctx))
     return children
@@ -110,14 +113,56 @@ def _op_children(node: Node, ctx: GraphContext) -> list[Node]:
 # the call was given (`resize_out(out, sizes, strides, options)`, whose body
 # calls at::native::resize_output). The binary shows resize_output right
 # below the meta function (or its resize_reduction): a step of the meta
-# function, read from the generated class and its resize_out.
+# function, read from the generated class and its resize_out. Where the
+# meta function gives the outputs' strides (set_output_strided, as
+# _linalg_solve_ex's batched column-major result), resize_out then restrides
+# the tensor it resized with `out.as_strided_(sizes, strides)`: a utility
+# step beside resize_output, under resize_out's condition.
 
 
-def _out_resize(wrapper, ctx: GraphContext) -> list[Node]:
+def _out_resize(wrapper, ctx: GraphContext, meta=None) -> list[Node]:
     """at::native::resize_output as a step of an out= wrapper's meta
-    function, when its structured class resizes the given output (Note [an out= call's resize])."""
+    function, when its structured class resizes the given output (Note [an out= call's resize]),
+    and the as_strided_ that restrides it where the meta function gives strides."""
     if ctx.index is None or ctx.generated is None or wrapper.definition is None:
         return []
+    resize = _resize_output(wrapper, ctx)
+    if not resize or meta is None:
+        return resize
+    return [*resize, *_restride(wrapper, meta, ctx)]
+
+
+# A meta function that gives its outputs' strides (`set_output_strided(0, shape, strides, ...)`,
+# not `set_output_contiguous`): resize_out restrides a tensor it resized with them.
+_GIVES_STRIDES = re.compile(r"\bset_output_strided\s*\(")
+
+
+def _restride(wrapper, meta, ctx: GraphContext) -> list[Node]:
+    """`out.as_strided_(sizes, strides)` of the generated resize_out, as a step
+    where the meta function gives strides (Note [an out= call's resize])."""
+    from kernelmap.errors import KernelmapError
+    from kernelmap.graph.nodes import op_node
+
+    location = meta.location
+    body = "\n".join(tree_lines(ctx, location.path)[location.line - 1 : location.end_line or location.line])
+    rows = ctx.generated.defs("resize_out", wrapper.definition.location.path)
+    if not _GIVES_STRIDES.search(body) or not rows:
+        return []
+    helper = ctx.generated.definition(rows[0][0], rows[0][1])
+    offset = next((i for i, t in enumerate(helper.text.splitlines()) if re.search(r"\.as_strided_\s*\(", t)), None)
+    try:
+        op = ctx.catalog.resolve("aten::as_strided_")[0] if offset is not None else None
+    except KernelmapError:
+        op = None
+    if op is None:
+        return []
+    site = Location(helper.location.path, helper.location.line + offset, origin=helper.location.origin)
+    node = op_node(op, ctx, EdgeKind.DISPATCHER, "resize_out: if (resized) and the meta function gives strides", site)
+    node.attrs["utility"] = True
+    return [node if ctx.all_calls else node.leaf()]
+
+
+def _resize_output(wrapper, ctx: GraphContext) -> list[Node]:
     path = wrapper.definition.location.path
     for cls in wrapper.structured:
         setter = re.search(r"\bset_output_raw_strided\b[^{]*\{[^}]*?\bresize_out\s*\(", cls.definition.text)

@@ -250,7 +250,9 @@ def declaration_head(definition, ctx: GraphContext) -> str:
 @functools.lru_cache(maxsize=4096)
 def _declaration_head(path: Path, line: int, short: str) -> str:
     lines = file_lines(path)
-    text = "\n".join(lines[max(0, line - 8) : line])
+    # comments blanked: the one above a definition is none of its head (`// - template<typename> class F is ...`
+    # above upsample_generic_Nd_kernel_impl's `template <int out_ndims, typename scale_type, class F>`)
+    text = _COMMENTS.sub(" ", "\n".join(lines[max(0, line - 8) : line]))
     # the last `\bNAME\s*(?:<...>)?\s*(` of the text, read without compiling a pattern per name
     starts = _name_followed(text, short, _OPEN_TAIL)
     text = text[: starts[-1]] if starts else text

@@ -12,6 +12,7 @@ import re
 from kernelmap.graph.code import tree_lines
 from kernelmap.graph.context import GraphContext, shared_results
 from kernelmap.graph.rules import KERNEL_DIRS
+from kernelmap.model import EdgeKind
 
 
 def _resolve_direct(site, caller, ctx: GraphContext) -> list:
@@ -37,9 +38,14 @@ def _resolved(site, caller, ctx: GraphContext) -> list:
         callee = f"{receiver}::{callee[1:]}"
     if callee.startswith("std::") or len(site.name) < 3:
         return []
-    # kernel code: its folders, and ATen's functions of namespace at::native elsewhere (ScalarOps.h's wrapped_scalar_tensor)
-    found = [d for d in ctx.index.definitions(callee)
-             if d.location.path.startswith(KERNEL_DIRS) or (d.lookup.startswith("at::native::") and d.location.path.startswith("aten/src/ATen/"))]
+    found = _kernel_definitions(callee, ctx)
+    if not found and "::" in callee:  # `HelperInterpLinear::init_indices_weights(...)`: a static method of a class it derives from
+        owner, _, method = callee.rpartition("::")
+        for base in class_bases(owner, ctx, site.location.path):
+            found = _kernel_definitions(f"{base}::{method}", ctx)
+            if found:
+                callee = f"{base}::{method}"
+                break
     if not found:
         return []
     bodies = [d for d in found if not _is_statement(d, ctx)]
@@ -61,12 +67,69 @@ def _resolved(site, caller, ctx: GraphContext) -> list:
             ns = ns.rsplit("::", 1)[0] if "::" in ns else ""
         if scoped:
             found = scoped
+        elif caller_ns.split("::", 1)[0] == "at" and _operator_function(callee, ctx):
+            return []  # Note [an operator's function hides another namespace's]
     same_file = [d for d in found if d.location.path == caller.location.path]
     if same_file and len(same_file) < len(found):
         # a static helper in the caller's file shadows others of the same name
         if all(d.lookup == same_file[0].lookup for d in same_file):
             return same_file
     return found
+
+
+# Note [an operator's function hides another namespace's]
+# An unqualified call is looked up from the caller's scope outwards: from
+# at::native, at::native then at, where ATen's generated functions declare
+# every operator's function (`at::empty`). upsample's init_indices_weights
+# calls `empty(new_shape, at::device(kCPU)...)`: at::empty.memory_format
+# through the dispatcher, which the binary ran, not at::native::metal::empty,
+# which no enclosing namespace holds. So in namespace at, an unqualified call
+# whose definitions all lie in namespaces around none of the caller's, of the
+# name of an operator with a function variant, is no direct call: it is the
+# operator's (Note [unqualified operator calls] in graph.sites decides).
+def _operator_function(name: str, ctx: GraphContext) -> bool:
+    """Whether `name` is the function of an operator (`empty`, `zeros_out`)."""
+    from kernelmap.source.facts import FUNCTION_SUFFIXES
+
+    spelled_as = (name, *(name.removesuffix(s) for s in FUNCTION_SUFFIXES if name.endswith(s)))
+    return any(b and any("function" in op.variants for op in ctx.overloads(b)) for b in spelled_as)
+
+
+def _kernel_definitions(callee: str, ctx: GraphContext) -> list:
+    """The definitions of `callee` in kernel code: its folders, ATen's functions
+    of namespace at::native elsewhere (ScalarOps.h's wrapped_scalar_tensor),
+    and ATen's own helpers that call operators (Note [ATen's helpers that call operators])."""
+    return [d for d in ctx.index.definitions(callee)
+            if d.location.path.startswith(KERNEL_DIRS) or (d.lookup.startswith("at::native::") and d.location.path.startswith("aten/src/ATen/"))
+            or _calls_operators(d, ctx)]
+
+
+# Note [ATen's helpers that call operators]
+# The headers at the top of ATen (ExpandUtils.h, TensorSubclassLikeUtils.h)
+# define helpers of namespace at that kernels call: cov's
+# `at::is_scalar_tensor_true(w.min().ge(0))` runs `at::equal(t,
+# t.new_ones({}, t.options()))`, addr's `expand_size(self, ...)` runs
+# `to_expand.expand(sizes)`; the binary inlines the helper and shows the
+# operators' entries right below the kernel. Such a helper, written in a
+# header directly under aten/src/ATen/ and calling an operator through the
+# dispatcher (itself, or through another helper of its header it calls:
+# sum_to's _sum_to), is followed like kernel code; ATen's other helpers (dimension
+# wrapping, size inference) call no operator and stay unfollowed.
+def _calls_operators(definition, ctx: GraphContext) -> bool:
+    path = definition.location.path
+    if not (path.startswith("aten/src/ATen/") and path.endswith(".h") and path.count("/") == 3 and definition.lookup.startswith("at::")
+            and definition.lookup.count("::") == 1):
+        return False
+    cache = shared_results(ctx, "_calls_operators")
+    key = (definition.name, str(definition.location))
+    if key not in cache:
+        cache[key] = False  # a helper that calls itself is read once
+        sites = ctx.index.calls_from(definition)
+        # an operator called by the helper, or by another of its header's it forwards to (sum_to's _sum_to)
+        cache[key] = any(s.kind is EdgeKind.DISPATCHER and s.op for s in sites) or any(
+            _calls_operators(d, ctx) for s in sites if s.kind is EdgeKind.DIRECT and "::" not in s.callee
+            for d in ctx.index.definitions(s.callee) if d.location.path == path and d.name != definition.name)
+    return cache[key]
 
 
 def _is_statement(definition, ctx: GraphContext) -> bool:
@@ -328,3 +391,140 @@ def _declaration_pattern(variable: str) -> re.Pattern[str]:
     """`Type<...> const& variable`: the type a variable is declared with (compiled
     once per variable: only where `_declared_types_in` cannot use `_DECLARATION`)."""
     return re.compile(rf"([A-Za-z_][\w:]*)\s*(?:{_TEMPLATE})?\s*(?:const\s*)?[&*]*\s*\b{re.escape(variable)}\s*[,)=;({{\[]")
+
+
+# Note [a member call's result as a receiver]
+# `iter.output_base().fill_(ident)` (binary_kernel_reduce_vec, cascade_sum)
+# calls fill_ on what TensorIteratorBase::output_base returns, a `const
+# TensorBase&`: a Tensor's method, the operator's call through the
+# dispatcher, though the variable the chain starts from is a TensorIterator.
+# A receiver that is a chain of member calls on a declared variable
+# (`var.m1(...).m2(...)`) has the type the last method returns, read from the
+# method's definition in the variable's class or a class it derives from
+# (`struct TensorIterator final : public TensorIteratorBase`, read from the
+# file that defines the class's members), where the head writes the type out;
+# unknown otherwise (a template, `auto`), and the variable's type decides as before.
+def chained_receiver_type(site, caller, ctx: GraphContext) -> str | None:
+    """The type (as written in the head, `const TensorBase&`) of a member
+    call's receiver that is a chain of member calls on a declared variable
+    (Note [a member call's result as a receiver]); None when it is no such
+    chain or a type cannot be read."""
+    cache = shared_results(ctx, "_chained_receiver_type")
+    key = (site.callee, site.location, caller)
+    if key not in cache:
+        cache[key] = _chained_receiver_type(site, caller, ctx)
+    return cache[key]
+
+
+def _chained_receiver_type(site, caller, ctx: GraphContext) -> str | None:
+    lines = tree_lines(ctx, site.location.path)
+    if site.location.line > len(lines):
+        return None
+    chain = _member_chain(lines[site.location.line - 1], site.callee.lstrip("."))
+    if chain is None:
+        return None
+    variable, methods = chain
+    found = _declarations(variable, site, caller, lines)
+    if not found:
+        return None
+    declared = found[-1]
+    for method in methods:
+        declared = _method_returns(re.sub(r"<.*", "", declared).strip(), method, ctx)
+        if declared is None:
+            return None
+    return declared
+
+
+def _member_chain(line: str, method: str) -> tuple[str, list[str]] | None:
+    """(variable, [m1, m2, ...]) of the first `.METHOD(` on `line` made on a
+    chain of member calls `variable.m1(...).m2(...)`; None when there is none."""
+    for m in re.finditer(rf"(?:\.|->)\s*{re.escape(method)}\s*\(", line):
+        j, methods = m.start() - 1, []
+        while True:
+            while j >= 0 and line[j].isspace():
+                j -= 1
+            if j < 0 or line[j] != ")":
+                break
+            opened = _opening(line, j)
+            if opened is None:
+                break
+            k = opened - 1
+            while k >= 0 and line[k].isspace():
+                k -= 1
+            end = k + 1
+            while k >= 0 and (line[k].isalnum() or line[k] == "_"):
+                k -= 1
+            name = line[k + 1 : end]
+            while k >= 0 and line[k].isspace():
+                k -= 1
+            if not name or name[0].isdigit():
+                break
+            if k >= 0 and line[k] == ".":
+                j = k - 1
+            elif k >= 1 and line[k - 1 : k + 1] == "->":
+                j = k - 2
+            else:
+                break
+            methods.insert(0, name)
+            while j >= 0 and line[j].isspace():
+                j -= 1
+            if j >= 0 and (line[j].isalnum() or line[j] == "_"):
+                e = j + 1
+                while j >= 0 and (line[j].isalnum() or line[j] == "_"):
+                    j -= 1
+                variable = line[j + 1 : e]
+                before = line[:j + 1].rstrip()
+                if variable[0].isdigit() or before.endswith((".", "->", "::")):
+                    break
+                return variable, methods
+    return None
+
+
+# `struct TORCH_API TensorIterator final : public TensorIteratorBase {`: the classes a class derives from
+_BASES = r"\b(?:struct|class)\s+(?:[A-Z][A-Z0-9_]*\s+)*{name}\s*(?:final\s*)?:\s*([^{{;]*)\{{"
+
+
+def _method_returns(cls: str, method: str, ctx: GraphContext) -> str | None:
+    """The return type written in the head of `cls::method`, or of the method
+    in a class `cls` derives from; None when it is not written out."""
+    from kernelmap.graph.overloads import declaration_head
+
+    for name in (cls.rsplit("::", 1)[-1], *class_bases(cls, ctx)):
+        found = [d for d in ctx.index.definitions(method) if d.lookup.rsplit("::", 2)[-2:-1] == [name]]
+        heads = {re.sub(r"\s+", " ", _HEAD_SPECIFIERS.sub("", declaration_head(d, ctx))).strip() for d in found}
+        if len(heads) == 1:
+            head = heads.pop()
+            return None if not head or re.search(r"\b(?:template|auto|decltype)\b|[#()]", head) else head
+        if heads:
+            return None
+    return None
+
+
+def class_bases(cls: str, ctx: GraphContext, near: str | None = None) -> list[str]:
+    """The classes `cls` derives from, nearest first, by their last names
+    (`struct TORCH_API TensorIterator final : public TensorIteratorBase`),
+    read from the files that define the class's members, and `near` (the
+    file of a call that names it)."""
+    cache = shared_results(ctx, "_class_bases")
+    key = (cls, near)
+    if key not in cache:
+        found: list[str] = []
+        pending = [cls.rsplit("::", 1)[-1]]
+        while pending:
+            name = pending.pop(0)
+            members = [d for d in ctx.index.definitions(name) if d.lookup.rsplit("::", 2)[-2:-1] == [name]]  # its constructors
+            for path in sorted({d.location.path for d in members} | ({near} if near else set())):
+                text = "\n".join(tree_lines(ctx, path))
+                if name not in text:
+                    continue
+                for b in re.finditer(_BASES.format(name=re.escape(name)), text):
+                    for part in b.group(1).split(","):
+                        base = re.sub(r"<.*", "", part).split()[-1].rsplit("::", 1)[-1] if part.split() else ""
+                        if base and base not in found and base != cls.rsplit("::", 1)[-1]:
+                            found.append(base)
+                            pending.append(base)
+        cache[key] = tuple(found)
+    return list(cache[key])
+
+
+_HEAD_SPECIFIERS = re.compile(r"//[^\n]*|/\*.*?\*/|\b(?:static|inline|constexpr|virtual|explicit|C10_ALWAYS_INLINE|[A-Z][A-Z0-9_]*_API)\b", re.S)

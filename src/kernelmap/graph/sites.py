@@ -74,7 +74,7 @@ from kernelmap.graph.overloads import (
     _TEMPLATE_HEAD,
     _template_parameters,
 )
-from kernelmap.graph.resolve import _declarations, _declared_at, receiver_declarations, receiver_type, _resolve_direct
+from kernelmap.graph.resolve import chained_receiver_type, _declarations, _declared_at, receiver_declarations, receiver_type, _resolve_direct
 from kernelmap.graph.rules import (
     is_inspection_op,
     is_utility_op,
@@ -113,7 +113,8 @@ from kernelmap.model import EdgeKind, Location, NodeKind, Op
 # is no call. The other operand picks the overload the header's definition
 # reaches: a number, or a name declared a number or Scalar (`x + EPSILON` of
 # `constexpr float EPSILON`, `Scalar(0)`), the `.Scalar` one, else `.Tensor`.
-# `.item<T>()` (and `.item()`) on a Tensor is the operator item: TensorBody.h
+# A unary minus on a Tensor (`-target * (...)`, `return -(x * y).sum()`)
+# calls TensorBody.h's `operator-()`, which returns neg(). `.item<T>()` (and `.item()`) on a Tensor is the operator item: TensorBody.h
 # declares it beside the Tensor's generated methods, and each of its
 # specialisations calls `item()`, which calls `at::_ops::item::call`. The arms
 # around a call are the recorded call's on the same line, if any.
@@ -176,6 +177,21 @@ def _operator_table(root) -> tuple[dict[str, tuple[tuple[str, str], tuple[tuple[
     if not compound:
         compound = {(o, kind): method for o, method in _FALLBACK_COMPOUND.items() for kind in ("Tensor", "Scalar")}
     return binary, compound
+
+
+_UNARY_BEFORE = re.compile(r"(?:^|[-+*/%&|^<>=!(,?:\[{]|\breturn)\s*$")
+
+
+@functools.lru_cache(maxsize=8)
+def _unary_table(root) -> dict[str, str]:
+    """{unary operator: the method it returns} of a Tensor, read from the tree's TensorBody.h (`Tensor operator-() const { return neg(); }`)."""
+    from pathlib import Path
+
+    try:
+        text = Path(root, "aten/src/ATen/templates/TensorBody.h").read_text(errors="replace")
+    except OSError:
+        return {"-": "neg"}
+    return dict(re.findall(r"Tensor\s+operator\s*([-~])\s*\(\s*\)\s*const\s*\{\s*return\s+(\w+)\s*\(\s*\)", text))
 
 
 def _matching_open(text: str, close: int) -> int | None:
@@ -379,7 +395,11 @@ def _operator_sites(definition, sites, span, ctx: GraphContext) -> list:
                 continue  # `Foo<Bar>`, not a comparison
             spelled = _Spelled(Location(location.path, number, origin=location.origin), operator, operator)
             left = _operand_kind(text, m.start(), tensors, spelled, definition, lines, dispatched, ctx)
-            if left is None:
+            if left is None:  # `-target * (...)`, `return -(x * y).sum()`: TensorBody.h's unary operator-, the neg it returns
+                unary = _unary_table(str(ctx.index.tree.root)).get(operator)
+                if unary and _UNARY_BEFORE.search(text, 0, m.start()) and _right_kind(text, m.end(), tensors, spelled, definition, lines,
+                                                                                        dispatched, ctx) == "Tensor":
+                    add(number, unary, unary)
                 continue
             right = _right_kind(text, m.end(), tensors, spelled, definition, lines, dispatched, ctx)
             if any(o == operator for o, _ in compound):
@@ -965,7 +985,13 @@ def _tensor_receiver(site, caller, ctx: GraphContext) -> bool:
     if caller.location.path == VECTORIZED_MATH:
         return False
     declared = receiver_declarations(site, caller, ctx) or receiver_declarations(site, caller, ctx, through_call=True)
+    if declared and not _tensor_like(declared[-1]):  # `iter.output_base().fill_(...)`: what output_base returns decides
+        returned = chained_receiver_type(site, caller, ctx)  # Note [a member call's result as a receiver] in graph.resolve
+        return returned is not None and _TENSOR_RESULT.fullmatch(returned) is not None
     return not declared or _tensor_like(declared[-1])
+
+
+_TENSOR_RESULT = re.compile(r"(?:const\s+)?(?:at::)?(?:Tensor|TensorBase)\s*&?")
 
 
 # Note [unqualified operator calls]

@@ -104,9 +104,10 @@ def holds(name: str, line: str) -> bool:
         spelled = re.sub(r"\s+", "", line).replace(",", "_")
         if f"TORCH_{m.group(2).upper()}_FUNC" in spelled and f"({m.group(1)})" in spelled:
             return True
-        # a use of a macro that pastes the operator's name: CREATE_COMPARISON_SCALAR_TENSOR_IMPL_FUNC(eq)
-        use = re.fullmatch(r"[A-Z][A-Z0-9_]*_(?:META|IMPL)_FUNC\((\w+)\);?", spelled)
-        return use is not None and m.group(1).startswith(f"{use.group(1)}_")
+        # a use of a macro that pastes the operator's name from its first argument:
+        # CREATE_COMPARISON_SCALAR_TENSOR_IMPL_FUNC(eq), CREATE_UNARY_TORCH_IMPL_FUNC(neg_out, neg_stub)
+        use = re.fullmatch(r"[A-Z][A-Z0-9_]*_(?:META|IMPL)_FUNC\((\w+)(?:,\w+)*\);?", re.sub(r"\s+", "", line))
+        return use is not None and (m.group(1) == use.group(1) or m.group(1).startswith(f"{use.group(1)}_"))
     return short(name) in line
 
 

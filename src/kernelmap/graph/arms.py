@@ -479,6 +479,33 @@ def _equality(term: str) -> tuple[str, str, str] | None:
     return None
 
 
+# A number as C++ writes it: `2`, `-1`, `0.5`, `.5`, `1e-5`, `2.0f`.
+_NUMBER_LITERAL = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?[fFlLuU]*")
+# A number read from a value by name: `beta`, `beta.to<float>()`, `alpha.toComplexDouble()`, `beta_.toDouble()`
+_READ_AS_NUMBER = re.compile(r"([A-Za-z_]\w*)(?:\s*\.\s*(?:toComplexDouble|toDouble|toFloat|toLong|toInt|to\s*<\s*[\w:]+\s*>)\s*\(\s*\))?")
+
+
+def number_value(text: str, known: dict) -> float | None:
+    """The number an argument (or an operand of a test) is for the call: a
+    literal, a cast of one (`scalar_t(1)`, `static_cast<float>(0)`), or a
+    value the caller knows read as a number (Note [numbers passed as literals])."""
+    text = text.strip()
+    cast = re.fullmatch(r"(?:static_cast\s*<\s*[\w:]+\s*>|[A-Za-z_][\w:]*)\s*\((.*)\)", text)
+    if cast is not None and _NUMBER_LITERAL.fullmatch(cast.group(1).strip()):
+        text = cast.group(1).strip()
+    if _NUMBER_LITERAL.fullmatch(text):
+        try:
+            return float(text.rstrip("fFlLuU"))
+        except ValueError:
+            return None
+    m = _READ_AS_NUMBER.fullmatch(text)
+    if m is not None:
+        value = known.get(m.group(1))
+        if value is not None and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
 # `beta.toComplexDouble() == 0.0`, `beta != scalar_t(1)`, `alpha == 1`: a value compared with a number
 _NUMBER_TEST = re.compile(r"(.+?)\s*(==|!=|>=|<=|>|<)\s*(.+)")
 
@@ -486,8 +513,6 @@ _NUMBER_TEST = re.compile(r"(.+?)\s*(==|!=|>=|<=|>|<)\s*(.+)")
 def _number_test(compared: re.Match, known: dict) -> bool | None:
     """Whether a comparison of a number the call passes with a number holds;
     None when either side is not a number the call fixes."""
-    from kernelmap.graph.values import number_value
-
     left, right = compared.group(1), compared.group(3)
     a, b = number_value(left, known), number_value(right, known)
     if a is None or b is None or not any(ch.isalpha() or ch == "_" for ch in left + right):

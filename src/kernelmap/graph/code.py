@@ -324,3 +324,43 @@ def loop_definition(name: str, ctx: GraphContext) -> Location | None:
             if pattern.match(text):
                 return Location(header, number, origin=origin)
     return None
+
+
+def tree_path(ctx: GraphContext, rel: str) -> Path:
+    """The path of a file of the selected tree (made once per file: a graph names the same files thousands of times)."""
+    return _joined(ctx.index.tree.root, rel)
+
+
+_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+
+
+def declaration_head(definition, ctx: GraphContext) -> str:
+    """The text of a definition's declaration up to its name: the template
+    header and return type written on the lines before it (a few at most)."""
+    return _declaration_head(tree_path(ctx, definition.location.path), definition.location.line, definition.name.rsplit("::", 1)[-1])
+
+
+@functools.lru_cache(maxsize=4096)
+def _declaration_head(path: Path, line: int, short: str) -> str:
+    lines = file_lines(path)
+    # comments blanked: the one above a definition is none of its head (`// - template<typename> class F is ...`
+    # above upsample_generic_Nd_kernel_impl's `template <int out_ndims, typename scale_type, class F>`)
+    text = _COMMENTS.sub(" ", "\n".join(lines[max(0, line - 8) : line]))
+    # the last `\bNAME\s*(?:<...>)?\s*(` of the text, read without compiling a pattern per name
+    starts = _name_followed(text, short, _OPEN_TAIL)
+    text = text[: starts[-1]] if starts else text
+    cut = max(text.rfind(";"), text.rfind("}"), text.rfind("{"))
+    return text[cut + 1 :]
+
+
+def _name_followed(text: str, name: str, tail: re.Pattern[str]) -> list[int]:
+    """Where `\bNAME` followed by what `tail` matches is written in `text` (the name's starts)."""
+    found = []
+    word_first = bool(_WORD_CHAR.match(name)) if name else False
+    q = text.find(name) if name else -1
+    while q != -1:
+        word_before = q > 0 and bool(_WORD_CHAR.match(text, q - 1))
+        if word_before != word_first and tail.match(text, q + len(name)):
+            found.append(q)
+        q = text.find(name, q + 1)
+    return found

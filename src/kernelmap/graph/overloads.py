@@ -19,13 +19,14 @@ from kernelmap.graph.code import (
     _call_open,
     compiled,
     file_lines,
-    _joined,
-    _OPEN_TAIL,
     _parameter_name,
     parameters,
     _parameters_from,
     tree_lines,
     _WORD_CHAR,
+    declaration_head,
+    tree_path,
+    _COMMENTS,
 )
 from kernelmap.graph.context import GraphContext, shared_results
 from kernelmap.graph.grow import Node
@@ -241,38 +242,6 @@ def _class_arguments(definition, ctx: GraphContext) -> str | None:
     return m.group(1)[1:-1].strip()
 
 
-def declaration_head(definition, ctx: GraphContext) -> str:
-    """The text of a definition's declaration up to its name: the template
-    header and return type written on the lines before it (a few at most)."""
-    return _declaration_head(tree_path(ctx, definition.location.path), definition.location.line, definition.name.rsplit("::", 1)[-1])
-
-
-@functools.lru_cache(maxsize=4096)
-def _declaration_head(path: Path, line: int, short: str) -> str:
-    lines = file_lines(path)
-    # comments blanked: the one above a definition is none of its head (`// - template<typename> class F is ...`
-    # above upsample_generic_Nd_kernel_impl's `template <int out_ndims, typename scale_type, class F>`)
-    text = _COMMENTS.sub(" ", "\n".join(lines[max(0, line - 8) : line]))
-    # the last `\bNAME\s*(?:<...>)?\s*(` of the text, read without compiling a pattern per name
-    starts = _name_followed(text, short, _OPEN_TAIL)
-    text = text[: starts[-1]] if starts else text
-    cut = max(text.rfind(";"), text.rfind("}"), text.rfind("{"))
-    return text[cut + 1 :]
-
-
-def _name_followed(text: str, name: str, tail: re.Pattern[str]) -> list[int]:
-    """Where `\bNAME` followed by what `tail` matches is written in `text` (the name's starts)."""
-    found = []
-    word_first = bool(_WORD_CHAR.match(name)) if name else False
-    q = text.find(name) if name else -1
-    while q != -1:
-        word_before = q > 0 and bool(_WORD_CHAR.match(text, q - 1))
-        if word_before != word_first and tail.match(text, q + len(name)):
-            found.append(q)
-        q = text.find(name, q + 1)
-    return found
-
-
 _ANGLE_TAIL = _lazy(r"\s*<")
 
 
@@ -385,11 +354,6 @@ def _structured_functional(op: Op, ctx: GraphContext) -> str | None:
         if candidate.structured_delegate == out.name.unqualified and not candidate.is_inplace:
             return candidate.name.unqualified
     return op.name.unqualified
-
-
-def tree_path(ctx: GraphContext, rel: str) -> Path:
-    """The path of a file of the selected tree (made once per file: a graph names the same files thousands of times)."""
-    return _joined(ctx.index.tree.root, rel)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -505,7 +469,6 @@ _CALL_ARGUMENT = _lazy(r"((?:[A-Za-z_]\w*::)*[A-Za-z_]\w*)\s*\((.*)\)", re.S)
 _SPECIFIERS = _lazy(r"\b(?:static|inline|constexpr|extern|virtual|explicit|friend|[A-Z][A-Z0-9_]*[A-Z0-9])\b")
 
 
-_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 
 
 def _returned_type(name: str, ctx: GraphContext) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import re
 
-from kernelmap.graph.code import tree_lines
+from kernelmap.graph.code import declaration_head, tree_lines
 from kernelmap.graph.context import GraphContext, shared_results
 from kernelmap.graph.rules import KERNEL_DIRS
 from kernelmap.model import EdgeKind
@@ -487,8 +487,6 @@ _BASES = r"\b(?:struct|class)\s+(?:[A-Z][A-Z0-9_]*\s+)*{name}\s*(?:final\s*)?:\s
 def _method_returns(cls: str, method: str, ctx: GraphContext) -> str | None:
     """The return type written in the head of `cls::method`, or of the method
     in a class `cls` derives from; None when it is not written out."""
-    from kernelmap.graph.overloads import declaration_head
-
     for name in (cls.rsplit("::", 1)[-1], *class_bases(cls, ctx)):
         found = [d for d in ctx.index.definitions(method) if d.lookup.rsplit("::", 2)[-2:-1] == [name]]
         heads = {re.sub(r"\s+", " ", _HEAD_SPECIFIERS.sub("", declaration_head(d, ctx))).strip() for d in found}

@@ -15,6 +15,8 @@ from typing import Any
 
 from kernelmap.errors import KernelmapError
 from kernelmap.graph.code import (
+    declaration_head,
+    _name_followed,
     _argument_value,
     _bracket_items,
     _by_short_name,
@@ -61,11 +63,9 @@ from kernelmap.graph.overloads import (
     by_dtype,
     by_enable_if,
     by_out_spelling,
-    declaration_head,
     _DTYPE_TYPES,
     dtype_work,
     is_template,
-    _name_followed,
     _nearest,
     not_compiled,
     _one_symbol,

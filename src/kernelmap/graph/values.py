@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextvars
 import re
 
+from kernelmap.graph import arms
+from kernelmap.graph.arms import _NUMBER_LITERAL, number_value
 from kernelmap.graph.code import (
     _argument_value,
     _blank_keeping_lines,
@@ -72,29 +74,6 @@ def _given(node: Node, flags: dict[str, bool | float]) -> Node:
 # is a branch, not a leaf.
 _NUMBER_PARAMETER = re.compile(r"(?:const\s+)?(?:at::|c10::|std::)?(Scalar|double|float|int64_t|int32_t|int|long|SymInt|opmath_t|scalar_t|acc_t)"
                                r"\s*&?\s+([A-Za-z_]\w*)(?:\s*=.*)?", re.S)
-# A number read from a value by name: `beta`, `beta.to<float>()`, `alpha.toComplexDouble()`, `beta_.toDouble()`
-_READ_AS_NUMBER = re.compile(r"([A-Za-z_]\w*)(?:\s*\.\s*(?:toComplexDouble|toDouble|toFloat|toLong|toInt|to\s*<\s*[\w:]+\s*>)\s*\(\s*\))?")
-
-
-def number_value(text: str, known: dict) -> float | None:
-    """The number an argument (or an operand of a test) is for the call: a
-    literal, a cast of one (`scalar_t(1)`, `static_cast<float>(0)`), or a
-    value the caller knows read as a number (Note [numbers passed as literals])."""
-    text = text.strip()
-    cast = re.fullmatch(r"(?:static_cast\s*<\s*[\w:]+\s*>|[A-Za-z_][\w:]*)\s*\((.*)\)", text)
-    if cast is not None and _NUMBER_LITERAL.fullmatch(cast.group(1).strip()):
-        text = cast.group(1).strip()
-    if _NUMBER_LITERAL.fullmatch(text):
-        try:
-            return float(text.rstrip("fFlLuU"))
-        except ValueError:
-            return None
-    m = _READ_AS_NUMBER.fullmatch(text)
-    if m is not None:
-        value = known.get(m.group(1))
-        if value is not None and not isinstance(value, bool):
-            return float(value)
-    return None
 
 
 def _bound_numbers(declared: list[str], arguments: list[str], known: dict) -> dict[str, float]:
@@ -189,8 +168,6 @@ def _decided(test: str, known: dict[str, bool], definition, ctx: GraphContext) -
     passes]) where the call decides it: the values it passes, the dtype
     (Note [an element type tested] in graph.dtypes), the settings at their
     defaults (Note [settings at their defaults] in graph.arms); None otherwise."""
-    from kernelmap.graph import arms
-
     if "(" not in test and not any(k.split(".", 1)[0] in test for k in known):
         return None
     return arms.decide(test, known, ctx, path=definition.location.path)
@@ -217,10 +194,6 @@ def _passed_parameters(op: Op, site) -> list[tuple[str, str]]:
     if op.is_out and site.name.endswith(("_out", "_symint_out")):
         declared = [d for d in declared if "!" in d[0]] + [d for d in declared if "!" not in d[0]]
     return declared
-
-
-# A number as C++ writes it: `2`, `-1`, `0.5`, `.5`, `1e-5`, `2.0f`.
-_NUMBER_LITERAL = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?[fFlLuU]*")
 
 
 def by_literal_types(op: Op, site, ctx: GraphContext) -> Op:

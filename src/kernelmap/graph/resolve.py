@@ -251,43 +251,45 @@ def _expression_variables(line: str, method: str) -> list[str]:
     that are no call, type or namespace, outside the arguments of its calls
     (`max_vec` of `(Vec::loadu(data + d) - max_vec).exp(`)."""
     for m in re.finditer(rf"(?:\.|->)\s*{re.escape(method)}\s*\(", line):
-        j = m.start() - 1
-        while j >= 0 and line[j].isspace():
-            j -= 1
+        j = _blanks_back(line, m.start() - 1)
         if j < 0 or line[j] != ")":
             continue  # a plain variable's member call: not an expression
         while j >= 0 and line[j] == ")":
             opened = _opening(line, j)
             if opened is None:
                 break
-            k = opened - 1
-            while k >= 0 and line[k].isspace():
-                k -= 1
-            name_end = k + 1
-            while k >= 0 and (line[k].isalnum() or line[k] == "_"):
-                k -= 1
+            name_end = _blanks_back(line, opened - 1) + 1
+            k = _word_back(line, name_end - 1)
             if k + 1 == name_end or line[k + 1 : name_end] in _KEYWORDS_BEFORE_EXPRESSIONS:  # `(...)` is the expression itself
                 flat = line[opened + 1 : j]
                 while flat != (flat := re.sub(r"\([^()]*\)", "()", flat)):
                     pass  # what nested parentheses hold is arguments, not the expression's own operands
                 return [w.group(1) for w in re.finditer(r"\b([A-Za-z_]\w*)\b(?!\s*(?:\(|::|<))", flat) if not w.group(1)[0].isupper()]
-            while k >= 0 and line[k].isspace():
-                k -= 1
+            k = _blanks_back(line, k)
             if (k >= 0 and line[k] == ".") or (k >= 1 and line[k - 1 : k + 1] == "->"):  # `.name(...)`: a call on what stands before
-                j = k - (2 if line[k] == ">" else 1)
-                while j >= 0 and line[j].isspace():
-                    j -= 1
+                j = _blanks_back(line, k - (2 if line[k] == ">" else 1))
                 if j >= 0 and (line[j].isalnum() or line[j] == "_"):
-                    e = j + 1
-                    while j >= 0 and (line[j].isalnum() or line[j] == "_"):
-                        j -= 1
-                    return [line[j + 1 : e]]
+                    return [line[_word_back(line, j) + 1 : j + 1]]
                 continue
             break  # a free function's call (`f(x).exp(`): no variable
     return []
 
 
 _KEYWORDS_BEFORE_EXPRESSIONS = frozenset(("return", "co_return", "case", "throw", "else", "do", "and", "or", "not"))
+
+
+def _blanks_back(line: str, i: int) -> int:
+    """The last index at or before `i` that is no blank (-1 if none)."""
+    while i >= 0 and line[i].isspace():
+        i -= 1
+    return i
+
+
+def _word_back(line: str, i: int) -> int:
+    """The index just before the word that ends at `i` (`i` itself when no word ends there)."""
+    while i >= 0 and (line[i].isalnum() or line[i] == "_"):
+        i -= 1
+    return i
 
 
 def _opening(line: str, close: int) -> int | None:
@@ -441,22 +443,16 @@ def _member_chain(line: str, method: str) -> tuple[str, list[str]] | None:
     for m in re.finditer(rf"(?:\.|->)\s*{re.escape(method)}\s*\(", line):
         j, methods = m.start() - 1, []
         while True:
-            while j >= 0 and line[j].isspace():
-                j -= 1
+            j = _blanks_back(line, j)
             if j < 0 or line[j] != ")":
                 break
             opened = _opening(line, j)
             if opened is None:
                 break
-            k = opened - 1
-            while k >= 0 and line[k].isspace():
-                k -= 1
-            end = k + 1
-            while k >= 0 and (line[k].isalnum() or line[k] == "_"):
-                k -= 1
+            end = _blanks_back(line, opened - 1) + 1
+            k = _word_back(line, end - 1)
             name = line[k + 1 : end]
-            while k >= 0 and line[k].isspace():
-                k -= 1
+            k = _blanks_back(line, k)
             if not name or name[0].isdigit():
                 break
             if k >= 0 and line[k] == ".":
@@ -466,12 +462,9 @@ def _member_chain(line: str, method: str) -> tuple[str, list[str]] | None:
             else:
                 break
             methods.insert(0, name)
-            while j >= 0 and line[j].isspace():
-                j -= 1
+            j = _blanks_back(line, j)
             if j >= 0 and (line[j].isalnum() or line[j] == "_"):
-                e = j + 1
-                while j >= 0 and (line[j].isalnum() or line[j] == "_"):
-                    j -= 1
+                e, j = j + 1, _word_back(line, j)
                 variable = line[j + 1 : e]
                 before = line[:j + 1].rstrip()
                 if variable[0].isdigit() or before.endswith((".", "->", "::")):
